@@ -1,0 +1,65 @@
+"""What a follower tells the leader about itself, and how the leader shows it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.spec import NAME_PATTERN
+
+FollowerState = Literal["ready", "busy", "missing"]
+
+
+class GpuInfo(BaseModel):
+    """One GPU as NVML reports it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    name: str
+    memory_mb: int
+    uuid: str | None = None
+
+
+class FollowerInfo(BaseModel):
+    """Registration: host capabilities and the incarnation (one per agent process start)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    follower_id: Annotated[str, Field(pattern=NAME_PATTERN)]
+    incarnation: Annotated[str, Field(min_length=8, max_length=64)]
+    host: str
+    cpu_model: str
+    cpu_count: int
+    memory_mb: int
+    gpus: list[GpuInfo]  # empty: no GPU (NVML absent or no device), never faked
+    backends: list[str]
+    version: str
+
+
+class Heartbeat(BaseModel):
+    """Sent every HEARTBEAT_INTERVAL_S; state is what the agent is doing now."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    incarnation: str
+    state: Literal["ready", "busy"]
+    running_job: str | None = None
+
+
+class HeartbeatReply(BaseModel):
+    """known=False asks the follower to register again (the leader lost or replaced it)."""
+
+    known: bool
+
+
+class FollowerView(BaseModel):
+    """A follower as the API lists it."""
+
+    info: FollowerInfo
+    state: FollowerState
+    last_seen: datetime
+    registered_at: datetime
+    running_job: str | None = None

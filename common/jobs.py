@@ -1,0 +1,105 @@
+"""Job lifecycle schemas: states, the Celery task payload, the follower's reports and the API view."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from common.models import ModelMeta
+from common.results import PointResult
+from common.spec import JobSpec, PointSpec
+
+
+class JobState(StrEnum):
+    queued = "queued"
+    assigned = "assigned"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATES = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled})
+
+
+class StateChange(BaseModel):
+    """One entry of a job's history."""
+
+    state: JobState
+    at: datetime
+    attempt: int
+    reason: str | None = None
+    follower_id: str | None = None
+
+
+class JobTask(BaseModel):
+    """The Celery task argument: everything a follower needs to run one attempt of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    points: list[PointSpec]
+    model: ModelMeta
+    estimate_s: float
+
+
+class Claim(BaseModel):
+    """A follower asks to start an attempt; the leader grants it once (assigned → running)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    follower_id: str
+    incarnation: str
+
+
+class PointReport(BaseModel):
+    """One finished point of an attempt; stored idempotently by (job, attempt, point index)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    follower_id: str
+    result: PointResult
+
+
+class FinishReport(BaseModel):
+    """The end of an attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    follower_id: str
+    state: Literal["succeeded", "failed"]
+    error: str | None = None
+
+
+class JobView(BaseModel):
+    """A job as the API shows it."""
+
+    id: str
+    name: str
+    state: JobState
+    attempt: int
+    follower_id: str | None
+    spec: JobSpec
+    model_ref: str
+    points_total: int
+    points_done: int
+    estimate_s: float
+    created_at: datetime
+    updated_at: datetime
+    error: str | None = None
+    history: list[StateChange]
+
+
+class JobResults(BaseModel):
+    """A job with the point results of its current attempt."""
+
+    job: JobView
+    points: list[PointResult]
