@@ -60,6 +60,12 @@ class ModelRef(_Strict):
 
     ref: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        # YAML writes `model: resnet50:1`; the stored form is {"ref": "resnet50:1"}. Accept both.
+        return {"ref": value} if isinstance(value, str) else value
+
     @field_validator("ref")
     @classmethod
     def _check_ref(cls, value: str) -> str:

@@ -1,0 +1,1 @@
+"""benchfleet's user side: the Python client, the CLI and the embedded demo."""

@@ -1,0 +1,5 @@
+"""`python -m benchfleet` runs the CLI."""
+
+from benchfleet.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""Rich tables of jobs and results, shared by the CLI and the demo."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from common.jobs import JobResults, JobView
+from common.results import Percentiles
+
+
+def _ms(p: Percentiles | None, attr: str) -> str:
+    return f"{getattr(p, attr):.2f}" if p is not None else "-"
+
+
+def results_table(results: JobResults) -> Table:
+    """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict."""
+    job = results.job
+    table = Table(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", title_justify="left")
+    for column in ("#", "backend", "batch", "target/s", "achieved/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max",
+                   "svc p99", "lag p99", "cold s", "SLO", "valid"):
+        table.add_column(column, justify="right" if column not in {"backend", "valid", "SLO"} else "left")
+    for r in results.points:
+        slo = "-" if r.slo_met is None else ("met" if r.slo_met else "missed")
+        cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
+        verdict = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
+        table.add_row(
+            str(r.point.index), r.point.backend, str(r.point.batch_size), f"{r.offered_rate:g}", f"{r.achieved_rate:.1f}",
+            str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
+            _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
+            cold, slo, verdict,
+        )
+    return table
+
+
+def jobs_table(jobs: list[JobView]) -> Table:
+    """One row per job."""
+    table = Table()
+    for column in ("id", "name", "model", "state", "attempt", "follower", "points", "created"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(
+            job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
+            f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    return table

@@ -1,0 +1,106 @@
+"""The follower's side of the leader↔follower protocol: typed calls, retried with backoff on transient errors."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import httpx
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from common.followers import FollowerInfo, FollowerView, Heartbeat, HeartbeatReply
+from common.jobs import Claim, FinishReport, JobTask, PointReport
+from common.models import ModelMeta
+
+log = logging.getLogger(__name__)
+
+# How long a report keeps being retried while the leader is unreachable before the attempt gives up.
+RETRY_FOR_S = 120.0
+
+
+class StaleAttempt(Exception):
+    """The leader no longer wants this attempt (requeued, cancelled or already claimed)."""
+
+
+class LeaderRejected(Exception):
+    """The leader refused a request for a reason retrying will not fix."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+_retrying = retry(
+    retry=retry_if_exception(_transient),
+    wait=wait_exponential_jitter(initial=0.2, max=5.0),
+    stop=stop_after_delay(RETRY_FOR_S),
+    reraise=True,
+)
+
+
+class LeaderClient:
+    """Thread-safe client for the follower routes of the leader's REST API."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+        self._http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: str) -> httpx.Response:
+        response = self._http.post(path, content=body, headers={"Content-Type": "application/json"})
+        if response.status_code == 409:
+            raise StaleAttempt(response.text)
+        if 400 <= response.status_code < 500:
+            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        response.raise_for_status()
+        return response
+
+    @_retrying
+    def register(self, info: FollowerInfo) -> FollowerView:
+        """Register (or re-register) this agent; returns the leader's view of it."""
+        return FollowerView.model_validate_json(self._post("/api/v1/followers/register", info.model_dump_json()).content)
+
+    def heartbeat(self, follower_id: str, beat: Heartbeat) -> HeartbeatReply:
+        """One heartbeat; not retried (the next one is seconds away)."""
+        response = self._post(f"/api/v1/followers/{follower_id}/heartbeat", beat.model_dump_json())
+        return HeartbeatReply.model_validate_json(response.content)
+
+    @_retrying
+    def claim(self, job_id: str, claim: Claim) -> JobTask:
+        """Ask to start this attempt; StaleAttempt when the leader gave it elsewhere."""
+        return JobTask.model_validate_json(self._post(f"/api/v1/jobs/{job_id}/claim", claim.model_dump_json()).content)
+
+    @_retrying
+    def report_point(self, job_id: str, report: PointReport) -> None:
+        """Send one point's result (idempotent at the leader)."""
+        self._post(f"/api/v1/jobs/{job_id}/points", report.model_dump_json())
+
+    @_retrying
+    def finish(self, job_id: str, report: FinishReport) -> None:
+        """Close the attempt as succeeded or failed."""
+        self._post(f"/api/v1/jobs/{job_id}/finish", report.model_dump_json())
+
+    @_retrying
+    def download_model(self, model: ModelMeta, dest: Path) -> None:
+        """Stream the model file to dest, checking its sha256; the file appears only when complete and correct."""
+        tmp = dest.with_name(dest.name + f".part{os.getpid()}")
+        digest = hashlib.sha256()
+        try:
+            with self._http.stream("GET", f"/api/v1/models/{model.name}/{model.version}/file") as response:
+                if response.status_code == 404:
+                    raise LeaderRejected(f"model {model.ref} is no longer in the repository")
+                response.raise_for_status()
+                with tmp.open("wb") as fh:
+                    for chunk in response.iter_bytes(1 << 20):
+                        digest.update(chunk)
+                        fh.write(chunk)
+            if digest.hexdigest() != model.sha256:
+                raise LeaderRejected(f"model {model.ref}: checksum mismatch after download")
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,51 @@
+"""The follower's settings: one object per process, from BENCHFLEET_FOLLOWER_* variables."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common.messaging import HEARTBEAT_INTERVAL_S
+
+
+def default_follower_id() -> str:
+    """A stable id from the host name, so a restarted agent keeps its queue."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64] or "follower"
+
+
+class FollowerSettings(BaseSettings):
+    """Where the leader and the broker are, who this follower is, where it keeps its files."""
+
+    model_config = SettingsConfigDict(env_prefix="BENCHFLEET_FOLLOWER_", extra="ignore")
+
+    leader_url: str = "http://127.0.0.1:8700"
+    token: SecretStr = Field(min_length=16)
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("BENCHFLEET_FOLLOWER_REDIS_URL", "BENCHFLEET_REDIS_URL", "redis_url"),
+    )
+    follower_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] = Field(default_factory=default_follower_id)
+    work_dir: Path = Path(".benchfleet/follower")
+    backends: list[str] | None = None  # None: every backend this host can run
+    heartbeat_interval_s: float = Field(default=HEARTBEAT_INTERVAL_S, gt=0)
+    server_ready_timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("leader_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.work_dir / "models"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.work_dir / "jobs"

@@ -1,0 +1,53 @@
+"""`benchfleet demo`: the embedded default runs a real benchmark, prints results and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SHORT_JOB = """\
+name: demo-short
+model: {ref: mlp-small:1}
+backends: [onnxruntime]
+batch_sizes: [1]
+load: {pattern: poisson, rate: 200, duration: 3s, warmup: 1s}
+slo: {p99_ms: 500}
+"""
+
+
+def _processes_mentioning(marker: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            environ = proc.environ() if proc.pid != os.getpid() else {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if marker in cmdline or any(marker in value for value in environ.values()):
+            found.append(f"{proc.pid}: {cmdline[:120]}")
+    return found
+
+
+def test_demo_runs_a_benchmark_and_cleans_up(tmp_path: Path, artifacts_dir: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(SHORT_JOB)
+    workdir = tmp_path / "demo-work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFLEET_")}
+    env["COLUMNS"] = "200"
+    out = subprocess.run(
+        [sys.executable, "-m", "benchfleet", "demo", "--job", str(job), "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    (artifacts_dir / "demo-output.txt").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "generated and uploaded model mlp-small:1" in out.stdout
+    assert "demo-short" in out.stdout and "succeeded" in out.stdout
+    assert "p99" in out.stdout
+    assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"

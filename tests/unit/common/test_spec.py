@@ -1,0 +1,110 @@
+"""The job spec: validation names the field, grids expand, YAML is parsed safely."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.errors import InvalidSpec
+from common.spec import MAX_POINTS, estimate_seconds, expand, parse_duration, parse_spec, parse_spec_yaml
+
+EXAMPLE = """
+name: mlp-onnx-smoke
+model: {ref: mlp-small:1}
+backends: [onnxruntime]
+batch_sizes: [1, 8]
+load: {pattern: poisson, rate: 200, duration: 10s, warmup: 2s}
+slo: {p99_ms: 20}
+"""
+
+
+def _base(**overrides: object) -> dict:
+    spec: dict = {"name": "j", "model": {"ref": "m:1"}, "load": {"rate": 100}}
+    spec.update(overrides)
+    return spec
+
+
+def test_example_parses_with_units_and_defaults() -> None:
+    spec = parse_spec_yaml(EXAMPLE)
+    assert spec.model.name == "mlp-small" and spec.model.version == "1"
+    assert spec.load.rates == [200.0]
+    assert spec.load.duration == 10.0 and spec.load.warmup == 2.0
+    assert spec.slo is not None and spec.slo.p99_ms == 20
+
+
+def test_model_ref_without_version_means_latest() -> None:
+    assert parse_spec(_base(model={"ref": "resnet"})).model.version is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("10s", 10.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (3, 3.0), ("1.5s", 1.5)]
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_grid_expands_backends_batches_rates_in_stable_order() -> None:
+    spec = parse_spec(_base(batch_sizes=[1, 4, 8], load={"rate": [50, 100]}, seed=7))
+    points = expand(spec)
+    assert [(p.batch_size, p.rate) for p in points] == [(1, 50), (1, 100), (4, 50), (4, 100), (8, 50), (8, 100)]
+    assert [p.index for p in points] == list(range(6))
+    assert len({p.seed for p in points}) == 6, "each point gets its own seeded stream"
+    assert expand(spec) == points, "expansion is deterministic"
+    assert estimate_seconds(spec) > 6 * (spec.load.duration + spec.load.warmup) - 1e-9
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "fragment"),
+    [
+        (_base(load={"rate": -1}), "load.rate", "must be > 0"),
+        (_base(load={"rate": 0}), "load.rate", "must be > 0"),
+        (_base(load={"rate": [10, -2]}), "load.rate", "must be > 0"),
+        (_base(load={"rate": "fast"}), "load.rate", "number"),
+        (_base(load={"rate": 10, "duration": "soon"}), "load.duration", "duration"),
+        (_base(load={"rate": 10, "duration": -5}), "load.duration", "must be > 0"),
+        (_base(batch_sizes=[0]), "batch_sizes.0", "must be > 0"),
+        (_base(batch_sizes=[1, 1]), "batch_sizes", "repeat"),
+        (_base(batch_sizes="eight"), "batch_sizes", "list"),
+        (_base(backends=["nosuch"]), "backends.0", "onnxruntime"),
+        (_base(backends=[]), "backends", "at least 1"),
+        (_base(colour="blue"), "colour", "unknown field"),
+        (_base(load={"rate": 10, "burst": 3}), "load.burst", "unknown field"),
+        (_base(name="../etc/passwd"), "name", "pattern"),
+        (_base(model={"ref": "a/b"}), "model.ref", "name"),
+        ({"model": {"ref": "m"}, "load": {"rate": 1}}, "name", "required"),
+        (_base(batch_sizes=list(range(1, 101)), load={"rate": [float(r) for r in range(1, 7)]}), "(root)", str(MAX_POINTS)),
+    ],
+)
+def test_bad_specs_name_the_field(doc: dict, field: str, fragment: str) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(doc)
+    assert info.value.field == field
+    assert fragment in info.value.message
+    assert info.value.status == 422
+
+
+def test_malformed_yaml_names_the_line() -> None:
+    with pytest.raises(InvalidSpec, match="line 3"):
+        parse_spec_yaml("name: x\nload: {rate: [1, 2\n")
+
+
+def test_yaml_tags_that_build_objects_are_refused() -> None:
+    with pytest.raises(InvalidSpec, match="constructor"):
+        parse_spec_yaml("!!python/object/apply:os.system ['true']")
+
+
+def test_alias_bomb_is_refused_before_expansion() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    for level, prev in zip("bcdefg", "abcdef", strict=True):
+        bomb += f"{level}: &{level} [" + ", ".join(f"*{prev}" for _ in range(9)) + "]\n"
+    with pytest.raises(InvalidSpec, match="too many nodes"):
+        parse_spec_yaml(bomb)
+
+
+def test_oversized_document_is_refused() -> None:
+    with pytest.raises(InvalidSpec, match="larger than"):
+        parse_spec_yaml("name: x\n" + "#" * 300_000)
+
+
+def test_non_mapping_document_is_refused() -> None:
+    with pytest.raises(InvalidSpec, match="mapping"):
+        parse_spec_yaml("- a\n- b\n")
