@@ -1,0 +1,1 @@
+"""The benchfleet leader: REST API, PerfDB stores, placement and liveness."""

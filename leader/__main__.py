@@ -1,0 +1,29 @@
+"""`python -m leader`: serve the leader with uvicorn (one worker: the background loops must run once)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+from pydantic import ValidationError
+
+from leader.app import create_app
+from leader.settings import LeaderSettings
+
+
+def main() -> int:
+    """Read the settings from the environment and serve until interrupted."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = LeaderSettings()  # type: ignore[call-arg]  # required tokens come from the environment
+    except ValidationError as exc:
+        # Secrets are hidden from the error (hide_input_in_errors); only field names and reasons are shown.
+        print(f"benchfleet leader: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1, log_config=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""One error shape for every failure: {"error", "message", "field", "details"?} with the class's HTTP status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from common.errors import BenchfleetError
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+
+
+def _body(code: str, message: str, field: str | None, details: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": code, "message": message, "field": field}
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+def _dotted(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc) or "(root)"
+
+
+def validation_details(exc: RequestValidationError) -> list[dict[str, str]]:
+    """FastAPI's validation errors as [{"field": "body.attempt", "message": ...}]; undecodable JSON is `(body)`."""
+    out = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            out.append({"field": "(body)", "message": f"malformed JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"})
+        else:
+            out.append({"field": _dotted(err.get("loc", ())), "message": str(err.get("msg", "invalid"))})
+    return out or [{"field": "(body)", "message": "invalid request"}]
+
+
+async def _benchfleet_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BenchfleetError)
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=_auth_header(exc.status))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = validation_details(exc)
+    first = details[0]
+    return JSONResponse(
+        _body("invalid_request", f"{first['field']}: {first['message']}", first["field"], details), status_code=422
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(_body(code, str(exc.detail), None), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # The traceback goes to the log, never to the client.
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(_body("internal", "internal error", None), status_code=500)
+
+
+def _auth_header(status: int) -> dict[str, str] | None:
+    return {"WWW-Authenticate": "Bearer"} if status == 401 else None
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on the app."""
+    app.add_exception_handler(BenchfleetError, _benchfleet_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

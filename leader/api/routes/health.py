@@ -1,0 +1,28 @@
+"""Liveness of the leader and its dependencies (open: no token)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from common.errors import Unavailable
+from leader.api.deps import ResourcesDep
+
+router = APIRouter(tags=["health"])
+
+PING_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz")
+async def healthz(resources: ResourcesDep) -> dict[str, str]:
+    """{"status": "ok"} when PerfDB and the broker both answer a ping; 503 naming the one that does not."""
+    try:
+        await asyncio.wait_for(resources.db.command("ping"), PING_TIMEOUT_S)
+    except Exception as exc:
+        raise Unavailable(f"PerfDB does not answer: {type(exc).__name__}", field="mongo") from None
+    try:
+        await asyncio.wait_for(resources.redis.ping(), PING_TIMEOUT_S)
+    except Exception as exc:
+        raise Unavailable(f"Redis does not answer: {type(exc).__name__}", field="redis") from None
+    return {"status": "ok"}

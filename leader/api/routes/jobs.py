@@ -1,0 +1,114 @@
+"""Job routes: submission, queries and cancel for users; claim, point reports and finish for followers."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from common.errors import Conflict, InvalidSpec, UnsupportedMediaType
+from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.spec import load_yaml, parse_spec
+from leader.api.body import read_limited
+from leader.api.deps import AdminAuth, Db, FollowerAuth, PlacerDep, SettingsDep
+from leader.store import followers as followers_store
+from leader.store import jobs as jobs_store
+from leader.store import models as models_store
+from leader.store import results as results_store
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+YAML_TYPES = frozenset({"application/yaml", "text/yaml", "application/x-yaml", "text/plain"})
+JSON_TYPES = frozenset({"application/json"})
+MAX_LIST = 500
+
+_SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}},
+        },
+    }
+}
+
+
+def _decode(content_type: str, body: bytes) -> Any:
+    if content_type in JSON_TYPES:
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidSpec(f"malformed JSON: {exc}", field="(body)") from None
+    return load_yaml(body)
+
+
+@router.post("", status_code=201, response_model=JobView, dependencies=[AdminAuth], openapi_extra=_SPEC_BODY)
+async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep) -> JobView:
+    """Submit a job spec (YAML or JSON); it is stored as queued before the reply."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type not in YAML_TYPES | JSON_TYPES:
+        raise UnsupportedMediaType(
+            f"Content-Type must be one of {', '.join(sorted(YAML_TYPES | JSON_TYPES))}, not {content_type or 'none'}",
+            field="Content-Type",
+        )
+    body = await read_limited(request, settings.max_body_bytes)
+    spec = parse_spec(_decode(content_type, body))
+    model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
+    job = await jobs_store.insert_job(db, spec=spec, model=model)
+    placer.nudge()
+    return job
+
+
+@router.get("", response_model=list[JobView], dependencies=[AdminAuth])
+async def list_jobs(
+    db: Db, state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100
+) -> list[JobView]:
+    """Jobs newest first, optionally of one state."""
+    return await jobs_store.list_jobs(db, state=state, limit=limit)
+
+
+@router.get("/{job_id}", response_model=JobView, dependencies=[AdminAuth])
+async def get_job(job_id: str, db: Db) -> JobView:
+    """One job."""
+    return await jobs_store.get_job(db, job_id=job_id)
+
+
+@router.get("/{job_id}/results", response_model=JobResults, dependencies=[AdminAuth])
+async def get_results(job_id: str, db: Db) -> JobResults:
+    """The job and the point results of its current attempt, by point index."""
+    job = await jobs_store.get_job(db, job_id=job_id)
+    points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
+    return JobResults(job=job, points=points)
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, dependencies=[AdminAuth])
+async def cancel_job(job_id: str, db: Db) -> JobView:
+    """Cancel a job that has not finished (409 if it has)."""
+    return await jobs_store.cancel_job(db, job_id=job_id)
+
+
+@router.post("/{job_id}/claim", response_model=JobTask, dependencies=[FollowerAuth])
+async def claim_job(job_id: str, claim: Claim, db: Db) -> JobTask:
+    """A follower starts the attempt it was sent: granted once, to the current incarnation (409 otherwise)."""
+    incarnation = await followers_store.incarnation_of(db, follower_id=claim.follower_id)
+    if incarnation != claim.incarnation:
+        raise Conflict(f"follower {claim.follower_id} incarnation {claim.incarnation} is not registered", field="incarnation")
+    return await jobs_store.claim_job(db, job_id=job_id, claim=claim)
+
+
+@router.post("/{job_id}/points", response_model=JobView, dependencies=[FollowerAuth])
+async def report_point(job_id: str, report: PointReport, db: Db) -> JobView:
+    """Store one point of the running attempt (idempotent by point index; 409 for a stale attempt)."""
+    job = await jobs_store.running_attempt(db, job_id=job_id, attempt=report.attempt, follower_id=report.follower_id)
+    if not 0 <= report.result.point.index < job.points_total:
+        raise InvalidSpec(f"point index must be in [0, {job.points_total})", field="result.point.index")
+    done = await results_store.save_point(db, job_id=job_id, attempt=report.attempt, result=report.result)
+    await jobs_store.set_points_done(db, job_id=job_id, attempt=report.attempt, points_done=done)
+    return job.model_copy(update={"points_done": done})
+
+
+@router.post("/{job_id}/finish", response_model=JobView, dependencies=[FollowerAuth])
+async def finish_job(job_id: str, report: FinishReport, db: Db) -> JobView:
+    """Close the running attempt as succeeded or failed (the same finish again is a no-op; 409 if stale)."""
+    return await jobs_store.finish_job(db, job_id=job_id, report=report)

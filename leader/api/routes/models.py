@@ -1,0 +1,134 @@
+"""Model repository routes: upload (multipart), list, metadata, download and delete."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import NoReturn, get_args
+
+import anyio.to_thread
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import UploadFile
+
+from common.errors import Conflict, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
+from common.models import ModelFormat, ModelMeta
+from common.spec import NAME_PATTERN, VERSION_PATTERN
+from leader.api.body import limited_request
+from leader.api.deps import AdminAuth, Db, FollowerAuth, SettingsDep
+from leader.clock import utcnow
+from leader.onnx_signature import read_signature
+from leader.store import jobs as jobs_store
+from leader.store import models as models_store
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+# Room for the multipart boundaries and the small text fields around the file itself.
+FORM_OVERHEAD_BYTES = 64 * 1024
+FORMATS: tuple[str, ...] = get_args(ModelFormat)
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "name", "version"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "name": {"type": "string", "pattern": NAME_PATTERN},
+                        "version": {"type": "string", "pattern": VERSION_PATTERN},
+                        "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _text_field(value: str | UploadFile | None, name: str, pattern: str | None = None) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec("field required", field=name)
+    if pattern is not None and not re.match(pattern, value):
+        raise InvalidSpec("must be letters, digits, . _ - (starting with a letter or digit)", field=name)
+    return value
+
+
+@router.post("", status_code=201, response_model=ModelMeta, dependencies=[AdminAuth], openapi_extra=_UPLOAD_BODY)
+async def upload_model(request: Request, db: Db, settings: SettingsDep) -> ModelMeta:
+    """Store a model file with its signature and checksum; the model is visible only once fully stored."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise UnsupportedMediaType("upload a model as multipart/form-data", field="Content-Type")
+    limited = limited_request(request, settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
+    async with limited.form(max_files=1, max_fields=8) as form:
+        name = _text_field(form.get("name"), "name", NAME_PATTERN)
+        version = _text_field(form.get("version"), "version", VERSION_PATTERN)
+        model_format = form.get("format") or "onnx"
+        if model_format not in FORMATS:
+            raise InvalidSpec(f"must be one of {', '.join(FORMATS)}", field="format")
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidSpec("field required (the model file)", field="file")
+        if upload.size is not None and upload.size > settings.max_upload_bytes:
+            raise_too_large(settings.max_upload_bytes)
+        if await models_store.exists(db, name=name, version=version):
+            raise Conflict(f"model {name}:{version} already exists", field="version")
+        data = await upload.read()
+    if len(data) > settings.max_upload_bytes:
+        raise_too_large(settings.max_upload_bytes)
+    # Parsing and hashing hundreds of MiB is CPU work: keep it off the event loop.
+    inputs, outputs = await anyio.to_thread.run_sync(read_signature, data)
+    sha256 = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
+    meta = ModelMeta(
+        name=name,
+        version=version,
+        format=model_format,
+        inputs=inputs,
+        outputs=outputs,
+        sha256=sha256,
+        size_bytes=len(data),
+        created_at=utcnow(),
+    )
+    return await models_store.insert_model(db, meta=meta, data=data)
+
+
+def raise_too_large(limit: int) -> NoReturn:
+    """Refuse a model file larger than the upload limit."""
+    raise PayloadTooLarge(f"model file exceeds the limit of {limit} bytes", field="file")
+
+
+@router.get("", response_model=list[ModelMeta], dependencies=[AdminAuth])
+async def list_models(db: Db) -> list[ModelMeta]:
+    """Every stored model."""
+    return await models_store.list_models(db)
+
+
+# Followers fetch the models of their tasks, so metadata and bytes also accept the follower token.
+@router.get("/{name}/{version}", response_model=ModelMeta, dependencies=[FollowerAuth])
+async def get_model(name: str, version: str, db: Db) -> ModelMeta:
+    """One model's metadata; version `latest` names the newest."""
+    return await models_store.get_model(db, name=name, version=version)
+
+
+@router.get("/{name}/{version}/file", response_class=StreamingResponse, dependencies=[FollowerAuth])
+async def download_model(name: str, version: str, db: Db) -> StreamingResponse:
+    """The model's bytes, streamed from GridFS, with their sha256 in X-Benchfleet-Sha256."""
+    meta, chunks = await models_store.open_model_file(db, name=name, version=version)
+    headers = {
+        "X-Benchfleet-Sha256": meta.sha256,
+        "Content-Length": str(meta.size_bytes),
+        "Content-Disposition": f'attachment; filename="{meta.name}-{meta.version}.{meta.format}"',
+    }
+    return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
+
+
+@router.delete("/{name}/{version}", status_code=204, response_class=Response, dependencies=[AdminAuth])
+async def delete_model(name: str, version: str, db: Db) -> Response:
+    """Delete a model no unfinished job uses (409 otherwise)."""
+    if await jobs_store.model_in_use(db, model_ref=f"{name}:{version}"):
+        raise Conflict(f"model {name}:{version} is used by a job that has not finished", field="version")
+    await models_store.delete_model(db, name=name, version=version)
+    return Response(status_code=204)

@@ -1,0 +1,80 @@
+"""The leader's ASGI app: clients and background loops live in the lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from fastapi import APIRouter, FastAPI
+from motor.motor_asyncio import AsyncIOMotorClient
+
+from leader.api import errors
+from leader.api.deps import Resources
+from leader.api.routes import followers, health, jobs, models
+from leader.queue import TaskQueue
+from leader.scheduler.monitor import Monitor
+from leader.scheduler.placement import Placer
+from leader.settings import LeaderSettings
+from leader.store import followers as followers_store
+from leader.store import jobs as jobs_store
+from leader.store import models as models_store
+from leader.store import results as results_store
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+# Fail a request within seconds when PerfDB is unreachable rather than hang for pymongo's default 30 s.
+SERVER_SELECTION_TIMEOUT_MS = 5000
+
+
+async def ensure_indexes(resources: Resources) -> None:
+    """Create every store's indexes (idempotent)."""
+    for store in (jobs_store, models_store, followers_store, results_store):
+        await store.ensure_indexes(resources.db)
+
+
+def create_app(settings: LeaderSettings) -> FastAPI:
+    """Build the leader app; nothing connects until the lifespan starts."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client: AsyncIOMotorClient = AsyncIOMotorClient(
+            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
+        )
+        redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        queue = TaskQueue(settings.redis_url)
+        db = client[settings.db_name]
+        placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s)
+        monitor = Monitor(
+            db=db, missing_after_s=settings.missing_after_s, interval_s=settings.monitor_interval_s, on_requeue=placer.nudge
+        )
+        resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await ensure_indexes(resources)
+            app.state.resources = resources
+            tasks = [
+                asyncio.create_task(placer.run(), name="placement"),
+                asyncio.create_task(monitor.run(), name="liveness"),
+            ]
+            log.info("leader ready (db %s)", settings.db_name)
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            queue.close()
+            await redis.aclose()
+            client.close()
+
+    app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
+    errors.install(app)
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (jobs, models, followers):
+        api.include_router(module.router)
+    app.include_router(api)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,1 @@
+"""Placement (tier 1 load balancing) and follower liveness."""

@@ -1,0 +1,55 @@
+"""Liveness: followers that stop heartbeating become missing and lose their jobs back to the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from motor.motor_asyncio import AsyncIOMotorDatabase
+
+from leader.clock import utcnow
+from leader.store import followers as followers_store
+from leader.store import jobs as jobs_store
+
+log = logging.getLogger(__name__)
+
+MISSED_REASON = "follower {follower_id} missed heartbeats"
+
+
+class Monitor:
+    """Checks heartbeats every interval; requeued jobs nudge placement."""
+
+    def __init__(
+        self, *, db: AsyncIOMotorDatabase, missing_after_s: float, interval_s: float, on_requeue: Callable[[], None]
+    ) -> None:
+        self._db = db
+        self._missing_after = timedelta(seconds=missing_after_s)
+        self._interval_s = interval_s
+        self._on_requeue = on_requeue
+        self._started_at = utcnow()
+
+    async def run(self) -> None:
+        """Tick forever; an error in one tick is logged and the next tick tries again."""
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("liveness tick failed; retrying")
+            await asyncio.sleep(self._interval_s)
+
+    async def tick(self, now: datetime | None = None) -> list[str]:
+        """Mark silent followers missing and requeue the jobs of every missing follower; returns the requeued job ids."""
+        now = now or utcnow()
+        # A leader that was down saw no heartbeats: give followers one full timeout after startup before judging them.
+        if now - self._started_at >= self._missing_after:
+            for follower_id in await followers_store.mark_missing(self._db, seen_before=now - self._missing_after):
+                log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after.total_seconds())
+        # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
+        missing = await followers_store.missing_ids(self._db)
+        requeued = await jobs_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
+        if requeued:
+            log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
+            self._on_requeue()
+        return requeued

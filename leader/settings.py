@@ -1,0 +1,44 @@
+"""The leader's settings: built once per process from BENCHFLEET_LEADER_* (tests pass values explicitly)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_TOKEN_LENGTH = 16
+
+
+class LeaderSettings(BaseSettings):
+    """Where PerfDB and the broker live, how to listen, the tokens and the scheduler's timing."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="BENCHFLEET_LEADER_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+    )
+
+    # validation_alias replaces the prefixed name, so the prefixed one is listed again beside the shared one.
+    mongo_uri: str = Field(
+        default="mongodb://127.0.0.1:27017/?directConnection=true&retryWrites=false",
+        validation_alias=AliasChoices("BENCHFLEET_LEADER_MONGO_URI", "BENCHFLEET_MONGO_URI"),
+    )
+    db_name: str = "benchfleet"
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("BENCHFLEET_LEADER_REDIS_URL", "BENCHFLEET_REDIS_URL"),
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8700, gt=0, lt=65536)
+    admin_token: SecretStr
+    follower_token: SecretStr
+    missing_after_s: float = Field(default=10.0, gt=0)
+    place_interval_s: float = Field(default=0.5, gt=0)
+    monitor_interval_s: float = Field(default=1.0, gt=0)
+    max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+
+    @field_validator("admin_token", "follower_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        # A short or empty token is an unsafe default; refuse to start rather than serve an open API.
+        if len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"must be at least {MIN_TOKEN_LENGTH} characters")
+        return value

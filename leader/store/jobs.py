@@ -1,0 +1,308 @@
+"""Jobs in PerfDB: one document per job; every transition is a conditional update that appends its history entry."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo import ASCENDING, DESCENDING, ReturnDocument
+
+from common.errors import Conflict, NotFound
+from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView, StateChange
+from common.models import ModelMeta
+from common.spec import JobSpec, estimate_seconds, expand
+from leader.clock import as_utc, utcnow
+from leader.domain import Load, QueuedJob
+
+COLLECTION = "jobs"
+ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
+TERMINAL = [state.value for state in TERMINAL_STATES]
+
+
+async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+    """Indexes for the queue scan, per-follower lookups and the model-in-use check."""
+    jobs = db[COLLECTION]
+    await jobs.create_index([("state", ASCENDING), ("created_at", ASCENDING)])
+    await jobs.create_index([("follower_id", ASCENDING), ("state", ASCENDING)])
+    await jobs.create_index([("model_ref", ASCENDING), ("state", ASCENDING)])
+
+
+def _change(state: JobState, attempt: int, *, reason: str | None = None, follower_id: str | None = None) -> dict[str, Any]:
+    return StateChange(state=state, at=utcnow(), attempt=attempt, reason=reason, follower_id=follower_id).model_dump()
+
+
+def job_view(doc: dict[str, Any]) -> JobView:
+    """A stored job document as the API shows it (datetimes made UTC-aware)."""
+    history = [StateChange.model_validate({**entry, "at": as_utc(entry["at"])}) for entry in doc["history"]]
+    return JobView(
+        id=doc["_id"],
+        name=doc["name"],
+        state=doc["state"],
+        attempt=doc["attempt"],
+        follower_id=doc.get("follower_id"),
+        spec=JobSpec.model_validate(doc["spec"]),
+        model_ref=doc["model_ref"],
+        points_total=doc["points_total"],
+        points_done=doc["points_done"],
+        estimate_s=doc["estimate_s"],
+        created_at=as_utc(doc["created_at"]),
+        updated_at=as_utc(doc["updated_at"]),
+        error=doc.get("error"),
+        history=history,
+    )
+
+
+def job_task(doc: dict[str, Any]) -> JobTask:
+    """The Celery payload for the job's current attempt."""
+    model = {**doc["model"], "created_at": as_utc(doc["model"]["created_at"])}
+    return JobTask(
+        job_id=doc["_id"],
+        attempt=doc["attempt"],
+        spec=JobSpec.model_validate(doc["spec"]),
+        points=doc["points"],
+        model=ModelMeta.model_validate(model),
+        estimate_s=doc["estimate_s"],
+    )
+
+
+async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMeta) -> JobView:
+    """Store a new job as queued (attempt 1) in one insert, acknowledged before returning."""
+    now = utcnow()
+    points = expand(spec)
+    doc: dict[str, Any] = {
+        "_id": uuid.uuid4().hex,
+        "name": spec.name,
+        "state": JobState.queued.value,
+        "attempt": 1,
+        "follower_id": None,
+        "dispatched": False,
+        "spec": spec.model_dump(mode="json"),
+        "model_ref": model.ref,
+        # A snapshot of the model's metadata: the task sent later needs it, whatever happens to the repository.
+        "model": model.model_dump(),
+        "points": [p.model_dump(mode="json") for p in points],
+        "points_total": len(points),
+        "points_done": 0,
+        "estimate_s": estimate_seconds(spec),
+        "created_at": now,
+        "updated_at": now,
+        "error": None,
+        "history": [_change(JobState.queued, 1, reason="submitted")],
+    }
+    await db[COLLECTION].insert_one(doc)
+    return job_view(doc)
+
+
+async def _get_doc(db: AsyncIOMotorDatabase, job_id: str) -> dict[str, Any]:
+    doc = await db[COLLECTION].find_one({"_id": job_id})
+    if doc is None:
+        raise NotFound(f"job {job_id} does not exist", field="id")
+    return doc
+
+
+async def get_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
+    """One job; NotFound if unknown."""
+    return job_view(await _get_doc(db, job_id))
+
+
+async def list_jobs(db: AsyncIOMotorDatabase, *, state: JobState | None, limit: int) -> list[JobView]:
+    """Jobs newest first, optionally of one state."""
+    query = {"state": state.value} if state is not None else {}
+    docs = await db[COLLECTION].find(query).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(limit).to_list(limit)
+    return [job_view(doc) for doc in docs]
+
+
+async def count_jobs(db: AsyncIOMotorDatabase) -> int:
+    """How many jobs are stored."""
+    return await db[COLLECTION].count_documents({})
+
+
+async def model_in_use(db: AsyncIOMotorDatabase, *, model_ref: str) -> bool:
+    """Whether a job that is not finished refers to the model."""
+    return await db[COLLECTION].count_documents({"model_ref": model_ref, "state": {"$nin": TERMINAL}}, limit=1) > 0
+
+
+async def cancel_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
+    """Cancel a job that has not finished; Conflict if it has. A follower holding it learns on its next report."""
+    current = await _get_doc(db, job_id)
+    if current["state"] in TERMINAL:
+        raise Conflict(f"job {job_id} is already {current['state']}", field="state")
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": job_id, "state": current["state"], "attempt": current["attempt"]},
+        {
+            "$set": {"state": JobState.cancelled.value, "updated_at": utcnow()},
+            "$push": {"history": _change(JobState.cancelled, current["attempt"], reason="cancelled by user")},
+        },
+        return_document=ReturnDocument.AFTER,
+    )
+    if doc is None:
+        # It moved between the read and the update; judge it again on its new state.
+        return await cancel_job(db, job_id=job_id)
+    return job_view(doc)
+
+
+async def claim_job(db: AsyncIOMotorDatabase, *, job_id: str, claim: Claim) -> JobTask:
+    """assigned → running for exactly this follower and attempt, once; Conflict otherwise."""
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": job_id, "state": JobState.assigned.value, "attempt": claim.attempt, "follower_id": claim.follower_id},
+        {
+            # dispatched: the follower holds the message, whatever the leader managed to record before.
+            "$set": {"state": JobState.running.value, "dispatched": True, "updated_at": utcnow()},
+            "$push": {"history": _change(JobState.running, claim.attempt, follower_id=claim.follower_id)},
+        },
+        return_document=ReturnDocument.AFTER,
+    )
+    if doc is None:
+        current = await _get_doc(db, job_id)
+        raise Conflict(_stale_reason(current, claim.attempt, claim.follower_id, wanted="assigned"), field="attempt")
+    return job_task(doc)
+
+
+def _stale_reason(doc: dict[str, Any], attempt: int, follower_id: str, *, wanted: str) -> str:
+    if doc["attempt"] != attempt:
+        return f"attempt {attempt} is stale: job {doc['_id']} is on attempt {doc['attempt']}"
+    if doc.get("follower_id") != follower_id:
+        return f"job {doc['_id']} attempt {attempt} is not held by follower {follower_id}"
+    return f"job {doc['_id']} is {doc['state']}, not {wanted}"
+
+
+async def running_attempt(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, follower_id: str) -> JobView:
+    """The job if this attempt is running on this follower; Conflict otherwise (reports of stale attempts are refused)."""
+    doc = await _get_doc(db, job_id)
+    if doc["state"] != JobState.running.value or doc["attempt"] != attempt or doc.get("follower_id") != follower_id:
+        raise Conflict(_stale_reason(doc, attempt, follower_id, wanted="running"), field="attempt")
+    return job_view(doc)
+
+
+async def set_points_done(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, points_done: int) -> None:
+    """Record how many points of the attempt are stored (a count, so retried reports never inflate it)."""
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "attempt": attempt}, {"$set": {"points_done": points_done, "updated_at": utcnow()}}
+    )
+
+
+async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishReport) -> JobView:
+    """running → succeeded/failed for this attempt; repeating the same finish is a no-op, anything else a Conflict."""
+    state = JobState(report.state)
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": job_id, "state": JobState.running.value, "attempt": report.attempt, "follower_id": report.follower_id},
+        {
+            "$set": {"state": state.value, "error": report.error, "updated_at": utcnow()},
+            "$push": {"history": _change(state, report.attempt, reason=report.error, follower_id=report.follower_id)},
+        },
+        return_document=ReturnDocument.AFTER,
+    )
+    if doc is not None:
+        return job_view(doc)
+    current = await _get_doc(db, job_id)
+    same = (
+        current["attempt"] == report.attempt
+        and current.get("follower_id") == report.follower_id
+        and current["state"] == state.value
+        and current.get("error") == report.error
+    )
+    if same:
+        return job_view(current)
+    raise Conflict(_stale_reason(current, report.attempt, report.follower_id, wanted="running"), field="attempt")
+
+
+# --- placement and liveness -------------------------------------------------------------------------------
+
+
+async def queued_jobs(db: AsyncIOMotorDatabase, *, limit: int) -> list[QueuedJob]:
+    """Queued jobs, oldest first."""
+    cursor = (
+        db[COLLECTION]
+        .find({"state": JobState.queued.value}, {"attempt": 1, "spec.backends": 1, "estimate_s": 1})
+        .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
+    )
+    docs = await cursor.limit(limit).to_list(limit)
+    return [QueuedJob(d["_id"], d["attempt"], frozenset(d["spec"]["backends"]), d["estimate_s"]) for d in docs]
+
+
+async def active_loads(db: AsyncIOMotorDatabase) -> dict[str, Load]:
+    """Per follower: the summed estimate and the number of its assigned/running jobs."""
+    pipeline = [
+        {"$match": {"state": {"$in": ACTIVE_STATES}}},
+        {"$group": {"_id": "$follower_id", "seconds": {"$sum": "$estimate_s"}, "jobs": {"$sum": 1}}},
+    ]
+    rows = await db[COLLECTION].aggregate(pipeline).to_list(None)
+    return {row["_id"]: Load(float(row["seconds"]), int(row["jobs"])) for row in rows if row["_id"] is not None}
+
+
+async def assign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, follower_id: str) -> JobTask | None:
+    """queued → assigned (not yet dispatched); None if the job moved meanwhile."""
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": job_id, "state": JobState.queued.value, "attempt": attempt},
+        {
+            "$set": {"state": JobState.assigned.value, "follower_id": follower_id, "dispatched": False, "updated_at": utcnow()},
+            "$push": {"history": _change(JobState.assigned, attempt, follower_id=follower_id)},
+        },
+        return_document=ReturnDocument.AFTER,
+    )
+    return job_task(doc) if doc is not None else None
+
+
+async def undispatched_jobs(db: AsyncIOMotorDatabase) -> list[tuple[str, JobTask]]:
+    """(follower_id, task) of jobs assigned whose Celery message may never have been sent."""
+    docs = (
+        await db[COLLECTION]
+        .find({"state": JobState.assigned.value, "dispatched": False})
+        .sort("created_at", ASCENDING)
+        .to_list(None)
+    )
+    return [(doc["follower_id"], job_task(doc)) for doc in docs]
+
+
+async def mark_dispatched(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int) -> None:
+    """Record that the attempt's message is on the follower's queue."""
+    await db[COLLECTION].update_one({"_id": job_id, "attempt": attempt}, {"$set": {"dispatched": True}})
+
+
+async def unassign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, reason: str) -> None:
+    """assigned (never sent) → queued, same attempt: the follower never saw it."""
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "state": JobState.assigned.value, "attempt": attempt, "dispatched": False},
+        {
+            "$set": {"state": JobState.queued.value, "follower_id": None, "updated_at": utcnow()},
+            "$push": {"history": _change(JobState.queued, attempt, reason=reason)},
+        },
+    )
+
+
+async def requeue_follower_jobs(db: AsyncIOMotorDatabase, *, follower_ids: list[str], reason: str) -> list[str]:
+    """Put every assigned/running job of these followers back in the queue as a new attempt; returns their ids.
+
+    `reason` may contain `{follower_id}`.
+    """
+    if not follower_ids:
+        return []
+    docs = (
+        await db[COLLECTION]
+        .find(
+            {"follower_id": {"$in": follower_ids}, "state": {"$in": ACTIVE_STATES}}, {"attempt": 1, "state": 1, "follower_id": 1}
+        )
+        .to_list(None)
+    )
+    requeued = []
+    for doc in docs:
+        attempt = doc["attempt"]
+        result = await db[COLLECTION].update_one(
+            # Filtering on state and attempt makes this a no-op if the job moved (finished, cancelled) meanwhile.
+            {"_id": doc["_id"], "state": doc["state"], "attempt": attempt, "follower_id": doc["follower_id"]},
+            {
+                "$set": {
+                    "state": JobState.queued.value,
+                    "follower_id": None,
+                    "dispatched": False,
+                    "points_done": 0,
+                    "updated_at": utcnow(),
+                },
+                "$inc": {"attempt": 1},
+                "$push": {"history": _change(JobState.queued, attempt + 1, reason=reason.format(follower_id=doc["follower_id"]))},
+            },
+        )
+        if result.modified_count:
+            requeued.append(doc["_id"])
+    return requeued

@@ -1,0 +1,104 @@
+"""The model repository: metadata documents in `models`, bytes in the GridFS bucket `models`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+from pymongo import DESCENDING
+from pymongo.errors import DuplicateKeyError
+
+from common.errors import Conflict, NotFound
+from common.models import ModelMeta
+from leader.clock import as_utc
+
+COLLECTION = "models"
+BUCKET = "models"
+LATEST = "latest"
+
+
+def bucket_for(db: AsyncIOMotorDatabase) -> AsyncIOMotorGridFSBucket:
+    """The GridFS bucket holding model files."""
+    return AsyncIOMotorGridFSBucket(db, bucket_name=BUCKET)
+
+
+async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+    """`_id` is name:version (unique by construction); latest-version lookups sort by created_at."""
+    await db[COLLECTION].create_index([("name", 1), ("created_at", DESCENDING)])
+
+
+def _meta(doc: dict[str, Any]) -> ModelMeta:
+    fields = {k: doc[k] for k in ModelMeta.model_fields}
+    fields["created_at"] = as_utc(fields["created_at"])
+    return ModelMeta.model_validate(fields)
+
+
+async def exists(db: AsyncIOMotorDatabase, *, name: str, version: str) -> bool:
+    """Whether name:version is already stored (checked before accepting a large upload)."""
+    return await db[COLLECTION].count_documents({"_id": f"{name}:{version}"}, limit=1) > 0
+
+
+async def insert_model(db: AsyncIOMotorDatabase, *, meta: ModelMeta, data: bytes) -> ModelMeta:
+    """Store the bytes, then the metadata; a model becomes visible only once both exist (409 on duplicates)."""
+    bucket = bucket_for(db)
+    file_id = await bucket.upload_from_stream(meta.ref, data, metadata={"sha256": meta.sha256})
+    doc = {"_id": meta.ref, **meta.model_dump(), "gridfs_id": file_id}
+    try:
+        await db[COLLECTION].insert_one(doc)
+    except BaseException as exc:
+        # The metadata is what makes a model visible: without it the file is an orphan, so remove it.
+        await bucket.delete(file_id)
+        if isinstance(exc, DuplicateKeyError):
+            raise Conflict(f"model {meta.ref} already exists", field="version") from None
+        raise
+    return meta
+
+
+async def get_model(db: AsyncIOMotorDatabase, *, name: str, version: str | None, field: str = "version") -> ModelMeta:
+    """name:version, or the newest version of name when version is None or `latest`; NotFound naming `field`."""
+    return _meta(await _get_doc(db, name=name, version=version, field=field))
+
+
+async def _get_doc(db: AsyncIOMotorDatabase, *, name: str, version: str | None, field: str) -> dict[str, Any]:
+    if version is None or version == LATEST:
+        docs = (
+            await db[COLLECTION].find({"name": name}).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(1).to_list(1)
+        )
+        doc = docs[0] if docs else None
+        shown = f"{name} (latest)"
+    else:
+        doc = await db[COLLECTION].find_one({"_id": f"{name}:{version}"})
+        shown = f"{name}:{version}"
+    if doc is None:
+        raise NotFound(f"model {shown} does not exist", field=field)
+    return doc
+
+
+async def list_models(db: AsyncIOMotorDatabase) -> list[ModelMeta]:
+    """Every stored model, by name then newest first."""
+    docs = await db[COLLECTION].find({}).sort([("name", 1), ("created_at", DESCENDING)]).to_list(None)
+    return [_meta(doc) for doc in docs]
+
+
+async def open_model_file(db: AsyncIOMotorDatabase, *, name: str, version: str) -> tuple[ModelMeta, AsyncIterator[bytes]]:
+    """The model's metadata and an iterator over its bytes, read from GridFS chunk by chunk."""
+    doc = await _get_doc(db, name=name, version=version, field="version")
+    stream = await bucket_for(db).open_download_stream(doc["gridfs_id"])
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await stream.readchunk():
+                yield chunk
+        finally:
+            stream.close()
+
+    return _meta(doc), chunks()
+
+
+async def delete_model(db: AsyncIOMotorDatabase, *, name: str, version: str) -> None:
+    """Remove the metadata first (the model disappears at once), then its file."""
+    doc = await db[COLLECTION].find_one_and_delete({"_id": f"{name}:{version}"})
+    if doc is None:
+        raise NotFound(f"model {name}:{version} does not exist", field="version")
+    await bucket_for(db).delete(doc["gridfs_id"])

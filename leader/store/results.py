@@ -1,0 +1,35 @@
+"""Point results in PerfDB: one document per (job, attempt, point index), so a retried report replaces, never duplicates."""
+
+from __future__ import annotations
+
+from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo import ASCENDING
+
+from common.results import PointResult
+from leader.clock import as_utc
+
+COLLECTION = "results"
+
+
+async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+    """Results are read per job attempt in point order."""
+    await db[COLLECTION].create_index([("job_id", ASCENDING), ("attempt", ASCENDING), ("index", ASCENDING)])
+
+
+async def save_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, result: PointResult) -> int:
+    """Store (or replace) one point result; returns how many points of the attempt are stored."""
+    index = result.point.index
+    doc = {"job_id": job_id, "attempt": attempt, "index": index, "result": result.model_dump()}
+    await db[COLLECTION].replace_one({"_id": f"{job_id}:{attempt}:{index}"}, doc, upsert=True)
+    return await db[COLLECTION].count_documents({"job_id": job_id, "attempt": attempt})
+
+
+async def attempt_points(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int) -> list[PointResult]:
+    """The stored points of one attempt, by point index."""
+    docs = await db[COLLECTION].find({"job_id": job_id, "attempt": attempt}).sort("index", ASCENDING).to_list(None)
+    out = []
+    for doc in docs:
+        result = doc["result"]
+        result["started_at"] = as_utc(result["started_at"])
+        out.append(PointResult.model_validate(result))
+    return out

@@ -1,0 +1,111 @@
+"""Job submission and queries: what is accepted is stored once, what is refused names its field and stores nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.integration.leader.conftest import ADMIN, SPEC_YAML, YAML, Leader
+
+
+def test_submit_yaml_stores_a_queued_job(leader: Leader) -> None:
+    leader.upload_model("ident", "1")
+    job = leader.submit("ident:1")
+    assert job["state"] == "queued"
+    assert job["attempt"] == 1
+    assert job["model_ref"] == "ident:1"
+    assert job["points_total"] == 2 and job["points_done"] == 0
+    assert job["estimate_s"] == pytest.approx(2 * 2.5 + 5.0)
+    assert [h["state"] for h in job["history"]] == ["queued"]
+    assert job["created_at"].endswith(("Z", "+00:00"))
+    stored = leader.db.jobs.find_one({"_id": job["id"]})
+    assert stored is not None and stored["state"] == "queued"
+    assert [p["batch_size"] for p in stored["points"]] == [1, 8]
+    assert leader.job(job["id"]) == job
+
+
+def test_submit_json_and_latest_model(leader: Leader) -> None:
+    leader.upload_model("ident", "1")
+    leader.upload_model("ident", "2")
+    body = {"name": "j", "model": "ident", "load": {"rate": [10, 20]}}
+    response = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/json"}, content=json.dumps(body))
+    assert response.status_code == 201, response.text
+    assert response.json()["model_ref"] == "ident:2"
+    assert response.json()["points_total"] == 2
+
+
+GOOD = SPEC_YAML.format(model="ident:1")
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "field"),
+    [
+        ("name: [unclosed\n", "application/yaml", 422, "(body)"),
+        (GOOD.replace("rate: 50", "rate: fast"), "text/yaml", 422, "load.rate"),
+        (GOOD.replace("rate: 50", "rate: -5"), "application/x-yaml", 422, "load.rate"),
+        (GOOD + "colour: blue\n", "text/plain", 422, "colour"),
+        (GOOD.replace("batch_sizes: [1, 8]", "batch_sizes: one"), "application/yaml", 422, "batch_sizes"),
+        ("- just\n- a list\n", "application/yaml", 422, "(root)"),
+        (GOOD.replace("ident:1", "nosuch:1"), "application/yaml", 404, "model.ref"),
+        (GOOD.replace("ident:1", "ident:9"), "application/yaml", 404, "model.ref"),
+        ('{"name": "x", ', "application/json", 422, "(body)"),
+        (GOOD, "application/xml", 415, "Content-Type"),
+        (GOOD, "", 415, "Content-Type"),
+    ],
+)
+def test_bad_submissions_store_nothing(leader: Leader, body: str, content_type: str, status: int, field: str) -> None:
+    leader.upload_model("ident", "1")
+    before = leader.db.jobs.count_documents({})
+    headers = {**ADMIN, "Content-Type": content_type} if content_type else ADMIN
+    response = leader.client.post("/api/v1/jobs", headers=headers, content=body.encode())
+    assert response.status_code == status, response.text
+    error = response.json()
+    assert error["field"] == field, error
+    assert set(error) >= {"error", "message", "field"}
+    assert leader.db.jobs.count_documents({}) == before
+
+
+def test_oversized_body_is_413(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(max_body_bytes=2048)
+    leader.upload_model()
+    padded = GOOD + "#" + "x" * 4096 + "\n"
+    response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=padded)
+    assert response.status_code == 413
+    assert response.json()["error"] == "payload_too_large"
+
+    # No Content-Length (chunked): the limit is enforced while reading.
+    def chunks() -> Iterator[bytes]:
+        yield GOOD.encode()
+        yield b"#" + b"x" * 4096 + b"\n"
+
+    response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=chunks())
+    assert response.status_code == 413
+    assert leader.db.jobs.count_documents({}) == 0
+
+
+def test_list_get_cancel(leader: Leader) -> None:
+    leader.upload_model()
+    first = leader.submit()
+    second = leader.submit()
+    listed = leader.client.get("/api/v1/jobs", headers=ADMIN).json()
+    assert [j["id"] for j in listed] == [second["id"], first["id"]]
+    assert len(leader.client.get("/api/v1/jobs?limit=1", headers=ADMIN).json()) == 1
+    assert leader.client.get("/api/v1/jobs?limit=501", headers=ADMIN).status_code == 422
+
+    cancelled = leader.client.post(f"/api/v1/jobs/{first['id']}/cancel", headers=ADMIN)
+    assert cancelled.status_code == 200
+    assert cancelled.json()["state"] == "cancelled"
+    assert [h["state"] for h in cancelled.json()["history"]] == ["queued", "cancelled"]
+    again = leader.client.post(f"/api/v1/jobs/{first['id']}/cancel", headers=ADMIN)
+    assert again.status_code == 409
+
+    queued = leader.client.get("/api/v1/jobs?state=queued", headers=ADMIN).json()
+    assert [j["id"] for j in queued] == [second["id"]]
+    bad_state = leader.client.get("/api/v1/jobs?state=sleeping", headers=ADMIN)
+    assert bad_state.status_code == 422 and bad_state.json()["field"] == "query.state"
+
+    missing = leader.client.get("/api/v1/jobs/nope", headers=ADMIN)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert leader.client.get("/api/v1/jobs/nope/results", headers=ADMIN).status_code == 404

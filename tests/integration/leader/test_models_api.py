@@ -1,0 +1,89 @@
+"""The model repository: upload, list, get, download with checksum, delete, duplicates and invalid files."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from tests.integration.leader.conftest import ADMIN, FOLLOWER, Leader
+from tests.unit.leader.onnx_models import identity_model, linear_model
+
+
+def test_upload_list_get_download_delete(leader: Leader) -> None:
+    data = linear_model()
+    meta = leader.upload_model("linear", "1.0", data)
+    assert meta["sha256"] == hashlib.sha256(data).hexdigest()
+    assert meta["size_bytes"] == len(data)
+    assert meta["format"] == "onnx"
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3]}]
+    assert meta["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 2]}]
+
+    leader.upload_model("linear", "2.0", identity_model())
+    listed = leader.client.get("/api/v1/models", headers=ADMIN).json()
+    assert [(m["name"], m["version"]) for m in listed] == [("linear", "2.0"), ("linear", "1.0")]
+    assert leader.client.get("/api/v1/models/linear/1.0", headers=ADMIN).json() == meta
+    assert leader.client.get("/api/v1/models/linear/latest", headers=ADMIN).json()["version"] == "2.0"
+
+    # Followers download models with their own token.
+    download = leader.client.get("/api/v1/models/linear/1.0/file", headers=FOLLOWER)
+    assert download.status_code == 200
+    assert download.content == data
+    assert download.headers["X-Benchfleet-Sha256"] == hashlib.sha256(download.content).hexdigest()
+
+    assert leader.client.delete("/api/v1/models/linear/1.0", headers=ADMIN).status_code == 204
+    assert leader.client.get("/api/v1/models/linear/1.0", headers=ADMIN).status_code == 404
+    assert leader.client.get("/api/v1/models/linear/1.0/file", headers=ADMIN).status_code == 404
+    assert leader.client.delete("/api/v1/models/linear/1.0", headers=ADMIN).status_code == 404
+    # The GridFS file went with it: only version 2.0's file is left.
+    assert leader.db["models.files"].count_documents({}) == 1
+
+
+def test_duplicate_is_409_and_keeps_the_first(leader: Leader) -> None:
+    first = leader.upload_model("m", "1")
+    response = leader.client.post(
+        "/api/v1/models", headers=ADMIN, data={"name": "m", "version": "1"}, files={"file": ("m.onnx", linear_model())}
+    )
+    assert response.status_code == 409
+    assert response.json()["error"] == "conflict"
+    assert leader.client.get("/api/v1/models/m/1", headers=ADMIN).json()["sha256"] == first["sha256"]
+    assert leader.db["models.files"].count_documents({}) == 1
+
+
+def test_invalid_uploads_store_nothing(leader: Leader) -> None:
+    cases = [
+        ({"name": "m", "version": "1"}, b"not an onnx model", 422, "file"),
+        ({"name": "bad name!", "version": "1"}, identity_model(), 422, "name"),
+        ({"name": "m", "version": "../1"}, identity_model(), 422, "version"),
+        ({"version": "1"}, identity_model(), 422, "name"),
+        ({"name": "m", "version": "1", "format": "tensorflow"}, identity_model(), 422, "format"),
+    ]
+    for data, content, status, field in cases:
+        response = leader.client.post("/api/v1/models", headers=ADMIN, data=data, files={"file": ("m.onnx", content)})
+        assert response.status_code == status, (data, response.text)
+        assert response.json()["field"] == field, (data, response.json())
+    no_file = leader.client.post(
+        "/api/v1/models", headers=ADMIN, data={"name": "m", "version": "1"}, files={"other": ("x", b"x")}
+    )
+    assert no_file.status_code == 422 and no_file.json()["field"] == "file"
+    as_json = leader.client.post("/api/v1/models", headers=ADMIN, json={"name": "m"})
+    assert as_json.status_code == 415
+    assert leader.db.models.count_documents({}) == 0
+    assert leader.db["models.files"].count_documents({}) == 0
+
+
+def test_upload_limit_is_413(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(max_upload_bytes=1024)
+    big = identity_model() + b"\x00" * 2048
+    response = leader.client.post(
+        "/api/v1/models", headers=ADMIN, data={"name": "m", "version": "1"}, files={"file": ("m.onnx", big)}
+    )
+    assert response.status_code == 413
+    assert leader.db.models.count_documents({}) == 0
+
+
+def test_model_in_use_cannot_be_deleted(leader: Leader) -> None:
+    leader.upload_model("ident", "1")
+    job = leader.submit("ident:1")
+    assert leader.client.delete("/api/v1/models/ident/1", headers=ADMIN).status_code == 409
+    leader.client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=ADMIN)
+    assert leader.client.delete("/api/v1/models/ident/1", headers=ADMIN).status_code == 204

@@ -1,0 +1,205 @@
+"""The job's way through the leader: placement on a follower's Celery queue, claim, reports, finish, requeues, restarts."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from fastapi.testclient import TestClient
+from pymongo import MongoClient
+
+from common.jobs import JobTask
+from common.messaging import RUN_JOB_TASK
+from leader.app import create_app
+from tests.integration.leader.conftest import ADMIN, FOLLOWER, Leader, SettingsFactory, point_result, queued_messages
+
+
+def fid() -> str:
+    """A follower id unique to the test, so Redis queues never mix between tests."""
+    return f"f-{uuid.uuid4().hex[:10]}"
+
+
+def claim(leader: Leader, job_id: str, attempt: int, follower_id: str, incarnation: str) -> Any:
+    body = {"attempt": attempt, "follower_id": follower_id, "incarnation": incarnation}
+    return leader.client.post(f"/api/v1/jobs/{job_id}/claim", headers=FOLLOWER, json=body)
+
+
+def test_full_attempt(leader: Leader, redis_client: redis.Redis) -> None:
+    leader.upload_model()
+    job = leader.submit()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+
+    assigned = leader.wait_dispatched(job["id"])
+    assert assigned["follower_id"] == follower
+    messages = queued_messages(redis_client, follower)
+    assert len(messages) == 1
+    assert messages[0]["task"] == RUN_JOB_TASK
+    task = JobTask.model_validate(messages[0]["args"][0])
+    assert (task.job_id, task.attempt, task.model.ref, len(task.points)) == (job["id"], 1, "ident:1", 2)
+    assert leader.db.jobs.find_one({"_id": job["id"]})["dispatched"] is True
+
+    granted = claim(leader, job["id"], 1, follower, incarnation)
+    assert granted.status_code == 200, granted.text
+    assert JobTask.model_validate(granted.json()) == task
+    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 409
+    assert leader.job(job["id"])["state"] == "running"
+
+    report = {"attempt": 1, "follower_id": follower, "result": point_result(1, follower, batch=8)}
+    for _ in range(2):  # a retried report replaces, never duplicates
+        response = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report)
+        assert response.status_code == 200, response.text
+    assert leader.db.results.count_documents({"job_id": job["id"]}) == 1
+    assert leader.job(job["id"])["points_done"] == 1
+    report0 = {"attempt": 1, "follower_id": follower, "result": point_result(0, follower)}
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report0).status_code == 200
+    out_of_range = {"attempt": 1, "follower_id": follower, "result": point_result(7, follower)}
+    bad = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=out_of_range)
+    assert bad.status_code == 422 and bad.json()["field"] == "result.point.index"
+    stale = {**report, "attempt": 2}
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=stale).status_code == 409
+
+    finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
+    done = leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish)
+    assert done.status_code == 200 and done.json()["state"] == "succeeded"
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish).status_code == 200
+    failed = {**finish, "state": "failed", "error": "boom"}
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=failed).status_code == 409
+    late = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report)
+    assert late.status_code == 409
+
+    results = leader.client.get(f"/api/v1/jobs/{job['id']}/results", headers=ADMIN).json()
+    assert results["job"]["state"] == "succeeded"
+    assert results["job"]["points_done"] == 2
+    assert [p["point"]["index"] for p in results["points"]] == [0, 1]
+    assert results["points"][1]["point"]["batch_size"] == 8
+    assert [h["state"] for h in results["job"]["history"]] == ["queued", "assigned", "running", "succeeded"]
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=ADMIN).status_code == 409
+
+
+def test_claim_needs_the_right_follower_and_incarnation(leader: Leader) -> None:
+    leader.upload_model()
+    job = leader.submit()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    leader.wait_state(job["id"], "assigned")
+    assert claim(leader, job["id"], 1, follower, "someone-elses-incarnation").status_code == 409
+    assert claim(leader, job["id"], 2, follower, incarnation).status_code == 409
+    other = fid()
+    leader.register(other)
+    assert claim(leader, job["id"], 1, other, incarnation).status_code == 409
+    assert claim(leader, "no-such-job", 1, follower, incarnation).status_code == 404
+    leader.client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=ADMIN)
+    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 409
+
+
+def test_placement_respects_backends_and_load(leader: Leader, redis_client: redis.Redis) -> None:
+    leader.upload_model()
+    triton_only = fid()
+    leader.register(triton_only, backends=["triton"])
+    job = leader.submit()
+    time.sleep(3 * leader.settings.place_interval_s)  # a few placement ticks
+    assert leader.job(job["id"])["state"] == "queued"  # nobody able: it waits
+
+    a, b = fid(), fid()
+    leader.register(a)
+    leader.register(b)
+    jobs = [job] + [leader.submit() for _ in range(3)]
+    placed = [leader.wait_dispatched(j["id"])["follower_id"] for j in jobs]
+    assert triton_only not in placed
+    # Equal estimates: queue-aware placement alternates between the two able followers.
+    assert sorted(placed) == sorted([a, a, b, b])
+    assert len(queued_messages(redis_client, a)) == 2 and len(queued_messages(redis_client, b)) == 2
+
+    followers = {f["info"]["follower_id"]: f for f in leader.client.get("/api/v1/followers", headers=ADMIN).json()}
+    assert set(followers) == {triton_only, a, b}
+    assert all(f["state"] == "ready" for f in followers.values())
+
+
+def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redis.Redis) -> None:
+    leader.upload_model()
+    job = leader.submit()
+    follower, first = fid(), uuid.uuid4().hex
+    leader.register(follower, first)
+    leader.wait_state(job["id"], "assigned")
+    assert claim(leader, job["id"], 1, follower, first).status_code == 200
+
+    second = uuid.uuid4().hex
+    leader.register(follower, second)
+    # Requeued as attempt 2, then placed again on the (only) follower's new incarnation.
+    again = leader.wait_dispatched(job["id"], attempt=2)
+    reasons = [h["reason"] for h in again["history"]]
+    assert f"follower {follower} restarted" in reasons
+    assert leader.heartbeat(follower, first) is False
+    assert leader.heartbeat(follower, second) is True
+    # The old incarnation's reports are refused; the new one claims attempt 2.
+    finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
+    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish).status_code == 409
+    assert claim(leader, job["id"], 1, follower, second).status_code == 409
+    assert claim(leader, job["id"], 2, follower, second).status_code == 200
+    attempts = sorted(JobTask.model_validate(m["args"][0]).attempt for m in queued_messages(redis_client, follower))
+    assert attempts == [1, 2]
+
+
+def test_silent_follower_goes_missing_and_loses_its_job(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(missing_after_s=1.0)
+    leader.upload_model()
+    job = leader.submit()
+    silent, incarnation = fid(), uuid.uuid4().hex
+    leader.register(silent, incarnation)
+    leader.wait_state(job["id"], "assigned")
+    assert claim(leader, job["id"], 1, silent, incarnation).status_code == 200
+
+    requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2, timeout=10.0)
+    assert requeued["state"] == "queued"
+    assert requeued["follower_id"] is None
+    assert requeued["history"][-1]["reason"] == f"follower {silent} missed heartbeats"
+    followers = leader.client.get("/api/v1/followers", headers=ADMIN).json()
+    assert followers[0]["state"] == "missing"
+
+    # It comes back with the same incarnation: alive again, and the queued job goes to it as attempt 2.
+    assert leader.heartbeat(silent, incarnation, state="busy") is True
+    assert leader.client.get("/api/v1/followers", headers=ADMIN).json()[0]["state"] == "busy"
+    placed = leader.wait_for(job["id"], lambda j: j["state"] == "assigned")
+    assert (placed["attempt"], placed["follower_id"]) == (2, silent)
+    assert leader.heartbeat("never-registered", incarnation) is False
+
+
+def test_restart_keeps_queue_and_resends_undispatched(
+    make_settings: SettingsFactory, mongo_client: MongoClient[dict[str, Any]], redis_client: redis.Redis
+) -> None:
+    settings = make_settings()
+    db = mongo_client[settings.db_name]
+    with TestClient(create_app(settings)) as client:
+        first = Leader(client, settings, db)
+        first.upload_model()
+        waiting = first.submit()
+        stranded = first.submit()
+    # The leader "died" between assigning and sending: the job is assigned but no message was sent.
+    follower, incarnation = fid(), uuid.uuid4().hex
+    with TestClient(create_app(settings.model_copy(update={"place_interval_s": 60.0}))) as client:
+        Leader(client, settings, db).register(follower, incarnation, backends=["nothing-matches"])
+    db.jobs.update_one({"_id": stranded["id"]}, {"$set": {"state": "assigned", "follower_id": follower, "dispatched": False}})
+
+    with TestClient(create_app(settings)) as client:
+        second = Leader(client, settings, db)
+        assert second.job(waiting["id"])["state"] == "queued"
+        second.wait_dispatched(stranded["id"])
+        assert [JobTask.model_validate(m["args"][0]).job_id for m in queued_messages(redis_client, follower)] == [stranded["id"]]
+        assert second.job(waiting["id"])["state"] == "queued"  # the follower offers no matching backend
+        assert claim(second, stranded["id"], 1, follower, incarnation).status_code == 200
+
+
+def test_broker_down_keeps_the_job_queued(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(redis_url="redis://127.0.0.1:1/0")
+    leader.upload_model()
+    job = leader.submit()
+    leader.register(fid())
+    failed = leader.wait_for(job["id"], lambda j: any((h["reason"] or "").startswith("dispatch failed") for h in j["history"]))
+    assert failed["attempt"] == 1
+    stored = leader.db.jobs.find_one({"_id": job["id"]})
+    assert stored["state"] in ("queued", "assigned")  # assigned only while the next try is in flight
+    assert leader.client.get("/healthz").status_code == 503

@@ -1,0 +1,51 @@
+"""Leader settings: required tokens, minimum length, env names, no secrets in errors."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from leader.settings import LeaderSettings
+
+GOOD = {"admin_token": "a" * 16, "follower_token": "f" * 16}
+
+
+def test_tokens_are_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BENCHFLEET_LEADER_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("BENCHFLEET_LEADER_FOLLOWER_TOKEN", raising=False)
+    with pytest.raises(ValidationError):
+        LeaderSettings()  # type: ignore[call-arg]
+
+
+def test_short_token_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ValidationError) as info:
+        LeaderSettings(admin_token="tooshort-secret", follower_token="f" * 16)
+    assert "admin_token" in str(info.value)
+    assert "tooshort-secret" not in str(info.value)
+
+
+def test_reads_prefixed_and_shared_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHFLEET_LEADER_ADMIN_TOKEN", "a" * 20)
+    monkeypatch.setenv("BENCHFLEET_LEADER_FOLLOWER_TOKEN", "f" * 20)
+    monkeypatch.setenv("BENCHFLEET_MONGO_URI", "mongodb://db.example:27017/")
+    monkeypatch.setenv("BENCHFLEET_REDIS_URL", "redis://broker.example:6379/1")
+    monkeypatch.setenv("BENCHFLEET_LEADER_PORT", "9100")
+    settings = LeaderSettings()  # type: ignore[call-arg]
+    assert settings.mongo_uri == "mongodb://db.example:27017/"
+    assert settings.redis_url == "redis://broker.example:6379/1"
+    assert settings.port == 9100
+    assert settings.admin_token.get_secret_value() == "a" * 20
+    assert "a" * 20 not in repr(settings)
+
+
+def test_prefixed_env_wins_over_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BENCHFLEET_MONGO_URI", raising=False)
+    monkeypatch.setenv("BENCHFLEET_LEADER_MONGO_URI", "mongodb://leader-only:1/")
+    assert LeaderSettings(**GOOD).mongo_uri == "mongodb://leader-only:1/"
+
+
+def test_explicit_values() -> None:
+    settings = LeaderSettings(mongo_uri="mongodb://x/", redis_url="redis://y/0", missing_after_s=1.0, **GOOD)
+    assert (settings.mongo_uri, settings.redis_url, settings.missing_after_s) == ("mongodb://x/", "redis://y/0", 1.0)
+    assert settings.max_upload_bytes == 512 * 1024 * 1024
+    assert settings.max_body_bytes == 1024 * 1024
