@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Mapping
 
 from motor.motor_asyncio import AsyncIOMotorDatabase
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 
 # How many queued jobs one tick considers; the rest wait for the next tick.
 MAX_PER_TICK = 500
+# After a failed publish, placement pauses (doubling up to this) so a broker outage does not churn jobs and history.
+MAX_BROKER_BACKOFF_S = 30.0
 
 
 def choose_follower(*, job: QueuedJob, candidates: Iterable[Candidate], loads: Mapping[str, Load]) -> str | None:
@@ -42,6 +45,8 @@ class Placer:
         self._queue = queue
         self._interval_s = interval_s
         self._wakeup = asyncio.Event()
+        self._backoff_s = 0.0
+        self._paused_until = 0.0
 
     def nudge(self) -> None:
         """Run the next tick now rather than at the end of the interval."""
@@ -62,9 +67,13 @@ class Placer:
     async def tick(self) -> int:
         """Re-send undispatched assignments, then place queued jobs; returns how many jobs were dispatched."""
         sent = 0
+        if time.monotonic() < self._paused_until:
+            return sent
         # An assignment whose message may not have been sent: the leader stopped between the two writes.
         for follower_id, task in await jobs_store.undispatched_jobs(self._db):
-            sent += await self._dispatch(task, follower_id)
+            if not await self._dispatch(task, follower_id):
+                return sent
+            sent += 1
         queued = await jobs_store.queued_jobs(self._db, limit=MAX_PER_TICK)
         if not queued:
             return sent
@@ -80,16 +89,27 @@ class Placer:
             if task is None:
                 continue  # cancelled or changed since the scan
             loads = {**loads, follower_id: loads.get(follower_id, Load()).plus(job.estimate_s)}
-            sent += await self._dispatch(task, follower_id)
+            if not await self._dispatch(task, follower_id):
+                return sent  # the broker is down: the other jobs wait too
+            sent += 1
         return sent
 
-    async def _dispatch(self, task: JobTask, follower_id: str) -> int:
+    async def _dispatch(self, task: JobTask, follower_id: str) -> bool:
         try:
             await self._queue.send_job(task, follower_id=follower_id)
         except Exception as exc:
-            log.warning("could not send job %s to follower %s (%s); back to the queue", task.job_id, follower_id, exc)
+            self._backoff_s = min(MAX_BROKER_BACKOFF_S, max(self._interval_s, 2 * self._backoff_s))
+            self._paused_until = time.monotonic() + self._backoff_s
+            log.warning(
+                "could not send job %s to follower %s (%s); back to the queue, placement paused %.1fs",
+                task.job_id,
+                follower_id,
+                exc,
+                self._backoff_s,
+            )
             await jobs_store.unassign_job(self._db, job_id=task.job_id, attempt=task.attempt, reason=f"dispatch failed: {exc}")
-            return 0
+            return False
+        self._backoff_s = 0.0
         await jobs_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
         log.info("job %s attempt %d sent to follower %s", task.job_id, task.attempt, follower_id)
-        return 1
+        return True
