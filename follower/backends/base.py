@@ -1,0 +1,48 @@
+"""The Backend protocol: what every serving system looks like to the point runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from common.models import ModelMeta
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A serving system the follower can start, wait for, point load at, and stop."""
+
+    name: str
+
+    def version(self) -> str:
+        """The serving system's version string, recorded with every result."""
+        ...
+
+    def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
+        """Spawn the server for `model` (its log goes under `workdir`); returns without waiting for readiness."""
+        ...
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Block until the server serves the model; return seconds from process start to ready."""
+        ...
+
+    @property
+    def endpoint(self) -> str:
+        """Base URL of the running server, e.g. http://127.0.0.1:8000."""
+        ...
+
+    def infer_url(self, model: ModelMeta) -> str:
+        """The URL that takes KServe v2 JSON inference requests for `model`."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether the server process is still running."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Server-side statistics, if the system keeps any ({} otherwise)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server and everything it spawned; idempotent."""
+        ...

@@ -1,0 +1,58 @@
+"""Synthetic, seeded request bodies from a model's input signature, encoded once before the run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import orjson
+
+from common.models import TensorSpec
+
+# How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
+DEFAULT_VARIANTS = 16
+_INT_KINDS = {
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+}  # fmt: skip
+_FLOAT_KINDS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
+
+
+def resolve_shape(shape: Sequence[int], batch_size: int) -> list[int]:
+    """A concrete shape: a dynamic first dimension is the batch, any other dynamic dimension becomes 1."""
+    return [(batch_size if i == 0 else 1) if d < 0 else d for i, d in enumerate(shape)]
+
+
+def synthetic_data(spec: TensorSpec, shape: Sequence[int], rng: np.random.Generator) -> list[object]:
+    """Flat JSON-ready values of the spec's datatype: normal floats, small non-negative ints, bools, short strings."""
+    n = int(np.prod(shape)) if len(shape) else 1
+    dt = spec.datatype
+    if dt in _FLOAT_KINDS:
+        # Through the target dtype and back, so the values are exactly representable in it (FP16 included).
+        return rng.standard_normal(n).astype(_FLOAT_KINDS[dt]).astype(np.float64).tolist()
+    if dt in _INT_KINDS:
+        # Small non-negative values fit every integer type and are safe as indices (token ids, classes).
+        return rng.integers(0, min(100, int(np.iinfo(_INT_KINDS[dt]).max) + 1), size=n).tolist()
+    if dt == "BOOL":
+        return rng.integers(0, 2, size=n).astype(bool).tolist()
+    if dt == "BYTES":
+        letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+        return ["".join(rng.choice(letters, size=8)) for _ in range(n)]
+    raise ValueError(f"input {spec.name!r}: unsupported datatype {dt}")
+
+
+def build_bodies(inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS) -> list[bytes]:
+    """`variants` KServe v2 JSON infer bodies for a batch of `batch_size`, reproducible for a seed."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    rng = np.random.default_rng(seed)
+    bodies = []
+    for _ in range(variants):
+        entries = []
+        for spec in inputs:
+            shape = resolve_shape(spec.shape, batch_size)
+            entries.append(
+                {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}
+            )
+        bodies.append(orjson.dumps({"inputs": entries}))
+    return bodies

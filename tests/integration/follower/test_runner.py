@@ -1,0 +1,135 @@
+"""One real point against the real ORT server, and the runner's clean-up when the server dies or the run is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from common.models import ModelMeta
+from common.results import PointResult
+from common.spec import SLO, PointSpec
+from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
+from follower.runner import run_backend
+
+pytestmark = pytest.mark.integration
+
+ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+
+
+def point(index: int = 0, *, rate: float = 200.0, duration_s: float = 3.0, warmup_s: float = 1.0, seed: int = 1) -> PointSpec:
+    return PointSpec(
+        index=index, backend="onnxruntime", batch_size=1, pattern="poisson", rate=rate,
+        duration_s=duration_s, warmup_s=warmup_s, max_concurrency=64, seed=seed,
+    )  # fmt: skip
+
+
+def server_children() -> list[psutil.Process]:
+    """Our ORT server processes still alive (not zombies)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "follower.servers.ort_server" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child)
+        except psutil.Error:
+            continue
+    return out
+
+
+async def collect(points: list[PointSpec], model: ModelMeta, model_path: Path, workdir: Path, **kw: object) -> list[PointResult]:
+    return [
+        r
+        async for r in run_backend("onnxruntime", points, model=model, model_path=model_path, workdir=workdir, env_base=ENV, **kw)
+    ]  # type: ignore[arg-type]
+
+
+def test_one_real_point(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> None:
+    sink: list[tuple[PointSpec, LoadRecords, WindowSummary]] = []
+    results = asyncio.run(
+        collect([point()], mlp_meta, mlp_path, tmp_path, slo=SLO(p99_ms=10_000.0), records_sink=lambda *a: sink.append(a))
+    )
+    (result,) = results
+    lag, lat = result.send_lag_ms, result.latency_ms
+    print(
+        f"\npoint: {result.requests} req, ok {result.ok}, offered {result.offered_rate:.1f}/s, "
+        f"achieved {result.achieved_rate:.1f}/s, send lag p50 {lag and lag.p50} p99 {lag and lag.p99} ms, "
+        f"latency p99 {lat and lat.p99} ms, generator cpu {100 * sink[0][2].cpu_share:.0f}%, "
+        f"valid={result.valid} reasons={result.invalid_reasons}"
+    )
+    assert result.requests >= MIN_COMPLETED
+    assert result.ok + result.errors <= result.requests
+    assert result.errors == 0, result.error_sample
+    assert result.latency_ms is not None and result.latency_ms.count == result.ok
+    assert result.latency_ms.p99 >= result.latency_ms.p50 > 0
+    assert result.service_ms is not None and result.send_lag_ms is not None
+    # Latency from the intended time can never be shorter than service time from the send.
+    assert result.latency_ms.p50 >= result.service_ms.p50 * 0.999
+    assert abs(result.achieved_rate - result.offered_rate) / result.offered_rate <= 0.02
+    # Poisson: the realised offered rate is near the nominal one (5 sigma for ~600 arrivals is ~20%).
+    assert result.offered_rate == pytest.approx(200.0, rel=0.2)
+    assert result.cold_start is not None
+    assert 0 < result.cold_start.to_ready_s <= result.cold_start.to_first_answer_s
+    assert result.slo_met is True
+    env = result.environment
+    assert (env.follower_id, env.seed, env.cpu_count) == ("f-test", 1, os.cpu_count())
+    assert env.backend_version and env.python and env.benchfleet
+    # The verdict agrees with the figures, whatever this machine's speed made them.
+    summary = sink[0][2]
+    assert ("send lag p99" in " ".join(result.invalid_reasons)) == (result.send_lag_ms.p99 > SEND_LAG_P99_MAX_MS)
+    assert ("saturated" in " ".join(result.invalid_reasons)) == (summary.cpu_share > CPU_SHARE_MAX)
+    assert result.valid == (result.invalid_reasons == [])
+    # Server stage timings came back with every answer.
+    assert summary.stages_ms["infer_ns"] is not None and summary.stages_ms["infer_ns"].count == result.ok
+    assert (tmp_path / "onnxruntime.log").exists()
+    assert server_children() == []
+
+
+def test_server_dying_mid_run_gives_invalid_results_not_exceptions(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> None:
+    def kill_server_soon() -> None:
+        for child in server_children():
+            os.kill(child.pid, signal.SIGKILL)
+
+    # Kill while the first point runs: start the timer once the server exists (it exists when cold start is done).
+    async def run() -> list[PointResult]:
+        async def killer() -> None:
+            while not server_children():
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.5)  # cold start + warm-up are over by now
+            await asyncio.to_thread(kill_server_soon)
+
+        task = asyncio.create_task(killer())
+        try:
+            return [r async for r in run_backend(
+                "onnxruntime", [point(0, duration_s=2.0, warmup_s=0.2), point(1, duration_s=0.5, warmup_s=0.0)],
+                model=mlp_meta, model_path=mlp_path, workdir=tmp_path, env_base=ENV, slo=None,
+            )]  # fmt: skip
+        finally:
+            task.cancel()
+
+    first, second = asyncio.run(run())
+    assert not first.valid
+    assert first.errors > 0
+    assert any("died" in r for r in first.invalid_reasons), first.invalid_reasons
+    assert not second.valid and second.ok == 0
+    assert any("not running" in r for r in second.invalid_reasons), second.invalid_reasons
+    assert second.cold_start is None
+    assert server_children() == []
+
+
+def test_cancellation_stops_the_server(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> None:
+    async def run() -> None:
+        task = asyncio.create_task(collect([point(duration_s=30.0)], mlp_meta, mlp_path, tmp_path, slo=None))
+        while not server_children():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert server_children() == []

@@ -1,0 +1,110 @@
+"""Each validity rule fires on crafted records that break it, and only then."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.results import Percentiles
+from common.spec import SLO
+from follower.loadgen.openloop import NOT_SENT, TRANSPORT_ERROR, LoadRecords
+from follower.loadgen.verdict import invalid_reasons, slo_met, summarize_window
+
+MS = 1_000_000
+
+
+def records(
+    n: int = 1000, duration_s: float = 1.0, lag_ns: int = 100_000, latency_ns: int = 2 * MS, cpu_s: float = 0.3
+) -> LoadRecords:
+    """A healthy run: n requests evenly over duration_s, all answered 200."""
+    offsets = (np.arange(n) * (duration_s * 1e9 / n)).astype(np.int64)
+    rec = LoadRecords.allocate(10**12, offsets)
+    rec.sent_ns[:] = rec.intended_ns + lag_ns
+    rec.first_byte_ns[:] = rec.intended_ns + latency_ns - 1000
+    rec.done_ns[:] = rec.intended_ns + latency_ns
+    rec.status[:] = 200
+    rec.cpu_s, rec.wall_s = cpu_s, duration_s
+    rec.loop_lag_ns = np.full(100, 200_000, dtype=np.int64)
+    return rec
+
+
+def reasons_of(rec: LoadRecords, duration_s: float = 1.0) -> list[str]:
+    return invalid_reasons(summarize_window(rec, duration_s))
+
+
+def test_healthy_run_is_valid_and_summarised() -> None:
+    summary = summarize_window(records(), 1.0)
+    assert invalid_reasons(summary) == []
+    assert (summary.requests, summary.ok, summary.errors) == (1000, 1000, 0)
+    assert summary.offered_rate == summary.achieved_rate == 1000.0
+    assert summary.latency_ms is not None and summary.latency_ms.p99 == pytest.approx(2.0, rel=1e-3)
+    assert summary.service_ms is not None and summary.service_ms.p50 == pytest.approx(1.9, rel=1e-3)
+    assert summary.send_lag_ms is not None and summary.send_lag_ms.p99 == pytest.approx(0.1, rel=1e-3)
+    assert summary.cpu_share == pytest.approx(0.3)
+
+
+def test_send_lag_rule() -> None:
+    rec = records()
+    rec.sent_ns[::40] += 2 * MS  # 2.5% of requests sent 2 ms late: p99 > 1 ms
+    (reason,) = reasons_of(rec)
+    assert "send lag p99" in reason
+    rec = records()
+    rec.sent_ns[::200] += 2 * MS  # 0.5% late: p99 unaffected
+    assert reasons_of(rec) == []
+
+
+def test_rate_rule() -> None:
+    rec = records()
+    rec.status[::33] = NOT_SENT  # ~3% never sent (a stopped run)
+    rec.sent_ns[::33] = -1
+    (reason,) = reasons_of(rec)
+    assert "achieved rate" in reason
+    rec = records()
+    rec.status[::100] = NOT_SENT  # 1% missing is within tolerance
+    rec.sent_ns[::100] = -1
+    assert reasons_of(rec) == []
+
+
+def test_minimum_completed_rule() -> None:
+    (reason,) = reasons_of(records(n=458))
+    assert "only 458 requests completed" in reason
+    assert reasons_of(records(n=459)) == []
+
+
+def test_generator_cpu_rule() -> None:
+    (reason,) = reasons_of(records(cpu_s=0.95))
+    assert "saturated" in reason
+    assert reasons_of(records(cpu_s=0.85)) == []
+
+
+def test_error_rule() -> None:
+    rec = records()
+    rec.status[::66] = 500  # ~1.5% HTTP errors: over the 1% error limit, within the 2% rate tolerance
+    rec.error_sample = "HTTP 500: boom"
+    (reason,) = reasons_of(rec)
+    assert "failed" in reason and "HTTP 500: boom" in reason
+    rec = records()
+    rec.status[::200] = TRANSPORT_ERROR  # 0.5%
+    assert reasons_of(rec) == []
+
+
+def test_window_counts_by_intended_time() -> None:
+    rec = records(n=2000, duration_s=2.0)
+    window = rec.window(rec.start_ns + 1_000_000_000, rec.start_ns + 2_000_000_000)
+    assert len(window) == 1000
+    assert window.intended_ns.min() >= rec.start_ns + 1_000_000_000
+
+
+def _pct(p50: float, p99: float) -> Percentiles:
+    return Percentiles(count=1000, mean=p50, p50=p50, p90=p99, p95=p99, p99=p99, p999=p99, max=p99)
+
+
+def test_slo() -> None:
+    latency = _pct(5.0, 20.0)
+    assert slo_met(None, latency) is None
+    assert slo_met(SLO(), latency) is None
+    assert slo_met(SLO(p99_ms=25.0), latency) is True
+    assert slo_met(SLO(p99_ms=15.0), latency) is False
+    assert slo_met(SLO(p50_ms=4.0, p99_ms=25.0), latency) is False
+    assert slo_met(SLO(p50_ms=6.0, p99_ms=20.0), latency) is True
+    assert slo_met(SLO(p99_ms=25.0), None) is False
