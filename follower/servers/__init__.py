@@ -1,0 +1,1 @@
+"""Model servers benchfleet runs itself (as separate processes)."""
