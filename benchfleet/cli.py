@@ -57,7 +57,7 @@ def leader() -> None:
     """Run the leader (settings from BENCHFLEET_LEADER_* variables)."""
     from leader.__main__ import main as leader_main
 
-    leader_main()
+    raise typer.Exit(leader_main())
 
 
 @app.command()

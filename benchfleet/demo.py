@@ -117,7 +117,7 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                 "BENCHFLEET_FOLLOWER_FOLLOWER_ID": FOLLOWER_ID,
                 "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / "follower"),
             }
-            console.print(f"[dim]work dir {workdir}; MongoDB-protocol server, Redis, leader on {leader_url}, follower '{FOLLOWER_ID}'[/]")
+            console.print(f"[dim]work dir {workdir}; database, Redis, leader on {leader_url}, follower '{FOLLOWER_ID}'[/]")
             leader = SupervisedProcess(_python_module("leader"), name="leader", log_path=workdir / "leader.log", env=env)
             procs.append(leader)
             leader.start()

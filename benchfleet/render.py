@@ -24,7 +24,7 @@ def results_table(results: JobResults) -> Table:
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
         table.add_row(
-            str(r.point.index), r.point.backend, str(r.point.batch_size), f"{r.offered_rate:g}", f"{r.achieved_rate:.1f}",
+            str(r.point.index), r.point.backend, str(r.point.batch_size), f"{r.point.rate:g}", f"{r.achieved_rate:.1f}",
             str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,

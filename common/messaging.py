@@ -24,7 +24,11 @@ def make_celery(broker_url: str, name: str) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_priority=5,
-        broker_transport_options={"priority_steps": list(range(10)), "queue_order_strategy": "priority", "visibility_timeout": 24 * 3600},
+        broker_transport_options={
+            "priority_steps": list(range(10)),
+            "queue_order_strategy": "priority",
+            "visibility_timeout": 24 * 3600,
+        },
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_ignore_result=True,

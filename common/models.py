@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 
 # KServe v2 / Open Inference Protocol datatype names.
-Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"]
+Datatype = Literal[
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"
+]
 ModelFormat = Literal["onnx"]
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +43,10 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
         async for result in run_backend(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo
         ):
+            p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
                 "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
-                task.job_id, result.point.index, result.requests,
-                f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-", result.valid, "; ".join(result.invalid_reasons),
+                task.job_id, result.point.index, result.requests, p99, result.valid, "; ".join(result.invalid_reasons),
             )
             report = PointReport(attempt=task.attempt, follower_id=settings.follower_id, result=result)
             # Reporting blocks on the network; the server is idle between points, so nothing is measured meanwhile.
@@ -58,10 +58,11 @@ def execute(
 ) -> str:
     """Run the attempt the payload names; returns its outcome (succeeded, failed or stale)."""
     task = JobTask.model_validate(payload)
+    claim = Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=state.incarnation)
     try:
-        task = client.claim(task.job_id, Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=state.incarnation))
-    except StaleAttempt:
-        log.info("job %s attempt %d is no longer ours; dropping the message", task.job_id, task.attempt)
+        task = client.claim(task.job_id, claim)
+    except (StaleAttempt, LeaderRejected) as exc:
+        log.info("job %s attempt %d is no longer ours (%s); dropping the message", task.job_id, task.attempt, exc)
         return "stale"
     log.info("job %s attempt %d claimed: %d points", task.job_id, task.attempt, len(task.points))
     state.set_running(task.job_id)
@@ -69,7 +70,8 @@ def execute(
         model_path, cached = fetch_model(client, task.model, settings.cache_dir)
         log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
         asyncio.run(_run_points(task, client, settings, model_path, env_base))
-        client.finish(task.job_id, FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded"))
+        done = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded")
+        client.finish(task.job_id, done)
         log.info("job %s attempt %d succeeded", task.job_id, task.attempt)
         return "succeeded"
     except StaleAttempt:
@@ -78,11 +80,9 @@ def execute(
     except Exception as exc:  # the attempt fails with its reason; the agent lives on
         reason = f"{type(exc).__name__}: {exc}"
         log.exception("job %s attempt %d failed", task.job_id, task.attempt)
-        try:
-            client.finish(task.job_id, FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="failed", error=reason[:2000]))
-        except (StaleAttempt, LeaderRejected):
-            pass
+        failed = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="failed", error=reason[:2000])
+        with contextlib.suppress(StaleAttempt, LeaderRejected):
+            client.finish(task.job_id, failed)
         return "failed"
     finally:
-        state.set_running(None)
-        shutil.rmtree(settings.jobs_dir / f"{task.job_id}-{task.attempt}" / "tmp", ignore_errors=True)
+        state.set_running(None)  # the job's directory (server logs) stays for inspection

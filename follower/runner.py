@@ -20,6 +20,7 @@ from common.models import ModelMeta
 from common.results import ColdStart, Environment, PointResult
 from common.spec import SLO, PointSpec
 from follower.backends import Backend, get_backend
+from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.openloop import LoadRecords, Timer, drive
 from follower.loadgen.schedule import arrival_offsets_ns
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0
 FIRST_ANSWER_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 30.0
+# Steal at or above this share of CPU time is named beside a send-lag reason.
+STEAL_NOTE_SHARE = 0.01
 DEFAULT_TIMER: Timer = "yield"
 
 RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
@@ -53,7 +56,8 @@ async def run_backend(
     `records_sink`, if given, receives each point's raw per-request records and window summary (stage timings,
     generator CPU share and loop lag live there; PointResult has no fields for them yet).
     """
-    backend = get_backend(backend_name)
+    plan = plan_cpus()
+    backend = get_backend(backend_name, cpus=plan.server)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
@@ -83,6 +87,15 @@ async def run_backend(
     finally:
         # Shielded: a second cancellation while stopping must not leave the server running.
         await asyncio.shield(asyncio.to_thread(backend.stop))
+
+
+def _drive_isolated(cpus: frozenset[int] | None, *args: Any, **kwargs: Any) -> LoadRecords:
+    """Run the generator on its own core at raised priority (see follower.cpuplan), then undo both."""
+    undo = isolate_generator_thread(cpus)
+    try:
+        return drive(*args, **kwargs)
+    finally:
+        undo()
 
 
 async def first_answer(url: str, body: bytes, timeout_s: float) -> None:
@@ -123,17 +136,24 @@ async def run_point(
     bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed)
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
-    offsets = arrival_offsets_ns(point.pattern, point.rate, point.warmup_s + point.duration_s, point.seed)
-    warmup_ns, duration_ns = int(point.warmup_s * 1e9), int(point.duration_s * 1e9)
+    warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))
+    offsets = arrival_offsets_ns(point.pattern, point.rate, point.duration_s, point.seed) + warmup_ns
+    if warmup_ns > 0:
+        # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
+        warm = arrival_offsets_ns(point.pattern, point.rate, point.warmup_s, point.seed + 2**32)
+        offsets = np.concatenate([warm, offsets])
     extra: list[str] = []
+    steal: float | None = None
     if not backend.alive():
         records = _unsent(offsets, "server process is not running")
         extra.append(f"server process was not running when the point started{_tail(backend)}")
     else:
         stop = threading.Event()
+        steal_before = cpu_times()
         try:
             records = await asyncio.to_thread(
-                drive,
+                _drive_isolated,
+                plan_cpus().generator,
                 url,
                 bodies,
                 offsets,
@@ -144,6 +164,7 @@ async def run_point(
             )
         finally:
             stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
+        steal = steal_share(steal_before, cpu_times())
         if not backend.alive():
             extra.append(f"server process died during the point{_tail(backend)}")
     window = records.window(records.start_ns + warmup_ns, records.start_ns + warmup_ns + duration_ns)
@@ -151,6 +172,9 @@ async def run_point(
     if records_sink is not None:
         records_sink(point, records, summary)
     reasons = invalid_reasons(summary) + extra
+    if steal is not None and steal >= STEAL_NOTE_SHARE:
+        # A VM whose host takes CPU time away stalls the generator however it is written: say so beside the reasons.
+        reasons = [f"{r} (hypervisor steal took {100 * steal:.1f}% of CPU time)" if "send lag" in r else r for r in reasons]
     log.info(
         "point %d: %d req, %d ok, lag p99 %s ms, generator cpu %.0f%%, loop lag p99 %s ms, %s",
         point.index,

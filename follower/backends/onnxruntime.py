@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -22,9 +23,15 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     def __init__(
-        self, *, intra_op_threads: int | None = None, provider: str = "CPUExecutionProvider", host: str = "127.0.0.1"
+        self,
+        *,
+        intra_op_threads: int | None = None,
+        provider: str = "CPUExecutionProvider",
+        host: str = "127.0.0.1",
+        cpus: frozenset[int] | None = None,
     ) -> None:
         self.intra_op_threads = intra_op_threads
+        self.cpus = cpus
         self.provider = provider
         self.host = host
         self.port: int | None = None
@@ -47,6 +54,10 @@ class OnnxRuntimeBackend:
         argv += ["--version", model.version, "--host", self.host, "--port", str(self.port), "--provider", self.provider]
         if self.intra_op_threads is not None:
             argv += ["--intra-op-threads", str(self.intra_op_threads)]
+        if self.cpus:
+            argv += ["--cpus", ",".join(str(c) for c in sorted(self.cpus))]
+        # The server exits by itself if this process dies, even by SIGKILL.
+        argv += ["--parent-pid", str(os.getpid())]
         self.process = SupervisedProcess(
             argv, name="onnxruntime server", log_path=Path(workdir) / "onnxruntime.log", cwd=_SOURCE_ROOT
         )

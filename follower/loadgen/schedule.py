@@ -23,12 +23,11 @@ def arrival_offsets_ns(pattern: Pattern, rate: float, duration_s: float, seed: i
         return offsets[offsets < end_ns]
     if pattern == "poisson":
         rng = np.random.default_rng(seed)
-        # Draw comfortably more gaps than needed (mean + 10 sigma + slack) and cut at the end: one draw, no loop
-        # in the common case; the loop only guards against a freak shortfall.
-        n = int(expected + 10.0 * np.sqrt(expected) + 16)
-        times = np.cumsum(rng.exponential(1e9 / rate, size=n))
-        while times[-1] < end_ns:
-            times = np.concatenate([times, times[-1] + np.cumsum(rng.exponential(1e9 / rate, size=n))])
-        offsets = np.floor(times).astype(np.int64)
-        return offsets[offsets < end_ns]
+        # A Poisson process conditioned on its count: exactly round(rate × duration) arrivals, placed as sorted
+        # uniform times (the order statistics of a Poisson process given N). The gaps stay exponential-like and
+        # bursty, but the offered rate is the target itself, so "achieved within 2% of the target" measures the
+        # generator and the server rather than the luck of one draw (±4% at 600 requests unconditioned).
+        n = int(round(expected))
+        offsets = np.sort(np.floor(rng.uniform(0.0, end_ns, size=n))).astype(np.int64)
+        return offsets
     raise ValueError(f"unknown arrival pattern {pattern!r}; known: constant, poisson")

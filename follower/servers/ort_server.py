@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import logging
 import math
+import os
 import sys
 import threading
 import time
@@ -101,6 +102,10 @@ class ModelServer:
         options = ort.SessionOptions()
         if self.intra_op_threads is not None:
             options.intra_op_num_threads = self.intra_op_threads
+        # Idle ORT worker threads spin by default; on a host shared with the load generator that spinning steals
+        # the generator's core and shows up as send lag, so they sleep instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         session = ort.InferenceSession(self.model_path, sess_options=options, providers=self.providers)
         self.inputs = {
             i.name: {"name": i.name, "datatype": ORT_TO_V2.get(i.type, i.type), "shape": _dims(i.shape)}
@@ -315,7 +320,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--intra-op-threads", type=int, default=None, help="ORT intra-op threads (default: ORT's own choice)")
     parser.add_argument("--provider", action="append", default=None, help="ORT execution provider; repeatable")
+    parser.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the server to (default: unpinned)")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the follower) is gone")
     return parser.parse_args(argv)
+
+
+def _watch_parent(parent_pid: int, on_gone: Any) -> None:
+    """Stop the server when the follower that started it dies (even by SIGKILL): no orphan servers."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        on_gone()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,7 +342,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = ModelServer(args.model, args.name, args.version, args.provider or ["CPUExecutionProvider"], args.intra_op_threads)
+    intra_op_threads = args.intra_op_threads
+    if args.cpus:
+        cpus = {int(c) for c in args.cpus.split(",")}
+        os.sched_setaffinity(0, cpus)  # before ORT starts its threads, so they inherit it
+        intra_op_threads = intra_op_threads or len(cpus)
+    server = ModelServer(args.model, args.name, args.version, args.provider or ["CPUExecutionProvider"], intra_op_threads)
 
     def stop() -> None:
         # Called from the loading thread: uvicorn polls should_exit and shuts down cleanly.
@@ -344,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=60,
     )
     uv_server = uvicorn.Server(config)
+    if args.parent_pid is not None:
+        _watch_parent(args.parent_pid, stop)
     uv_server.run()
     return 1 if server.load_error is not None else 0
 

@@ -53,3 +53,20 @@ def test_constant_non_integer_period_does_not_drift() -> None:
 def test_bad_arguments_are_refused(pattern: str, rate: float, duration: float) -> None:
     with pytest.raises(ValueError):
         arrival_offsets_ns(pattern, rate, duration, seed=0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("rate", "duration"), [(200.0, 3.0), (200.0, 10.0), (37.5, 4.0), (5000.0, 1.0)])
+def test_poisson_offers_exactly_the_target_count(rate: float, duration: float) -> None:
+    # Conditioned on its count, so the offered rate is the target for every seed, not just on average.
+    for seed in range(5):
+        assert len(arrival_offsets_ns("poisson", rate, duration, seed=seed)) == round(rate * duration)
+
+
+def test_poisson_gaps_pass_a_kolmogorov_smirnov_test_against_the_exponential() -> None:
+    rate = 500.0
+    gaps = np.diff(arrival_offsets_ns("poisson", rate, 20.0, seed=11)).astype(np.float64) / 1e9
+    gaps.sort()
+    cdf = 1.0 - np.exp(-rate * gaps)
+    n = len(gaps)
+    d = max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n))
+    assert d < 1.63 / np.sqrt(n), f"KS distance {d:.4f} rejects exponential gaps at the 1% level"
