@@ -96,6 +96,7 @@ class JobView(BaseModel):
     updated_at: datetime
     error: str | None = None
     history: list[StateChange]
+    owner: str = "admin"  # the submitting token's user; only they (or an admin) may cancel it
 
 
 class JobResults(BaseModel):

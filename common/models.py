@@ -13,7 +13,8 @@ from common.spec import NAME_PATTERN, VERSION_PATTERN
 Datatype = Literal[
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"
 ]
-ModelFormat = Literal["onnx"]
+# "bundle": a zip the canonical generator writes (model.onnx + model.pt + meta.json); the leader reads only the ONNX.
+ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle"]
 
 
 class TensorSpec(BaseModel):
@@ -39,6 +40,7 @@ class ModelMeta(BaseModel):
     sha256: str
     size_bytes: int
     created_at: datetime
+    owner: str = "admin"  # the uploading token's user; only they (or an admin) may delete it
 
     @property
     def ref(self) -> str:

@@ -50,6 +50,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
         updated_at=as_utc(doc["updated_at"]),
         error=doc.get("error"),
         history=history,
+        owner=doc.get("owner", "admin"),
     )
 
 
@@ -66,7 +67,7 @@ def job_task(doc: dict[str, Any]) -> JobTask:
     )
 
 
-async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMeta) -> JobView:
+async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMeta, owner: str = "admin") -> JobView:
     """Store a new job as queued (attempt 1) in one insert, acknowledged before returning."""
     now = utcnow()
     points = expand(spec)
@@ -88,6 +89,7 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
         "created_at": now,
         "updated_at": now,
         "error": None,
+        "owner": owner,
         "history": [_change(JobState.queued, 1, reason="submitted")],
     }
     await db[COLLECTION].insert_one(doc)

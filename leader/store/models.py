@@ -29,7 +29,8 @@ async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
 
 
 def _meta(doc: dict[str, Any]) -> ModelMeta:
-    fields = {k: doc[k] for k in ModelMeta.model_fields}
+    # Documents stored before `owner` existed lack it: the model's default applies.
+    fields = {k: doc[k] for k in ModelMeta.model_fields if k in doc}
     fields["created_at"] = as_utc(fields["created_at"])
     return ModelMeta.model_validate(fields)
 
