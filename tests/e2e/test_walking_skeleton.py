@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 from benchfleet.client import BenchfleetClient
@@ -101,3 +102,16 @@ load: {{pattern: constant, rate: 100, duration: 3s, warmup: 0.5s}}
     assert any("f-crash" in r for r in reasons), reasons
     assert [p.point.index for p in results.points] == [0, 1], "exactly one result per point of the final attempt"
     assert all(p.requests > 0 for p in results.points)
+    # The model server the killed agent had started must not outlive it (it watches its parent).
+    marker = str(fleet.workdir / "f-crash")
+    _wait_until(lambda: not _servers_under(marker), 20, "the orphaned model server to exit")
+
+
+def _servers_under(marker: str) -> list[int]:
+    """Pids of model-server processes whose command line points into a follower's work dir."""
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "follower.servers." in cmdline and marker in cmdline:
+            pids.append(proc.info["pid"])
+    return pids
