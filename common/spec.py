@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -28,8 +29,8 @@ MAX_BATCH = 4_096
 MAX_POINTS = 512
 MAX_SPEC_BYTES = 256 * 1024
 
-BackendName = Literal["onnxruntime"]
-KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime",)
+BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving"]
+KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -86,35 +87,178 @@ class ModelRef(_Strict):
         return self.ref.partition(":")[2] or None
 
 
-class LoadSpec(_Strict):
-    """How load is offered: an open-loop arrival process at one rate or a list of rates."""
+Pattern = Literal["poisson", "constant", "gamma", "ramp", "step", "spike", "onoff", "trace", "closed"]
+PATTERNS: tuple[str, ...] = ("poisson", "constant", "gamma", "ramp", "step", "spike", "onoff", "trace", "closed")
+# Patterns whose arrivals follow a rate that changes over the run (an inhomogeneous Poisson process).
+MODULATED: tuple[str, ...] = ("ramp", "step", "spike", "onoff")
+MAX_TRACE_ENTRIES = 20_000
+MAX_CONCURRENCY = 4096
 
-    pattern: Literal["poisson", "constant"] = "poisson"
-    rate: list[float]  # a scalar in YAML becomes a one-entry list
+
+def _check_rate_value(item: Any) -> float:
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        raise ValueError(f"must be a number of requests per second, got {item!r}")
+    if not item > 0:
+        raise ValueError("must be > 0")
+    if item > MAX_RATE:
+        raise ValueError(f"must be <= {MAX_RATE:g}")
+    return float(item)
+
+
+class SearchSpec(_Strict):
+    """Binary search for the highest rate that is valid and meets the SLO, between `low` and `high` req/s."""
+
+    low: Annotated[float, Field(gt=0, le=MAX_RATE)] = 10.0
+    high: Annotated[float, Field(gt=0, le=MAX_RATE)] = 1000.0
+    precision: Annotated[float, Field(gt=0, lt=1)] = 0.05  # stop when (high - low) / high falls below this
+    max_steps: Annotated[int, Field(ge=1, le=20)] = 8
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchSpec:
+        if self.low >= self.high:
+            raise ValueError("search.low must be below search.high")
+        return self
+
+
+class Stability(_Strict):
+    """Accept a point when its last `windows` windows agree within `tolerance`; extend the run up to `max_duration`."""
+
+    windows: Annotated[int, Field(ge=2, le=20)] = 3
+    tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.10
+    max_duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 60.0
+
+
+class LoadSpec(_Strict):
+    """How load is offered: an open-loop arrival process (one rate, a ladder, or a search) or a closed loop."""
+
+    pattern: Pattern = "poisson"
+    search: SearchSpec | None = None
+    # A scalar in YAML becomes a one-entry list (a ladder when several). Not used by trace, closed or search.
+    rate: Annotated[list[float] | None, Field(validate_default=True)] = None
     duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 10.0
     warmup: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] = 2.0
-    max_concurrency: Annotated[int, Field(gt=0, le=4096)] = 256
+    max_concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] = 256
+    # What an open-loop request due while max_concurrency are in flight does: wait (its wait counts as latency
+    # from the intended time) or be dropped (counted and reported, and against the achieved rate).
+    cap_policy: Literal["wait", "drop"] = "wait"
+    cv: Annotated[float, Field(gt=0, le=20)] = 1.0  # gamma: coefficient of variation of the gaps (1 = Poisson)
+    rate_end: Annotated[float | None, Field(validate_default=True)] = None  # ramp/step: the rate at the end
+    steps: Annotated[int, Field(ge=1, le=100)] = 4  # step: how many equal steps from rate to rate_end
+    spike_rate: Annotated[float | None, Field(validate_default=True)] = None  # spike: the rate during the spike
+    spike_at: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] | None = None  # default: the middle of the run
+    spike_duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0
+    on: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # onoff: sending at `rate` for `on`...
+    off: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # ...then silent for `off`
+    trace: Annotated[list[float] | None, Field(validate_default=True)] = None  # trace: send offsets in seconds
+    concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None  # closed: a ladder of users
+    window: Annotated[Seconds, Field(gt=0, le=60)] = 1.0  # measurement window for stability and live progress
+    stability: Stability | None = None
 
     @field_validator("rate", mode="before")
     @classmethod
-    def _check_rate(cls, value: Any) -> list[float]:
+    def _check_rate(cls, value: Any, info: ValidationInfo) -> list[float] | None:
+        pattern, search = info.data.get("pattern"), info.data.get("search")
+        if value is None:
+            if pattern in ("trace", "closed") or search is not None:
+                return None
+            raise ValueError(f"field required for pattern {pattern!r}")
+        if pattern in ("trace", "closed"):
+            raise ValueError(f"must not be given for pattern {pattern!r}")
+        if search is not None:
+            raise ValueError("must not be given with search (the search chooses the rate)")
         values = value if isinstance(value, list) else [value]
         if not values:
             raise ValueError("must name at least one rate")
+        out = [_check_rate_value(item) for item in values]
+        if len(set(out)) != len(out):
+            raise ValueError("must not repeat an entry")
+        return out
+
+    @field_validator("rate_end", mode="before")
+    @classmethod
+    def _check_rate_end(cls, value: Any, info: ValidationInfo) -> float | None:
+        pattern = info.data.get("pattern")
+        if value is None:
+            if pattern in ("ramp", "step"):
+                raise ValueError(f"field required for pattern {pattern!r}")
+            return None
+        return _check_rate_value(value)
+
+    @field_validator("spike_rate", mode="before")
+    @classmethod
+    def _check_spike_rate(cls, value: Any, info: ValidationInfo) -> float | None:
+        if value is None:
+            if info.data.get("pattern") == "spike":
+                raise ValueError("field required for pattern 'spike'")
+            return None
+        return _check_rate_value(value)
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _check_trace(cls, value: Any, info: ValidationInfo) -> list[float] | None:
+        if value is None:
+            if info.data.get("pattern") == "trace":
+                raise ValueError("field required for pattern 'trace' (send offsets in seconds)")
+            return None
+        if info.data.get("pattern") != "trace":
+            raise ValueError("only used with pattern 'trace'")
+        if not isinstance(value, list) or not value:
+            raise ValueError("must be a non-empty list of send offsets in seconds")
+        if len(value) > MAX_TRACE_ENTRIES:
+            raise ValueError(f"has {len(value)} entries; at most {MAX_TRACE_ENTRIES} are allowed")
+        out = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int | float) or not 0 <= item <= MAX_DURATION_S:
+                raise ValueError(f"entries must be seconds in [0, {MAX_DURATION_S:g}], got {item!r}")
+            out.append(float(item))
+        return sorted(out)
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _check_concurrency(cls, value: Any, info: ValidationInfo) -> list[int] | None:
+        if value is None:
+            if info.data.get("pattern") == "closed":
+                raise ValueError("field required for pattern 'closed' (number of concurrent users)")
+            return None
+        if info.data.get("pattern") != "closed":
+            raise ValueError("only used with pattern 'closed'")
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ValueError("must name at least one concurrency")
         for item in values:
-            if isinstance(item, bool) or not isinstance(item, int | float):
-                raise ValueError(f"must be a number of requests per second, got {item!r}")
-            if not item > 0:
-                raise ValueError("must be > 0")
-            if item > MAX_RATE:
-                raise ValueError(f"must be <= {MAX_RATE:g}")
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 < item <= MAX_CONCURRENCY:
+                raise ValueError(f"entries must be whole numbers in [1, {MAX_CONCURRENCY}], got {item!r}")
         if len(set(values)) != len(values):
             raise ValueError("must not repeat an entry")
-        return [float(item) for item in values]
+        return list(values)
+
+    @field_validator("search")
+    @classmethod
+    def _check_search(cls, value: SearchSpec | None, info: ValidationInfo) -> SearchSpec | None:
+        if value is not None and info.data.get("pattern") in ("trace", "closed"):
+            raise ValueError(f"cannot search a rate with pattern {info.data.get('pattern')!r}")
+        return value
+
+    def ladder(self) -> list[tuple[float, int | None]]:
+        """(rate, concurrency) per grid entry: the rate ladder, the concurrency ladder, a trace or a search."""
+        if self.pattern == "closed":
+            return [(0.0, c) for c in self.concurrency or []]
+        if self.pattern == "trace":
+            inside = [t for t in self.trace or [] if t < self.duration]
+            return [(max(len(inside), 1) / self.duration, None)]
+        if self.search is not None:
+            return [(self.search.high, None)]
+        return [(r, None) for r in self.rate or []]
 
     @property
     def rates(self) -> list[float]:
-        return self.rate
+        """The nominal rate of each grid entry (0 for closed loop)."""
+        return [rate for rate, _ in self.ladder()]
+
+    @property
+    def max_run_s(self) -> float:
+        """The longest one measured run can last (the stability cap, else the duration)."""
+        return max(self.duration, self.stability.max_duration) if self.stability else self.duration
 
 
 class SLO(_Strict):
@@ -122,6 +266,61 @@ class SLO(_Strict):
 
     p50_ms: Annotated[float, Field(gt=0)] | None = None
     p99_ms: Annotated[float, Field(gt=0)] | None = None
+
+
+class DynamicBatching(_Strict):
+    """Server-side dynamic batching: requests wait up to `max_queue_delay_us` to be merged into one run."""
+
+    max_batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 32
+    preferred_batch_sizes: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = []
+    max_queue_delay_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100
+
+
+class ServerOptions(_Strict):
+    """How the serving system is configured (each backend applies what it supports; defaults keep old YAML valid)."""
+
+    dynamic_batching: DynamicBatching | None = None
+    instances: Annotated[int, Field(gt=0, le=64)] = 1
+    threads: Annotated[int, Field(gt=0, le=256)] | None = None
+    execution_provider: Annotated[str, Field(pattern=r"^[A-Za-z]{1,64}$")] = "CPUExecutionProvider"
+    protocol: Literal["http", "grpc"] = "http"
+
+
+class DataRef(_Strict):
+    """Request data: synthetic from the signature, a sample image shipped with scikit-image, or an uploaded set."""
+
+    source: Literal["synthetic", "sample_images", "upload"] = "synthetic"
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")] | None = None  # the uploaded data set's id
+    preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None  # a registered processor name
+    postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    processing: Literal["client", "server"] = "client"
+
+    @model_validator(mode="after")
+    def _id_for_upload(self) -> DataRef:
+        if (self.source == "upload") != (self.id is not None):
+            raise ValueError("id is required with source: upload, and only then")
+        return self
+
+
+class ExpectedTensor(_Strict):
+    """An input the job expects the model to take; checked against the model before any server starts."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class Requires(_Strict):
+    """Hardware a follower must have to run the job; a job nobody can run stays queued with the reason."""
+
+    gpu: bool = False
+    gpu_model: Annotated[str, Field(min_length=1, max_length=128)] | None = None  # case-insensitive substring of the name
+    min_gpu_memory_mb: Annotated[int, Field(gt=0)] | None = None
+
+    @property
+    def needs_gpu(self) -> bool:
+        """Asking for a GPU model or GPU memory implies asking for a GPU."""
+        return self.gpu or self.gpu_model is not None or self.min_gpu_memory_mb is not None
 
 
 class JobSpec(_Strict):
@@ -134,6 +333,10 @@ class JobSpec(_Strict):
     load: LoadSpec
     slo: SLO | None = None
     seed: Annotated[int, Field(ge=0, lt=2**32)] = 0
+    server: ServerOptions = ServerOptions()
+    data: DataRef = DataRef()
+    inputs: list[ExpectedTensor] | None = None
+    requires: Requires = Requires()
 
     @field_validator("backends", "batch_sizes")
     @classmethod
@@ -141,6 +344,12 @@ class JobSpec(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("must not repeat an entry")
         return value
+
+    @model_validator(mode="after")
+    def _search_needs_slo(self) -> JobSpec:
+        if self.load.search is not None and (self.slo is None or (self.slo.p50_ms is None and self.slo.p99_ms is None)):
+            raise ValueError("load.search needs an slo (p50_ms or p99_ms) to search against")
+        return self
 
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:
@@ -156,12 +365,28 @@ class PointSpec(_Strict):
     index: int
     backend: BackendName
     batch_size: int
-    pattern: Literal["poisson", "constant"]
-    rate: float
+    pattern: Pattern
+    rate: float  # nominal rate (req/s); 0 for a closed loop
     duration_s: float
     warmup_s: float
     max_concurrency: int
     seed: int
+    # Shape of the load beyond the rate (defaults keep points stored before these existed valid).
+    cap_policy: Literal["wait", "drop"] = "wait"
+    cv: float = 1.0
+    rate_end: float | None = None
+    steps: int = 4
+    spike_rate: float | None = None
+    spike_at_s: float | None = None
+    spike_duration_s: float = 1.0
+    on_s: float = 1.0
+    off_s: float = 1.0
+    trace_s: list[float] | None = None
+    concurrency: int | None = None
+    search: SearchSpec | None = None
+    window_s: float = 1.0
+    stability: Stability | None = None
+    server: ServerOptions = ServerOptions()
 
 
 def expand(spec: JobSpec) -> list[PointSpec]:
@@ -169,19 +394,35 @@ def expand(spec: JobSpec) -> list[PointSpec]:
     points: list[PointSpec] = []
     for backend in spec.backends:
         for batch in spec.batch_sizes:
-            for rate in spec.load.rates:
+            for rate, concurrency in spec.load.ladder():
                 index = len(points)
+                load = spec.load
                 points.append(
                     PointSpec(
                         index=index,
                         backend=backend,
                         batch_size=batch,
-                        pattern=spec.load.pattern,
+                        pattern=load.pattern,
                         rate=rate,
-                        duration_s=spec.load.duration,
-                        warmup_s=spec.load.warmup,
-                        max_concurrency=spec.load.max_concurrency,
+                        duration_s=load.duration,
+                        warmup_s=load.warmup,
+                        max_concurrency=load.max_concurrency,
                         seed=(spec.seed * 1_000_003 + index) % 2**32,
+                        cap_policy=load.cap_policy,
+                        cv=load.cv,
+                        rate_end=load.rate_end,
+                        steps=load.steps,
+                        spike_rate=load.spike_rate,
+                        spike_at_s=load.spike_at,
+                        spike_duration_s=load.spike_duration,
+                        on_s=load.on,
+                        off_s=load.off,
+                        trace_s=load.trace,
+                        concurrency=concurrency,
+                        search=load.search,
+                        window_s=load.window,
+                        stability=load.stability,
+                        server=spec.server,
                     )
                 )
     return points
@@ -189,7 +430,9 @@ def expand(spec: JobSpec) -> list[PointSpec]:
 
 def estimate_seconds(spec: JobSpec) -> float:
     """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per backend."""
-    per_point = spec.load.warmup + spec.load.duration
+    per_point = spec.load.warmup + spec.load.max_run_s
+    if spec.load.search is not None:
+        per_point *= spec.load.search.max_steps  # every search step is a run of its own
     n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates)
     return n_points * per_point + 5.0 * len(spec.backends)
 

@@ -108,3 +108,53 @@ def test_oversized_document_is_refused() -> None:
 def test_non_mapping_document_is_refused() -> None:
     with pytest.raises(InvalidSpec, match="mapping"):
         parse_spec_yaml("- a\n- b\n")
+
+
+# -- load patterns, ladders, closed loop, search -----------------------------------------------------------------
+
+
+def test_patterns_expand_with_their_shape() -> None:
+    spec = parse_spec(_base(load={"pattern": "gamma", "rate": [100, 200], "cv": 3}))
+    assert [(p.pattern, p.rate, p.cv) for p in expand(spec)] == [("gamma", 100, 3), ("gamma", 200, 3)]
+    ramp = expand(parse_spec(_base(load={"pattern": "ramp", "rate": 10, "rate_end": 500})))[0]
+    assert ramp.rate_end == 500
+    trace = expand(parse_spec(_base(load={"pattern": "trace", "trace": [0.3, 0.1, 0.2], "duration": "1s"})))
+    assert trace[0].trace_s == [0.1, 0.2, 0.3] and trace[0].rate == 3.0
+
+
+def test_closed_loop_concurrency_ladder() -> None:
+    points = expand(parse_spec(_base(load={"pattern": "closed", "concurrency": [1, 4, 16]})))
+    assert [(p.concurrency, p.rate) for p in points] == [(1, 0.0), (4, 0.0), (16, 0.0)]
+
+
+def test_search_is_one_point_and_needs_an_slo() -> None:
+    spec = parse_spec(_base(load={"search": {"low": 50, "high": 800}}, slo={"p99_ms": 20}))
+    (point,) = expand(spec)
+    assert point.search is not None and point.search.high == 800
+    assert estimate_seconds(spec) >= point.search.max_steps * spec.load.duration
+    with pytest.raises(InvalidSpec, match="load.search"):
+        parse_spec(_base(load={"search": {"low": 50, "high": 800}}))
+
+
+@pytest.mark.parametrize(
+    ("load", "field", "fragment"),
+    [
+        ({"pattern": "ramp", "rate": 10}, "load.rate_end", "required"),
+        ({"pattern": "spike", "rate": 10}, "load.spike_rate", "required"),
+        ({"pattern": "trace"}, "load.trace", "required"),
+        ({"pattern": "trace", "trace": [0.1], "rate": 5}, "load.rate", "must not"),
+        ({"pattern": "closed"}, "load.concurrency", "required"),
+        ({"pattern": "closed", "concurrency": [0]}, "load.concurrency", "whole numbers"),
+        ({"rate": 10, "concurrency": 4}, "load.concurrency", "closed"),
+        ({"pattern": "gamma", "rate": 10, "cv": 0}, "load.cv", "must be > 0"),
+        ({"pattern": "poisson"}, "load.rate", "required"),
+        ({"search": {"low": 500, "high": 100}}, "load.search", "below"),
+        ({"pattern": "burst", "rate": 1}, "load.pattern", "poisson"),
+        ({"rate": 10, "cap_policy": "ignore"}, "load.cap_policy", "wait"),
+    ],
+)
+def test_bad_load_shapes_name_the_field(load: dict, field: str, fragment: str) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(_base(load=load, slo={"p99_ms": 5}))
+    assert info.value.field == field, info.value
+    assert fragment in str(info.value)

@@ -49,7 +49,7 @@ def test_constant_non_integer_period_does_not_drift() -> None:
     assert offsets[-1] == round(29 * 1e9 / 3)
 
 
-@pytest.mark.parametrize(("pattern", "rate", "duration"), [("gamma", 1.0, 1.0), ("poisson", 0.0, 1.0), ("constant", 1.0, 0.0)])
+@pytest.mark.parametrize(("pattern", "rate", "duration"), [("zipf", 1.0, 1.0), ("poisson", 0.0, 1.0), ("constant", 1.0, 0.0)])
 def test_bad_arguments_are_refused(pattern: str, rate: float, duration: float) -> None:
     with pytest.raises(ValueError):
         arrival_offsets_ns(pattern, rate, duration, seed=0)  # type: ignore[arg-type]
@@ -70,3 +70,65 @@ def test_poisson_gaps_pass_a_kolmogorov_smirnov_test_against_the_exponential() -
     n = len(gaps)
     d = max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n))
     assert d < 1.63 / np.sqrt(n), f"KS distance {d:.4f} rejects exponential gaps at the 1% level"
+
+
+# -- the other open-loop patterns ------------------------------------------------------------------------------
+
+from common.spec import PointSpec  # noqa: E402
+from follower.loadgen.schedule import point_offsets_ns  # noqa: E402
+
+
+def _point(pattern: str, rate: float = 1000.0, **shape: object) -> PointSpec:
+    return PointSpec(
+        index=0, backend="onnxruntime", batch_size=1, pattern=pattern, rate=rate,  # type: ignore[arg-type]
+        duration_s=10.0, warmup_s=0.0, max_concurrency=64, seed=5, **shape,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cv", [0.5, 2.0, 4.0])
+def test_gamma_mean_and_cv_over_10k_samples(cv: float) -> None:
+    offsets = point_offsets_ns(_point("gamma", cv=cv), 10.0, seed=11)
+    assert len(offsets) == 10_000
+    gaps = np.diff(offsets).astype(np.float64)
+    assert gaps.mean() == pytest.approx(1e6, rel=0.02)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.1)
+    np.testing.assert_array_equal(offsets, point_offsets_ns(_point("gamma", cv=cv), 10.0, seed=11))
+
+
+def test_poisson_cv_and_mean_over_10k() -> None:
+    gaps = np.diff(point_offsets_ns(_point("poisson"), 10.0, seed=2)).astype(np.float64)
+    assert gaps.mean() == pytest.approx(1e6, rel=0.02)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)
+
+
+def _rate_in(offsets: np.ndarray, a_s: float, b_s: float) -> float:
+    return float(((offsets >= a_s * 1e9) & (offsets < b_s * 1e9)).sum() / (b_s - a_s))
+
+
+def test_ramp_rises_linearly() -> None:
+    offsets = point_offsets_ns(_point("ramp", rate=200.0, rate_end=1800.0), 10.0, seed=3)
+    assert len(offsets) == 10_000  # mean rate 1000 over 10 s
+    assert _rate_in(offsets, 0, 1) == pytest.approx(280, rel=0.15)
+    assert _rate_in(offsets, 9, 10) == pytest.approx(1720, rel=0.08)
+    assert np.all(np.diff(offsets) >= 0)
+
+
+def test_step_holds_each_level() -> None:
+    offsets = point_offsets_ns(_point("step", rate=500.0, rate_end=2000.0, steps=4), 10.0, seed=3)
+    for k, level in enumerate([500, 1000, 1500, 2000]):
+        assert _rate_in(offsets, 2.5 * k + 0.1, 2.5 * (k + 1) - 0.1) == pytest.approx(level, rel=0.08)
+
+
+def test_spike_and_onoff() -> None:
+    spike = point_offsets_ns(_point("spike", rate=500.0, spike_rate=3000.0, spike_at_s=4.0, spike_duration_s=1.0), 10.0, 1)
+    assert _rate_in(spike, 4.0, 5.0) == pytest.approx(3000, rel=0.08)
+    assert _rate_in(spike, 0.0, 4.0) == pytest.approx(500, rel=0.08)
+    onoff = point_offsets_ns(_point("onoff", rate=2000.0, on_s=0.5, off_s=1.5), 10.0, 1)
+    phase = np.mod(onoff, 2_000_000_000)
+    assert np.all(phase < 500_000_000), "nothing is sent while off"
+    assert len(onoff) == pytest.approx(5 * 0.5 * 2000, abs=1)
+
+
+def test_trace_replays_offsets_inside_the_run() -> None:
+    offsets = point_offsets_ns(_point("trace", trace_s=[0.0, 0.25, 0.2505, 3.0, 12.0]), 10.0, seed=0)
+    np.testing.assert_array_equal(offsets, [0, 250_000_000, 250_500_000, 3_000_000_000])
