@@ -14,14 +14,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from benchfleet.client import ApiError, BenchfleetClient
-from benchfleet.render import jobs_table, results_table
-from common.jobs import TERMINAL_STATES, JobState
+from benchfleet.client import EXPORT_FORMATS, ApiError, BenchfleetClient
+from benchfleet.render import jobs_table, point_label, results_table, rows_table
+from common.jobs import TERMINAL_STATES, JobState, JobView
 
-# Exit codes scripts can rely on.
+# Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable."
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.",
+                  epilog=EXIT_CODES_HELP)
 models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 app.add_typer(models_app, name="models")
 console = Console()
@@ -50,6 +52,85 @@ def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         _fail(str(exc), EXIT_API)
     except httpx.TransportError as exc:
         _fail(f"cannot reach the leader: {exc}", EXIT_UNREACHABLE)
+
+
+def _parse_filters(filters: list[str] | None) -> dict[str, str]:
+    """`key=value` options into a dict; anything else is a usage error naming the option."""
+    out: dict[str, str] = {}
+    for item in filters or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--filter: expected key=value, got {item!r}", EXIT_USAGE)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _print_rows(data: object, *, as_json: bool, title: str) -> None:
+    """A list of rows (or an object holding one) as a table, or the raw JSON."""
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        return
+    console.print(rows_table(data, title=title))
+
+
+def _live_fraction(progress: dict | None, index: int) -> float | None:
+    """The running point's done fraction from the leader's live progress, when it reports one."""
+    if not progress:
+        return None
+    for entry in progress.get("points", []) if isinstance(progress, dict) else []:
+        if isinstance(entry, dict) and entry.get("index") == index:
+            for key in ("fraction", "progress", "done_fraction"):
+                if isinstance(entry.get(key), int | float):
+                    return float(entry[key])
+            elapsed, duration = entry.get("elapsed_s"), entry.get("duration_s")
+            if isinstance(elapsed, int | float) and isinstance(duration, int | float) and duration > 0:
+                return float(elapsed) / float(duration)
+    return None
+
+
+def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) -> JobView:
+    """Show one progress bar per point until the job ends; returns the final job."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    from common.spec import expand
+
+    points = expand(job.spec)
+    per_point_s = job.spec.load.warmup + job.spec.load.max_run_s
+    use_progress_api = True
+    done: set[int] = set()
+    running_since: dict[int, float] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as bars:
+        header = bars.add_task(f"[bold]{job.name}[/] {job.state}", total=None)
+        tasks = {p.index: bars.add_task(f"  point {p.index}: {point_label(p)}", total=100, start=False) for p in points}
+        while True:
+            job = _call(client.job, job.id)
+            bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total})")
+            if job.state not in (JobState.queued, JobState.assigned):
+                finished = {r.point.index for r in _call(client.results, job.id).points}
+                live = None
+                if use_progress_api and job.state == JobState.running:
+                    try:
+                        live = client.progress(job.id)
+                    except (ApiError, httpx.TransportError, ValueError):
+                        use_progress_api = False  # older leader without live progress: fall back to elapsed time
+                for index in finished - done:
+                    bars.start_task(tasks[index])
+                    bars.update(tasks[index], completed=100)
+                done |= finished
+                pending = [p.index for p in points if p.index not in done]
+                if pending and job.state == JobState.running:
+                    current = pending[0]
+                    if current not in running_since:
+                        running_since[current] = time.monotonic()
+                        bars.start_task(tasks[current])
+                    fraction = _live_fraction(live, current)
+                    if fraction is None:  # estimate from elapsed time; capped so it never claims a finished point
+                        fraction = (time.monotonic() - running_since[current]) / per_point_s
+                    bars.update(tasks[current], completed=min(99.0, 100 * fraction))
+            if job.state in TERMINAL_STATES:
+                return job
+            time.sleep(poll_s)
 
 
 @app.command()
@@ -94,15 +175,7 @@ def submit(
         console.print(f"{job.id}")
         if not watch:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console) as progress:
-            bar = progress.add_task(f"{job.name}: {job.state}", total=job.points_total)
-            while job.state not in TERMINAL_STATES:
-                time.sleep(0.5)
-                job = _call(client.job, job.id)
-                progress.update(bar, completed=job.points_done, description=f"{job.name}: {job.state}")
+        job = watch_job(client, job)
         console.print(results_table(_call(client.results, job.id)))
         if job.state != JobState.succeeded:
             _fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
@@ -127,17 +200,28 @@ def results(
     job_id: str,
     url: UrlOpt = "http://127.0.0.1:8700",
     token: TokenOpt = "",
-    format: Annotated[str, typer.Option(help="table or json")] = "table",
+    format: Annotated[str, typer.Option(help="table, json (the typed results), csv or parquet (the leader's export)")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
-    """Show a job's results."""
+    """Show or export a job's results."""
+    if format not in ("table", *EXPORT_FORMATS):
+        _fail(f"--format: unknown format {format!r} (table, {', '.join(EXPORT_FORMATS)})", EXIT_USAGE)
+    if format == "parquet" and output is None and sys.stdout.isatty():
+        _fail("--format parquet is binary: pass --output FILE or redirect stdout", EXIT_USAGE)
     with _client(url, token) as client:
-        res = _call(client.results, job_id)
-    if format == "json":
-        sys.stdout.write(res.model_dump_json(indent=2) + "\n")
-    elif format == "table":
+        if format in ("table", "json"):
+            res = _call(client.results, job_id)
+            data = res.model_dump_json(indent=2).encode() + b"\n"
+        else:
+            data = _call(client.export, job_id, format)
+    if format == "table":
         console.print(results_table(res))
+    elif output is not None:
+        output.write_bytes(data)
+        err_console.print(f"wrote {len(data)} bytes to {output}", markup=False)
     else:
-        _fail(f"--format: unknown format {format!r} (table, json)", EXIT_USAGE)
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
 
 
 @app.command()
@@ -198,6 +282,51 @@ def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", to
     with _client(url, token) as client:
         _call(client.delete_model, name, version)
     console.print(json.dumps({"deleted": f"{name}:{version}"}))
+
+
+@app.command()
+def leaderboard(
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+    sort: Annotated[str | None, typer.Option(help="Column to sort by, e.g. p99 or throughput.")] = None,
+    filter: Annotated[list[str] | None, typer.Option("--filter", help="key=value, repeatable (backend=triton).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
+) -> None:
+    """The best configurations measured so far."""
+    filters = _parse_filters(filter)
+    with _client(url, token) as client:
+        rows = _call(client.leaderboard, sort=sort, filters=filters, limit=limit)
+    _print_rows(rows, as_json=as_json, title="leaderboard")
+
+
+@app.command()
+def recommend(
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+    p99_ms: Annotated[float | None, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")] = None,
+    filter: Annotated[list[str] | None, typer.Option("--filter", help="key=value, repeatable.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
+) -> None:
+    """The configuration with the most throughput that meets the SLO."""
+    filters = _parse_filters(filter)
+    with _client(url, token) as client:
+        answer = _call(client.recommend, p99_ms=p99_ms, filters=filters)
+    _print_rows(answer, as_json=as_json, title=f"recommendation (p99 <= {p99_ms:g} ms)" if p99_ms else "recommendation")
+
+
+@app.command()
+def compare(
+    job_a: str,
+    job_b: str,
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
+) -> None:
+    """Compare two jobs point by point."""
+    with _client(url, token) as client:
+        answer = _call(client.compare, job_a, job_b)
+    _print_rows(answer, as_json=as_json, title=f"{job_a} vs {job_b}")
 
 
 def main() -> None:

@@ -1,9 +1,15 @@
-"""A typed Python client for the leader's REST API."""
+"""Typed Python clients for the leader's REST API: `BenchfleetClient` (sync) and `AsyncBenchfleetClient` (asyncio).
+
+Both build every request with the same `_Call` description and parse every answer with the same function, so the
+two cannot drift: only the transport (httpx.Client or httpx.AsyncClient) differs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 from pydantic import TypeAdapter
@@ -12,6 +18,11 @@ from common.followers import FollowerView
 from common.jobs import JobResults, JobView
 from common.models import ModelMeta
 from common.spec import JobSpec
+
+T = TypeVar("T")
+
+API = "/api/v1"
+EXPORT_FORMATS = ("csv", "json", "parquet")
 
 
 class ApiError(Exception):
@@ -29,14 +40,146 @@ def _raise_for(response: httpx.Response) -> None:
         body: dict[str, Any] = response.json()
     except ValueError:
         body = {"error": "http_error", "message": response.text[:300] or response.reason_phrase}
-    raise ApiError(response.status_code, str(body.get("error")), str(body.get("message")), body.get("field"))
+    if not isinstance(body, dict):
+        body = {"error": "http_error", "message": str(body)[:300]}
+    message = body.get("message") or body.get("detail") or response.reason_phrase
+    raise ApiError(response.status_code, str(body.get("error", "http_error")), str(message), body.get("field"))
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _none(response: httpx.Response) -> None:
+    return None
+
+
+def _bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def _model(adapter: TypeAdapter[T]) -> Callable[[httpx.Response], T]:
+    return lambda response: adapter.validate_python(response.json())
+
+
+_JOB = _model(TypeAdapter(JobView))
+_JOBS = _model(TypeAdapter(list[JobView]))
+_RESULTS = _model(TypeAdapter(JobResults))
+_MODEL = _model(TypeAdapter(ModelMeta))
+_MODELS = _model(TypeAdapter(list[ModelMeta]))
+_FOLLOWERS = _model(TypeAdapter(list[FollowerView]))
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One API request and how to read its answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def request_args(self) -> dict[str, Any]:
+        params = {k: v for k, v in self.params.items() if v is not None}
+        return {"params": params, **self.kwargs}
+
+
+def _filters(filters: Mapping[str, str] | None) -> list[str] | None:
+    return [f"{key}={value}" for key, value in filters.items()] if filters else None
+
+
+class _Calls:
+    """Every endpoint as a `_Call`; shared by the sync and async clients."""
+
+    @staticmethod
+    def health() -> _Call[dict[str, Any]]:
+        return _Call("GET", "/healthz", _json)
+
+    @staticmethod
+    def submit_yaml(text: str) -> _Call[JobView]:
+        headers = {"Content-Type": "application/yaml"}
+        return _Call("POST", f"{API}/jobs", _JOB, kwargs={"content": text.encode(), "headers": headers})
+
+    @staticmethod
+    def submit(spec: JobSpec) -> _Call[JobView]:
+        body = spec.model_dump_json()
+        return _Call("POST", f"{API}/jobs", _JOB, kwargs={"content": body, "headers": {"Content-Type": "application/json"}})
+
+    @staticmethod
+    def jobs(state: str | None, limit: int) -> _Call[list[JobView]]:
+        return _Call("GET", f"{API}/jobs", _JOBS, params={"state": state, "limit": limit})
+
+    @staticmethod
+    def job(job_id: str) -> _Call[JobView]:
+        return _Call("GET", f"{API}/jobs/{job_id}", _JOB)
+
+    @staticmethod
+    def results(job_id: str) -> _Call[JobResults]:
+        return _Call("GET", f"{API}/jobs/{job_id}/results", _RESULTS)
+
+    @staticmethod
+    def progress(job_id: str) -> _Call[dict[str, Any]]:
+        return _Call("GET", f"{API}/jobs/{job_id}/progress", _json)
+
+    @staticmethod
+    def export(job_id: str, format: str) -> _Call[bytes]:
+        return _Call("GET", f"{API}/jobs/{job_id}/export", _bytes, params={"format": format})
+
+    @staticmethod
+    def cancel(job_id: str) -> _Call[JobView]:
+        return _Call("POST", f"{API}/jobs/{job_id}/cancel", _JOB)
+
+    @staticmethod
+    def upload_model(content: bytes, name: str, version: str, format: str) -> _Call[ModelMeta]:
+        return _Call(
+            "POST",
+            f"{API}/models",
+            _MODEL,
+            kwargs={
+                "data": {"name": name, "version": version, "format": format},
+                "files": {"file": (f"{name}.{format}", content, "application/octet-stream")},
+            },
+        )
+
+    @staticmethod
+    def models() -> _Call[list[ModelMeta]]:
+        return _Call("GET", f"{API}/models", _MODELS)
+
+    @staticmethod
+    def delete_model(name: str, version: str) -> _Call[None]:
+        return _Call("DELETE", f"{API}/models/{name}/{version}", _none)
+
+    @staticmethod
+    def followers() -> _Call[list[FollowerView]]:
+        return _Call("GET", f"{API}/followers", _FOLLOWERS)
+
+    @staticmethod
+    def leaderboard(sort: str | None, filters: Mapping[str, str] | None, limit: int | None) -> _Call[Any]:
+        return _Call("GET", f"{API}/leaderboard", _json, params={"sort": sort, "filter": _filters(filters), "limit": limit})
+
+    @staticmethod
+    def recommend(p99_ms: float | None, filters: Mapping[str, str] | None) -> _Call[Any]:
+        return _Call("GET", f"{API}/recommend", _json, params={"p99_ms": p99_ms, "filter": _filters(filters)})
+
+    @staticmethod
+    def compare(a: str, b: str) -> _Call[Any]:
+        return _Call("GET", f"{API}/compare", _json, params={"a": a, "b": b})
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 class BenchfleetClient:
     """Synchronous client; one per thread of use."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+    def __init__(
+        self, base_url: str, token: str, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport
+        )
 
     def __enter__(self) -> BenchfleetClient:
         return self
@@ -45,66 +188,168 @@ class BenchfleetClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
-    def _get(self, path: str, **params: Any) -> Any:
-        response = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+    def _do(self, call: _Call[T]) -> T:
+        response = self._http.request(call.method, call.path, **call.request_args())
         _raise_for(response)
-        return response.json()
+        return call.parse(response)
 
     def health(self) -> dict[str, Any]:
         """The leader's /healthz answer."""
-        return self._get("/healthz")
+        return self._do(_Calls.health())
 
     def submit_yaml(self, text: str) -> JobView:
         """Submit a job written in YAML."""
-        response = self._http.post("/api/v1/jobs", content=text.encode(), headers={"Content-Type": "application/yaml"})
-        _raise_for(response)
-        return JobView.model_validate(response.json())
+        return self._do(_Calls.submit_yaml(text))
 
     def submit(self, spec: JobSpec) -> JobView:
         """Submit a job spec object."""
-        response = self._http.post("/api/v1/jobs", content=spec.model_dump_json(), headers={"Content-Type": "application/json"})
-        _raise_for(response)
-        return JobView.model_validate(response.json())
+        return self._do(_Calls.submit(spec))
 
     def jobs(self, *, state: str | None = None, limit: int = 50) -> list[JobView]:
         """Jobs, newest first."""
-        return TypeAdapter(list[JobView]).validate_python(self._get("/api/v1/jobs", state=state, limit=limit))
+        return self._do(_Calls.jobs(state, limit))
 
     def job(self, job_id: str) -> JobView:
         """One job with its state and progress."""
-        return JobView.model_validate(self._get(f"/api/v1/jobs/{job_id}"))
+        return self._do(_Calls.job(job_id))
 
     def results(self, job_id: str) -> JobResults:
         """A job's point results of its current attempt."""
-        return JobResults.model_validate(self._get(f"/api/v1/jobs/{job_id}/results"))
+        return self._do(_Calls.results(job_id))
+
+    def progress(self, job_id: str) -> dict[str, Any]:
+        """Live per-point progress of a running job."""
+        return self._do(_Calls.progress(job_id))
+
+    def export(self, job_id: str, format: str = "csv") -> bytes:
+        """A job's results as a file (csv, json or parquet)."""
+        return self._do(_Calls.export(job_id, format))
 
     def cancel(self, job_id: str) -> JobView:
         """Cancel a job that has not ended."""
-        response = self._http.post(f"/api/v1/jobs/{job_id}/cancel")
-        _raise_for(response)
-        return JobView.model_validate(response.json())
+        return self._do(_Calls.cancel(job_id))
 
     def upload_model(self, data: bytes | Path, *, name: str, version: str, format: str = "onnx") -> ModelMeta:
         """Push a model file into the repository."""
         content = data.read_bytes() if isinstance(data, Path) else data
-        response = self._http.post(
-            "/api/v1/models",
-            data={"name": name, "version": version, "format": format},
-            files={"file": (f"{name}.{format}", content, "application/octet-stream")},
-        )
-        _raise_for(response)
-        return ModelMeta.model_validate(response.json())
+        return self._do(_Calls.upload_model(content, name, version, format))
 
     def models(self) -> list[ModelMeta]:
         """Every model in the repository."""
-        return TypeAdapter(list[ModelMeta]).validate_python(self._get("/api/v1/models"))
+        return self._do(_Calls.models())
 
     def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
-        _raise_for(self._http.delete(f"/api/v1/models/{name}/{version}"))
+        self._do(_Calls.delete_model(name, version))
 
     def followers(self) -> list[FollowerView]:
         """Registered followers with their state."""
-        return TypeAdapter(list[FollowerView]).validate_python(self._get("/api/v1/followers"))
+        return self._do(_Calls.followers())
+
+    def leaderboard(self, *, sort: str | None = None, filters: Mapping[str, str] | None = None, limit: int | None = None) -> Any:
+        """The leaderboard rows, sorted and filtered by the leader."""
+        return self._do(_Calls.leaderboard(sort, filters, limit))
+
+    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | None = None) -> Any:
+        """The configuration the recommender picks for an SLO."""
+        return self._do(_Calls.recommend(p99_ms, filters))
+
+    def compare(self, a: str, b: str) -> Any:
+        """A comparison of two jobs."""
+        return self._do(_Calls.compare(a, b))
+
+
+class AsyncBenchfleetClient:
+    """Asyncio client with the same methods as `BenchfleetClient`, as coroutines."""
+
+    def __init__(
+        self, base_url: str, token: str, *, timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncBenchfleetClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _do(self, call: _Call[T]) -> T:
+        response = await self._http.request(call.method, call.path, **call.request_args())
+        _raise_for(response)
+        return call.parse(response)
+
+    async def health(self) -> dict[str, Any]:
+        """The leader's /healthz answer."""
+        return await self._do(_Calls.health())
+
+    async def submit_yaml(self, text: str) -> JobView:
+        """Submit a job written in YAML."""
+        return await self._do(_Calls.submit_yaml(text))
+
+    async def submit(self, spec: JobSpec) -> JobView:
+        """Submit a job spec object."""
+        return await self._do(_Calls.submit(spec))
+
+    async def jobs(self, *, state: str | None = None, limit: int = 50) -> list[JobView]:
+        """Jobs, newest first."""
+        return await self._do(_Calls.jobs(state, limit))
+
+    async def job(self, job_id: str) -> JobView:
+        """One job with its state and progress."""
+        return await self._do(_Calls.job(job_id))
+
+    async def results(self, job_id: str) -> JobResults:
+        """A job's point results of its current attempt."""
+        return await self._do(_Calls.results(job_id))
+
+    async def progress(self, job_id: str) -> dict[str, Any]:
+        """Live per-point progress of a running job."""
+        return await self._do(_Calls.progress(job_id))
+
+    async def export(self, job_id: str, format: str = "csv") -> bytes:
+        """A job's results as a file (csv, json or parquet)."""
+        return await self._do(_Calls.export(job_id, format))
+
+    async def cancel(self, job_id: str) -> JobView:
+        """Cancel a job that has not ended."""
+        return await self._do(_Calls.cancel(job_id))
+
+    async def upload_model(self, data: bytes | Path, *, name: str, version: str, format: str = "onnx") -> ModelMeta:
+        """Push a model file into the repository."""
+        content = data.read_bytes() if isinstance(data, Path) else data
+        return await self._do(_Calls.upload_model(content, name, version, format))
+
+    async def models(self) -> list[ModelMeta]:
+        """Every model in the repository."""
+        return await self._do(_Calls.models())
+
+    async def delete_model(self, name: str, version: str) -> None:
+        """Remove a model version."""
+        await self._do(_Calls.delete_model(name, version))
+
+    async def followers(self) -> list[FollowerView]:
+        """Registered followers with their state."""
+        return await self._do(_Calls.followers())
+
+    async def leaderboard(
+        self, *, sort: str | None = None, filters: Mapping[str, str] | None = None, limit: int | None = None
+    ) -> Any:
+        """The leaderboard rows, sorted and filtered by the leader."""
+        return await self._do(_Calls.leaderboard(sort, filters, limit))
+
+    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | None = None) -> Any:
+        """The configuration the recommender picks for an SLO."""
+        return await self._do(_Calls.recommend(p99_ms, filters))
+
+    async def compare(self, a: str, b: str) -> Any:
+        """A comparison of two jobs."""
+        return await self._do(_Calls.compare(a, b))

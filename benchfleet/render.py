@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from common.jobs import JobResults, JobView
 from common.results import Percentiles
+from common.spec import PointSpec
 
 
 def _ms(p: Percentiles | None, attr: str) -> str:
@@ -42,4 +45,43 @@ def jobs_table(jobs: list[JobView]) -> Table:
             job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
             f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
+    return table
+
+
+def point_label(point: PointSpec) -> str:
+    """A short name of a point: backend, batch and rate."""
+    return f"{point.backend} b{point.batch_size} @ {point.rate:g}/s"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if isinstance(value, dict) else ", ".join(map(_cell, value))
+    return "-" if value is None else str(value)
+
+
+def rows_table(data: Any, *, title: str = "") -> Table:
+    """A table of JSON rows: a list of objects, an object holding one list of objects, or one object (key, value)."""
+    rows: Any = data
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list) and all(isinstance(x, dict) for x in v)]
+        rows = lists[0] if len(lists) == 1 else None
+        if rows is None:  # one object: two columns
+            table = Table(title=title, title_justify="left")
+            table.add_column("field")
+            table.add_column("value")
+            for key, value in data.items():
+                table.add_row(str(key), _cell(value))
+            return table
+    table = Table(title=title, title_justify="left")
+    columns: list[str] = []
+    for row in rows or []:
+        for key in row if isinstance(row, dict) else []:
+            if key not in columns:
+                columns.append(key)
+    for column in columns:
+        table.add_column(column)
+    for row in rows or []:
+        table.add_row(*(_cell(row.get(c)) if isinstance(row, dict) else _cell(row) for c in columns))
     return table

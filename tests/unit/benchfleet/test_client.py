@@ -1,0 +1,55 @@
+"""The sync and async clients build the same requests and read answers the same way (httpx MockTransport seam)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from benchfleet.client import ApiError, AsyncBenchfleetClient, BenchfleetClient
+
+
+def _handler(seen: list[httpx.Request]):  # type: ignore[no-untyped-def]
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/api/v1/leaderboard":
+            return httpx.Response(200, json=[{"backend": "triton", "p99_ms": 3.5}])
+        if request.url.path.endswith("/export"):
+            return httpx.Response(200, content=b"index,p99\n0,3.5\n")
+        if request.url.path == "/api/v1/jobs/missing":
+            return httpx.Response(404, json={"error": "not_found", "message": "no job missing", "field": "job_id"})
+        return httpx.Response(500, text="boom")
+
+    return handle
+
+
+def test_sync_and_async_send_identical_requests() -> None:
+    sync_seen: list[httpx.Request] = []
+    async_seen: list[httpx.Request] = []
+    with BenchfleetClient("http://leader", "t" * 20, transport=httpx.MockTransport(_handler(sync_seen))) as client:
+        rows = client.leaderboard(sort="p99", filters={"backend": "triton"}, limit=5)
+        csv = client.export("j1", "csv")
+
+    async def run() -> tuple[object, bytes]:
+        async with AsyncBenchfleetClient("http://leader", "t" * 20, transport=httpx.MockTransport(_handler(async_seen))) as c:
+            return await c.leaderboard(sort="p99", filters={"backend": "triton"}, limit=5), await c.export("j1", "csv")
+
+    async_rows, async_csv = asyncio.run(run())
+    assert rows == async_rows == [{"backend": "triton", "p99_ms": 3.5}]
+    assert csv == async_csv == b"index,p99\n0,3.5\n"
+    assert [str(r.url) for r in sync_seen] == [str(r.url) for r in async_seen]
+    assert sync_seen[0].url.params.get_list("filter") == ["backend=triton"]
+    assert sync_seen[0].url.params["sort"] == "p99" and sync_seen[1].url.params["format"] == "csv"
+    assert sync_seen[0].headers["authorization"] == "Bearer " + "t" * 20
+
+
+def test_errors_name_status_code_and_field() -> None:
+    with BenchfleetClient("http://leader", "t" * 20, transport=httpx.MockTransport(_handler([]))) as client:
+        with pytest.raises(ApiError) as missing:
+            client.job("missing")
+        with pytest.raises(ApiError) as broken:
+            client.job("other")
+    assert (missing.value.status, missing.value.code, missing.value.field) == (404, "not_found", "job_id")
+    assert "field job_id" in str(missing.value)
+    assert broken.value.status == 500 and "boom" in broken.value.message
