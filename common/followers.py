@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from common.spec import NAME_PATTERN
 
-FollowerState = Literal["ready", "busy", "missing"]
+FollowerState = Literal["ready", "busy", "draining", "missing"]
 
 
 class GpuInfo(BaseModel):
@@ -39,6 +39,17 @@ class FollowerInfo(BaseModel):
     version: str
 
 
+class HeldJob(BaseModel):
+    """A job attempt the follower holds in its local queue (or runs now), with the estimate it orders by."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    attempt: int
+    estimate_s: float
+    running: bool = False
+
+
 class Heartbeat(BaseModel):
     """Sent every HEARTBEAT_INTERVAL_S; state is what the agent is doing now."""
 
@@ -47,12 +58,15 @@ class Heartbeat(BaseModel):
     incarnation: str
     state: Literal["ready", "busy"]
     running_job: str | None = None
+    held: Annotated[list[HeldJob], Field(max_length=10_000)] = []
+    waiting_reason: Annotated[str, Field(max_length=500)] | None = None  # why held jobs do not start (GPU in use, CPU busy)
 
 
 class HeartbeatReply(BaseModel):
-    """known=False asks the follower to register again (the leader lost or replaced it)."""
+    """known=False asks the follower to register again; cancel names held or running jobs to drop and stop."""
 
     known: bool
+    cancel: list[str] = []
 
 
 class FollowerView(BaseModel):
@@ -63,3 +77,14 @@ class FollowerView(BaseModel):
     last_seen: datetime
     registered_at: datetime
     running_job: str | None = None
+    held: list[HeldJob] = []
+    waiting_reason: str | None = None
+
+
+class FollowerRegistration(FollowerView):
+    """The reply to registration: the follower, and its own credential when it joined with the join token.
+
+    The agent uses the credential for every later call; it is shown only here and stored only as a hash.
+    """
+
+    credential: str | None = None

@@ -97,6 +97,10 @@ class JobView(BaseModel):
     error: str | None = None
     history: list[StateChange]
     owner: str = "admin"  # the submitting token's user; only they (or an admin) may cancel it
+    waiting_reason: str | None = None  # why a queued job is not placed, or why its follower has not started it
+    actual_s: float | None = None  # measured run time of the finished attempt (the estimate's error is reported from it)
+    queue_position: int | None = None  # 1 = next on its follower (or in the leader's queue)
+    estimated_start: datetime | None = None
 
 
 class JobResults(BaseModel):

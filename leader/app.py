@@ -13,7 +13,8 @@ from motor.motor_asyncio import AsyncIOMotorClient
 
 from leader.api import errors
 from leader.api.deps import Resources
-from leader.api.routes import followers, health, jobs, models
+from leader.api.routes import followers, health, jobs, models, tokens
+from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
 from leader.scheduler.monitor import Monitor
 from leader.scheduler.placement import Placer
@@ -22,6 +23,7 @@ from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 from leader.store import results as results_store
+from leader.store import users as users_store
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
-    for store in (jobs_store, models_store, followers_store, results_store):
+    for store in (jobs_store, models_store, followers_store, results_store, users_store):
         await store.ensure_indexes(resources.db)
 
 
@@ -47,7 +49,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         queue = TaskQueue(settings.redis_url)
         db = client[settings.db_name]
-        placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s)
+        placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s, policy=settings.placement_policy)
         monitor = Monitor(
             db=db, missing_after_s=settings.missing_after_s, interval_s=settings.monitor_interval_s, on_requeue=placer.nudge
         )
@@ -59,6 +61,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             tasks = [
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
+                asyncio.create_task(metrics.run(db), name="metrics"),
             ]
             log.info("leader ready (db %s)", settings.db_name)
             yield
@@ -72,8 +75,11 @@ def create_app(settings: LeaderSettings) -> FastAPI:
 
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
     errors.install(app)
+    metrics = LeaderMetrics()
+    metrics.install(app)  # GET /metrics (Prometheus) and request timing
+    app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers):
+    for module in (jobs, models, followers, tokens):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)

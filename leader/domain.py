@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of a follower, as placement compares it."""
+
+    name: str
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The hardware a job requires (from the spec's `requires`)."""
+
+    gpu: bool = False
+    gpu_model: str | None = None
+    min_gpu_memory_mb: int | None = None
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A follower that may take work: alive (ready or busy) and the backends it offers."""
+    """A follower that may take work: alive (ready or busy), not draining, its backends and GPUs."""
 
     follower_id: str
     backends: frozenset[str]
+    gpus: tuple[Gpu, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -33,3 +51,5 @@ class QueuedJob:
     attempt: int
     backends: frozenset[str]
     estimate_s: float
+    needs: Needs = field(default_factory=Needs)
+    waiting_reason: str | None = None  # the reason last stored, so an unchanged reason is not written again

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -32,8 +34,15 @@ class LeaderSettings(BaseSettings):
     missing_after_s: float = Field(default=10.0, gt=0)
     place_interval_s: float = Field(default=0.5, gt=0)
     monitor_interval_s: float = Field(default=1.0, gt=0)
+    # Tier-1 placement: queue_aware (the queue that finishes first), or the baselines least_queue_length / round_robin.
+    placement_policy: Literal["queue_aware", "least_queue_length", "round_robin"] = "queue_aware"
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    # Per-job bounds checked at submission (422 naming the field); tighter than the schema's hard caps.
+    max_rate: float = Field(default=20_000.0, gt=0)
+    max_duration_s: float = Field(default=600.0, gt=0)
+    max_points: int = Field(default=256, gt=0)
+    max_concurrency: int = Field(default=1024, gt=0)
 
     @field_validator("admin_token", "follower_token")
     @classmethod

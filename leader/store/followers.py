@@ -8,12 +8,14 @@ from typing import Any
 from motor.motor_asyncio import AsyncIOMotorDatabase
 from pymongo import ReturnDocument
 
-from common.followers import FollowerInfo, FollowerView, Heartbeat
+from common.errors import NotFound
+from common.followers import FollowerInfo, FollowerView, Heartbeat, HeldJob
 from leader.clock import as_utc, utcnow
-from leader.domain import Candidate
+from leader.domain import Candidate, Gpu
 
 COLLECTION = "followers"
 MISSING = "missing"
+DRAINING = "draining"
 
 
 async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
@@ -23,12 +25,16 @@ async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
 
 def follower_view(doc: dict[str, Any]) -> FollowerView:
     """A stored follower document as the API shows it."""
+    # Draining is an admin's flag on top of the heartbeat state; missing wins (a drained host can also die).
+    state = DRAINING if doc.get("draining") and doc["state"] != MISSING else doc["state"]
     return FollowerView(
         info=FollowerInfo.model_validate(doc["info"]),
-        state=doc["state"],
+        state=state,
         last_seen=as_utc(doc["last_seen"]),
         registered_at=as_utc(doc["registered_at"]),
         running_job=doc.get("running_job"),
+        held=[HeldJob.model_validate(h) for h in doc.get("held") or []],
+        waiting_reason=doc.get("waiting_reason"),
     )
 
 
@@ -58,9 +64,39 @@ async def heartbeat(db: AsyncIOMotorDatabase, *, follower_id: str, beat: Heartbe
     """Record a heartbeat of the registered incarnation (a missing follower comes back); False if unknown."""
     result = await db[COLLECTION].update_one(
         {"_id": follower_id, "incarnation": beat.incarnation},
-        {"$set": {"state": beat.state, "running_job": beat.running_job, "last_seen": utcnow()}},
+        {
+            "$set": {
+                "state": beat.state,
+                "running_job": beat.running_job,
+                "held": [h.model_dump() for h in beat.held],
+                "waiting_reason": beat.waiting_reason,
+                "last_seen": utcnow(),
+            }
+        },
     )
     return result.matched_count > 0
+
+
+async def set_draining(db: AsyncIOMotorDatabase, *, follower_id: str, draining: bool) -> FollowerView:
+    """Drain (no new jobs; the running one finishes) or resume a follower; NotFound if unknown."""
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": follower_id}, {"$set": {"draining": draining}}, return_document=ReturnDocument.AFTER
+    )
+    if doc is None:
+        raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
+    return follower_view(doc)
+
+
+async def remove(db: AsyncIOMotorDatabase, *, follower_id: str) -> None:
+    """Forget a follower; NotFound if unknown (an agent still running registers again on its next heartbeat)."""
+    result = await db[COLLECTION].delete_one({"_id": follower_id})
+    if result.deleted_count == 0:
+        raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
+
+
+async def get_doc(db: AsyncIOMotorDatabase, *, follower_id: str) -> dict[str, Any] | None:
+    """The raw follower document (state, held jobs), None if unknown."""
+    return await db[COLLECTION].find_one({"_id": follower_id})
 
 
 async def incarnation_of(db: AsyncIOMotorDatabase, *, follower_id: str) -> str | None:
@@ -76,9 +112,20 @@ async def list_followers(db: AsyncIOMotorDatabase) -> list[FollowerView]:
 
 
 async def candidates(db: AsyncIOMotorDatabase) -> list[Candidate]:
-    """Followers that may take work (not missing) with their backends."""
-    docs = await db[COLLECTION].find({"state": {"$ne": MISSING}}, {"info.backends": 1}).to_list(None)
-    return [Candidate(doc["_id"], frozenset(doc["info"]["backends"])) for doc in docs]
+    """Followers that may take work (not missing, not draining) with their backends and GPUs."""
+    docs = (
+        await db[COLLECTION]
+        .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}}, {"info.backends": 1, "info.gpus": 1})
+        .to_list(None)
+    )
+    return [
+        Candidate(
+            doc["_id"],
+            frozenset(doc["info"]["backends"]),
+            tuple(Gpu(g["name"], int(g["memory_mb"])) for g in doc["info"].get("gpus") or []),
+        )
+        for doc in docs
+    ]
 
 
 async def mark_missing(db: AsyncIOMotorDatabase, *, seen_before: datetime) -> list[str]:

@@ -13,7 +13,8 @@ from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask,
 from common.models import ModelMeta
 from common.spec import JobSpec, estimate_seconds, expand
 from leader.clock import as_utc, utcnow
-from leader.domain import Load, QueuedJob
+from leader.domain import Load, Needs, QueuedJob
+from leader.store import durations as durations_store
 
 COLLECTION = "jobs"
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
@@ -51,6 +52,8 @@ def job_view(doc: dict[str, Any]) -> JobView:
         error=doc.get("error"),
         history=history,
         owner=doc.get("owner", "admin"),
+        waiting_reason=doc.get("waiting_reason"),
+        actual_s=doc.get("actual_s"),
     )
 
 
@@ -86,6 +89,8 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
         "points_total": len(points),
         "points_done": 0,
         "estimate_s": estimate_seconds(spec),
+        # The spec's estimate; estimate_s becomes it times the history correction for the follower chosen.
+        "base_estimate_s": estimate_seconds(spec),
         "created_at": now,
         "updated_at": now,
         "error": None,
@@ -196,6 +201,8 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
         return_document=ReturnDocument.AFTER,
     )
     if doc is not None:
+        if state == JobState.succeeded:
+            doc = await _record_actual(db, doc, report)
         return job_view(doc)
     current = await _get_doc(db, job_id)
     same = (
@@ -209,6 +216,54 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
     raise Conflict(_stale_reason(current, report.attempt, report.follower_id, wanted="running"), field="attempt")
 
 
+async def _record_actual(db: AsyncIOMotorDatabase, doc: dict[str, Any], report: FinishReport) -> dict[str, Any]:
+    """Store the attempt's measured run time beside its estimate and feed the estimator's history."""
+    started = [h["at"] for h in doc["history"] if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
+    if not started:
+        return doc
+    actual_s = round((utcnow() - as_utc(started[-1])).total_seconds(), 3)
+    await db[COLLECTION].update_one({"_id": doc["_id"], "attempt": report.attempt}, {"$set": {"actual_s": actual_s}})
+    base = doc.get("base_estimate_s", doc["estimate_s"])
+    await durations_store.record(
+        db,
+        model_ref=doc["model_ref"],
+        backends=",".join(doc["spec"]["backends"]),
+        follower_id=report.follower_id,
+        estimate_s=base,
+        actual_s=actual_s,
+    )
+    return {**doc, "actual_s": actual_s}
+
+
+async def stale_held(db: AsyncIOMotorDatabase, *, follower_id: str, held: list[tuple[str, int]]) -> list[str]:
+    """Of the (job, attempt) pairs a follower holds, those the leader no longer wants it to run (cancelled, requeued)."""
+    if not held:
+        return []
+    query = {"_id": {"$in": [job_id for job_id, _ in held]}}
+    docs = await db[COLLECTION].find(query, {"state": 1, "attempt": 1, "follower_id": 1}).to_list(None)
+    wanted = {
+        (d["_id"], d["attempt"]) for d in docs if d["state"] in ACTIVE_STATES and d.get("follower_id") == follower_id
+    }
+    return sorted({job_id for job_id, attempt in held if (job_id, attempt) not in wanted})
+
+
+async def follower_queue(db: AsyncIOMotorDatabase, *, follower_id: str) -> list[dict[str, Any]]:
+    """The follower's assigned and running jobs (id, state, estimate, created_at), for queue positions."""
+    return (
+        await db[COLLECTION]
+        .find(
+            {"follower_id": follower_id, "state": {"$in": ACTIVE_STATES}},
+            {"state": 1, "estimate_s": 1, "created_at": 1, "history": 1},
+        )
+        .to_list(None)
+    )
+
+
+async def queued_ahead(db: AsyncIOMotorDatabase, *, created_at: Any) -> int:
+    """How many jobs wait in the leader's queue ahead of one submitted at created_at."""
+    return await db[COLLECTION].count_documents({"state": JobState.queued.value, "created_at": {"$lt": created_at}})
+
+
 # --- placement and liveness -------------------------------------------------------------------------------
 
 
@@ -216,11 +271,50 @@ async def queued_jobs(db: AsyncIOMotorDatabase, *, limit: int) -> list[QueuedJob
     """Queued jobs, oldest first."""
     cursor = (
         db[COLLECTION]
-        .find({"state": JobState.queued.value}, {"attempt": 1, "spec.backends": 1, "estimate_s": 1})
+        .find(
+            {"state": JobState.queued.value},
+            {"attempt": 1, "spec.backends": 1, "spec.requires": 1, "estimate_s": 1, "base_estimate_s": 1, "waiting_reason": 1},
+        )
         .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
     )
     docs = await cursor.limit(limit).to_list(limit)
-    return [QueuedJob(d["_id"], d["attempt"], frozenset(d["spec"]["backends"]), d["estimate_s"]) for d in docs]
+    return [
+        QueuedJob(
+            d["_id"],
+            d["attempt"],
+            frozenset(d["spec"]["backends"]),
+            d.get("base_estimate_s", d["estimate_s"]),
+            Needs(**(d["spec"].get("requires") or {})),
+            d.get("waiting_reason"),
+        )
+        for d in docs
+    ]
+
+
+async def set_waiting_reason(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, reason: str | None) -> None:
+    """Record why a queued job is not placed (shown in the job view)."""
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "state": JobState.queued.value, "attempt": attempt}, {"$set": {"waiting_reason": reason}}
+    )
+
+
+async def set_estimate(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, estimate_s: float) -> None:
+    """Store the estimate corrected for the follower the attempt was assigned to."""
+    await db[COLLECTION].update_one({"_id": job_id, "attempt": attempt}, {"$set": {"estimate_s": estimate_s}})
+
+
+SCHEDULER_COLLECTION = "scheduler"
+
+
+async def get_cursor(db: AsyncIOMotorDatabase) -> str | None:
+    """The follower round-robin placement chose last."""
+    doc = await db[SCHEDULER_COLLECTION].find_one({"_id": "round_robin"})
+    return doc["last"] if doc is not None else None
+
+
+async def set_cursor(db: AsyncIOMotorDatabase, follower_id: str) -> None:
+    """Remember the follower round-robin placement chose last."""
+    await db[SCHEDULER_COLLECTION].update_one({"_id": "round_robin"}, {"$set": {"last": follower_id}}, upsert=True)
 
 
 async def active_loads(db: AsyncIOMotorDatabase) -> dict[str, Load]:
@@ -238,7 +332,13 @@ async def assign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, fol
     doc = await db[COLLECTION].find_one_and_update(
         {"_id": job_id, "state": JobState.queued.value, "attempt": attempt},
         {
-            "$set": {"state": JobState.assigned.value, "follower_id": follower_id, "dispatched": False, "updated_at": utcnow()},
+            "$set": {
+                "state": JobState.assigned.value,
+                "follower_id": follower_id,
+                "dispatched": False,
+                "waiting_reason": None,
+                "updated_at": utcnow(),
+            },
             "$push": {"history": _change(JobState.assigned, attempt, follower_id=follower_id)},
         },
         return_document=ReturnDocument.AFTER,
@@ -273,17 +373,20 @@ async def unassign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, r
     )
 
 
-async def requeue_follower_jobs(db: AsyncIOMotorDatabase, *, follower_ids: list[str], reason: str) -> list[str]:
-    """Put every assigned/running job of these followers back in the queue as a new attempt; returns their ids.
+async def requeue_follower_jobs(
+    db: AsyncIOMotorDatabase, *, follower_ids: list[str], reason: str, states: list[str] | None = None
+) -> list[str]:
+    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt.
 
-    `reason` may contain `{follower_id}`.
+    Returns their ids; `reason` may contain `{follower_id}`.
     """
     if not follower_ids:
         return []
     docs = (
         await db[COLLECTION]
         .find(
-            {"follower_id": {"$in": follower_ids}, "state": {"$in": ACTIVE_STATES}}, {"attempt": 1, "state": 1, "follower_id": 1}
+            {"follower_id": {"$in": follower_ids}, "state": {"$in": states or ACTIVE_STATES}},
+            {"attempt": 1, "state": 1, "follower_id": 1},
         )
         .to_list(None)
     )

@@ -6,10 +6,12 @@ import logging
 
 from fastapi import APIRouter
 
-from common.followers import FollowerInfo, FollowerView, Heartbeat, HeartbeatReply
-from leader.api.deps import AdminAuth, Db, FollowerAuth, PlacerDep
+from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
+from common.jobs import JobState
+from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep, ViewerAuth, check_follower
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
+from leader.store import users as users_store
 
 log = logging.getLogger(__name__)
 
@@ -18,26 +20,79 @@ router = APIRouter(prefix="/followers", tags=["followers"])
 RESTARTED_REASON = "follower {follower_id} restarted"
 
 
-@router.get("", response_model=list[FollowerView], dependencies=[AdminAuth])
+@router.get("", response_model=list[FollowerView], dependencies=[ViewerAuth])
 async def list_followers(db: Db) -> list[FollowerView]:
     """Every registered follower with its state (ready, busy, missing)."""
     return await followers_store.list_followers(db)
 
 
-@router.post("/register", response_model=FollowerView, dependencies=[FollowerAuth])
-async def register(info: FollowerInfo, db: Db, placer: PlacerDep) -> FollowerView:
-    """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued."""
+@router.post("/register", response_model=FollowerRegistration)
+async def register(info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining) -> FollowerRegistration:
+    """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
+
+    An agent joining with the join token (or registered by an admin) gets its own credential, bound to its id.
+    """
+    if principal.role == "follower":
+        check_follower(principal, info.follower_id)
     view, previous = await followers_store.register(db, info=info)
     if previous is not None and previous != info.incarnation:
         requeued = await jobs_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
     log.info("follower %s registered (incarnation %s, backends %s)", info.follower_id, info.incarnation, info.backends)
+    credential = None
+    if principal.role != "follower":
+        # A rejoining agent lost its old credential with its process: revoke it, issue a fresh one.
+        await users_store.revoke_follower_credentials(db, follower_id=info.follower_id)
+        issued = await users_store.create_token(
+            db, user=f"follower:{info.follower_id}", role="follower", follower_id=info.follower_id, label="registration"
+        )
+        credential = issued.token
+    placer.nudge()
+    return FollowerRegistration(**view.model_dump(), credential=credential)
+
+
+@router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)
+async def heartbeat(follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal) -> HeartbeatReply:
+    """Record a heartbeat; known=False asks the agent to register again."""
+    check_follower(principal, follower_id)
+    known = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
+    # Jobs the agent holds or runs that the leader withdrew (cancelled, requeued): it drops them and stops the running one.
+    held = [(h.job_id, h.attempt) for h in beat.held]
+    cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []
+    return HeartbeatReply(known=known, cancel=cancel)
+
+
+DRAINED_REASON = "follower {follower_id} drained by an admin"
+REMOVED_REASON = "follower {follower_id} removed by an admin"
+
+
+@router.post("/{follower_id}/drain", response_model=FollowerView, dependencies=[AdminAuth])
+async def drain(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
+    """Take no new jobs; the running job finishes, held jobs not yet started go back to placement."""
+    view = await followers_store.set_draining(db, follower_id=follower_id, draining=True)
+    requeued = await jobs_store.requeue_follower_jobs(
+        db, follower_ids=[follower_id], reason=DRAINED_REASON, states=[JobState.assigned.value]
+    )
+    if requeued:
+        placer.nudge()
+    log.info("follower %s draining; requeued %d held job(s)", follower_id, len(requeued))
+    return view
+
+
+@router.post("/{follower_id}/resume", response_model=FollowerView, dependencies=[AdminAuth])
+async def resume(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
+    """End a drain: the follower takes jobs again."""
+    view = await followers_store.set_draining(db, follower_id=follower_id, draining=False)
     placer.nudge()
     return view
 
 
-@router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply, dependencies=[FollowerAuth])
-async def heartbeat(follower_id: str, beat: Heartbeat, db: Db) -> HeartbeatReply:
-    """Record a heartbeat; known=False asks the agent to register again."""
-    return HeartbeatReply(known=await followers_store.heartbeat(db, follower_id=follower_id, beat=beat))
+@router.delete("/{follower_id}", status_code=204, dependencies=[AdminAuth])
+async def remove(follower_id: str, db: Db, placer: PlacerDep) -> None:
+    """Forget a follower; its jobs go back to placement as new attempts."""
+    await followers_store.remove(db, follower_id=follower_id)
+    requeued = await jobs_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
+    if requeued:
+        placer.nudge()
+    log.info("follower %s removed; requeued %d job(s)", follower_id, len(requeued))

@@ -54,3 +54,68 @@ def test_successive_choices_spread_when_loads_are_updated() -> None:
         chosen.append(fid)
         loads[fid] = loads.get(fid, Load()).plus(10.0)
     assert chosen == ["a", "b", "a", "b"]
+
+
+# --- policies, hardware constraints, stated reasons -------------------------------------------------------
+
+from leader.domain import Gpu, Needs  # noqa: E402
+from leader.scheduler.placement import NO_FOLLOWER, PlacementIndex, explain_unplaceable  # noqa: E402
+
+
+def gpu_job(**needs: object) -> QueuedJob:
+    return QueuedJob("g1", 1, frozenset({"onnxruntime"}), 10.0, Needs(**needs))  # type: ignore[arg-type]
+
+
+def test_gpu_job_is_never_placed_on_a_cpu_only_follower() -> None:
+    cpu = cand("cpu")
+    a100 = Candidate("gpu", frozenset({"onnxruntime"}), (Gpu("NVIDIA A100-SXM4-40GB", 40960),))
+    # The CPU-only follower is idle, the GPU one loaded: still the GPU one.
+    assert choose_follower(job=gpu_job(gpu=True), candidates=[cpu, a100], loads={"gpu": Load(1e6, 99)}) == "gpu"
+    assert choose_follower(job=gpu_job(gpu=True), candidates=[cpu], loads={}) is None
+    assert explain_unplaceable(gpu_job(gpu=True), [cpu]) == "waiting: needs a GPU; no available follower has it"
+    assert choose_follower(job=gpu_job(gpu_model="h100"), candidates=[cpu, a100], loads={}) is None
+    assert "matching 'h100'" in explain_unplaceable(gpu_job(gpu_model="h100"), [cpu, a100])
+    assert choose_follower(job=gpu_job(gpu_model="a100", min_gpu_memory_mb=40000), candidates=[a100], loads={}) == "gpu"
+    assert "at least 81920 MiB" in explain_unplaceable(gpu_job(min_gpu_memory_mb=81920), [a100])
+    assert explain_unplaceable(gpu_job(), []) == NO_FOLLOWER
+
+
+def test_least_queue_length_counts_jobs_not_seconds() -> None:
+    loads = {"a": Load(300.0, 1), "b": Load(30.0, 3)}
+    assert choose_follower(job=job(), candidates=[cand("a"), cand("b")], loads=loads, policy="least_queue_length") == "a"
+
+
+def test_round_robin_cycles_over_capable_followers_from_the_cursor() -> None:
+    followers = [cand("a"), cand("b", "onnxruntime", "triton"), cand("c")]
+    index = PlacementIndex(followers, {"a": Load(0, 50)}, policy="round_robin", rr_last="a")
+    chosen = []
+    for _ in range(5):
+        fid = index.choose(job())
+        assert fid is not None
+        chosen.append(fid)
+        index.add(fid, 10.0)
+    assert chosen == ["b", "c", "a", "b", "c"]  # load is ignored; the order is by id after the stored cursor
+    only_triton = PlacementIndex(followers, {}, policy="round_robin", rr_last="b")
+    assert only_triton.choose(job("triton")) == "b"  # wraps around to the only capable one
+
+
+def test_index_agrees_with_a_linear_scan_on_many_followers() -> None:
+    import random
+
+    rng = random.Random(7)
+    followers = [cand(f"f{i:04d}", *(["onnxruntime", "triton"] if i % 3 else ["onnxruntime"])) for i in range(300)]
+    loads = {f.follower_id: Load(rng.uniform(0, 1000), rng.randint(0, 9)) for f in followers}
+    index = PlacementIndex(followers, loads, policy="queue_aware")
+    for step in range(200):
+        j = job("onnxruntime", "triton") if step % 2 else job()
+        able = [f.follower_id for f in followers if j.backends <= f.backends]
+        expected = min(able, key=lambda fid: (index.loads.get(fid, Load()).seconds, index.loads.get(fid, Load()).jobs, fid))
+        assert index.choose(j) == expected
+        index.add(expected, rng.uniform(1, 100))
+
+
+def test_unknown_policy_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="known: queue_aware"):
+        PlacementIndex([], {}, policy="fastest")  # type: ignore[arg-type]
