@@ -49,6 +49,53 @@ class Environment(BaseModel):
     seed: int
 
 
+class WindowStat(BaseModel):
+    """One measurement window of a point (live progress and the stability check)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    t_s: float  # window start, seconds since the measured part began (negative during warm-up)
+    duration_s: float
+    requests: int  # intended in the window
+    ok: int
+    throughput: float  # ok / duration, req/s
+    p50_ms: float | None = None
+    p99_ms: float | None = None  # latency from the intended time; in-flight requests count with their age so far
+    send_lag_p99_ms: float | None = None
+
+
+class SearchStep(BaseModel):
+    """One probe of the highest-rate search: the rate tried and what it gave."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float
+    valid: bool
+    slo_met: bool | None
+    p99_ms: float | None = None
+    achieved_rate: float = 0.0
+
+
+class Resources(BaseModel):
+    """What the serving process and the GPUs used during the measured part (None: not measurable here, never 0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int = 0
+    interval_ms: float | None = None
+    server_cpu_percent_mean: float | None = None  # 100 = one core busy
+    server_cpu_percent_max: float | None = None
+    server_rss_mb_mean: float | None = None
+    server_rss_mb_max: float | None = None
+    gpu_util_percent_mean: float | None = None
+    gpu_memory_mb_max: float | None = None
+    gpu_power_w_mean: float | None = None
+    energy_j: float | None = None  # GPU energy over the measured part
+    energy_per_request_j: float | None = None
+    co2_g_per_1m_requests: float | None = None
+    cost_per_1m_requests: float | None = None  # in the configured instance price's currency
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
@@ -71,3 +118,17 @@ class PointResult(BaseModel):
     invalid_reasons: list[str]
     slo_met: bool | None = None
     environment: Environment
+    # Measurement-core detail (defaults keep results stored before these existed valid).
+    generator_cpu_share: float | None = None  # generator process CPU / wall (1.0 = one core)
+    loop_lag_ms: Percentiles | None = None  # event-loop lag of the generator
+    latency_ci_ms: dict[str, tuple[float, float]] | None = None  # 95% CIs of p50/p99 latency (order statistics)
+    latency_hdr: str | None = None  # latency-from-intended HDR histogram (ns), common.stats.encode; mergeable
+    service_hdr: str | None = None
+    stages_ms: dict[str, float] | None = None  # mean per stage; sums to the mean service time
+    capped: int = 0  # requests that found max_concurrency in flight at their time (waited or dropped)
+    dropped: int = 0
+    windows: list[WindowStat] = []
+    stable: bool | None = None  # last windows agree on throughput and p99 (None: too few windows)
+    search: list[SearchStep] | None = None
+    generators: int = 1
+    resources: Resources | None = None

@@ -17,14 +17,16 @@ import numpy as np
 
 import common
 from common.models import ModelMeta
-from common.results import ColdStart, Environment, PointResult
+from common.results import ColdStart, Environment, PointResult, SearchStep, WindowStat
 from common.spec import SLO, PointSpec
 from follower.backends import Backend, get_backend
 from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
 from follower.loadgen.bodies import build_bodies
+from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import LoadRecords, Timer, drive
-from follower.loadgen.schedule import arrival_offsets_ns
+from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
+from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ STEAL_NOTE_SHARE = 0.01
 DEFAULT_TIMER: Timer = "yield"
 
 RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
+# Receives a point's closed windows as they close (live progress); called on the generator's thread.
+ProgressSink = Callable[[PointSpec, list[WindowStat]], None]
 
 
 async def run_backend(
@@ -50,6 +54,7 @@ async def run_backend(
     ready_timeout_s: float = READY_TIMEOUT_S,
     timer: Timer = DEFAULT_TIMER,
     records_sink: RecordsSink | None = None,
+    progress_sink: ProgressSink | None = None,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
@@ -57,7 +62,7 @@ async def run_backend(
     generator CPU share and loop lag live there; PointResult has no fields for them yet).
     """
     plan = plan_cpus()
-    backend = get_backend(backend_name, cpus=plan.server)
+    backend = get_backend(backend_name, cpus=plan.server, server=points[0].server if points else None)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
@@ -66,7 +71,8 @@ async def run_backend(
         ready_at_ns = time.monotonic_ns()
         url = backend.infer_url(model)
         first_batch = points[0].batch_size if points else 1
-        await first_answer(url, build_bodies(model.inputs, first_batch, seed=0, variants=1)[0], FIRST_ANSWER_TIMEOUT_S)
+        probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=_wire(backend))[0]
+        await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
         cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
         log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
         backend_version = backend.version()
@@ -82,6 +88,7 @@ async def run_backend(
                 cold_start=cold if i == 0 else None,
                 timer=timer,
                 records_sink=records_sink,
+                progress_sink=progress_sink,
             )
             yield result
     finally:
@@ -89,11 +96,35 @@ async def run_backend(
         await asyncio.shield(asyncio.to_thread(backend.stop))
 
 
-def _drive_isolated(cpus: frozenset[int] | None, *args: Any, **kwargs: Any) -> LoadRecords:
+def _drive_isolated(
+    cpus: frozenset[int] | None,
+    *args: Any,
+    monitor_factory: Callable[[int], WindowMonitor] | None = None,
+    **kwargs: Any,
+) -> LoadRecords:
     """Run the generator on its own core at raised priority (see follower.cpuplan), then undo both."""
     undo = isolate_generator_thread(cpus)
     try:
+        if monitor_factory is not None:
+            # The monitor needs the run's start, which drive() fixes; build it lazily on the first tick.
+            holder: dict[str, WindowMonitor] = {}
+
+            def on_tick(rec: LoadRecords, now_ns: int) -> bool:
+                if "m" not in holder:
+                    holder["m"] = monitor_factory(rec.start_ns)
+                return holder["m"](rec, now_ns)
+
+            kwargs["on_tick"] = on_tick
         return drive(*args, **kwargs)
+    finally:
+        undo()
+
+
+def _drive_closed_isolated(cpus: frozenset[int] | None, *args: Any, **kwargs: Any) -> LoadRecords:
+    """The closed loop on the generator's core."""
+    undo = isolate_generator_thread(cpus)
+    try:
+        return drive_closed(*args, **kwargs)
     finally:
         undo()
 
@@ -130,45 +161,166 @@ async def run_point(
     cold_start: ColdStart | None,
     timer: Timer = DEFAULT_TIMER,
     records_sink: RecordsSink | None = None,
+    progress_sink: ProgressSink | None = None,
 ) -> PointResult:
-    """Warm-up then measure one point against a running server; a dead server gives an invalid result, not an exception."""
+    """Measure one point (or search its highest SLO-meeting rate); a dead server gives an invalid result, not an exception."""
+    kwargs: dict[str, Any] = dict(
+        url=url, model=model, env_base=env_base, slo=slo, backend_version=backend_version, cold_start=cold_start,
+        timer=timer, records_sink=records_sink, progress_sink=progress_sink,
+    )  # fmt: skip
+    if point.search is None:
+        return await _measure_point(backend, point, **kwargs)
+    return await _search_point(backend, point, **kwargs)
+
+
+async def _search_point(backend: Backend, point: PointSpec, **kwargs: Any) -> PointResult:
+    """Binary search for the highest rate whose run is valid and meets the SLO; the result is that run's.
+
+    Each probe is a full measured run (warm-up included) with its own seed; a probe that is invalid counts as a
+    failure (a rate the generator or server could not be measured at cannot be claimed). When no rate passes, the
+    lowest probe's result is returned, marked with the reason.
+    """
+    search = point.search
+    assert search is not None
+    low, high = search.low, search.high
+    steps: list[SearchStep] = []
+    best: PointResult | None = None
+    lowest: PointResult | None = None
+    rate = high
+    for step in range(search.max_steps):
+        probe = point.model_copy(update={"rate": rate, "search": None, "seed": (point.seed + 7919 * step) % 2**32})
+        result = await _measure_point(backend, probe, **kwargs)
+        passed = result.valid and result.slo_met is True
+        steps.append(
+            SearchStep(
+                rate=rate, valid=result.valid, slo_met=result.slo_met, achieved_rate=result.achieved_rate,
+                p99_ms=result.latency_ms.p99 if result.latency_ms else None,
+            )
+        )  # fmt: skip
+        if lowest is None or rate < lowest.point.rate:
+            lowest = result
+        if passed:
+            low = rate
+            if best is None or rate > best.point.rate:
+                best = result
+        else:
+            high = rate
+        # Probe order: the upper bound (passing ends the search), the lower bound (failing ends it), then bisect.
+        if step == 0:
+            if passed:
+                break
+            rate = search.low
+            continue
+        if step == 1 and not passed:
+            break
+        if (high - low) / high < search.precision:
+            break
+        rate = (low + high) / 2
+    chosen = best or lowest
+    assert chosen is not None
+    reasons = list(chosen.invalid_reasons)
+    if best is None:
+        reasons.append(f"no rate in [{search.low:g}, {search.high:g}] req/s was valid and met the SLO")
+    return chosen.model_copy(
+        update={"point": point, "search": steps, "invalid_reasons": reasons, "valid": not reasons}
+    )
+
+
+async def _measure_point(
+    backend: Backend,
+    point: PointSpec,
+    *,
+    url: str,
+    model: ModelMeta,
+    env_base: dict[str, Any],
+    slo: SLO | None,
+    backend_version: str,
+    cold_start: ColdStart | None,
+    timer: Timer = DEFAULT_TIMER,
+    records_sink: RecordsSink | None = None,
+    progress_sink: ProgressSink | None = None,
+) -> PointResult:
+    """Warm-up then measure one point against a running server."""
     started_at = datetime.now(UTC)
-    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed)
+    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=_wire(backend))
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
     warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))
-    offsets = arrival_offsets_ns(point.pattern, point.rate, point.duration_s, point.seed) + warmup_ns
-    if warmup_ns > 0:
-        # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
-        warm = arrival_offsets_ns(point.pattern, point.rate, point.warmup_s, point.seed + 2**32)
-        offsets = np.concatenate([warm, offsets])
+    # With a stability rule the schedule runs to its cap and the window monitor ends it once the windows agree.
+    max_s = max(point.duration_s, point.stability.max_duration) if point.stability else point.duration_s
+    closed = point.pattern == "closed"
+    offsets = np.zeros(0, dtype=np.int64)
+    if not closed:
+        offsets = point_offsets_ns(point, max_s, point.seed) + warmup_ns
+        if warmup_ns > 0:
+            # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
+            warm = point_offsets_ns(point, point.warmup_s, point.seed + 2**32)
+            offsets = np.concatenate([warm, offsets])
     extra: list[str] = []
     steal: float | None = None
+    monitor: WindowMonitor | None = None
     if not backend.alive():
         records = _unsent(offsets, "server process is not running")
         extra.append(f"server process was not running when the point started{_tail(backend)}")
     else:
         stop = threading.Event()
         steal_before = cpu_times()
+        window_ns = max(int(round(point.window_s * 1e9)), 1_000_000)
+
+        def monitor_factory(start_ns: int) -> WindowMonitor:
+            nonlocal monitor
+            publish = (lambda windows: progress_sink(point, windows)) if progress_sink is not None else None
+            monitor = WindowMonitor(
+                start_ns + warmup_ns, window_ns, min_ns=duration_ns,
+                count=point.stability.windows if point.stability else None,
+                tolerance=point.stability.tolerance if point.stability else 0.10,
+                publish=publish,
+            )  # fmt: skip
+            return monitor
+
         try:
-            records = await asyncio.to_thread(
-                _drive_isolated,
-                plan_cpus().generator,
-                url,
-                bodies,
-                offsets,
-                max_concurrency=point.max_concurrency,
-                timeout_s=REQUEST_TIMEOUT_S,
-                timer=timer,
-                stop=stop,
-            )
+            if closed:
+                records = await asyncio.to_thread(
+                    _drive_closed_isolated, plan_cpus().generator, url, bodies, point.concurrency or 1,
+                    warmup_ns + duration_ns, timeout_s=REQUEST_TIMEOUT_S,
+                )  # fmt: skip
+            else:
+                records = await asyncio.to_thread(
+                    _drive_isolated,
+                    plan_cpus().generator,
+                    url,
+                    bodies,
+                    offsets,
+                    max_concurrency=point.max_concurrency,
+                    timeout_s=REQUEST_TIMEOUT_S,
+                    timer=timer,
+                    stop=stop,
+                    cap_policy=point.cap_policy,
+                    monitor_factory=monitor_factory,
+                    tick_every_ns=window_ns,
+                )
         finally:
             stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
         steal = steal_share(steal_before, cpu_times())
         if not backend.alive():
             extra.append(f"server process died during the point{_tail(backend)}")
-    window = records.window(records.start_ns + warmup_ns, records.start_ns + warmup_ns + duration_ns)
-    summary = summarize_window(window, point.duration_s)
+    measured_ns = duration_ns
+    if monitor is not None and monitor.stopped_ns is not None:
+        measured_ns = monitor.stopped_ns - (records.start_ns + warmup_ns)
+    elif point.stability is not None and not closed:
+        measured_ns = int(round(max_s * 1e9))
+    measured_start = records.start_ns + warmup_ns
+    window = records.window(measured_start, measured_start + measured_ns)
+    summary = summarize_window(window, measured_ns / 1e9)
+    window_ns = max(int(round(point.window_s * 1e9)), 1_000_000)
+    windows = window_stats(records, measured_start, window_ns, measured_start + measured_ns)
+    stable = is_stable(windows, point.stability.windows if point.stability else 3,
+                       point.stability.tolerance if point.stability else 0.10)  # fmt: skip
+    if point.stability is not None and stable is not True:
+        extra.append(
+            f"not stable: the last {point.stability.windows} windows did not agree within "
+            f"{100 * point.stability.tolerance:g}% on throughput and p99 within {max_s:g}s"
+        )
     if records_sink is not None:
         records_sink(point, records, summary)
     reasons = invalid_reasons(summary) + extra
@@ -188,7 +340,7 @@ async def run_point(
     return PointResult(
         point=point,
         started_at=started_at,
-        measured_s=point.duration_s,
+        measured_s=measured_ns / 1e9,
         requests=summary.requests,
         ok=summary.ok,
         errors=summary.errors,
@@ -203,6 +355,16 @@ async def run_point(
         invalid_reasons=reasons,
         slo_met=slo_met(slo, summary.latency_ms),
         environment=environment(env_base, backend_version=backend_version, seed=point.seed),
+        generator_cpu_share=summary.cpu_share,
+        loop_lag_ms=summary.loop_lag_ms,
+        latency_ci_ms=summary.latency_ci_ms,
+        latency_hdr=summary.latency_hdr,
+        service_hdr=summary.service_hdr,
+        stages_ms=summary.stage_means_ms,
+        capped=summary.capped,
+        dropped=summary.dropped,
+        windows=windows,
+        stable=stable,
     )
 
 
@@ -232,3 +394,8 @@ def _tail(backend: Backend) -> str:
     tail = getattr(backend, "log_tail", None)
     text = tail(10) if callable(tail) else ""
     return f"; server log tail:\n{text}" if text else ""
+
+
+def _wire(backend: Backend) -> str:
+    """The request dialect the backend speaks (KServe v2 unless it says otherwise, as TF Serving does)."""
+    return str(getattr(backend, "wire", "kserve"))

@@ -38,7 +38,7 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,9 +63,15 @@ STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns")
 _PARAMS_KEY = b'"parameters":'
 _HEADERS = {"Content-Type": "application/json"}
 
-# Status codes beside HTTP ones: never sent (stopped before its time), and failed without an HTTP answer.
+# Status codes beside HTTP ones: never sent (stopped before its time), failed without an HTTP answer, and
+# dropped because max_concurrency requests were in flight at its time (cap_policy "drop").
 NOT_SENT = -1
 TRANSPORT_ERROR = 0
+DROPPED = -2
+
+CapPolicy = Literal["wait", "drop"]
+# Called on the loop every tick with the records so far and the time; returning True ends the run there.
+TickCallback = Callable[["LoadRecords", int], bool]
 
 
 @dataclass
@@ -84,6 +90,10 @@ class LoadRecords:
     loop_lag_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     error_sample: str | None = None
     timer: str = "yield"
+    # Requests that found max_concurrency in flight at their time: they waited (counted as latency from the
+    # intended time, and as send lag) or were dropped (status DROPPED). Never hidden.
+    capped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    stopped_ns: int | None = None  # when a tick callback ended the run early
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -102,6 +112,7 @@ class LoadRecords:
             stages_ns={stage: blank() for stage in STAGES},
             start_ns=start_ns,
             timer=timer,
+            capped=np.zeros(n, dtype=bool),
         )
 
     def __len__(self) -> int:
@@ -138,6 +149,8 @@ class LoadRecords:
             loop_lag_ns=self.loop_lag_ns,
             error_sample=self.error_sample,
             timer=self.timer,
+            capped=self.capped[mask] if len(self.capped) == len(mask) else np.zeros(int(mask.sum()), dtype=bool),
+            stopped_ns=self.stopped_ns,
         )
 
 
@@ -167,8 +180,12 @@ class _Driver:
         records: LoadRecords,
         session: aiohttp.ClientSession,
         stop: threading.Event,
+        max_concurrency: int = 256,
+        cap_policy: CapPolicy = "wait",
     ) -> None:
         self.url = url
+        self.cap = asyncio.Semaphore(max_concurrency)
+        self.cap_policy = cap_policy
         self.bodies = list(bodies)
         self.rec = records
         self.session = session
@@ -182,11 +199,20 @@ class _Driver:
 
     def launch(self, i: int) -> None:
         """Start request i now (called on the loop)."""
+        if self.cap.locked():
+            self.rec.capped[i] = True
+            if self.cap_policy == "drop":
+                self.rec.status[i] = DROPPED
+                return
         task = self.loop.create_task(self.request(i))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def request(self, i: int) -> None:
+        async with self.cap:
+            await self._request(i)
+
+    async def _request(self, i: int) -> None:
         rec = self.rec
         body = self.bodies[i % len(self.bodies)]
         rec.sent_ns[i] = time.monotonic_ns()
@@ -249,14 +275,24 @@ class _Driver:
             self.launch(i)
         self.dispatched.set()
 
-    async def ticker(self) -> None:
-        """Event-loop lag: how late a 10 ms periodic sleep wakes (includes asyncio's ~1 ms timer rounding)."""
+    async def ticker(self, on_tick: TickCallback | None = None, every_ns: int = 1_000_000_000) -> None:
+        """Event-loop lag: how late a 10 ms periodic sleep wakes (includes asyncio's ~1 ms timer rounding).
+
+        Every `every_ns` it also calls `on_tick` (windows, stability, live progress); True from it stops the run.
+        """
         due = time.monotonic_ns() + TICK_NS
+        next_call = self.rec.start_ns + every_ns
         while True:
             await asyncio.sleep(max(0, due - time.monotonic_ns()) / 1e9)
             now = time.monotonic_ns()
             self.lags.append(now - due)
             due = max(due + TICK_NS, now + 1)
+            if on_tick is not None and now >= next_call:
+                next_call += every_ns
+                if on_tick(self.rec, now) and not self.stop.is_set():
+                    self.rec.stopped_ns = now
+                    self.stop.set()
+                    self.dispatched.set()
 
 
 async def run_open_loop(
@@ -270,6 +306,9 @@ async def run_open_loop(
     timeout_s: float = 30.0,
     timer: Timer = "yield",
     stop: threading.Event | None = None,
+    cap_policy: CapPolicy = "wait",
+    on_tick: TickCallback | None = None,
+    tick_every_ns: int = 1_000_000_000,
 ) -> LoadRecords:
     """POST bodies[i % len] to `url` at start_ns + offsets_ns[i] (monotonic ns) and record every request."""
     if not bodies:
@@ -281,8 +320,8 @@ async def run_open_loop(
     own_session = session is None
     if session is None:
         session = new_session(max_concurrency, timeout_s)
-    driver = _Driver(url, bodies, rec, session, stop)
-    ticker = asyncio.get_running_loop().create_task(driver.ticker())
+    driver = _Driver(url, bodies, rec, session, stop, max_concurrency, cap_policy)
+    ticker = asyncio.get_running_loop().create_task(driver.ticker(on_tick, tick_every_ns))
     thread: threading.Thread | None = None
     dispatcher: asyncio.Task[None] | None = None
     old_switch = sys.getswitchinterval()
@@ -347,6 +386,9 @@ def drive(
     timer: Timer = "yield",
     lead_ns: int = DEFAULT_LEAD_NS,
     stop: threading.Event | None = None,
+    cap_policy: CapPolicy = "wait",
+    on_tick: TickCallback | None = None,
+    tick_every_ns: int = 1_000_000_000,
 ) -> LoadRecords:
     """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread)."""
     import uvloop
@@ -364,6 +406,9 @@ def drive(
                 timeout_s=timeout_s,
                 timer=timer,
                 stop=stop,
+                cap_policy=cap_policy,
+                on_tick=on_tick,
+                tick_every_ns=tick_every_ns,
             )
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -8,8 +8,8 @@ import numpy as np
 
 from common.results import Percentiles
 from common.spec import SLO
-from common.stats import summarize_ns
-from follower.loadgen.openloop import STAGES, LoadRecords
+from common.stats import encode, histogram_of, quantile_ci, summarize_ns
+from follower.loadgen.openloop import DROPPED, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
@@ -36,6 +36,12 @@ class WindowSummary:
     loop_lag_ms: Percentiles | None
     stages_ms: dict[str, Percentiles | None] = field(default_factory=dict)
     error_sample: str | None = None
+    stage_means_ms: dict[str, float] | None = None  # per-stage means that sum to the mean service time
+    latency_ci_ms: dict[str, tuple[float, float]] | None = None
+    latency_hdr: str | None = None
+    service_hdr: str | None = None
+    capped: int = 0
+    dropped: int = 0
 
 
 def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
@@ -54,6 +60,15 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
     for stage in STAGES:
         values = records.stages_ns[stage][ok]
         stages[stage] = summarize_ns(values[values >= 0])
+    latency_ns = records.done_ns[ok] - records.intended_ns[ok]
+    service_ns = records.done_ns[ok] - records.sent_ns[ok]
+    latency_hist, service_hist = histogram_of(latency_ns.tolist()), histogram_of(service_ns.tolist())
+    cis: dict[str, tuple[float, float]] = {}
+    for name, q in (("p50", 0.50), ("p99", 0.99)):
+        ci = quantile_ci(latency_ns, q)
+        if ci is not None:
+            cis[name] = (ci[0] / 1e6, ci[1] / 1e6)
+    capped = records.capped if len(records.capped) == n else np.zeros(n, dtype=bool)
     return WindowSummary(
         duration_s=duration_s,
         requests=n,
@@ -70,7 +85,39 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
         loop_lag_ms=summarize_ns(np.maximum(records.loop_lag_ns, 0)),
         stages_ms=stages,
         error_sample=records.error_sample,
+        stage_means_ms=stage_breakdown(records),
+        latency_ci_ms=cis or None,
+        latency_hdr=encode(latency_hist) if n_ok else None,
+        service_hdr=encode(service_hist) if n_ok else None,
+        capped=int(capped.sum()),
+        dropped=int((records.status == DROPPED).sum()),
     )
+
+
+def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
+    """Mean time per stage (ms) over answered requests that carry server timings; sums to their mean service time.
+
+    Server stages come from the answer's `parameters` (decode = server pre-processing, queue, infer, encode =
+    post-processing and serialisation); `transmission` is what remains of the client-measured service time (network,
+    HTTP framing, the server's request handling outside those stages). Client serialisation happens once before the
+    run (bodies are pre-encoded), so it is not on the request path and is reported with the bodies, not here.
+    """
+    ok = records.ok
+    have = ok.copy()
+    for stage in STAGES:
+        have &= records.stages_ns[stage] >= 0
+    if not have.any():
+        return None
+    service = (records.done_ns[have] - records.sent_ns[have]).astype(np.float64)
+    out: dict[str, float] = {}
+    server_total = np.zeros(int(have.sum()))
+    for stage in STAGES:
+        values = records.stages_ns[stage][have].astype(np.float64)
+        out[stage.removesuffix("_ns")] = float(values.mean()) / 1e6
+        server_total += values
+    out["transmission"] = float((service - server_total).mean()) / 1e6
+    out["service"] = float(service.mean()) / 1e6
+    return out
 
 
 def invalid_reasons(summary: WindowSummary) -> list[str]:
@@ -95,6 +142,11 @@ def invalid_reasons(summary: WindowSummary) -> list[str]:
     if summary.cpu_share > CPU_SHARE_MAX:
         reasons.append(
             f"load generator used {100 * summary.cpu_share:.0f}% of a core (> {100 * CPU_SHARE_MAX:g}%): it was saturated"
+        )
+    if summary.dropped:
+        reasons.append(
+            f"{summary.dropped} requests were dropped at the concurrency cap (max_concurrency reached): the server "
+            "could not keep up with the offered load"
         )
     if summary.requests > 0 and summary.errors / summary.requests > ERROR_RATE_MAX:
         sample = f"; first: {summary.error_sample}" if summary.error_sample else ""

@@ -1,0 +1,122 @@
+"""The measurement core end to end against the real ORT server: closed loop, windows and stability, the
+concurrency cap, stage breakdown, mergeable histograms and the SLO search."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from common.models import ModelMeta
+from common.results import PointResult, WindowStat
+from common.spec import SLO, PointSpec, SearchSpec, Stability
+from common.stats import decode, merge
+from follower.runner import run_backend
+
+pytestmark = pytest.mark.integration
+
+ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+
+
+def _point(index: int, **kw: object) -> PointSpec:
+    base: dict = dict(
+        index=index, backend="onnxruntime", batch_size=1, pattern="poisson", rate=150.0, duration_s=2.0,
+        warmup_s=0.5, max_concurrency=64, seed=index + 1,
+    )  # fmt: skip
+    base.update(kw)
+    return PointSpec(**base)
+
+
+@pytest.fixture(scope="module")
+def measured(mlp_meta: ModelMeta, mlp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    points = [
+        _point(0, pattern="closed", rate=0.0, concurrency=2),
+        _point(1, window_s=0.5, stability=Stability(windows=3, tolerance=0.95, max_duration=4.0)),
+        _point(2, pattern="constant", rate=2000.0, duration_s=1.0, max_concurrency=1, cap_policy="drop"),
+        _point(3, duration_s=1.0, warmup_s=0.2, search=SearchSpec(low=50, high=300, max_steps=3)),
+    ]
+    progress: list[tuple[int, list[WindowStat]]] = []
+
+    async def run() -> list[PointResult]:
+        return [
+            r
+            async for r in run_backend(
+                "onnxruntime", points, model=mlp_meta, model_path=mlp_path, workdir=tmp_path_factory.mktemp("m"),
+                env_base=ENV, slo=SLO(p99_ms=10_000.0), progress_sink=lambda p, w: progress.append((p.index, w)),
+            )
+        ]  # fmt: skip
+
+    results = asyncio.run(run())
+    return {"results": results, "progress": progress}
+
+
+def test_closed_loop_keeps_its_users_busy(measured: dict) -> None:
+    result: PointResult = measured["results"][0]
+    assert result.point.concurrency == 2
+    assert result.ok > 50 and result.errors == 0
+    # Closed loop: no schedule, so the send lag is zero and latency equals service time.
+    assert result.send_lag_ms is not None and result.send_lag_ms.max < 0.01
+    assert result.latency_ms is not None and result.service_ms is not None
+    assert result.latency_ms.p50 == pytest.approx(result.service_ms.p50, rel=0.01)
+    assert result.generator_cpu_share is not None and result.generator_cpu_share > 0
+
+
+def test_windows_stability_and_live_progress(measured: dict) -> None:
+    result: PointResult = measured["results"][1]
+    # Stops at the first window boundary past the minimum duration where 3 windows agree (tolerance is generous).
+    assert 2.0 <= result.measured_s <= 4.0
+    assert result.stable is True
+    assert len(result.windows) >= 3 and all(w.duration_s == 0.5 for w in result.windows)
+    assert sum(w.requests for w in result.windows) == result.requests
+    published = [w for i, w in measured["progress"] if i == 1]
+    assert published and len(published[-1]) >= 3, "windows are published while the point runs"
+    assert result.latency_ci_ms is not None and "p50" in result.latency_ci_ms
+    lo, hi = result.latency_ci_ms["p50"]
+    assert result.latency_ms is not None and lo <= result.latency_ms.p50 * 1.01 and result.latency_ms.p50 <= hi * 1.01
+
+
+def test_concurrency_cap_drops_are_counted_and_invalidate(measured: dict) -> None:
+    result: PointResult = measured["results"][2]
+    assert result.dropped > 0 and result.capped >= result.dropped
+    assert any("dropped" in r for r in result.invalid_reasons)
+    assert not result.valid and result.ok + result.dropped <= result.requests
+
+
+def test_stages_sum_to_the_service_time(measured: dict) -> None:
+    for result in measured["results"][:2]:
+        stages = result.stages_ms
+        assert stages is not None
+        server = stages["decode"] + stages["queue"] + stages["infer"] + stages["encode"]
+        assert 0 < server < stages["service"], "server-side stages fit inside the client-measured service time"
+        assert stages["transmission"] >= 0
+        assert server + stages["transmission"] == pytest.approx(stages["service"], rel=1e-9)
+        # The per-stage mean is over the same requests the HDR summary counts (3 significant digits).
+        assert result.service_ms is not None
+        assert stages["service"] == pytest.approx(result.service_ms.mean, rel=0.02)
+
+
+def test_histograms_decode_and_merge_exactly(measured: dict) -> None:
+    a, b = measured["results"][0], measured["results"][1]
+    assert a.latency_hdr and b.latency_hdr
+    ha = decode(a.latency_hdr)
+    assert ha.get_total_count() == a.ok
+    assert ha.get_value_at_percentile(99) / 1e6 == pytest.approx(a.latency_ms.p99, rel=1e-3)  # type: ignore[union-attr]
+    merged = merge([a.latency_hdr, b.latency_hdr])
+    assert merged.get_total_count() == a.ok + b.ok
+    assert merged.get_max_value() == max(ha.get_max_value(), decode(b.latency_hdr).get_max_value())
+
+
+def test_search_probes_the_bounds_then_bisects(measured: dict) -> None:
+    result: PointResult = measured["results"][3]
+    assert result.search is not None and 1 <= len(result.search) <= 3
+    assert result.search[0].rate == 300
+    if not (result.search[0].valid and result.search[0].slo_met):
+        assert result.search[1].rate == 50
+    passing = [s.rate for s in result.search if s.valid and s.slo_met]
+    if passing:
+        assert result.valid and result.point.search is not None
+    else:
+        assert not result.valid and any("no rate in [50, 300]" in r for r in result.invalid_reasons)
+    assert result.valid == (result.invalid_reasons == [])
