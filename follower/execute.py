@@ -6,16 +6,26 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from common.jobs import Claim, FinishReport, JobTask, PointReport
+from common.logs import JOB_ID
+from follower.convert.signature import check_before_serving
 from follower.leader_client import LeaderClient, LeaderRejected, StaleAttempt
+from follower.loadgen.records import encode_records
+from follower.metrics import METRICS
 from follower.model_cache import fetch_model
+from follower.outbox import Outbox
 from follower.runner import run_backend
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
+
+# How often a running attempt looks at its cancel flag (the heartbeat reply sets it).
+CANCEL_POLL_S = 0.1
 
 
 @dataclass
@@ -38,26 +48,69 @@ class AgentState:
 async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSettings, model_path: Path, env_base: dict) -> None:
     workdir = settings.jobs_dir / f"{task.job_id}-{task.attempt}"
     workdir.mkdir(parents=True, exist_ok=True)
+    outbox = Outbox(settings.work_dir / "outbox")
+    # Refuse a model that does not match the job (or its own metadata) before any server starts.
+    await asyncio.to_thread(check_before_serving, task.spec, task.model, model_path)
+    blobs: dict[int, bytes] = {}  # raw records per point index (the last run of a search point)
+
+    def keep_records(point: Any, records: Any, _summary: Any) -> None:
+        blobs[point.index] = encode_records(records)
+
     for backend in task.spec.backends:
         points = [p for p in task.points if p.backend == backend]
         async for result in run_backend(
-            backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo
+            backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
+            records_sink=keep_records,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
                 "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
                 task.job_id, result.point.index, result.requests, p99, result.valid, "; ".join(result.invalid_reasons),
             )
+            METRICS.point_done(result)
             report = PointReport(attempt=task.attempt, follower_id=settings.follower_id, result=result)
-            # Reporting blocks on the network; the server is idle between points, so nothing is measured meanwhile.
-            await asyncio.to_thread(client.report_point, task.job_id, report)
+            # On disk first (a leader outage loses nothing), then sent; the server is idle between points meanwhile.
+            await asyncio.to_thread(outbox.put, task.job_id, report)
+            await asyncio.to_thread(outbox.flush, client, task.job_id)
+            blob = blobs.pop(result.point.index, None)
+            if blob is not None:
+                try:
+                    await asyncio.to_thread(client.upload_records, task.job_id, task.attempt, result.point.index, blob)
+                except StaleAttempt:
+                    raise
+                except Exception as exc:
+                    # Raw records are supplementary (the summary and histogram are in the report): log, go on.
+                    log.warning("job %s point %d: records upload failed: %s", task.job_id, result.point.index, exc)
+    # Every point must be acknowledged before the attempt is closed (the leader counts them).
+    await asyncio.to_thread(outbox.deliver, client, task.job_id)
+
+
+async def _until_cancelled(coro: Coroutine[Any, Any, None], cancel: threading.Event | None) -> bool:
+    """Run the attempt's points; when `cancel` is set, cancel them (the runner stops the server). False if cancelled."""
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        await asyncio.wait({task}, timeout=CANCEL_POLL_S)
+        if cancel is not None and cancel.is_set() and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return False
+    task.result()
+    return True
 
 
 def execute(
-    payload: dict, *, settings: FollowerSettings, client: LeaderClient, state: AgentState, env_base: dict
+    payload: dict,
+    *,
+    settings: FollowerSettings,
+    client: LeaderClient,
+    state: AgentState,
+    env_base: dict,
+    cancel: threading.Event | None = None,
 ) -> str:
     """Run the attempt the payload names; returns its outcome (succeeded, failed or stale)."""
     task = JobTask.model_validate(payload)
+    JOB_ID.set(task.job_id)  # log lines of this attempt carry the job id (the Celery task runs in a fresh context)
     claim = Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=state.incarnation)
     try:
         task = client.claim(task.job_id, claim)
@@ -66,17 +119,24 @@ def execute(
         return "stale"
     log.info("job %s attempt %d claimed: %d points", task.job_id, task.attempt, len(task.points))
     state.set_running(task.job_id)
+    METRICS.job_started(task)
+    outcome = "failed"
     try:
         model_path, cached = fetch_model(client, task.model, settings.cache_dir)
         log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
-        asyncio.run(_run_points(task, client, settings, model_path, env_base))
+        if not asyncio.run(_until_cancelled(_run_points(task, client, settings, model_path, env_base), cancel)):
+            log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
+            outcome = "cancelled"
+            return outcome
         done = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded")
         client.finish(task.job_id, done)
         log.info("job %s attempt %d succeeded", task.job_id, task.attempt)
-        return "succeeded"
+        outcome = "succeeded"
+        return outcome
     except StaleAttempt:
         log.info("job %s attempt %d was withdrawn by the leader (cancelled or requeued)", task.job_id, task.attempt)
-        return "stale"
+        outcome = "stale"
+        return outcome
     except Exception as exc:  # the attempt fails with its reason; the agent lives on
         reason = f"{type(exc).__name__}: {exc}"
         log.exception("job %s attempt %d failed", task.job_id, task.attempt)
@@ -86,3 +146,5 @@ def execute(
         return "failed"
     finally:
         state.set_running(None)  # the job's directory (server logs) stays for inspection
+        METRICS.job_finished(outcome)
+        JOB_ID.set(None)

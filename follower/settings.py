@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,7 +21,7 @@ def default_follower_id() -> str:
 class FollowerSettings(BaseSettings):
     """Where the leader and the broker are, who this follower is, where it keeps its files."""
 
-    model_config = SettingsConfigDict(env_prefix="BENCHFLEET_FOLLOWER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="BENCHFLEET_FOLLOWER_", extra="ignore", hide_input_in_errors=True)
 
     leader_url: str = "http://127.0.0.1:8700"
     token: SecretStr = Field(min_length=16)
@@ -34,6 +34,16 @@ class FollowerSettings(BaseSettings):
     backends: list[str] | None = None  # None: every backend this host can run
     heartbeat_interval_s: float = Field(default=HEARTBEAT_INTERVAL_S, gt=0)
     server_ready_timeout_s: float = Field(default=60.0, gt=0)
+    # Tier 2: the order held jobs run in (sjf: shortest estimate first with ageing; fcfs: the baseline), and the
+    # ageing rate: seconds of estimate forgiven per second waited (a job waiting estimate/ageing seconds runs next).
+    order: Literal["sjf", "fcfs"] = "sjf"
+    ageing_per_s: float = Field(default=0.01, ge=0)
+    # Do not start a job while a foreign process uses a GPU, or while host CPU is above this percentage (None: off).
+    wait_for_gpu: bool = True
+    max_host_cpu_percent: float | None = Field(default=None, gt=0, le=100)
+    # Prometheus /metrics: loopback by default (set 0.0.0.0 in a pod so Prometheus can scrape); port -1 disables it.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9701, ge=-1, lt=65536)
 
     @field_validator("leader_url")
     @classmethod
@@ -45,6 +55,10 @@ class FollowerSettings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.work_dir / "models"
+
+    @property
+    def held_dir(self) -> Path:
+        return self.work_dir / "held"
 
     @property
     def jobs_dir(self) -> Path:
