@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from pathlib import Path
 
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from common.followers import FollowerInfo, FollowerView, Heartbeat, HeartbeatReply
+from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.models import ModelMeta
 
@@ -46,13 +47,36 @@ class LeaderClient:
     """Thread-safe client for the follower routes of the leader's REST API."""
 
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
-        self._http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+        # `token` is the join token: it only registers; registration returns this agent's own credential.
+        self._join_token = token
+        self._credential: str | None = None
+        self._info: FollowerInfo | None = None
+        self._lock = threading.Lock()
+        self._http = httpx.Client(base_url=base_url, timeout=timeout_s)
 
     def close(self) -> None:
         self._http.close()
 
+    def _auth(self) -> dict[str, str]:
+        with self._lock:
+            return {"Authorization": f"Bearer {self._credential or self._join_token}"}
+
+    def _rejoin(self) -> bool:
+        """The leader no longer accepts our credential (revoked, or PerfDB lost it): join again with the join token."""
+        with self._lock:
+            if self._credential is None or self._info is None:
+                return False
+            self._credential = None
+            info = self._info
+        log.warning("leader refused this agent's credential; joining again")
+        self._register_once(info)
+        return True
+
     def _post(self, path: str, body: str) -> httpx.Response:
-        response = self._http.post(path, content=body, headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        response = self._http.post(path, content=body, headers={**headers, **self._auth()})
+        if response.status_code == 401 and self._rejoin():
+            response = self._http.post(path, content=body, headers={**headers, **self._auth()})
         if response.status_code == 409:
             raise StaleAttempt(response.text)
         if 400 <= response.status_code < 500:
@@ -60,10 +84,26 @@ class LeaderClient:
         response.raise_for_status()
         return response
 
+    def _register_once(self, info: FollowerInfo) -> FollowerView:
+        response = self._http.post(
+            "/api/v1/followers/register",
+            content=info.model_dump_json(),
+            headers={"Content-Type": "application/json", **self._auth()},
+        )
+        if 400 <= response.status_code < 500:
+            raise LeaderRejected(f"register: HTTP {response.status_code}: {response.text[:300]}")
+        response.raise_for_status()
+        reply = FollowerRegistration.model_validate_json(response.content)
+        with self._lock:
+            self._info = info
+            if reply.credential is not None:
+                self._credential = reply.credential
+        return FollowerView.model_validate(reply.model_dump(exclude={"credential"}))
+
     @_retrying
     def register(self, info: FollowerInfo) -> FollowerView:
-        """Register (or re-register) this agent; returns the leader's view of it."""
-        return FollowerView.model_validate_json(self._post("/api/v1/followers/register", info.model_dump_json()).content)
+        """Register (or re-register) this agent; keeps the credential the leader returns for every later call."""
+        return self._register_once(info)
 
     def heartbeat(self, follower_id: str, beat: Heartbeat) -> HeartbeatReply:
         """One heartbeat; not retried (the next one is seconds away)."""
@@ -81,6 +121,20 @@ class LeaderClient:
         self._post(f"/api/v1/jobs/{job_id}/points", report.model_dump_json())
 
     @_retrying
+    def upload_records(self, job_id: str, attempt: int, index: int, blob: bytes) -> None:
+        """Send one point's raw records blob (npz); the leader replaces any earlier upload of it."""
+        path = f"/api/v1/jobs/{job_id}/points/{index}/records"
+        headers = {"Content-Type": "application/octet-stream"}
+        response = self._http.post(path, params={"attempt": attempt}, content=blob, headers={**headers, **self._auth()})
+        if response.status_code == 401 and self._rejoin():
+            response = self._http.post(path, params={"attempt": attempt}, content=blob, headers={**headers, **self._auth()})
+        if response.status_code == 409:
+            raise StaleAttempt(response.text)
+        if 400 <= response.status_code < 500:
+            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        response.raise_for_status()
+
+    @_retrying
     def finish(self, job_id: str, report: FinishReport) -> None:
         """Close the attempt as succeeded or failed."""
         self._post(f"/api/v1/jobs/{job_id}/finish", report.model_dump_json())
@@ -91,7 +145,7 @@ class LeaderClient:
         tmp = dest.with_name(dest.name + f".part{os.getpid()}")
         digest = hashlib.sha256()
         try:
-            with self._http.stream("GET", f"/api/v1/models/{model.name}/{model.version}/file") as response:
+            with self._http.stream("GET", f"/api/v1/models/{model.name}/{model.version}/file", headers=self._auth()) as response:
                 if response.status_code == 404:
                     raise LeaderRejected(f"model {model.ref} is no longer in the repository")
                 response.raise_for_status()

@@ -1,0 +1,73 @@
+"""Raw per-request records of a point: the follower uploads one npz blob, users download it."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from common.errors import InvalidSpec, NotFound
+from leader.api.body import read_limited
+from leader.api.deps import Db, FollowerPrincipal, ViewerAuth, check_follower
+from leader.store import jobs as jobs_store
+from leader.store import records as records_store
+
+router = APIRouter(prefix="/jobs", tags=["records"])
+
+MAX_RECORDS_BYTES = 64 * 1024 * 1024
+# The arrays every blob carries (stage arrays may be added beside them).
+REQUIRED_ARRAYS = ("intended_ns", "sent_ns", "first_byte_ns", "done_ns", "status")
+NPZ_TYPE = "application/octet-stream"
+
+
+def _check_npz(data: bytes) -> None:
+    """Refuse anything but an npz (a zip of .npy members) holding the required arrays; nothing is unpickled."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = {name.removesuffix(".npy") for name in archive.namelist()}
+    except zipfile.BadZipFile:
+        raise InvalidSpec("records must be an npz archive (numpy.savez_compressed)", field="(body)") from None
+    missing = [name for name in REQUIRED_ARRAYS if name not in names]
+    if missing:
+        raise InvalidSpec(f"records lack the arrays {', '.join(missing)}", field="(body)")
+
+
+@router.post("/{job_id}/points/{index}/records", status_code=204)
+async def upload_records(
+    job_id: str,
+    index: int,
+    request: Request,
+    db: Db,
+    principal: FollowerPrincipal,
+    attempt: Annotated[int, Query(ge=1)],
+) -> Response:
+    """Store (or replace) the records blob of a point of the running attempt; 409 for a stale attempt."""
+    job = await jobs_store.get_job(db, job_id=job_id)
+    follower_id = job.follower_id or ""
+    check_follower(principal, follower_id)
+    job = await jobs_store.running_attempt(db, job_id=job_id, attempt=attempt, follower_id=follower_id)
+    if not 0 <= index < job.points_total:
+        raise InvalidSpec(f"point index must be in [0, {job.points_total})", field="index")
+    data = await read_limited(request, MAX_RECORDS_BYTES)
+    _check_npz(data)
+    await records_store.save_records(db, job_id=job_id, attempt=attempt, index=index, data=data)
+    return Response(status_code=204)
+
+
+@router.get("/{job_id}/points/{index}/records", dependencies=[ViewerAuth])
+async def download_records(
+    job_id: str, index: int, db: Db, attempt: Annotated[int | None, Query(ge=1)] = None
+) -> Response:
+    """The records blob of a point (of the job's current attempt unless `attempt` is given); 404 when none."""
+    job = await jobs_store.get_job(db, job_id=job_id)
+    chosen = attempt or job.attempt
+    data = await records_store.load_records(db, job_id=job_id, attempt=chosen, index=index)
+    if data is None:
+        raise NotFound(f"no records for point {index} of job {job_id} attempt {chosen}", field="index")
+    return Response(
+        content=data,
+        media_type=NPZ_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="{job_id}-{chosen}-{index}.npz"'},
+    )

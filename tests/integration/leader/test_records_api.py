@@ -1,0 +1,63 @@
+"""Raw per-request records: one npz blob per point and attempt in GridFS, uploaded by the follower, served to users."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.records import decode_records, encode_records
+from tests.integration.leader.conftest import ADMIN, Leader
+from tests.integration.leader.test_scheduling import claim, fid
+
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+def _blob(n: int, seed: int) -> tuple[bytes, LoadRecords]:
+    rng = np.random.default_rng(seed)
+    records = LoadRecords.allocate(10**12, np.sort(rng.integers(0, 10**9, n)))
+    records.sent_ns[:] = records.intended_ns + 1000
+    records.done_ns[:] = records.sent_ns + rng.integers(10**5, 10**7, n)
+    records.status[:] = 200
+    return encode_records(records), records
+
+
+def test_upload_replace_download(leader: Leader) -> None:
+    leader.upload_model()
+    job = leader.submit()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    leader.wait_dispatched(job["id"])
+    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
+    path = f"/api/v1/jobs/{job['id']}/points/1/records"
+    auth = leader.as_follower(follower)
+
+    assert leader.client.get(path, headers=ADMIN).status_code == 404
+    first, _ = _blob(500, 1)
+    second, records = _blob(700, 2)
+    for blob in (first, second):  # a retried upload replaces, never duplicates
+        response = leader.client.post(path, params={"attempt": 1}, headers={**auth, **OCTET}, content=blob)
+        assert response.status_code == 204, response.text
+    assert leader.db["records.files"].count_documents({"metadata.job_id": job["id"]}) == 1
+
+    got = leader.client.get(path, headers=ADMIN)
+    assert got.status_code == 200 and got.headers["content-type"] == "application/octet-stream"
+    arrays = decode_records(got.content)
+    np.testing.assert_array_equal(arrays["done_ns"], records.done_ns)
+    assert arrays["intended_ns"].dtype == np.int64 and len(arrays["status"]) == 700
+
+    # Wrong attempt → 409; a point outside the grid or a body that is not an npz → 422 naming the field.
+    stale = leader.client.post(path, params={"attempt": 2}, headers={**auth, **OCTET}, content=second)
+    assert stale.status_code == 409, stale.text
+    outside = leader.client.post(path.replace("/1/", "/9/"), params={"attempt": 1}, headers={**auth, **OCTET}, content=second)
+    assert outside.status_code == 422 and outside.json()["field"] == "index"
+    junk = leader.client.post(path, params={"attempt": 1}, headers={**auth, **OCTET}, content=b"not a zip")
+    assert junk.status_code == 422 and junk.json()["field"] == "(body)"
+    missing = leader.client.post(path, headers={**auth, **OCTET}, content=second)
+    assert missing.status_code == 422 and "attempt" in missing.text
+    # Only the follower running the job (or an admin) may upload; nobody without a token may read.
+    other = fid()
+    leader.register(other)
+    assert leader.client.post(path, params={"attempt": 1}, headers={**leader.as_follower(other), **OCTET}, content=second).status_code == 403
+    assert leader.client.get(path).status_code == 401
