@@ -59,5 +59,6 @@ def test_upload_replace_download(leader: Leader) -> None:
     # Only the follower running the job (or an admin) may upload; nobody without a token may read.
     other = fid()
     leader.register(other)
-    assert leader.client.post(path, params={"attempt": 1}, headers={**leader.as_follower(other), **OCTET}, content=second).status_code == 403
+    foreign = {**leader.as_follower(other), **OCTET}
+    assert leader.client.post(path, params={"attempt": 1}, headers=foreign, content=second).status_code == 403
     assert leader.client.get(path).status_code == 401
