@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from follower.backends.base import Backend
 from follower.backends.onnxruntime import OnnxRuntimeBackend
+from follower.backends.tfserving import TFServingBackend
+from follower.backends.torchscript import TorchScriptBackend
+from follower.backends.triton import TritonBackend
 
-# Triton, TorchScript and TF Serving slot in here as one module and one entry each.
 BACKENDS: dict[str, type[Backend]] = {
     "onnxruntime": OnnxRuntimeBackend,
+    "torchscript": TorchScriptBackend,
+    "triton": TritonBackend,
+    "tfserving": TFServingBackend,
 }
 
 
@@ -20,4 +25,4 @@ def get_backend(name: str, **options: object) -> Backend:
     return cls(**options)
 
 
-__all__ = ["BACKENDS", "Backend", "OnnxRuntimeBackend", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "OnnxRuntimeBackend", "TFServingBackend", "TorchScriptBackend", "TritonBackend", "get_backend"]

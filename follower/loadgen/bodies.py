@@ -41,8 +41,13 @@ def synthetic_data(spec: TensorSpec, shape: Sequence[int], rng: np.random.Genera
     raise ValueError(f"input {spec.name!r}: unsupported datatype {dt}")
 
 
-def build_bodies(inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS) -> list[bytes]:
-    """`variants` KServe v2 JSON infer bodies for a batch of `batch_size`, reproducible for a seed."""
+def build_bodies(
+    inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve"
+) -> list[bytes]:
+    """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
+
+    `wire` is the request dialect: "kserve" (KServe v2: flat data + shape) or "tfserving" (TF Serving REST: nested lists).
+    """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     rng = np.random.default_rng(seed)
@@ -54,5 +59,9 @@ def build_bodies(inputs: Sequence[TensorSpec], batch_size: int, seed: int, varia
             entries.append(
                 {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}
             )
-        bodies.append(orjson.dumps({"inputs": entries}))
+        if wire == "tfserving":
+            nested = {e["name"]: np.asarray(e["data"]).reshape(e["shape"]).tolist() for e in entries}
+            bodies.append(orjson.dumps({"inputs": nested}))
+        else:
+            bodies.append(orjson.dumps({"inputs": entries}))
     return bodies

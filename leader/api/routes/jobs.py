@@ -7,11 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from common.errors import Conflict, InvalidSpec, UnsupportedMediaType
+from common.errors import Conflict, Forbidden, InvalidSpec, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.signature import input_mismatches
 from common.spec import load_yaml, parse_spec
 from leader.api.body import read_limited
-from leader.api.deps import AdminAuth, Db, FollowerAuth, PlacerDep, SettingsDep
+from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
+from leader.limits import check_spec_limits
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
@@ -43,8 +45,8 @@ def _decode(content_type: str, body: bytes) -> Any:
     return load_yaml(body)
 
 
-@router.post("", status_code=201, response_model=JobView, dependencies=[AdminAuth], openapi_extra=_SPEC_BODY)
-async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep) -> JobView:
+@router.post("", status_code=201, response_model=JobView, openapi_extra=_SPEC_BODY)
+async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep, principal: Submitter) -> JobView:
     """Submit a job spec (YAML or JSON); it is stored as queued before the reply."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in YAML_TYPES | JSON_TYPES:
@@ -54,13 +56,16 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         )
     body = await read_limited(request, settings.max_body_bytes)
     spec = parse_spec(_decode(content_type, body))
+    check_spec_limits(spec, settings)
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
-    job = await jobs_store.insert_job(db, spec=spec, model=model)
+    if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
+        raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
+    job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
     placer.nudge()
     return job
 
 
-@router.get("", response_model=list[JobView], dependencies=[AdminAuth])
+@router.get("", response_model=list[JobView], dependencies=[ViewerAuth])
 async def list_jobs(
     db: Db, state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100
 ) -> list[JobView]:
@@ -68,13 +73,13 @@ async def list_jobs(
     return await jobs_store.list_jobs(db, state=state, limit=limit)
 
 
-@router.get("/{job_id}", response_model=JobView, dependencies=[AdminAuth])
+@router.get("/{job_id}", response_model=JobView, dependencies=[ViewerAuth])
 async def get_job(job_id: str, db: Db) -> JobView:
     """One job."""
     return await jobs_store.get_job(db, job_id=job_id)
 
 
-@router.get("/{job_id}/results", response_model=JobResults, dependencies=[AdminAuth])
+@router.get("/{job_id}/results", response_model=JobResults, dependencies=[ViewerAuth])
 async def get_results(job_id: str, db: Db) -> JobResults:
     """The job and the point results of its current attempt, by point index."""
     job = await jobs_store.get_job(db, job_id=job_id)
@@ -82,24 +87,29 @@ async def get_results(job_id: str, db: Db) -> JobResults:
     return JobResults(job=job, points=points)
 
 
-@router.post("/{job_id}/cancel", response_model=JobView, dependencies=[AdminAuth])
-async def cancel_job(job_id: str, db: Db) -> JobView:
-    """Cancel a job that has not finished (409 if it has)."""
+@router.post("/{job_id}/cancel", response_model=JobView)
+async def cancel_job(job_id: str, db: Db, principal: Submitter) -> JobView:
+    """Cancel a job that has not finished (409 if it has); only its owner or an admin may (403)."""
+    job = await jobs_store.get_job(db, job_id=job_id)
+    if not principal.may_manage(job.owner):
+        raise Forbidden(f"job {job_id} belongs to {job.owner}; only they or an admin may cancel it", field="owner")
     return await jobs_store.cancel_job(db, job_id=job_id)
 
 
-@router.post("/{job_id}/claim", response_model=JobTask, dependencies=[FollowerAuth])
-async def claim_job(job_id: str, claim: Claim, db: Db) -> JobTask:
+@router.post("/{job_id}/claim", response_model=JobTask)
+async def claim_job(job_id: str, claim: Claim, db: Db, principal: FollowerPrincipal) -> JobTask:
     """A follower starts the attempt it was sent: granted once, to the current incarnation (409 otherwise)."""
+    check_follower(principal, claim.follower_id)
     incarnation = await followers_store.incarnation_of(db, follower_id=claim.follower_id)
     if incarnation != claim.incarnation:
         raise Conflict(f"follower {claim.follower_id} incarnation {claim.incarnation} is not registered", field="incarnation")
     return await jobs_store.claim_job(db, job_id=job_id, claim=claim)
 
 
-@router.post("/{job_id}/points", response_model=JobView, dependencies=[FollowerAuth])
-async def report_point(job_id: str, report: PointReport, db: Db) -> JobView:
+@router.post("/{job_id}/points", response_model=JobView)
+async def report_point(job_id: str, report: PointReport, db: Db, principal: FollowerPrincipal) -> JobView:
     """Store one point of the running attempt (idempotent by point index; 409 for a stale attempt)."""
+    check_follower(principal, report.follower_id)
     job = await jobs_store.running_attempt(db, job_id=job_id, attempt=report.attempt, follower_id=report.follower_id)
     if not 0 <= report.result.point.index < job.points_total:
         raise InvalidSpec(f"point index must be in [0, {job.points_total})", field="result.point.index")
@@ -108,7 +118,8 @@ async def report_point(job_id: str, report: PointReport, db: Db) -> JobView:
     return job.model_copy(update={"points_done": done})
 
 
-@router.post("/{job_id}/finish", response_model=JobView, dependencies=[FollowerAuth])
-async def finish_job(job_id: str, report: FinishReport, db: Db) -> JobView:
+@router.post("/{job_id}/finish", response_model=JobView)
+async def finish_job(job_id: str, report: FinishReport, db: Db, principal: FollowerPrincipal) -> JobView:
     """Close the running attempt as succeeded or failed (the same finish again is a no-op; 409 if stale)."""
+    check_follower(principal, report.follower_id)
     return await jobs_store.finish_job(db, job_id=job_id, report=report)

@@ -11,13 +11,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
-from common.errors import Conflict, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
+from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
 from common.models import ModelFormat, ModelMeta
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 from leader.api.body import limited_request
-from leader.api.deps import AdminAuth, Db, FollowerAuth, SettingsDep
+from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
 from leader.clock import utcnow
-from leader.onnx_signature import read_signature
+from leader.onnx_signature import model_signature
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 
@@ -56,8 +56,8 @@ def _text_field(value: str | UploadFile | None, name: str, pattern: str | None =
     return value
 
 
-@router.post("", status_code=201, response_model=ModelMeta, dependencies=[AdminAuth], openapi_extra=_UPLOAD_BODY)
-async def upload_model(request: Request, db: Db, settings: SettingsDep) -> ModelMeta:
+@router.post("", status_code=201, response_model=ModelMeta, openapi_extra=_UPLOAD_BODY)
+async def upload_model(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> ModelMeta:
     """Store a model file with its signature and checksum; the model is visible only once fully stored."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type != "multipart/form-data":
@@ -67,6 +67,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep) -> Model
         name = _text_field(form.get("name"), "name", NAME_PATTERN)
         version = _text_field(form.get("version"), "version", VERSION_PATTERN)
         model_format = form.get("format") or "onnx"
+        declared = form.get("signature")
         if model_format not in FORMATS:
             raise InvalidSpec(f"must be one of {', '.join(FORMATS)}", field="format")
         upload = form.get("file")
@@ -80,7 +81,9 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep) -> Model
     if len(data) > settings.max_upload_bytes:
         raise_too_large(settings.max_upload_bytes)
     # Parsing and hashing hundreds of MiB is CPU work: keep it off the event loop.
-    inputs, outputs = await anyio.to_thread.run_sync(read_signature, data)
+    inputs, outputs = await anyio.to_thread.run_sync(
+        model_signature, str(model_format), data, declared if isinstance(declared, str) else None
+    )
     sha256 = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
     meta = ModelMeta(
         name=name,
@@ -91,6 +94,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep) -> Model
         sha256=sha256,
         size_bytes=len(data),
         created_at=utcnow(),
+        owner=principal.user,
     )
     return await models_store.insert_model(db, meta=meta, data=data)
 
@@ -100,20 +104,20 @@ def raise_too_large(limit: int) -> NoReturn:
     raise PayloadTooLarge(f"model file exceeds the limit of {limit} bytes", field="file")
 
 
-@router.get("", response_model=list[ModelMeta], dependencies=[AdminAuth])
+@router.get("", response_model=list[ModelMeta], dependencies=[ViewerAuth])
 async def list_models(db: Db) -> list[ModelMeta]:
     """Every stored model."""
     return await models_store.list_models(db)
 
 
 # Followers fetch the models of their tasks, so metadata and bytes also accept the follower token.
-@router.get("/{name}/{version}", response_model=ModelMeta, dependencies=[FollowerAuth])
+@router.get("/{name}/{version}", response_model=ModelMeta, dependencies=[ReaderAuth])
 async def get_model(name: str, version: str, db: Db) -> ModelMeta:
     """One model's metadata; version `latest` names the newest."""
     return await models_store.get_model(db, name=name, version=version)
 
 
-@router.get("/{name}/{version}/file", response_class=StreamingResponse, dependencies=[FollowerAuth])
+@router.get("/{name}/{version}/file", response_class=StreamingResponse, dependencies=[ReaderAuth])
 async def download_model(name: str, version: str, db: Db) -> StreamingResponse:
     """The model's bytes, streamed from GridFS, with their sha256 in X-Benchfleet-Sha256."""
     meta, chunks = await models_store.open_model_file(db, name=name, version=version)
@@ -125,9 +129,12 @@ async def download_model(name: str, version: str, db: Db) -> StreamingResponse:
     return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
 
 
-@router.delete("/{name}/{version}", status_code=204, response_class=Response, dependencies=[AdminAuth])
-async def delete_model(name: str, version: str, db: Db) -> Response:
-    """Delete a model no unfinished job uses (409 otherwise)."""
+@router.delete("/{name}/{version}", status_code=204, response_class=Response)
+async def delete_model(name: str, version: str, db: Db, principal: Submitter) -> Response:
+    """Delete a model no unfinished job uses (409 otherwise); only its owner or an admin may (403)."""
+    meta = await models_store.get_model(db, name=name, version=version)
+    if not principal.may_manage(meta.owner):
+        raise Forbidden(f"model {meta.ref} belongs to {meta.owner}; only they or an admin may delete it", field="owner")
     if await jobs_store.model_in_use(db, model_ref=f"{name}:{version}"):
         raise Conflict(f"model {name}:{version} is used by a job that has not finished", field="version")
     await models_store.delete_model(db, name=name, version=version)

@@ -1,0 +1,43 @@
+"""The TorchScript backend: benchfleet's own KServe v2 server around torch.jit (follower.servers.torchscript_server)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+from common.models import ModelMeta
+from follower.backends.artifacts import artifact
+from follower.backends.onnxruntime import SOURCE_ROOT, kserve_server_argv
+from follower.backends.process import ProcessBackend
+
+
+def torch_available() -> str | None:
+    """torch's version if it is installed (without importing it: that takes seconds), else None."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class TorchScriptBackend(ProcessBackend):
+    """Serves a TorchScript file (or a bundle's model.pt) behind the Open Inference Protocol."""
+
+    name = "torchscript"
+
+    def version(self) -> str:
+        """torch's version."""
+        return torch_available() or "absent"
+
+    def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
+        """Spawn the server on a free loopback port with its log at workdir/torchscript.log."""
+        if torch_available() is None:
+            raise RuntimeError("the torchscript backend needs PyTorch on this follower (pip install 'benchfleet[torch]')")
+        ts_file = artifact(model_path, model, "torchscript", workdir)
+        port = self._new_port()
+        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus, self.server)
+        signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
+        argv += ["--signature", json.dumps(signature)]
+        if self.server.threads is not None:
+            argv += ["--threads", str(self.server.threads)]
+        self._spawn(argv, workdir, model, cwd=SOURCE_ROOT)

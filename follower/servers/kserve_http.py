@@ -1,0 +1,415 @@
+"""The KServe v2 / Open Inference Protocol HTTP layer shared by benchfleet's own model servers (ORT, TorchScript).
+
+An engine subclasses `KServeModel` and supplies `load()` (blocking: open the model, fill `inputs`/`outputs`, set
+`handle` last) and `run_batch()`. This module owns request decoding and validation, response encoding, the per-stage
+timings every answer carries in `parameters` (queue, infer, decode, encode; nanoseconds), server-side dynamic
+batching, the ASGI app, and the process plumbing (argument parsing, parent watchdog, uvicorn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+log = logging.getLogger("benchfleet.kserve")
+
+V2_TO_NUMPY: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+
+_JSON = "application/json"
+
+
+class BadRequest(Exception):
+    """A client error rendered as 400 {"error": ...}."""
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+
+@dataclass
+class _Pending:
+    feeds: dict[str, np.ndarray]
+    rows: int
+    submitted_ns: int
+    future: asyncio.Future[tuple[list[np.ndarray], int, int]] = field(repr=False)
+
+
+class KServeModel:
+    """One model behind the Open Inference Protocol; engines override `load`, `run_batch` and `platform`."""
+
+    platform = "unknown"
+    engine_version = "unknown"
+
+    def __init__(self, model_path: str, name: str, version: str, *, instances: int = 1, max_batch_size: int = 0,
+                 max_queue_delay_us: int = 0) -> None:
+        self.model_path = model_path
+        self.name = name
+        self.version = version
+        self.handle: Any = None  # the loaded engine object; set last by load()
+        self.load_error: BaseException | None = None
+        self.inputs: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        # One worker per instance: the wait for a free worker is exactly the server's queue stage.
+        self.executor = ThreadPoolExecutor(max_workers=max(1, instances), thread_name_prefix=f"{self.platform}-run")
+        self.stats: dict[str, Any] = {"requests": 0, "ok": 0, "errors": 0, "batches": 0, "batched_rows": 0}
+        # Dynamic batching is on when max_batch_size > 0: requests wait up to max_queue_delay_us to share one run.
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay_ns = max_queue_delay_us * 1000
+        self._pending: list[_Pending] = []
+        self._wakeup: asyncio.Event | None = None
+
+    # -- engine hooks ------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the model (blocking); fill inputs/outputs, then set `handle`."""
+        raise NotImplementedError
+
+    def run_batch(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+        """Run the engine once on `feeds`, returning the named outputs."""
+        raise NotImplementedError
+
+    # -- loading -----------------------------------------------------------------------------------------------
+
+    def load_in_background(self, on_failure: Any) -> threading.Thread:
+        """Load in a thread so liveness answers while the model loads; call `on_failure` if loading fails."""
+
+        def run() -> None:
+            started = time.monotonic()
+            try:
+                self.load()
+                log.warning("model %s loaded from %s in %.3fs", self.name, self.model_path, time.monotonic() - started)
+            except BaseException as exc:  # noqa: BLE001 - any failure must end the server, not leave it unready forever
+                self.load_error = exc
+                log.exception("loading %s failed", self.model_path)
+                on_failure()
+
+        thread = threading.Thread(target=run, name="model-load", daemon=True)
+        thread.start()
+        return thread
+
+    @property
+    def ready(self) -> bool:
+        return self.handle is not None
+
+    # -- protocol ----------------------------------------------------------------------------------------------
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": self.platform,
+            "inputs": list(self.inputs.values()),
+            "outputs": list(self.outputs.values()),
+        }
+
+    def decode(self, body: bytes) -> tuple[Any, dict[str, np.ndarray], list[str]]:
+        """Parse and validate an infer request into (id, feeds, output names), raising BadRequest naming the culprit."""
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+            raise BadRequest("request body must be an object with an 'inputs' list")
+        feeds: dict[str, np.ndarray] = {}
+        for item in doc["inputs"]:
+            if not isinstance(item, dict):
+                raise BadRequest("each entry of 'inputs' must be an object")
+            name = item.get("name")
+            spec = self.inputs.get(name)  # type: ignore[arg-type]
+            if spec is None:
+                raise BadRequest(f"unknown input {name!r}; the model's inputs are {sorted(self.inputs)}")
+            if name in feeds:
+                raise BadRequest(f"input {name!r} is given twice")
+            datatype = item.get("datatype")
+            if datatype != spec["datatype"]:
+                raise BadRequest(f"input {name!r}: datatype {datatype!r} does not match the model's {spec['datatype']}")
+            dtype = V2_TO_NUMPY.get(datatype)
+            if dtype is None:
+                raise BadRequest(f"input {name!r}: datatype {datatype} is not supported by this server's JSON encoding")
+            shape = item.get("shape")
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                raise BadRequest(f"input {name!r}: 'shape' must be a list of non-negative integers")
+            model_shape = spec["shape"]
+            if len(shape) != len(model_shape) or any(m != -1 and m != d for m, d in zip(model_shape, shape, strict=True)):
+                raise BadRequest(f"input {name!r}: shape {shape} does not fit the model's {model_shape}")
+            data = item.get("data")
+            if not isinstance(data, list):
+                raise BadRequest(f"input {name!r}: 'data' must be a flat list")
+            if len(data) != math.prod(shape):
+                raise BadRequest(f"input {name!r}: {len(data)} values do not fill shape {shape}")
+            try:
+                feeds[name] = np.asarray(data, dtype=dtype).reshape(shape)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise BadRequest(f"input {name!r}: data does not convert to {datatype}: {exc}") from None
+        missing = sorted(set(self.inputs) - set(feeds))
+        if missing:
+            raise BadRequest(f"missing inputs {missing}")
+        wanted = doc.get("outputs")
+        if wanted is None:
+            names = list(self.outputs)
+        else:
+            if not isinstance(wanted, list) or not all(isinstance(o, dict) for o in wanted):
+                raise BadRequest("'outputs' must be a list of objects with a 'name'")
+            names = [o.get("name") for o in wanted]
+            unknown = [n for n in names if n not in self.outputs]
+            if unknown:
+                raise BadRequest(f"unknown outputs {unknown}; the model's outputs are {sorted(self.outputs)}")
+        return doc.get("id"), feeds, names
+
+    def run(self, feeds: dict[str, np.ndarray], names: list[str], submitted_ns: int) -> tuple[list[np.ndarray], int, int]:
+        """One engine run in an executor thread; returns outputs, time queued for the executor, and run time."""
+        start = time.perf_counter_ns()
+        outputs = self.run_batch(feeds, names)
+        return outputs, start - submitted_ns, time.perf_counter_ns() - start
+
+    async def submit(
+        self, feeds: dict[str, np.ndarray], names: list[str], submitted_ns: int
+    ) -> tuple[list[np.ndarray], int, int]:
+        """Run now, or through the dynamic batcher when it is on (every output is requested, then narrowed)."""
+        loop = asyncio.get_running_loop()
+        if self.max_batch_size <= 0:
+            return await loop.run_in_executor(self.executor, self.run, feeds, names, submitted_ns)
+        rows = min(int(a.shape[0]) if a.ndim else 1 for a in feeds.values())
+        future: asyncio.Future[tuple[list[np.ndarray], int, int]] = loop.create_future()
+        self._pending.append(_Pending(feeds, rows, submitted_ns, future))
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+            loop.create_task(self._batcher())
+        self._wakeup.set()
+        outputs, queue_ns, infer_ns = await future
+        all_names = list(self.outputs)
+        return [outputs[all_names.index(n)] for n in names], queue_ns, infer_ns
+
+    async def _batcher(self) -> None:
+        """Gather pending requests into batches of at most max_batch_size rows, waiting at most the queue delay."""
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        names = list(self.outputs)
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._pending:
+                deadline_ns = self._pending[0].submitted_ns + self.max_queue_delay_ns
+                while sum(p.rows for p in self._pending) < self.max_batch_size:
+                    left = deadline_ns - time.perf_counter_ns()
+                    if left <= 0:
+                        break
+                    self._wakeup.clear()
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), left / 1e9)
+                    except TimeoutError:
+                        break
+                batch: list[_Pending] = []
+                rows = 0
+                while self._pending and (not batch or rows + self._pending[0].rows <= self.max_batch_size):
+                    item = self._pending.pop(0)
+                    batch.append(item)
+                    rows += item.rows
+                feeds = {k: np.concatenate([p.feeds[k] for p in batch], axis=0) for k in batch[0].feeds}
+                started = time.perf_counter_ns()
+                try:
+                    outputs, _, infer_ns = await loop.run_in_executor(self.executor, self.run, feeds, names, started)
+                except Exception as exc:  # noqa: BLE001 - the engine's error goes to every request of the batch
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+                    continue
+                self.stats["batches"] += 1
+                self.stats["batched_rows"] += rows
+                offset = 0
+                for p in batch:
+                    part = [o[offset : offset + p.rows] for o in outputs]
+                    offset += p.rows
+                    if not p.future.done():
+                        # Queue = time from arrival to the batch's run start (batching delay + executor wait).
+                        p.future.set_result((part, started - p.submitted_ns, infer_ns))
+
+    def encode_outputs(self, names: list[str], arrays: list[np.ndarray]) -> bytes:
+        """The 'outputs' list as JSON bytes (orjson serialises numpy arrays natively)."""
+        out = []
+        for name, array in zip(names, arrays, strict=True):
+            if array.dtype == np.float16:
+                array = array.astype(np.float32)  # orjson has no float16; JSON numbers lose nothing
+            out.append(
+                {"name": name, "datatype": self.outputs[name]["datatype"], "shape": list(array.shape), "data": array.ravel()}
+            )
+        return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callable[[], None] | None = None) -> Starlette:
+    """The ASGI app around `server`; `load` starts the background session load at startup."""
+
+    def _unknown(name: str) -> Response:
+        return _json({"error": f"unknown model {name!r}; this server serves {server.name!r}"}, 404)
+
+    async def live(request: Request) -> Response:
+        return _json({"live": True})
+
+    async def ready(request: Request) -> Response:
+        return _json({"ready": server.ready}, 200 if server.ready else 503)
+
+    async def server_metadata(request: Request) -> Response:
+        extensions = ["benchfleet_stage_timings", "benchfleet_dynamic_batching"]
+        return _json({"name": f"benchfleet-{server.platform}", "version": server.engine_version, "extensions": extensions})
+
+    async def model_metadata(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != server.name:
+            return _unknown(name)
+        if not server.ready:
+            return _json({"error": f"model {name!r} is still loading"}, 503)
+        return _json(server.metadata())
+
+    async def model_ready(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != server.name:
+            return _unknown(name)
+        return _json({"name": name, "ready": server.ready}, 200 if server.ready else 503)
+
+    async def stats(request: Request) -> Response:
+        name = request.path_params["name"]
+        return _json(server.stats) if name == server.name else _unknown(name)
+
+    async def infer(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != server.name:
+            return _unknown(name)
+        if not server.ready:
+            return _json({"error": f"model {name!r} is still loading"}, 503)
+        server.stats["requests"] += 1
+        body = await request.body()
+        t_decode = time.perf_counter_ns()
+        try:
+            request_id, feeds, names = server.decode(body)
+        except BadRequest as exc:
+            server.stats["errors"] += 1
+            return _json({"error": str(exc)}, 400)
+        submitted = time.perf_counter_ns()
+        decode_ns = submitted - t_decode
+        try:
+            arrays, queue_ns, infer_ns = await server.submit(feeds, names, submitted)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own types for shape/type faults the checks missed
+            server.stats["errors"] += 1
+            return _json({"error": f"inference failed: {exc}"}, 400 if "INVALID_ARGUMENT" in str(exc) else 500)
+        t_encode = time.perf_counter_ns()
+        outputs = server.encode_outputs(names, arrays)
+        # The body is spliced by hand so that encode_ns can cover the costly part (the tensors) and still be in it.
+        head = b'{"model_name":' + orjson.dumps(server.name)
+        if request_id is not None:
+            head += b',"id":' + orjson.dumps(request_id)
+        encode_ns = time.perf_counter_ns() - t_encode
+        params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": decode_ns, "encode_ns": encode_ns}
+        server.stats["ok"] += 1
+        return Response(head + b',"outputs":' + outputs + b',"parameters":' + orjson.dumps(params) + b"}", media_type=_JSON)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if load:
+            server.load_in_background(on_load_failure or (lambda: None))
+        try:
+            yield
+        finally:
+            server.executor.shutdown(wait=False, cancel_futures=True)
+
+    routes = [
+        Route("/v2", server_metadata),
+        Route("/v2/health/live", live),
+        Route("/v2/health/ready", ready),
+        Route("/v2/models/{name}", model_metadata),
+        Route("/v2/models/{name}/ready", model_ready),
+        Route("/v2/models/{name}/stats", stats),
+        Route("/v2/models/{name}/infer", infer, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The options every benchfleet model server takes."""
+    parser.add_argument("--model", required=True, help="path of the model file")
+    parser.add_argument("--name", required=True, help="the model name clients use in URLs")
+    parser.add_argument("--version", default="1", help="the model version reported in metadata")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--instances", type=int, default=1, help="concurrent engine runs (executor workers)")
+    parser.add_argument("--max-batch-size", type=int, default=0, help="dynamic batching: rows per run (0 = off)")
+    parser.add_argument("--max-queue-delay-us", type=int, default=0, help="dynamic batching: longest wait to fill a batch")
+    parser.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the server to (default: unpinned)")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the follower) is gone")
+
+
+def pin_cpus(spec: str | None) -> set[int] | None:
+    """Pin this process to the given CPUs (before the engine starts its threads, so they inherit it)."""
+    if not spec:
+        return None
+    cpus = {int(c) for c in spec.split(",")}
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def watch_parent(parent_pid: int, on_gone: Any) -> None:
+    """Stop the server when the follower that started it dies (even by SIGKILL): no orphan servers."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        on_gone()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def serve(server: KServeModel, host: str, port: int, parent_pid: int | None) -> int:
+    """Serve until SIGTERM/SIGINT (or the parent's death); exit code 1 if the model failed to load."""
+    import uvicorn  # imported here so that importing the module (tests, metadata) stays light
+
+    def stop() -> None:
+        # Called from the loading or watchdog thread: uvicorn polls should_exit and shuts down cleanly.
+        uv_server.should_exit = True
+
+    config = uvicorn.Config(
+        build_app(server, on_load_failure=stop),
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        workers=1,
+        log_level="warning",
+        lifespan="on",
+        # Clients keep connections between warm-up and measured runs; don't drop them as idle in between.
+        timeout_keep_alive=60,
+    )
+    uv_server = uvicorn.Server(config)
+    if parent_pid is not None:
+        watch_parent(parent_pid, stop)
+    uv_server.run()
+    return 1 if server.load_error is not None else 0
