@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -144,11 +143,9 @@ def leader() -> None:
 @app.command()
 def follower() -> None:
     """Run a follower agent (settings from BENCHFLEET_FOLLOWER_* variables)."""
-    from follower.agent import run_agent
-    from follower.settings import FollowerSettings
+    from follower.__main__ import main as follower_main
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_agent(FollowerSettings())  # type: ignore[call-arg]
+    raise typer.Exit(follower_main())
 
 
 @app.command()
@@ -282,6 +279,41 @@ def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", to
     with _client(url, token) as client:
         _call(client.delete_model, name, version)
     console.print(json.dumps({"deleted": f"{name}:{version}"}))
+
+
+@models_app.command("generate")
+def models_generate(
+    kind: Annotated[str, typer.Argument(help="fc, conv, lstm or attention")],
+    depth: int = 2,
+    width: int = 64,
+    input_size: int = 32,
+    seed: int = 0,
+    out: Annotated[Path | None, typer.Option(help="where to write the bundle (default: NAME.zip)")] = None,
+    push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
+    name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS)")] = None,
+    version: str = "1",
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Generate a canonical model (ONNX + TorchScript bundle, both checked against PyTorch; needs the torch extra)."""
+    from follower.convert.canonical import CanonicalSpec, default_name, generate  # torch loads only for this command
+
+    try:
+        spec = CanonicalSpec(kind, depth=depth, width=width, input_size=input_size, seed=seed)  # type: ignore[arg-type]
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_USAGE) from None
+    bundle, meta = generate(spec)
+    name = name or default_name(spec)
+    path = out or Path(f"{name}.zip")
+    path.write_bytes(bundle)
+    cost = meta["cost_per_inference"]
+    checks = ", ".join(f"{c['target']} max|diff| {c['max_abs_diff']:.2g} (atol {c['atol']:g})" for c in meta["checks"])
+    console.print(f"{path}: {cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}")
+    if push:
+        with _client(url, token) as client:
+            stored = _call(client.upload_model, path, name=name, version=version, format="bundle")
+        console.print(f"{stored.ref} sha256={stored.sha256} size={stored.size_bytes}")
 
 
 @app.command()

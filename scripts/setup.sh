@@ -33,3 +33,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -c "import fastapi, celery, motor, onnxruntime, hdrh, aiohttp" 
     echo "$want" > "$stamp"
 fi
+
+# The torch extra for the TorchScript backend and the canonical model generator: the torch==2.13.0 wheel these
+# machines hold is the CPU build, and the check below refuses a CUDA one; fail soft: those tests skip without it.
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+    echo "setup: installing torch==2.13.0 (CPU)"
+    .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING" | tail -2 || true
+    .venv/bin/python -c "import torch; assert not torch.version.cuda, 'a CUDA torch was installed'" \
+        || echo "setup: torch unavailable or not the CPU build; TorchScript tests will skip"
+fi
+.venv/bin/python -c "import skimage" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "scikit-image>=0.22" 2>&1 | tail -1 || true
+# A real tritonserver extracted from the nvidia-pytriton wheel (idempotent, cached under .benchfleet/; fails soft).
+bash scripts/install_triton.sh || true
