@@ -107,7 +107,7 @@ def test_no_server_outlives_a_cancelled_job(canon: tuple[Path, ModelMeta], tmp_p
 
             original = runner.get_backend
 
-            def spy(*args: Any, **kwargs: Any) -> Any:
+            def spy(*args: Any, original: Any = original, started: asyncio.Event = started, **kwargs: Any) -> Any:
                 backend = original(*args, **kwargs)
                 start = backend.start
 
