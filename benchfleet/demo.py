@@ -116,6 +116,8 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                 "BENCHFLEET_FOLLOWER_TOKEN": follower_token,
                 "BENCHFLEET_FOLLOWER_FOLLOWER_ID": FOLLOWER_ID,
                 "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / "follower"),
+                # A free port, so a demo beside a running follower (default 9701) still exposes its metrics.
+                "BENCHFLEET_FOLLOWER_METRICS_PORT": str(free_port()),
             }
             console.print(f"[dim]work dir {workdir}; database, Redis, leader on {leader_url}, follower '{FOLLOWER_ID}'[/]")
             leader = SupervisedProcess(_python_module("leader"), name="leader", log_path=workdir / "leader.log", env=env)

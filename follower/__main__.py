@@ -1,10 +1,26 @@
 """`python -m follower`: run the follower agent with settings from the environment."""
 
-import logging
+import sys
 
+from pydantic import ValidationError
+
+from common.logs import setup_logging
 from follower.agent import run_agent
 from follower.settings import FollowerSettings
 
+
+def main() -> int:
+    """Validate the settings, then run the agent until stopped."""
+    try:
+        setup_logging("follower")  # JSON lines by default; BENCHFLEET_LOG_FORMAT=text for humans
+        settings = FollowerSettings()  # type: ignore[call-arg]  # the token comes from the environment
+    except (ValidationError, ValueError) as exc:
+        # SecretStr keeps the token out of the message; only field names and reasons are shown.
+        print(f"benchfleet follower: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    run_agent(settings)
+    return 0
+
+
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_agent(FollowerSettings())  # type: ignore[call-arg]
+    sys.exit(main())

@@ -11,7 +11,7 @@ from celery import Celery
 
 from common import __version__
 from common.followers import FollowerInfo, Heartbeat
-from common.logs import FOLLOWER_ID
+from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
 from follower import hostinfo
 from follower.backends import BACKENDS
@@ -107,7 +107,7 @@ def build_celery(
 def run_agent(settings: FollowerSettings) -> None:
     """Register, start heartbeating, then consume jobs one at a time until stopped (SIGTERM: finish the running job)."""
     settings.work_dir.mkdir(parents=True, exist_ok=True)
-    FOLLOWER_ID.set(settings.follower_id)  # every log line of this agent carries its id
+    set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
     METRICS.start(settings.metrics_host, settings.metrics_port)
     state = AgentState(incarnation=uuid.uuid4().hex)
     client = LeaderClient(settings.leader_url, settings.token.get_secret_value())

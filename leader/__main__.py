@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import uvicorn
 from pydantic import ValidationError
 
+from common.logs import setup_logging
 from leader.app import create_app
 from leader.settings import LeaderSettings
 
 
 def main() -> int:
     """Read the settings from the environment and serve until interrupted."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        setup_logging("leader")  # JSON lines by default; BENCHFLEET_LOG_FORMAT=text for humans
+    except ValueError as exc:
+        print(f"benchfleet leader: {exc}", file=sys.stderr)
+        return 2
     try:
         settings = LeaderSettings()  # type: ignore[call-arg]  # required tokens come from the environment
     except ValidationError as exc:

@@ -13,6 +13,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 
 from leader.api import errors
 from leader.api.deps import Resources
+from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import followers, health, jobs, models, records, tokens
 from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
@@ -21,9 +22,11 @@ from leader.scheduler.placement import Placer
 from leader.settings import LeaderSettings
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
+from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import results as results_store
 from leader.store import users as users_store
+from leader.web import pages as web_pages
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
     for store in (jobs_store, models_store, followers_store, results_store, users_store):
         await store.ensure_indexes(resources.db)
+    await leaderboard_store.ensure_indexes(resources.db)
 
 
 def create_app(settings: LeaderSettings) -> FastAPI:
@@ -83,4 +87,6 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)
+    app.include_router(analysis_routes.router, prefix=API_PREFIX)
+    web_pages.install(app)  # the web pages, their login and static assets
     return app

@@ -1,0 +1,120 @@
+"""The leader's Prometheus metrics: jobs by state, queue per follower, placement latency, API latency."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from fastapi import FastAPI, Request, Response
+from motor.motor_asyncio import AsyncIOMotorDatabase
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from common.logs import FOLLOWER_ID, JOB_ID
+from leader.store import metrics as metrics_store
+
+log = logging.getLogger(__name__)
+
+# How often the PerfDB aggregates behind the gauges are refreshed (a scrape never waits on the database).
+REFRESH_INTERVAL_S = 2.0
+PLACEMENT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_JOB_PATH = re.compile(r"^/api/v1/jobs/([A-Za-z0-9_-]{1,64})(?:/|$)")
+_FOLLOWER_PATH = re.compile(r"^/api/v1/followers/([A-Za-z0-9._-]{1,64})(?:/|$)")
+
+
+def _template(request: Request) -> str:
+    """The route template of a request (`/api/v1/jobs/{job_id}`), rebuilt from its path parameters: bounded labels."""
+    if request.scope.get("route") is None:
+        return "unmatched"
+    by_value = {str(value): name for name, value in request.scope.get("path_params", {}).items()}
+    segments = request.url.path.split("/")
+    return "/".join(f"{{{by_value[seg]}}}" if seg in by_value else seg for seg in segments)
+
+
+class LeaderMetrics:
+    """One registry per app, so several apps in one process (tests) do not collide."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.jobs = Gauge("benchfleet_leader_jobs", "Jobs by state.", ["state"], registry=self.registry)
+        self.followers = Gauge("benchfleet_leader_followers", "Registered followers by liveness state.", ["state"],
+                               registry=self.registry)
+        self.queue_jobs = Gauge("benchfleet_leader_follower_queue_jobs", "Jobs assigned to or running on a follower.",
+                                ["follower_id"], registry=self.registry)
+        self.queue_seconds = Gauge("benchfleet_leader_follower_queue_seconds",
+                                   "Summed estimated seconds of a follower's assigned and running jobs.",
+                                   ["follower_id"], registry=self.registry)
+        self.placement = Histogram("benchfleet_leader_placement_seconds",
+                                   "Placement latency: from a job (or a new attempt) entering the queue to its assignment.",
+                                   buckets=PLACEMENT_BUCKETS, registry=self.registry)
+        self.placements = Counter("benchfleet_leader_placements", "Jobs assigned to a follower.", registry=self.registry)
+        self.api = Histogram("benchfleet_leader_api_request_seconds", "API request latency by route template.",
+                             ["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        # Placements up to this time are counted; the first refresh counts only placements made after the start.
+        self._placed_until = datetime.now(UTC)
+        self.refresh_errors = Counter("benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.",
+                                    registry=self.registry)
+
+    async def refresh(self, db: AsyncIOMotorDatabase) -> None:
+        """Re-read the job and follower aggregates from PerfDB."""
+        for state, n in (await metrics_store.jobs_by_state(db)).items():
+            self.jobs.labels(state).set(n)
+        followers = await metrics_store.followers_by_state(db)
+        counts: dict[str, int] = {}
+        for state in followers.values():
+            counts[state] = counts.get(state, 0) + 1
+        for state in {*counts, "ready", "busy", "missing"}:
+            self.followers.labels(state).set(counts.get(state, 0))
+        queues = await metrics_store.queues_by_follower(db)
+        for follower_id in {*followers, *queues}:
+            n, seconds = queues.get(follower_id, (0, 0.0))
+            self.queue_jobs.labels(follower_id).set(n)
+            self.queue_seconds.labels(follower_id).set(seconds)
+        for assigned_at, waited_s in await metrics_store.placements_since(db, since=self._placed_until):
+            self.placement.observe(waited_s)
+            self.placements.inc()
+            self._placed_until = max(self._placed_until, assigned_at)
+
+    async def run(self, db: AsyncIOMotorDatabase, interval_s: float = REFRESH_INTERVAL_S) -> None:
+        """Refresh forever; a failed refresh is counted and logged, and the gauges keep their last values."""
+        while True:
+            try:
+                await self.refresh(db)
+            except Exception as exc:
+                self.refresh_errors.inc()
+                log.warning("metrics refresh failed: %s", exc)
+            await asyncio.sleep(interval_s)
+
+    def install(self, app: FastAPI) -> None:
+        """Add the /metrics route and the middleware that times requests and tags logs with job/follower ids."""
+
+        @app.get("/metrics", include_in_schema=False)
+        async def metrics() -> Response:
+            # Aggregate counts only, no ids of users or secrets: readable without a token, as Prometheus expects.
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        @app.middleware("http")
+        async def timing(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            path = request.url.path
+            job = _JOB_PATH.match(path)
+            follower = _FOLLOWER_PATH.match(path)
+            job_token = JOB_ID.set(job.group(1)) if job else None
+            follower_token = FOLLOWER_ID.set(follower.group(1)) if follower else None
+            start = time.perf_counter()
+            status = 500
+            try:
+                response = await call_next(request)
+                status = response.status_code
+                return response
+            finally:
+                template = _template(request)
+                if template != "/metrics":
+                    self.api.labels(request.method, template, str(status)).observe(time.perf_counter() - start)
+                if job_token is not None:
+                    JOB_ID.reset(job_token)
+                if follower_token is not None:
+                    FOLLOWER_ID.reset(follower_token)

@@ -1,0 +1,124 @@
+"""What a new user does after the demo, driven as subprocesses: push a model, submit their own YAML with `--watch`,
+see one progress bar per point and the result table; meanwhile /metrics on the leader and the follower change."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from common.modelgen import mlp_onnx
+from common.procs import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text format (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.compile(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", re.M)
+    for match in pattern.finditer(text):
+        if (match.group(1) or "") == want:
+            return float(match.group(2))
+    return 0.0
+
+
+def _cli(fleet, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BENCHFLEET_URL": fleet.url, "BENCHFLEET_TOKEN": fleet.admin_token,
+           "COLUMNS": "200", "TERM": "dumb"}
+    return subprocess.run([sys.executable, "-m", "benchfleet", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    metrics_port = free_port()
+    fleet.env["BENCHFLEET_FOLLOWER_METRICS_PORT"] = str(metrics_port)
+    try:
+        fleet.start_follower("f-cli")
+    finally:
+        fleet.env.pop("BENCHFLEET_FOLLOWER_METRICS_PORT")
+    leader_metrics, follower_metrics = f"{fleet.url}/metrics", f"http://127.0.0.1:{metrics_port}/metrics"
+    before_leader, before_follower = httpx.get(leader_metrics).text, httpx.get(follower_metrics).text
+    assert "benchfleet_leader_jobs" in before_leader and "benchfleet_follower_busy 0.0" in before_follower
+
+    model_file = tmp_path / "mlp.onnx"
+    model_file.write_bytes(mlp_onnx(inputs=16, hidden=32))
+    pushed = _cli(fleet, "models", "push", str(model_file), "--name", "mlp-cli", "--version", "1")
+    assert pushed.returncode == 0, pushed.stderr
+    assert "mlp-cli:1" in pushed.stdout
+
+    job_file = tmp_path / "my.yaml"
+    job_file.write_text(
+        "name: my-first-job\nmodel: mlp-cli:1\nbackends: [onnxruntime]\nbatch_sizes: [1, 4]\n"
+        "load: {pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}\nslo: {p99_ms: 500}\n"
+    )
+    # Scrape both endpoints while the CLI watches the job.
+    busy_seen: list[float] = []
+    running_points: set[float] = set()
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            try:
+                text = httpx.get(follower_metrics, timeout=2).text
+                busy_seen.append(_metric(text, "benchfleet_follower_busy"))
+                running_points.add(_metric(text, "benchfleet_follower_running_point"))
+            except httpx.HTTPError:
+                pass
+            stop.wait(0.2)
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    try:
+        watched = _cli(fleet, "submit", str(job_file), "--watch", timeout=180)
+    finally:
+        stop.set()
+        scraper.join(5)
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    job_id = watched.stdout.splitlines()[0].strip()
+    # One progress bar per point, each finished; then the results table with both points.
+    for index, label in ((0, "onnxruntime b1 @ 100/s"), (1, "onnxruntime b4 @ 100/s")):
+        assert re.search(rf"point {index}: {re.escape(label)}.*100%", watched.stderr), watched.stderr[-2000:]
+    assert "my-first-job" in watched.stdout and "succeeded" in watched.stdout
+    assert re.search(r"│\s+1\s+│ onnxruntime\s+│\s+4\s+│", watched.stdout), watched.stdout
+
+    as_json = _cli(fleet, "results", job_id, "--format", "json")
+    assert as_json.returncode == 0 and len(json.loads(as_json.stdout)["points"]) == 2
+    assert _cli(fleet, "jobs").stdout.count(job_id) == 1
+    assert "f-cli" in _cli(fleet, "followers").stdout
+    missing = _cli(fleet, "job", "no-such-job")
+    assert missing.returncode == 3 and len(missing.stderr.strip().splitlines()) == 1
+
+    # The follower was seen busy on a point, and is idle again; its counters moved.
+    assert 1.0 in busy_seen and running_points & {0.0, 1.0}, (busy_seen[-5:], running_points)
+    after_follower = httpx.get(follower_metrics).text
+    assert _metric(after_follower, "benchfleet_follower_points_total", valid="true") + _metric(
+        after_follower, "benchfleet_follower_points_total", valid="false") >= 2
+    assert _metric(after_follower, "benchfleet_follower_jobs_total", outcome="succeeded") >= 1
+    assert _metric(after_follower, "benchfleet_follower_generator_target_rate") == 100.0
+    assert _metric(after_follower, "benchfleet_follower_busy") == 0.0
+    # The leader's gauges refresh every 2 s: wait for the succeeded job to show.
+    deadline = time.monotonic() + 15
+    while True:
+        after_leader = httpx.get(leader_metrics).text
+        if _metric(after_leader, "benchfleet_leader_jobs", state="succeeded") > _metric(
+                before_leader, "benchfleet_leader_jobs", state="succeeded") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert _metric(after_leader, "benchfleet_leader_jobs", state="succeeded") >= 1
+    assert _metric(after_leader, "benchfleet_leader_placement_seconds_count") >= 1
+    assert _metric(after_leader, "benchfleet_leader_follower_queue_jobs", follower_id="f-cli") == 0.0
+    submitted = _metric(after_leader, "benchfleet_leader_api_request_seconds_count", method="POST", route="/api/v1/jobs",
+                        status="201")
+    assert submitted >= 1, [line for line in after_leader.splitlines() if "api_request_seconds_count" in line]
+    # Structured logs: the follower's JSON lines carry the job and follower ids.
+    log_lines = [json.loads(line) for line in (fleet.workdir / "f-cli-0.log").read_text().splitlines() if line.startswith("{")]
+    assert any(rec.get("job_id") == job_id and rec.get("follower_id") == "f-cli" for rec in log_lines)
