@@ -8,6 +8,8 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 apt_packages=()
 command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
+# The browser tests drive Debian's chromium through Playwright (no browser download).
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_packages+=("$pkg")
 done

@@ -7,6 +7,7 @@ from pymongo import ASCENDING
 
 from common.results import PointResult
 from leader.clock import as_utc
+from leader.store import leaderboard
 
 COLLECTION = "results"
 
@@ -21,6 +22,8 @@ async def save_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, res
     index = result.point.index
     doc = {"job_id": job_id, "attempt": attempt, "index": index, "result": result.model_dump()}
     await db[COLLECTION].replace_one({"_id": f"{job_id}:{attempt}:{index}"}, doc, upsert=True)
+    # The leaderboard keeps a flat row per point (the newest attempt's), read by the web pages and analysis API.
+    await leaderboard.index_point(db, job_id=job_id, attempt=attempt, result=doc["result"])
     return await db[COLLECTION].count_documents({"job_id": job_id, "attempt": attempt})
 
 

@@ -1,0 +1,128 @@
+"""Response shapes of the analysis API: leaderboard rows, recommendations, comparisons and outliers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class LeaderboardRow(BaseModel):
+    """One benchmark point as a leaderboard row; a measurement that was not taken is None (shown as "—")."""
+
+    id: str  # "<job_id>:<point index>"
+    job_id: str
+    job_name: str
+    attempt: int
+    index: int
+    model: str
+    backend: str
+    hardware: str
+    follower_id: str
+    batch_size: int
+    pattern: str
+    rate: float
+    throughput: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    service_p99_ms: float | None = None
+    requests: int = 0
+    errors: int = 0
+    valid: bool = False
+    slo_p99_ms: float | None = None
+    slo_met: bool | None = None
+    cost_usd_per_1m: float | None = None
+    energy_wh_per_1m: float | None = None
+    co2_g_per_1m: float | None = None
+    gpu_util: float | None = None
+    started_at: str | None = None
+    best: bool = False  # the highest-throughput valid point of its model that meets its SLO
+
+
+class LeaderboardPage(BaseModel):
+    """One page of the sorted, filtered leaderboard."""
+
+    rows: list[LeaderboardRow]
+    total: int
+    sort: str
+    order: Literal["asc", "desc"]
+    filters: list[str]
+    limit: int
+    offset: int
+
+
+class Recommendation(BaseModel):
+    """One recommended configuration with the measured point that backs it."""
+
+    rank: int
+    model: str
+    backend: str
+    hardware: str
+    batch_size: int
+    throughput: float
+    p99_ms: float
+    cost_usd_per_1m: float | None
+    evidence: LeaderboardRow
+    candidates: int  # valid points of this configuration that met the constraints
+
+
+class RecommendResponse(BaseModel):
+    """The top configurations (at most 3) meeting an SLO, best first."""
+
+    p99_ms: float
+    min_throughput: float | None
+    max_cost: float | None
+    model: str | None
+    recommendations: list[Recommendation]
+    considered: int  # points that met every constraint
+
+
+Verdict = Literal["regression", "improvement", "unchanged", "missing"]
+
+
+class PointComparison(BaseModel):
+    """One point of B against the same point (backend, batch, pattern, rate) of A."""
+
+    key: str
+    a_index: int | None
+    b_index: int | None
+    a_p99_ms: float | None
+    b_p99_ms: float | None
+    change: float | None  # (b - a) / a of p99
+    ci_low: float | None  # bootstrap 95% CI of (p99_b - p99_a), ms; None without raw records
+    ci_high: float | None
+    p_value: float | None  # two-sided Mann-Whitney U on the raw latencies
+    test: Literal["bootstrap+mannwhitney", "summary"]
+    verdict: Verdict
+
+
+class CompareResponse(BaseModel):
+    """Job B against job A (or A's pinned baseline), point by point."""
+
+    a: str
+    b: str
+    threshold: float
+    points: list[PointComparison]
+    regressions: int
+
+
+class FollowerOutlier(BaseModel):
+    """One follower's p99 for a point key against the median of its class."""
+
+    follower_id: str
+    job_id: str
+    key: str
+    p99_ms: float
+    median_p99_ms: float
+    deviation: float  # (p99 - median) / median
+    outlier: bool
+
+
+class OutlierResponse(BaseModel):
+    """The same job run on several followers: which follower is anomalous."""
+
+    name: str
+    threshold: float
+    followers: list[str]
+    points: list[FollowerOutlier]
+    outliers: list[str]

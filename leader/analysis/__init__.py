@@ -1,0 +1,1 @@
+"""Analysis over PerfDB: leaderboard index, recommender, comparisons, exports and chart data."""

@@ -1,0 +1,83 @@
+"""The configuration recommender: the best measured configurations that meet an SLO."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from common.analysis import Recommendation, RecommendResponse
+from leader.analysis.leaderboard import to_row
+
+TOP = 3
+
+
+def config_key(row: dict[str, Any]) -> tuple[str, str, str, int]:
+    """A configuration: the same model on the same backend and hardware at the same batch size."""
+    return (row["model"], row["backend"], row["hardware"], row["batch_size"])
+
+
+def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
+    """Highest throughput first; then cheaper, then lower p99; the id makes ties deterministic."""
+    cost = row.get("cost_usd_per_1m")
+    return (-row["throughput"], cost if cost is not None else float("inf"), row["p99_ms"], row["_id"])
+
+
+def eligible(
+    row: dict[str, Any], *, p99_ms: float, min_throughput: float | None, max_cost: float | None, model: str | None
+) -> bool:
+    """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit)."""
+    if not row.get("valid") or row.get("p99_ms") is None or row.get("throughput") is None:
+        return False
+    if model is not None and row["model"] != model:
+        return False
+    if row["p99_ms"] > p99_ms:
+        return False
+    if min_throughput is not None and row["throughput"] < min_throughput:
+        return False
+    if max_cost is not None:
+        cost = row.get("cost_usd_per_1m")
+        if cost is None or cost > max_cost:
+            return False
+    return True
+
+
+def recommend(
+    rows: Iterable[dict[str, Any]],
+    *,
+    p99_ms: float,
+    min_throughput: float | None = None,
+    max_cost: float | None = None,
+    model: str | None = None,
+    top: int = TOP,
+) -> RecommendResponse:
+    """The top configurations, each backed by its best point and the count of points that qualified."""
+    best: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    counts: dict[tuple[str, str, str, int], int] = {}
+    considered = 0
+    for row in rows:
+        if not eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model):
+            continue
+        considered += 1
+        key = config_key(row)
+        counts[key] = counts.get(key, 0) + 1
+        if key not in best or rank_key(row) < rank_key(best[key]):
+            best[key] = row
+    chosen = sorted(best.values(), key=rank_key)[:top]
+    recs = [
+        Recommendation(
+            rank=i + 1,
+            model=row["model"],
+            backend=row["backend"],
+            hardware=row["hardware"],
+            batch_size=row["batch_size"],
+            throughput=row["throughput"],
+            p99_ms=row["p99_ms"],
+            cost_usd_per_1m=row.get("cost_usd_per_1m"),
+            evidence=to_row(row),
+            candidates=counts[config_key(row)],
+        )
+        for i, row in enumerate(chosen)
+    ]
+    return RecommendResponse(
+        p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model, recommendations=recs, considered=considered
+    )

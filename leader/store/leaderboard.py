@@ -1,0 +1,121 @@
+"""Leaderboard rows in PerfDB: one small flat document per (job, point index), the newest attempt's result.
+
+Rows are denormalised from point results so the leaderboard never joins jobs and results; `updated_ns`
+(indexed) lets the leader's in-memory index pick up new rows with one cheap range query.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo import ASCENDING
+
+COLLECTION = "leaderboard"
+BASELINES = "baselines"
+
+
+async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+    """Incremental sync reads by updated_ns; job pages read by job_id."""
+    await db[COLLECTION].create_index([("updated_ns", ASCENDING)])
+    await db[COLLECTION].create_index([("job_id", ASCENDING), ("index", ASCENDING)])
+
+
+def _num(doc: Any, *paths: str) -> float | None:
+    """The first number found at one of the dotted paths (fields that other issues add may be absent)."""
+    for path in paths:
+        value = doc
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _wh_per_1m(joules_per_request: float | None) -> float | None:
+    return None if joules_per_request is None else joules_per_request * 1e6 / 3600.0
+
+
+def row_from_result(
+    *, job_id: str, job_name: str, model: str, slo_p99_ms: float | None, attempt: int, result: dict[str, Any]
+) -> dict[str, Any]:
+    """A point result (as dumped JSON) flattened to a leaderboard row document."""
+    point = result.get("point", {})
+    env = result.get("environment") or {}
+    gpus = env.get("gpus") or []
+    index = int(point.get("index", 0))
+    started = result.get("started_at")
+    return {
+        "_id": f"{job_id}:{index}",
+        "job_id": job_id,
+        "job_name": job_name,
+        "attempt": attempt,
+        "index": index,
+        "model": model,
+        "backend": str(point.get("backend", "")),
+        "hardware": str(gpus[0] if gpus else env.get("cpu_model", "unknown")),
+        "follower_id": str(env.get("follower_id", "")),
+        "batch_size": int(point.get("batch_size", 0)),
+        "pattern": str(point.get("pattern", "")),
+        "rate": float(point.get("rate", 0.0)),
+        "throughput": _num(result, "achieved_rate"),
+        "p50_ms": _num(result, "latency_ms.p50"),
+        "p99_ms": _num(result, "latency_ms.p99"),
+        "service_p99_ms": _num(result, "service_ms.p99"),
+        "requests": int(result.get("requests") or 0),
+        "errors": int(result.get("errors") or 0),
+        "valid": bool(result.get("valid")),
+        "slo_p99_ms": slo_p99_ms,
+        "slo_met": result.get("slo_met"),
+        # Resources are None where not measurable (no GPU): the row keeps None, shown as "—".
+        "cost_usd_per_1m": _num(result, "resources.cost_per_1m_requests"),
+        "energy_wh_per_1m": _wh_per_1m(_num(result, "resources.energy_per_request_j")),
+        "co2_g_per_1m": _num(result, "resources.co2_g_per_1m_requests"),
+        "gpu_util": _num(result, "resources.gpu_util_percent_mean"),
+        "started_at": str(started) if started is not None else None,
+        "updated_ns": time.time_ns(),
+    }
+
+
+async def insert_rows(db: AsyncIOMotorDatabase, *, rows: list[dict[str, Any]]) -> None:
+    """Bulk insert of prepared rows (seeding, benchmarks)."""
+    if rows:
+        await db[COLLECTION].insert_many(rows, ordered=False)
+
+
+async def rows_since(db: AsyncIOMotorDatabase, *, updated_ns: int) -> list[dict[str, Any]]:
+    """Rows written at or after updated_ns (0: every row)."""
+    query = {"updated_ns": {"$gte": updated_ns}} if updated_ns else {}
+    return await db[COLLECTION].find(query).batch_size(10_000).to_list(None)
+
+
+async def job_rows(db: AsyncIOMotorDatabase, *, job_id: str) -> list[dict[str, Any]]:
+    """The rows of one job by point index."""
+    return await db[COLLECTION].find({"job_id": job_id}).sort("index", ASCENDING).to_list(None)
+
+
+async def set_baseline(db: AsyncIOMotorDatabase, *, name: str, job_id: str) -> None:
+    """Pin a job as the named baseline."""
+    await db[BASELINES].replace_one({"_id": name}, {"_id": name, "job_id": job_id}, upsert=True)
+
+
+async def get_baseline(db: AsyncIOMotorDatabase, *, name: str) -> str | None:
+    """The job pinned as the named baseline, if any."""
+    doc = await db[BASELINES].find_one({"_id": name})
+    return doc["job_id"] if doc else None
+
+
+async def index_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
+    """Write the leaderboard row of a point just stored (the job supplies name, model and SLO)."""
+    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1})
+    if job is None:
+        return
+    slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
+    row = row_from_result(
+        job_id=job_id, job_name=job.get("name", ""), model=job.get("model_ref", ""), slo_p99_ms=slo, attempt=attempt,
+        result=result,
+    )
+    await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -1,0 +1,194 @@
+"""Leaderboard, recommender, comparison/regression, outliers and exports against the real leader app and SecantusDB."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from leader.analysis.leaderboard import meets_slo
+from leader.analysis.recommend import config_key, eligible, rank_key
+from tests.integration.leader.analysis_seed import latencies, pct, seed_job
+from tests.integration.leader.conftest import ADMIN, Leader
+
+pytestmark = pytest.mark.integration
+
+
+def grid_metrics(seed: int) -> Any:
+    rng = random.Random(seed)
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        p99 = round(rng.uniform(2, 40), 3)
+        valid = rng.random() > 0.15
+        return {
+            "latency_ms": pct(p99),
+            "achieved_rate": round(rate * batch * rng.uniform(0.9, 1.0), 2),
+            "valid": valid,
+            "invalid_reasons": [] if valid else ["send lag"],
+            "resources": {"cost_per_1m_requests": round(rng.uniform(0.1, 2.0), 3), "energy_per_request_j": 0.5},
+        }
+
+    return metrics
+
+
+@pytest.fixture
+def seeded(leader: Leader) -> dict[str, Any]:
+    leader.upload_model()
+    jobs = [
+        seed_job(
+            leader,
+            name=f"grid{i}",
+            backends=["onnxruntime", "triton"],
+            batches=[1, 4, 16],
+            rates=[50, 100, 200],
+            p99_slo=20,
+            follower_id=f"f{i}",
+            metrics=grid_metrics(i),
+        )
+        for i in range(2)
+    ]
+    return {"jobs": jobs}
+
+
+def get(leader: Leader, path: str, **params: Any) -> Any:
+    response = leader.client.get(path, headers=ADMIN, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_leaderboard_sorts_filters_pages_and_highlights(leader: Leader, seeded: dict[str, Any]) -> None:
+    page = get(leader, "/api/v1/leaderboard", sort="p99", order="asc", limit=100)
+    assert page["total"] == 36
+    p99s = [row["p99_ms"] for row in page["rows"]]
+    assert p99s == sorted(p99s)
+    triton = get(leader, "/api/v1/leaderboard", sort="throughput", order="desc", filter="backend:triton", limit=5, offset=2)
+    assert triton["total"] == 18 and len(triton["rows"]) == 5 and {r["backend"] for r in triton["rows"]} == {"triton"}
+    full = get(leader, "/api/v1/leaderboard", sort="throughput", order="desc", filter="backend=triton", limit=100)["rows"]
+    assert [r["id"] for r in full[2:7]] == [r["id"] for r in triton["rows"]]
+    under = get(leader, "/api/v1/leaderboard", filter=["p99<10", "valid:true"], limit=100)
+    assert all(r["p99_ms"] < 10 and r["valid"] for r in under["rows"])
+    best = [r for r in page["rows"] if r["best"]]
+    qualifying = [r for r in page["rows"] if r["valid"] and r["p99_ms"] <= 20]
+    assert len(best) == 1 and best[0]["throughput"] == max(r["throughput"] for r in qualifying)
+    assert page["rows"][0]["cost_usd_per_1m"] is not None and page["rows"][0]["energy_wh_per_1m"] == pytest.approx(0.5e6 / 3600)
+    bad = leader.client.get("/api/v1/leaderboard", headers=ADMIN, params={"sort": "nope"})
+    assert bad.status_code == 400 and bad.json()["field"] == "sort"
+    bad = leader.client.get("/api/v1/leaderboard", headers=ADMIN, params={"filter": "p99<abc"})
+    assert bad.status_code == 400 and bad.json()["field"] == "filter"
+    assert leader.client.get("/api/v1/leaderboard").status_code == 401
+
+
+@pytest.mark.parametrize("slo,min_tp,max_cost", [(20, None, None), (10, 100, None), (30, None, 1.0), (0.5, None, None)])
+def test_recommender_top3_matches_brute_force(
+    leader: Leader, seeded: dict[str, Any], slo: float, min_tp: Any, max_cost: Any
+) -> None:
+    params = {"p99_ms": slo} | ({"min_throughput": min_tp} if min_tp else {}) | ({"max_cost": max_cost} if max_cost else {})
+    answer = get(leader, "/api/v1/recommend", **params)
+    rows = get(leader, "/api/v1/leaderboard", limit=1000)["rows"]
+    # Brute force: every qualifying point, the best per configuration, the three best configurations.
+    docs = [{**r, "_id": r["id"]} for r in rows]
+    ok = [d for d in docs if eligible(d, p99_ms=slo, min_throughput=min_tp, max_cost=max_cost, model=None)]
+    best: dict[Any, dict[str, Any]] = {}
+    for d in ok:
+        if config_key(d) not in best or rank_key(d) < rank_key(best[config_key(d)]):
+            best[config_key(d)] = d
+    expected = sorted(best.values(), key=rank_key)[:3]
+    got = [(r["evidence"]["id"], r["rank"]) for r in answer["recommendations"]]
+    assert got == [(d["_id"], i + 1) for i, d in enumerate(expected)]
+    assert answer["considered"] == len(ok)
+    for rec in answer["recommendations"]:
+        assert rec["p99_ms"] <= slo and (min_tp is None or rec["throughput"] >= min_tp)
+        assert max_cost is None or rec["cost_usd_per_1m"] <= max_cost
+
+
+def test_planted_regression_is_flagged_and_unchanged_rerun_is_not(leader: Leader) -> None:
+    leader.upload_model()
+    base = {("onnxruntime", 1): 5.0, ("onnxruntime", 8): 9.0}
+
+    def run(name: str, seed: int, factor: float) -> str:
+        def raw(backend: str, batch: int, rate: float) -> Any:
+            # The planted change: every latency of batch 8 scaled, so its p99 grows by `factor`.
+            scale = base[(backend, batch)] * (factor if batch == 8 else 1.0)
+            return latencies(3000, scale_ms=scale, seed=seed * 10 + batch)
+
+        def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+            lat = raw(backend, batch, rate)
+            import numpy as np
+
+            return {"latency_ms": pct(float(np.quantile(lat, 0.99))), "achieved_rate": rate}
+
+        return seed_job(
+            leader,
+            name=name,
+            backends=["onnxruntime"],
+            batches=[1, 8],
+            rates=[100],
+            p99_slo=50,
+            follower_id="cmp",
+            metrics=metrics,
+            raw=raw,
+        )
+
+    a = run("reg", 1, 1.0)
+    rerun = run("reg", 2, 1.0)
+    slower = run("reg", 3, 1.15)
+    pin = leader.client.put("/api/v1/baselines/reg", headers=ADMIN, json={"job_id": a})
+    assert pin.status_code == 200, pin.text
+    unchanged = get(leader, "/api/v1/compare", a="baseline:reg", b=rerun)
+    assert unchanged["regressions"] == 0
+    assert all(p["test"] == "bootstrap+mannwhitney" and p["verdict"] == "unchanged" for p in unchanged["points"])
+    flagged = get(leader, "/api/v1/compare", a=a, b=slower)
+    verdicts = {p["key"].split("|")[1]: p for p in flagged["points"]}
+    assert verdicts["b8"]["verdict"] == "regression" and verdicts["b8"]["ci_low"] > 0
+    assert verdicts["b8"]["change"] == pytest.approx(0.15, abs=0.08)
+    assert verdicts["b1"]["verdict"] == "unchanged" and flagged["regressions"] == 1
+    missing = leader.client.get("/api/v1/compare", headers=ADMIN, params={"a": "baseline:none", "b": a})
+    assert missing.status_code == 404 and missing.json()["field"] == "a"
+
+
+def test_outlier_follower_is_flagged(leader: Leader) -> None:
+    leader.upload_model()
+    for i, follower in enumerate(["n1", "n2", "n3", "n4"]):
+        p99 = 20.0 if follower == "n3" else 10.0 + i * 0.3
+
+        def metrics(backend: str, batch: int, rate: float, p99: float = p99) -> dict[str, Any]:
+            return {"latency_ms": pct(p99)}
+
+        seed_job(
+            leader,
+            name="fleetcheck",
+            backends=["onnxruntime"],
+            batches=[1],
+            rates=[50],
+            p99_slo=50,
+            follower_id=follower,
+            metrics=metrics,
+        )
+    report = get(leader, "/api/v1/outliers", name="fleetcheck")
+    assert report["outliers"] == ["n3"] and report["followers"] == ["n1", "n2", "n3", "n4"]
+
+
+def test_exports(leader: Leader, seeded: dict[str, Any]) -> None:
+    job = seeded["jobs"][0]
+    csv_text = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "csv"}).text
+    assert csv_text.splitlines()[0].startswith("id,job_id") and len(csv_text.splitlines()) == 19
+    rows = json.loads(leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "json"}).content)
+    assert len(rows) == 18 and rows[0]["job_id"] == job
+    table = pq.read_table(
+        io.BytesIO(leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "parquet"}).content)
+    )
+    assert table.num_rows == 18 and "p99_ms" in table.column_names
+    bad = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "xls"})
+    assert bad.status_code == 400 and bad.json()["field"] == "format"
+    report = leader.client.get(f"/api/v1/jobs/{job}/report.html", headers=ADMIN)
+    assert report.status_code == 200 and "<svg" in report.text and "/static/" not in report.text and "<script" not in report.text
+
+
+def test_meets_slo_uses_the_jobs_own_slo() -> None:
+    assert meets_slo({"valid": True, "p99_ms": 5.0, "slo_p99_ms": 10.0})
+    assert not meets_slo({"valid": True, "p99_ms": 15.0, "slo_p99_ms": 10.0})
+    assert not meets_slo({"valid": False, "p99_ms": 1.0, "slo_p99_ms": 10.0})
