@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.models import ModelMeta
 from common.results import PointResult
-from common.spec import JobSpec, PointSpec
+from common.spec import NAME_PATTERN, JobSpec, PointSpec
 
 
 class JobState(StrEnum):
@@ -21,6 +21,9 @@ class JobState(StrEnum):
     failed = "failed"
     cancelled = "cancelled"
 
+
+# Bounded so a report can always be stored (Mongo integers are 64-bit) and a garbage value is a 422, not a 500.
+Attempt = Annotated[int, Field(ge=1, le=1_000_000)]
 
 TERMINAL_STATES = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled})
 
@@ -53,8 +56,8 @@ class Claim(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int
-    follower_id: str
+    attempt: Attempt
+    follower_id: Annotated[str, Field(pattern=NAME_PATTERN)]
     incarnation: str
 
 
@@ -63,8 +66,8 @@ class PointReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int
-    follower_id: str
+    attempt: Attempt
+    follower_id: Annotated[str, Field(pattern=NAME_PATTERN)]
     result: PointResult
 
 
@@ -73,8 +76,8 @@ class FinishReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int
-    follower_id: str
+    attempt: Attempt
+    follower_id: Annotated[str, Field(pattern=NAME_PATTERN)]
     state: Literal["succeeded", "failed"]
     error: str | None = None
 

@@ -102,3 +102,10 @@ def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
         yield Service(proc, f"mongodb://127.0.0.1:{port}/?directConnection=true&retryWrites=false", port, log)
     finally:
         stop_process(proc)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write docs/faults.md from the faults and bad inputs the tests recorded (never by hand)."""
+    from tests.faults.outcomes import write_table
+
+    write_table()

@@ -1,8 +1,8 @@
-"""Annotated dependencies: the lifespan's resources, the settings and bearer-token auth."""
+"""Annotated dependencies: the lifespan's resources, the settings and token auth with roles."""
 
 from __future__ import annotations
 
-import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -11,9 +11,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
 
-from common.errors import Unauthorized
+from common.errors import Forbidden, Unauthorized
+from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
 from leader.scheduler.placement import Placer
 from leader.settings import LeaderSettings
+from leader.store import users as users_store
 
 
 @dataclass
@@ -55,28 +57,88 @@ PlacerDep = Annotated[Placer, Depends(get_placer)]
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+# A cookie is sent by the browser on its own, so it authenticates only reads (no cross-site writes, CSRF).
+_COOKIE_METHODS = frozenset({"GET", "HEAD"})
 
 
-def _matches(credentials: HTTPAuthorizationCredentials | None, *tokens: str) -> bool:
-    if credentials is None:
-        return False
-    given = credentials.credentials.encode()
-    # Compare against every token (no early exit) in constant time.
-    results = [hmac.compare_digest(given, token.encode()) for token in tokens]
-    return any(results)
+async def authenticate(resources: Resources, token: str) -> Principal | None:
+    """Who a raw token stands for: the bootstrap admin, the follower join token, or a stored (hashed) token."""
+    settings = resources.settings
+    # Check both static secrets (no early exit) in constant time before the stored ones.
+    is_admin = same_secret(token, settings.admin_token.get_secret_value())
+    is_join = same_secret(token, settings.follower_token.get_secret_value())
+    if is_admin:
+        return Principal(user="admin", role="admin")
+    if is_join:
+        return Principal(user="join", role="join")
+    return await users_store.principal_for(resources.db, token=token)
 
 
-def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
-    """User routes: the admin token."""
-    if not _matches(credentials, settings.admin_token.get_secret_value()):
+async def get_principal(request: Request, resources: ResourcesDep, credentials: Credentials) -> Principal:
+    """The caller, from the bearer token (or, for reads, the web login's HttpOnly cookie); 401 otherwise."""
+    token = credentials.credentials if credentials is not None else None
+    if token is None and request.method in _COOKIE_METHODS:
+        token = request.cookies.get(SESSION_COOKIE)
+    principal = await authenticate(resources, token) if token else None
+    if principal is None:
         raise Unauthorized("missing or wrong bearer token")
+    return principal
 
 
-def require_follower(settings: SettingsDep, credentials: Credentials) -> None:
-    """Follower routes: the follower token (the admin token works too)."""
-    if not _matches(credentials, settings.follower_token.get_secret_value(), settings.admin_token.get_secret_value()):
-        raise Unauthorized("missing or wrong bearer token")
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
+def _require_user(role: str) -> Callable[[Principal], Awaitable[Principal]]:
+    async def check(principal: PrincipalDep) -> Principal:
+        if principal.role in ("follower", "join"):
+            # Agent credentials are not user credentials: answer as if no token was given.
+            raise Unauthorized("missing or wrong bearer token")
+        if not principal.at_least(role):
+            raise Forbidden(f"this needs the {role} role; the token has {principal.role}", field="Authorization")
+        return principal
+
+    return check
+
+
+def require_follower(principal: PrincipalDep) -> Principal:
+    """Follower routes: a follower credential or an admin (each route checks the follower id matches)."""
+    if principal.role == "follower" or principal.is_admin:
+        return principal
+    if principal.role == "join":
+        raise Forbidden("the join token only registers; use the credential registration returned", field="Authorization")
+    raise Unauthorized("missing or wrong bearer token")
+
+
+def require_reader(principal: PrincipalDep) -> Principal:
+    """Model metadata and bytes: any user, or a follower fetching the model of its task."""
+    if principal.role == "join":
+        raise Forbidden("the join token only registers; use the credential registration returned", field="Authorization")
+    return principal
+
+
+def require_joining(principal: PrincipalDep) -> Principal:
+    """Registration: the join token, a follower credential or an admin."""
+    if principal.role in ("join", "follower") or principal.is_admin:
+        return principal
+    raise Unauthorized("missing or wrong bearer token")
+
+
+require_viewer = _require_user("viewer")
+require_submitter = _require_user("submitter")
+require_admin = _require_user("admin")
+
+ViewerAuth = Depends(require_viewer)
+SubmitterAuth = Depends(require_submitter)
 AdminAuth = Depends(require_admin)
 FollowerAuth = Depends(require_follower)
+ReaderAuth = Depends(require_reader)
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Submitter = Annotated[Principal, Depends(require_submitter)]
+FollowerPrincipal = Annotated[Principal, Depends(require_follower)]
+Joining = Annotated[Principal, Depends(require_joining)]
+
+
+def check_follower(principal: Principal, follower_id: str) -> None:
+    """403 unless the caller is this follower (or an admin)."""
+    if not principal.may_act_as_follower(follower_id):
+        raise Forbidden(f"this credential does not belong to follower {follower_id}", field="follower_id")

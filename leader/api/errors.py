@@ -59,6 +59,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(_body(code, str(exc.detail), None), status_code=exc.status_code, headers=exc.headers)
 
 
+async def _overflow(request: Request, exc: Exception) -> JSONResponse:
+    # A number in the request too large for PerfDB's 64-bit integers: the client's fault, not ours.
+    return JSONResponse(_body("invalid_request", "a number in the request is too large to store", "(body)"), status_code=422)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     # The traceback goes to the log, never to the client.
     log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -74,4 +79,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(BenchfleetError, _benchfleet_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)

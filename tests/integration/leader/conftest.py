@@ -84,6 +84,12 @@ class Leader:
 
     def __init__(self, client: TestClient, settings: LeaderSettings, db: Database[dict[str, Any]]) -> None:
         self.client, self.settings, self.db = client, settings, db
+        self.credentials: dict[str, str] = {}  # follower id → the credential registration returned
+
+    def as_follower(self, follower_id: str) -> dict[str, str]:
+        """The follower's own credential header; the admin's for one this Leader did not register (admins may act for any)."""
+        credential = self.credentials.get(follower_id)
+        return {"Authorization": f"Bearer {credential}"} if credential else ADMIN
 
     def upload_model(self, name: str = "ident", version: str = "1", data: bytes | None = None) -> dict[str, Any]:
         response = self.client.post(
@@ -110,11 +116,13 @@ class Leader:
         info = follower_info(follower_id, incarnation or uuid.uuid4().hex, backends)
         response = self.client.post("/api/v1/followers/register", headers=FOLLOWER, json=info)
         assert response.status_code == 200, response.text
+        self.credentials[follower_id] = response.json()["credential"]
         return response.json()
 
     def heartbeat(self, follower_id: str, incarnation: str, state: str = "ready") -> bool:
         body = {"incarnation": incarnation, "state": state}
-        response = self.client.post(f"/api/v1/followers/{follower_id}/heartbeat", headers=FOLLOWER, json=body)
+        path = f"/api/v1/followers/{follower_id}/heartbeat"
+        response = self.client.post(path, headers=self.as_follower(follower_id), json=body)
         assert response.status_code == 200, response.text
         return response.json()["known"]
 

