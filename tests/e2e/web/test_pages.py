@@ -1,0 +1,155 @@
+"""The web pages in a real browser: Playwright driving Debian's chromium against a real leader HTTP server."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from leader.app import create_app
+from tests.conftest import free_port, wait_for_port
+from tests.integration.leader.analysis_seed import pct, seed_job
+from tests.integration.leader.conftest import ADMIN_TOKEN, Leader
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and shutil.which("chromium") is None,
+        reason="Debian's chromium is not installed (scripts/setup.sh installs it)",
+    ),
+]
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extra)")
+
+
+@pytest.fixture
+def server(leader: Leader) -> Iterator[dict[str, Any]]:
+    """Seeded PerfDB (through the API) and the leader served over real HTTP by uvicorn on a free port."""
+    leader.upload_model()
+    jobs = []
+    for i, (backends, p99s) in enumerate([(["onnxruntime", "triton"], [3.0, 7.0, 12.0, 30.0]), (["onnxruntime"], [5.0, 9.0])]):
+        values = iter(p99s * 2)
+
+        def metrics(backend: str, batch: int, rate: float, values: Any = values) -> dict[str, Any]:
+            return {
+                "latency_ms": pct(next(values)),
+                "achieved_rate": rate * 0.98,
+                "windows": [
+                    {"t_s": t, "duration_s": 1.0, "requests": 50, "ok": 50, "throughput": rate, "p99_ms": 3.0 + t}
+                    for t in range(3)
+                ],
+                "stages_ms": {"serialize": 0.2, "network": 0.5, "inference": 1.5},
+            }
+
+        jobs.append(
+            seed_job(
+                leader,
+                name=f"web{i}",
+                backends=backends,
+                batches=[1, 8],
+                rates=[50, 100],
+                p99_slo=10,
+                follower_id=f"host{i}",
+                metrics=metrics,
+            )
+        )
+    port = free_port()
+    config = uvicorn.Config(create_app(leader.settings), host="127.0.0.1", port=port, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        yield {"url": f"http://127.0.0.1:{port}", "jobs": jobs}
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+
+def svg_marks(page: Any, selector: str) -> int:
+    """Drawn marks (lines, points, bars, cells) inside the SVG charts under selector."""
+    return page.eval_on_selector_all(
+        f"{selector} svg.chart",
+        "els => els.reduce((n, e) => n + e.querySelectorAll('polyline.series, circle.mark, rect.bar, rect.cell').length, 0)",
+    )
+
+
+def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], artifacts_dir: Path) -> None:
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(server["url"] + "/leaderboard")
+            assert "/login" in page.url  # pages need a login
+            page.fill("#token", "wrong-token-000000000")
+            page.click("#login-submit")
+            assert page.locator("#login-error").is_visible()
+            page.fill("#token", ADMIN_TOKEN)
+            page.click("#login-submit")
+            page.wait_for_selector("#leaderboard tbody tr")
+            cookie = next(c for c in page.context.cookies() if c["name"] == "benchfleet_session")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert page.locator("#leaderboard tbody tr").count() == 12
+            page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+
+            page.click("a.sort[data-col=p99_ms]")  # p99 was the default ascending: one click sorts descending
+            page.wait_for_url("**order=desc**")
+            p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
+            assert p99 == sorted(p99, reverse=True) and len(p99) == 12
+            page.click("a.sort[data-col=p99_ms]")
+            page.wait_for_url("**order=asc**")
+            p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
+            assert p99 == sorted(p99)
+            assert page.locator("#leaderboard tr.best").count() >= 1
+
+            page.fill("#f_backend", "triton")
+            page.click("#filter-submit")
+            page.wait_for_url("**f_backend=triton**")
+            backends = page.locator("#leaderboard td.backend").all_inner_texts()
+            assert backends and set(backends) == {"triton"} and len(backends) == 4
+            page.screenshot(path=str(shots / "leaderboard-triton.png"), full_page=True)
+
+            page.fill("#f_backend", "")
+            page.fill("#rec-p99", "10")
+            page.click("#rec-submit")
+            page.wait_for_selector("#recommendations li.rec")
+            recs = page.locator("#recommendations li.rec").all_inner_texts()
+            assert 1 <= len(recs) <= 3 and all("p99" in r for r in recs)
+            page.screenshot(path=str(shots / "recommendation.png"), full_page=True)
+
+            page.goto(f"{server['url']}/jobs/{server['jobs'][0]}")
+            page.wait_for_selector("#charts svg.chart")
+            assert page.locator("#points tbody tr").count() == 8
+            assert svg_marks(page, "#charts") > 20  # CDF, ladder, timeline, stages drawn
+            titles = page.locator("#charts svg.chart title").all_text_contents()
+            assert any("CDF" in t for t in titles) and any("throughput" in t for t in titles)
+            page.screenshot(path=str(shots / "job.png"), full_page=True)
+
+            page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate")
+            page.wait_for_selector("#analysis-charts svg.chart")
+            assert svg_marks(page, "#analysis-charts") >= 4  # heat-map cells
+            page.screenshot(path=str(shots / "analysis.png"), full_page=True)
+
+            a, b = server["jobs"]
+            page.goto(f"{server['url']}/compare?a={a}&b={b}")
+            page.wait_for_selector("#comparison tbody tr")
+            page.screenshot(path=str(shots / "compare.png"), full_page=True)
+        finally:
+            browser.close()
