@@ -80,7 +80,6 @@ def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, a
     sim = {j.id: j for j in jobs}
     done: list[tuple[float, int, str]] = []  # completion events (time, job, follower)
     rr_last: str | None = None
-    seq = 0
 
     def start_next(f: SimFollower, now: float) -> None:
         clock[0] = now
@@ -99,15 +98,17 @@ def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, a
             start_next(by_id[fid], t)
         # The leader's load: the summed estimates of each follower's assigned and running jobs, and their count.
         loads = {
-            f.fid: Load(sum(e.estimate_s for e in f.held) + (f.running.estimate if f.running else 0.0), len(f.held) + (f.running is not None))
+            f.fid: Load(
+                sum(e.estimate_s for e in f.held) + (f.running.estimate if f.running else 0.0),
+                len(f.held) + (f.running is not None),
+            )
             for f in followers
         }
         index = PlacementIndex(candidates, loads, policy=policy, rr_last=rr_last)
         fid = index.choose(QueuedJob(str(job.id), 1, frozenset({"onnxruntime"}), job.estimate))
         assert fid is not None
         rr_last = fid
-        seq += 1
-        by_id[fid].held.append(HeldEntry(str(job.id), 1, job.estimate, job.arrival, seq, {}, Path()))
+        by_id[fid].held.append(HeldEntry(str(job.id), 1, job.estimate, job.arrival, job.id, {}, Path()))
         start_next(by_id[fid], job.arrival)
     while done:
         t, jid, fid = heapq.heappop(done)
@@ -185,7 +186,13 @@ def decision_cost(n_followers: int, n_queued: int, decisions: int) -> dict[str, 
                 key=lambda c: (loads.get(c.follower_id, Load()).seconds, c.follower_id),
             )
         scan_ms = (time.perf_counter() - t0) * 1e3 / scans
-        out[policy] = {"build_ms": build_ms, "p50_ms": pct(times, 0.5), "p99_ms": pct(times, 0.99), "max_ms": max(times), "scan_ms": scan_ms}
+        out[policy] = {
+            "build_ms": build_ms,
+            "p50_ms": pct(times, 0.5),
+            "p99_ms": pct(times, 0.99),
+            "max_ms": max(times),
+            "scan_ms": scan_ms,
+        }
     gc.enable()
     return out
 
@@ -223,13 +230,29 @@ def _services(workdir: Path) -> tuple[list, str, str]:  # type: ignore[type-arg]
     env = {"PATH": "/usr/bin:/bin"}
     rport, mport = free_port(), free_port()
     redis = _start(
-        [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(rport), "--save", "", "--appendonly", "no"],
-        "redis", workdir, env, _port_open(rport),
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(rport),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        "redis",
+        workdir,
+        env,
+        _port_open(rport),
     )
     secantus = str(Path(sys.executable).parent / "secantusd-py")
     mongo = _start(
         [secantus, "--host", "127.0.0.1", "--port", str(mport), "--storage-path", ":memory:", "--standalone"],
-        "mongo", workdir, env, _port_open(mport),
+        "mongo",
+        workdir,
+        env,
+        _port_open(mport),
     )
     return [redis, mongo], f"redis://127.0.0.1:{rport}/0", f"mongodb://127.0.0.1:{mport}/?directConnection=true&retryWrites=false"
 
@@ -249,16 +272,24 @@ async def mongo_cost(mongo_uri: str, n_followers: int, n_jobs: int) -> dict[str,
         await followers_store.ensure_indexes(db)
         now = utcnow()
         info = {"backends": ["onnxruntime"], "gpus": []}
-        await db.followers.insert_many([{"_id": f"f{i:05d}", "state": "ready", "info": info, "last_seen": now} for i in range(n_followers)])
+        await db.followers.insert_many(
+            [{"_id": f"f{i:05d}", "state": "ready", "info": info, "last_seen": now} for i in range(n_followers)]
+        )
         rng = random.Random(2)
         batch = []
         for i in range(n_jobs):
             queued = i % 10 == 0  # 10% still in the leader's queue, the rest held by followers
-            batch.append({
-                "_id": f"j{i:07d}", "state": "queued" if queued else "assigned", "attempt": 1,
-                "follower_id": None if queued else f"f{rng.randrange(n_followers):05d}",
-                "spec": {"backends": ["onnxruntime"], "requires": {}}, "estimate_s": rng.uniform(10, 3600), "created_at": now,
-            })
+            batch.append(
+                {
+                    "_id": f"j{i:07d}",
+                    "state": "queued" if queued else "assigned",
+                    "attempt": 1,
+                    "follower_id": None if queued else f"f{rng.randrange(n_followers):05d}",
+                    "spec": {"backends": ["onnxruntime"], "requires": {}},
+                    "estimate_s": rng.uniform(10, 3600),
+                    "created_at": now,
+                }
+            )
             if len(batch) == 5000:
                 await db.jobs.insert_many(batch, ordered=False)
                 batch = []
@@ -305,24 +336,39 @@ def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) ->
         admin, ftoken = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         url = f"http://127.0.0.1:{port}"
         env = {
-            "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1",
-            "BENCHFLEET_MONGO_URI": mongo_uri, "BENCHFLEET_REDIS_URL": redis_url,
-            "BENCHFLEET_LEADER_DB_NAME": f"bench_live_{uuid.uuid4().hex[:8]}", "BENCHFLEET_LEADER_PORT": str(port),
-            "BENCHFLEET_LEADER_ADMIN_TOKEN": admin, "BENCHFLEET_LEADER_FOLLOWER_TOKEN": ftoken,
-            "BENCHFLEET_LEADER_PLACEMENT_POLICY": policy, "BENCHFLEET_FOLLOWER_LEADER_URL": url,
-            "BENCHFLEET_FOLLOWER_TOKEN": ftoken, "BENCHFLEET_FOLLOWER_ORDER": order,
-            "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5", "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONUNBUFFERED": "1",
+            "BENCHFLEET_MONGO_URI": mongo_uri,
+            "BENCHFLEET_REDIS_URL": redis_url,
+            "BENCHFLEET_LEADER_DB_NAME": f"bench_live_{uuid.uuid4().hex[:8]}",
+            "BENCHFLEET_LEADER_PORT": str(port),
+            "BENCHFLEET_LEADER_ADMIN_TOKEN": admin,
+            "BENCHFLEET_LEADER_FOLLOWER_TOKEN": ftoken,
+            "BENCHFLEET_LEADER_PLACEMENT_POLICY": policy,
+            "BENCHFLEET_FOLLOWER_LEADER_URL": url,
+            "BENCHFLEET_FOLLOWER_TOKEN": ftoken,
+            "BENCHFLEET_FOLLOWER_ORDER": order,
+            "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
+            "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
         }
         procs: list[SupervisedProcess] = []
         try:
-            leader = SupervisedProcess([sys.executable, "-m", "leader"], name=f"leader-{name}", log_path=workdir / f"leader-{name}.log", env=env)
+            leader = SupervisedProcess(
+                [sys.executable, "-m", "leader"], name=f"leader-{name}", log_path=workdir / f"leader-{name}.log", env=env
+            )
             procs.append(leader.start())
             leader.wait_ready(http_ready(f"{url}/healthz"), timeout_s=60)
             with BenchfleetClient(url, admin) as client:
                 client.upload_model(mlp_onnx(), name="mlp-live", version="1")
                 for i in range(n_followers):
-                    fenv = {**env, "BENCHFLEET_FOLLOWER_FOLLOWER_ID": f"live-{i}", "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / f"{name}-f{i}")}
-                    proc = SupervisedProcess([sys.executable, "-m", "follower"], name=f"{name}-f{i}", log_path=workdir / f"{name}-f{i}.log", env=fenv)
+                    fenv = {
+                        **env,
+                        "BENCHFLEET_FOLLOWER_FOLLOWER_ID": f"live-{i}",
+                        "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / f"{name}-f{i}"),
+                    }
+                    proc = SupervisedProcess(
+                        [sys.executable, "-m", "follower"], name=f"{name}-f{i}", log_path=workdir / f"{name}-f{i}.log", env=fenv
+                    )
                     procs.append(proc.start())
                 leader.wait_ready(lambda: sum(f.state == "ready" for f in client.followers()) == n_followers, timeout_s=90)
                 ids = []
@@ -332,7 +378,9 @@ def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) ->
                         f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
                     )
                     ids.append(client.submit_yaml(yaml).id)
-                leader.wait_ready(lambda: all(client.job(j).state in ("succeeded", "failed", "cancelled") for j in ids), timeout_s=300)
+                leader.wait_ready(
+                    lambda ids=ids: all(client.job(j).state in ("succeeded", "failed", "cancelled") for j in ids), timeout_s=300
+                )
                 jct, waits = [], []
                 for j in ids:
                     view = client.job(j)
@@ -341,7 +389,11 @@ def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) ->
                     jct.append((view.history[-1].at - view.created_at).total_seconds())
                     waits.append((started - view.created_at).total_seconds())
             out[name] = {"mean": statistics.fmean(jct), "p95": pct(jct, 0.95), "max_wait": max(waits)}
-            print(f"  live {name:8s} mean JCT {out[name]['mean']:6.2f}s  p95 {out[name]['p95']:6.2f}s  longest wait {out[name]['max_wait']:6.2f}s", flush=True)
+            print(
+                f"  live {name:8s} mean JCT {out[name]['mean']:6.2f}s  p95 {out[name]['p95']:6.2f}s  "
+                f"longest wait {out[name]['max_wait']:6.2f}s",
+                flush=True,
+            )
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -365,25 +417,45 @@ def main() -> None:
     args = parser.parse_args()
     result: dict[str, str] = {}
 
-    print(f"1. simulation: {args.sim_followers} followers, {args.sim_jobs} jobs x {args.seeds} seeds, load {args.sim_load}, "
-          "60% 1-5 min / 30% 10-30 min / 10% 60-120 min, estimates with ~20% error", flush=True)
+    print(
+        f"1. simulation: {args.sim_followers} followers, {args.sim_jobs} jobs x {args.seeds} seeds, load {args.sim_load}, "
+        "60% 1-5 min / 30% 10-30 min / 10% 60-120 min, estimates with ~20% error",
+        flush=True,
+    )
     sim = run_simulation(args.sim_jobs, args.seeds, args.sim_followers, args.sim_load, args.ageing)
     for name, row in sim.items():
-        print(f"  sim {name:8s} mean JCT {row['mean']:8.1f} min  p95 {row['p95']:8.1f} min  longest wait {row['max_wait']:8.1f} min")
+        print(
+            f"  sim {name:8s} mean JCT {row['mean']:8.1f} min  p95 {row['p95']:8.1f} min  longest wait {row['max_wait']:8.1f} min"
+        )
     ratio_rr = sim["rr_fcfs"]["mean"] / sim["qa_sjf"]["mean"]
     ratio_ll = sim["ll_sjf"]["mean"] / sim["qa_sjf"]["mean"]
     print(f"  QA+SJF is {ratio_rr:.2f}x better than RR+FCFS (floor 1.43x) and {ratio_ll:.2f}x better than LL+SJF in mean JCT")
-    result.update(sim_rr_over_qa=f"{ratio_rr:.2f}", sim_ll_over_qa=f"{ratio_ll:.2f}", sim_qa_mean_min=f"{sim['qa_sjf']['mean']:.1f}",
-                  sim_qa_p95_min=f"{sim['qa_sjf']['p95']:.1f}", sim_qa_max_wait_min=f"{sim['qa_sjf']['max_wait']:.1f}",
-                  sim_rr_max_wait_min=f"{sim['rr_fcfs']['max_wait']:.1f}", sim_floor_met=str(ratio_rr >= 1.43).lower())
+    result.update(
+        sim_rr_over_qa=f"{ratio_rr:.2f}",
+        sim_ll_over_qa=f"{ratio_ll:.2f}",
+        sim_qa_mean_min=f"{sim['qa_sjf']['mean']:.1f}",
+        sim_qa_p95_min=f"{sim['qa_sjf']['p95']:.1f}",
+        sim_qa_max_wait_min=f"{sim['qa_sjf']['max_wait']:.1f}",
+        sim_rr_max_wait_min=f"{sim['rr_fcfs']['max_wait']:.1f}",
+        sim_floor_met=str(ratio_rr >= 1.43).lower(),
+    )
 
-    print(f"2. placement decision: {args.followers} followers, {args.queued} jobs in their queues, {args.decisions} decisions", flush=True)
+    print(
+        f"2. placement decision: {args.followers} followers, {args.queued} jobs in their queues, {args.decisions} decisions",
+        flush=True,
+    )
     cost = decision_cost(args.followers, args.queued, args.decisions)
     for policy, row in cost.items():
-        print(f"  {policy:18s} index build {row['build_ms']:.2f} ms/tick; decision p50 {row['p50_ms'] * 1e3:.1f} us "
-              f"p99 {row['p99_ms'] * 1e3:.1f} us max {row['max_ms'] * 1e3:.1f} us; naive scan {row['scan_ms']:.2f} ms")
-    result.update(decision_p99_us=f"{cost['queue_aware']['p99_ms'] * 1e3:.1f}", decision_max_us=f"{cost['queue_aware']['max_ms'] * 1e3:.1f}",
-                  index_build_ms=f"{cost['queue_aware']['build_ms']:.2f}", naive_scan_ms=f"{cost['queue_aware']['scan_ms']:.2f}")
+        print(
+            f"  {policy:18s} index build {row['build_ms']:.2f} ms/tick; decision p50 {row['p50_ms'] * 1e3:.1f} us "
+            f"p99 {row['p99_ms'] * 1e3:.1f} us max {row['max_ms'] * 1e3:.1f} us; naive scan {row['scan_ms']:.2f} ms"
+        )
+    result.update(
+        decision_p99_us=f"{cost['queue_aware']['p99_ms'] * 1e3:.1f}",
+        decision_max_us=f"{cost['queue_aware']['max_ms'] * 1e3:.1f}",
+        index_build_ms=f"{cost['queue_aware']['build_ms']:.2f}",
+        naive_scan_ms=f"{cost['queue_aware']['scan_ms']:.2f}",
+    )
 
     if not (args.skip_mongo and args.skip_live):
         with tempfile.TemporaryDirectory() as tmp:
@@ -397,13 +469,20 @@ def main() -> None:
                         print(f"  {key:18s} {value:9.1f} ms")
                     result.update({f"mongo_{k}": f"{v:.1f}" for k, v in mongo.items()})
                 if not args.skip_live:
-                    print(f"4. live: {args.live_followers} follower processes, {len(LIVE_JOBS)} real jobs per configuration", flush=True)
+                    print(
+                        f"4. live: {args.live_followers} follower processes, {len(LIVE_JOBS)} real jobs per configuration",
+                        flush=True,
+                    )
                     live = live_run(workdir, redis_url, mongo_uri, args.live_followers)
                     lr = live["rr_fcfs"]["mean"] / live["qa_sjf"]["mean"]
                     ll = live["ll_sjf"]["mean"] / live["qa_sjf"]["mean"]
                     print(f"  live: QA+SJF is {lr:.2f}x better than RR+FCFS and {ll:.2f}x better than LL+SJF in mean JCT")
-                    result.update(live_rr_over_qa=f"{lr:.2f}", live_ll_over_qa=f"{ll:.2f}", live_qa_mean_s=f"{live['qa_sjf']['mean']:.2f}",
-                                  live_qa_max_wait_s=f"{live['qa_sjf']['max_wait']:.2f}")
+                    result.update(
+                        live_rr_over_qa=f"{lr:.2f}",
+                        live_ll_over_qa=f"{ll:.2f}",
+                        live_qa_mean_s=f"{live['qa_sjf']['mean']:.2f}",
+                        live_qa_max_wait_s=f"{live['qa_sjf']['max_wait']:.2f}",
+                    )
             finally:
                 for proc in reversed(services):
                     proc.stop()

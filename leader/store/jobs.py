@@ -192,17 +192,23 @@ async def set_points_done(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int
 async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishReport) -> JobView:
     """running → succeeded/failed for this attempt; repeating the same finish is a no-op, anything else a Conflict."""
     state = JobState(report.state)
+    now = utcnow()
+    # The actual run time goes into the same write as the final state, so no reader sees one without the other.
+    before = await db[COLLECTION].find_one({"_id": job_id}, {"history": 1})
+    history = (before or {}).get("history", [])
+    started = [h["at"] for h in history if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
+    actual_s = round((now - as_utc(started[-1])).total_seconds(), 3) if started and state == JobState.succeeded else None
     doc = await db[COLLECTION].find_one_and_update(
         {"_id": job_id, "state": JobState.running.value, "attempt": report.attempt, "follower_id": report.follower_id},
         {
-            "$set": {"state": state.value, "error": report.error, "updated_at": utcnow()},
+            "$set": {"state": state.value, "error": report.error, "updated_at": now, "actual_s": actual_s},
             "$push": {"history": _change(state, report.attempt, reason=report.error, follower_id=report.follower_id)},
         },
         return_document=ReturnDocument.AFTER,
     )
     if doc is not None:
-        if state == JobState.succeeded:
-            doc = await _record_actual(db, doc, report)
+        if actual_s is not None:
+            await _record_actual(doc, report, actual_s, db)
         return job_view(doc)
     current = await _get_doc(db, job_id)
     same = (
@@ -216,23 +222,16 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
     raise Conflict(_stale_reason(current, report.attempt, report.follower_id, wanted="running"), field="attempt")
 
 
-async def _record_actual(db: AsyncIOMotorDatabase, doc: dict[str, Any], report: FinishReport) -> dict[str, Any]:
-    """Store the attempt's measured run time beside its estimate and feed the estimator's history."""
-    started = [h["at"] for h in doc["history"] if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
-    if not started:
-        return doc
-    actual_s = round((utcnow() - as_utc(started[-1])).total_seconds(), 3)
-    await db[COLLECTION].update_one({"_id": doc["_id"], "attempt": report.attempt}, {"$set": {"actual_s": actual_s}})
-    base = doc.get("base_estimate_s", doc["estimate_s"])
+async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: float, db: AsyncIOMotorDatabase) -> None:
+    """Feed the estimator's history with the attempt's measured run time against its spec estimate."""
     await durations_store.record(
         db,
         model_ref=doc["model_ref"],
         backends=",".join(doc["spec"]["backends"]),
         follower_id=report.follower_id,
-        estimate_s=base,
+        estimate_s=doc.get("base_estimate_s", doc["estimate_s"]),
         actual_s=actual_s,
     )
-    return {**doc, "actual_s": actual_s}
 
 
 async def stale_held(db: AsyncIOMotorDatabase, *, follower_id: str, held: list[tuple[str, int]]) -> list[str]:

@@ -59,24 +59,3 @@ def test_drain_requeues_held_jobs_and_takes_no_new_ones(leader: Leader) -> None:
     assert f"follower {second} removed by an admin" in requeued["history"][-1]["reason"]
     assert leader.client.delete(f"/api/v1/followers/{second}", headers=ADMIN).status_code == 404
 
-
-def test_actual_run_time_is_stored_and_corrects_the_next_estimate(leader: Leader) -> None:
-    leader.upload_model()
-    follower, incarnation = fid(), uuid.uuid4().hex
-    leader.register(follower, incarnation)
-    job = leader.submit()
-    leader.wait_dispatched(job["id"])
-    from tests.integration.leader.test_scheduling import claim
-
-    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
-    finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
-    done = leader.client.post(f"/api/v1/jobs/{job['id']}/finish", headers=leader.as_follower(follower), json=finish)
-    assert done.status_code == 200, done.text
-    stored = leader.job(job["id"])
-    assert stored["actual_s"] is not None and stored["actual_s"] >= 0
-    history = leader.db.durations.find_one({"_id": f"ident:1|onnxruntime|{follower}"})
-    assert history is not None and history["count"] == 1
-    # The job ran far shorter than its spec estimate: the next one on this follower is estimated shorter.
-    nxt = leader.submit()
-    placed = leader.wait_dispatched(nxt["id"])
-    assert placed["estimate_s"] < job["estimate_s"]

@@ -1,0 +1,95 @@
+"""The fleet as processes: a SIGKILLed follower's job finishes on another; a restarted leader runs its queue in SJF order."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+
+import httpx
+import pytest
+
+from common.jobs import TERMINAL_STATES, JobState
+from common.modelgen import mlp_onnx
+from common.procs import SupervisedProcess, http_ready
+from tests.e2e.test_walking_skeleton import _wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _job_yaml(name: str, seconds: float) -> str:
+    return f"""
+name: {name}
+model: mlp-fleet:1
+backends: [onnxruntime]
+batch_sizes: [1]
+load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}
+"""
+
+
+def _admin(fleet, method: str, path: str) -> httpx.Response:  # type: ignore[no-untyped-def]
+    return httpx.request(method, f"{fleet.url}/api/v1{path}", headers={"Authorization": f"Bearer {fleet.admin_token}"})
+
+
+@pytest.fixture(scope="module")
+def model(fleet) -> str:  # type: ignore[no-untyped-def]
+    fleet.env["BENCHFLEET_FOLLOWER_AGEING_PER_S"] = "0"  # exact SJF for the order assertion (ageing is unit-tested)
+    fleet.env["BENCHFLEET_FOLLOWER_METRICS_PORT"] = "-1"
+    with fleet.client() as client:
+        return client.upload_model(mlp_onnx(), name="mlp-fleet", version="1").ref
+
+
+def test_sigkilled_follower_job_completes_on_another_follower_once(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    victim = fleet.start_follower("k-victim")
+    fleet.start_follower("k-other")
+    assert _admin(fleet, "POST", "/followers/k-other/drain").status_code == 200
+    with fleet.client() as client:
+        job = client.submit_yaml(_job_yaml("kill-me", 4.0))
+        running = _wait_until(lambda: (j := client.job(job.id)).state == JobState.running and j, 60, "the job to run")
+        assert running.follower_id == "k-victim"
+        assert _admin(fleet, "POST", "/followers/k-other/resume").status_code == 200
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.stop()
+        done = _wait_until(lambda: (j := client.job(job.id)).state in TERMINAL_STATES and j, 120, "the job to finish")
+        results = client.results(job.id)
+    assert done.state == JobState.succeeded, done.error
+    assert (done.attempt, done.follower_id) == (2, "k-other")
+    assert any("k-victim missed heartbeats" in (h.reason or "") for h in done.history)
+    assert [p.point.index for p in results.points] == [0], "exactly one final result"
+    assert results.points[0].environment.follower_id == "k-other"
+    assert done.actual_s is not None and done.actual_s > 0  # the actual run time is stored beside the estimate
+
+
+def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    for fid in ("s-a", "s-b"):
+        fleet.start_follower(fid)
+    with fleet.client() as client:
+        for follower in client.followers():  # nobody takes work until the restart (followers of other tests too)
+            assert _admin(fleet, "POST", f"/followers/{follower.info.follower_id}/drain").status_code == 200
+    seconds = [round(0.2 + 0.1 * k, 1) for k in range(20)]
+    random.Random(5).shuffle(seconds)
+    with fleet.client() as client:
+        ids = [client.submit_yaml(_job_yaml(f"sjf-{i}", s)).id for i, s in enumerate(seconds)]
+        assert all(client.job(j).state == JobState.queued for j in ids)
+    fleet.leader.stop()
+    fleet.leader = SupervisedProcess(
+        [sys.executable, "-m", "leader"], name="leader-2", log_path=fleet.workdir / "leader-2.log", env=fleet.env
+    )
+    fleet.leader.start()
+    fleet.leader.wait_ready(http_ready(f"{fleet.url}/healthz"), timeout_s=60)
+    with fleet.client() as client:
+        assert all(client.job(j).state == JobState.queued for j in ids), "the queue survived the restart"
+        for fid in ("s-a", "s-b"):
+            assert _admin(fleet, "POST", f"/followers/{fid}/resume").status_code == 200
+        _wait_until(lambda: all(client.job(j).state in TERMINAL_STATES for j in ids), 240, "all 20 jobs to finish")
+        views = [client.job(j) for j in ids]
+    assert all(v.state == JobState.succeeded for v in views), [(v.name, v.state, v.error) for v in views]
+    per_follower: dict[str, list[tuple[object, float]]] = {}
+    for v in views:
+        started = [h.at for h in v.history if h.state == JobState.running][-1]
+        per_follower.setdefault(v.follower_id or "", []).append((started, v.estimate_s))
+    for fid, runs in per_follower.items():
+        estimates = [estimate for _, estimate in sorted(runs)]
+        # The first job starts as soon as it arrives; every later one is the shortest of those held then.
+        assert estimates[1:] == sorted(estimates[1:]), (fid, estimates)
