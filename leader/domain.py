@@ -53,3 +53,4 @@ class QueuedJob:
     estimate_s: float
     needs: Needs = field(default_factory=Needs)
     waiting_reason: str | None = None  # the reason last stored, so an unchanged reason is not written again
+    model_ref: str = ""  # with the backends and the follower, the key of the estimator's history correction

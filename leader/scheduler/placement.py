@@ -9,13 +9,16 @@ import heapq
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Literal
 
 from motor.motor_asyncio import AsyncIOMotorDatabase
 
 from common.jobs import JobTask
+from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.queue import TaskQueue
+from leader.scheduler.book import JobBook
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
@@ -24,6 +27,10 @@ log = logging.getLogger(__name__)
 
 # How many queued jobs one tick considers; the rest wait for the next tick.
 MAX_PER_TICK = 500
+# The change feed re-reads this much before the newest change seen: a write stamped just before a read may commit after it.
+FEED_OVERLAP = timedelta(seconds=2)
+# A full reload of the book from PerfDB this often: a safety net for a change the feed could have missed.
+FULL_RESYNC_S = 600.0
 # After a failed publish, placement pauses (doubling up to this) so a broker outage does not churn jobs and history.
 MAX_BROKER_BACKOFF_S = 30.0
 
@@ -152,16 +159,33 @@ def choose_follower(
 
 
 class Placer:
-    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue."""
+    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue.
 
-    def __init__(self, *, db: AsyncIOMotorDatabase, queue: TaskQueue, interval_s: float, policy: Policy = "queue_aware") -> None:
+    Its view of the queue and the loads is the JobBook, kept current from PerfDB by a change feed, so a tick costs
+    Mongo work in proportion to what changed and what it places, not to how many jobs the fleet holds.
+    """
+
+    def __init__(
+        self,
+        *,
+        db: AsyncIOMotorDatabase,
+        queue: TaskQueue,
+        interval_s: float,
+        policy: Policy = "queue_aware",
+        resync_s: float = FULL_RESYNC_S,
+    ) -> None:
         self._db = db
         self.policy = policy
         self._queue = queue
         self._interval_s = interval_s
+        self._resync_s = resync_s
         self._wakeup = asyncio.Event()
         self._backoff_s = 0.0
         self._paused_until = 0.0
+        self.book: JobBook | None = None  # None until the first full load from PerfDB
+        self._loaded_at = 0.0
+        self._since: datetime | None = None
+        self.last_tick: dict[str, float] = {}  # what the last tick cost (ms per part, counts): for the bench and logs
 
     def nudge(self) -> None:
         """Run the next tick now rather than at the end of the interval."""
@@ -179,48 +203,94 @@ class Placer:
             # Cleared before the tick, so a nudge that arrives during it is not lost.
             self._wakeup.clear()
 
+    async def sync(self) -> JobBook:
+        """Bring the book up to date: a full load at first (and every resync interval), else the change feed."""
+        started = utcnow()
+        if self.book is None or time.monotonic() - self._loaded_at >= self._resync_s:
+            book = JobBook()
+            book.apply_all(await jobs_store.unfinished_docs(self._db))
+            self.book, self._loaded_at = book, time.monotonic()
+            # Changes that land while the full load reads are caught by the feed from the load's start.
+            self._since = started
+            return book
+        docs = await jobs_store.changed_since(self._db, since=self._since - FEED_OVERLAP)
+        self.book.apply_all(docs)
+        newest = max((as_utc(d["updated_at"]) for d in docs if d.get("updated_at") is not None), default=started)
+        # Not past our clock (a write stamped before this read may commit after it), nor past what was seen (skew).
+        self._since = max(self._since, min(started, newest))
+        return self.book
+
     async def tick(self) -> int:
         """Re-send undispatched assignments, then place queued jobs; returns how many jobs were dispatched."""
         sent = 0
         if time.monotonic() < self._paused_until:
             return sent
+        t0 = time.perf_counter()
+        book = await self.sync()
+        cost = {"sync_ms": (time.perf_counter() - t0) * 1e3, "placed": 0.0, "queued": float(len(book.queued))}
+        self.last_tick = cost
         # An assignment whose message may not have been sent: the leader stopped between the two writes.
-        for follower_id, task in await jobs_store.undispatched_jobs(self._db):
-            if not await self._dispatch(task, follower_id):
+        for job_id in book.undispatched():
+            found = await jobs_store.assigned_task(self._db, job_id=job_id)
+            if found is None:
+                book.dispatched(job_id)  # sent after all (the follower claimed it) or moved on: the feed has the rest
+                continue
+            if not await self._dispatch(found[1], found[0]):
                 return sent
             sent += 1
-        queued = await jobs_store.queued_jobs(self._db, limit=MAX_PER_TICK)
-        if not queued:
+        kinds = book.waiting_kinds()
+        if not kinds:
             return sent
+        t0 = time.perf_counter()
         candidates = await followers_store.candidates(self._db)
-        loads = await jobs_store.active_loads(self._db)
+        cost["candidates_ms"] = (time.perf_counter() - t0) * 1e3
         # The round-robin cursor lives in PerfDB, so a restarted leader goes on where it stopped.
         rr_last = await jobs_store.get_cursor(self._db) if self.policy == "round_robin" else None
-        index = PlacementIndex(candidates, loads, policy=self.policy, rr_last=rr_last)
+        index = PlacementIndex(candidates, book.loads, policy=self.policy, rr_last=rr_last)
+        batch: list[QueuedJob] = []
+        for kind in kinds:
+            probe = QueuedJob("", 0, kind[0], 0.0, kind[1])
+            if index.eligible_groups(probe):
+                batch.extend(book.oldest(kind, MAX_PER_TICK))
+                continue
+            # No capable follower now: the kind's jobs stay queued, with the reason in their view (written once).
+            reason = explain_unplaceable(probe, candidates)
+            ids = book.to_state(kind, reason, MAX_PER_TICK)
+            if ids:
+                await jobs_store.set_waiting_reasons(self._db, job_ids=ids, reason=reason)
+                book.stated(kind, reason, ids)
+        order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
+        batch.sort(key=lambda j: order[j.job_id])
         factors: dict[tuple[str, str, str], float] = {}
+        t0 = time.perf_counter()
+        decide_s = 0.0
         try:
-            for job in queued:
+            for job in batch[:MAX_PER_TICK]:
+                d0 = time.perf_counter()
                 follower_id = index.choose(job)
+                decide_s += time.perf_counter() - d0
                 if follower_id is None:
-                    reason = explain_unplaceable(job, candidates)
-                    if reason != job.waiting_reason:
-                        await jobs_store.set_waiting_reason(self._db, job_id=job.job_id, attempt=job.attempt, reason=reason)
-                    continue  # no capable follower now: the job stays queued, with the reason in its view
-                task = await jobs_store.assign_job(self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id)
-                if task is None:
-                    continue  # cancelled or changed since the scan
-                key = (task.model.ref, ",".join(task.spec.backends), follower_id)
+                    continue
+                key = (job.model_ref, ",".join(sorted(job.backends)), follower_id)
                 if key not in factors:
                     factors[key] = await durations_store.factor(self._db, model_ref=key[0], backends=key[1], follower_id=key[2])
-                if factors[key] != 1.0:
-                    # History of this model/backend on this follower corrects the spec-based estimate.
-                    task = task.model_copy(update={"estimate_s": round(job.estimate_s * factors[key], 3)})
-                    await jobs_store.set_estimate(self._db, job_id=job.job_id, attempt=job.attempt, estimate_s=task.estimate_s)
+                # History of this model/backend on this follower corrects the spec-based estimate.
+                estimate_s = round(job.estimate_s * factors[key], 3)
+                task = await jobs_store.assign_job(
+                    self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id, estimate_s=estimate_s
+                )
+                if task is None:
+                    continue  # cancelled or changed since the feed read it: the next feed says what it is now
+                book.placed(job, follower_id, task.estimate_s)
                 index.add(follower_id, task.estimate_s)
+                cost["placed"] += 1
                 if not await self._dispatch(task, follower_id):
                     return sent  # the broker is down: the other jobs wait too
                 sent += 1
         finally:
+            book.restore(batch)
+            cost["place_ms"] = (time.perf_counter() - t0) * 1e3
+            cost["decide_ms"] = decide_s * 1e3
             if self.policy == "round_robin" and index.rr_last != rr_last and index.rr_last is not None:
                 await jobs_store.set_cursor(self._db, index.rr_last)
         return sent
@@ -242,5 +312,7 @@ class Placer:
             return False
         self._backoff_s = 0.0
         await jobs_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
+        if self.book is not None:
+            self.book.dispatched(task.job_id)
         log.info("job %s attempt %d sent to follower %s", task.job_id, task.attempt, follower_id)
         return True

@@ -27,6 +27,9 @@ async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
     await jobs.create_index([("state", ASCENDING), ("created_at", ASCENDING)])
     await jobs.create_index([("follower_id", ASCENDING), ("state", ASCENDING)])
     await jobs.create_index([("model_ref", ASCENDING), ("state", ASCENDING)])
+    # The placer's change feed reads jobs by the time of their last transition; the queue limit counts per owner.
+    await jobs.create_index([("updated_at", ASCENDING)])
+    await jobs.create_index([("owner", ASCENDING), ("state", ASCENDING)])
 
 
 def _change(state: JobState, attempt: int, *, reason: str | None = None, follower_id: str | None = None) -> dict[str, Any]:
@@ -227,7 +230,7 @@ async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: fl
     await durations_store.record(
         db,
         model_ref=doc["model_ref"],
-        backends=",".join(doc["spec"]["backends"]),
+        backends=",".join(sorted(doc["spec"]["backends"])),
         follower_id=report.follower_id,
         estimate_s=doc.get("base_estimate_s", doc["estimate_s"]),
         actual_s=actual_s,
@@ -299,7 +302,50 @@ async def set_waiting_reason(db: AsyncIOMotorDatabase, *, job_id: str, attempt: 
 
 async def set_estimate(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, estimate_s: float) -> None:
     """Store the estimate corrected for the follower the attempt was assigned to."""
-    await db[COLLECTION].update_one({"_id": job_id, "attempt": attempt}, {"$set": {"estimate_s": estimate_s}})
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "attempt": attempt}, {"$set": {"estimate_s": estimate_s, "updated_at": utcnow()}}
+    )
+
+
+async def set_waiting_reasons(db: AsyncIOMotorDatabase, *, job_ids: list[str], reason: str | None) -> None:
+    """Record one reason for several queued jobs in one write (no transition: `updated_at` stays)."""
+    if job_ids:
+        await db[COLLECTION].update_many(
+            {"_id": {"$in": job_ids}, "state": JobState.queued.value}, {"$set": {"waiting_reason": reason}}
+        )
+
+
+# What the placer's book keeps of a job (leader/scheduler/book.py).
+BOOK_FIELDS = {
+    key: 1
+    for key in (
+        "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
+        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner",
+    )
+}  # fmt: skip
+
+
+async def unfinished_docs(db: AsyncIOMotorDatabase) -> list[dict[str, Any]]:
+    """Every queued, assigned or running job (book fields only): the placer's full load at start and on resync."""
+    query = {"state": {"$in": [JobState.queued.value, *ACTIVE_STATES]}}
+    return await db[COLLECTION].find(query, BOOK_FIELDS).to_list(None)
+
+
+async def changed_since(db: AsyncIOMotorDatabase, *, since: Any) -> list[dict[str, Any]]:
+    """Jobs (book fields only) whose last transition is at or after `since`: the placer's change feed."""
+    return await db[COLLECTION].find({"updated_at": {"$gte": since}}, BOOK_FIELDS).to_list(None)
+
+
+async def assigned_task(db: AsyncIOMotorDatabase, *, job_id: str) -> tuple[str, JobTask] | None:
+    """(follower, task) of a job still assigned and not known to be dispatched; None otherwise."""
+    doc = await db[COLLECTION].find_one({"_id": job_id, "state": JobState.assigned.value, "dispatched": False})
+    return (doc["follower_id"], job_task(doc)) if doc is not None else None
+
+
+async def count_waiting(db: AsyncIOMotorDatabase, *, owner: str) -> int:
+    """How many of the owner's jobs wait to run (queued at the leader, or assigned to a follower and not started)."""
+    query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}}
+    return await db[COLLECTION].count_documents(query)
 
 
 SCHEDULER_COLLECTION = "scheduler"
@@ -326,18 +372,24 @@ async def active_loads(db: AsyncIOMotorDatabase) -> dict[str, Load]:
     return {row["_id"]: Load(float(row["seconds"]), int(row["jobs"])) for row in rows if row["_id"] is not None}
 
 
-async def assign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, follower_id: str) -> JobTask | None:
-    """queued → assigned (not yet dispatched); None if the job moved meanwhile."""
+async def assign_job(
+    db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, follower_id: str, estimate_s: float | None = None
+) -> JobTask | None:
+    """queued → assigned (not yet dispatched), with the estimate corrected for this follower; None if the job moved."""
+    fields: dict[str, Any] = {
+        "state": JobState.assigned.value,
+        "follower_id": follower_id,
+        "dispatched": False,
+        "waiting_reason": None,
+        "updated_at": utcnow(),
+    }
+    if estimate_s is not None:
+        # In the same write as the transition, so no reader sees the follower's load without this job's estimate.
+        fields["estimate_s"] = estimate_s
     doc = await db[COLLECTION].find_one_and_update(
         {"_id": job_id, "state": JobState.queued.value, "attempt": attempt},
         {
-            "$set": {
-                "state": JobState.assigned.value,
-                "follower_id": follower_id,
-                "dispatched": False,
-                "waiting_reason": None,
-                "updated_at": utcnow(),
-            },
+            "$set": fields,
             "$push": {"history": _change(JobState.assigned, attempt, follower_id=follower_id)},
         },
         return_document=ReturnDocument.AFTER,

@@ -1,0 +1,198 @@
+"""The placer's in-memory book of the queue and of every follower's load, kept current from PerfDB by a change feed.
+
+Why: summing every follower's load over all assigned/running jobs in Mongo on every tick costs seconds with
+100,000 jobs (bench/scheduler.py). The book is built once from PerfDB (leader start, and a periodic full resync as a
+safety net), then kept current by reading only the jobs whose `updated_at` moved since the last tick (every job
+transition in leader/store/jobs.py sets it). PerfDB stays the only truth: a restarted leader rebuilds the same book,
+and a write by another process (a second leader, an admin script) is picked up by the feed like any other.
+
+Applying a job document is idempotent ("the job is now in this state"), so documents read twice (the feed re-reads a
+short overlap, to catch writes whose timestamp was taken before an earlier read) change nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from common.jobs import JobState
+from leader.domain import Load, Needs, QueuedJob
+
+Kind = tuple[frozenset[str], Needs]
+Order = tuple[datetime, str]  # (created_at, job id): the leader's queue is FCFS by submission
+ACTIVE = frozenset({JobState.assigned.value, JobState.running.value})
+
+
+def queued_job(doc: dict[str, Any]) -> QueuedJob:
+    """A queued job document (projected by leader.store.jobs.BOOK_FIELDS) as placement sees it."""
+    spec = doc.get("spec") or {}
+    return QueuedJob(
+        doc["_id"],
+        int(doc["attempt"]),
+        frozenset(spec.get("backends") or ()),
+        float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
+        Needs(**(spec.get("requires") or {})),
+        doc.get("waiting_reason"),
+        model_ref=str(doc.get("model_ref", "")),
+    )
+
+
+@dataclass
+class _KindQueue:
+    """The queued jobs of one kind (backends + hardware needs): a lazy heap in submission order."""
+
+    heap: list[Order] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)
+    stated: str | None = None  # the waiting reason last written for every member
+    unstated: set[str] = field(default_factory=set)  # members whose stored reason may differ from `stated`
+
+
+@dataclass
+class _Active:
+    follower_id: str
+    estimate_s: float
+    state: str
+    dispatched: bool
+
+
+class JobBook:
+    """Queued jobs by kind in submission order, active jobs and per-follower loads, undispatched assignments."""
+
+    def __init__(self) -> None:
+        self.queued: dict[str, tuple[Order, QueuedJob, str]] = {}  # job id → (order, job, owner)
+        self.kinds: dict[Kind, _KindQueue] = {}
+        self.active: dict[str, _Active] = {}
+        self.loads: dict[str, Load] = {}
+        self.owner_waiting: dict[str, int] = {}
+
+    # --- applying PerfDB documents ---------------------------------------------------------------------------
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        """Make the book agree with one job document's current state."""
+        job_id = doc["_id"]
+        self.forget(job_id)
+        state = doc.get("state")
+        if state == JobState.queued.value:
+            job = queued_job(doc)
+            order: Order = (doc["created_at"], job_id)
+            owner = str(doc.get("owner", "admin"))
+            self.queued[job_id] = (order, job, owner)
+            kq = self.kinds.setdefault((job.backends, job.needs), _KindQueue())
+            kq.members.add(job_id)
+            if job.waiting_reason != kq.stated:
+                kq.unstated.add(job_id)
+            heapq.heappush(kq.heap, order)
+            self.owner_waiting[owner] = self.owner_waiting.get(owner, 0) + 1
+        elif state in ACTIVE and doc.get("follower_id"):
+            fid = doc["follower_id"]
+            estimate = float(doc.get("estimate_s", 0.0))
+            self.active[job_id] = _Active(fid, estimate, state, bool(doc.get("dispatched", True)))
+            self.loads[fid] = self.loads.get(fid, Load()).plus(estimate)
+
+    def apply_all(self, docs: Iterable[dict[str, Any]]) -> None:
+        """Apply several documents."""
+        for doc in docs:
+            self.apply(doc)
+
+    def forget(self, job_id: str) -> None:
+        """Remove a job from the book (its heap entry goes lazily, on the next pop)."""
+        entry = self.queued.pop(job_id, None)
+        if entry is not None:
+            _, job, owner = entry
+            kq = self.kinds[(job.backends, job.needs)]
+            kq.members.discard(job_id)
+            kq.unstated.discard(job_id)
+            left = self.owner_waiting.get(owner, 1) - 1
+            if left:
+                self.owner_waiting[owner] = left
+            else:
+                self.owner_waiting.pop(owner, None)
+        active = self.active.pop(job_id, None)
+        if active is not None:
+            load = self.loads.get(active.follower_id, Load())
+            if load.jobs <= 1:
+                # Exactly zero when the queue empties, so float error cannot accumulate across millions of jobs.
+                self.loads.pop(active.follower_id, None)
+            else:
+                self.loads[active.follower_id] = Load(max(0.0, load.seconds - active.estimate_s), load.jobs - 1)
+
+    # --- what the placer asks ---------------------------------------------------------------------------------
+
+    def oldest(self, kind: Kind, limit: int) -> list[QueuedJob]:
+        """Up to `limit` queued jobs of one kind, oldest first (popped; `restore` puts back those still queued)."""
+        kq = self.kinds.get(kind)
+        out: list[QueuedJob] = []
+        seen: set[str] = set()
+        if kq is None:
+            return out
+        while kq.heap and len(out) < limit:
+            order = heapq.heappop(kq.heap)
+            entry = self.queued.get(order[1])
+            # A stale entry (the job left the queue, or was requeued and pushed again) is dropped here.
+            if entry is None or entry[0] != order or order[1] in seen:
+                continue
+            seen.add(order[1])
+            out.append(entry[1])
+        return out
+
+    def restore(self, jobs: Iterable[QueuedJob]) -> None:
+        """Put back the heap entries of popped jobs that are still queued."""
+        for job in jobs:
+            entry = self.queued.get(job.job_id)
+            if entry is not None:
+                heapq.heappush(self.kinds[(entry[1].backends, entry[1].needs)].heap, entry[0])
+
+    def waiting_kinds(self) -> list[Kind]:
+        """The kinds with at least one queued job."""
+        return [kind for kind, kq in self.kinds.items() if kq.members]
+
+    def to_state(self, kind: Kind, reason: str | None, limit: int) -> list[str]:
+        """Up to `limit` ids of the kind's queued jobs whose stored waiting reason is not `reason`."""
+        kq = self.kinds[kind]
+        if reason != kq.stated:
+            # The reason changed: every member storing another one is to be written (a bounded number per tick).
+            kq.stated = reason
+            kq.unstated = {m for m in kq.members if self.queued[m][1].waiting_reason != reason}
+        return list(itertools.islice(kq.unstated, limit))
+
+    def stated(self, kind: Kind, reason: str | None, job_ids: Iterable[str]) -> None:
+        """Record that these jobs now store `reason` in PerfDB."""
+        kq = self.kinds[kind]
+        for job_id in job_ids:
+            kq.unstated.discard(job_id)
+            entry = self.queued.get(job_id)
+            if entry is not None:
+                order, job, owner = entry
+                self.queued[job_id] = (order, _with_reason(job, reason), owner)
+
+    def placed(self, job: QueuedJob, follower_id: str, estimate_s: float) -> None:
+        """The placer assigned the job (not yet dispatched)."""
+        self.apply_placed(job.job_id, follower_id, estimate_s)
+
+    def apply_placed(self, job_id: str, follower_id: str, estimate_s: float) -> None:
+        """Account an assignment made by this process before the feed reports it."""
+        self.forget(job_id)
+        self.active[job_id] = _Active(follower_id, estimate_s, JobState.assigned.value, False)
+        self.loads[follower_id] = self.loads.get(follower_id, Load()).plus(estimate_s)
+
+    def dispatched(self, job_id: str) -> None:
+        """The assignment's message is on the follower's queue."""
+        active = self.active.get(job_id)
+        if active is not None:
+            active.dispatched = True
+
+    def undispatched(self) -> list[str]:
+        """Assigned jobs whose message may never have been sent."""
+        return [job_id for job_id, a in self.active.items() if a.state == JobState.assigned.value and not a.dispatched]
+
+    def queue_order(self) -> Iterator[tuple[Order, QueuedJob, str]]:
+        """Every queued job in submission order (O(n log n): for rare views, not for ticks)."""
+        return iter(sorted(self.queued.values(), key=lambda e: e[0]))
+
+
+def _with_reason(job: QueuedJob, reason: str | None) -> QueuedJob:
+    return QueuedJob(job.job_id, job.attempt, job.backends, job.estimate_s, job.needs, reason, model_ref=job.model_ref)

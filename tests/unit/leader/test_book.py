@@ -1,0 +1,78 @@
+"""The placer's JobBook: loads and the queue follow job documents exactly, whatever order and repetition they come in."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from leader.domain import Load, Needs
+from leader.scheduler.book import JobBook
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CPU = (frozenset({"onnxruntime"}), Needs())
+
+
+def doc(job_id: str, state: str, *, follower: str | None = None, estimate: float = 10.0, age: int = 0, **extra: Any) -> dict:
+    return {
+        "_id": job_id,
+        "state": state,
+        "attempt": 1,
+        "follower_id": follower,
+        "dispatched": True,
+        "estimate_s": estimate,
+        "base_estimate_s": estimate,
+        "created_at": T0 + timedelta(seconds=age),
+        "spec": {"backends": ["onnxruntime"], "requires": {}},
+        "owner": "ann",
+        **extra,
+    }
+
+
+def test_loads_follow_transitions_and_repeats_change_nothing() -> None:
+    book = JobBook()
+    book.apply(doc("a", "assigned", follower="f1", estimate=5.0))
+    book.apply(doc("b", "running", follower="f1", estimate=7.0))
+    book.apply(doc("b", "running", follower="f1", estimate=7.0))  # the feed's overlap reads it again
+    assert book.loads == {"f1": Load(12.0, 2)}
+    book.apply(doc("a", "succeeded", follower="f1"))
+    assert book.loads == {"f1": Load(7.0, 1)}
+    book.apply(doc("b", "queued", attempt=2))  # requeued: off the follower, back in the queue
+    assert book.loads == {} and list(book.queued) == ["b"]
+    assert book.owner_waiting == {"ann": 1}
+
+
+def test_oldest_is_submission_order_and_restore_keeps_what_is_still_queued() -> None:
+    book = JobBook()
+    ages = list(range(50))
+    random.Random(1).shuffle(ages)
+    for age in ages:
+        book.apply(doc(f"j{age:02d}", "queued", age=age))
+    first = book.oldest(CPU, 10)
+    assert [j.job_id for j in first] == [f"j{k:02d}" for k in range(10)]
+    book.apply(doc("j00", "cancelled"))
+    book.placed(first[1], "f1", 3.0)
+    book.restore(first)
+    again = book.oldest(CPU, 3)
+    assert [j.job_id for j in again] == ["j02", "j03", "j04"]
+    assert book.loads == {"f1": Load(3.0, 1)} and book.undispatched() == ["j01"]
+    book.dispatched("j01")
+    assert book.undispatched() == []
+
+
+def test_waiting_reasons_are_written_once_per_change() -> None:
+    book = JobBook()
+    for k in range(5):
+        book.apply(doc(f"g{k}", "queued", age=k))
+    ids = book.to_state(CPU, "needs a GPU", 3)
+    assert len(ids) == 3
+    book.stated(CPU, "needs a GPU", ids)
+    rest = book.to_state(CPU, "needs a GPU", 10)
+    assert sorted(rest + ids) == [f"g{k}" for k in range(5)]
+    book.stated(CPU, "needs a GPU", rest)
+    assert book.to_state(CPU, "needs a GPU", 10) == []
+    # A restarted leader reads the stored reasons: nothing to write again.
+    fresh = JobBook()
+    for k in range(5):
+        fresh.apply(doc(f"g{k}", "queued", age=k, waiting_reason="needs a GPU"))
+    assert fresh.to_state(CPU, "needs a GPU", 10) == []
