@@ -65,6 +65,11 @@ class UnsupportedMediaType(BenchfleetError):
     code = "unsupported_media_type"
 
 
+class TooManyRequests(BenchfleetError):
+    status = 429
+    code = "too_many_requests"
+
+
 class Unavailable(BenchfleetError):
     status = 503
     code = "unavailable"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from common.errors import InvalidSpec
+from motor.motor_asyncio import AsyncIOMotorDatabase
+
+from common.errors import InvalidSpec, TooManyRequests
 from common.spec import JobSpec, expand
+from leader.auth.tokens import Principal
 from leader.settings import LeaderSettings
+from leader.store import jobs as jobs_store
 
 
 def _over(value: float | None, limit: float) -> bool:
@@ -39,4 +43,18 @@ def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
         raise InvalidSpec(
             f"the grid expands to {points} points; this leader runs at most {settings.max_points} per job",
             field="batch_sizes",
+        )
+
+
+async def check_queue_limit(db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal) -> None:
+    """429 when the user already has max_waiting_per_user jobs waiting to run (admins exempt unless limit_admins)."""
+    limit = settings.max_waiting_per_user
+    if limit == 0 or (principal.is_admin and not settings.limit_admins):
+        return
+    waiting = await jobs_store.count_waiting(db, owner=principal.user)
+    if waiting >= limit:
+        raise TooManyRequests(
+            f"user {principal.user} already has {waiting} jobs waiting to run; this leader allows {limit} per user "
+            "(max_waiting_per_user): submit again when some have started",
+            field="max_waiting_per_user",
         )

@@ -43,6 +43,10 @@ class LeaderSettings(BaseSettings):
     max_duration_s: float = Field(default=600.0, gt=0)
     max_points: int = Field(default=256, gt=0)
     max_concurrency: int = Field(default=1024, gt=0)
+    # Per-user cap on jobs waiting to run (queued or assigned, not yet started); 0 = no cap. A submission over it is 429.
+    max_waiting_per_user: int = Field(default=100, ge=0)
+    # Whether admins are held to that cap too (by default they are exempt: they drain and requeue for everyone).
+    limit_admins: bool = False
 
     @field_validator("admin_token", "follower_token")
     @classmethod

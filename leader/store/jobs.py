@@ -342,6 +342,12 @@ async def assigned_task(db: AsyncIOMotorDatabase, *, job_id: str) -> tuple[str, 
     return (doc["follower_id"], job_task(doc)) if doc is not None else None
 
 
+async def running_on(db: AsyncIOMotorDatabase, *, follower_id: str) -> JobView | None:
+    """The job running on the follower, if any."""
+    doc = await db[COLLECTION].find_one({"follower_id": follower_id, "state": JobState.running.value})
+    return job_view(doc) if doc is not None else None
+
+
 async def count_waiting(db: AsyncIOMotorDatabase, *, owner: str) -> int:
     """How many of the owner's jobs wait to run (queued at the leader, or assigned to a follower and not started)."""
     query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}}

@@ -13,7 +13,8 @@ from common.signature import input_mismatches
 from common.spec import load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
-from leader.limits import check_spec_limits
+from leader.limits import check_queue_limit, check_spec_limits
+from leader.scheduler.queueinfo import with_queue_info
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
@@ -60,6 +61,7 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
+    await check_queue_limit(db, settings, principal)
     job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
     placer.nudge()
     return job
@@ -74,9 +76,9 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobView, dependencies=[ViewerAuth])
-async def get_job(job_id: str, db: Db) -> JobView:
-    """One job."""
-    return await jobs_store.get_job(db, job_id=job_id)
+async def get_job(job_id: str, db: Db, placer: PlacerDep) -> JobView:
+    """One job; a waiting one with its queue position and estimated start."""
+    return await with_queue_info(db, placer.book, await jobs_store.get_job(db, job_id=job_id))
 
 
 @router.get("/{job_id}/results", response_model=JobResults, dependencies=[ViewerAuth])

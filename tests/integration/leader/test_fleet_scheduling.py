@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
+
+import pytest
 
 from tests.integration.leader.conftest import ADMIN, Leader
 
@@ -59,3 +62,67 @@ def test_drain_requeues_held_jobs_and_takes_no_new_ones(leader: Leader) -> None:
     assert f"follower {second} removed by an admin" in requeued["history"][-1]["reason"]
     assert leader.client.delete(f"/api/v1/followers/{second}", headers=ADMIN).status_code == 404
 
+
+def _spec(name: str, seconds: float) -> str:
+    return f"name: {name}\nmodel: ident:1\nbackends: [onnxruntime]\nload: {{rate: 50, duration: {seconds}s, warmup: 0s}}\n"
+
+
+def test_queue_position_and_estimated_start(leader: Leader) -> None:
+    leader.upload_model()
+    # Nobody to run them: positions in the leader's queue (FCFS), and no start to estimate.
+    queued = [leader.submit(text=_spec(f"q{i}", 1.0))["id"] for i in range(3)]
+    views = [leader.wait_for(j, lambda v: v["queue_position"] is not None) for j in queued]
+    assert [v["queue_position"] for v in views] == [1, 2, 3]
+    assert all(v["estimated_start"] is None and v["waiting_reason"] for v in views)
+    for job_id in queued:
+        leader.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN)
+
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    long_, short, mid = (leader.submit(text=_spec(n, s))["id"] for n, s in (("long", 30.0), ("short", 10.0), ("mid", 20.0)))
+    for job_id in (long_, short, mid):
+        leader.wait_dispatched(job_id)
+    # Not yet in a heartbeat: ordered shortest first, as the follower's SJF will run them.
+    got = {j: leader.job(j) for j in (long_, short, mid)}
+    assert [got[j]["queue_position"] for j in (short, mid, long_)] == [1, 2, 3]
+    starts = [datetime.fromisoformat(got[j]["estimated_start"]) for j in (short, mid, long_)]
+    assert starts[0] <= starts[1] <= starts[2]
+    ahead = (starts[2] - starts[0]).total_seconds()
+    assert ahead == pytest.approx(got[short]["estimate_s"] + got[mid]["estimate_s"], abs=2.0)
+    # The heartbeat's run order (here as FCFS would hold them) is what the follower will do: it wins.
+    held = [{"job_id": j, "attempt": 1, "estimate_s": got[j]["estimate_s"]} for j in (long_, short, mid)]
+    beat = {"incarnation": incarnation, "state": "ready", "held": held}
+    assert (
+        leader.client.post(f"/api/v1/followers/{follower}/heartbeat", headers=leader.as_follower(follower), json=beat).status_code
+        == 200
+    )
+    assert [leader.job(j)["queue_position"] for j in (long_, short, mid)] == [1, 2, 3]
+    # Running: no position; the others wait for what is left of its estimate.
+    claimed = leader.client.post(
+        f"/api/v1/jobs/{long_}/claim",
+        headers=leader.as_follower(follower),
+        json={"attempt": 1, "follower_id": follower, "incarnation": incarnation},
+    )
+    assert claimed.status_code == 200, claimed.text
+    beat["held"] = [{**held[0], "running": True}, *held[1:]]
+    leader.client.post(f"/api/v1/followers/{follower}/heartbeat", headers=leader.as_follower(follower), json=beat)
+    assert leader.job(long_)["queue_position"] is None
+    after = leader.job(short)
+    assert after["queue_position"] == 1
+    waits = (datetime.fromisoformat(after["estimated_start"]) - datetime.now(UTC)).total_seconds()
+    assert 0 < waits <= got[long_]["estimate_s"] + 1
+
+
+def test_per_user_queue_limit_is_429_naming_the_setting(make_leader) -> None:  # type: ignore[no-untyped-def]
+    leader = make_leader(max_waiting_per_user=2)
+    leader.upload_model()
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "uma", "role": "submitter"})
+    uma = {"Authorization": f"Bearer {made.json()['token']}", "Content-Type": "application/yaml"}
+    ids = [leader.client.post("/api/v1/jobs", headers=uma, content=_spec(f"u{i}", 1.0)).json()["id"] for i in range(2)]
+    over = leader.client.post("/api/v1/jobs", headers=uma, content=_spec("u2", 1.0))
+    assert over.status_code == 429
+    assert over.json()["field"] == "max_waiting_per_user" and "allows 2 per user" in over.json()["message"]
+    assert leader.db.jobs.count_documents({"owner": "uma"}) == 2  # nothing stored
+    leader.submit(text=_spec("admin-exempt", 1.0))  # admins are exempt by default
+    assert leader.client.post(f"/api/v1/jobs/{ids[0]}/cancel", headers=uma).status_code == 200
+    assert leader.client.post("/api/v1/jobs", headers=uma, content=_spec("u3", 1.0)).status_code == 201

@@ -1,0 +1,90 @@
+"""A waiting job's queue position and estimated start, from the placer's book and its follower's last heartbeat.
+
+- Assigned to a follower: its place in that follower's run order (SJF with ageing, as the heartbeat reports it;
+  by estimate, shortest first, for a job the follower has not reported yet), and it starts when the running job's
+  remaining estimate and the estimates of the jobs ahead have passed.
+- Queued at the leader: its place in the leader's queue (FCFS by submission); its start is what placement would
+  make of it: the jobs ahead (of the same kind) go one by one to the capable follower whose queue finishes first,
+  then this one does. An estimate, not a promise: the followers' SJF order may still let a shorter job pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime, timedelta
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorDatabase
+
+from common.jobs import JobState, JobView
+from leader.clock import utcnow
+from leader.scheduler.book import JobBook
+from leader.scheduler.placement import unable_reason
+from leader.store import followers as followers_store
+from leader.store import jobs as jobs_store
+
+
+def _at(seconds: float, now: datetime) -> datetime:
+    return now + timedelta(seconds=max(0.0, seconds))
+
+
+async def _running_remaining_s(db: AsyncIOMotorDatabase, follower_id: str, now: datetime) -> float:
+    """What is left of the estimate of the job running on the follower (0 if none, or if it overran)."""
+    view = await jobs_store.running_on(db, follower_id=follower_id)
+    if view is None:
+        return 0.0
+    started = [h.at for h in view.history if h.state == JobState.running and h.attempt == view.attempt]
+    elapsed = (now - started[-1]).total_seconds() if started else 0.0
+    return max(0.0, view.estimate_s - elapsed)
+
+
+async def _assigned(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
+    fid = view.follower_id or ""
+    doc: dict[str, Any] = await followers_store.get_doc(db, follower_id=fid) or {}
+    held = [h for h in doc.get("held") or [] if not h.get("running")]
+    order = [h["job_id"] for h in held]
+    if view.id in order:
+        ahead = [float(h["estimate_s"]) for h in held[: order.index(view.id)]]
+    else:
+        # Not in the last heartbeat yet: the follower will slot it in by estimate (exact SJF, ageing aside).
+        mine = [
+            a.estimate_s
+            for job_id, a in book.active.items()
+            if a.follower_id == fid and a.state == JobState.assigned and job_id != view.id
+        ]
+        ahead = [e for e in mine if e < view.estimate_s]
+    remaining = await _running_remaining_s(db, fid, now)
+    return view.model_copy(update={"queue_position": len(ahead) + 1, "estimated_start": _at(remaining + sum(ahead), now)})
+
+
+async def _queued(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
+    entry = book.queued.get(view.id)
+    if entry is None:
+        return view  # the book has not seen it yet (submitted a moment ago): the next read has it
+    order, job, _ = entry
+    position = 1 + sum(1 for other, _, _ in book.queued.values() if other < order)
+    candidates = await followers_store.candidates(db)
+    capable = [c.follower_id for c in candidates if unable_reason(job, c) is None]
+    if not capable:
+        return view.model_copy(update={"queue_position": position})  # no start to estimate: waiting_reason says why
+    ahead = sorted(
+        (o, j.estimate_s) for o, j, _ in book.queued.values() if o < order and (j.backends, j.needs) == (job.backends, job.needs)
+    )
+    loads = [(book.loads[f].seconds if f in book.loads else 0.0) for f in capable]
+    heapq.heapify(loads)
+    for _, estimate in ahead:
+        heapq.heapreplace(loads, loads[0] + estimate)
+    return view.model_copy(update={"queue_position": position, "estimated_start": _at(loads[0], now)})
+
+
+async def with_queue_info(db: AsyncIOMotorDatabase, book: JobBook | None, view: JobView) -> JobView:
+    """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""
+    if book is None:
+        return view  # the placer has not loaded its book yet (the leader just started)
+    now = utcnow()
+    if view.state == JobState.assigned and view.follower_id:
+        return await _assigned(db, book, view, now)
+    if view.state == JobState.queued:
+        return await _queued(db, book, view, now)
+    return view
+
