@@ -11,6 +11,7 @@ import asyncio
 import heapq
 import math
 import re
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,7 +54,7 @@ ALIASES = {
     "throughput_rps": "throughput",
 }
 MAX_LIMIT = 1000
-# Rows written concurrently may commit slightly out of updated_ns order; re-read a margin (idempotent by _id).
+# A row is stamped before its write commits; re-read a margin of recent stamps (idempotent by _id).
 SYNC_MARGIN_NS = 5_000_000_000
 _FILTER_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|!=|:|=|<|>)\s*(.*?)\s*$")
 
@@ -168,16 +169,16 @@ class LeaderboardIndex:
         self._best: set[str] | None = None
 
     async def sync(self, db: AsyncIOMotorDatabase) -> None:
-        """Read rows written since the last sync (all of them the first time)."""
+        """Read rows written since shortly before the last sync began (all of them the first time)."""
         async with self._lock:
-            since = max(0, self._synced_ns - SYNC_MARGIN_NS) if self._synced_ns else 0
+            started_ns = time.time_ns()
+            since = max(1, self._synced_ns - SYNC_MARGIN_NS) if self._synced_ns else 0
             docs = await store.rows_since(db, updated_ns=since)
             for doc in docs:
                 self.add(doc)
-            if docs:
-                self._synced_ns = max(self._synced_ns, max(doc.get("updated_ns", 0) for doc in docs))
-            elif not self._synced_ns:
-                self._synced_ns = 1  # loaded (empty): later syncs are incremental
+            # The writer's clock stamped each row before its write: anything stamped before this sync began,
+            # minus the margin, is visible now; later syncs re-read only that recent margin.
+            self._synced_ns = started_ns
 
     def add(self, doc: dict[str, Any]) -> None:
         """Insert or replace one row (a route that just stored it calls this too)."""
