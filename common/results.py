@@ -91,6 +91,7 @@ class Resources(BaseModel):
     gpu_memory_mb_max: float | None = None
     gpu_power_w_mean: float | None = None
     energy_j: float | None = None  # GPU energy over the measured part
+    cpu_energy_j: float | None = None  # CPU package energy (RAPL powercap) over the run, where readable
     energy_per_request_j: float | None = None
     co2_g_per_1m_requests: float | None = None
     cost_per_1m_requests: float | None = None  # in the configured instance price's currency

@@ -20,6 +20,7 @@ from follower.metrics import METRICS
 from follower.model_cache import fetch_model
 from follower.outbox import Outbox
 from follower.runner import run_backend
+from follower.sampler import SamplerConfig
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -56,11 +57,15 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
     def keep_records(point: Any, records: Any, _summary: Any) -> None:
         blobs[point.index] = encode_records(records)
 
+    sampling = SamplerConfig(
+        interval_s=settings.sample_interval_s, grid_g_co2_per_kwh=settings.grid_g_co2_per_kwh,
+        instance_price_per_hour=settings.instance_price_per_hour,
+    )  # fmt: skip
     for backend in task.spec.backends:
         points = [p for p in task.points if p.backend == backend]
         async for result in run_backend(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
-            records_sink=keep_records,
+            records_sink=keep_records, sampling=sampling,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(

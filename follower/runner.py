@@ -27,6 +27,7 @@ from follower.loadgen.openloop import LoadRecords, Timer, drive
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
+from follower.sampler import ResourceSampler, SamplerConfig, Window, summarize
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ async def run_backend(
     timer: Timer = DEFAULT_TIMER,
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
+    sampling: SamplerConfig | None = None,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
@@ -89,6 +91,7 @@ async def run_backend(
                 timer=timer,
                 records_sink=records_sink,
                 progress_sink=progress_sink,
+                sampling=sampling,
             )
             yield result
     finally:
@@ -162,11 +165,12 @@ async def run_point(
     timer: Timer = DEFAULT_TIMER,
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
+    sampling: SamplerConfig | None = None,
 ) -> PointResult:
     """Measure one point (or search its highest SLO-meeting rate); a dead server gives an invalid result, not an exception."""
     kwargs: dict[str, Any] = dict(
         url=url, model=model, env_base=env_base, slo=slo, backend_version=backend_version, cold_start=cold_start,
-        timer=timer, records_sink=records_sink, progress_sink=progress_sink,
+        timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling,
     )  # fmt: skip
     if point.search is None:
         return await _measure_point(backend, point, **kwargs)
@@ -239,6 +243,7 @@ async def _measure_point(
     timer: Timer = DEFAULT_TIMER,
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
+    sampling: SamplerConfig | None = None,
 ) -> PointResult:
     """Warm-up then measure one point against a running server."""
     started_at = datetime.now(UTC)
@@ -259,6 +264,8 @@ async def _measure_point(
     extra: list[str] = []
     steal: float | None = None
     monitor: WindowMonitor | None = None
+    sampling = sampling or SamplerConfig()
+    sampler: ResourceSampler | None = None
     if not backend.alive():
         records = _unsent(offsets, "server process is not running")
         extra.append(f"server process was not running when the point started{_tail(backend)}")
@@ -278,6 +285,8 @@ async def _measure_point(
             )  # fmt: skip
             return monitor
 
+        # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
+        sampler = ResourceSampler(_server_pid(backend), sampling).start()
         try:
             if closed:
                 records = await asyncio.to_thread(
@@ -301,6 +310,7 @@ async def _measure_point(
                 )
         finally:
             stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
+            samples = sampler.stop()
         steal = steal_share(steal_before, cpu_times())
         if not backend.alive():
             extra.append(f"server process died during the point{_tail(backend)}")
@@ -321,6 +331,9 @@ async def _measure_point(
             f"not stable: the last {point.stability.windows} windows did not agree within "
             f"{100 * point.stability.tolerance:g}% on throughput and p99 within {max_s:g}s"
         )
+    resources = None
+    if sampler is not None:
+        resources = summarize(samples, Window(measured_start, measured_start + measured_ns, summary.ok), sampling)
     if records_sink is not None:
         records_sink(point, records, summary)
     reasons = invalid_reasons(summary) + extra
@@ -365,6 +378,7 @@ async def _measure_point(
         dropped=summary.dropped,
         windows=windows,
         stable=stable,
+        resources=resources,
     )
 
 
@@ -388,6 +402,13 @@ def _unsent(offsets: np.ndarray, why: str) -> LoadRecords:
     records = LoadRecords.allocate(time.monotonic_ns(), offsets)
     records.error_sample = why
     return records
+
+
+def _server_pid(backend: Backend) -> int | None:
+    """The pid of the backend's server process (the root of the tree the sampler follows), if it runs one."""
+    process = getattr(backend, "process", None)
+    pid = getattr(process, "pid", None)
+    return pid if isinstance(pid, int) else None
 
 
 def _tail(backend: Backend) -> str:
