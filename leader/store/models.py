@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -54,6 +55,43 @@ async def insert_model(db: AsyncIOMotorDatabase, *, meta: ModelMeta, data: bytes
             raise Conflict(f"model {meta.ref} already exists", field="version") from None
         raise
     return meta
+
+
+async def insert_model_stream(db: AsyncIOMotorDatabase, *, meta: ModelMeta, chunks: AsyncIterator[bytes]) -> ModelMeta:
+    """Write the bytes to GridFS chunk by chunk, then the metadata; a failure at any step leaves no chunk and no model.
+
+    The metadata document is what makes a model visible, so a model is never seen half-stored; an upload that breaks
+    (cancelled, a short source, a database error) aborts the GridFS file, which deletes the chunks already written.
+    """
+    bucket = bucket_for(db)
+    grid_in = bucket.open_upload_stream(meta.ref, metadata={"sha256": meta.sha256})
+    size = 0
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            await grid_in.write(chunk)
+        if size != meta.size_bytes:
+            raise ValueError(f"model {meta.ref}: {size} bytes streamed, {meta.size_bytes} expected")
+        await grid_in.close()
+    except BaseException:
+        # Shielded: a cancelled request (client gone) must still remove what it wrote.
+        await asyncio.shield(grid_in.abort())
+        raise
+    doc = {"_id": meta.ref, **meta.model_dump(), "gridfs_id": grid_in._id}
+    try:
+        await db[COLLECTION].insert_one(doc)
+    except BaseException as exc:
+        await asyncio.shield(bucket.delete(grid_in._id))
+        if isinstance(exc, DuplicateKeyError):
+            raise Conflict(f"model {meta.ref} already exists", field="version") from None
+        raise
+    return meta
+
+
+async def orphan_chunks(db: AsyncIOMotorDatabase) -> int:
+    """GridFS chunks of the model bucket whose file no model document names (0 unless an upload broke uncleanly)."""
+    known = [doc["gridfs_id"] async for doc in db[COLLECTION].find({}, {"gridfs_id": 1})]
+    return await db[f"{BUCKET}.chunks"].count_documents({"files_id": {"$nin": known}})
 
 
 async def get_model(db: AsyncIOMotorDatabase, *, name: str, version: str | None, field: str = "version") -> ModelMeta:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import NoReturn, get_args
+from collections.abc import AsyncIterator
+from typing import BinaryIO, NoReturn, get_args
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
@@ -12,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
-from common.models import ModelFormat, ModelMeta
+from common.models import ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
@@ -26,6 +27,10 @@ router = APIRouter(prefix="/models", tags=["models"])
 # Room for the multipart boundaries and the small text fields around the file itself.
 FORM_OVERHEAD_BYTES = 64 * 1024
 FORMATS: tuple[str, ...] = get_args(ModelFormat)
+# GridFS's default chunk size: each read of the spooled upload becomes one chunk document.
+CHUNK_BYTES = 255 * 1024
+# Formats whose signature the leader parses from the bytes (the others declare it and are never opened here).
+PARSED_FORMATS = ("onnx", "bundle")
 
 _UPLOAD_BODY = {
     "requestBody": {
@@ -77,26 +82,52 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
             raise_too_large(settings.max_upload_bytes)
         if await models_store.exists(db, name=name, version=version):
             raise Conflict(f"model {name}:{version} already exists", field="version")
-        data = await upload.read()
-    if len(data) > settings.max_upload_bytes:
-        raise_too_large(settings.max_upload_bytes)
-    # Parsing and hashing hundreds of MiB is CPU work: keep it off the event loop.
-    inputs, outputs = await anyio.to_thread.run_sync(
-        model_signature, str(model_format), data, declared if isinstance(declared, str) else None
-    )
-    sha256 = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
-    meta = ModelMeta(
-        name=name,
-        version=version,
-        format=model_format,
-        inputs=inputs,
-        outputs=outputs,
-        sha256=sha256,
-        size_bytes=len(data),
-        created_at=utcnow(),
-        owner=principal.user,
-    )
-    return await models_store.insert_model(db, meta=meta, data=data)
+        # The multipart parser has spooled the file (1 MiB in memory, the rest on disk) while the byte limit was
+        # enforced as it arrived; the format check reads it from there, before a single byte reaches GridFS.
+        spool = upload.file
+        size, sha256, inputs, outputs = await anyio.to_thread.run_sync(
+            _check_spooled, spool, str(model_format), declared if isinstance(declared, str) else None, settings.max_upload_bytes
+        )
+        meta = ModelMeta(
+            name=name,
+            version=version,
+            format=model_format,
+            inputs=inputs,
+            outputs=outputs,
+            sha256=sha256,
+            size_bytes=size,
+            created_at=utcnow(),
+            owner=principal.user,
+        )
+        return await models_store.insert_model_stream(db, meta=meta, chunks=_spooled_chunks(spool))
+
+
+def _check_spooled(
+    spool: BinaryIO, model_format: str, declared: str | None, limit: int
+) -> tuple[int, str, list[TensorSpec], list[TensorSpec]]:
+    """Size, sha256 and signature of the spooled file (in a worker thread: hashing and parsing are CPU work)."""
+    spool.seek(0)
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := spool.read(CHUNK_BYTES):
+        size += len(chunk)
+        if size > limit:
+            raise_too_large(limit)
+        digest.update(chunk)
+    data = b""
+    if model_format in PARSED_FORMATS:
+        # ONNX is a protobuf: its parser needs the whole message in memory (formats never opened here skip this).
+        spool.seek(0)
+        data = spool.read()
+    inputs, outputs = model_signature(model_format, data, declared)
+    return size, digest.hexdigest(), inputs, outputs
+
+
+async def _spooled_chunks(spool: BinaryIO) -> AsyncIterator[bytes]:
+    """The spooled file again, chunk by chunk, for GridFS (disk reads off the event loop)."""
+    spool.seek(0)
+    while chunk := await anyio.to_thread.run_sync(spool.read, CHUNK_BYTES):
+        yield chunk
 
 
 def raise_too_large(limit: int) -> NoReturn:

@@ -1,0 +1,170 @@
+"""Model uploads stream into GridFS chunk by chunk; a broken upload leaves no visible model and no orphan chunk."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo.database import Database
+
+from common.models import ModelMeta
+from common.procs import SupervisedProcess, free_port, http_ready
+from leader.clock import utcnow
+from leader.store import models as models_store
+from tests.conftest import Service
+from tests.faults.outcomes import record
+from tests.integration.leader.conftest import ADMIN, Leader
+
+SIGNATURE = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+                        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}]})
+
+
+def _clean(db: Database) -> None:  # type: ignore[type-arg]
+    """No model document, no GridFS file, no GridFS chunk."""
+    assert db.models.count_documents({}) == 0
+    assert db["models.files"].count_documents({}) == 0
+    assert db["models.chunks"].count_documents({}) == 0
+
+
+def test_large_upload_is_stored_in_many_chunks_and_reads_back_identical(leader: Leader) -> None:
+    data = secrets.token_bytes(3 * 1024 * 1024 + 17)  # past the 1 MiB in-memory spool: read back from disk
+    response = leader.client.post(
+        "/api/v1/models", headers=ADMIN,
+        data={"name": "big", "version": "1", "format": "torchscript", "signature": SIGNATURE},
+        files={"file": ("big.pt", data, "application/octet-stream")},
+    )
+    assert response.status_code == 201, response.text
+    meta = response.json()
+    assert meta["size_bytes"] == len(data) and meta["sha256"] == hashlib.sha256(data).hexdigest()
+    [stored] = leader.db.models.find({})
+    assert leader.db["models.chunks"].count_documents({"files_id": stored["gridfs_id"]}) == -(-len(data) // (255 * 1024))
+    download = leader.client.get("/api/v1/models/big/1/file", headers=ADMIN)
+    assert download.status_code == 200 and download.content == data
+
+
+def test_streamed_body_past_the_limit_is_413_and_stores_nothing(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(max_upload_bytes=64 * 1024)
+    boundary = "b0undary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nm\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n1\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.onnx\"\r\n\r\n").encode()
+    sent = 0
+
+    def body() -> Iterator[bytes]:  # chunked, no Content-Length: only counting while streaming can stop it
+        nonlocal sent
+        yield head
+        for _ in range(64):
+            sent += 16 * 1024
+            yield b"\x00" * 16 * 1024
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {**ADMIN, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    response = leader.client.post("/api/v1/models", headers=headers, content=body())
+    assert response.status_code == 413 and response.json()["field"] == "(body)", response.text
+    _clean(leader.db)
+
+
+@pytest.mark.parametrize(("fmt", "content", "field"), [("onnx", b"not a model" * 1000, "file"),
+                                                       ("torchscript", b"x" * 1000, "signature")])
+def test_failed_format_check_stores_nothing(leader: Leader, fmt: str, content: bytes, field: str) -> None:
+    response = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "bad", "version": "1", "format": fmt},
+                                  files={"file": ("bad", content)})
+    assert response.status_code == 422 and response.json()["field"] == field, response.text
+    _clean(leader.db)
+    record("bad input", f"model upload failing the format check ({fmt})",
+           f"422 naming `{field}`; no model, no GridFS file or chunk stored")
+
+
+def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mongo_client) -> None:  # type: ignore[no-untyped-def]
+    db_name = f"upload_{uuid.uuid4().hex[:8]}"
+    payload = secrets.token_bytes(1024 * 1024)
+    meta = ModelMeta(name="half", version="1", format="onnx", inputs=[], outputs=[], sha256=hashlib.sha256(payload).hexdigest(),
+                     size_bytes=len(payload), created_at=utcnow())
+
+    async def scenario() -> tuple[int, int]:
+        client: AsyncIOMotorClient = AsyncIOMotorClient(mongo_service.url)
+        db = client[db_name]
+        try:
+            async def broken() -> AsyncIterator[bytes]:
+                for i in range(3):  # three 255 KiB chunks reach GridFS, then the source breaks
+                    yield payload[i * 255 * 1024:(i + 1) * 255 * 1024]
+                raise ConnectionResetError("client went away")
+
+            with pytest.raises(ConnectionResetError):
+                await models_store.insert_model_stream(db, meta=meta, chunks=broken())
+
+            stalled = asyncio.Event()
+
+            async def stalls() -> AsyncIterator[bytes]:
+                yield payload[: 255 * 1024]
+                yield payload[255 * 1024: 510 * 1024]
+                stalled.set()
+                await asyncio.Event().wait()  # the rest never comes
+                yield b""
+
+            task = asyncio.create_task(models_store.insert_model_stream(db, meta=meta, chunks=stalls()))
+            await stalled.wait()
+            task.cancel()  # what a disconnected client's request task sees
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return await db["models.chunks"].count_documents({}), await models_store.orphan_chunks(db)
+        finally:
+            client.close()
+
+    chunks, orphans = asyncio.run(scenario())
+    db = mongo_client[db_name]
+    assert (chunks, orphans) == (0, 0)
+    _clean(db)
+
+
+@pytest.fixture(scope="module")
+def leader_process(
+    mongo_service: Service, redis_service: Service, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
+    """A real leader process (uvicorn): only a real server sees a client vanish mid-body."""
+    port, db_name = free_port(), f"upload_{uuid.uuid4().hex[:8]}"
+    env = {"PATH": "/usr/bin:/bin", "BENCHFLEET_MONGO_URI": mongo_service.url, "BENCHFLEET_REDIS_URL": redis_service.url,
+           "BENCHFLEET_LEADER_DB_NAME": db_name, "BENCHFLEET_LEADER_PORT": str(port),
+           "BENCHFLEET_LEADER_ADMIN_TOKEN": "a" * 24, "BENCHFLEET_LEADER_FOLLOWER_TOKEN": "f" * 24}
+    log = Path(tmp_path_factory.mktemp("upload")) / "leader.log"
+    proc = SupervisedProcess([sys.executable, "-m", "leader"], name="leader-upload", log_path=log, env=env).start()
+    try:
+        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/healthz"), timeout_s=60)
+        yield f"127.0.0.1:{port}", db_name
+    finally:
+        proc.stop()
+
+
+def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: tuple[str, str], mongo_client) -> None:  # type: ignore[no-untyped-def]
+    address, db_name = leader_process
+    host, port = address.split(":")
+    boundary = "cut"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nhalf\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n1\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.onnx\"\r\n\r\n").encode()
+    declared = len(head) + 8 * 1024 * 1024
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall((f"POST /api/v1/models HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {'a' * 24}\r\n"
+                      f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {declared}\r\n\r\n").encode())
+        sock.sendall(head + b"\x00" * (3 * 1024 * 1024))  # 3 of the 8 MiB promised, then the client vanishes
+    db = mongo_client[db_name]
+    # The leader still serves (and a later upload of the same name:version is not blocked by leftovers).
+    with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {'a' * 24}"}) as http:
+        assert http.get("/healthz").status_code == 200
+        _clean(db)
+        form = {"name": "half", "version": "1", "format": "torchscript", "signature": SIGNATURE}
+        again = http.post("/api/v1/models", data=form, files={"file": ("m.pt", b"y" * 300_000)})
+        assert again.status_code == 201, again.text
+    assert db["models.chunks"].count_documents({}) == 2
+    record("fault", "client disconnects midway through a model upload (3 of 8 MiB sent)",
+           "no model visible, no GridFS file or chunk left; the same name:version uploads fine afterwards")
