@@ -1,0 +1,184 @@
+"""The leader under load: N submissions from C concurrent clients (none lost or duplicated, counted in PerfDB) while
+F simulated followers heartbeat over real HTTP; prints the API latency percentiles measured in this run.
+
+Starts its own Redis, SecantusDB (on-disk storage) and leader process on loopback.
+Usage: .venv/bin/python bench/leader.py [--jobs 1000] [--clients 50] [--followers 50]
+The last line is `RESULT leader key=value ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pymongo
+
+from common import __version__
+from common.followers import FollowerInfo, Heartbeat
+from common.modelgen import mlp_onnx
+from common.procs import SupervisedProcess, free_port, http_ready
+
+HEARTBEAT_EVERY_S = 0.5  # the tests' interval: 4x the production default rate per follower
+
+JOB_YAML = """
+name: {name}
+model: {{ref: mlp-bench:1}}
+backends: [onnxruntime]
+batch_sizes: [1]
+load: {{pattern: constant, rate: 20, duration: 1s, warmup: 0s}}
+"""
+
+
+def port_open(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def start_services(workdir: Path) -> tuple[list[SupervisedProcess], dict[str, str], str, str]:
+    """Redis, SecantusDB and a leader; returns the processes, the env, the leader URL and the Mongo URI."""
+    redis_port, mongo_port, leader_port = free_port(), free_port(), free_port()
+    redis = SupervisedProcess([shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
+                               "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+                              name="redis", log_path=workdir / "redis.log").start()
+    secantus = str(Path(sys.executable).parent / "secantusd-py")
+    mongo = SupervisedProcess([secantus, "--host", "127.0.0.1", "--port", str(mongo_port), "--storage-path",
+                               str(workdir / "mongo"), "--standalone"], name="mongo", log_path=workdir / "mongo.log").start()
+    redis.wait_ready(lambda: port_open(redis_port), 30)
+    mongo.wait_ready(lambda: port_open(mongo_port), 60)
+    mongo_uri = f"mongodb://127.0.0.1:{mongo_port}/?directConnection=true&retryWrites=false"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "BENCHFLEET_MONGO_URI": mongo_uri,
+        "BENCHFLEET_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "BENCHFLEET_LEADER_DB_NAME": "bench",
+        "BENCHFLEET_LEADER_PORT": str(leader_port),
+        "BENCHFLEET_LEADER_ADMIN_TOKEN": secrets.token_urlsafe(24),
+        "BENCHFLEET_LEADER_FOLLOWER_TOKEN": secrets.token_urlsafe(24),
+        "BENCHFLEET_LEADER_MISSING_AFTER_S": "30",
+    }
+    leader = SupervisedProcess([sys.executable, "-m", "leader"], name="leader", log_path=workdir / "leader.log", env=env).start()
+    url = f"http://127.0.0.1:{leader_port}"
+    leader.wait_ready(http_ready(f"{url}/healthz"), 60)
+    return [leader, mongo, redis], env, url, mongo_uri
+
+
+async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, lat: list[float], errors: list[str]) -> None:
+    """Register with the join token, then beat every interval with the own credential until stopped."""
+    incarnation = uuid.uuid4().hex
+    info = FollowerInfo(follower_id=fid, incarnation=incarnation, host=fid, cpu_model="bench", cpu_count=8, memory_mb=16384,
+                        gpus=[], backends=["onnxruntime"], version=__version__)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        reply = await http.post("/api/v1/followers/register", content=info.model_dump_json(),
+                                headers={"Authorization": f"Bearer {join_token}", "Content-Type": "application/json"})
+        reply.raise_for_status()
+        headers = {"Authorization": f"Bearer {reply.json()['credential']}", "Content-Type": "application/json"}
+        body = Heartbeat(incarnation=incarnation, state="ready").model_dump_json()
+        while not stop.is_set():
+            started = time.perf_counter()
+            response = await http.post(f"/api/v1/followers/{fid}/heartbeat", content=body, headers=headers)
+            lat.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                errors.append(f"heartbeat {response.status_code}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
+
+
+async def submitter(url: str, token: str, names: list[str], lat: list[float], errors: list[str]) -> list[str]:
+    """Submit each named job once (a client that got no answer would not know; here every answer is checked)."""
+    ids = []
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for name in names:
+            started = time.perf_counter()
+            response = await http.post("/api/v1/jobs", content=JOB_YAML.format(name=name), headers=headers)
+            lat.append(time.perf_counter() - started)
+            if response.status_code != 201:
+                errors.append(f"submit {response.status_code}: {response.text[:200]}")
+            else:
+                ids.append(response.json()["id"])
+    return ids
+
+
+async def run(url: str, env: dict[str, str], jobs: int, clients: int, followers: int) -> dict[str, object]:
+    admin = env["BENCHFLEET_LEADER_ADMIN_TOKEN"]
+    stop = asyncio.Event()
+    beat_lat: list[float] = []
+    sub_lat: list[float] = []
+    errors: list[str] = []
+    beaters = [asyncio.create_task(heartbeater(url, env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"], f"bench-{i:02d}", stop, beat_lat,
+                                               errors)) for i in range(followers)]
+    # Let every follower register and beat once before the submissions start (all followers on line).
+    while len(beat_lat) < followers and not any(t.done() for t in beaters):
+        await asyncio.sleep(0.05)
+    idle_beats = len(beat_lat)
+    names = [f"bench-{uuid.uuid4().hex[:8]}-{i:04d}" for i in range(jobs)]
+    started = time.perf_counter()
+    results = await asyncio.gather(*(submitter(url, admin, names[c::clients], sub_lat, errors) for c in range(clients)))
+    elapsed = time.perf_counter() - started
+    under_load = beat_lat[idle_beats:]
+    stop.set()
+    await asyncio.gather(*beaters)
+    ids = [i for r in results for i in r]
+    return {"ids": ids, "names": names, "sub_lat": sub_lat, "beat_lat": under_load, "errors": errors, "elapsed": elapsed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--followers", type=int, default=50)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-leader-") as tmp:
+        procs, env, url, mongo_uri = start_services(Path(tmp))
+        try:
+            admin = {"Authorization": f"Bearer {env['BENCHFLEET_LEADER_ADMIN_TOKEN']}"}
+            upload = httpx.post(f"{url}/api/v1/models", headers=admin, data={"name": "mlp-bench", "version": "1"},
+                                files={"file": ("m.onnx", mlp_onnx())}, timeout=60)
+            upload.raise_for_status()
+            out = asyncio.run(run(url, env, args.jobs, args.clients, args.followers))
+            with pymongo.MongoClient(mongo_uri) as mongo:
+                docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1}))
+            leader_log = (Path(tmp) / "leader.log").read_text(errors="replace")
+        finally:
+            for proc in procs:
+                proc.stop()
+    stored = [d["name"] for d in docs]
+    expected = set(out["names"])  # type: ignore[arg-type]
+    lost = len(expected - set(stored))
+    duplicated = len(stored) - len(set(stored))
+    sub = np.array(out["sub_lat"]) * 1000
+    beat = np.array(out["beat_lat"]) * 1000
+    errors: list[str] = out["errors"]  # type: ignore[assignment]
+    print(f"{args.jobs} submissions from {args.clients} clients in {out['elapsed']:.1f} s "
+          f"({args.jobs / out['elapsed']:.0f}/s); {args.followers} followers beating every {HEARTBEAT_EVERY_S}s")
+    print(f"jobs in PerfDB: {len(stored)} (lost {lost}, duplicated {duplicated}); answered ids {len(out['ids'])}")
+    print(f"submit latency ms: p50 {np.percentile(sub, 50):.1f} p99 {np.percentile(sub, 99):.1f} max {sub.max():.1f}")
+    if len(beat):
+        print(f"heartbeat latency under load ms ({len(beat)} beats): p50 {np.percentile(beat, 50):.1f} "
+              f"p99 {np.percentile(beat, 99):.1f} max {beat.max():.1f}")
+    print(f"errors: {len(errors)} {errors[:3]}")
+    leaked = env["BENCHFLEET_LEADER_ADMIN_TOKEN"] in leader_log or env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"] in leader_log
+    print("RESULT leader "
+          f"jobs={args.jobs} clients={args.clients} followers={args.followers} stored={len(stored)} lost={lost} "
+          f"duplicated={duplicated} errors={len(errors)} submit_per_s={args.jobs / out['elapsed']:.0f} "
+          f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
+          f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)}")
+
+
+if __name__ == "__main__":
+    main()
