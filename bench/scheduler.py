@@ -14,6 +14,7 @@ import asyncio
 import gc
 import heapq
 import math
+import os
 import random
 import statistics
 import sys
@@ -322,9 +323,11 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
             queued = i % 10 == 0  # 10% still in the leader's queue, the rest held by followers
             at = now - timedelta(hours=1) + timedelta(milliseconds=i)  # all older than the bench's own writes
             estimate = rng.uniform(10, 3600)
+            # Held jobs are never sent again, so they carry only what placement reads (seeding stays quick).
+            base = template if queued else {"attempt": 1, "dispatched": True, "spec": {"backends": ["onnxruntime"]}}
             batch.append(
                 {
-                    **template,
+                    **base,
                     "_id": f"j{i:07d}",
                     "state": "queued" if queued else "assigned",
                     "follower_id": None if queued else f"f{rng.randrange(n_followers):05d}",
@@ -393,11 +396,27 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
 # --- 4. live: a leader and follower processes on this machine, short real jobs ----------------------------
 
 
-LIVE_JOBS = [4.0, 0.5, 0.5, 4.0, 0.5, 2.0, 0.5, 4.0, 0.5, 0.5, 2.0, 0.5]  # measured seconds per job, submitted in this order
+def live_mix(n_jobs: int, n_followers: int, seed: int, load: float = 0.9) -> list[tuple[float, float]]:
+    """(arrival offset s, measured seconds) per job: 60% 3 s, 30% 8 s, 10% 20 s, Poisson arrivals at `load`.
+
+    Run time dominates the ~2-3 s a job spends starting its model server, so the order jobs run in matters more
+    than the fixed cost every job pays; the seed makes every configuration see the same arrivals.
+    """
+    rng = random.Random(seed)
+    sizes = [3.0 if (u := rng.random()) < 0.6 else 8.0 if u < 0.9 else 20.0 for _ in range(n_jobs)]
+    per_job_s = statistics.fmean(sizes) + 2.5  # plus the server start every job pays
+    rate = load * n_followers / per_job_s
+    t, out = 0.0, []
+    for size in sizes:
+        out.append((round(t, 2), size))
+        t += rng.expovariate(rate)
+    return out
 
 
-def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) -> dict[str, dict[str, float]]:
-    """Per configuration: a fresh leader (placement policy) and followers (order), the same burst of real jobs."""
+def live_run(
+    workdir: Path, redis_url: str, mongo_uri: str, n_followers: int, mix: list[tuple[float, float]]
+) -> dict[str, dict[str, float]]:
+    """Per configuration: a fresh leader (placement policy) and followers (order), the same arrivals of real jobs."""
     import secrets
     import uuid
 
@@ -447,14 +466,17 @@ def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) ->
                     procs.append(proc.start())
                 leader.wait_ready(lambda: sum(f.state == "ready" for f in client.followers()) == n_followers, timeout_s=90)
                 ids = []
-                for i, seconds in enumerate(LIVE_JOBS):
+                t0 = time.monotonic()
+                for i, (offset, seconds) in enumerate(mix):
+                    # The same arrival times for every configuration (a submission takes milliseconds).
+                    time.sleep(max(0.0, t0 + offset - time.monotonic()))
                     yaml = (
                         f"name: live-{i}\nmodel: mlp-live:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
                         f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
                     )
                     ids.append(client.submit_yaml(yaml).id)
                 leader.wait_ready(
-                    lambda ids=ids: all(client.job(j).state in ("succeeded", "failed", "cancelled") for j in ids), timeout_s=300
+                    lambda ids=ids: all(client.job(j).state in ("succeeded", "failed", "cancelled") for j in ids), timeout_s=900
                 )
                 jct, waits = [], []
                 for j in ids:
@@ -464,9 +486,10 @@ def live_run(workdir: Path, redis_url: str, mongo_uri: str, n_followers: int) ->
                     jct.append((view.history[-1].at - view.created_at).total_seconds())
                     waits.append((started - view.created_at).total_seconds())
             out[name] = {"mean": statistics.fmean(jct), "p95": pct(jct, 0.95), "max_wait": max(waits)}
+            out[name]["load1"] = os.getloadavg()[0]  # how busy the machine was (other processes included)
             print(
                 f"  live {name:8s} mean JCT {out[name]['mean']:6.2f}s  p95 {out[name]['p95']:6.2f}s  "
-                f"longest wait {out[name]['max_wait']:6.2f}s",
+                f"longest wait {out[name]['max_wait']:6.2f}s  (host load average {out[name]['load1']:.1f})",
                 flush=True,
             )
         finally:
@@ -487,6 +510,9 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=20_000)
     parser.add_argument("--mongo-jobs", type=int, default=100_000)
     parser.add_argument("--live-followers", type=int, default=3)
+    parser.add_argument("--live-jobs", type=int, default=18)
+    parser.add_argument("--live-seed", type=int, default=7)
+    parser.add_argument("--live-repeats", type=int, default=1, help="rounds over the three configurations (interleaved)")
     parser.add_argument("--skip-mongo", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args()
@@ -549,11 +575,17 @@ def main() -> None:
                     )
                     result.update({f"mongo_{k}": f"{v:.1f}" for k, v in mongo.items()})
                 if not args.skip_live:
+                    mix = live_mix(args.live_jobs, args.live_followers, args.live_seed)
                     print(
-                        f"4. live: {args.live_followers} follower processes, {len(LIVE_JOBS)} real jobs per configuration",
+                        f"4. live: {args.live_followers} follower processes, {len(mix)} real jobs per configuration "
+                        f"(60% 3 s / 30% 8 s / 10% 20 s, arrivals over {mix[-1][0]:.0f} s, seed {args.live_seed}); "
+                        f"{args.live_repeats} interleaved round(s). This machine is shared and noisy: read with care.",
                         flush=True,
                     )
-                    live = live_run(workdir, redis_url, mongo_uri, args.live_followers)
+                    rounds = [live_run(workdir, redis_url, mongo_uri, args.live_followers, mix) for _ in range(args.live_repeats)]
+                    live = {
+                        name: {k: statistics.fmean(r[name][k] for r in rounds) for k in rounds[0][name]} for name in rounds[0]
+                    }
                     lr = live["rr_fcfs"]["mean"] / live["qa_sjf"]["mean"]
                     ll = live["ll_sjf"]["mean"] / live["qa_sjf"]["mean"]
                     print(f"  live: QA+SJF is {lr:.2f}x better than RR+FCFS and {ll:.2f}x better than LL+SJF in mean JCT")

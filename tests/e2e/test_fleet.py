@@ -1,4 +1,9 @@
-"""The fleet as processes: a SIGKILLed follower's job finishes on another; a restarted leader runs its queue in SJF order."""
+"""The fleet as processes: a SIGKILLed follower's job finishes on another; a restarted leader runs its queue in SJF order;
+a cancel reaches a running point.
+
+One fleet (leader + followers) serves the whole module; jobs are short (one point, no warm-up) because what is proven
+here is where and in which order jobs run, not what they measure.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ import pytest
 from common.jobs import TERMINAL_STATES, JobState
 from common.modelgen import mlp_onnx
 from common.procs import SupervisedProcess, http_ready
-from tests.e2e.test_walking_skeleton import _wait_until
+from tests.e2e.test_walking_skeleton import _servers_under, _wait_until
+from tests.faults.outcomes import record
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +30,7 @@ name: {name}
 model: mlp-fleet:1
 backends: [onnxruntime]
 batch_sizes: [1]
-load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}
+load: {{pattern: constant, rate: 40, duration: {seconds}s, warmup: 0s}}
 """
 
 
@@ -45,7 +51,7 @@ def test_sigkilled_follower_job_completes_on_another_follower_once(fleet, model:
     fleet.start_follower("k-other")
     assert _admin(fleet, "POST", "/followers/k-other/drain").status_code == 200
     with fleet.client() as client:
-        job = client.submit_yaml(_job_yaml("kill-me", 4.0))
+        job = client.submit_yaml(_job_yaml("kill-me", 3.0))
         running = _wait_until(lambda: (j := client.job(job.id)).state == JobState.running and j, 60, "the job to run")
         assert running.follower_id == "k-victim"
         assert _admin(fleet, "POST", "/followers/k-other/resume").status_code == 200
@@ -59,6 +65,8 @@ def test_sigkilled_follower_job_completes_on_another_follower_once(fleet, model:
     assert [p.point.index for p in results.points] == [0], "exactly one final result"
     assert results.points[0].environment.follower_id == "k-other"
     assert done.actual_s is not None and done.actual_s > 0  # the actual run time is stored beside the estimate
+    record("fault", "follower agent SIGKILLed (whole process group) mid-point",
+           "job requeued with the reason 'missed heartbeats', succeeded on another follower (attempt 2) with one result")
 
 
 def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
@@ -67,7 +75,8 @@ def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: 
     with fleet.client() as client:
         for follower in client.followers():  # nobody takes work until the restart (followers of other tests too)
             assert _admin(fleet, "POST", f"/followers/{follower.info.follower_id}/drain").status_code == 200
-    seconds = [round(0.2 + 0.1 * k, 1) for k in range(20)]
+    # Distinct estimates 0.1 s apart, so SJF order is unambiguous; 20 jobs run in ~11 s of measured time in all.
+    seconds = [round(0.1 + 0.05 * k, 2) for k in range(20)]
     random.Random(5).shuffle(seconds)
     with fleet.client() as client:
         ids = [client.submit_yaml(_job_yaml(f"sjf-{i}", s)).id for i, s in enumerate(seconds)]
@@ -93,3 +102,31 @@ def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: 
         estimates = [estimate for _, estimate in sorted(runs)]
         # The first job starts as soon as it arrives; every later one is the shortest of those held then.
         assert estimates[1:] == sorted(estimates[1:]), (fid, estimates)
+    record("fault", "leader restarted with 20 jobs queued",
+           "queue survived the restart; all 20 succeeded, each follower ran them shortest first")
+
+
+def test_cancel_stops_the_running_point_and_the_follower_goes_on(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    fleet.start_follower("c-one")
+    with fleet.client() as client:
+        for follower in client.followers():  # only c-one takes work here (followers of other tests stay drained)
+            if follower.info.follower_id != "c-one":
+                _admin(fleet, "POST", f"/followers/{follower.info.follower_id}/drain")
+        long_job = client.submit_yaml(_job_yaml("cancel-me", 60.0))
+        marker = str(fleet.workdir / "c-one")
+        # Running, with its model server up: the point is being measured.
+        _wait_until(lambda: client.job(long_job.id).state == JobState.running and _servers_under(marker), 60, "the point")
+        next_job = client.submit_yaml(_job_yaml("after-cancel", 0.5))
+        response = _admin(fleet, "POST", f"/jobs/{long_job.id}/cancel")
+        assert response.status_code == 200 and response.json()["state"] == "cancelled"
+        # The heartbeat reply reaches the running point: it stops and its server with it, long before its 60 s.
+        _wait_until(lambda: not _servers_under(marker), 20, "the cancelled job's model server to stop")
+        done = _wait_until(lambda: (j := client.job(next_job.id)).state in TERMINAL_STATES and j, 60, "the next job")
+        cancelled = client.job(long_job.id)
+    assert done.state == JobState.succeeded and done.follower_id == "c-one", (done.state, done.error)
+    assert cancelled.state == JobState.cancelled and cancelled.points_done == 0
+    assert [h.state for h in cancelled.history][-1] == JobState.cancelled  # nothing after the cancel (no late finish)
+    started_next = [h.at for h in done.history if h.state == JobState.running][-1]
+    waited = (started_next - cancelled.updated_at).total_seconds()
+    assert waited < 30, f"the follower took the next job {waited:.1f}s after the cancel, not after the 60 s point"
+    assert not _servers_under(marker)
