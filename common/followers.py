@@ -88,3 +88,5 @@ class FollowerRegistration(FollowerView):
     """
 
     credential: str | None = None
+    # host:port of the leader's live-progress gRPC server (None: off); host may be empty (use the leader URL's host).
+    telemetry_address: str | None = None

@@ -22,6 +22,7 @@ from follower.outbox import Outbox
 from follower.runner import run_backend
 from follower.sampler import SamplerConfig
 from follower.settings import FollowerSettings
+from follower.telemetry import ProgressReporter, resolve_address
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,25 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
     # Refuse a model that does not match the job (or its own metadata) before any server starts.
     await asyncio.to_thread(check_before_serving, task.spec, task.model, model_path)
     blobs: dict[int, bytes] = {}  # raw records per point index (the last run of a search point)
+    address = resolve_address(settings.telemetry_address or client.telemetry_address, settings.leader_url)
+    reporter = None
+    if address is not None:
+        reporter = ProgressReporter(
+            address, client.credential, job_id=task.job_id, attempt=task.attempt, follower_id=settings.follower_id
+        )
+    try:
+        await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter)
+    finally:
+        if reporter is not None:
+            await asyncio.to_thread(reporter.close)
+    # Every point must be acknowledged before the attempt is closed (the leader counts them).
+    await asyncio.to_thread(outbox.deliver, client, task.job_id)
 
+
+async def _run_backends(
+    task: JobTask, client: LeaderClient, settings: FollowerSettings, workdir: Path, outbox: Outbox,
+    blobs: dict[int, bytes], model_path: Path, env_base: dict, reporter: ProgressReporter | None,
+) -> None:  # fmt: skip
     def keep_records(point: Any, records: Any, _summary: Any) -> None:
         blobs[point.index] = encode_records(records)
 
@@ -65,7 +84,7 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
         points = [p for p in task.points if p.backend == backend]
         async for result in run_backend(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
-            records_sink=keep_records, sampling=sampling,
+            records_sink=keep_records, sampling=sampling, progress_sink=reporter.sink if reporter is not None else None,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
@@ -86,8 +105,6 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
                 except Exception as exc:
                     # Raw records are supplementary (the summary and histogram are in the report): log, go on.
                     log.warning("job %s point %d: records upload failed: %s", task.job_id, result.point.index, exc)
-    # Every point must be acknowledged before the attempt is closed (the leader counts them).
-    await asyncio.to_thread(outbox.deliver, client, task.job_id)
 
 
 async def _until_cancelled(coro: Coroutine[Any, Any, None], cancel: threading.Event | None) -> bool:

@@ -51,6 +51,7 @@ class LeaderClient:
         self._join_token = token
         self._credential: str | None = None
         self._info: FollowerInfo | None = None
+        self.telemetry_address: str | None = None  # the leader's live-progress gRPC address, from registration
         self._lock = threading.Lock()
         self._http = httpx.Client(base_url=base_url, timeout=timeout_s)
 
@@ -60,6 +61,11 @@ class LeaderClient:
     def _auth(self) -> dict[str, str]:
         with self._lock:
             return {"Authorization": f"Bearer {self._credential or self._join_token}"}
+
+    def credential(self) -> str | None:
+        """This agent's own credential (None before registration); for the gRPC progress stream."""
+        with self._lock:
+            return self._credential
 
     def _rejoin(self) -> bool:
         """The leader no longer accepts our credential (revoked, or PerfDB lost it): join again with the join token."""
@@ -98,6 +104,7 @@ class LeaderClient:
             self._info = info
             if reply.credential is not None:
                 self._credential = reply.credential
+            self.telemetry_address = reply.telemetry_address
         return FollowerView.model_validate(reply.model_dump(exclude={"credential"}))
 
     @_retrying

@@ -46,6 +46,8 @@ class FollowerSettings(BaseSettings):
     metrics_port: int = Field(default=9701, ge=-1, lt=65536)
     # Resource sampler: its period (>= 10 Hz), and the figures that turn usage into CO2 and cost per 1M requests
     # (None: not configured, those fields stay absent). Grid intensity in g CO2 per kWh; price per instance hour.
+    # Live progress: the leader's gRPC address (host:port) if set, else the one the leader gives at registration.
+    telemetry_address: str | None = None
     sample_interval_s: float = Field(default=0.08, gt=0, le=0.1)
     grid_g_co2_per_kwh: float | None = Field(default=None, ge=0)
     instance_price_per_hour: float | None = Field(default=None, ge=0)

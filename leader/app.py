@@ -14,7 +14,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from leader.api import errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
-from leader.api.routes import followers, health, jobs, models, records, tokens
+from leader.api.routes import followers, health, jobs, models, progress, records, tokens
 from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
 from leader.scheduler.monitor import Monitor
@@ -26,6 +26,7 @@ from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import results as results_store
 from leader.store import users as users_store
+from leader.telemetry import start_server as start_telemetry
 from leader.web import pages as web_pages
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,16 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         )
         resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer)
         tasks: list[asyncio.Task[None]] = []
+        telemetry = None
+        app.state.telemetry_address = None
         try:
             await ensure_indexes(resources)
             app.state.resources = resources
+            if settings.grpc_port:
+                telemetry = await start_telemetry(resources, settings.grpc_host, settings.grpc_port)
+            if telemetry is not None:
+                host = "" if settings.grpc_host in ("0.0.0.0", "::") else settings.grpc_host
+                app.state.telemetry_address = settings.grpc_advertise or f"{host}:{telemetry[1]}"
             tasks = [
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
@@ -73,6 +81,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if telemetry is not None:
+                await telemetry[0].stop(grace=1.0)
             queue.close()
             await redis.aclose()
             client.close()
@@ -83,7 +93,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, tokens, records):
+    for module in (jobs, models, followers, tokens, records, progress):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)

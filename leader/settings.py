@@ -29,6 +29,11 @@ class LeaderSettings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8700, gt=0, lt=65536)
+    # Live-progress gRPC server (followers stream window metrics to it); port 0 disables it. Loopback by default.
+    # Followers are told `grpc_advertise` at registration (default host:port; with 0.0.0.0 they use the leader URL's host).
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(default=8701, ge=0, lt=65536)
+    grpc_advertise: str | None = None
     admin_token: SecretStr
     follower_token: SecretStr
     missing_after_s: float = Field(default=10.0, gt=0)

@@ -67,6 +67,7 @@ def fleet(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory
         "BENCHFLEET_LEADER_ADMIN_TOKEN": admin_token,
         "BENCHFLEET_LEADER_FOLLOWER_TOKEN": follower_token,
         "BENCHFLEET_LEADER_MISSING_AFTER_S": "3",
+        "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()),  # live progress; a fixed port would clash between fleets
         "BENCHFLEET_FOLLOWER_LEADER_URL": url,
         "BENCHFLEET_FOLLOWER_TOKEN": follower_token,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import JobState
@@ -27,7 +27,9 @@ async def list_followers(db: Db) -> list[FollowerView]:
 
 
 @router.post("/register", response_model=FollowerRegistration)
-async def register(info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining) -> FollowerRegistration:
+async def register(
+    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request
+) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
 
     An agent joining with the join token (or registered by an admin) gets its own credential, bound to its id.
@@ -49,7 +51,8 @@ async def register(info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joi
         )
         credential = issued.token
     placer.nudge()
-    return FollowerRegistration(**view.model_dump(), credential=credential)
+    telemetry = getattr(request.app.state, "telemetry_address", None)
+    return FollowerRegistration(**view.model_dump(), credential=credential, telemetry_address=telemetry)
 
 
 @router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)
