@@ -1,5 +1,5 @@
 """gRPC definitions and their generated stubs (follower→leader telemetry, the own model server's KServe v2 API).
 
-Nothing speaks gRPC yet: the foundation's wire protocols are REST (leader API, KServe v2 over HTTP) and Celery.
-The KServe v2 gRPC service and the live-telemetry stream land here with the backends and measurement-core issues.
+telemetry.proto: live progress, follower → leader (leader.telemetry serves it, follower.telemetry reports to it).
+Stubs are generated and committed (see the .proto's header); tests/unit/protos checks they are current.
 """
