@@ -268,7 +268,7 @@ def test_follower_cut_off_for_30s_delivers_buffered_results_exactly_once(stack: 
 def _mid_queue(stack: Stack, service: str, name: str) -> list[JobView]:
     """Submit three jobs, restart `service` while the first runs and the others wait, then settle them all."""
     with stack.client() as client:
-        ids = [client.submit_yaml(job_yaml(f"{name}-{i}")).id for i in range(3)]
+        ids = [client.submit_yaml(job_yaml(f"{name}-{i}", batches=(1,))).id for i in range(3)]
         wait_until(lambda: client.job(ids[0]).state == JobState.running, 60, "the first job to run")
     stack.restart(service)
     return settle(stack, ids, timeout_s=120)
