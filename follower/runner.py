@@ -24,6 +24,7 @@ from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, ste
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import LoadRecords, Timer, drive
+from follower.loadgen.scaleout import COST, drive_processes, generator_count, merge
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
@@ -265,6 +266,11 @@ async def _measure_point(
     steal: float | None = None
     monitor: WindowMonitor | None = None
     sampling = sampling or SamplerConfig()
+    # Scale-out: as many generator processes as the target rate needs at this host's measured CPU per request,
+    # up to one per generator core. Several processes cannot feed the live window monitor (it needs all records on
+    # one loop): their windows are computed after the run and stability cannot end the run early.
+    generator_cores = plan_cpus().generator
+    generators = 1 if closed else generator_count(point.rate, COST.estimate_s, len(generator_cores or ()))
     sampler: ResourceSampler | None = None
     if not backend.alive():
         records = _unsent(offsets, "server process is not running")
@@ -288,7 +294,13 @@ async def _measure_point(
         # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
         sampler = ResourceSampler(_server_pid(backend), sampling).start()
         try:
-            if closed:
+            if generators > 1:
+                parts = await asyncio.to_thread(
+                    drive_processes, url, bodies, offsets, generators, max_concurrency=point.max_concurrency,
+                    timeout_s=REQUEST_TIMEOUT_S, timer=timer, cap_policy=point.cap_policy,
+                )  # fmt: skip
+                records = merge(parts, min(p.start_ns for p in parts))
+            elif closed:
                 records = await asyncio.to_thread(
                     _drive_closed_isolated, plan_cpus().generator, url, bodies, point.concurrency or 1,
                     warmup_ns + duration_ns, timeout_s=REQUEST_TIMEOUT_S,
@@ -312,6 +324,8 @@ async def _measure_point(
             stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
             samples = sampler.stop()
         steal = steal_share(steal_before, cpu_times())
+        if not closed and generators == 1:
+            COST.observe(records)
         if not backend.alive():
             extra.append(f"server process died during the point{_tail(backend)}")
     measured_ns = duration_ns
@@ -379,6 +393,7 @@ async def _measure_point(
         windows=windows,
         stable=stable,
         resources=resources,
+        generators=generators,
     )
 
 

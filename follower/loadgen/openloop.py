@@ -389,18 +389,22 @@ def drive(
     cap_policy: CapPolicy = "wait",
     on_tick: TickCallback | None = None,
     tick_every_ns: int = 1_000_000_000,
+    start_ns: int | None = None,
 ) -> LoadRecords:
-    """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread)."""
+    """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread).
+
+    `start_ns` (absolute monotonic ns) lets several generator processes share one start: CLOCK_MONOTONIC is
+    system-wide on Linux. By default the run starts `lead_ns` from now.
+    """
     import uvloop
 
     async def main() -> LoadRecords:
         async with new_session(max_concurrency, timeout_s) as session:
-            start_ns = time.monotonic_ns() + lead_ns
             return await run_open_loop(
                 url,
                 bodies,
                 offsets_ns,
-                start_ns,
+                start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
                 session=session,
                 max_concurrency=max_concurrency,
                 timeout_s=timeout_s,

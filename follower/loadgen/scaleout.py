@@ -1,0 +1,108 @@
+"""Generator scale-out: several generator processes, each driving its own slice of the schedule, merged exactly.
+
+The precomputed schedule is split round-robin (process k sends arrivals k, k+n, k+2n, ...), so each process has
+its own deterministic stream (a function of the point's seed and k) and together they send exactly the schedule.
+All start at one absolute CLOCK_MONOTONIC time. Merging concatenates the raw per-request arrays and re-sorts them
+by intended time, so every summary (and the HDR histograms built from them) equals that of one generator that had
+sent everything; the per-process histograms merge to the same counts (common.stats.merge).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from follower.loadgen.openloop import LoadRecords, drive
+
+# Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
+DEFAULT_CPU_PER_REQUEST_S = 140e-6
+# Plan for each generator process to use at most this share of its core, leaving headroom for bursts.
+TARGET_CPU_SHARE = 0.5
+# Spawning a process and importing numpy/aiohttp/uvloop takes about a second on a small VM; start after that.
+SPAWN_LEAD_NS = 3_000_000_000
+
+
+class CpuCost:
+    """A running estimate of generator CPU seconds per request, from the runs this follower has measured."""
+
+    def __init__(self, prior_s: float = DEFAULT_CPU_PER_REQUEST_S, weight: float = 0.3) -> None:
+        self.estimate_s = prior_s
+        self.weight = weight
+
+    def observe(self, records: LoadRecords) -> None:
+        """Fold in one run's CPU per sent request (runs with too few requests say little and are skipped)."""
+        sent = int(records.sent.sum())
+        if sent >= 200 and records.cpu_s > 0:
+            self.estimate_s = (1 - self.weight) * self.estimate_s + self.weight * records.cpu_s / sent
+
+
+COST = CpuCost()
+
+
+def generator_count(rate: float, cpu_per_request_s: float, max_processes: int) -> int:
+    """Processes needed so each stays under TARGET_CPU_SHARE of a core at `rate`, within 1..max_processes."""
+    if rate <= 0 or max_processes <= 1:
+        return 1
+    return max(1, min(max_processes, math.ceil(rate * cpu_per_request_s / TARGET_CPU_SHARE)))
+
+
+def split(offsets_ns: np.ndarray, n: int) -> list[np.ndarray]:
+    """Round-robin slices of a sorted schedule; each slice stays sorted and together they are the schedule."""
+    return [offsets_ns[k::n] for k in range(n)]
+
+
+def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
+    """One LoadRecords from several processes' records: arrays concatenated and sorted by intended time.
+
+    cpu_s is the busiest process's (the saturation rule is per generator core); wall_s the longest.
+    """
+    intended = np.concatenate([p.intended_ns for p in parts])
+    order = np.argsort(intended, kind="stable")
+
+    def cat(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrays)[order]
+
+    stages = {k: cat([p.stages_ns[k] for p in parts]) for k in parts[0].stages_ns}
+    return LoadRecords(
+        intended_ns=intended[order],
+        sent_ns=cat([p.sent_ns for p in parts]),
+        first_byte_ns=cat([p.first_byte_ns for p in parts]),
+        done_ns=cat([p.done_ns for p in parts]),
+        status=cat([p.status for p in parts]),
+        stages_ns=stages,
+        start_ns=start_ns,
+        cpu_s=max(p.cpu_s for p in parts),
+        wall_s=max(p.wall_s for p in parts),
+        loop_lag_ns=np.concatenate([p.loop_lag_ns for p in parts]),
+        error_sample=next((p.error_sample for p in parts if p.error_sample), None),
+        timer=parts[0].timer,
+        capped=cat([p.capped for p in parts]),
+    )
+
+
+def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kwargs: dict[str, Any]) -> LoadRecords:
+    return drive(url, bodies, offsets, start_ns=start_ns, **kwargs)
+
+
+def drive_processes(
+    url: str, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS, **kwargs: Any
+) -> list[LoadRecords]:
+    """Run the schedule split over `n` generator processes sharing one start; returns each process's records.
+
+    Each process gets max_concurrency / n of the in-flight cap. Processes are spawned (not forked: the caller
+    holds threads and an event loop) and gone when this returns.
+    """
+    if n <= 1:
+        return [drive(url, bodies, offsets_ns, **kwargs)]
+    if "max_concurrency" in kwargs:
+        kwargs["max_concurrency"] = max(1, kwargs["max_concurrency"] // n)
+    start_ns = time.monotonic_ns() + lead_ns
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_child, url, list(bodies), part, start_ns, kwargs) for part in split(offsets_ns, n)]
+        return [f.result() for f in futures]
