@@ -14,7 +14,7 @@ from common.followers import FollowerInfo, Heartbeat
 from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
 from follower import hostinfo
-from follower.backends import BACKENDS
+from follower.backends import available_backends
 from follower.execute import AgentState, execute
 from follower.gate import Gate
 from follower.holding import HoldingQueue
@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     """This host's registration record."""
     facts = hostinfo.host_facts()
-    backends = settings.backends if settings.backends is not None else sorted(BACKENDS)
+    # Advertise only what this host can run: a job needing a missing backend must not be placed here.
+    backends, missing = available_backends(settings.backends)
+    for name, why in missing.items():
+        log.warning("backend %s not offered: %s", name, why)
     return FollowerInfo(
         follower_id=settings.follower_id,
         incarnation=incarnation,

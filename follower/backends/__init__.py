@@ -25,4 +25,24 @@ def get_backend(name: str, **options: object) -> Backend:
     return cls(**options)
 
 
-__all__ = ["BACKENDS", "Backend", "OnnxRuntimeBackend", "TFServingBackend", "TorchScriptBackend", "TritonBackend", "get_backend"]
+def available_backends(names: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The backends (of `names`, default all) this host can run, sorted, and the reason for each one it cannot."""
+    usable: list[str] = []
+    missing: dict[str, str] = {}
+    for name in sorted(names if names is not None else BACKENDS):
+        cls = BACKENDS.get(name)
+        if cls is None:
+            missing[name] = f"unknown backend; known backends: {', '.join(sorted(BACKENDS))}"
+            continue
+        ok, why = cls.available()
+        if ok:
+            usable.append(name)
+        else:
+            missing[name] = why
+    return usable, missing
+
+
+__all__ = [
+    "BACKENDS", "Backend", "OnnxRuntimeBackend", "TFServingBackend", "TorchScriptBackend", "TritonBackend",
+    "available_backends", "get_backend",
+]

@@ -14,6 +14,11 @@ class Backend(Protocol):
 
     name: str
 
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether this host can run the serving system, with the reason (what was found, or what is missing)."""
+        ...
+
     def version(self) -> str:
         """The serving system's version string, recorded with every result."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,13 @@ class OnnxRuntimeBackend(ProcessBackend):
         super().__init__(host=host, cpus=cpus, server=server)
         self.intra_op_threads = intra_op_threads if intra_op_threads is not None else self.server.threads
         self.provider = provider or self.server.execution_provider
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether onnxruntime is importable here (found without importing it), and why not."""
+        if importlib.util.find_spec("onnxruntime") is None:
+            return False, "onnxruntime is not installed"
+        return True, "onnxruntime importable"
 
     def version(self) -> str:
         """onnxruntime's version (imported lazily: the agent need not load ORT to list backends)."""

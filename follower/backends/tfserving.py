@@ -72,6 +72,14 @@ class TFServingBackend(ProcessBackend):
         self.binary = find_tfserving()
         self.grpc_port: int | None = None
 
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether tensorflow_model_server is on PATH, and why not."""
+        binary = find_tfserving()
+        if binary is None:
+            return False, f"no {BINARY} on PATH"
+        return True, f"{BINARY} at {binary}"
+
     def version(self) -> str:
         """The binary's --version line."""
         return "tensorflow_model_server" if self.binary is None else f"tensorflow_model_server ({self.binary})"

@@ -25,6 +25,14 @@ class TorchScriptBackend(ProcessBackend):
 
     name = "torchscript"
 
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether torch is installed here, and why not."""
+        version = torch_available()
+        if version is None:
+            return False, "PyTorch is not installed (pip install 'benchfleet[torch]')"
+        return True, f"torch {version}"
+
     def version(self) -> str:
         """torch's version."""
         return torch_available() or "absent"

@@ -77,6 +77,14 @@ class TritonBackend(ProcessBackend):
         self.metrics_port: int | None = None
         self._version = "unknown"
 
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether a tritonserver binary is found here, and why not."""
+        install = find_triton()
+        if install is None:
+            return False, why_no_triton()
+        return True, f"tritonserver at {install.binary}"
+
     def version(self) -> str:
         """Triton's version as its /v2 endpoint reports it."""
         if self.port is not None and self._version == "unknown":

@@ -28,3 +28,37 @@ def test_every_backend_satisfies_the_protocol(name: str) -> None:
     members = [m for m in dir(Backend) if not m.startswith("_")] + ["name"]
     assert all(hasattr(type(backend), m) for m in members), members
     assert backend.name == name
+
+
+def test_available_backends_names_what_is_missing(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from follower.backends import available_backends
+
+    # A host without Triton (an empty install home, nothing on PATH) and without TF Serving.
+    monkeypatch.setenv("BENCHFLEET_TRITON_HOME", str(tmp_path / "no-triton"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # neither tritonserver nor tensorflow_model_server lives there
+    usable, missing = available_backends()
+    assert "onnxruntime" in usable
+    assert "triton" not in usable and "tritonserver" in missing["triton"]
+    assert "tfserving" not in usable and "tensorflow_model_server" in missing["tfserving"]
+    assert usable == sorted(usable)
+    assert set(usable) | set(missing) == set(BACKENDS)
+
+
+def test_available_backends_keeps_an_operator_list_and_drops_unknown_names() -> None:
+    from follower.backends import available_backends
+
+    usable, missing = available_backends(["onnxruntime", "nosuch"])
+    assert usable == ["onnxruntime"]
+    assert "known backends" in missing["nosuch"]
+
+
+def test_follower_registers_only_available_backends(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from follower.agent import follower_info
+    from follower.settings import FollowerSettings
+
+    monkeypatch.setenv("BENCHFLEET_TRITON_HOME", str(tmp_path / "no-triton"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # neither tritonserver nor tensorflow_model_server lives there
+    settings = FollowerSettings(token="x" * 16, follower_id="f1", work_dir=tmp_path)
+    info = follower_info(settings, "incarnation-1")
+    assert "triton" not in info.backends and "tfserving" not in info.backends
+    assert "onnxruntime" in info.backends
