@@ -97,6 +97,18 @@ class Resources(BaseModel):
     cost_per_1m_requests: float | None = None  # in the configured instance price's currency
 
 
+class ServerStats(BaseModel):
+    """What the serving system itself counted over the point's run (warm-up included): how it batched and queued."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inferences: int  # requests the server answered
+    executions: int  # engine runs; dynamic batching merges several inferences into one
+    mean_batch: float | None = None  # inferences per execution
+    queue_ms_mean: float | None = None  # server queue per request (batching delay + wait for an instance)
+    compute_ms_mean: float | None = None  # engine run time per request
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
@@ -133,3 +145,4 @@ class PointResult(BaseModel):
     search: list[SearchStep] | None = None
     generators: int = 1
     resources: Resources | None = None
+    server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)

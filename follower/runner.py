@@ -17,9 +17,10 @@ import numpy as np
 
 import common
 from common.models import ModelMeta
-from common.results import ColdStart, Environment, PointResult, SearchStep, WindowStat
+from common.results import ColdStart, Environment, PointResult, SearchStep, ServerStats, WindowStat
 from common.spec import SLO, PointSpec
 from follower.backends import Backend, get_backend
+from follower.backends.stats import server_stats_delta
 from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.closedloop import drive_closed
@@ -272,6 +273,7 @@ async def _measure_point(
     generator_cores = plan_cpus().generator
     generators = 1 if closed else generator_count(point.rate, COST.estimate_s, len(generator_cores or ()))
     sampler: ResourceSampler | None = None
+    server_stats: ServerStats | None = None
     if not backend.alive():
         records = _unsent(offsets, "server process is not running")
         extra.append(f"server process was not running when the point started{_tail(backend)}")
@@ -292,6 +294,7 @@ async def _measure_point(
             return monitor
 
         # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
+        stats_before = await asyncio.to_thread(backend.stats)
         sampler = ResourceSampler(_server_pid(backend), sampling).start()
         try:
             if generators > 1:
@@ -328,6 +331,8 @@ async def _measure_point(
             COST.observe(records)
         if not backend.alive():
             extra.append(f"server process died during the point{_tail(backend)}")
+        else:
+            server_stats = server_stats_delta(stats_before, await asyncio.to_thread(backend.stats))
     measured_ns = duration_ns
     if monitor is not None and monitor.stopped_ns is not None:
         measured_ns = monitor.stopped_ns - (records.start_ns + warmup_ns)
@@ -393,6 +398,7 @@ async def _measure_point(
         windows=windows,
         stable=stable,
         resources=resources,
+        server_stats=server_stats,
         generators=generators,
     )
 

@@ -81,7 +81,9 @@ class KServeModel:
         self.outputs: dict[str, dict[str, Any]] = {}
         # One worker per instance: the wait for a free worker is exactly the server's queue stage.
         self.executor = ThreadPoolExecutor(max_workers=max(1, instances), thread_name_prefix=f"{self.platform}-run")
-        self.stats: dict[str, Any] = {"requests": 0, "ok": 0, "errors": 0, "batches": 0, "batched_rows": 0}
+        # executions = engine runs (a dynamic batch is one); queue_ns/infer_ns are summed per request, Triton's way.
+        self.stats: dict[str, Any] = {"requests": 0, "ok": 0, "errors": 0, "batches": 0, "batched_rows": 0,
+                                      "executions": 0, "queue_ns": 0, "infer_ns": 0}
         # Dynamic batching is on when max_batch_size > 0: requests wait up to max_queue_delay_us to share one run.
         self.max_batch_size = max_batch_size
         self.max_queue_delay_ns = max_queue_delay_us * 1000
@@ -198,7 +200,9 @@ class KServeModel:
         """Run now, or through the dynamic batcher when it is on (every output is requested, then narrowed)."""
         loop = asyncio.get_running_loop()
         if self.max_batch_size <= 0:
-            return await loop.run_in_executor(self.executor, self.run, feeds, names, submitted_ns)
+            result = await loop.run_in_executor(self.executor, self.run, feeds, names, submitted_ns)
+            self.stats["executions"] += 1  # counted on the event loop: no two threads update it
+            return result
         rows = min(int(a.shape[0]) if a.ndim else 1 for a in feeds.values())
         future: asyncio.Future[tuple[list[np.ndarray], int, int]] = loop.create_future()
         self._pending.append(_Pending(feeds, rows, submitted_ns, future))
@@ -245,6 +249,7 @@ class KServeModel:
                             p.future.set_exception(exc)
                     continue
                 self.stats["batches"] += 1
+                self.stats["executions"] += 1
                 self.stats["batched_rows"] += rows
                 offset = 0
                 for p in batch:
@@ -321,6 +326,8 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         except Exception as exc:  # noqa: BLE001 - ORT raises its own types for shape/type faults the checks missed
             server.stats["errors"] += 1
             return _json({"error": f"inference failed: {exc}"}, 400 if "INVALID_ARGUMENT" in str(exc) else 500)
+        server.stats["queue_ns"] += queue_ns
+        server.stats["infer_ns"] += infer_ns
         t_encode = time.perf_counter_ns()
         outputs = server.encode_outputs(names, arrays)
         # The body is spliced by hand so that encode_ns can cover the costly part (the tensors) and still be in it.

@@ -1,0 +1,49 @@
+"""A point's server-side counters: the difference of two `Backend.stats()` snapshots, in one shape for every server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.results import ServerStats
+
+
+def _counters(stats: dict[str, Any]) -> dict[str, float] | None:
+    """Cumulative (inferences, executions, queue ns, compute ns) from Triton's or benchfleet's own stats document."""
+    model_stats = stats.get("model_stats")
+    if isinstance(model_stats, list) and model_stats:
+        # Triton: /v2/models/NAME/stats; queue and compute_infer are summed over requests (ns).
+        first = model_stats[0]
+        inference = first.get("inference_stats", {})
+        return {
+            "inferences": float(first.get("inference_count", 0)),
+            "executions": float(first.get("execution_count", 0)),
+            "queue_ns": float(inference.get("queue", {}).get("ns", 0)),
+            "compute_ns": float(inference.get("compute_infer", {}).get("ns", 0)),
+        }
+    if "executions" in stats:
+        # benchfleet's own servers (follower.servers.kserve_http).
+        return {
+            "inferences": float(stats.get("ok", 0)),
+            "executions": float(stats.get("executions", 0)),
+            "queue_ns": float(stats.get("queue_ns", 0)),
+            "compute_ns": float(stats.get("infer_ns", 0)),
+        }
+    return None
+
+
+def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerStats | None:
+    """What the server counted between two snapshots; None when it keeps no such counters or was not reachable."""
+    a, b = _counters(before), _counters(after)
+    if a is None or b is None:
+        return None
+    d = {k: b[k] - a[k] for k in a}
+    n, runs = int(d["inferences"]), int(d["executions"])
+    if n < 0 or runs < 0:
+        return None  # the server restarted between the snapshots: its counters began again
+    return ServerStats(
+        inferences=n,
+        executions=runs,
+        mean_batch=n / runs if runs else None,
+        queue_ms_mean=d["queue_ns"] / n / 1e6 if n else None,
+        compute_ms_mean=d["compute_ns"] / n / 1e6 if n else None,
+    )

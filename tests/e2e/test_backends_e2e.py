@@ -1,0 +1,90 @@
+"""Serving backends through the whole system: one YAML job on onnxruntime, torchscript and Triton, and Triton's dynamic
+batching on vs off, leader → follower → stored results.
+
+The model is the canonical generator's bundle (ONNX + TorchScript), uploaded like any user's model. Triton is the real
+binary (on PATH, or extracted by scripts/install_triton.sh); without one these tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchfleet.client import BenchfleetClient
+from common.jobs import JobResults
+from follower.backends.triton import find_triton, why_no_triton
+from tests.e2e.test_walking_skeleton import _wait_done
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
+if find_triton() is None:
+    pytest.skip(f"Triton is not installed here: {why_no_triton()}", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def canon(fleet) -> str:  # type: ignore[no-untyped-def]
+    from follower.convert.canonical import CanonicalSpec, generate
+
+    fleet.env["BENCHFLEET_FOLLOWER_METRICS_PORT"] = "-1"
+    fleet.start_follower("backends-e2e")
+    bundle, _ = generate(CanonicalSpec("fc", depth=2, width=32, input_size=16))
+    with fleet.client() as client:
+        return client.upload_model(bundle, name="canon-e2e", version="1", format="bundle").ref
+
+
+def _run(client: BenchfleetClient, yaml: str) -> JobResults:
+    job = client.submit_yaml(yaml)
+    return _wait_done(client, job.id, timeout_s=180)
+
+
+def test_one_job_on_three_backends_gives_comparable_rows(fleet, canon: str) -> None:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        follower = next(f for f in client.followers() if f.info.follower_id == "backends-e2e")
+        assert {"onnxruntime", "torchscript", "triton"} <= set(follower.info.backends)
+        results = _run(client, f"""
+name: three-backends
+model: {canon}
+backends: [onnxruntime, torchscript, triton]
+batch_sizes: [1]
+load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.3s}}
+""")
+    rows = {r.point.backend: r for r in results.points}
+    assert set(rows) == {"onnxruntime", "torchscript", "triton"}
+    for backend, r in rows.items():
+        # Same point on each: same batch, rate, duration and seed schedule length; every request answered.
+        assert (r.point.batch_size, r.point.rate, r.point.duration_s) == (1, 50, 1.0), backend
+        assert r.errors == 0 and r.ok == r.requests > 0, (backend, r.error_sample)
+        assert r.latency_ms is not None and r.latency_ms.p50 > 0, backend
+        assert r.cold_start is not None and r.cold_start.to_ready_s > 0, backend
+        assert r.environment.backend_version, backend
+        assert r.server_stats is not None and r.server_stats.inferences >= r.ok, backend
+    assert len({r.requests for r in rows.values()}) == 1, "the same seeded schedule was offered to every backend"
+    assert rows["triton"].environment.backend_version.startswith("triton")
+
+
+def test_triton_dynamic_batching_on_vs_off_shows_in_the_stored_result(fleet, canon: str) -> None:  # type: ignore[no-untyped-def]
+    load = "{pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}"
+    stored = {}
+    with fleet.client() as client:
+        for label, server in {"off": "{}", "on": "{dynamic_batching: {max_batch_size: 16, max_queue_delay_us: 20000}}"}.items():
+            results = _run(client, f"""
+name: triton-batching-{label}
+model: {canon}
+backends: [triton]
+batch_sizes: [1]
+load: {load}
+server: {server}
+""")
+            (row,) = results.points
+            assert row.errors == 0 and row.ok > 0, row.error_sample
+            assert row.server_stats is not None
+            stored[label] = row
+    off, on = stored["off"].server_stats, stored["on"].server_stats
+    assert off is not None and on is not None
+    # Off: each request is its own execution. On: a 20 ms window merges several requests into one run, and they wait
+    # for it in Triton's queue.
+    assert off.executions == off.inferences and off.mean_batch == 1.0, off
+    assert on.mean_batch is not None and on.mean_batch > 1.5, on
+    assert on.queue_ms_mean is not None and off.queue_ms_mean is not None and on.queue_ms_mean > off.queue_ms_mean, (on, off)
+    assert stored["on"].latency_ms is not None and stored["off"].latency_ms is not None
+    print(f"triton batching off: {off} p50 {stored['off'].latency_ms.p50:.2f} ms; "
+          f"on: {on} p50 {stored['on'].latency_ms.p50:.2f} ms")
