@@ -33,7 +33,7 @@ TokenOpt = Annotated[str, typer.Option("--token", envvar="BENCHFLEET_TOKEN", hel
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err_console.print(f"error: {message}", markup=False, highlight=False)
+    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)  # one line, never wrapped
     raise typer.Exit(code)
 
 
@@ -53,15 +53,12 @@ def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         _fail(f"cannot reach the leader: {exc}", EXIT_UNREACHABLE)
 
 
-def _parse_filters(filters: list[str] | None) -> dict[str, str]:
-    """`key=value` options into a dict; anything else is a usage error naming the option."""
-    out: dict[str, str] = {}
+def _parse_filters(filters: list[str] | None) -> list[str]:
+    """Filter expressions (`backend=triton`, `p99<20`) go to the leader as given; an empty one is a usage error."""
     for item in filters or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            _fail(f"--filter: expected key=value, got {item!r}", EXIT_USAGE)
-        out[key.strip()] = value.strip()
-    return out
+        if not item.strip() or not any(op in item for op in ("=", ":", "<", ">")):
+            _fail(f"--filter: expected an expression such as backend=triton or p99<20, got {item!r}", EXIT_USAGE)
+    return list(filters or [])
 
 
 def _print_rows(data: object, *, as_json: bool, title: str) -> None:
@@ -72,18 +69,18 @@ def _print_rows(data: object, *, as_json: bool, title: str) -> None:
     console.print(rows_table(data, title=title))
 
 
-def _live_fraction(progress: dict | None, index: int) -> float | None:
-    """The running point's done fraction from the leader's live progress, when it reports one."""
-    if not progress:
+def _live_fraction(progress: dict | None, index: int, *, warmup_s: float, run_s: float) -> tuple[float, str] | None:
+    """The running point's done fraction and its latest window (p99, throughput) from the leader's live progress."""
+    if not isinstance(progress, dict):
         return None
-    for entry in progress.get("points", []) if isinstance(progress, dict) else []:
-        if isinstance(entry, dict) and entry.get("index") == index:
-            for key in ("fraction", "progress", "done_fraction"):
-                if isinstance(entry.get(key), int | float):
-                    return float(entry[key])
-            elapsed, duration = entry.get("elapsed_s"), entry.get("duration_s")
-            if isinstance(elapsed, int | float) and isinstance(duration, int | float) and duration > 0:
-                return float(elapsed) / float(duration)
+    for entry in progress.get("points", []):
+        windows = entry.get("windows") if isinstance(entry, dict) and entry.get("index") == index else None
+        if windows:
+            last = windows[-1]
+            elapsed = warmup_s + float(last.get("t_s", 0.0)) + float(last.get("duration_s", 0.0))
+            p99 = last.get("p99_ms")
+            note = f" · {last.get('throughput', 0):.0f} req/s" + (f" · p99 {p99:.1f} ms" if p99 is not None else "")
+            return elapsed / (warmup_s + run_s), note
     return None
 
 
@@ -123,10 +120,13 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
                     if current not in running_since:
                         running_since[current] = time.monotonic()
                         bars.start_task(tasks[current])
-                    fraction = _live_fraction(live, current)
-                    if fraction is None:  # estimate from elapsed time; capped so it never claims a finished point
-                        fraction = (time.monotonic() - running_since[current]) / per_point_s
-                    bars.update(tasks[current], completed=min(99.0, 100 * fraction))
+                    live_point = _live_fraction(live, current, warmup_s=job.spec.load.warmup, run_s=job.spec.load.max_run_s)
+                    if live_point is not None:
+                        fraction, note = live_point
+                    else:  # estimate from elapsed time; capped so it never claims a finished point
+                        fraction, note = (time.monotonic() - running_since[current]) / per_point_s, ""
+                    bars.update(tasks[current], completed=min(99.0, 100 * fraction),
+                                description=f"  point {current}: {point_label(points[current])}{note}")
             if job.state in TERMINAL_STATES:
                 return job
             time.sleep(poll_s)
@@ -321,7 +321,7 @@ def leaderboard(
     url: UrlOpt = "http://127.0.0.1:8700",
     token: TokenOpt = "",
     sort: Annotated[str | None, typer.Option(help="Column to sort by, e.g. p99 or throughput.")] = None,
-    filter: Annotated[list[str] | None, typer.Option("--filter", help="key=value, repeatable (backend=triton).")] = None,
+    filter: Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
 ) -> None:
@@ -337,7 +337,7 @@ def recommend(
     url: UrlOpt = "http://127.0.0.1:8700",
     token: TokenOpt = "",
     p99_ms: Annotated[float | None, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")] = None,
-    filter: Annotated[list[str] | None, typer.Option("--filter", help="key=value, repeatable.")] = None,
+    filter: Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
 ) -> None:
     """The configuration with the most throughput that meets the SLO."""

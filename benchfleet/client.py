@@ -6,7 +6,7 @@ two cannot drift: only the transport (httpx.Client or httpx.AsyncClient) differs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -85,8 +85,13 @@ class _Call(Generic[T]):
         return {"params": params, **self.kwargs}
 
 
-def _filters(filters: Mapping[str, str] | None) -> list[str] | None:
-    return [f"{key}={value}" for key, value in filters.items()] if filters else None
+def _filters(filters: Mapping[str, str] | Sequence[str] | None) -> list[str] | None:
+    """`{"backend": "triton"}` or raw expressions (`backend=triton`, `p99<20`) as repeated `filter` parameters."""
+    if not filters:
+        return None
+    if isinstance(filters, Mapping):
+        return [f"{key}={value}" for key, value in filters.items()]
+    return list(filters)
 
 
 class _Calls:
@@ -159,7 +164,7 @@ class _Calls:
         return _Call("GET", f"{API}/leaderboard", _json, params={"sort": sort, "filter": _filters(filters), "limit": limit})
 
     @staticmethod
-    def recommend(p99_ms: float | None, filters: Mapping[str, str] | None) -> _Call[Any]:
+    def recommend(p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None) -> _Call[Any]:
         return _Call("GET", f"{API}/recommend", _json, params={"p99_ms": p99_ms, "filter": _filters(filters)})
 
     @staticmethod
@@ -249,11 +254,13 @@ class BenchfleetClient:
         """Registered followers with their state."""
         return self._do(_Calls.followers())
 
-    def leaderboard(self, *, sort: str | None = None, filters: Mapping[str, str] | None = None, limit: int | None = None) -> Any:
+    def leaderboard(
+        self, *, sort: str | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, limit: int | None = None
+    ) -> Any:
         """The leaderboard rows, sorted and filtered by the leader."""
         return self._do(_Calls.leaderboard(sort, filters, limit))
 
-    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | None = None) -> Any:
+    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None) -> Any:
         """The configuration the recommender picks for an SLO."""
         return self._do(_Calls.recommend(p99_ms, filters))
 
@@ -341,12 +348,12 @@ class AsyncBenchfleetClient:
         return await self._do(_Calls.followers())
 
     async def leaderboard(
-        self, *, sort: str | None = None, filters: Mapping[str, str] | None = None, limit: int | None = None
+        self, *, sort: str | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, limit: int | None = None
     ) -> Any:
         """The leaderboard rows, sorted and filtered by the leader."""
         return await self._do(_Calls.leaderboard(sort, filters, limit))
 
-    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | None = None) -> Any:
+    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None) -> Any:
         """The configuration the recommender picks for an SLO."""
         return await self._do(_Calls.recommend(p99_ms, filters))
 

@@ -94,6 +94,23 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     assert as_json.returncode == 0 and len(json.loads(as_json.stdout)["points"]) == 2
     assert _cli(fleet, "jobs").stdout.count(job_id) == 1
     assert "f-cli" in _cli(fleet, "followers").stdout
+    # The analysis commands against the leader's analysis endpoints.
+    board = _cli(fleet, "leaderboard", "--sort", "p99_ms", "--filter", "backend=onnxruntime", "--json")
+    assert board.returncode == 0, board.stderr
+    assert job_id in board.stdout
+    assert _cli(fleet, "leaderboard", "--filter", "backend=onnxruntime").returncode == 0
+    recommended = _cli(fleet, "recommend", "--p99-ms", "10000", "--json")
+    assert recommended.returncode == 0, recommended.stderr
+    compared = _cli(fleet, "compare", job_id, job_id, "--json")
+    assert compared.returncode == 0, compared.stderr
+    csv = _cli(fleet, "results", job_id, "--format", "csv")
+    assert csv.returncode == 0 and len(csv.stdout.strip().splitlines()) == 3, csv.stdout[:500]
+    parquet = tmp_path / "r.parquet"
+    assert _cli(fleet, "results", job_id, "--format", "parquet", "-o", str(parquet)).returncode == 0
+    assert parquet.read_bytes()[:4] == b"PAR1"
+    bad = _cli(fleet, "leaderboard", "--filter", "nosuchcolumn=1")
+    assert bad.returncode == 3 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
     missing = _cli(fleet, "job", "no-such-job")
     assert missing.returncode == 3 and len(missing.stderr.strip().splitlines()) == 1
 
