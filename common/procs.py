@@ -141,6 +141,9 @@ class SupervisedProcess:
             # A process can outlive SIGKILL only while stuck in the kernel (D state); don't hang on it forever.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5.0)
+            # SIGKILL is delivered asynchronously: wait until no live member of the group remains, so "stopped"
+            # means gone (zombies awaiting their reaper count as gone).
+            _wait_group_gone(proc.pid, timeout_s=5.0)
             self.returncode = proc.returncode
         _LIVE.discard(self)
         if self._log is not None:
@@ -187,3 +190,19 @@ class SupervisedProcess:
 
     def __repr__(self) -> str:
         return f"SupervisedProcess(name={self.name!r}, pid={self.pid}, alive={self.alive()})"
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Poll until every process of the group is dead or a zombie, at most timeout_s."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for p in psutil.process_iter(["pid", "status"]):
+            with contextlib.suppress(psutil.Error):
+                if os.getpgid(p.info["pid"]) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    alive.append(p.info["pid"])
+        if not alive:
+            return
+        time.sleep(0.01)
