@@ -24,7 +24,7 @@ from follower.backends.stats import server_stats_delta
 from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.closedloop import drive_closed
-from follower.loadgen.openloop import LoadRecords, Timer, drive
+from follower.loadgen.openloop import LoadRecords, Timer, drive, new_session
 from follower.loadgen.scaleout import COST, drive_processes, generator_count, merge
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
@@ -138,7 +138,7 @@ async def first_answer(url: str, body: bytes, timeout_s: float) -> None:
     """Send one inference request, retrying briefly, until the server answers 200 (the end of cold start)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=min(timeout_s, REQUEST_TIMEOUT_S))) as session:
+    async with new_session(1, min(timeout_s, REQUEST_TIMEOUT_S), url) as session:  # aiohttp, or gRPC for grpc://
         while time.monotonic() < deadline:
             try:
                 async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
@@ -439,5 +439,8 @@ def _tail(backend: Backend) -> str:
 
 
 def _wire(backend: Backend) -> str:
-    """The request dialect the backend speaks (KServe v2 unless it says otherwise, as TF Serving does)."""
+    """The request dialect the backend speaks (KServe v2 unless it says otherwise, as TF Serving does; gRPC if asked)."""
+    server = getattr(backend, "server", None)
+    if getattr(server, "protocol", "http") == "grpc":
+        return "grpc"
     return str(getattr(backend, "wire", "kserve"))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from common.models import ModelMeta
+from common.procs import free_port
 from common.spec import ServerOptions
 from follower.backends.artifacts import artifact
 from follower.backends.process import ProcessBackend
@@ -18,13 +19,15 @@ _SOURCE_ROOT = SOURCE_ROOT
 
 
 def kserve_server_argv(module: str, model_file: Path, model: ModelMeta, host: str, port: int,
-                       cpus: frozenset[int] | None, server: ServerOptions) -> list[str]:
+                       cpus: frozenset[int] | None, server: ServerOptions, grpc_port: int | None = None) -> list[str]:
     """The command line shared by benchfleet's own model servers (module = follower.servers.<x>)."""
     argv = [sys.executable, "-m", module, "--model", str(model_file), "--name", model.name]
     argv += ["--version", model.version, "--host", host, "--port", str(port), "--instances", str(server.instances)]
     if server.dynamic_batching is not None:
         argv += ["--max-batch-size", str(server.dynamic_batching.max_batch_size)]
         argv += ["--max-queue-delay-us", str(server.dynamic_batching.max_queue_delay_us)]
+    if grpc_port is not None:
+        argv += ["--grpc-port", str(grpc_port)]
     if cpus:
         argv += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
     # The server exits by itself if this process dies, even by SIGKILL.
@@ -67,7 +70,9 @@ class OnnxRuntimeBackend(ProcessBackend):
         """Spawn the server on a free loopback port with its log at workdir/onnxruntime.log."""
         onnx_file = artifact(model_path, model, "onnx", workdir)
         port = self._new_port()
-        argv = kserve_server_argv("follower.servers.ort_server", onnx_file, model, self.host, port, self.cpus, self.server)
+        self.grpc_port = free_port() if self.server.protocol == "grpc" else None
+        argv = kserve_server_argv("follower.servers.ort_server", onnx_file, model, self.host, port, self.cpus, self.server,
+                                  self.grpc_port)
         argv += ["--provider", self.provider]
         if self.intra_op_threads is not None:
             argv += ["--intra-op-threads", str(self.intra_op_threads)]

@@ -24,6 +24,7 @@ class ProcessBackend:
         self.cpus = cpus
         self.server = server or ServerOptions()
         self.port: int | None = None
+        self.grpc_port: int | None = None  # set by start() when the server also speaks KServe v2 gRPC
         self.process: SupervisedProcess | None = None
         self._model_name: str | None = None
 
@@ -52,7 +53,11 @@ class ProcessBackend:
         return f"http://{self.host}:{self.port}"
 
     def infer_url(self, model: ModelMeta) -> str:
-        """The model's KServe v2 infer URL."""
+        """The model's KServe v2 infer URL: HTTP, or grpc://host:port/model with `server.protocol: grpc`."""
+        if self.server.protocol == "grpc":
+            if self.grpc_port is None:
+                raise RuntimeError(f"{self.name} backend has no gRPC port (not started, or gRPC not supported)")
+            return f"grpc://{self.host}:{self.grpc_port}/{model.name}"
         return f"{self.endpoint}/v2/models/{model.name}/infer"
 
     def alive(self) -> bool:

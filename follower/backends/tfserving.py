@@ -88,6 +88,10 @@ class TFServingBackend(ProcessBackend):
         """Unpack the SavedModel, write the model config, spawn the server on free loopback ports."""
         if self.binary is None:
             raise RuntimeError(f"the tfserving backend is unavailable: no {BINARY} on PATH")
+        if self.server.protocol == "grpc":
+            # TF Serving's gRPC is tensorflow.serving.PredictionService, not KServe v2: its client is TensorFlow itself.
+            raise RuntimeError("server.protocol grpc is not supported for tfserving (PredictionService needs the "
+                               "tensorflow-serving-api extra); use protocol: http")
         if model.format != "savedmodel":
             raise RuntimeError(f"TF Serving serves SavedModels; model {model.ref} is stored as {model.format}")
         base = unpack_savedmodel(Path(model_path), Path(workdir) / "tfserving-models" / model.name)

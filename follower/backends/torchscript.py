@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from common.models import ModelMeta
+from common.procs import free_port
 from follower.backends.artifacts import artifact
 from follower.backends.onnxruntime import SOURCE_ROOT, kserve_server_argv
 from follower.backends.process import ProcessBackend
@@ -43,7 +44,9 @@ class TorchScriptBackend(ProcessBackend):
             raise RuntimeError("the torchscript backend needs PyTorch on this follower (pip install 'benchfleet[torch]')")
         ts_file = artifact(model_path, model, "torchscript", workdir)
         port = self._new_port()
-        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus, self.server)
+        self.grpc_port = free_port() if self.server.protocol == "grpc" else None
+        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus,
+                                  self.server, self.grpc_port)
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature)]
         if self.server.threads is not None:

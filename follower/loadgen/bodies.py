@@ -41,12 +41,37 @@ def synthetic_data(spec: TensorSpec, shape: Sequence[int], rng: np.random.Genera
     raise ValueError(f"input {spec.name!r}: unsupported datatype {dt}")
 
 
+def raw_bytes(datatype: str, data: Sequence[object]) -> bytes:
+    """A tensor's raw little-endian contents as KServe v2 gRPC carries them (BYTES: 4-byte length before each)."""
+    if datatype == "BYTES":
+        parts = [v if isinstance(v, bytes) else str(v).encode() for v in data]
+        return b"".join(len(v).to_bytes(4, "little") + v for v in parts)
+    kinds = {**_INT_KINDS, **_FLOAT_KINDS, "BOOL": np.bool_}
+    if datatype not in kinds:
+        raise ValueError(f"unsupported datatype {datatype}")
+    return np.asarray(data, dtype=np.dtype(kinds[datatype]).newbyteorder("<")).tobytes()
+
+
+def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
+    """A serialized ModelInferRequest (raw contents, no model name: the gRPC session prefixes it) for these inputs."""
+    from protos import grpc_predict_v2_pb2 as pb  # only gRPC runs need protobuf
+
+    request = pb.ModelInferRequest()
+    for e in entries:
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
+        tensor.shape.extend(e["shape"])  # type: ignore[arg-type]
+        request.raw_input_contents.append(raw_bytes(str(e["datatype"]), e["data"]))  # type: ignore[arg-type]
+    return request.SerializeToString()
+
+
 def build_bodies(
     inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve"
 ) -> list[bytes]:
     """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
 
-    `wire` is the request dialect: "kserve" (KServe v2: flat data + shape) or "tfserving" (TF Serving REST: nested lists).
+    `wire` is the request dialect: "kserve" (KServe v2 JSON: flat data + shape), "grpc" (KServe v2 gRPC: serialized
+    ModelInferRequest with raw contents) or "tfserving" (TF Serving REST: nested lists).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -59,7 +84,9 @@ def build_bodies(
             entries.append(
                 {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}
             )
-        if wire == "tfserving":
+        if wire == "grpc":
+            bodies.append(grpc_body(entries))
+        elif wire == "tfserving":
             nested = {e["name"]: np.asarray(e["data"]).reshape(e["shape"]).tolist() for e in entries}
             bodies.append(orjson.dumps({"inputs": nested}))
         else:

@@ -124,7 +124,7 @@ def drive_closed(
     import uvloop
 
     async def main() -> LoadRecords:
-        async with new_session(concurrency, timeout_s) as session:
+        async with new_session(concurrency, timeout_s, url) as session:
             return await run_closed_loop(url, bodies, concurrency, duration_ns, session=session)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

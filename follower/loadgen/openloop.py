@@ -319,7 +319,7 @@ async def run_open_loop(
     rec = LoadRecords.allocate(start_ns, offsets_ns, timer)
     own_session = session is None
     if session is None:
-        session = new_session(max_concurrency, timeout_s)
+        session = new_session(max_concurrency, timeout_s, url)
     driver = _Driver(url, bodies, rec, session, stop, max_concurrency, cap_policy)
     ticker = asyncio.get_running_loop().create_task(driver.ticker(on_tick, tick_every_ns))
     thread: threading.Thread | None = None
@@ -363,8 +363,15 @@ async def run_open_loop(
     return rec
 
 
-def new_session(max_concurrency: int, timeout_s: float = 30.0) -> aiohttp.ClientSession:
-    """An aiohttp session whose pool holds at most `max_concurrency` connections (waiters still count as late)."""
+def new_session(max_concurrency: int, timeout_s: float = 30.0, url: str | None = None) -> aiohttp.ClientSession:
+    """An aiohttp session whose pool holds at most `max_concurrency` connections (waiters still count as late).
+
+    For a grpc:// `url` it is a follower.loadgen.grpc_client.GrpcSession instead: the same post/close interface.
+    """
+    if url is not None and url.startswith("grpc://"):
+        from follower.loadgen.grpc_client import GrpcSession
+
+        return GrpcSession(max_concurrency, timeout_s)  # type: ignore[return-value]
     connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False)
     return aiohttp.ClientSession(
         connector=connector,
@@ -399,7 +406,7 @@ def drive(
     import uvloop
 
     async def main() -> LoadRecords:
-        async with new_session(max_concurrency, timeout_s) as session:
+        async with new_session(max_concurrency, timeout_s, url) as session:
             return await run_open_loop(
                 url,
                 bodies,

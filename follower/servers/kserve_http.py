@@ -271,8 +271,12 @@ class KServeModel:
         return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callable[[], None] | None = None) -> Starlette:
-    """The ASGI app around `server`; `load` starts the background session load at startup."""
+def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callable[[], None] | None = None,
+              grpc_address: tuple[str, int] | None = None) -> Starlette:
+    """The ASGI app around `server`; `load` starts the background session load at startup.
+
+    With `grpc_address` the same model also answers KServe v2 gRPC there (follower.servers.kserve_grpc), on this loop.
+    """
 
     def _unknown(name: str) -> Response:
         return _json({"error": f"unknown model {name!r}; this server serves {server.name!r}"}, 404)
@@ -343,9 +347,16 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if load:
             server.load_in_background(on_load_failure or (lambda: None))
+        grpc_server = None
+        if grpc_address is not None:
+            from follower.servers.kserve_grpc import start_grpc  # grpc loads only where it is asked for
+
+            grpc_server = await start_grpc(server, *grpc_address)
         try:
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=1.0)
             server.executor.shutdown(wait=False, cancel_futures=True)
 
     routes = [
@@ -367,6 +378,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", default="1", help="the model version reported in metadata")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve KServe v2 gRPC on this port (same host)")
     parser.add_argument("--instances", type=int, default=1, help="concurrent engine runs (executor workers)")
     parser.add_argument("--max-batch-size", type=int, default=0, help="dynamic batching: rows per run (0 = off)")
     parser.add_argument("--max-queue-delay-us", type=int, default=0, help="dynamic batching: longest wait to fill a batch")
@@ -394,7 +406,7 @@ def watch_parent(parent_pid: int, on_gone: Any) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def serve(server: KServeModel, host: str, port: int, parent_pid: int | None) -> int:
+def serve(server: KServeModel, host: str, port: int, parent_pid: int | None, grpc_port: int | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or the parent's death); exit code 1 if the model failed to load."""
     import uvicorn  # imported here so that importing the module (tests, metadata) stays light
 
@@ -403,7 +415,7 @@ def serve(server: KServeModel, host: str, port: int, parent_pid: int | None) -> 
         uv_server.should_exit = True
 
     config = uvicorn.Config(
-        build_app(server, on_load_failure=stop),
+        build_app(server, on_load_failure=stop, grpc_address=(host, grpc_port) if grpc_port else None),
         host=host,
         port=port,
         loop="uvloop",

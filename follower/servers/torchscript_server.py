@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.name, args.version, json.loads(args.signature), threads,
         instances=args.instances, max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
     )
-    return serve(server, args.host, args.port, args.parent_pid)
+    return serve(server, args.host, args.port, args.parent_pid, args.grpc_port)
 
 
 if __name__ == "__main__":
