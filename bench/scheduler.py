@@ -2,7 +2,7 @@
 decision's cost with 1,000 followers and 100,000 queued jobs (plus what the Mongo round trips cost), and a live
 run on this machine with several follower processes and short real jobs.
 
-Usage: .venv/bin/python bench/scheduler.py [--skip-live] [--skip-mongo] [--sim-jobs 2000] [--seeds 5]
+Usage: .venv/bin/python -m bench.scheduler [--skip-live] [--skip-mongo] [--sim-jobs 2000] [--seeds 5]
 
 Every figure is measured in this run; the last line is `RESULT scheduler key=value ...`.
 """
