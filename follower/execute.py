@@ -19,6 +19,7 @@ from follower.loadgen.records import encode_records
 from follower.metrics import METRICS
 from follower.model_cache import fetch_model
 from follower.outbox import Outbox
+from follower.request_data import resolve_samples
 from follower.runner import run_backend
 from follower.sampler import SamplerConfig
 from follower.settings import FollowerSettings
@@ -80,11 +81,16 @@ async def _run_backends(
         interval_s=settings.sample_interval_s, grid_g_co2_per_kwh=settings.grid_g_co2_per_kwh,
         instance_price_per_hour=settings.instance_price_per_hour,
     )  # fmt: skip
+    # Request data (uploaded or sample images) is fetched and preprocessed once for every backend of the job.
+    samples = await asyncio.to_thread(
+        resolve_samples, task.spec.data, task.model, client=client, cache_dir=settings.work_dir / "data-cache"
+    )
     for backend in task.spec.backends:
         points = [p for p in task.points if p.backend == backend]
         async for result in run_backend(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
             records_sink=keep_records, sampling=sampling, progress_sink=reporter.sink if reporter is not None else None,
+            samples=samples,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(

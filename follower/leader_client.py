@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from common.datasets import DataSetMeta
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.models import ModelMeta
@@ -145,6 +146,35 @@ class LeaderClient:
     def finish(self, job_id: str, report: FinishReport) -> None:
         """Close the attempt as succeeded or failed."""
         self._post(f"/api/v1/jobs/{job_id}/finish", report.model_dump_json())
+
+    @_retrying
+    def data_meta(self, data_id: str) -> DataSetMeta:
+        """A request-data set's metadata."""
+        response = self._http.get(f"/api/v1/data/{data_id}", headers=self._auth())
+        if response.status_code == 404:
+            raise LeaderRejected(f"data set {data_id} is no longer stored")
+        response.raise_for_status()
+        return DataSetMeta.model_validate_json(response.content)
+
+    @_retrying
+    def download_data(self, meta: DataSetMeta, dest: Path) -> None:
+        """Stream a data set to dest, checking its sha256; the file appears only when complete and correct."""
+        tmp = dest.with_name(dest.name + f".part{os.getpid()}")
+        digest = hashlib.sha256()
+        try:
+            with self._http.stream("GET", f"/api/v1/data/{meta.id}/file", headers=self._auth()) as response:
+                if response.status_code == 404:
+                    raise LeaderRejected(f"data set {meta.id} is no longer stored")
+                response.raise_for_status()
+                with tmp.open("wb") as fh:
+                    for chunk in response.iter_bytes(1 << 20):
+                        digest.update(chunk)
+                        fh.write(chunk)
+            if digest.hexdigest() != meta.sha256:
+                raise LeaderRejected(f"data set {meta.id}: checksum mismatch after download")
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @_retrying
     def download_model(self, model: ModelMeta, dest: Path) -> None:

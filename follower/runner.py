@@ -7,7 +7,7 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ async def run_backend(
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
+    samples: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
@@ -75,7 +76,7 @@ async def run_backend(
         ready_at_ns = time.monotonic_ns()
         url = backend.infer_url(model)
         first_batch = points[0].batch_size if points else 1
-        probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=_wire(backend))[0]
+        probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=_wire(backend), samples=samples)[0]
         await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
         cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
         log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
@@ -94,6 +95,7 @@ async def run_backend(
                 records_sink=records_sink,
                 progress_sink=progress_sink,
                 sampling=sampling,
+                samples=samples,
             )
             yield result
     finally:
@@ -168,11 +170,12 @@ async def run_point(
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
+    samples: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> PointResult:
     """Measure one point (or search its highest SLO-meeting rate); a dead server gives an invalid result, not an exception."""
     kwargs: dict[str, Any] = dict(
         url=url, model=model, env_base=env_base, slo=slo, backend_version=backend_version, cold_start=cold_start,
-        timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling,
+        timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling, samples=samples,
     )  # fmt: skip
     if point.search is None:
         return await _measure_point(backend, point, **kwargs)
@@ -246,10 +249,11 @@ async def _measure_point(
     records_sink: RecordsSink | None = None,
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
+    samples: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> PointResult:
     """Warm-up then measure one point against a running server."""
     started_at = datetime.now(UTC)
-    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=_wire(backend))
+    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=_wire(backend), samples=samples)
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
     warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))

@@ -14,7 +14,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from leader.api import errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
-from leader.api.routes import followers, health, jobs, models, progress, records, tokens
+from leader.api.routes import data, followers, health, jobs, models, progress, records, tokens
 from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
 from leader.scheduler.monitor import Monitor
@@ -93,7 +93,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, tokens, records, progress):
+    for module in (jobs, models, followers, tokens, records, progress, data):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -65,13 +65,36 @@ def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
     return request.SerializeToString()
 
 
+def sample_entries(
+    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rng: np.random.Generator
+) -> list[dict[str, object]]:
+    """One request's inputs drawn from request data: `batch_size` samples (the same rows for every input) stacked."""
+    n = min(len(v) for v in samples.values())
+    rows = rng.integers(0, n, size=batch_size)
+    entries: list[dict[str, object]] = []
+    for spec in inputs:
+        if spec.name not in samples:
+            raise ValueError(f"request data has no field for input {spec.name!r} (it has {sorted(samples)})")
+        kinds = {**_INT_KINDS, **_FLOAT_KINDS, "BOOL": np.bool_}
+        if spec.datatype not in kinds:
+            raise ValueError(f"input {spec.name!r}: datatype {spec.datatype} cannot be fed from request data")
+        batch = np.stack([np.asarray(samples[spec.name][r]) for r in rows]).astype(kinds[spec.datatype])
+        if len(batch.shape) != len(spec.shape) or any(d != -1 and d != b for d, b in zip(spec.shape, batch.shape, strict=True)):
+            raise ValueError(f"input {spec.name!r}: request data gives shape {list(batch.shape)}, the model takes {spec.shape}")
+        entries.append({"name": spec.name, "shape": list(batch.shape), "datatype": spec.datatype,
+                        "data": batch.ravel().tolist()})  # fmt: skip
+    return entries
+
+
 def build_bodies(
-    inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve"
+    inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve",
+    samples: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> list[bytes]:
     """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
 
     `wire` is the request dialect: "kserve" (KServe v2 JSON: flat data + shape), "grpc" (KServe v2 gRPC: serialized
-    ModelInferRequest with raw contents) or "tfserving" (TF Serving REST: nested lists).
+    ModelInferRequest with raw contents) or "tfserving" (TF Serving REST: nested lists). With `samples` (request data:
+    input name → list of one-sample arrays) the rows are drawn from it instead of being synthetic.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -79,7 +102,9 @@ def build_bodies(
     bodies = []
     for _ in range(variants):
         entries = []
-        for spec in inputs:
+        if samples is not None:
+            entries = sample_entries(inputs, batch_size, samples, rng)
+        for spec in inputs if samples is None else ():
             shape = resolve_shape(spec.shape, batch_size)
             entries.append(
                 {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from common.errors import Conflict, Forbidden, InvalidSpec, UnsupportedMediaType
+from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.signature import input_mismatches
 from common.spec import load_yaml, parse_spec
@@ -15,6 +15,7 @@ from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
 from leader.limits import check_queue_limit, check_spec_limits
 from leader.scheduler.queueinfo import with_queue_info
+from leader.store import datasets as data_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
@@ -61,6 +62,11 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
+    if spec.data.id is not None:
+        try:
+            await data_store.get(db, data_id=spec.data.id)  # refused now, not when a follower fetches it
+        except NotFound:
+            raise InvalidSpec(f"data set {spec.data.id} does not exist", field="data.id") from None
     await check_queue_limit(db, settings, principal)
     job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
     placer.nudge()

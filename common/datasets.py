@@ -1,0 +1,146 @@
+"""Uploaded request data: the metadata stored beside each data set, and the format check run before it is stored.
+
+Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
+object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
+follower). The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from datetime import datetime
+from typing import IO, Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.spec import NAME_PATTERN
+
+DataFormat = Literal["npz", "jsonl", "images"]
+DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
+MAX_SAMPLES = 100_000
+
+
+class BadData(ValueError):
+    """The uploaded bytes are not a data set of the declared format (the message says what is wrong)."""
+
+
+class DataSetMeta(BaseModel):
+    """A stored request-data set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    format: DataFormat
+    samples: int  # rows (npz first axis, JSONL lines, images)
+    fields: list[str]  # npz/jsonl: the input names present; images: ["image"]
+    sha256: str
+    size_bytes: int
+    created_at: datetime
+    owner: str = "admin"
+
+
+def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
+    """(samples, fields) of a data set read from `fp`, or BadData saying why it is not one of `data_format`."""
+    fp.seek(0)
+    if data_format == "npz":
+        return _inspect_npz(fp)
+    if data_format == "jsonl":
+        return _inspect_jsonl(fp)
+    if data_format == "images":
+        return _inspect_images(fp)
+    raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
+
+
+def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
+    try:
+        with np.load(fp, allow_pickle=False) as npz:  # type: ignore[arg-type]
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise BadData("not an .npz archive (a single .npy array?)")
+            counts = {}
+            for key in npz.files:
+                array = npz[key]
+                if array.ndim < 1 or array.dtype.hasobject:
+                    raise BadData(f"array {key!r} must have a sample axis and a numeric dtype")
+                counts[key] = int(array.shape[0])
+    except BadData:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise BadData(f"not a readable .npz archive of plain arrays: {exc}") from None
+    if not counts:
+        raise BadData("the .npz archive holds no arrays")
+    if len(set(counts.values())) != 1:
+        raise BadData(f"arrays disagree on the number of samples: {counts}")
+    return next(iter(counts.values())), sorted(counts)
+
+
+def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
+    text = io.TextIOWrapper(fp, encoding="utf-8", errors="strict")
+    try:
+        return _jsonl_lines(text)
+    finally:
+        text.detach()  # the spooled upload stays open: it is streamed into GridFS next
+
+
+def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
+    fields: set[str] | None = None
+    samples = 0
+    for number, line in enumerate(text, start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadData(f"line {number} is not JSON: {exc}") from None
+        if not isinstance(doc, dict) or not doc:
+            raise BadData(f"line {number} must be an object mapping input names to values")
+        if fields is None:
+            fields = set(doc)
+        elif set(doc) != fields:
+            raise BadData(f"line {number} has fields {sorted(doc)}, line 1 had {sorted(fields)}")
+        samples += 1
+    if not samples or fields is None:
+        raise BadData("no JSON lines")
+    return samples, sorted(fields)
+
+
+def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with zipfile.ZipFile(fp) as zf:
+            names = [n for n in zf.namelist() if not n.endswith("/")]
+            images = [n for n in names if n.lower().endswith(IMAGE_SUFFIXES)]
+            if not images:
+                raise BadData("the zip holds no .png/.jpg images")
+            for name in images:
+                with zf.open(name) as member, Image.open(member) as img:
+                    img.verify()  # headers and structure only; decoding happens on the follower
+    except BadData:
+        raise
+    except (zipfile.BadZipFile, UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise BadData(f"not a zip of readable images: {exc}") from None
+    return len(images), ["image"]
+
+
+def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | list[bytes]:
+    """The samples of a stored data set: per field a list of arrays (npz, jsonl), or the encoded images (images)."""
+    if data_format == "npz":
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files}
+    if data_format == "jsonl":
+        out: dict[str, list[np.ndarray]] = {}
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip() and sum(len(v) for v in out.values()) < MAX_SAMPLES * max(1, len(out)):
+                    for key, value in json.loads(line).items():
+                        out.setdefault(key, []).append(np.asarray(value))
+        return out
+    with zipfile.ZipFile(path) as zf:
+        names = sorted(n for n in zf.namelist() if n.lower().endswith(IMAGE_SUFFIXES))[:MAX_SAMPLES]
+        return [zf.read(n) for n in names]

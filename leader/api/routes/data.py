@@ -1,0 +1,121 @@
+"""Request-data routes: upload (multipart; npz, JSONL or a zip of images), list, metadata, download, delete."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import BinaryIO
+
+import anyio.to_thread
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import UploadFile
+
+from common.datasets import DATA_FORMATS, BadData, DataSetMeta, inspect_data
+from common.errors import Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
+from common.spec import NAME_PATTERN
+from leader.api.body import limited_request
+from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.api.routes.models import CHUNK_BYTES, FORM_OVERHEAD_BYTES, _spooled_chunks, _text_field
+from leader.clock import utcnow
+from leader.store import datasets as data_store
+
+router = APIRouter(prefix="/data", tags=["data"])
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "name", "format"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "name": {"type": "string", "pattern": NAME_PATTERN},
+                        "format": {"type": "string", "enum": list(DATA_FORMATS)},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"data file exceeds the limit of {limit} bytes", field="file")
+
+
+def _check(spool: BinaryIO, data_format: str, limit: int) -> tuple[int, str, int, list[str]]:
+    """Size, sha256, samples and fields of the spooled file (a worker thread: hashing and parsing are CPU work)."""
+    spool.seek(0)
+    digest, size = hashlib.sha256(), 0
+    while chunk := spool.read(CHUNK_BYTES):
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        digest.update(chunk)
+    try:
+        samples, fields = inspect_data(spool, data_format)
+    except BadData as exc:
+        raise InvalidSpec(f"not a valid {data_format} data set: {exc}", field="file") from None
+    return size, digest.hexdigest(), samples, fields
+
+
+@router.post("", status_code=201, response_model=DataSetMeta, openapi_extra=_UPLOAD_BODY)
+async def upload_data(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> DataSetMeta:
+    """Store a request-data set after its size and format checks; jobs name it by the returned id."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise UnsupportedMediaType("upload a data set as multipart/form-data", field="Content-Type")
+    limited = limited_request(request, settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
+    async with limited.form(max_files=1, max_fields=8) as form:
+        name = _text_field(form.get("name"), "name", NAME_PATTERN)
+        data_format = form.get("format")
+        if data_format not in DATA_FORMATS:
+            raise InvalidSpec(f"must be one of {', '.join(DATA_FORMATS)}", field="format")
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidSpec("field required (the data file)", field="file")
+        if upload.size is not None and upload.size > settings.max_upload_bytes:
+            raise _too_large(settings.max_upload_bytes)
+        # Same path as model uploads: spooled under the byte limit, checked, then streamed into GridFS.
+        size, sha256, samples, fields = await anyio.to_thread.run_sync(
+            _check, upload.file, str(data_format), settings.max_upload_bytes
+        )
+        meta = DataSetMeta(
+            id=uuid.uuid4().hex, name=name, format=data_format, samples=samples, fields=fields, sha256=sha256,
+            size_bytes=size, created_at=utcnow(), owner=principal.user,
+        )  # fmt: skip
+        return await data_store.insert_stream(db, meta=meta, chunks=_spooled_chunks(upload.file))
+
+
+@router.get("", response_model=list[DataSetMeta], dependencies=[ViewerAuth])
+async def list_data(db: Db) -> list[DataSetMeta]:
+    """Every stored data set."""
+    return await data_store.list_all(db)
+
+
+# Followers fetch the data of their tasks, so metadata and bytes also accept the follower token.
+@router.get("/{data_id}", response_model=DataSetMeta, dependencies=[ReaderAuth])
+async def get_data(data_id: str, db: Db) -> DataSetMeta:
+    """One data set's metadata."""
+    return await data_store.get(db, data_id=data_id)
+
+
+@router.get("/{data_id}/file", response_class=StreamingResponse, dependencies=[ReaderAuth])
+async def download_data(data_id: str, db: Db) -> StreamingResponse:
+    """The data set's bytes, streamed from GridFS, with their sha256 in X-Benchfleet-Sha256."""
+    meta, chunks = await data_store.open_file(db, data_id=data_id)
+    headers = {"X-Benchfleet-Sha256": meta.sha256, "Content-Length": str(meta.size_bytes)}
+    return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
+
+
+@router.delete("/{data_id}", status_code=204, response_class=Response)
+async def delete_data(data_id: str, db: Db, principal: Submitter) -> Response:
+    """Delete a data set; only its owner or an admin may (403)."""
+    meta = await data_store.get(db, data_id=data_id)
+    if not principal.may_manage(meta.owner):
+        raise Forbidden(f"data set {meta.id} belongs to {meta.owner}; only they or an admin may delete it", field="owner")
+    await data_store.delete(db, data_id=data_id)
+    return Response(status_code=204)

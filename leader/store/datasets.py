@@ -1,0 +1,87 @@
+"""Request-data sets: metadata documents in `datasets`, bytes in the GridFS bucket `data`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+
+from common.datasets import DataSetMeta
+from common.errors import NotFound
+
+COLLECTION = "datasets"
+BUCKET = "data"
+
+
+def bucket_for(db: AsyncIOMotorDatabase) -> AsyncIOMotorGridFSBucket:
+    """The GridFS bucket holding data-set files."""
+    return AsyncIOMotorGridFSBucket(db, bucket_name=BUCKET)
+
+
+def _meta(doc: dict[str, Any]) -> DataSetMeta:
+    return DataSetMeta.model_validate({k: v for k, v in doc.items() if k not in ("_id", "gridfs_id")})
+
+
+async def insert_stream(db: AsyncIOMotorDatabase, *, meta: DataSetMeta, chunks: AsyncIterator[bytes]) -> DataSetMeta:
+    """Bytes to GridFS chunk by chunk, then the metadata (what makes the set visible); a failure leaves nothing behind."""
+    bucket = bucket_for(db)
+    grid_in = bucket.open_upload_stream(meta.id, metadata={"sha256": meta.sha256})
+    size = 0
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            await grid_in.write(chunk)
+        if size != meta.size_bytes:
+            raise ValueError(f"data set {meta.id}: {size} bytes streamed, {meta.size_bytes} expected")
+        await grid_in.close()
+    except BaseException:
+        await asyncio.shield(grid_in.abort())  # a client gone mid-upload must not leave chunks
+        raise
+    try:
+        await db[COLLECTION].insert_one({"_id": meta.id, **meta.model_dump(), "gridfs_id": grid_in._id})
+    except BaseException:
+        await asyncio.shield(bucket.delete(grid_in._id))
+        raise
+    return meta
+
+
+async def _doc(db: AsyncIOMotorDatabase, data_id: str) -> dict[str, Any]:
+    doc = await db[COLLECTION].find_one({"_id": data_id})
+    if doc is None:
+        raise NotFound(f"data set {data_id} does not exist", field="id")
+    return doc
+
+
+async def get(db: AsyncIOMotorDatabase, *, data_id: str) -> DataSetMeta:
+    """One data set's metadata; NotFound naming `id`."""
+    return _meta(await _doc(db, data_id))
+
+
+async def list_all(db: AsyncIOMotorDatabase) -> list[DataSetMeta]:
+    """Every data set, newest first."""
+    return [_meta(d) for d in await db[COLLECTION].find({}).sort([("created_at", -1)]).to_list(None)]
+
+
+async def open_file(db: AsyncIOMotorDatabase, *, data_id: str) -> tuple[DataSetMeta, AsyncIterator[bytes]]:
+    """The metadata and an iterator over the bytes, read from GridFS chunk by chunk."""
+    doc = await _doc(db, data_id)
+    stream = await bucket_for(db).open_download_stream(doc["gridfs_id"])
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await stream.readchunk():
+                yield chunk
+        finally:
+            stream.close()
+
+    return _meta(doc), chunks()
+
+
+async def delete(db: AsyncIOMotorDatabase, *, data_id: str) -> None:
+    """Metadata first (the set disappears at once), then its file."""
+    doc = await db[COLLECTION].find_one_and_delete({"_id": data_id})
+    if doc is None:
+        raise NotFound(f"data set {data_id} does not exist", field="id")
+    await bucket_for(db).delete(doc["gridfs_id"])
