@@ -88,3 +88,32 @@ server: {server}
     assert stored["on"].latency_ms is not None and stored["off"].latency_ms is not None
     print(f"triton batching off: {off} p50 {stored['off'].latency_ms.p50:.2f} ms; "
           f"on: {on} p50 {stored['on'].latency_ms.p50:.2f} ms")
+
+
+def test_uploaded_request_data_feeds_the_job(fleet, canon: str) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    import httpx
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, input=np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32))
+    headers = {"Authorization": f"Bearer {fleet.admin_token}"}
+    upload = httpx.post(f"{fleet.url}/api/v1/data", headers=headers, data={"name": "canon-inputs", "format": "npz"},
+                        files={"file": ("inputs.npz", buf.getvalue(), "application/octet-stream")})  # fmt: skip
+    assert upload.status_code == 201, upload.text
+    data_id = upload.json()["id"]
+    with fleet.client() as client:
+        results = _run(client, f"""
+name: with-data
+model: {canon}
+backends: [onnxruntime]
+batch_sizes: [2]
+load: {{pattern: constant, rate: 30, duration: 0.5s, warmup: 0s}}
+data: {{source: upload, id: {data_id}}}
+""")
+    (row,) = results.points
+    assert row.errors == 0 and row.ok == row.requests > 0, row.error_sample
+    # The follower fetched the set once into its checksum-keyed cache.
+    cached = list((fleet.workdir / "backends-e2e" / "data-cache").glob("*.npz"))
+    assert [p.stem for p in cached] == [upload.json()["sha256"]]

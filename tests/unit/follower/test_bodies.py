@@ -52,3 +52,58 @@ def test_every_input_is_present_and_bodies_are_seeded() -> None:
 def test_batch_size_must_be_positive() -> None:
     with pytest.raises(ValueError):
         build_bodies([TensorSpec(name="x", datatype="FP32", shape=[-1])], batch_size=0, seed=0)
+
+
+def test_bodies_from_request_data_use_its_rows_for_every_wire() -> None:
+    import numpy as np
+    import orjson
+
+    from common.models import TensorSpec
+    from follower.loadgen.bodies import build_bodies
+    from protos import grpc_predict_v2_pb2 as pb
+
+    rows = [np.full(4, float(i), dtype=np.float32) for i in range(3)]
+    spec = [TensorSpec(name="input", datatype="FP32", shape=[-1, 4])]
+    body = orjson.loads(build_bodies(spec, 2, seed=1, variants=1, samples={"input": rows})[0])
+    data = body["inputs"][0]["data"]
+    assert body["inputs"][0]["shape"] == [2, 4] and {data[0], data[4]} <= {0.0, 1.0, 2.0}
+    assert data[:4] == [data[0]] * 4  # one whole sample per row
+    raw = pb.ModelInferRequest.FromString(build_bodies(spec, 2, seed=1, variants=1, wire="grpc", samples={"input": rows})[0])
+    assert np.array_equal(np.frombuffer(raw.raw_input_contents[0], "<f4"), np.asarray(data, dtype=np.float32))
+
+
+def test_request_data_that_does_not_fit_names_the_input() -> None:
+    import numpy as np
+    import pytest
+
+    from common.models import TensorSpec
+    from follower.loadgen.bodies import build_bodies
+
+    spec = [TensorSpec(name="input", datatype="FP32", shape=[-1, 4])]
+    with pytest.raises(ValueError, match="'input'.*shape"):
+        build_bodies(spec, 1, seed=0, samples={"input": [np.zeros(5)]})
+    with pytest.raises(ValueError, match="no field for input 'input'"):
+        build_bodies(spec, 1, seed=0, samples={"other": [np.zeros(4)]})
+
+
+def test_sample_images_feed_an_image_model_through_the_processor_registry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+    from datetime import UTC, datetime
+
+    import pytest
+
+    pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
+    from common.models import ModelMeta, TensorSpec
+    from common.spec import DataRef
+    from follower.loadgen.bodies import build_bodies
+    from follower.request_data import resolve_samples
+
+    image = TensorSpec(name="x", datatype="FP32", shape=[-1, 3, 32, 32])
+    model = ModelMeta(name="img", version="1", format="onnx", inputs=[image],
+                      outputs=[TensorSpec(name="y", datatype="FP32", shape=[-1, 10])], sha256=hashlib.sha256(b"").hexdigest(),
+                      size_bytes=0, created_at=datetime.now(UTC))  # fmt: skip
+    samples = resolve_samples(DataRef(source="sample_images"), model, client=None, cache_dir=tmp_path)
+    assert samples is not None and samples["x"][0].shape == (3, 32, 32)
+    assert len(build_bodies(model.inputs, 2, seed=0, variants=2, samples=samples)) == 2
+    with pytest.raises(ValueError, match="server"):
+        resolve_samples(DataRef(source="sample_images", processing="server"), model, client=None, cache_dir=tmp_path)
