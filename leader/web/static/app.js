@@ -1,5 +1,5 @@
 // Live progress on the job page: poll the job and its per-window progress while it runs.
-// The progress endpoint arrives with the measurement issue; a 404 shows a note instead.
+// A leader without the progress endpoint answers 404: a note is shown instead.
 (function () {
   const box = document.getElementById("live");
   if (!box) return;
@@ -20,11 +20,15 @@
         metrics.textContent = "live per-window metrics are not available from this leader";
       } else if (progress.ok) {
         const p = await progress.json();
-        const windows = Array.isArray(p.windows) ? p.windows : (Array.isArray(p) ? p : [p]);
+        // JobProgress: points[].windows[] (WindowStat); show the newest window of the newest point.
+        const points = Array.isArray(p.points) ? p.points : [];
+        const point = points[points.length - 1] || {};
+        const windows = Array.isArray(point.windows) ? point.windows : [];
         const last = windows[windows.length - 1] || {};
+        if (!windows.length) { metrics.textContent = "waiting for the first window…"; setTimeout(tick, 1000); return; }
         const fmt = (v, unit) => (v === null || v === undefined) ? "—" : `${Number(v).toFixed(1)} ${unit}`;
-        metrics.textContent = `rate ${fmt(last.throughput, "req/s")} · p99 ${fmt(last.p99_ms, "ms")} · ` +
-          `GPU ${fmt(last.gpu_util_percent ?? last.gpu_util, "%")}`;
+        metrics.textContent = `point ${point.index}: rate ${fmt(last.throughput, "req/s")} · p99 ${fmt(last.p99_ms, "ms")} · ` +
+          `GPU ${fmt(last.gpu_util_percent, "%")}`;
       }
     } catch (e) {
       metrics.textContent = "leader unreachable; retrying";
