@@ -132,3 +132,20 @@ def test_sample_images_come_from_scikit_image() -> None:
     batch = sample_images(3, size=32)
     assert batch.shape == (3, 3, 32, 32) and batch.dtype == np.float32
     assert not np.allclose(batch[0], batch[1])  # distinct pictures, not one repeated
+
+
+def test_keras_to_savedmodel_is_checked_against_the_source(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from follower.convert.savedmodel import keras_to_savedmodel, tensorflow_available, zip_savedmodel
+
+    ok, why = tensorflow_available()
+    if not ok:
+        pytest.skip(why)
+    import tensorflow as tf
+
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3)])
+    example = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    check = keras_to_savedmodel(model, tmp_path / "sm", example)
+    assert check.passed and check.target == "savedmodel"
+    assert b"saved_model.pb" in zip_savedmodel(tmp_path / "sm")
