@@ -1,11 +1,10 @@
 """The leader under load: N submissions from C concurrent clients (none lost or duplicated, counted in PerfDB) while
-# Named leader_load, not leader: a script in bench/ puts bench/ first on sys.path, and a bench/leader.py would
-# shadow the leader package for every other bench script.
 F simulated followers heartbeat over real HTTP; prints the API latency percentiles measured in this run.
 
 Starts its own Redis, SecantusDB (on-disk storage) and leader process on loopback.
 Usage: .venv/bin/python bench/leader_load.py [--jobs 1000] [--clients 50] [--followers 50]
-The last line is `RESULT leader key=value ...`.
+The last line is `RESULT leader key=value ...`. (Named leader_load: a bench/leader.py would shadow the leader
+package for scripts run from bench/, which puts bench/ first on sys.path.)
 """
 
 from __future__ import annotations
