@@ -21,7 +21,7 @@ def tensorflow_available() -> tuple[bool, str]:
     import importlib.util
 
     if importlib.util.find_spec("tensorflow") is None:
-        return False, "TensorFlow is not installed (the optional extra: pip install 'benchfleet[tfserving]', which pulls TensorFlow)"
+        return False, "TensorFlow is not installed (pip install 'benchfleet[tfserving]' pulls it in)"
     return True, "tensorflow importable"
 
 
