@@ -48,13 +48,15 @@ class DataSetMeta(BaseModel):
 def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
     """(samples, fields) of a data set read from `fp`, or BadData saying why it is not one of `data_format`."""
     fp.seek(0)
-    if data_format == "npz":
-        return _inspect_npz(fp)
-    if data_format == "jsonl":
-        return _inspect_jsonl(fp)
-    if data_format == "images":
-        return _inspect_images(fp)
-    raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
+    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images}.get(data_format)
+    if inspect is None:
+        raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
+    try:
+        return inspect(fp)
+    except BadData:
+        raise
+    except Exception as exc:  # noqa: BLE001 - parsers raise many types on hostile bytes; each is the user's bad file
+        raise BadData(f"unreadable as {data_format}: {type(exc).__name__}: {exc}") from None
 
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
@@ -65,6 +67,8 @@ def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
             counts = {}
             for key in npz.files:
                 array = npz[key]
+                if not isinstance(array, np.ndarray):  # NpzFile hands back non-.npy members as raw bytes
+                    raise BadData(f"member {key!r} is not a .npy array")
                 if array.ndim < 1 or array.dtype.hasobject:
                     raise BadData(f"array {key!r} must have a sample axis and a numeric dtype")
                 counts[key] = int(array.shape[0])
@@ -90,7 +94,14 @@ def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
 def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
     fields: set[str] | None = None
     samples = 0
-    for number, line in enumerate(text, start=1):
+    lines = enumerate(text, start=1)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            break
+        except UnicodeDecodeError as exc:
+            raise BadData(f"not UTF-8 text: {exc}") from None
         if not line.strip():
             continue
         try:

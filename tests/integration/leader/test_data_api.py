@@ -68,6 +68,9 @@ def test_upload_list_get_download_delete(leader: Leader, fmt: str, content: byte
         ("jsonl", json.dumps([1, 2]).encode(), "object"),
         ("images", _npz(a=np.zeros(2)), "no .png/.jpg"),
         ("csv", b"a,b\n", "must be one of"),
+        # Found by the schemathesis fuzz: bytes that are not UTF-8, a zip whose member is not a .npy array.
+        ("jsonl", b'{"a": 1}\n\xf2\x81', "UTF-8"),
+        ("npz", _images_zip(), "not a .npy array"),
     ],
 )
 def test_bad_data_is_refused_before_storage_naming_the_field(leader: Leader, fmt: str, content: bytes, needle: str) -> None:
