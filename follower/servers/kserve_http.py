@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import math
 import os
+import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,82 @@ class _Pending:
     future: asyncio.Future[tuple[list[np.ndarray], int, int]] = field(repr=False)
 
 
+class EnginePool:
+    """`workers` threads running engine calls for one event loop: a lean `run_in_executor`.
+
+    ThreadPoolExecutor + wrap_future take a lock, build a concurrent Future, chain it to an asyncio one and hop
+    back through two callbacks; here a call is one SimpleQueue put and one call_soon_threadsafe back, which halves
+    the handoff on a small model. A call still waits in the queue for a free worker: that wait is the queue stage.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.workers = workers
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run fn(*args) on a worker; the returned future resolves on `loop`."""
+        if self._closed:
+            raise RuntimeError("engine pool is shut down")
+        if len(self._threads) < self.workers:
+            self._start_workers()  # lazily, as ThreadPoolExecutor does: threads inherit the CPU pinning done by then
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put((loop, future, fn, args))
+        return future
+
+    def _start_workers(self) -> None:
+        with self._lock:
+            while len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    @staticmethod
+    def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        if future.done():  # the awaiting request was cancelled (client gone)
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            loop, future, fn, args = item
+            if future.done():
+                continue
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+                loop.call_soon_threadsafe(self._settle, future, result, error)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop the workers once they finish their current call (queued calls are dropped with cancel_futures)."""
+        self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+                        item[0].call_soon_threadsafe(item[1].cancel)
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
 class KServeModel:
     """One model behind the Open Inference Protocol; engines override `load`, `run_batch` and `platform`."""
 
@@ -80,7 +157,7 @@ class KServeModel:
         self.inputs: dict[str, dict[str, Any]] = {}
         self.outputs: dict[str, dict[str, Any]] = {}
         # One worker per instance: the wait for a free worker is exactly the server's queue stage.
-        self.executor = ThreadPoolExecutor(max_workers=max(1, instances), thread_name_prefix=f"{self.platform}-run")
+        self.executor = EnginePool(max(1, instances), f"{self.platform}-run")
         # executions = engine runs (a dynamic batch is one); queue_ns/infer_ns are summed per request, Triton's way.
         self.stats: dict[str, Any] = {"requests": 0, "ok": 0, "errors": 0, "batches": 0, "batched_rows": 0,
                                       "executions": 0, "queue_ns": 0, "infer_ns": 0}
@@ -200,7 +277,7 @@ class KServeModel:
         """Run now, or through the dynamic batcher when it is on (every output is requested, then narrowed)."""
         loop = asyncio.get_running_loop()
         if self.max_batch_size <= 0:
-            result = await loop.run_in_executor(self.executor, self.run, feeds, names, submitted_ns)
+            result = await self.executor.run(loop, self.run, feeds, names, submitted_ns)
             self.stats["executions"] += 1  # counted on the event loop: no two threads update it
             return result
         rows = min(int(a.shape[0]) if a.ndim else 1 for a in feeds.values())
@@ -242,7 +319,7 @@ class KServeModel:
                 feeds = {k: np.concatenate([p.feeds[k] for p in batch], axis=0) for k in batch[0].feeds}
                 started = time.perf_counter_ns()
                 try:
-                    outputs, _, infer_ns = await loop.run_in_executor(self.executor, self.run, feeds, names, started)
+                    outputs, _, infer_ns = await self.executor.run(loop, self.run, feeds, names, started)
                 except Exception as exc:  # noqa: BLE001 - the engine's error goes to every request of the batch
                     for p in batch:
                         if not p.future.done():
@@ -269,6 +346,40 @@ class KServeModel:
                 {"name": name, "datatype": self.outputs[name]["datatype"], "shape": list(array.shape), "data": array.ravel()}
             )
         return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class _KServeApp(Starlette):
+    """Starlette, but POST <infer_path> skips Starlette's middleware stack, routing, Request and Response objects.
+
+    On a small model those cost several times the engine run. The answer is the same as the Route's: status, JSON
+    body, content-length and content-type (uvicorn adds date and server, as it does for every response).
+    """
+
+    def __init__(self, infer_path: str, infer_body: Callable[[bytes], Awaitable[tuple[int, bytes]]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._infer_path = infer_path
+        self._infer_body = infer_body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != self._infer_path or scope["method"] != "POST":
+            await super().__call__(scope, receive, send)
+            return
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            while message.get("more_body", False):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunks.append(message.get("body", b""))
+            body = b"".join(chunks)
+        status, payload = await self._infer_body(body)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(payload)).encode("ascii")), (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload})
 
 
 def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callable[[], None] | None = None,
@@ -309,27 +420,24 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         name = request.path_params["name"]
         return _json(server.stats) if name == server.name else _unknown(name)
 
-    async def infer(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name != server.name:
-            return _unknown(name)
+    async def infer_body(body: bytes) -> tuple[int, bytes]:
+        """One infer request for this model, from its body to (status, JSON body): the whole protocol part."""
         if not server.ready:
-            return _json({"error": f"model {name!r} is still loading"}, 503)
+            return 503, orjson.dumps({"error": f"model {server.name!r} is still loading"})
         server.stats["requests"] += 1
-        body = await request.body()
         t_decode = time.perf_counter_ns()
         try:
             request_id, feeds, names = server.decode(body)
         except BadRequest as exc:
             server.stats["errors"] += 1
-            return _json({"error": str(exc)}, 400)
+            return 400, orjson.dumps({"error": str(exc)})
         submitted = time.perf_counter_ns()
         decode_ns = submitted - t_decode
         try:
             arrays, queue_ns, infer_ns = await server.submit(feeds, names, submitted)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own types for shape/type faults the checks missed
             server.stats["errors"] += 1
-            return _json({"error": f"inference failed: {exc}"}, 400 if "INVALID_ARGUMENT" in str(exc) else 500)
+            return 400 if "INVALID_ARGUMENT" in str(exc) else 500, orjson.dumps({"error": f"inference failed: {exc}"})
         server.stats["queue_ns"] += queue_ns
         server.stats["infer_ns"] += infer_ns
         t_encode = time.perf_counter_ns()
@@ -341,7 +449,14 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         encode_ns = time.perf_counter_ns() - t_encode
         params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": decode_ns, "encode_ns": encode_ns}
         server.stats["ok"] += 1
-        return Response(head + b',"outputs":' + outputs + b',"parameters":' + orjson.dumps(params) + b"}", media_type=_JSON)
+        return 200, head + b',"outputs":' + outputs + b',"parameters":' + orjson.dumps(params) + b"}"
+
+    async def infer(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != server.name:
+            return _unknown(name)
+        status, payload = await infer_body(await request.body())
+        return Response(payload, status_code=status, media_type=_JSON)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -368,7 +483,9 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         Route("/v2/models/{name}/stats", stats),
         Route("/v2/models/{name}/infer", infer, methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    # The hot path, POST /v2/models/<this model>/infer, is served as raw ASGI (see _KServeApp); the route above
+    # still answers every other spelling of it (a wrong model name or method), with the same bodies.
+    return _KServeApp(f"/v2/models/{server.name}/infer", infer_body, routes=routes, lifespan=lifespan)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
