@@ -234,7 +234,7 @@ class RawHttpSession:
             self._all.discard(conn)
             conn = None
         if conn is None:
-            conn = await self._connect()
+            conn = await asyncio.wait_for(self._connect(), self.timeout_s)  # TimeoutError, like aiohttp's total
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         conn.waiter = waiter
