@@ -295,6 +295,14 @@ class DataRef(_Strict):
     postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
     processing: Literal["client", "server"] = "client"
 
+    @field_validator("processing")
+    @classmethod
+    def _client_side_only(cls, value: str) -> str:
+        # Refused at submission rather than failing on the follower: no backend runs processors server-side yet.
+        if value == "server":
+            raise ValueError("server-side processing is not available yet; use processing: client")
+        return value
+
     @model_validator(mode="after")
     def _id_for_upload(self) -> DataRef:
         if (self.source == "upload") != (self.id is not None):

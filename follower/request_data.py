@@ -43,8 +43,6 @@ def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:
 
 def resolve_samples(data: DataRef, model: ModelMeta, *, client: LeaderClient | None, cache_dir: Path) -> Samples | None:
     """The samples the job's `data:` block asks for; None for synthetic data (bodies come from the signature)."""
-    if data.processing == "server":
-        raise ValueError("data.processing: server is not supported by benchfleet's servers yet; use processing: client")
     if data.source == "synthetic":
         return None
     if data.source == "sample_images":

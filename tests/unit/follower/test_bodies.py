@@ -105,5 +105,5 @@ def test_sample_images_feed_an_image_model_through_the_processor_registry(tmp_pa
     samples = resolve_samples(DataRef(source="sample_images"), model, client=None, cache_dir=tmp_path)
     assert samples is not None and samples["x"][0].shape == (3, 32, 32)
     assert len(build_bodies(model.inputs, 2, seed=0, variants=2, samples=samples)) == 2
-    with pytest.raises(ValueError, match="server"):
-        resolve_samples(DataRef(source="sample_images", processing="server"), model, client=None, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="server-side processing is not available"):
+        DataRef(source="sample_images", processing="server")  # refused in the spec, before any job exists
