@@ -36,6 +36,13 @@ class LeaderboardRow(BaseModel):
     co2_g_per_1m: float | None = None
     gpu_util: float | None = None
     started_at: str | None = None
+    # A canonical model's hyper-parameters and cost per inference (None for other models and for older rows).
+    kind: str | None = None
+    depth: int | None = None
+    width: int | None = None
+    input_size: int | None = None
+    flops_per_inference: float | None = None
+    bytes_per_inference: float | None = None
     best: bool = False  # the highest-throughput valid point of its model that meets its SLO
 
 

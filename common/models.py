@@ -27,6 +27,19 @@ class TensorSpec(BaseModel):
     shape: list[int]
 
 
+class CanonicalParams(BaseModel):
+    """The hyper-parameters and per-inference cost a canonical bundle's meta.json records (for grouping and roofline)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    depth: Annotated[int, Field(ge=1, le=4096)]
+    width: Annotated[int, Field(ge=1, le=1_000_000)]
+    input_size: Annotated[int, Field(ge=1, le=1_000_000)]
+    flops: Annotated[int, Field(ge=0)] | None = None  # per inference at batch 1 (multiply-add = 2)
+    bytes: Annotated[int, Field(ge=0)] | None = None  # moved per inference at batch 1 (weights + activations)
+
+
 class ModelMeta(BaseModel):
     """A stored model: identity, format, signature and integrity."""
 
@@ -41,6 +54,8 @@ class ModelMeta(BaseModel):
     size_bytes: int
     created_at: datetime
     owner: str = "admin"  # the uploading token's user; only they (or an admin) may delete it
+    # Parsed from a canonical bundle's meta.json at upload (never executed); None for every other model.
+    canonical: CanonicalParams | None = None
 
     @property
     def ref(self) -> str:

@@ -38,8 +38,13 @@ NUMERIC = (
     "index",
     "attempt",
     "slo_p99_ms",
+    "depth",
+    "width",
+    "input_size",
+    "flops_per_inference",
+    "bytes_per_inference",
 )
-TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at")
+TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at", "kind")
 BOOL = ("valid", "slo_met")
 COLUMNS = NUMERIC + TEXT + BOOL
 # Short names people type (`sort=p99`).

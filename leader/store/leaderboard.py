@@ -40,9 +40,17 @@ def _wh_per_1m(joules_per_request: float | None) -> float | None:
 
 
 def row_from_result(
-    *, job_id: str, job_name: str, model: str, slo_p99_ms: float | None, attempt: int, result: dict[str, Any]
+    *,
+    job_id: str,
+    job_name: str,
+    model: str,
+    slo_p99_ms: float | None,
+    attempt: int,
+    result: dict[str, Any],
+    canonical: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A point result (as dumped JSON) flattened to a leaderboard row document."""
+    """A point result (as dumped JSON) flattened to a leaderboard row document (with the model's canonical params)."""
+    canon = canonical or {}
     point = result.get("point", {})
     env = result.get("environment") or {}
     gpus = env.get("gpus") or []
@@ -76,6 +84,13 @@ def row_from_result(
         "co2_g_per_1m": _num(result, "resources.co2_g_per_1m_requests"),
         "gpu_util": _num(result, "resources.gpu_util_percent_mean"),
         "started_at": str(started) if started is not None else None,
+        # A canonical model's hyper-parameters (None for other models) so the heat map can group by them.
+        "kind": canon.get("kind"),
+        "depth": canon.get("depth"),
+        "width": canon.get("width"),
+        "input_size": canon.get("input_size"),
+        "flops_per_inference": canon.get("flops"),
+        "bytes_per_inference": canon.get("bytes"),
         "updated_ns": time.time_ns(),
     }
 
@@ -114,8 +129,9 @@ async def index_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, re
     if job is None:
         return
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
+    model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1})
     row = row_from_result(
         job_id=job_id, job_name=job.get("name", ""), model=job.get("model_ref", ""), slo_p99_ms=slo, attempt=attempt,
-        result=result,
+        result=result, canonical=(model or {}).get("canonical"),
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -20,7 +20,7 @@ from common.errors import BenchfleetError, InvalidRequest
 from common.jobs import TERMINAL_STATES
 from common.results import PointResult
 from leader.analysis import compare as compare_mod
-from leader.analysis import flops, hardware, records
+from leader.analysis import flops, hardware, heatmap, records
 from leader.analysis.leaderboard import NUMERIC, LeaderboardIndex, column
 from leader.analysis.recommend import recommend
 from leader.api import deps
@@ -50,8 +50,8 @@ COLUMNS = [
     ("cost_usd_per_1m", "cost /1M"),
     ("energy_wh_per_1m", "Wh /1M"),
 ]
-HEAT_METRICS = ("p99_ms", "p50_ms", "throughput", "gpu_util", "cost_usd_per_1m", "energy_wh_per_1m")
-HEAT_PARAMS = ("batch_size", "rate", "model", "backend", "hardware")
+HEAT_METRICS = heatmap.METRICS
+HEAT_PARAMS = heatmap.PARAMS
 COOKIE_MAX_AGE_S = 8 * 3600
 
 router = APIRouter(include_in_schema=False)
@@ -394,7 +394,7 @@ async def _roofline(db: Any, rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def _model_cost(db: Any, ref: str) -> flops.ModelCost | None:
+async def _onnx_cost(db: Any, ref: str) -> flops.ModelCost | None:
     name, _, version = ref.partition(":")
     try:
         meta, chunks = await models_store.open_model_file(db, name=name, version=version or None)  # type: ignore[arg-type]
@@ -404,32 +404,36 @@ async def _model_cost(db: Any, ref: str) -> flops.ModelCost | None:
     return flops.model_cost(data) if meta.format == "onnx" else None
 
 
+async def _model_cost(db: Any, ref: str) -> flops.ModelCost | None:
+    """A canonical model's analytic FLOPs/bytes per inference (exact), else the estimate from its ONNX weights."""
+    name, _, version = ref.partition(":")
+    try:
+        meta = await models_store.get_model(db, name=name, version=version or None)
+    except BenchfleetError:
+        return None
+    canon = meta.canonical
+    if canon is not None and canon.flops and canon.bytes:
+        return flops.ModelCost(flops_per_sample=float(canon.flops), weight_bytes=float(canon.bytes))
+    return await _onnx_cost(db, ref)
+
+
 @router.get("/analysis", response_class=HTMLResponse)
 async def analysis_page(
     request: Request, metric: str = "p99_ms", x: str = "batch_size", y: str = "rate", filter: str = ""
 ) -> HTMLResponse:  # noqa: A002
     """Heat map over two hyper-parameters, roofline, cost comparison and the hardware table."""
     await require_login(request)
-    if metric not in HEAT_METRICS:
-        raise InvalidRequest(f"metric must be one of {', '.join(HEAT_METRICS)}", field="metric")
-    for name, value in (("x", x), ("y", y)):
-        if value not in HEAT_PARAMS:
-            raise InvalidRequest(f"{name} must be one of {', '.join(HEAT_PARAMS)}", field=name)
+    heatmap.check_args(metric, x, y)
     db = deps.get_db(request)
     index = get_index(request)
     await index.sync(db)
     rows = [r for r in index.select([filter] if filter else []) if r.get("valid")]
-    cells: dict[tuple[str, str], list[float]] = {}
-    for r in rows:
-        if r.get(metric) is not None:
-            cells.setdefault((_label(r[x]), _label(r[y])), []).append(r[metric])
-    xs = sorted({k[0] for k in cells}, key=_order)
-    ys = sorted({k[1] for k in cells}, key=_order)
+    grid = heatmap.heat_map(rows, metric=metric, x=x, y=y)
     heat = svg.heatmap(
         f"{metric} over {x} × {y}",
-        xs,
-        ys,
-        {k: statistics.fmean(v) for k, v in cells.items()},
+        grid.xs,
+        grid.ys,
+        {(c.x, c.y): c.value for c in grid.cells},
         xlabel=x,
         ylabel=y,
         empty=f"no valid points with {metric}",
@@ -466,17 +470,6 @@ async def analysis_page(
         hardware=sorted(hardware.HARDWARE.items()) + [("CPU (generic)", hardware.CPU_DEFAULT)],
     )
     return HTMLResponse(html)
-
-
-def _label(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _order(label: str) -> tuple[int, float, str]:
-    try:
-        return (0, float(label), label)
-    except ValueError:
-        return (1, 0.0, label)
 
 
 @router.get("/compare", response_class=HTMLResponse)

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from common.errors import NotFound
 from leader.analysis import compare as compare_mod
-from leader.analysis import export, records
+from leader.analysis import export, heatmap, records
 from leader.analysis.leaderboard import LeaderboardIndex, to_row
 from leader.analysis.recommend import recommend as recommend_rows
 from leader.api import deps
@@ -55,6 +55,21 @@ async def leaderboard(
     """Every point as a row, sorted and filtered server-side (`filter=backend:triton`, `filter=p99<20`)."""
     index = await synced_index(request, db)
     return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset)
+
+
+@router.get("/heatmap", response_model=heatmap.HeatMap, dependencies=[ReadAuth])
+async def heat_map(
+    request: Request,
+    db: Db,
+    metric: str = "p99_ms",
+    x: str = "batch_size",
+    y: str = "rate",
+    filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002 - the API's parameter name
+) -> heatmap.HeatMap:
+    """The analysis page's heat map as data: mean `metric` of valid points over two axes (depth/width/kind too)."""
+    heatmap.check_args(metric, x, y)
+    index = await synced_index(request, db)
+    return heatmap.heat_map(index.select(filter or []), metric=metric, x=x, y=y)
 
 
 @router.get("/recommend", response_model=RecommendResponse, dependencies=[ReadAuth])

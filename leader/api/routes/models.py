@@ -13,10 +13,11 @@ from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
-from common.models import ModelFormat, ModelMeta, TensorSpec
+from common.models import CanonicalParams, ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
 from leader.onnx_signature import model_signature
 from leader.store import jobs as jobs_store
@@ -85,7 +86,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         # The multipart parser has spooled the file (1 MiB in memory, the rest on disk) while the byte limit was
         # enforced as it arrived; the format check reads it from there, before a single byte reaches GridFS.
         spool = upload.file
-        size, sha256, inputs, outputs = await anyio.to_thread.run_sync(
+        size, sha256, inputs, outputs, canonical = await anyio.to_thread.run_sync(
             _check_spooled, spool, str(model_format), declared if isinstance(declared, str) else None, settings.max_upload_bytes
         )
         meta = ModelMeta(
@@ -98,14 +99,15 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
             size_bytes=size,
             created_at=utcnow(),
             owner=principal.user,
+            canonical=canonical,
         )
         return await models_store.insert_model_stream(db, meta=meta, chunks=_spooled_chunks(spool))
 
 
 def _check_spooled(
     spool: BinaryIO, model_format: str, declared: str | None, limit: int
-) -> tuple[int, str, list[TensorSpec], list[TensorSpec]]:
-    """Size, sha256 and signature of the spooled file (in a worker thread: hashing and parsing are CPU work)."""
+) -> tuple[int, str, list[TensorSpec], list[TensorSpec], CanonicalParams | None]:
+    """Size, sha256, signature and (bundles) canonical params of the spooled file (a worker thread: CPU work)."""
     spool.seek(0)
     digest = hashlib.sha256()
     size = 0
@@ -120,7 +122,8 @@ def _check_spooled(
         spool.seek(0)
         data = spool.read()
     inputs, outputs = model_signature(model_format, data, declared)
-    return size, digest.hexdigest(), inputs, outputs
+    canonical = canonical_params(data) if model_format == "bundle" else None
+    return size, digest.hexdigest(), inputs, outputs, canonical
 
 
 async def _spooled_chunks(spool: BinaryIO) -> AsyncIterator[bytes]:

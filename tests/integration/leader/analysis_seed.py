@@ -45,13 +45,14 @@ def seed_job(
     follower_id: str,
     metrics: Any,
     raw: Any = None,
+    model: str = "ident:1",
 ) -> str:
     """Submit a job, claim it as `follower_id`, report one point per grid entry and finish it; returns the job id.
 
     metrics(backend, batch, rate) -> dict of PointResult overrides; raw(backend, batch, rate) -> latencies ms or None.
     """
     spec = (
-        f"name: {name}\nmodel: ident:1\nbackends: [{', '.join(backends)}]\nbatch_sizes: {batches}\n"
+        f"name: {name}\nmodel: {model}\nbackends: [{', '.join(backends)}]\nbatch_sizes: {batches}\n"
         f"load: {{rate: {rates}, duration: 2s, warmup: 0s}}\nslo: {{p99_ms: {p99_slo}}}\n"
     )
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
