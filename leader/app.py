@@ -73,7 +73,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             tasks = [
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
-                asyncio.create_task(metrics.run(db), name="metrics"),
+                asyncio.create_task(metrics.run(db, book=lambda: placer.book), name="metrics"),
             ]
             log.info("leader ready (db %s)", settings.db_name)
             yield

@@ -13,13 +13,17 @@ from fastapi import FastAPI, Request, Response
 from motor.motor_asyncio import AsyncIOMotorDatabase
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from common.jobs import JobState
 from common.logs import FOLLOWER_ID, JOB_ID
+from leader.scheduler.book import JobBook
 from leader.store import metrics as metrics_store
 
 log = logging.getLogger(__name__)
 
 # How often the PerfDB aggregates behind the gauges are refreshed (a scrape never waits on the database).
 REFRESH_INTERVAL_S = 2.0
+# States the placer's book holds in memory (queued, and active jobs with their follower); the rest are counted in PerfDB.
+BOOK_STATES = (JobState.queued.value, JobState.assigned.value, JobState.running.value)
 PLACEMENT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _JOB_PATH = re.compile(r"^/api/v1/jobs/([A-Za-z0-9_-]{1,64})(?:/|$)")
@@ -59,9 +63,18 @@ class LeaderMetrics:
         self.refresh_errors = Counter("benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.",
                                     registry=self.registry)
 
-    async def refresh(self, db: AsyncIOMotorDatabase) -> None:
-        """Re-read the job and follower aggregates from PerfDB."""
-        for state, n in (await metrics_store.jobs_by_state(db)).items():
+    async def refresh(self, db: AsyncIOMotorDatabase, book: JobBook | None = None) -> None:
+        """Refresh the gauges: queues and unfinished jobs from the placer's book when it has loaded, else PerfDB."""
+        if book is not None:
+            by_state = dict.fromkeys(BOOK_STATES, 0)
+            by_state[JobState.queued.value] = len(book.queued)
+            for active in list(book.active.values()):
+                by_state[active.state] = by_state.get(active.state, 0) + 1
+            finished = [state.value for state in JobState if state.value not in by_state]
+            by_state.update(await metrics_store.jobs_in_states(db, finished))
+        else:
+            by_state = await metrics_store.jobs_by_state(db)
+        for state, n in by_state.items():
             self.jobs.labels(state).set(n)
         followers = await metrics_store.followers_by_state(db)
         counts: dict[str, int] = {}
@@ -69,7 +82,10 @@ class LeaderMetrics:
             counts[state] = counts.get(state, 0) + 1
         for state in {*counts, "ready", "busy", "missing"}:
             self.followers.labels(state).set(counts.get(state, 0))
-        queues = await metrics_store.queues_by_follower(db)
+        if book is not None:
+            queues = {fid: (load.jobs, load.seconds) for fid, load in list(book.loads.items())}
+        else:
+            queues = await metrics_store.queues_by_follower(db)
         for follower_id in {*followers, *queues}:
             n, seconds = queues.get(follower_id, (0, 0.0))
             self.queue_jobs.labels(follower_id).set(n)
@@ -79,11 +95,19 @@ class LeaderMetrics:
             self.placements.inc()
             self._placed_until = max(self._placed_until, assigned_at)
 
-    async def run(self, db: AsyncIOMotorDatabase, interval_s: float = REFRESH_INTERVAL_S) -> None:
-        """Refresh forever; a failed refresh is counted and logged, and the gauges keep their last values."""
+    async def run(
+        self,
+        db: AsyncIOMotorDatabase,
+        interval_s: float = REFRESH_INTERVAL_S,
+        book: Callable[[], JobBook | None] | None = None,
+    ) -> None:
+        """Refresh forever; a failed refresh is counted and logged, and the gauges keep their last values.
+
+        `book` returns the placer's in-memory book (None until its first load): queue gauges then come from memory.
+        """
         while True:
             try:
-                await self.refresh(db)
+                await self.refresh(db, book() if book is not None else None)
             except Exception as exc:
                 self.refresh_errors.inc()
                 log.warning("metrics refresh failed: %s", exc)
