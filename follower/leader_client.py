@@ -159,39 +159,28 @@ class LeaderClient:
     @_retrying
     def download_data(self, meta: DataSetMeta, dest: Path) -> None:
         """Stream a data set to dest, checking its sha256; the file appears only when complete and correct."""
-        tmp = dest.with_name(dest.name + f".part{os.getpid()}")
-        digest = hashlib.sha256()
-        try:
-            with self._http.stream("GET", f"/api/v1/data/{meta.id}/file", headers=self._auth()) as response:
-                if response.status_code == 404:
-                    raise LeaderRejected(f"data set {meta.id} is no longer stored")
-                response.raise_for_status()
-                with tmp.open("wb") as fh:
-                    for chunk in response.iter_bytes(1 << 20):
-                        digest.update(chunk)
-                        fh.write(chunk)
-            if digest.hexdigest() != meta.sha256:
-                raise LeaderRejected(f"data set {meta.id}: checksum mismatch after download")
-            tmp.replace(dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+        self._download(f"/api/v1/data/{meta.id}/file", dest, sha256=meta.sha256, what=f"data set {meta.id}")
 
     @_retrying
     def download_model(self, model: ModelMeta, dest: Path) -> None:
         """Stream the model file to dest, checking its sha256; the file appears only when complete and correct."""
+        self._download(f"/api/v1/models/{model.name}/{model.version}/file", dest, sha256=model.sha256, what=f"model {model.ref}")
+
+    def _download(self, path: str, dest: Path, *, sha256: str, what: str) -> None:
+        """Stream path to a temporary file, verify its checksum, then move it into place (no half file is ever visible)."""
         tmp = dest.with_name(dest.name + f".part{os.getpid()}")
         digest = hashlib.sha256()
         try:
-            with self._http.stream("GET", f"/api/v1/models/{model.name}/{model.version}/file", headers=self._auth()) as response:
+            with self._http.stream("GET", path, headers=self._auth()) as response:
                 if response.status_code == 404:
-                    raise LeaderRejected(f"model {model.ref} is no longer in the repository")
+                    raise LeaderRejected(f"{what} is no longer stored")
                 response.raise_for_status()
                 with tmp.open("wb") as fh:
                     for chunk in response.iter_bytes(1 << 20):
                         digest.update(chunk)
                         fh.write(chunk)
-            if digest.hexdigest() != model.sha256:
-                raise LeaderRejected(f"model {model.ref}: checksum mismatch after download")
+            if digest.hexdigest() != sha256:
+                raise LeaderRejected(f"{what}: checksum mismatch after download")
             tmp.replace(dest)
         finally:
             tmp.unlink(missing_ok=True)
