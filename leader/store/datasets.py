@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,6 +9,7 @@ from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
 
 from common.datasets import DataSetMeta
 from common.errors import NotFound
+from leader.store.gridfs_files import store_then_publish
 
 COLLECTION = "datasets"
 BUCKET = "data"
@@ -26,24 +26,10 @@ def _meta(doc: dict[str, Any]) -> DataSetMeta:
 
 async def insert_stream(db: AsyncIOMotorDatabase, *, meta: DataSetMeta, chunks: AsyncIterator[bytes]) -> DataSetMeta:
     """Bytes to GridFS chunk by chunk, then the metadata (what makes the set visible); a failure leaves nothing behind."""
-    bucket = bucket_for(db)
-    grid_in = bucket.open_upload_stream(meta.id, metadata={"sha256": meta.sha256})
-    size = 0
-    try:
-        async for chunk in chunks:
-            size += len(chunk)
-            await grid_in.write(chunk)
-        if size != meta.size_bytes:
-            raise ValueError(f"data set {meta.id}: {size} bytes streamed, {meta.size_bytes} expected")
-        await grid_in.close()
-    except BaseException:
-        await asyncio.shield(grid_in.abort())  # a client gone mid-upload must not leave chunks
-        raise
-    try:
-        await db[COLLECTION].insert_one({"_id": meta.id, **meta.model_dump(), "gridfs_id": grid_in._id})
-    except BaseException:
-        await asyncio.shield(bucket.delete(grid_in._id))
-        raise
+    await store_then_publish(
+        db, bucket_for(db), filename=meta.id, sha256=meta.sha256, size_bytes=meta.size_bytes, chunks=chunks,
+        collection=COLLECTION, doc={"_id": meta.id, **meta.model_dump()}, what=f"data set {meta.id}",
+    )
     return meta
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from pymongo.errors import DuplicateKeyError
 from common.errors import Conflict, NotFound
 from common.models import ModelMeta
 from leader.clock import as_utc
+from leader.store.gridfs_files import store_then_publish
 
 COLLECTION = "models"
 BUCKET = "models"
@@ -41,50 +41,15 @@ async def exists(db: AsyncIOMotorDatabase, *, name: str, version: str) -> bool:
     return await db[COLLECTION].count_documents({"_id": f"{name}:{version}"}, limit=1) > 0
 
 
-async def insert_model(db: AsyncIOMotorDatabase, *, meta: ModelMeta, data: bytes) -> ModelMeta:
-    """Store the bytes, then the metadata; a model becomes visible only once both exist (409 on duplicates)."""
-    bucket = bucket_for(db)
-    file_id = await bucket.upload_from_stream(meta.ref, data, metadata={"sha256": meta.sha256})
-    doc = {"_id": meta.ref, **meta.model_dump(), "gridfs_id": file_id}
-    try:
-        await db[COLLECTION].insert_one(doc)
-    except BaseException as exc:
-        # The metadata is what makes a model visible: without it the file is an orphan, so remove it.
-        await bucket.delete(file_id)
-        if isinstance(exc, DuplicateKeyError):
-            raise Conflict(f"model {meta.ref} already exists", field="version") from None
-        raise
-    return meta
-
-
 async def insert_model_stream(db: AsyncIOMotorDatabase, *, meta: ModelMeta, chunks: AsyncIterator[bytes]) -> ModelMeta:
-    """Write the bytes to GridFS chunk by chunk, then the metadata; a failure at any step leaves no chunk and no model.
-
-    The metadata document is what makes a model visible, so a model is never seen half-stored; an upload that breaks
-    (cancelled, a short source, a database error) aborts the GridFS file, which deletes the chunks already written.
-    """
-    bucket = bucket_for(db)
-    grid_in = bucket.open_upload_stream(meta.ref, metadata={"sha256": meta.sha256})
-    size = 0
+    """Write the bytes to GridFS chunk by chunk, then the metadata; a failure leaves no chunk and no model (409 on duplicates)."""
     try:
-        async for chunk in chunks:
-            size += len(chunk)
-            await grid_in.write(chunk)
-        if size != meta.size_bytes:
-            raise ValueError(f"model {meta.ref}: {size} bytes streamed, {meta.size_bytes} expected")
-        await grid_in.close()
-    except BaseException:
-        # Shielded: a cancelled request (client gone) must still remove what it wrote.
-        await asyncio.shield(grid_in.abort())
-        raise
-    doc = {"_id": meta.ref, **meta.model_dump(), "gridfs_id": grid_in._id}
-    try:
-        await db[COLLECTION].insert_one(doc)
-    except BaseException as exc:
-        await asyncio.shield(bucket.delete(grid_in._id))
-        if isinstance(exc, DuplicateKeyError):
-            raise Conflict(f"model {meta.ref} already exists", field="version") from None
-        raise
+        await store_then_publish(
+            db, bucket_for(db), filename=meta.ref, sha256=meta.sha256, size_bytes=meta.size_bytes, chunks=chunks,
+            collection=COLLECTION, doc={"_id": meta.ref, **meta.model_dump()}, what=f"model {meta.ref}",
+        )
+    except DuplicateKeyError:
+        raise Conflict(f"model {meta.ref} already exists", field="version") from None
     return meta
 
 
