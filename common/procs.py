@@ -8,9 +8,11 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -26,11 +28,24 @@ def _stop_all_at_exit() -> None:
         proc.stop(grace_s=2.0)
 
 
+# Ports handed out recently by free_port(): callers often take several (HTTP, gRPC, metrics) before the server binds
+# any of them, and the kernel may offer the same free port twice in a row (seen: Triton refusing to start because its
+# gRPC and metrics ports were equal).
+_ISSUED: deque[int] = deque(maxlen=512)
+_ISSUED_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A currently free TCP port on 127.0.0.1 that this process has not handed out recently."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with _ISSUED_LOCK:
+            if port not in _ISSUED:
+                _ISSUED.append(port)
+                return port
+    raise RuntimeError("no free loopback port found that was not handed out recently")
 
 
 def http_ready(url: str, timeout_s: float = 0.5) -> Callable[[], bool]:

@@ -77,3 +77,9 @@ def test_ready_server_then_stop_is_clean_and_idempotent(tmp_path: Path) -> None:
     assert not proc.alive()
     assert _group(pid) == []
     assert not http_ready(f"http://127.0.0.1:{port}/")()
+
+
+def test_free_port_never_repeats_a_recent_port() -> None:
+    # Callers take several ports (HTTP, gRPC, metrics) before binding any: the kernel may offer one twice.
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
