@@ -109,6 +109,20 @@ class ServerStats(BaseModel):
     compute_ms_mean: float | None = None  # engine run time per request
 
 
+class GeneratorPlan(BaseModel):
+    """How many generator processes a point ran and why: needed cores = target rate x CPU per request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    processes: int
+    cores_needed: float  # rate x the follower's learned CPU seconds per request
+    cores_available: int  # cores given to the generator (follower.cpuplan)
+    cpu_per_request_us: float
+    forced: bool = False  # the operator's follower setting `generators` chose the count
+    saturated: bool = False  # more cores were needed than available: the point is invalid
+    reason: str
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
@@ -138,11 +152,15 @@ class PointResult(BaseModel):
     latency_hdr: str | None = None  # latency-from-intended HDR histogram (ns), common.stats.encode; mergeable
     service_hdr: str | None = None
     stages_ms: dict[str, float] | None = None  # mean per stage; sums to the mean service time
+    # Client-side processing per request (ms, e.g. {"preprocess": ...}): done once before the run, since bodies are
+    # pre-encoded, so it is not in the service time; None when none ran on the client (e.g. processing: server).
+    client_stages_ms: dict[str, float] | None = None
     capped: int = 0  # requests that found max_concurrency in flight at their time (waited or dropped)
     dropped: int = 0
     windows: list[WindowStat] = []
     stable: bool | None = None  # last windows agree on throughput and p99 (None: too few windows)
     search: list[SearchStep] | None = None
     generators: int = 1
+    generator_plan: GeneratorPlan | None = None  # open loop: the count's reason (None: closed loop, or older results)
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from common.devices import GPU_PROVIDERS
 from common.errors import InvalidSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -120,6 +121,12 @@ class SearchSpec(_Strict):
         return self
 
 
+class TraceRef(_Strict):
+    """A trace file uploaded as a data set of format `trace` (common.traces), replayed as the arrival schedule."""
+
+    dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]  # the data set's id (POST /api/v1/data)
+
+
 class Stability(_Strict):
     """Accept a point when its last `windows` windows agree within `tolerance`; extend the run up to `max_duration`."""
 
@@ -149,7 +156,8 @@ class LoadSpec(_Strict):
     spike_duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0
     on: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # onoff: sending at `rate` for `on`...
     off: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # ...then silent for `off`
-    trace: Annotated[list[float] | None, Field(validate_default=True)] = None  # trace: send offsets in seconds
+    # trace: send offsets in seconds inline, or {dataset: ID} naming an uploaded trace file (checked at submission).
+    trace: Annotated[list[float] | TraceRef | None, Field(validate_default=True)] = None
     concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None  # closed: a ladder of users
     window: Annotated[Seconds, Field(gt=0, le=60)] = 1.0  # measurement window for stability and live progress
     stability: Stability | None = None
@@ -195,13 +203,21 @@ class LoadSpec(_Strict):
 
     @field_validator("trace", mode="before")
     @classmethod
-    def _check_trace(cls, value: Any, info: ValidationInfo) -> list[float] | None:
+    def _check_trace(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
             if info.data.get("pattern") == "trace":
-                raise ValueError("field required for pattern 'trace' (send offsets in seconds)")
+                raise ValueError("field required for pattern 'trace' (send offsets in seconds, or {dataset: ID})")
             return None
         if info.data.get("pattern") != "trace":
             raise ValueError("only used with pattern 'trace'")
+        if isinstance(value, TraceRef):
+            return value
+        if isinstance(value, dict):  # an uploaded trace file, by its data set's id
+            try:
+                return TraceRef.model_validate(value)
+            except ValidationError as exc:
+                first = field_errors(exc)[0]
+                raise ValueError(f"{{dataset: ID}} of an uploaded trace: {first['field']}: {first['message']}") from None
         if not isinstance(value, list) or not value:
             raise ValueError("must be a non-empty list of send offsets in seconds")
         if len(value) > MAX_TRACE_ENTRIES:
@@ -243,6 +259,9 @@ class LoadSpec(_Strict):
         """(rate, concurrency) per grid entry: the rate ladder, the concurrency ladder, a trace or a search."""
         if self.pattern == "closed":
             return [(0.0, c) for c in self.concurrency or []]
+        if isinstance(self.trace, TraceRef):
+            # The file's length is known only to the leader and the follower; the follower sets the point's rate.
+            return [(0.0, None)]
         if self.pattern == "trace":
             inside = [t for t in self.trace or [] if t < self.duration]
             return [(max(len(inside), 1) / self.duration, None)]
@@ -284,6 +303,29 @@ class ServerOptions(_Strict):
     threads: Annotated[int, Field(gt=0, le=256)] | None = None
     execution_provider: Annotated[str, Field(pattern=r"^[A-Za-z]{1,64}$")] = "CPUExecutionProvider"
     protocol: Literal["http", "grpc"] = "http"
+    # Server-side processors (follower.processing), filled from `data` by expand() when `data.processing: server`.
+    preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    # Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider
+    # (unless execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU.
+    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$")] = "cpu"
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether this configuration runs the model on a GPU."""
+        return self.device != "cpu" or self.execution_provider in GPU_PROVIDERS
+
+    @property
+    def ort_provider(self) -> str:
+        """The onnxruntime execution provider to ask for: `device: cuda` upgrades the CPU default to CUDA."""
+        if self.device != "cpu" and self.execution_provider == "CPUExecutionProvider":
+            return "CUDAExecutionProvider"
+        return self.execution_provider
+
+    @property
+    def gpu_index(self) -> int:
+        """The GPU ordinal of `device` (cuda → 0)."""
+        return int(self.device.partition(":")[2] or 0)
 
 
 class DataRef(_Strict):
@@ -295,13 +337,16 @@ class DataRef(_Strict):
     postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
     processing: Literal["client", "server"] = "client"
 
-    @field_validator("processing")
-    @classmethod
-    def _client_side_only(cls, value: str) -> str:
-        # Refused at submission rather than failing on the follower: no backend runs processors server-side yet.
-        if value == "server":
-            raise ValueError("server-side processing is not available yet; use processing: client")
-        return value
+    @model_validator(mode="after")
+    def _server_side_needs(self) -> DataRef:
+        # Refused at submission rather than failing on the follower.
+        if self.processing == "server":
+            if self.preprocess is None and self.postprocess is None:
+                raise ValueError("processing: server needs a preprocess or postprocess processor to run on the server")
+            if self.preprocess is not None and self.source == "synthetic":
+                raise ValueError("server-side preprocess needs raw request data (source: sample_images or upload), "
+                                 "not synthetic tensors")
+        return self
 
     @model_validator(mode="after")
     def _id_for_upload(self) -> DataRef:
@@ -346,11 +391,44 @@ class JobSpec(_Strict):
     inputs: list[ExpectedTensor] | None = None
     requires: Requires = Requires()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_server_needs_gpu(cls, data: Any) -> Any:
+        # A server configured for a GPU can only run on a follower with one: say so in `requires`, which placement
+        # reads, rather than letting the job land on a CPU-only follower and fail there.
+        if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
+            return data
+        server = data["server"]
+        device = server.get("device", "cpu")
+        if not (isinstance(device, str) and device.startswith("cuda")) and server.get("execution_provider") not in GPU_PROVIDERS:
+            return data
+        requires = data.get("requires") if data.get("requires") is not None else {}
+        if not isinstance(requires, dict):
+            return data
+        if requires.get("gpu") is False:
+            raise ValueError("requires.gpu: false contradicts a server configured for a GPU "
+                             "(server.device or server.execution_provider)")
+        return {**data, "requires": {**requires, "gpu": True}}
+
     @field_validator("backends", "batch_sizes")
     @classmethod
     def _unique(cls, value: list[Any]) -> list[Any]:
         if len(set(value)) != len(value):
             raise ValueError("must not repeat an entry")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _server_processing_backends(cls, value: DataRef, info: ValidationInfo) -> DataRef:
+        # Only servers that run benchfleet's own code can run its processors (see SERVER_PROCESSING_BACKENDS).
+        if value.processing == "server":
+            unable = [b for b in info.data.get("backends") or [] if b not in SERVER_PROCESSING_BACKENDS]
+            if unable:
+                why = "; ".join(NO_SERVER_PROCESSING.get(b, b) for b in unable)
+                raise ValueError(
+                    f"processing: server is not supported by {', '.join(unable)} ({why}); "
+                    "use processing: client or drop those backends"
+                )
         return value
 
     @model_validator(mode="after")
@@ -390,11 +468,27 @@ class PointSpec(_Strict):
     on_s: float = 1.0
     off_s: float = 1.0
     trace_s: list[float] | None = None
+    trace_dataset: str | None = None  # an uploaded trace file (its id); the follower fetches and replays it
     concurrency: int | None = None
     search: SearchSpec | None = None
     window_s: float = 1.0
     stability: Stability | None = None
     server: ServerOptions = ServerOptions()
+
+
+# Backends whose server can run benchfleet's processors, and why the others cannot.
+SERVER_PROCESSING_BACKENDS = frozenset({"onnxruntime", "torchscript"})
+NO_SERVER_PROCESSING = {
+    "tfserving": "TF Serving runs only the SavedModel graph, no benchfleet code",
+    "triton": "the python-backend model does not carry the processors yet",
+}
+
+
+def _served(spec: JobSpec) -> ServerOptions:
+    """The job's server options, with the processors that run server-side when `data.processing` is server."""
+    if spec.data.processing != "server":
+        return spec.server
+    return spec.server.model_copy(update={"preprocess": spec.data.preprocess, "postprocess": spec.data.postprocess})
 
 
 def expand(spec: JobSpec) -> list[PointSpec]:
@@ -425,12 +519,13 @@ def expand(spec: JobSpec) -> list[PointSpec]:
                         spike_duration_s=load.spike_duration,
                         on_s=load.on,
                         off_s=load.off,
-                        trace_s=load.trace,
+                        trace_s=load.trace if isinstance(load.trace, list) else None,
+                        trace_dataset=load.trace.dataset if isinstance(load.trace, TraceRef) else None,
                         concurrency=concurrency,
                         search=load.search,
                         window_s=load.window,
                         stability=load.stability,
-                        server=spec.server,
+                        server=_served(spec),
                     )
                 )
     return points

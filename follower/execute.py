@@ -19,11 +19,12 @@ from follower.loadgen.records import encode_records
 from follower.metrics import METRICS
 from follower.model_cache import fetch_model
 from follower.outbox import Outbox
-from follower.request_data import resolve_samples
+from follower.request_data import resolve_request_data, with_client_stages
 from follower.runner import run_backend
 from follower.sampler import SamplerConfig
 from follower.settings import FollowerSettings
 from follower.telemetry import ProgressReporter, resolve_address
+from follower.trace_data import resolve_trace
 
 log = logging.getLogger(__name__)
 
@@ -82,21 +83,24 @@ async def _run_backends(
         instance_price_per_hour=settings.instance_price_per_hour,
     )  # fmt: skip
     # Request data (uploaded or sample images) is fetched and preprocessed once for every backend of the job.
-    samples = await asyncio.to_thread(
-        resolve_samples, task.spec.data, task.model, client=client, cache_dir=settings.work_dir / "data-cache"
+    samples, client_ms = await asyncio.to_thread(
+        resolve_request_data, task.spec.data, task.model, client=client, cache_dir=settings.work_dir / "data-cache"
     )
+    # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
+    trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
     for backend in task.spec.backends:
         points = [p for p in task.points if p.backend == backend]
         async for result in run_backend(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
             records_sink=keep_records, sampling=sampling, progress_sink=reporter.sink if reporter is not None else None,
-            samples=samples,
+            samples=samples, trace=trace, forced_generators=settings.generators,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
                 "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
                 task.job_id, result.point.index, result.requests, p99, result.valid, "; ".join(result.invalid_reasons),
             )
+            result = with_client_stages(result, client_ms)
             METRICS.point_done(result)
             report = PointReport(attempt=task.attempt, follower_id=settings.follower_id, result=result)
             # On disk first (a leader outage loses nothing), then sent; the server is idle between points meanwhile.

@@ -82,3 +82,78 @@ def sample_images(n: int, size: int = 224) -> np.ndarray:
         raise RuntimeError("sample images need scikit-image (pip install 'benchfleet[images]')") from exc
     images = [image_to_tensor(getattr(data, name)(), size) for name in SAMPLE_IMAGES]
     return np.stack([images[i % len(images)] for i in range(n)])
+
+
+# -- server-side processing ------------------------------------------------------------------------------------------
+# With `processing: server` the client sends raw data in a BYTES tensor of shape [N, 1] under the model input's name
+# and the server runs the named processor before inference (and the postprocessor after it). JSON has no raw bytes,
+# so encoded images travel as base64 text on every transport (one convention for HTTP and gRPC, as MLServer's
+# "base64" codec); text travels as UTF-8 strings.
+RAW_INPUT_SHAPE = [-1, 1]
+# Preprocessors whose raw input is binary (base64 on the wire) rather than text.
+BINARY_PREPROCESSORS = frozenset({"image_imagenet"})
+
+
+def _element_text(value: object) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def server_preprocess(name: str, raw: np.ndarray, model_shape: Sequence[int]) -> np.ndarray:
+    """A BYTES batch ([N] or [N, 1] of base64/text elements) through preprocessor `name` into the model's input batch.
+
+    `model_shape` is the model input's own shape: an image side or a token length is read from it (dynamic: the
+    processor's default). A malformed element is a ValueError naming its row.
+    """
+    import base64
+    import binascii
+
+    process = get_processor(name, "pre")
+    rows = [np.asarray(r).ravel() for r in np.asarray(raw, dtype=object).reshape(len(raw), -1)]
+    out = []
+    for i, row in enumerate(rows):
+        if len(row) != 1:
+            raise ValueError(f"row {i}: a raw input carries one element per row, got {len(row)}")
+        text = _element_text(row[0])
+        if name in BINARY_PREPROCESSORS:
+            try:
+                data = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"row {i}: not base64 (encoded images travel base64 in BYTES tensors)") from None
+            side = model_shape[2] if len(model_shape) == 4 and model_shape[2] > 0 else 224
+            try:
+                out.append(process(data, side))
+            except Exception as exc:  # noqa: BLE001 - PIL raises several types for undecodable bytes
+                raise ValueError(f"row {i}: not a decodable image: {exc}") from None
+        elif name == "tokenize":
+            length = model_shape[1] if len(model_shape) == 2 and model_shape[1] > 0 else 32
+            out.append(process(text, length))
+        else:
+            out.append(process(text))
+    return np.stack(out)
+
+
+def server_postprocess(name: str, output: np.ndarray) -> np.ndarray:
+    """The model's output batch through postprocessor `name`: a [N, 1] object array of one JSON document per row."""
+    import json
+
+    process = get_processor(name, "post")
+    rows = process(output)
+    return np.asarray([json.dumps(r) for r in rows], dtype=object).reshape(len(rows), 1)
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """An HxWx3 (or HxW) uint8 image as PNG bytes: the raw form of a shipped sample for server-side processing."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image).astype(np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def raw_sample_images() -> list[bytes]:
+    """scikit-image's shipped samples as PNG bytes (what a client would send for server-side preprocessing)."""
+    try:
+        from skimage import data
+    except ImportError as exc:
+        raise RuntimeError("sample images need scikit-image (pip install 'benchfleet[images]')") from exc
+    return [encode_png(getattr(data, name)()) for name in SAMPLE_IMAGES]

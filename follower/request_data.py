@@ -1,22 +1,25 @@
 """Request data for a job's bodies: an uploaded data set (fetched once, cached by checksum) or scikit-image samples.
 
 Returns per model input a list of one-sample arrays (follower.loadgen.bodies draws batches from it), after the
-named preprocessor where the spec asks for one. Processing runs here, on the follower (client-side); it never runs on
-the leader.
+named preprocessor where the spec asks for one. Processing runs here, on the follower (client-side), or with
+`processing: server` the samples stay raw (encoded image bytes, text) for the model server's own processors; it never
+runs on the leader.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import numpy as np
 
 from common.datasets import DataSetMeta, load_samples
 from common.models import ModelMeta, TensorSpec
+from common.results import PointResult
 from common.spec import DataRef
 from follower.leader_client import LeaderClient
-from follower.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, sample_images
+from follower.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, raw_sample_images, sample_images
 
 Samples = dict[str, list[np.ndarray]]
 
@@ -43,15 +46,45 @@ def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:
 
 def resolve_samples(data: DataRef, model: ModelMeta, *, client: LeaderClient | None, cache_dir: Path) -> Samples | None:
     """The samples the job's `data:` block asks for; None for synthetic data (bodies come from the signature)."""
+    return resolve_request_data(data, model, client=client, cache_dir=cache_dir)[0]
+
+
+def resolve_request_data(
+    data: DataRef, model: ModelMeta, *, client: LeaderClient | None, cache_dir: Path
+) -> tuple[Samples | None, dict[str, float] | None]:
+    """The samples, and the client-side processing cost per sample in ms ({"preprocess": ...}; None if none ran).
+
+    With `processing: server` the samples are raw (bytes / text, one per sample) and no processing runs here.
+    """
     if data.source == "synthetic":
-        return None
+        return None, None
+    server_side = data.processing == "server" and data.preprocess is not None
     if data.source == "sample_images":
         spec, side = _image_input(model)
-        return {spec.name: list(sample_images(len(SAMPLE_IMAGES), side))}
+        if server_side:
+            return {spec.name: list(raw_sample_images())}, None
+        started = time.perf_counter()
+        images = list(sample_images(len(SAMPLE_IMAGES), side))
+        return {spec.name: images}, {"preprocess": (time.perf_counter() - started) * 1e3 / len(images)}
     if client is None or data.id is None:
         raise ValueError("uploaded request data needs the leader to fetch it from")
     path, meta, _ = fetch_data(client, data.id, cache_dir)
     raw = load_samples(str(path), meta.format)
+    if server_side:
+        if isinstance(raw, list):
+            spec, _ = _image_input(model)
+            return {spec.name: list(raw)}, None
+        return {k: [v.item() if v.ndim == 0 else v for v in vs] for k, vs in raw.items()}, None
+    started = time.perf_counter()
+    samples = _processed(data, model, raw)
+    count = max((len(v) for v in samples.values()), default=0)
+    if isinstance(raw, list) or data.preprocess:
+        return samples, {"preprocess": (time.perf_counter() - started) * 1e3 / max(count, 1)}
+    return samples, None
+
+
+def _processed(data: DataRef, model: ModelMeta, raw: dict[str, list[np.ndarray]] | list[bytes]) -> Samples:
+    """Uploaded samples through the client-side preprocessor (images: image_imagenet unless another is named)."""
     if isinstance(raw, list):  # a zip of images: decode + preprocess (image_imagenet unless another is named)
         spec, side = _image_input(model)
         process = get_processor(data.preprocess) if data.preprocess else image_to_tensor
@@ -60,3 +93,11 @@ def resolve_samples(data: DataRef, model: ModelMeta, *, client: LeaderClient | N
         process = get_processor(data.preprocess)
         raw = {k: [np.asarray(process(v.item() if v.ndim == 0 else v)) for v in vs] for k, vs in raw.items()}
     return raw
+
+
+def with_client_stages(result: PointResult, per_sample_ms: dict[str, float] | None) -> PointResult:
+    """The point's result with its client-side processing cost per request (per sample × the point's batch size)."""
+    if not per_sample_ms:
+        return result
+    per_request = {k: v * result.point.batch_size for k, v in per_sample_ms.items()}
+    return result.model_copy(update={"client_stages_ms": per_request})

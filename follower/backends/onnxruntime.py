@@ -28,6 +28,11 @@ def kserve_server_argv(module: str, model_file: Path, model: ModelMeta, host: st
         argv += ["--max-queue-delay-us", str(server.dynamic_batching.max_queue_delay_us)]
     if grpc_port is not None:
         argv += ["--grpc-port", str(grpc_port)]
+    # Server-side processing: the server takes raw data and runs the named benchfleet processors itself.
+    if server.preprocess:
+        argv += ["--preprocess", server.preprocess]
+    if server.postprocess:
+        argv += ["--postprocess", server.postprocess]
     if cpus:
         argv += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
     # The server exits by itself if this process dies, even by SIGKILL.
@@ -51,7 +56,7 @@ class OnnxRuntimeBackend(ProcessBackend):
     ) -> None:
         super().__init__(host=host, cpus=cpus, server=server)
         self.intra_op_threads = intra_op_threads if intra_op_threads is not None else self.server.threads
-        self.provider = provider or self.server.execution_provider
+        self.provider = provider or self.server.ort_provider
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -74,6 +79,8 @@ class OnnxRuntimeBackend(ProcessBackend):
         argv = kserve_server_argv("follower.servers.ort_server", onnx_file, model, self.host, port, self.cpus, self.server,
                                   self.grpc_port)
         argv += ["--provider", self.provider]
+        if self.provider != "CPUExecutionProvider":
+            argv += ["--device-id", str(self.server.gpu_index)]
         if self.intra_op_threads is not None:
             argv += ["--intra-op-threads", str(self.intra_op_threads)]
         self._spawn(argv, workdir, model, cwd=SOURCE_ROOT)

@@ -65,16 +65,41 @@ def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
     return request.SerializeToString()
 
 
+def _is_raw(values: Sequence[object]) -> bool:
+    """Raw request data (encoded images, text) kept for server-side preprocessing, not tensors."""
+    first = values[0] if len(values) else None
+    return isinstance(first, bytes | bytearray | str) or (isinstance(first, np.ndarray) and first.dtype.kind in "SUO")
+
+
+def raw_entry(name: str, values: Sequence[object]) -> dict[str, object]:
+    """A BYTES [N, 1] input of raw samples for a server-side preprocessor: binary as base64 text, text as is."""
+    import base64
+
+    data: list[object] = []
+    for v in values:
+        v = v.item() if isinstance(v, np.ndarray) else v
+        data.append(base64.b64encode(bytes(v)).decode("ascii") if isinstance(v, bytes | bytearray) else str(v))
+    return {"name": name, "shape": [len(data), 1], "datatype": "BYTES", "data": data}
+
+
 def sample_entries(
-    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rng: np.random.Generator
+    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rng: np.random.Generator,
+    rows: Sequence[int] | None = None,
 ) -> list[dict[str, object]]:
-    """One request's inputs drawn from request data: `batch_size` samples (the same rows for every input) stacked."""
+    """One request's inputs drawn from request data: `batch_size` samples (the same rows for every input) stacked.
+
+    `rows` names the samples (a trace's per-request input); by default they are drawn with `rng`.
+    """
     n = min(len(v) for v in samples.values())
-    rows = rng.integers(0, n, size=batch_size)
+    if rows is None:
+        rows = rng.integers(0, n, size=batch_size)
     entries: list[dict[str, object]] = []
     for spec in inputs:
         if spec.name not in samples:
             raise ValueError(f"request data has no field for input {spec.name!r} (it has {sorted(samples)})")
+        if _is_raw(samples[spec.name]):
+            entries.append(raw_entry(spec.name, [samples[spec.name][r] for r in rows]))
+            continue
         kinds = {**_INT_KINDS, **_FLOAT_KINDS, "BOOL": np.bool_}
         if spec.datatype not in kinds:
             raise ValueError(f"input {spec.name!r}: datatype {spec.datatype} cannot be fed from request data")
@@ -109,11 +134,35 @@ def build_bodies(
             entries.append(
                 {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}
             )
-        if wire == "grpc":
-            bodies.append(grpc_body(entries))
-        elif wire == "tfserving":
-            nested = {e["name"]: np.asarray(e["data"]).reshape(e["shape"]).tolist() for e in entries}
-            bodies.append(orjson.dumps({"inputs": nested}))
-        else:
-            bodies.append(orjson.dumps({"inputs": entries}))
+        bodies.append(encode_body(entries, wire))
     return bodies
+
+
+def encode_body(entries: Sequence[dict[str, object]], wire: str) -> bytes:
+    """One request's inputs in the backend's dialect (see build_bodies)."""
+    if wire == "grpc":
+        return grpc_body(entries)
+    if wire == "tfserving":
+        nested = {e["name"]: np.asarray(e["data"]).reshape(e["shape"]).tolist() for e in entries}
+        return orjson.dumps({"inputs": nested})
+    return orjson.dumps({"inputs": entries})
+
+
+def build_row_bodies(
+    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rows: np.ndarray,
+    wire: str = "kserve",
+) -> tuple[list[bytes], np.ndarray]:
+    """Bodies for a trace's per-request inputs: (one body per distinct row, each request's index into them).
+
+    The request naming row k sends samples k, k+1, ..., k+batch_size-1 (wrapping at the end of the data set).
+    """
+    n = min(len(v) for v in samples.values())
+    distinct, body_index = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+    if len(distinct) and (distinct[0] < 0 or distinct[-1] >= n):
+        raise ValueError(f"the trace names input rows up to {int(distinct[-1])}; the request data has {n} rows")
+    rng = np.random.default_rng(0)  # unused: the rows are given
+    bodies = [
+        encode_body(sample_entries(inputs, batch_size, samples, rng, rows=[(int(k) + j) % n for j in range(batch_size)]), wire)
+        for k in distinct
+    ]
+    return bodies, body_index.astype(np.int64)

@@ -73,7 +73,9 @@ SWITCH_INTERVAL_S = 100e-6
 # How far in the future the first request is scheduled, so the timer thread and ticker are running before it.
 DEFAULT_LEAD_NS = 50_000_000
 
-STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns")
+STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns", "preprocess_ns", "postprocess_ns")
+# Stages only a server running processors reports (data.processing: server); -1 elsewhere, which means "none ran".
+OPTIONAL_STAGES = ("preprocess_ns", "postprocess_ns")
 _PARAMS_KEY = b'"parameters":'
 _HEADERS = {"Content-Type": "application/json"}
 
@@ -244,6 +246,7 @@ class _Driver:
         stop: threading.Event,
         max_concurrency: int = 256,
         cap_policy: CapPolicy = "wait",
+        body_index: np.ndarray | None = None,
     ) -> None:
         self.url = url
         self.cap = asyncio.Semaphore(max_concurrency)
@@ -253,6 +256,9 @@ class _Driver:
         self.session = session
         # The raw client takes each body's full request bytes, built once here.
         self.wires = [session.wire(b) for b in self.bodies] if isinstance(session, RawHttpSession) else None
+        # Request i sends bodies[pick[i]] (a trace's per-request input) or, by default, bodies[i % len(bodies)].
+        n = len(self.bodies)
+        self.pick: list[int] = body_index.tolist() if body_index is not None else [i % n for i in range(len(records))]
         self.stop = stop
         self.tasks: set[asyncio.Task[None]] = set()
         self.loop = asyncio.get_running_loop()
@@ -281,7 +287,7 @@ class _Driver:
         async with self.cap:
             rec = self.rec
             wires = self.wires
-            wire = wires[i % len(wires)]  # type: ignore[index]
+            wire = wires[self.pick[i]]  # type: ignore[index]
             rec.sent_ns[i] = time.monotonic_ns()
             try:
                 status, first_ns, payload = await self.session.fetch(wire)  # type: ignore[union-attr]
@@ -312,7 +318,7 @@ class _Driver:
 
     async def _request(self, i: int) -> None:
         rec = self.rec
-        body = self.bodies[i % len(self.bodies)]
+        body = self.bodies[self.pick[i]]
         rec.sent_ns[i] = time.monotonic_ns()
         try:
             async with self.session.post(self.url, data=body, headers=_HEADERS) as response:
@@ -449,10 +455,14 @@ async def run_open_loop(
     cap_policy: CapPolicy = "wait",
     on_tick: TickCallback | None = None,
     tick_every_ns: int = 1_000_000_000,
+    body_index: np.ndarray | None = None,
 ) -> LoadRecords:
-    """POST bodies[i % len] to `url` at start_ns + offsets_ns[i] (monotonic ns) and record every request."""
+    """POST bodies[i % len] (or bodies[body_index[i]]) to `url` at start_ns + offsets_ns[i] (monotonic ns); record all."""
     if not bodies:
         raise ValueError("need at least one request body")
+    if body_index is not None and (len(body_index) != len(offsets_ns) or (len(body_index) and (
+            int(body_index.min()) < 0 or int(body_index.max()) >= len(bodies)))):  # fmt: skip
+        raise ValueError("body_index must give each request an index into bodies")
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
     stop = stop or threading.Event()
@@ -460,7 +470,7 @@ async def run_open_loop(
     own_session = session is None
     if session is None:
         session = _open_loop_session(max_concurrency, timeout_s, url)
-    driver = _Driver(url, bodies, rec, session, stop, max_concurrency, cap_policy)
+    driver = _Driver(url, bodies, rec, session, stop, max_concurrency, cap_policy, body_index)
     ticker = asyncio.get_running_loop().create_task(driver.ticker(on_tick, tick_every_ns))
     thread: threading.Thread | None = None
     dispatcher: asyncio.Task[None] | None = None
@@ -544,6 +554,7 @@ def drive(
     on_tick: TickCallback | None = None,
     tick_every_ns: int = 1_000_000_000,
     start_ns: int | None = None,
+    body_index: np.ndarray | None = None,
 ) -> LoadRecords:
     """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread).
 
@@ -567,6 +578,7 @@ def drive(
                 cap_policy=cap_policy,
                 on_tick=on_tick,
                 tick_every_ns=tick_every_ns,
+                body_index=body_index,
             )
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

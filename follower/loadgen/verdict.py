@@ -9,7 +9,7 @@ import numpy as np
 from common.results import Percentiles
 from common.spec import SLO
 from common.stats import encode, histogram_of, quantile_ci, summarize_ns
-from follower.loadgen.openloop import DROPPED, STAGES, LoadRecords
+from follower.loadgen.openloop import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
@@ -105,7 +105,8 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
     ok = records.ok
     have = ok.copy()
     for stage in STAGES:
-        have &= records.stages_ns[stage] >= 0
+        if stage not in OPTIONAL_STAGES:
+            have &= records.stages_ns[stage] >= 0
     if not have.any():
         return None
     service = (records.done_ns[have] - records.sent_ns[have]).astype(np.float64)
@@ -113,6 +114,10 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
     server_total = np.zeros(int(have.sum()))
     for stage in STAGES:
         values = records.stages_ns[stage][have].astype(np.float64)
+        if stage in OPTIONAL_STAGES:
+            if not (values >= 0).any():
+                continue  # no server-side processor ran: no such stage (rather than a stage of 0 ms)
+            values = np.maximum(values, 0)
         out[stage.removesuffix("_ns")] = float(values.mean()) / 1e6
         server_total += values
     out["transmission"] = float((service - server_total).mean()) / 1e6

@@ -41,6 +41,9 @@ def decode_request(model: KServeModel, request: pb.ModelInferRequest) -> tuple[d
             raise BadRequest(f"input {name!r} is given twice")
         if tensor.datatype != spec["datatype"]:
             raise BadRequest(f"input {name!r}: datatype {tensor.datatype!r} does not match the model's {spec['datatype']}")
+        if tensor.datatype == "BYTES" and model.preprocess:
+            feeds[name] = _bytes_input(name, request, k, tensor)
+            continue
         dtype = V2_TO_NUMPY.get(tensor.datatype)
         if dtype is None:
             raise BadRequest(f"input {name!r}: datatype {tensor.datatype} is not supported by this server")
@@ -70,6 +73,36 @@ def decode_request(model: KServeModel, request: pb.ModelInferRequest) -> tuple[d
     if unknown:
         raise BadRequest(f"unknown outputs {unknown}; the model's outputs are {sorted(model.outputs)}")
     return feeds, names
+
+
+def _bytes_input(name: str, request: pb.ModelInferRequest, k: int, tensor: Any) -> np.ndarray:
+    """A raw-data BYTES input (server-side preprocessing): 4-byte little-endian lengths before each raw element."""
+    shape = list(tensor.shape)
+    if any(d < 0 for d in shape) or len(shape) != 2:
+        raise BadRequest(f"input {name!r}: shape {shape} does not fit the raw input's [-1, 1]")
+    if request.raw_input_contents:
+        raw, items, at = request.raw_input_contents[k], [], 0
+        while at < len(raw):
+            if at + 4 > len(raw):
+                raise BadRequest(f"input {name!r}: truncated BYTES element length")
+            size = int.from_bytes(raw[at : at + 4], "little")
+            if at + 4 + size > len(raw):
+                raise BadRequest(f"input {name!r}: BYTES element overruns the raw contents")
+            items.append(raw[at + 4 : at + 4 + size])
+            at += 4 + size
+    else:
+        items = list(tensor.contents.bytes_contents)
+    if len(items) != math.prod(shape):
+        raise BadRequest(f"input {name!r}: {len(items)} BYTES elements do not fill shape {shape}")
+    return np.asarray(items, dtype=object).reshape(shape)
+
+
+def _raw_output(array: np.ndarray) -> bytes:
+    """An output tensor's raw contents: little-endian values, or length-prefixed elements for BYTES."""
+    if array.dtype == np.dtype(object):
+        parts = [v if isinstance(v, bytes) else str(v).encode() for v in array.ravel()]
+        return b"".join(len(v).to_bytes(4, "little") + v for v in parts)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -131,7 +164,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         submitted = time.perf_counter_ns()
         try:
-            arrays, queue_ns, infer_ns = await model.submit(feeds, names, submitted)
+            arrays, queue_ns, infer_ns, processing = await model.infer(feeds, names, submitted)
+        except BadRequest as exc:  # raw data a server-side preprocessor could not read
+            model.stats["errors"] += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:  # noqa: BLE001 - engine faults become a status, never a dead stream
             model.stats["errors"] += 1
             code = grpc.StatusCode.INVALID_ARGUMENT if "INVALID_ARGUMENT" in str(exc) else grpc.StatusCode.INTERNAL
@@ -144,9 +180,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             out = response.outputs.add()
             out.name, out.datatype = name, model.outputs[name]["datatype"]
             out.shape.extend(array.shape)
-            response.raw_output_contents.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+            response.raw_output_contents.append(_raw_output(array))
         params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": submitted - t_decode,
-                  "encode_ns": time.perf_counter_ns() - t_encode}  # fmt: skip
+                  "encode_ns": time.perf_counter_ns() - t_encode, **processing}  # fmt: skip
         for key, value in params.items():
             response.parameters[key].int64_param = value
         model.stats["ok"] += 1

@@ -148,7 +148,7 @@ class KServeModel:
     engine_version = "unknown"
 
     def __init__(self, model_path: str, name: str, version: str, *, instances: int = 1, max_batch_size: int = 0,
-                 max_queue_delay_us: int = 0) -> None:
+                 max_queue_delay_us: int = 0, preprocess: str | None = None, postprocess: str | None = None) -> None:
         self.model_path = model_path
         self.name = name
         self.version = version
@@ -166,6 +166,16 @@ class KServeModel:
         self.max_queue_delay_ns = max_queue_delay_us * 1000
         self._pending: list[_Pending] = []
         self._wakeup: asyncio.Event | None = None
+        # Server-side processing (follower.processing): the model's one input is then taken raw (BYTES [N, 1]) and
+        # preprocessed here, and/or its one output is postprocessed into one JSON document per row.
+        self.preprocess = preprocess
+        self.postprocess = postprocess
+        self._engine_inputs: dict[str, dict[str, Any]] = {}
+        self._processing_ready = preprocess is None and postprocess is None
+        # Processors run on their own workers, so a slow image decode never waits behind engine runs in their queue.
+        self.processing = EnginePool(max(1, instances), f"{self.platform}-process")
+        if preprocess or postprocess:
+            self.stats.update({"preprocess_ns": 0, "postprocess_ns": 0})
 
     # -- engine hooks ------------------------------------------------------------------------------------------
 
@@ -186,6 +196,7 @@ class KServeModel:
             started = time.monotonic()
             try:
                 self.load()
+                self._apply_processing()
                 log.warning("model %s loaded from %s in %.3fs", self.name, self.model_path, time.monotonic() - started)
             except BaseException as exc:  # noqa: BLE001 - any failure must end the server, not leave it unready forever
                 self.load_error = exc
@@ -198,7 +209,58 @@ class KServeModel:
 
     @property
     def ready(self) -> bool:
-        return self.handle is not None
+        return self.handle is not None and self._processing_ready
+
+    def _apply_processing(self) -> None:
+        """Rewrite the served signature for server-side processing (raw BYTES in, JSON BYTES out); checks the names."""
+        from follower.processing import RAW_INPUT_SHAPE, get_processor
+
+        self._engine_inputs = {k: dict(v) for k, v in self.inputs.items()}
+        if self.preprocess:
+            get_processor(self.preprocess, "pre")
+            if len(self.inputs) != 1:
+                raise ValueError(f"server-side preprocessing feeds a model with one input; this one has {sorted(self.inputs)}")
+            name = next(iter(self.inputs))
+            self.inputs[name] = {"name": name, "datatype": "BYTES", "shape": list(RAW_INPUT_SHAPE)}
+        if self.postprocess:
+            get_processor(self.postprocess, "post")
+            if len(self.outputs) != 1:
+                raise ValueError(f"server-side postprocessing reads a model with one output; this one has {sorted(self.outputs)}")
+            name = next(iter(self.outputs))
+            self.outputs[name] = {"name": name, "datatype": "BYTES", "shape": list(RAW_INPUT_SHAPE)}
+        self._processing_ready = True
+
+    async def infer(
+        self, feeds: dict[str, np.ndarray], names: list[str], submitted_ns: int
+    ) -> tuple[list[np.ndarray], int, int, dict[str, int]]:
+        """Server-side preprocess, the engine run (`submit`), server-side postprocess: outputs, queue/infer ns, and
+        the processing stages' ns ({} when the server runs no processor)."""
+        if self.preprocess is None and self.postprocess is None:
+            arrays, queue_ns, infer_ns = await self.submit(feeds, names, submitted_ns)
+            return arrays, queue_ns, infer_ns, {}
+        from follower.processing import server_postprocess, server_preprocess
+
+        loop = asyncio.get_running_loop()
+        stages = {"preprocess_ns": 0, "postprocess_ns": 0}
+        if self.preprocess:
+            name = next(iter(feeds))
+            shape = self._engine_inputs[name]["shape"]
+            try:
+                batch = await self.processing.run(loop, server_preprocess, self.preprocess, feeds[name], shape)
+            except ValueError as exc:
+                raise BadRequest(f"input {name!r}: {exc}") from None
+            feeds = {name: batch}
+            now = time.perf_counter_ns()
+            stages["preprocess_ns"] = now - submitted_ns
+            submitted_ns = now
+        arrays, queue_ns, infer_ns = await self.submit(feeds, names, submitted_ns)
+        if self.postprocess:
+            started = time.perf_counter_ns()
+            arrays = [await self.processing.run(loop, server_postprocess, self.postprocess, a) for a in arrays]
+            stages["postprocess_ns"] = time.perf_counter_ns() - started
+        self.stats["preprocess_ns"] += stages["preprocess_ns"]
+        self.stats["postprocess_ns"] += stages["postprocess_ns"]
+        return arrays, queue_ns, infer_ns, stages
 
     # -- protocol ----------------------------------------------------------------------------------------------
 
@@ -232,7 +294,7 @@ class KServeModel:
             datatype = item.get("datatype")
             if datatype != spec["datatype"]:
                 raise BadRequest(f"input {name!r}: datatype {datatype!r} does not match the model's {spec['datatype']}")
-            dtype = V2_TO_NUMPY.get(datatype)
+            dtype = np.dtype(object) if datatype == "BYTES" and self.preprocess else V2_TO_NUMPY.get(datatype)
             if dtype is None:
                 raise BadRequest(f"input {name!r}: datatype {datatype} is not supported by this server's JSON encoding")
             shape = item.get("shape")
@@ -246,6 +308,8 @@ class KServeModel:
                 raise BadRequest(f"input {name!r}: 'data' must be a flat list")
             if len(data) != math.prod(shape):
                 raise BadRequest(f"input {name!r}: {len(data)} values do not fill shape {shape}")
+            if dtype == np.dtype(object) and not all(isinstance(v, str) for v in data):
+                raise BadRequest(f"input {name!r}: BYTES elements must be strings (base64 for binary data)")
             try:
                 feeds[name] = np.asarray(data, dtype=dtype).reshape(shape)
             except (TypeError, ValueError, OverflowError) as exc:
@@ -342,9 +406,9 @@ class KServeModel:
         for name, array in zip(names, arrays, strict=True):
             if array.dtype == np.float16:
                 array = array.astype(np.float32)  # orjson has no float16; JSON numbers lose nothing
-            out.append(
-                {"name": name, "datatype": self.outputs[name]["datatype"], "shape": list(array.shape), "data": array.ravel()}
-            )
+            # BYTES (postprocessed JSON documents) are an object array, which orjson's numpy support refuses.
+            data: Any = array.ravel().tolist() if array.dtype == np.dtype(object) else array.ravel()
+            out.append({"name": name, "datatype": self.outputs[name]["datatype"], "shape": list(array.shape), "data": data})
         return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -434,7 +498,10 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         submitted = time.perf_counter_ns()
         decode_ns = submitted - t_decode
         try:
-            arrays, queue_ns, infer_ns = await server.submit(feeds, names, submitted)
+            arrays, queue_ns, infer_ns, processing = await server.infer(feeds, names, submitted)
+        except BadRequest as exc:  # raw data a server-side preprocessor could not read
+            server.stats["errors"] += 1
+            return 400, orjson.dumps({"error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - ORT raises its own types for shape/type faults the checks missed
             server.stats["errors"] += 1
             return 400 if "INVALID_ARGUMENT" in str(exc) else 500, orjson.dumps({"error": f"inference failed: {exc}"})
@@ -447,7 +514,7 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
         if request_id is not None:
             head += b',"id":' + orjson.dumps(request_id)
         encode_ns = time.perf_counter_ns() - t_encode
-        params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": decode_ns, "encode_ns": encode_ns}
+        params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": decode_ns, "encode_ns": encode_ns, **processing}
         server.stats["ok"] += 1
         return 200, head + b',"outputs":' + outputs + b',"parameters":' + orjson.dumps(params) + b"}"
 
@@ -473,6 +540,7 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
             if grpc_server is not None:
                 await grpc_server.stop(grace=1.0)
             server.executor.shutdown(wait=False, cancel_futures=True)
+            server.processing.shutdown(wait=False, cancel_futures=True)
 
     routes = [
         Route("/v2", server_metadata),
@@ -501,6 +569,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-delay-us", type=int, default=0, help="dynamic batching: longest wait to fill a batch")
     parser.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the server to (default: unpinned)")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the follower) is gone")
+    parser.add_argument("--preprocess", default=None, help="server-side preprocessor (follower.processing): raw input")
+    parser.add_argument("--postprocess", default=None, help="server-side postprocessor (follower.processing)")
 
 
 def pin_cpus(spec: str | None) -> set[int] | None:

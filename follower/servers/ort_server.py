@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from common.devices import GPU_PROVIDERS
 from follower.servers.kserve_http import V2_TO_NUMPY, BadRequest, KServeModel, add_common_args, build_app, pin_cpus, serve
 
 __all__ = ["ORT_TO_V2", "V2_TO_NUMPY", "BadRequest", "ModelServer", "build_app", "main", "parse_args"]
@@ -49,9 +50,10 @@ class ModelServer(KServeModel):
     engine_version = ort.__version__
 
     def __init__(self, model_path: str, name: str, version: str, providers: list[str], intra_op_threads: int | None,
-                 **options: Any) -> None:
+                 device_id: int = 0, **options: Any) -> None:
         super().__init__(model_path, name, version, **options)
         self.providers = providers
+        self.device_id = device_id
         self.intra_op_threads = intra_op_threads
 
     @property
@@ -67,7 +69,15 @@ class ModelServer(KServeModel):
         # the generator's core and shows up as send lag, so they sleep instead.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        session = ort.InferenceSession(self.model_path, sess_options=options, providers=self.providers)
+        providers: list[Any] = [
+            (p, {"device_id": self.device_id}) if p in GPU_PROVIDERS else p for p in self.providers
+        ]
+        session = ort.InferenceSession(self.model_path, sess_options=options, providers=providers)
+        # ORT quietly falls back to the CPU when a requested provider cannot load (no CUDA, a CPU-only wheel):
+        # a GPU benchmark that ran on the CPU would be a false result, so refuse to become ready instead.
+        if session.get_providers()[0] != self.providers[0]:
+            raise RuntimeError(f"{self.providers[0]} is not available to onnxruntime {ort.__version__} here "
+                               f"(available: {', '.join(ort.get_available_providers())})")
         self.inputs = {
             i.name: {"name": i.name, "datatype": ORT_TO_V2.get(i.type, i.type), "shape": _dims(i.shape)}
             for i in session.get_inputs()
@@ -89,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_args(parser)
     parser.add_argument("--intra-op-threads", type=int, default=None, help="ORT intra-op threads (default: ORT's own choice)")
     parser.add_argument("--provider", action="append", default=None, help="ORT execution provider; repeatable")
+    parser.add_argument("--device-id", type=int, default=0, help="GPU ordinal for a GPU execution provider")
     return parser.parse_args(argv)
 
 
@@ -99,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     cpus = pin_cpus(args.cpus)
     intra_op_threads = args.intra_op_threads or (len(cpus) if cpus else None)
     server = ModelServer(
-        args.model, args.name, args.version, args.provider or ["CPUExecutionProvider"], intra_op_threads,
+        args.model, args.name, args.version, args.provider or ["CPUExecutionProvider"], intra_op_threads, args.device_id,
         instances=args.instances, max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
+        preprocess=args.preprocess, postprocess=args.postprocess,
     )
     return serve(server, args.host, args.port, args.parent_pid, args.grpc_port)
 

@@ -25,11 +25,13 @@ class TorchScriptServer(KServeModel):
     platform = "pytorch_libtorch"
 
     def __init__(self, model_path: str, name: str, version: str, signature: dict[str, Any], threads: int | None,
-                 **options: Any) -> None:
+                 device: str = "cpu", **options: Any) -> None:
         super().__init__(model_path, name, version, **options)
         self.signature = signature
         self.threads = threads
+        self.device_name = device
         self._torch: Any = None
+        self._device: Any = None
 
     def load(self) -> None:
         """torch.jit.load the module (blocking) and take the signature given on the command line."""
@@ -39,7 +41,11 @@ class TorchScriptServer(KServeModel):
         if self.threads:
             torch.set_num_threads(self.threads)
         torch.set_num_interop_threads(1)
-        module = torch.jit.load(self.model_path, map_location="cpu").eval()
+        if self.device_name.startswith("cuda") and not torch.cuda.is_available():
+            # Never fall back to the CPU: a GPU benchmark that ran on the CPU would be a false result.
+            raise RuntimeError(f"device {self.device_name} asked for, but CUDA is not available to torch {torch.__version__}")
+        self._device = torch.device(self.device_name)
+        module = torch.jit.load(self.model_path, map_location=self._device).eval()
         self.inputs = {i["name"]: {"name": i["name"], "datatype": i["datatype"], "shape": i["shape"]}
                        for i in self.signature["inputs"]}
         self.outputs = {o["name"]: {"name": o["name"], "datatype": o["datatype"], "shape": o["shape"]}
@@ -48,14 +54,18 @@ class TorchScriptServer(KServeModel):
         self.handle = module  # published last: readiness flips only when everything above is in place
 
     def run_batch(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
-        """forward(*inputs in signature order); outputs picked by name."""
+        """forward(*inputs in signature order); outputs picked by name.
+
+        On a GPU the copies in and out are part of the inference stage, as they are for any GPU server; `.cpu()`
+        waits for the kernels, so the stage ends when the answer exists.
+        """
         torch = self._torch
-        args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.inputs]
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self._device) for name in self.inputs]
         with torch.inference_mode():
             out = self.handle(*args)
         outs = list(out) if isinstance(out, tuple | list) else [out]
         by_name = dict(zip(self.outputs, outs, strict=False))
-        return [by_name[n].numpy() for n in names]
+        return [by_name[n].cpu().numpy() for n in names]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_args(parser)
     parser.add_argument("--signature", required=True, help='JSON {"inputs": [...], "outputs": [...]} (ModelMeta form)')
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: one per pinned CPU)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
     return parser.parse_args(argv)
 
 
@@ -74,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     cpus = pin_cpus(args.cpus)
     threads = args.threads or (len(cpus) if cpus else None)
     server = TorchScriptServer(
-        args.model, args.name, args.version, json.loads(args.signature), threads,
+        args.model, args.name, args.version, json.loads(args.signature), threads, args.device,
         instances=args.instances, max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
+        preprocess=args.preprocess, postprocess=args.postprocess,
     )
     return serve(server, args.host, args.port, args.parent_pid, args.grpc_port)
 

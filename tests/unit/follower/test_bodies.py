@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import orjson
 import pytest
@@ -105,5 +107,29 @@ def test_sample_images_feed_an_image_model_through_the_processor_registry(tmp_pa
     samples = resolve_samples(DataRef(source="sample_images"), model, client=None, cache_dir=tmp_path)
     assert samples is not None and samples["x"][0].shape == (3, 32, 32)
     assert len(build_bodies(model.inputs, 2, seed=0, variants=2, samples=samples)) == 2
-    with pytest.raises(ValueError, match="server-side processing is not available"):
+    with pytest.raises(ValueError, match="needs a preprocess or postprocess"):
         DataRef(source="sample_images", processing="server")  # refused in the spec, before any job exists
+    with pytest.raises(ValueError, match="raw request data"):
+        DataRef(source="synthetic", preprocess="image_imagenet", processing="server")
+    # Server-side: the samples stay encoded images and travel as base64 text in a BYTES [N, 1] tensor.
+    raw = resolve_samples(DataRef(source="sample_images", preprocess="image_imagenet", processing="server"), model,
+                          client=None, cache_dir=tmp_path)  # fmt: skip
+    assert raw is not None and isinstance(raw["x"][0], bytes) and raw["x"][0][:4] == b"\x89PNG"
+    (body,) = build_bodies(model.inputs, 2, seed=0, variants=1, samples=raw)
+    (entry,) = orjson.loads(body)["inputs"]
+    assert (entry["name"], entry["datatype"], entry["shape"]) == ("x", "BYTES", [2, 1])
+    assert base64.b64decode(entry["data"][0])[:4] == b"\x89PNG"
+
+
+def test_row_bodies_send_the_rows_a_trace_names() -> None:
+    from follower.loadgen.bodies import build_row_bodies
+
+    spec = TensorSpec(name="x", datatype="FP32", shape=[-1, 2])
+    samples = {"x": [np.array([float(k), -float(k)], dtype=np.float32) for k in range(4)]}
+    bodies, index = build_row_bodies([spec], 2, samples, np.array([3, 0, 3, 1]))
+    assert len(bodies) == 3 and index.tolist() == [2, 0, 2, 1]  # one body per distinct row
+    sent = [orjson.loads(bodies[i])["inputs"][0]["data"] for i in index]
+    assert sent[0] == [3.0, -3.0, 0.0, -0.0]  # row 3, then row 0 (wrapped) for the batch's second sample
+    assert sent[1] == [0.0, -0.0, 1.0, -1.0]
+    with pytest.raises(ValueError, match="rows up to 9"):
+        build_row_bodies([spec], 1, samples, np.array([9]))

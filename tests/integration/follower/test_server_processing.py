@@ -1,0 +1,167 @@
+"""Server-side processing on our own model servers: the client sends encoded images, the server runs the registered
+preprocessor (and top-k postprocessor); the answer's top-1 equals the in-process reference, and the measured point
+reports the server's pre-processing stage, while a client-side run reports client pre-processing instead."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from common.models import ModelMeta, TensorSpec
+from common.procs import SupervisedProcess, free_port, http_ready
+from common.spec import DataRef, PointSpec, ServerOptions
+from follower.request_data import resolve_request_data, with_client_stages
+from follower.runner import run_backend
+
+pytestmark = pytest.mark.integration
+skimage = pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
+
+ROOT = Path(__file__).resolve().parents[3]
+SIDE = 32
+ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+
+
+def image_classifier() -> bytes:
+    """A tiny N×3×32×32 → N×10 classifier (global average pool, dense): its top-1 differs between the samples."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    # Seed 10 gives the five shipped sample images four different classes.
+    dense = numpy_helper.from_array(np.random.default_rng(10).standard_normal((3, 10)).astype(np.float32), "dense_w")
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["image"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "dense_w"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "imgcls",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, SIDE, SIDE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        initializer=[dense],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
+    path = tmp_path_factory.mktemp("imgcls") / "imgcls.onnx"
+    path.write_bytes(image_classifier())
+    meta = ModelMeta(
+        name="imgcls", version="1", format="onnx",
+        inputs=[TensorSpec(name="image", datatype="FP32", shape=[-1, 3, SIDE, SIDE])],
+        outputs=[TensorSpec(name="logits", datatype="FP32", shape=[-1, 10])],
+        sha256="0" * 64, size_bytes=path.stat().st_size, created_at=datetime.now(UTC),
+    )  # fmt: skip
+    return path, meta
+
+
+@pytest.fixture(scope="module")
+def processing_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Our ORT server with image_imagenet before and topk after inference, serving the classifier raw."""
+    path, _ = classifier
+    port = free_port()
+    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", "imgcls",
+            "--port", str(port), "--preprocess", "image_imagenet", "--postprocess", "topk"]  # fmt: skip
+    log = tmp_path_factory.mktemp("ortproc") / "ort.log"
+    with SupervisedProcess(argv, name="ort server (processing)", log_path=log, cwd=ROOT) as proc:
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=30)
+        yield url
+
+
+def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:
+    """In-process: the same preprocessor, onnxruntime in this process, argmax."""
+    from follower.processing import image_to_tensor
+
+    batch = np.stack([image_to_tensor(img, SIDE) for img in images])
+    logits = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"image": batch})[0]
+    return [int(i) for i in logits.argmax(axis=1)]
+
+
+def test_server_side_processing_answers_the_in_process_top1(
+    classifier: tuple[Path, ModelMeta], processing_server: str
+) -> None:
+    from follower.processing import raw_sample_images
+
+    path, _ = classifier
+    images = raw_sample_images()
+    expected = reference_top1(path, images)
+    assert len(set(expected)) > 1, "the reference should not give every image the same class"
+    meta = httpx.get(f"{processing_server}/v2/models/imgcls").json()
+    assert meta["inputs"] == [{"name": "image", "datatype": "BYTES", "shape": [-1, 1]}]
+    assert meta["outputs"] == [{"name": "logits", "datatype": "BYTES", "shape": [-1, 1]}]
+    data = [base64.b64encode(img).decode("ascii") for img in images]
+    body = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [len(data), 1], "data": data}]}
+    response = httpx.post(f"{processing_server}/v2/models/imgcls/infer", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    (out,) = doc["outputs"]
+    assert (out["datatype"], out["shape"]) == ("BYTES", [len(images), 1])
+    rows = [json.loads(text) for text in out["data"]]
+    assert [row[0]["index"] for row in rows] == expected
+    assert all(len(row) == 5 and row[0]["score"] >= row[1]["score"] for row in rows)
+    params = doc["parameters"]
+    assert params["preprocess_ns"] > 0 and params["postprocess_ns"] > 0 and params["infer_ns"] > 0
+
+    # The client-side path gives the same classes: preprocessed tensors to a plain server run in-process here.
+    samples, client_ms = resolve_request_data(DataRef(source="sample_images"), classifier[1], client=None, cache_dir=path.parent)
+    assert samples is not None and client_ms is not None and client_ms["preprocess"] > 0
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {"image": np.stack(samples["image"])})[0]
+    assert [int(i) for i in logits.argmax(axis=1)] == expected
+
+
+def test_raw_input_errors_are_400_naming_the_input(processing_server: str) -> None:
+    url = f"{processing_server}/v2/models/imgcls/infer"
+    not_b64 = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1, 1], "data": ["%%%"]}]}
+    response = httpx.post(url, json=not_b64)
+    assert response.status_code == 400 and "'image'" in response.json()["error"] and "base64" in response.json()["error"]
+    not_image = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1, 1], "data": [base64.b64encode(b"no").decode()]}]}
+    response = httpx.post(url, json=not_image)
+    assert response.status_code == 400 and "decodable image" in response.json()["error"]
+    tensor = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1], "data": [0.5]}]}
+    assert httpx.post(url, json=tensor).status_code == 400
+
+
+def _point(processing: str) -> PointSpec:
+    server = ServerOptions(preprocess="image_imagenet", postprocess="topk") if processing == "server" else ServerOptions()
+    return PointSpec(
+        index=0, backend="onnxruntime", batch_size=1, pattern="poisson", rate=40.0, duration_s=1.5, warmup_s=0.5,
+        max_concurrency=16, seed=3, server=server,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("processing", ["client", "server"])
+def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta], tmp_path: Path, processing: str) -> None:
+    path, meta = classifier
+    data = DataRef(source="sample_images", preprocess="image_imagenet", postprocess="topk", processing=processing)  # type: ignore[arg-type]
+    samples, client_ms = resolve_request_data(data, meta, client=None, cache_dir=tmp_path)
+
+    async def run() -> list:
+        return [r async for r in run_backend("onnxruntime", [_point(processing)], model=meta, model_path=path,
+                                              workdir=tmp_path, env_base=ENV, slo=None, samples=samples)]  # fmt: skip
+
+    (result,) = asyncio.run(run())
+    result = with_client_stages(result, client_ms)
+    assert result.errors == 0, result.error_sample
+    assert result.ok > 0 and result.stages_ms is not None
+    if processing == "server":
+        assert result.stages_ms["preprocess"] > 0 and result.stages_ms["postprocess"] > 0
+        assert result.client_stages_ms is None
+    else:
+        assert "preprocess" not in result.stages_ms
+        assert result.client_stages_ms is not None and result.client_stages_ms["preprocess"] > 0
