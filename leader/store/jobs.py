@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from motor.motor_asyncio import AsyncIOMotorDatabase
-from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo import ASCENDING, DESCENDING
 
 from common.errors import Conflict, NotFound
 from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView, StateChange
@@ -138,13 +138,13 @@ async def cancel_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
     current = await _get_doc(db, job_id)
     if current["state"] in TERMINAL:
         raise Conflict(f"job {job_id} is already {current['state']}", field="state")
-    doc = await db[COLLECTION].find_one_and_update(
+    doc = await _update_then_read(
+        db,
         {"_id": job_id, "state": current["state"], "attempt": current["attempt"]},
         {
             "$set": {"state": JobState.cancelled.value, "updated_at": utcnow()},
             "$push": {"history": _change(JobState.cancelled, current["attempt"], reason="cancelled by user")},
         },
-        return_document=ReturnDocument.AFTER,
     )
     if doc is None:
         # It moved between the read and the update; judge it again on its new state.
@@ -152,18 +152,32 @@ async def cancel_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
     return job_view(doc)
 
 
+async def _update_then_read(db: AsyncIOMotorDatabase, query: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:
+    """A conditional update by _id, then the document read by _id; None if the condition did not hold.
+
+    Why not find_one_and_update: SecantusDB (the embedded PerfDB) answers findAndModify with a collection scan even
+    when the filter names _id (bench/scheduler.py measures it: claim latency grows with the number of jobs), while a
+    conditional update_one and a find_one by _id both use the _id index. The read may see a later transition than
+    ours; callers use only fields that a transition does not change, or re-check the attempt.
+    """
+    result = await db[COLLECTION].update_one(query, update)
+    if not result.modified_count:
+        return None
+    return await db[COLLECTION].find_one({"_id": query["_id"]})
+
+
 async def claim_job(db: AsyncIOMotorDatabase, *, job_id: str, claim: Claim) -> JobTask:
     """assigned → running for exactly this follower and attempt, once; Conflict otherwise."""
-    doc = await db[COLLECTION].find_one_and_update(
+    doc = await _update_then_read(
+        db,
         {"_id": job_id, "state": JobState.assigned.value, "attempt": claim.attempt, "follower_id": claim.follower_id},
         {
             # dispatched: the follower holds the message, whatever the leader managed to record before.
             "$set": {"state": JobState.running.value, "dispatched": True, "updated_at": utcnow()},
             "$push": {"history": _change(JobState.running, claim.attempt, follower_id=claim.follower_id)},
         },
-        return_document=ReturnDocument.AFTER,
     )
-    if doc is None:
+    if doc is None or doc["attempt"] != claim.attempt:
         current = await _get_doc(db, job_id)
         raise Conflict(_stale_reason(current, claim.attempt, claim.follower_id, wanted="assigned"), field="attempt")
     return job_task(doc)
@@ -201,13 +215,13 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
     history = (before or {}).get("history", [])
     started = [h["at"] for h in history if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
     actual_s = round((now - as_utc(started[-1])).total_seconds(), 3) if started and state == JobState.succeeded else None
-    doc = await db[COLLECTION].find_one_and_update(
+    doc = await _update_then_read(
+        db,
         {"_id": job_id, "state": JobState.running.value, "attempt": report.attempt, "follower_id": report.follower_id},
         {
             "$set": {"state": state.value, "error": report.error, "updated_at": now, "actual_s": actual_s},
             "$push": {"history": _change(state, report.attempt, reason=report.error, follower_id=report.follower_id)},
         },
-        return_document=ReturnDocument.AFTER,
     )
     if doc is not None:
         if actual_s is not None:
