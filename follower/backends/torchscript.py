@@ -48,7 +48,7 @@ class TorchScriptBackend(ProcessBackend):
         argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus,
                                   self.server, self.grpc_port)
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
-        argv += ["--signature", json.dumps(signature)]
+        argv += ["--signature", json.dumps(signature), "--device", self.server.device]
         if self.server.threads is not None:
             argv += ["--threads", str(self.server.threads)]
         self._spawn(argv, workdir, model, cwd=SOURCE_ROOT)

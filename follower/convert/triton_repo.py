@@ -42,6 +42,8 @@ class TritonPythonModel:
         path = os.path.join(os.path.dirname(__file__), "model.onnx")
         providers = [params.get("provider", "CPUExecutionProvider")]
         self.session = ort.InferenceSession(path, sess_options=options, providers=providers)
+        if self.session.get_providers()[0] != providers[0]:  # ORT falls back to CPU silently; a benchmark must not
+            raise RuntimeError(f"{providers[0]} is not available to onnxruntime here (active: {self.session.get_providers()})")
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
 
@@ -87,13 +89,14 @@ def config_pbtxt(model: ModelMeta, server: ServerOptions, *, onnxruntime_backend
     lines.append(f"max_batch_size: {max_batch}")
     lines.append(f"input {_tensor_block(model.inputs, batched and max_batch > 0)}")
     lines.append(f"output {_tensor_block(model.outputs, batched and max_batch > 0)}")
-    kind = "KIND_GPU" if server.execution_provider.startswith(("CUDA", "Tensorrt")) else "KIND_CPU"
-    lines.append(f"instance_group [ {{ kind: {kind} count: {server.instances} }} ]")
+    gpus = f" gpus: [ {server.gpu_index} ]" if server.uses_gpu else ""
+    kind = "KIND_GPU" if server.uses_gpu else "KIND_CPU"
+    lines.append(f"instance_group [ {{ kind: {kind} count: {server.instances}{gpus} }} ]")
     if db is not None and max_batch > 0:
         sizes = ", ".join(map(str, db.preferred_batch_sizes))
         preferred = f" preferred_batch_size: [ {sizes} ]" if db.preferred_batch_sizes else ""
         lines.append(f"dynamic_batching {{{preferred} max_queue_delay_microseconds: {db.max_queue_delay_us} }}")
-    params = {"provider": server.execution_provider}
+    params = {"provider": server.ort_provider}
     if server.threads is not None:
         params["intra_op_threads"] = str(server.threads)
     if onnxruntime_backend and server.threads is not None:

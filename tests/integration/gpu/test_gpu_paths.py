@@ -1,0 +1,146 @@
+"""GPU paths: NVML host facts, TorchScript and onnxruntime on CUDA with GPU power sampled, and no silent CPU fallback.
+
+The GPU tests run where an NVIDIA GPU and CUDA are present (they skip with the reason elsewhere); the fallback tests
+run where CUDA is absent and check that a GPU configuration fails loudly instead of quietly measuring the CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from common.models import ModelMeta, TensorSpec
+from common.spec import ServerOptions, expand, parse_spec
+from follower import hostinfo
+from follower.backends import get_backend
+from follower.backends.artifacts import artifact
+from follower.runner import run_backend
+from follower.sampler import SamplerConfig
+
+pytestmark = pytest.mark.integration
+torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
+import onnxruntime as ort  # noqa: E402  (after the skip: torch is what the fixture needs first)
+
+CUDA = torch.cuda.is_available()
+GPUS = hostinfo.gpus()
+needs_gpu = pytest.mark.skipif(not (CUDA and GPUS), reason="no NVIDIA GPU with CUDA and NVML on this host")
+needs_no_cuda = pytest.mark.skipif(CUDA, reason="CUDA is available here: the no-fallback path cannot be provoked")
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
+    """A canonical fully connected model wide enough that a GPU does measurable work per request."""
+    from follower.convert.canonical import CanonicalSpec, generate
+
+    bundle, meta = generate(CanonicalSpec("fc", depth=4, width=1024, input_size=512))
+    path = tmp_path_factory.mktemp("wide") / "wide.zip"
+    path.write_bytes(bundle)
+    model = ModelMeta(
+        name="wide", version="1", format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
+        outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
+        size_bytes=len(bundle), created_at=datetime.now(UTC),
+    )
+    return path, model
+
+
+def _infer(url: str, model: ModelMeta, x: np.ndarray) -> np.ndarray:
+    """One KServe v2 JSON request; the first output as an array."""
+    body = {"inputs": [{"name": model.inputs[0].name, "shape": list(x.shape), "datatype": "FP32",
+                        "data": x.ravel().tolist()}]}  # fmt: skip
+    reply = httpx.post(url, json=body, timeout=30.0)
+    assert reply.status_code == 200, reply.text
+    out = reply.json()["outputs"][0]
+    return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+
+def _reference(wide: tuple[Path, ModelMeta], workdir: Path, x: np.ndarray) -> np.ndarray:
+    path, model = wide
+    module = torch.jit.load(str(artifact(path, model, "torchscript", workdir)), map_location="cpu").eval()
+    with torch.inference_mode():
+        out = module(torch.from_numpy(x))
+    return (out[0] if isinstance(out, tuple | list) else out).numpy()
+
+
+@needs_gpu
+def test_nvml_reports_the_gpus() -> None:
+    gpu = GPUS[0]
+    assert gpu.name and gpu.memory_mb > 1024 and gpu.uuid.startswith("GPU-")
+    assert torch.cuda.get_device_name(0) in gpu.name or gpu.name in torch.cuda.get_device_name(0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("backend", ["torchscript", "onnxruntime"])
+def test_model_on_cuda_answers_like_the_cpu_reference(backend: str, wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    if backend == "onnxruntime" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip(f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (a CPU-only wheel)")
+    path, model = wide
+    server = get_backend(backend, server=ServerOptions(device="cuda:0"))
+    server.start(path, model, tmp_path)
+    try:
+        server.wait_ready(120.0)
+        x = np.random.default_rng(0).standard_normal((4, *model.inputs[0].shape[1:])).astype(np.float32)
+        got = _infer(server.infer_url(model), model, x)
+    finally:
+        server.stop()
+    # TF32/cuBLAS on the GPU against float32 on the CPU: close, not bit-equal.
+    np.testing.assert_allclose(got, _reference(wide, tmp_path, x), rtol=2e-2, atol=2e-3)
+
+
+@needs_gpu
+def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    path, model = wide
+    spec = parse_spec({"name": "gpu", "model": "wide:1", "backends": ["torchscript"], "batch_sizes": [8],
+                       "load": {"rate": 200, "duration": 3.0, "warmup": 1.0}, "server": {"device": "cuda"}})
+    assert spec.requires.gpu  # a GPU server implies a GPU follower
+    env = {"follower_id": "f-gpu", "host": "gpuhost", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(),
+           "gpus": GPUS}
+
+    async def collect() -> list:
+        return [r async for r in run_backend("torchscript", expand(spec), model=model, model_path=path, workdir=tmp_path,
+                                             env_base=env, slo=None, sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+
+    (result,) = asyncio.run(collect())
+    assert result.errors == 0 and result.ok == result.requests > 0, result.error_sample
+    assert result.point.server.device == "cuda"
+    res = result.resources
+    assert res is not None and res.samples >= 10
+    assert res.gpu_util_percent_mean is not None and 0 <= res.gpu_util_percent_mean <= 100
+    # The server holds the model and CUDA context on the GPU: device memory in use is well above zero.
+    assert res.gpu_memory_mb_max is not None and res.gpu_memory_mb_max > 100
+    assert res.gpu_power_w_mean is not None and res.gpu_power_w_mean > 10  # an H100 idles near 70 W
+    assert res.energy_j is not None and res.energy_j > 0
+    assert res.energy_per_request_j == pytest.approx(res.energy_j / result.ok, rel=0.05)
+    assert res.co2_g_per_1m_requests is not None and res.co2_g_per_1m_requests > 0
+
+
+@needs_no_cuda
+def test_torchscript_on_cuda_without_cuda_fails_instead_of_using_the_cpu(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    path, model = wide
+    server = get_backend("torchscript", server=ServerOptions(device="cuda"))
+    server.start(path, model, tmp_path)
+    try:
+        with pytest.raises(RuntimeError) as failure:
+            server.wait_ready(120.0)
+    finally:
+        server.stop()
+    assert "CUDA is not available" in str(failure.value) + (tmp_path / "torchscript.log").read_text()
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
+def test_onnxruntime_cuda_provider_missing_fails_instead_of_using_the_cpu(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    path, model = wide
+    server = get_backend("onnxruntime", server=ServerOptions(device="cuda"))
+    server.start(path, model, tmp_path)
+    try:
+        with pytest.raises(RuntimeError) as failure:
+            server.wait_ready(120.0)
+    finally:
+        server.stop()
+    assert "CUDAExecutionProvider is not available" in str(failure.value) + (tmp_path / "onnxruntime.log").read_text()
