@@ -2,7 +2,8 @@
 
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
-follower). The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
+follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.traces).
+The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.spec import NAME_PATTERN
+from common.traces import BadTrace, inspect_trace
 
-DataFormat = Literal["npz", "jsonl", "images"]
-DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images")
+DataFormat = Literal["npz", "jsonl", "images", "trace"]
+DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
@@ -43,12 +45,17 @@ class DataSetMeta(BaseModel):
     size_bytes: int
     created_at: datetime
     owner: str = "admin"
+    # trace (common.traces): the last send offset, and the largest request-data row it names (None: names none).
+    span_s: float | None = None
+    max_input: int | None = None
 
 
 def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
     """(samples, fields) of a data set read from `fp`, or BadData saying why it is not one of `data_format`."""
     fp.seek(0)
-    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images}.get(data_format)
+    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images, "trace": _inspect_trace}.get(
+        data_format
+    )
     if inspect is None:
         raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
     try:
@@ -57,6 +64,13 @@ def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
         raise
     except Exception as exc:  # noqa: BLE001 - parsers raise many types on hostile bytes; each is the user's bad file
         raise BadData(f"unreadable as {data_format}: {type(exc).__name__}: {exc}") from None
+
+
+def _inspect_trace(fp: IO[bytes]) -> tuple[int, list[str]]:
+    try:
+        return inspect_trace(fp)
+    except BadTrace as exc:
+        raise BadData(str(exc)) from None
 
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:

@@ -19,13 +19,14 @@ import common
 from common.models import ModelMeta
 from common.results import ColdStart, Environment, PointResult, SearchStep, ServerStats, WindowStat
 from common.spec import SLO, PointSpec
+from common.traces import Trace
 from follower.backends import Backend, get_backend
 from follower.backends.stats import server_stats_delta
 from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
-from follower.loadgen.bodies import build_bodies
+from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import LoadRecords, Timer, drive, new_session
-from follower.loadgen.scaleout import COST, drive_processes, generator_count, merge
+from follower.loadgen.scaleout import COST, drive_processes, merge, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
@@ -60,6 +61,8 @@ async def run_backend(
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
+    trace: Trace | None = None,
+    forced_generators: int | None = None,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
@@ -96,6 +99,8 @@ async def run_backend(
                 progress_sink=progress_sink,
                 sampling=sampling,
                 samples=samples,
+                trace=trace,
+                forced_generators=forced_generators,
             )
             yield result
     finally:
@@ -171,11 +176,14 @@ async def run_point(
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
+    trace: Trace | None = None,
+    forced_generators: int | None = None,
 ) -> PointResult:
     """Measure one point (or search its highest SLO-meeting rate); a dead server gives an invalid result, not an exception."""
     kwargs: dict[str, Any] = dict(
         url=url, model=model, env_base=env_base, slo=slo, backend_version=backend_version, cold_start=cold_start,
         timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling, samples=samples,
+        trace=trace, forced_generators=forced_generators,
     )  # fmt: skip
     if point.search is None:
         return await _measure_point(backend, point, **kwargs)
@@ -250,9 +258,18 @@ async def _measure_point(
     progress_sink: ProgressSink | None = None,
     sampling: SamplerConfig | None = None,
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
+    trace: Trace | None = None,
+    forced_generators: int | None = None,
 ) -> PointResult:
     """Warm-up then measure one point against a running server."""
     started_at = datetime.now(UTC)
+    replay: Trace | None = None
+    if point.trace_dataset is not None:
+        if trace is None or point.pattern != "trace":
+            raise ValueError(f"point {point.index} replays trace {point.trace_dataset}, which was not fetched")
+        replay = trace
+        # The nominal rate of an uploaded trace is known only here: the entries inside the run over its duration.
+        point = point.model_copy(update={"rate": max(len(trace.within(point.duration_s)), 1) / point.duration_s})
     bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=_wire(backend), samples=samples)
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
@@ -261,7 +278,14 @@ async def _measure_point(
     max_s = max(point.duration_s, point.stability.max_duration) if point.stability else point.duration_s
     closed = point.pattern == "closed"
     offsets = np.zeros(0, dtype=np.int64)
-    if not closed:
+    body_index: np.ndarray | None = None
+    if replay is not None:
+        offsets, rows = _trace_schedule(replay, point.warmup_s, max_s)
+        if rows is not None:
+            if samples is None:
+                raise ValueError(f"trace {point.trace_dataset} names request-data rows but the job has no uploaded data")
+            bodies, body_index = build_row_bodies(model.inputs, point.batch_size, samples, rows, wire=_wire(backend))
+    elif not closed:
         offsets = point_offsets_ns(point, max_s, point.seed) + warmup_ns
         if warmup_ns > 0:
             # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
@@ -275,7 +299,12 @@ async def _measure_point(
     # up to one per generator core. Several processes cannot feed the live window monitor (it needs all records on
     # one loop): their windows are computed after the run and stability cannot end the run early.
     generator_cores = plan_cpus().generator
-    generators = 1 if closed else generator_count(point.rate, COST.estimate_s, len(generator_cores or ()))
+    gen_plan = None
+    if not closed:
+        gen_plan = plan_generators(point.rate, COST.estimate_s, len(generator_cores or ()), forced_generators)
+        if gen_plan.saturated:
+            extra.append(f"load generator {gen_plan.reason}")
+    generators = 1 if gen_plan is None else gen_plan.processes
     sampler: ResourceSampler | None = None
     server_stats: ServerStats | None = None
     if not backend.alive():
@@ -304,6 +333,7 @@ async def _measure_point(
             if generators > 1:
                 parts = await asyncio.to_thread(
                     drive_processes, url, bodies, offsets, generators, max_concurrency=point.max_concurrency,
+                    body_index=body_index,
                     timeout_s=REQUEST_TIMEOUT_S, timer=timer, cap_policy=point.cap_policy,
                 )  # fmt: skip
                 records = merge(parts, min(p.start_ns for p in parts))
@@ -326,6 +356,7 @@ async def _measure_point(
                     cap_policy=point.cap_policy,
                     monitor_factory=monitor_factory,
                     tick_every_ns=window_ns,
+                    body_index=body_index,
                 )
         finally:
             stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
@@ -404,7 +435,20 @@ async def _measure_point(
         resources=resources,
         server_stats=server_stats,
         generators=generators,
+        generator_plan=gen_plan,
     )
+
+
+def _trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """(offsets, request-data rows) of a replayed trace: its first `warmup_s` as warm-up, then the trace itself.
+
+    The measured part starts at warmup_s, so each measured request's intended time is its trace offset exactly.
+    """
+    measured, warm = trace.within(max_s), trace.within(warmup_s)
+    offsets = np.concatenate([warm.offsets_ns, measured.offsets_ns + int(round(warmup_s * 1e9))])
+    if measured.inputs is None or warm.inputs is None:
+        return offsets, None
+    return offsets, np.concatenate([warm.inputs, measured.inputs])
 
 
 def environment(env_base: dict[str, Any], *, backend_version: str, seed: int) -> Environment:

@@ -49,6 +49,10 @@ class FollowerSettings(BaseSettings):
     # Live progress: the leader's gRPC address (host:port) if set, else the one the leader gives at registration.
     telemetry_address: str | None = None
     sample_interval_s: float = Field(default=0.08, gt=0, le=0.1)
+    # Generator processes per open-loop point. None: decided from the target rate and the measured CPU per request,
+    # at most one per generator core. N: exactly N, even where they share cores (the plan still marks a point whose
+    # rate needs more cores than the generator has as saturated).
+    generators: int | None = Field(default=None, ge=1, le=64)
     grid_g_co2_per_kwh: float | None = Field(default=None, ge=0)
     instance_price_per_hour: float | None = Field(default=None, ge=0)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from common.results import GeneratorPlan
 from follower.loadgen.openloop import LoadRecords, drive
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
@@ -26,6 +27,8 @@ DEFAULT_CPU_PER_REQUEST_S = 140e-6
 TARGET_CPU_SHARE = 0.5
 # Spawning a process and importing numpy/aiohttp/uvloop takes about a second on a small VM; start after that.
 SPAWN_LEAD_NS = 3_000_000_000
+# Runs whose generator used less of its core than this teach the cost estimate nothing (see CpuCost.observe).
+MIN_SHARE_TO_LEARN = 0.5
 
 
 class CpuCost:
@@ -38,11 +41,37 @@ class CpuCost:
     def observe(self, records: LoadRecords) -> None:
         """Fold in one run's CPU per sent request (runs with too few requests say little and are skipped)."""
         sent = int(records.sent.sum())
-        if sent >= 200 and records.cpu_s > 0:
+        # A mostly idle generator's CPU is its timer spin between sparse sends, not a cost per request: learning from
+        # it would predict saturation at rates the loop handles (its spin shrinks as the sends get denser).
+        if sent >= 200 and records.cpu_s > 0 and records.cpu_share >= MIN_SHARE_TO_LEARN:
             self.estimate_s = (1 - self.weight) * self.estimate_s + self.weight * records.cpu_s / sent
 
 
 COST = CpuCost()
+
+
+def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: int | None = None) -> GeneratorPlan:
+    """How many generator processes a point at `rate` runs on `cores` generator cores, and why.
+
+    By default: enough that each stays under TARGET_CPU_SHARE of a core, at most one per core. `forced` (the
+    follower setting `generators`) runs exactly that many, sharing cores if need be. Either way the plan is
+    `saturated` when the rate needs more cores than the generator has: such a point is invalid, not reported.
+    """
+    cores = max(cores, 1)
+    needed = rate * cpu_per_request_s
+    processes = forced if forced is not None else generator_count(rate, cpu_per_request_s, cores)
+    saturated = needed > cores
+    why = f"needs {needed:.2f} cores at {rate:g} req/s x {cpu_per_request_s * 1e6:.0f} us CPU per request, {cores} available"
+    if forced is not None:
+        why += f"; {processes} processes set by the follower setting generators"
+    elif processes > 1:
+        why += f"; {processes} processes keep each under {100 * TARGET_CPU_SHARE:g}% of a core"
+    if saturated:
+        why += ": the generator is saturated"
+    return GeneratorPlan(
+        processes=processes, cores_needed=round(needed, 3), cores_available=cores,
+        cpu_per_request_us=round(cpu_per_request_s * 1e6, 1), forced=forced is not None, saturated=saturated, reason=why,
+    )  # fmt: skip
 
 
 def generator_count(rate: float, cpu_per_request_s: float, max_processes: int) -> int:
@@ -91,7 +120,8 @@ def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kw
 
 
 def drive_processes(
-    url: str, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS, **kwargs: Any
+    url: str, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS,
+    body_index: np.ndarray | None = None, **kwargs: Any,
 ) -> list[LoadRecords]:
     """Run the schedule split over `n` generator processes sharing one start; returns each process's records.
 
@@ -99,10 +129,15 @@ def drive_processes(
     holds threads and an event loop) and gone when this returns.
     """
     if n <= 1:
-        return [drive(url, bodies, offsets_ns, **kwargs)]
+        return [drive(url, bodies, offsets_ns, body_index=body_index, **kwargs)]
     if "max_concurrency" in kwargs:
         kwargs["max_concurrency"] = max(1, kwargs["max_concurrency"] // n)
     start_ns = time.monotonic_ns() + lead_ns
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_child, url, list(bodies), part, start_ns, kwargs) for part in split(offsets_ns, n)]
+        # The per-request body choice is split like the schedule, so each request keeps its input.
+        picks = split(body_index, n) if body_index is not None else [None] * n
+        futures = [
+            pool.submit(_child, url, list(bodies), part, start_ns, {**kwargs, "body_index": pick})
+            for part, pick in zip(split(offsets_ns, n), picks, strict=True)
+        ]
         return [f.result() for f in futures]

@@ -1,4 +1,4 @@
-"""Request-data routes: upload (multipart; npz, JSONL or a zip of images), list, metadata, download, delete."""
+"""Request-data routes: upload (multipart; npz, JSONL, a zip of images or a trace), list, metadata, download, delete."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.datastructures import UploadFile
 from common.datasets import DATA_FORMATS, BadData, DataSetMeta, inspect_data
 from common.errors import Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
 from common.spec import NAME_PATTERN
+from common.traces import trace_facts
 from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
 from leader.api.routes.models import CHUNK_BYTES, FORM_OVERHEAD_BYTES, _spooled_chunks, _text_field
@@ -83,9 +84,12 @@ async def upload_data(request: Request, db: Db, settings: SettingsDep, principal
         size, sha256, samples, fields = await anyio.to_thread.run_sync(
             _check, upload.file, str(data_format), settings.max_upload_bytes
         )
+        span_s, max_input = None, None
+        if data_format == "trace":  # what a job naming this trace is checked against at submission
+            span_s, max_input = await anyio.to_thread.run_sync(trace_facts, upload.file)
         meta = DataSetMeta(
             id=uuid.uuid4().hex, name=name, format=data_format, samples=samples, fields=fields, sha256=sha256,
-            size_bytes=size, created_at=utcnow(), owner=principal.user,
+            size_bytes=size, created_at=utcnow(), owner=principal.user, span_s=span_s, max_input=max_input,
         )  # fmt: skip
         return await data_store.insert_stream(db, meta=meta, chunks=_spooled_chunks(upload.file))
 

@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
+from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.signature import input_mismatches
-from common.spec import load_yaml, parse_spec
+from common.spec import TraceRef, load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
 from leader.limits import check_queue_limit, check_spec_limits
@@ -62,15 +63,40 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
+    data_meta = None
     if spec.data.id is not None:
         try:
-            await data_store.get(db, data_id=spec.data.id)  # refused now, not when a follower fetches it
+            data_meta = await data_store.get(db, data_id=spec.data.id)  # refused now, not when a follower fetches it
         except NotFound:
             raise InvalidSpec(f"data set {spec.data.id} does not exist", field="data.id") from None
+        if data_meta.format == "trace":
+            raise InvalidSpec(f"data set {spec.data.id} is a trace (send times), not request data", field="data.id")
+    if isinstance(spec.load.trace, TraceRef):
+        await _check_trace_ref(db, spec.load.trace, data_meta)
     await check_queue_limit(db, settings, principal)
     job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
     placer.nudge()
     return job
+
+
+async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None) -> None:
+    """An uploaded trace must exist, be a trace, and name only rows the job's request data has (422 naming the field)."""
+    field = "load.trace.dataset"
+    try:
+        meta = await data_store.get(db, data_id=ref.dataset)
+    except NotFound:
+        raise InvalidSpec(f"data set {ref.dataset} does not exist", field=field) from None
+    if meta.format != "trace":
+        raise InvalidSpec(f"data set {ref.dataset} is {meta.format} request data, not a trace (upload it with format trace)",
+                          field=field)  # fmt: skip
+    if meta.max_input is None:
+        return
+    if data_meta is None:
+        raise InvalidSpec(f"trace {ref.dataset} names request-data rows (input); give data: {{source: upload, id: ...}}",
+                          field=field)  # fmt: skip
+    if meta.max_input >= data_meta.samples:
+        raise InvalidSpec(f"trace {ref.dataset} names input row {meta.max_input}; data set {data_meta.id} has "
+                          f"{data_meta.samples} rows (0..{data_meta.samples - 1})", field=field)  # fmt: skip
 
 
 @router.get("", response_model=list[JobView], dependencies=[ViewerAuth])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from follower.loadgen.openloop import LoadRecords
-from follower.loadgen.scaleout import CpuCost, generator_count, merge, split
+from follower.loadgen.scaleout import CpuCost, generator_count, merge, plan_generators, split
 
 
 def test_generator_count_follows_rate_and_cost() -> None:
@@ -37,6 +37,25 @@ def test_cpu_cost_learns_from_runs() -> None:
     cost = CpuCost(prior_s=100e-6, weight=0.5)
     rec = LoadRecords.allocate(0, np.arange(1000))
     rec.sent_ns[:] = 0
-    rec.cpu_s = 0.3  # 300 µs per request
+    rec.cpu_s, rec.wall_s = 0.3, 0.5  # 300 µs per request, 60% of a core
     cost.observe(rec)
     assert abs(cost.estimate_s - 200e-6) < 1e-12
+    idle = LoadRecords.allocate(0, np.arange(1000))
+    idle.cpu_s, idle.wall_s = 0.3, 10.0  # 3% of a core: timer spin between sparse sends, not a per-request cost
+    cost.observe(idle)
+    assert abs(cost.estimate_s - 200e-6) < 1e-12
+
+
+def test_plan_says_how_many_processes_and_why() -> None:
+    one = plan_generators(2000, 140e-6, 1)
+    assert (one.processes, one.saturated, one.forced) == (1, False, False)
+    assert one.cores_needed == 0.28 and "needs 0.28 cores at 2000 req/s x 140 us CPU per request, 1 available" in one.reason
+    three = plan_generators(8000, 140e-6, 4)
+    assert three.processes == 3 and not three.saturated and "3 processes keep each under 50%" in three.reason
+    # More than the generator's cores can give: one saturated process is not silently reported as a measurement.
+    over = plan_generators(10000, 140e-6, 1)
+    assert over.processes == 1 and over.saturated and over.reason.endswith("the generator is saturated")
+    forced = plan_generators(100, 140e-6, 1, forced=2)
+    assert (forced.processes, forced.forced, forced.saturated) == (2, True, False)
+    assert "2 processes set by the follower setting generators" in forced.reason
+    assert plan_generators(100, 140e-6, 0).cores_available == 1  # an unpinned generator still has one core

@@ -132,3 +132,16 @@ def test_spike_and_onoff() -> None:
 def test_trace_replays_offsets_inside_the_run() -> None:
     offsets = point_offsets_ns(_point("trace", trace_s=[0.0, 0.25, 0.2505, 3.0, 12.0]), 10.0, seed=0)
     np.testing.assert_array_equal(offsets, [0, 250_000_000, 250_500_000, 3_000_000_000])
+
+
+def test_uploaded_trace_schedule_keeps_offsets_exact_after_the_warm_up() -> None:
+    from common.traces import Trace
+    from follower.runner import _trace_schedule
+
+    trace = Trace(np.array([0, 100, 250, 900, 1500], dtype=np.int64) * 1_000_000, np.array([4, 3, 2, 1, 0]))
+    offsets, rows = _trace_schedule(trace, warmup_s=0.3, max_s=1.0)
+    # Warm-up replays the trace's first 0.3 s; the measured part is the trace itself, shifted by the warm-up.
+    assert offsets.tolist() == [0, 100_000_000, 250_000_000, 300_000_000, 400_000_000, 550_000_000, 1_200_000_000]
+    assert rows is not None and rows.tolist() == [4, 3, 2, 4, 3, 2, 1]
+    plain, none = _trace_schedule(Trace(trace.offsets_ns), warmup_s=0.0, max_s=2.0)
+    assert plain.tolist() == trace.offsets_ns.tolist() and none is None

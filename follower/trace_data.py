@@ -1,0 +1,23 @@
+"""An uploaded trace file for `load.trace: {dataset: ID}`: fetched once (checksum-verified, cached by sha256), parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.spec import JobSpec, TraceRef
+from common.traces import Trace, load_trace
+from follower.leader_client import LeaderClient
+from follower.request_data import fetch_data
+
+
+def resolve_trace(spec: JobSpec, *, client: LeaderClient | None, cache_dir: Path) -> Trace | None:
+    """The trace file the job replays, or None when its load names no uploaded trace."""
+    ref = spec.load.trace
+    if not isinstance(ref, TraceRef):
+        return None
+    if client is None:
+        raise ValueError("an uploaded trace needs the leader to fetch it from")
+    path, meta, _ = fetch_data(client, ref.dataset, cache_dir)
+    if meta.format != "trace":
+        raise ValueError(f"data set {ref.dataset} is {meta.format} request data, not a trace")
+    return load_trace(str(path))
