@@ -25,6 +25,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark in
                   epilog=EXIT_CODES_HELP)
 models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 app.add_typer(models_app, name="models")
+data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")
+app.add_typer(data_app, name="data")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -279,6 +281,41 @@ def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", to
     with _client(url, token) as client:
         _call(client.delete_model, name, version)
     console.print(json.dumps({"deleted": f"{name}:{version}"}))
+
+
+@data_app.command("push")
+def data_push(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    name: Annotated[str, typer.Option()],
+    format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip) or trace")],
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Upload a request-data set; jobs name it with `data: {source: upload, id: ID}`."""
+    with _client(url, token) as client:
+        meta = _call(client.upload_data, file, name=name, format=format)
+    console.print(f"{meta.id} name={meta.name} format={meta.format} samples={meta.samples} sha256={meta.sha256}")
+
+
+@data_app.command("ls")
+def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """List request-data sets."""
+    with _client(url, token) as client:
+        rows = _call(client.data_sets)
+    table = Table()
+    for column in ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"):
+        table.add_column(column)
+    for d in rows:
+        table.add_row(d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
+    console.print(table)
+
+
+@data_app.command("rm")
+def data_rm(data_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """Delete a request-data set (its owner or an admin)."""
+    with _client(url, token) as client:
+        _call(client.delete_data, data_id)
+    console.print(json.dumps({"deleted": data_id}))
 
 
 @models_app.command("generate")

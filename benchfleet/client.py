@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
+from common.datasets import DataSetMeta
 from common.followers import FollowerView
 from common.jobs import JobResults, JobView
 from common.models import ModelMeta
@@ -67,6 +68,8 @@ _JOBS = _model(TypeAdapter(list[JobView]))
 _RESULTS = _model(TypeAdapter(JobResults))
 _MODEL = _model(TypeAdapter(ModelMeta))
 _MODELS = _model(TypeAdapter(list[ModelMeta]))
+_DATASET = _model(TypeAdapter(DataSetMeta))
+_DATASETS = _model(TypeAdapter(list[DataSetMeta]))
 _FOLLOWERS = _model(TypeAdapter(list[FollowerView]))
 
 
@@ -154,6 +157,23 @@ class _Calls:
     @staticmethod
     def delete_model(name: str, version: str) -> _Call[None]:
         return _Call("DELETE", f"{API}/models/{name}/{version}", _none)
+
+    @staticmethod
+    def upload_data(content: bytes, name: str, format: str, filename: str) -> _Call[DataSetMeta]:
+        return _Call(
+            "POST",
+            f"{API}/data",
+            _DATASET,
+            kwargs={"data": {"name": name, "format": format}, "files": {"file": (filename, content, "application/octet-stream")}},
+        )
+
+    @staticmethod
+    def data_sets() -> _Call[list[DataSetMeta]]:
+        return _Call("GET", f"{API}/data", _DATASETS)
+
+    @staticmethod
+    def delete_data(data_id: str) -> _Call[None]:
+        return _Call("DELETE", f"{API}/data/{data_id}", _none)
 
     @staticmethod
     def followers() -> _Call[list[FollowerView]]:
@@ -250,6 +270,20 @@ class BenchfleetClient:
         """Remove a model version."""
         self._do(_Calls.delete_model(name, version))
 
+    def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
+        """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""
+        content = data.read_bytes() if isinstance(data, Path) else data
+        filename = data.name if isinstance(data, Path) else f"{name}.{format}"
+        return self._do(_Calls.upload_data(content, name, format, filename))
+
+    def data_sets(self) -> list[DataSetMeta]:
+        """Every stored request-data set."""
+        return self._do(_Calls.data_sets())
+
+    def delete_data(self, data_id: str) -> None:
+        """Remove a request-data set."""
+        self._do(_Calls.delete_data(data_id))
+
     def followers(self) -> list[FollowerView]:
         """Registered followers with their state."""
         return self._do(_Calls.followers())
@@ -342,6 +376,20 @@ class AsyncBenchfleetClient:
     async def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
         await self._do(_Calls.delete_model(name, version))
+
+    async def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
+        """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""
+        content = data.read_bytes() if isinstance(data, Path) else data
+        filename = data.name if isinstance(data, Path) else f"{name}.{format}"
+        return await self._do(_Calls.upload_data(content, name, format, filename))
+
+    async def data_sets(self) -> list[DataSetMeta]:
+        """Every stored request-data set."""
+        return await self._do(_Calls.data_sets())
+
+    async def delete_data(self, data_id: str) -> None:
+        """Remove a request-data set."""
+        await self._do(_Calls.delete_data(data_id))
 
     async def followers(self) -> list[FollowerView]:
         """Registered followers with their state."""

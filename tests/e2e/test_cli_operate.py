@@ -139,3 +139,29 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     # Structured logs: the follower's JSON lines carry the job and follower ids.
     log_lines = [json.loads(line) for line in (fleet.workdir / "f-cli-0.log").read_text().splitlines() if line.startswith("{")]
     assert any(rec.get("job_id") == job_id and rec.get("follower_id") == "f-cli" for rec in log_lines)
+
+
+def test_data_push_ls_rm(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`benchfleet data push/ls/rm`: a data set goes up, is listed, and is gone (sharing this module's fleet)."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"input": [[0.5] * 4]}) + "\n" for _ in range(3)))
+    pushed = _cli(fleet, "data", "push", str(rows), "--name", "cli-rows", "--format", "jsonl")
+    assert pushed.returncode == 0, pushed.stderr
+    data_id = pushed.stdout.split()[0]
+    assert "name=cli-rows format=jsonl samples=3" in pushed.stdout
+
+    listed = _cli(fleet, "data", "ls")
+    assert listed.returncode == 0, listed.stderr
+    line = next(row for row in listed.stdout.splitlines() if data_id in row)
+    assert "cli-rows" in line and "jsonl" in line and "input" in line
+
+    removed = _cli(fleet, "data", "rm", data_id)
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(removed.stdout) == {"deleted": data_id}
+    assert data_id not in _cli(fleet, "data", "ls").stdout
+
+    # The API's refusals come back as one line naming the field, exit code 3; a second rm finds nothing.
+    bad = _cli(fleet, "data", "push", str(rows), "--name", "cli-rows", "--format", "csv")
+    assert bad.returncode == 3 and "format" in bad.stderr
+    again = _cli(fleet, "data", "rm", data_id)
+    assert again.returncode == 3 and again.stderr.startswith("error:")
