@@ -1,0 +1,135 @@
+"""Measurement-core features in real jobs (leader → follower → real ORT server): an uploaded trace replayed exactly,
+closed-loop warm-up kept out of the statistics, and two generator processes merged exactly."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from common.jobs import JobResults
+from common.modelgen import mlp_onnx
+from common.stats import decode
+from follower.loadgen.records import decode_records
+from tests.e2e.test_walking_skeleton import _wait_done
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def model(fleet) -> str:  # type: ignore[no-untyped-def]
+    fleet.env["BENCHFLEET_FOLLOWER_METRICS_PORT"] = "-1"
+    with fleet.client() as client:
+        return client.upload_model(mlp_onnx(inputs=16, hidden=32), name="mlp-meas", version="1").ref
+
+
+def _headers(fleet) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {"Authorization": f"Bearer {fleet.admin_token}"}
+
+
+def _upload(fleet, content: bytes, fmt: str, name: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    response = httpx.post(f"{fleet.url}/api/v1/data", headers=_headers(fleet), data={"name": name, "format": fmt},
+                          files={"file": (f"{name}.bin", content, "application/octet-stream")})  # fmt: skip
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _run(fleet, yaml: str) -> JobResults:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        return _wait_done(client, client.submit_yaml(yaml).id, timeout_s=180)
+
+
+def _records(fleet, results: JobResults, index: int = 0) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    url = f"{fleet.url}/api/v1/jobs/{results.job.id}/points/{index}/records"
+    response = httpx.get(url, headers=_headers(fleet), timeout=30)
+    assert response.status_code == 200, response.text
+    return decode_records(response.content)
+
+
+def _only_follower(fleet, follower_id: str, env: dict[str, str] | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Stop every follower of this fleet and start `follower_id` (with `env`): it is the one the next job goes to."""
+    for proc in fleet.followers:
+        proc.stop()
+    with fleet.client() as client:
+        deadline = time.monotonic() + 30
+        while any(f.state != "missing" for f in client.followers()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    saved = dict(fleet.env)
+    fleet.env.update(env or {})
+    try:
+        fleet.start_follower(follower_id)
+    finally:
+        fleet.env.clear()
+        fleet.env.update(saved)
+
+
+def test_uploaded_trace_is_replayed_at_its_offsets_with_its_inputs(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    _only_follower(fleet, "meas-one")
+    # 600 arrivals in 1.5 s with uneven gaps (bursts and pauses), each naming one of 8 uploaded request rows.
+    rng = np.random.default_rng(3)
+    offsets_ms = np.round(np.cumsum(rng.exponential(2.5, 600)), 3)
+    offsets_ms -= offsets_ms[0]
+    rows = rng.integers(0, 8, 600)
+    csv = "t_ms,input\n" + "".join(f"{t:.3f},{r}\n" for t, r in zip(offsets_ms, rows, strict=True))
+    trace = _upload(fleet, csv.encode(), "trace", "arrivals")
+    buf = io.BytesIO()
+    np.savez(buf, input=rng.standard_normal((8, 16)).astype(np.float32))
+    data = _upload(fleet, buf.getvalue(), "npz", "rows")
+    duration = float(offsets_ms[-1]) / 1000 + 0.5
+    results = _run(fleet, f"""
+name: trace-replay
+model: {model}
+load: {{pattern: trace, trace: {{dataset: {trace['id']}}}, duration: {duration}s, warmup: 0.2s}}
+data: {{source: upload, id: {data['id']}}}
+""")
+    (row,) = results.points
+    assert row.requests == 600 and row.ok == 600 and row.errors == 0, row.error_sample
+    assert row.point.trace_dataset == trace["id"] and abs(row.point.rate - 600 / duration) < 1e-9
+    rec = _records(fleet, results)
+    measured_start = int(rec["start_ns"][0]) + 200_000_000
+    measured = rec["intended_ns"][rec["intended_ns"] >= measured_start] - measured_start
+    expected = np.round(offsets_ms.astype(np.float64) * 1e6).astype(np.int64)
+    # Intended times are the trace's offsets to the nanosecond; warm-up replayed the trace's first 0.2 s before them.
+    assert np.array_equal(measured, expected)
+    assert len(rec["intended_ns"]) == 600 + int(np.sum(expected < 200_000_000))
+
+
+def test_closed_loop_warm_up_is_not_measured(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    results = _run(fleet, f"""
+name: closed-warm
+model: {model}
+load: {{pattern: closed, concurrency: 2, duration: 1s, warmup: 0.5s}}
+""")
+    (row,) = results.points
+    rec = _records(fleet, results)
+    measured_start = int(rec["start_ns"][0]) + 500_000_000
+    warm = rec["sent_ns"] < measured_start
+    assert warm.sum() > 0, "the warm-up sent requests"
+    # Exactly the requests sent after the warm-up are the point's statistics: counts, histogram and rate.
+    assert row.requests == int((~warm).sum()) and row.ok == row.requests, row.error_sample
+    assert row.latency_hdr is not None and decode(row.latency_hdr).get_total_count() == row.ok
+    assert abs(row.achieved_rate - row.ok / row.measured_s) < 1e-6 and row.measured_s == 1.0
+
+
+def test_generators_setting_runs_two_processes_merged_exactly(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    _only_follower(fleet, "meas-two", {"BENCHFLEET_FOLLOWER_GENERATORS": "2"})
+    results = _run(fleet, f"""
+name: two-generators
+model: {model}
+load: {{pattern: poisson, rate: 300, duration: 2s, warmup: 0.5s}}
+seed: 9
+""")
+    (row,) = results.points
+    assert row.generators == 2 and row.generator_plan is not None
+    assert row.generator_plan.processes == 2 and row.generator_plan.forced, row.generator_plan
+    assert "2 processes set by the follower setting generators" in row.generator_plan.reason
+    rec = _records(fleet, results)
+    # The merged records are the whole schedule: warm-up (150) + measured (600), each request once, in order.
+    assert len(rec["intended_ns"]) == 150 + 600 and np.all(np.diff(rec["intended_ns"]) >= 0)
+    assert row.requests == 600 and row.ok == 600, row.error_sample
+    # The point's histogram counts every measured request of both processes.
+    assert row.latency_hdr is not None and decode(row.latency_hdr).get_total_count() == row.ok
+    assert row.service_hdr is not None and decode(row.service_hdr).get_total_count() == row.ok
