@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import platform
 import threading
@@ -295,6 +296,10 @@ async def _measure_point(
     steal: float | None = None
     monitor: WindowMonitor | None = None
     sampling = sampling or SamplerConfig()
+    if sampling.gpu_indices is None:
+        # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
+        # (the idle card's power is not the energy of its requests), a GPU point gets its own card, not the others.
+        sampling = dataclasses.replace(sampling, gpu_indices=(point.server.gpu_index,) if point.server.uses_gpu else ())
     # Scale-out: as many generator processes as the target rate needs at this host's measured CPU per request,
     # up to one per generator core. Several processes cannot feed the live window monitor (it needs all records on
     # one loop): their windows are computed after the run and stability cannot end the run early.

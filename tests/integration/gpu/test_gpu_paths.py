@@ -144,3 +144,20 @@ def test_onnxruntime_cuda_provider_missing_fails_instead_of_using_the_cpu(wide: 
     finally:
         server.stop()
     assert "CUDAExecutionProvider is not available" in str(failure.value) + (tmp_path / "onnxruntime.log").read_text()
+
+
+@needs_gpu
+def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    """The idle card's power is not the energy of requests served on the CPU: GPU figures are absent, not charged."""
+    path, model = wide
+    spec = parse_spec({"name": "cpu", "model": "wide:1", "backends": ["onnxruntime"],
+                       "load": {"rate": 50, "duration": 1.0, "warmup": 0.2}})
+
+    async def collect() -> list:
+        return [r async for r in run_backend("onnxruntime", expand(spec), model=model, model_path=path, workdir=tmp_path,
+                                             env_base={}, slo=None, sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+
+    (result,) = asyncio.run(collect())
+    res = result.resources
+    assert result.ok > 0 and res is not None and res.server_cpu_percent_mean is not None
+    assert res.gpu_power_w_mean is None and res.gpu_util_percent_mean is None and res.energy_j is None
