@@ -107,6 +107,9 @@ class ServerStats(BaseModel):
     mean_batch: float | None = None  # inferences per execution
     queue_ms_mean: float | None = None  # server queue per request (batching delay + wait for an instance)
     compute_ms_mean: float | None = None  # engine run time per request
+    # Server-side processing per request (data.processing: server); None where no processor ran on the server.
+    preprocess_ms_mean: float | None = None
+    postprocess_ms_mean: float | None = None
 
 
 class GeneratorPlan(BaseModel):

@@ -376,6 +376,13 @@ class Requires(_Strict):
         return self.gpu or self.gpu_model is not None or self.min_gpu_memory_mb is not None
 
 
+class SplitSpec(_Strict):
+    """Run a large grid as parts on several followers of one hardware class, merged back into one result."""
+
+    max_parts: Annotated[int, Field(ge=2, le=64)]  # at most this many parts (fewer when there are fewer points)
+    min_points: Annotated[int, Field(ge=1)] = 1  # points per part at least; a grid below 2 x min_points is not split
+
+
 class JobSpec(_Strict):
     """A benchmark submission; lists in it form a grid of benchmark points."""
 
@@ -390,6 +397,7 @@ class JobSpec(_Strict):
     data: DataRef = DataRef()
     inputs: list[ExpectedTensor] | None = None
     requires: Requires = Requires()
+    split: SplitSpec | None = None  # opt-in: the grid's points split into parts run by several followers
 
     @model_validator(mode="before")
     @classmethod
@@ -477,11 +485,8 @@ class PointSpec(_Strict):
 
 
 # Backends whose server can run benchfleet's processors, and why the others cannot.
-SERVER_PROCESSING_BACKENDS = frozenset({"onnxruntime", "torchscript"})
-NO_SERVER_PROCESSING = {
-    "tfserving": "TF Serving runs only the SavedModel graph, no benchfleet code",
-    "triton": "the python-backend model does not carry the processors yet",
-}
+SERVER_PROCESSING_BACKENDS = frozenset({"onnxruntime", "torchscript", "triton"})
+NO_SERVER_PROCESSING = {"tfserving": "TF Serving runs only the SavedModel graph, no benchfleet code"}
 
 
 def _served(spec: JobSpec) -> ServerOptions:

@@ -42,12 +42,13 @@ PYEOF
     rm -f "$DEST/FAILED"
 fi
 
-# The python backend's stub runs the first python3 on PATH and needs numpy<2 (numpy 2 breaks output tensors).
-if [ ! -x "$DEST/modelenv/bin/python3" ] || ! "$DEST/modelenv/bin/python3" -c "import numpy, onnxruntime" 2>/dev/null; then
+# The python backend's stub runs the first python3 on PATH and needs numpy<2 (numpy 2 breaks output tensors);
+# pillow decodes images for server-side preprocessing (benchfleet's processors run inside the model).
+if [ ! -x "$DEST/modelenv/bin/python3" ] || ! "$DEST/modelenv/bin/python3" -c "import numpy, onnxruntime, PIL" 2>/dev/null; then
     base="$("$PY" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')"
     "$base" -m venv "$DEST/modelenv" || fail "could not create the Triton model venv"
-    "$DEST/modelenv/bin/python3" -m pip install -q "numpy<2" onnxruntime 2>&1 | grep -v "^WARNING" | tail -2
-    "$DEST/modelenv/bin/python3" -c "import numpy, onnxruntime" || fail "the Triton model venv lacks numpy<2/onnxruntime"
+    "$DEST/modelenv/bin/python3" -m pip install -q "numpy<2" onnxruntime pillow 2>&1 | grep -v "^WARNING" | tail -2
+    "$DEST/modelenv/bin/python3" -c "import numpy, onnxruntime, PIL" || fail "the Triton model venv lacks numpy<2/onnxruntime/pillow"
 fi
 rm -f "$DEST/FAILED"
 echo "install_triton: ready at $DEST/pytriton/tritonserver/bin/tritonserver"

@@ -14,11 +14,15 @@ def _counters(stats: dict[str, Any]) -> dict[str, float] | None:
         # Triton: /v2/models/NAME/stats; queue and compute_infer are summed over requests (ns).
         first = model_stats[0]
         inference = first.get("inference_stats", {})
+        # benchfleet's python model counts its processors' time in custom metrics (compute_infer includes it too).
+        metrics = stats.get("metrics") or {}
         return {
             "inferences": float(first.get("inference_count", 0)),
             "executions": float(first.get("execution_count", 0)),
             "queue_ns": float(inference.get("queue", {}).get("ns", 0)),
             "compute_ns": float(inference.get("compute_infer", {}).get("ns", 0)),
+            "preprocess_ns": float(metrics.get("benchfleet_preprocess_ns_total", -1)),
+            "postprocess_ns": float(metrics.get("benchfleet_postprocess_ns_total", -1)),
         }
     if "executions" in stats:
         # benchfleet's own servers (follower.servers.kserve_http).
@@ -27,6 +31,8 @@ def _counters(stats: dict[str, Any]) -> dict[str, float] | None:
             "executions": float(stats.get("executions", 0)),
             "queue_ns": float(stats.get("queue_ns", 0)),
             "compute_ns": float(stats.get("infer_ns", 0)),
+            "preprocess_ns": float(stats.get("preprocess_ns", -1)),
+            "postprocess_ns": float(stats.get("postprocess_ns", -1)),
         }
     return None
 
@@ -37,6 +43,11 @@ def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerS
     if a is None or b is None:
         return None
     d = {k: b[k] - a[k] for k in a}
+
+    def processing_ms(stage: str) -> float | None:
+        # -1 marks a server that runs no such processor (or whose counter was unreadable in a snapshot).
+        return d[stage] / n / 1e6 if n and a[stage] >= 0 and b[stage] >= 0 else None
+
     n, runs = int(d["inferences"]), int(d["executions"])
     if n < 0 or runs < 0:
         return None  # the server restarted between the snapshots: its counters began again
@@ -46,4 +57,6 @@ def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerS
         mean_batch=n / runs if runs else None,
         queue_ms_mean=d["queue_ns"] / n / 1e6 if n else None,
         compute_ms_mean=d["compute_ns"] / n / 1e6 if n else None,
+        preprocess_ms_mean=processing_ms("preprocess_ns"),
+        postprocess_ms_mean=processing_ms("postprocess_ns"),
     )

@@ -128,7 +128,7 @@ class TritonBackend(ProcessBackend):
         self._spawn(argv, workdir, model, env=env, grace_s=8.0)
 
     def metrics(self) -> dict[str, float]:
-        """Triton's Prometheus counters (nv_inference_*), summed over labels; {} when unreachable."""
+        """Triton's Prometheus counters (nv_inference_*, benchfleet_*), summed over labels; {} when unreachable."""
         if self.metrics_port is None or not self.alive():
             return {}
         try:
@@ -148,11 +148,12 @@ class TritonBackend(ProcessBackend):
         return out
 
 
-_METRIC_LINE = re.compile(r"^(nv_[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
+# Triton's own series (nv_*) and those benchfleet's python model adds (benchfleet_*: server-side processing time).
+_METRIC_LINE = re.compile(r"^((?:nv|benchfleet)_[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sum each nv_* series of a Prometheus text exposition over its labels."""
+    """Sum each nv_* (and benchfleet_*) series of a Prometheus text exposition over its labels."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         match = _METRIC_LINE.match(line.strip())

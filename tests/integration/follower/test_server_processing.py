@@ -159,9 +159,57 @@ def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta
     result = with_client_stages(result, client_ms)
     assert result.errors == 0, result.error_sample
     assert result.ok > 0 and result.stages_ms is not None
+    stats = result.server_stats
+    assert stats is not None
     if processing == "server":
         assert result.stages_ms["preprocess"] > 0 and result.stages_ms["postprocess"] > 0
+        assert stats.preprocess_ms_mean is not None and stats.preprocess_ms_mean > 0
         assert result.client_stages_ms is None
     else:
-        assert "preprocess" not in result.stages_ms
+        assert "preprocess" not in result.stages_ms and stats.preprocess_ms_mean is None
         assert result.client_stages_ms is not None and result.client_stages_ms["preprocess"] > 0
+
+
+def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    """Triton's python-backend model runs benchfleet's processors: tritonclient sends encoded images, reads top-k JSON
+    whose top-1 matches the in-process reference, and the point reports the server pre-processing stage."""
+    from follower.backends import get_backend
+    from follower.backends.triton import find_triton, why_no_triton
+    from follower.processing import raw_sample_images
+
+    if find_triton() is None:
+        pytest.skip(why_no_triton())
+    import tritonclient.http as triton_http
+
+    path, meta = classifier
+    images = raw_sample_images()
+    point = _point("server").model_copy(update={"backend": "triton"})
+    backend = get_backend("triton", server=point.server)
+    try:
+        backend.start(path, meta, tmp_path)
+        backend.wait_ready(60)
+        client = triton_http.InferenceServerClient(backend.endpoint.removeprefix("http://"))
+        served = client.get_model_metadata("imgcls")
+        assert [(t["name"], t["datatype"], t["shape"]) for t in served["inputs"]] == [("image", "BYTES", [-1, 1])]
+        raw = triton_http.InferInput("image", [len(images), 1], "BYTES")
+        raw.set_data_from_numpy(np.asarray([[base64.b64encode(img)] for img in images], dtype=np.object_), binary_data=False)
+        answer = client.infer("imgcls", [raw], outputs=[triton_http.InferRequestedOutput("logits", binary_data=False)])
+        rows = [json.loads(text) for text in answer.as_numpy("logits").ravel()]
+        assert [row[0]["index"] for row in rows] == reference_top1(path, images)
+        client.close()
+    finally:
+        backend.stop()
+
+    data = DataRef(source="sample_images", preprocess="image_imagenet", postprocess="topk", processing="server")
+    samples, _ = resolve_request_data(data, meta, client=None, cache_dir=tmp_path)
+
+    async def run() -> list:
+        return [r async for r in run_backend("triton", [point], model=meta, model_path=path, workdir=tmp_path / "run",
+                                              env_base=ENV, slo=None, samples=samples)]  # fmt: skip
+
+    (result,) = asyncio.run(run())
+    assert result.errors == 0, result.error_sample
+    # Triton's python responses carry no per-request timings: the stages come from the model's custom metrics.
+    stats = result.server_stats
+    assert stats is not None and stats.preprocess_ms_mean and stats.preprocess_ms_mean > 0, stats
+    assert stats.postprocess_ms_mean is not None and stats.postprocess_ms_mean > 0

@@ -163,18 +163,15 @@ def test_bad_load_shapes_name_the_field(load: dict, field: str, fragment: str) -
 SERVER_IMAGES = {"source": "sample_images", "preprocess": "image_imagenet", "postprocess": "topk", "processing": "server"}
 
 
-@pytest.mark.parametrize(
-    ("backends", "fragment"),
-    [(["onnxruntime", "tfserving"], "tfserving (TF Serving runs only"), (["triton"], "not supported by triton")],
-)
-def test_server_side_processing_is_refused_where_the_server_cannot_run_it(backends: list[str], fragment: str) -> None:
+def test_server_side_processing_is_refused_where_the_server_cannot_run_it() -> None:
     with pytest.raises(InvalidSpec) as info:
-        parse_spec(_base(backends=backends, data=SERVER_IMAGES))
-    assert info.value.field == "data" and fragment in info.value.message and info.value.status == 422
+        parse_spec(_base(backends=["onnxruntime", "tfserving"], data=SERVER_IMAGES))
+    assert info.value.field == "data" and info.value.status == 422
+    assert "not supported by tfserving (TF Serving runs only the SavedModel graph" in info.value.message
 
 
 def test_server_side_processing_places_the_processors_on_the_server() -> None:
-    points = expand(parse_spec(_base(backends=["onnxruntime", "torchscript"], data=SERVER_IMAGES)))
+    points = expand(parse_spec(_base(backends=["onnxruntime", "torchscript", "triton"], data=SERVER_IMAGES)))
     assert {(p.server.preprocess, p.server.postprocess) for p in points} == {("image_imagenet", "topk")}
     client = expand(parse_spec(_base(data={**SERVER_IMAGES, "processing": "client"})))
     assert (client[0].server.preprocess, client[0].server.postprocess) == (None, None)
