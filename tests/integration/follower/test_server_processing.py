@@ -69,13 +69,17 @@ def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMet
     return path, meta
 
 
+GRPC_PORT: dict[str, int] = {}
+
+
 @pytest.fixture(scope="module")
 def processing_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Our ORT server with image_imagenet before and topk after inference, serving the classifier raw."""
+    """Our ORT server with image_imagenet before and topk after inference, serving the classifier raw (HTTP + gRPC)."""
     path, _ = classifier
-    port = free_port()
+    port, GRPC_PORT["port"] = free_port(), free_port()
     argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", "imgcls",
-            "--port", str(port), "--preprocess", "image_imagenet", "--postprocess", "topk"]  # fmt: skip
+            "--port", str(port), "--grpc-port", str(GRPC_PORT["port"]),
+            "--preprocess", "image_imagenet", "--postprocess", "topk"]  # fmt: skip
     log = tmp_path_factory.mktemp("ortproc") / "ort.log"
     with SupervisedProcess(argv, name="ort server (processing)", log_path=log, cwd=ROOT) as proc:
         url = f"http://127.0.0.1:{port}"
@@ -123,6 +127,30 @@ def test_server_side_processing_answers_the_in_process_top1(
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     logits = session.run(None, {"image": np.stack(samples["image"])})[0]
     assert [int(i) for i in logits.argmax(axis=1)] == expected
+
+
+def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], processing_server: str) -> None:
+    """The same over KServe v2 gRPC: length-prefixed raw BYTES in (the generator's own encoding), JSON BYTES out."""
+    import grpc
+
+    from follower.loadgen.bodies import build_bodies
+    from follower.loadgen.grpc_client import model_prefix
+    from follower.processing import raw_sample_images
+    from protos import grpc_predict_v2_pb2 as pb
+    from protos import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    path, meta = classifier
+    images = raw_sample_images()
+    body = build_bodies(meta.inputs, 1, seed=0, variants=1, wire="grpc", samples={"image": images[:1]})[0]
+    request = pb.ModelInferRequest.FromString(model_prefix("imgcls") + body)
+    with grpc.insecure_channel(f"127.0.0.1:{GRPC_PORT['port']}") as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    (out,) = response.outputs
+    assert (out.datatype, list(out.shape)) == ("BYTES", [1, 1])
+    raw = response.raw_output_contents[0]
+    assert int.from_bytes(raw[:4], "little") == len(raw) - 4
+    assert json.loads(raw[4:])[0]["index"] == reference_top1(path, images[:1])[0]
+    assert response.parameters["preprocess_ns"].int64_param > 0
 
 
 def test_raw_input_errors_are_400_naming_the_input(processing_server: str) -> None:
