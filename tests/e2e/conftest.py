@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import uuid
@@ -59,6 +60,7 @@ def fleet(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory
     url = f"http://127.0.0.1:{port}"
     env = {
         "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the test's import path (a --target install of deps, say)
         "PYTHONUNBUFFERED": "1",
         "BENCHFLEET_MONGO_URI": mongo_service.url,
         "BENCHFLEET_REDIS_URL": redis_service.url,
