@@ -104,6 +104,8 @@ class JobView(BaseModel):
     actual_s: float | None = None  # measured run time of the finished attempt (the estimate's error is reported from it)
     queue_position: int | None = None  # 1 = next on its follower (or in the leader's queue)
     estimated_start: datetime | None = None
+    parts: list[str] = []  # a split job (spec.split): the ids of its part jobs, whose points make up its result
+    part_of: str | None = None  # a part job: the split job it belongs to
 
 
 class JobResults(BaseModel):

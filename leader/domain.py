@@ -54,3 +54,4 @@ class QueuedJob:
     needs: Needs = field(default_factory=Needs)
     waiting_reason: str | None = None  # the reason last stored, so an unchanged reason is not written again
     model_ref: str = ""  # with the backends and the follower, the key of the estimator's history correction
+    part_of: str | None = None  # a part of a split job: placed on a follower of the same hardware class as its siblings

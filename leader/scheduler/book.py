@@ -38,6 +38,7 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
         Needs(**(spec.get("requires") or {})),
         doc.get("waiting_reason"),
         model_ref=str(doc.get("model_ref", "")),
+        part_of=doc.get("part_of"),
     )
 
 
@@ -57,6 +58,7 @@ class _Active:
     estimate_s: float
     state: str
     dispatched: bool
+    part_of: str | None = None
 
 
 class JobBook:
@@ -68,6 +70,7 @@ class JobBook:
         self.active: dict[str, _Active] = {}
         self.loads: dict[str, Load] = {}
         self.owner_waiting: dict[str, int] = {}
+        self.part_followers: dict[str, dict[str, str]] = {}  # split job → its active parts → their followers
 
     # --- applying PerfDB documents ---------------------------------------------------------------------------
 
@@ -75,6 +78,8 @@ class JobBook:
         """Make the book agree with one job document's current state."""
         job_id = doc["_id"]
         self.forget(job_id)
+        if doc.get("parts"):
+            return  # a split job is never placed itself: its parts are
         state = doc.get("state")
         if state == JobState.queued.value:
             job = queued_job(doc)
@@ -90,8 +95,7 @@ class JobBook:
         elif state in ACTIVE and doc.get("follower_id"):
             fid = doc["follower_id"]
             estimate = float(doc.get("estimate_s", 0.0))
-            self.active[job_id] = _Active(fid, estimate, state, bool(doc.get("dispatched", True)))
-            self.loads[fid] = self.loads.get(fid, Load()).plus(estimate)
+            self._activate(job_id, _Active(fid, estimate, state, bool(doc.get("dispatched", True)), doc.get("part_of")))
 
     def apply_all(self, docs: Iterable[dict[str, Any]]) -> None:
         """Apply several documents."""
@@ -113,6 +117,11 @@ class JobBook:
                 self.owner_waiting.pop(owner, None)
         active = self.active.pop(job_id, None)
         if active is not None:
+            if active.part_of is not None:
+                siblings = self.part_followers.get(active.part_of, {})
+                siblings.pop(job_id, None)
+                if not siblings:
+                    self.part_followers.pop(active.part_of, None)
             load = self.loads.get(active.follower_id, Load())
             if load.jobs <= 1:
                 # Exactly zero when the queue empties, so float error cannot accumulate across millions of jobs.
@@ -171,13 +180,23 @@ class JobBook:
 
     def placed(self, job: QueuedJob, follower_id: str, estimate_s: float) -> None:
         """The placer assigned the job (not yet dispatched)."""
-        self.apply_placed(job.job_id, follower_id, estimate_s)
+        self.apply_placed(job.job_id, follower_id, estimate_s, part_of=job.part_of)
 
-    def apply_placed(self, job_id: str, follower_id: str, estimate_s: float) -> None:
+    def apply_placed(self, job_id: str, follower_id: str, estimate_s: float, *, part_of: str | None = None) -> None:
         """Account an assignment made by this process before the feed reports it."""
         self.forget(job_id)
-        self.active[job_id] = _Active(follower_id, estimate_s, JobState.assigned.value, False)
-        self.loads[follower_id] = self.loads.get(follower_id, Load()).plus(estimate_s)
+        self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of))
+
+    def _activate(self, job_id: str, active: _Active) -> None:
+        self.active[job_id] = active
+        self.loads[active.follower_id] = self.loads.get(active.follower_id, Load()).plus(active.estimate_s)
+        if active.part_of is not None:
+            self.part_followers.setdefault(active.part_of, {})[job_id] = active.follower_id
+
+    def sibling_follower(self, part_of: str | None) -> str | None:
+        """A follower holding another part of the same split job (its hardware class is the parts' class), if any."""
+        siblings = self.part_followers.get(part_of) if part_of is not None else None
+        return min(siblings.values()) if siblings else None
 
     def dispatched(self, job_id: str) -> None:
         """The assignment's message is on the follower's queue."""
@@ -195,4 +214,6 @@ class JobBook:
 
 
 def _with_reason(job: QueuedJob, reason: str | None) -> QueuedJob:
-    return QueuedJob(job.job_id, job.attempt, job.backends, job.estimate_s, job.needs, reason, model_ref=job.model_ref)
+    return QueuedJob(
+        job.job_id, job.attempt, job.backends, job.estimate_s, job.needs, reason, model_ref=job.model_ref, part_of=job.part_of
+    )

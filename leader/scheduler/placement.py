@@ -99,6 +99,7 @@ class PlacementIndex:
                 self.examples.append(cand)
             groups[key].append(cand.follower_id)
         self.groups = [sorted(ids) for ids in groups.values()]
+        self.group_of = {fid: g for g, ids in enumerate(self.groups) for fid in ids}
         self.heaps = [sorted((self._key(fid), fid) for fid in ids) for ids in self.groups]
         self._eligible: dict[tuple[frozenset[str], Needs], list[int]] = {}
 
@@ -126,11 +127,19 @@ class PlacementIndex:
             # Loads only grow within a tick, so a stale entry moves down; the heap stays a correct lower bound.
             heapq.heapreplace(heap, (current, fid))
 
-    def choose(self, job: QueuedJob) -> str | None:
-        """The follower the policy picks for the job, or None if no follower can run it."""
+    def choose(self, job: QueuedJob, *, same_class_as: str | None = None) -> str | None:
+        """The follower the policy picks for the job, or None if no follower can run it.
+
+        `same_class_as`: a follower holding another part of the same split job; the choice is kept to followers with
+        its GPUs (the hardware class), so the merged result compares like with like. If none of them is available
+        any more, any capable follower will do, rather than leave the part waiting for ever.
+        """
         groups = self.eligible_groups(job)
         if not groups:
             return None
+        if same_class_as is not None and same_class_as in self.group_of:
+            gpus = self.examples[self.group_of[same_class_as]].gpus
+            groups = [g for g in groups if self.examples[g].gpus == gpus] or groups
         if self.policy == "round_robin":
             after: str | None = None
             first: str | None = None
@@ -267,7 +276,7 @@ class Placer:
         try:
             for job in batch[:MAX_PER_TICK]:
                 d0 = time.perf_counter()
-                follower_id = index.choose(job)
+                follower_id = index.choose(job, same_class_as=book.sibling_follower(job.part_of))
                 decide_s += time.perf_counter() - d0
                 if follower_id is None:
                     continue

@@ -11,7 +11,7 @@ from pymongo import ASCENDING, DESCENDING
 from common.errors import Conflict, NotFound
 from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView, StateChange
 from common.models import ModelMeta
-from common.spec import JobSpec, estimate_seconds, expand
+from common.spec import JobSpec, PointSpec, SplitSpec, estimate_seconds, expand
 from leader.clock import as_utc, utcnow
 from leader.domain import Load, Needs, QueuedJob
 from leader.store import durations as durations_store
@@ -57,6 +57,8 @@ def job_view(doc: dict[str, Any]) -> JobView:
         owner=doc.get("owner", "admin"),
         waiting_reason=doc.get("waiting_reason"),
         actual_s=doc.get("actual_s"),
+        parts=doc.get("parts") or [],
+        part_of=doc.get("part_of"),
     )
 
 
@@ -100,8 +102,61 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
         "owner": owner,
         "history": [_change(JobState.queued, 1, reason="submitted")],
     }
+    parts = split_points(points, spec.split)
+    if len(parts) < 2:
+        await db[COLLECTION].insert_one(doc)
+        return job_view(doc)
+    # A split job: each part is a job of its own (placed, claimed, requeued and reported like any job, so a part lost
+    # to a dead follower is requeued alone); the split job itself is never placed and settles when its parts have.
+    per_point = (doc["estimate_s"] - 5.0 * len(spec.backends)) / len(points)
+    children, start = [], 0
+    for k, part in enumerate(parts):
+        estimate = round(per_point * len(part) + 5.0 * len({p.backend for p in part}), 3)
+        children.append(
+            {
+                **doc,
+                "_id": f"{doc['_id']}-p{k}",
+                "name": spec.name,
+                # Numbered from 0 within the part (the follower and the point reports work per job); part_start maps back.
+                "points": [p.model_copy(update={"index": i}).model_dump(mode="json") for i, p in enumerate(part)],
+                "points_total": len(part),
+                "estimate_s": estimate,
+                "base_estimate_s": estimate,
+                "part_of": doc["_id"],
+                "part_start": start,
+                "history": [_change(JobState.queued, 1, reason=f"part {k + 1} of {len(parts)} of job {doc['_id']}")],
+            }
+        )
+        start += len(part)
+    doc["parts"] = [c["_id"] for c in children]
+    doc["history"] = [_change(JobState.queued, 1, reason=f"submitted; split into {len(parts)} parts")]
+    # The parts first: a reader that sees the split job finds every part it names.
+    await db[COLLECTION].insert_many(children, ordered=True)
     await db[COLLECTION].insert_one(doc)
     return job_view(doc)
+
+
+async def part_attempts(db: AsyncIOMotorDatabase, *, job_id: str) -> list[tuple[str, int, int]]:
+    """(part id, its current attempt, index of its first point in the split job's grid) for each part, in order."""
+    doc = await _get_doc(db, job_id)
+    parts = await db[COLLECTION].find({"_id": {"$in": doc.get("parts") or []}}, {"attempt": 1, "part_start": 1}).to_list(None)
+    return sorted((p["_id"], int(p["attempt"]), int(p["part_start"])) for p in parts)
+
+
+def split_points(points: list[PointSpec], split: SplitSpec | None) -> list[list[PointSpec]]:
+    """The grid's points in contiguous parts of near-equal size (one part when the spec asks for no split)."""
+    if split is None:
+        return [points]
+    n = min(split.max_parts, len(points) // split.min_points)
+    if n < 2:
+        return [points]
+    size, extra = divmod(len(points), n)
+    out, start = [], 0
+    for k in range(n):
+        end = start + size + (1 if k < extra else 0)
+        out.append(points[start:end])
+        start = end
+    return out
 
 
 async def _get_doc(db: AsyncIOMotorDatabase, job_id: str) -> dict[str, Any]:
@@ -112,8 +167,12 @@ async def _get_doc(db: AsyncIOMotorDatabase, job_id: str) -> dict[str, Any]:
 
 
 async def get_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
-    """One job; NotFound if unknown."""
-    return job_view(await _get_doc(db, job_id))
+    """One job; NotFound if unknown. A split job counts the points its parts have done."""
+    doc = await _get_doc(db, job_id)
+    if doc.get("parts"):
+        parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"points_done": 1}).to_list(None)
+        doc["points_done"] = sum(int(p.get("points_done", 0)) for p in parts)
+    return job_view(doc)
 
 
 async def list_jobs(db: AsyncIOMotorDatabase, *, state: JobState | None, limit: int) -> list[JobView]:
@@ -149,6 +208,13 @@ async def cancel_job(db: AsyncIOMotorDatabase, *, job_id: str) -> JobView:
     if doc is None:
         # It moved between the read and the update; judge it again on its new state.
         return await cancel_job(db, job_id=job_id)
+    for part_id in doc.get("parts") or []:
+        # Each part stops like any cancelled job (its follower learns on the next heartbeat); finished parts stay.
+        part = await db[COLLECTION].find_one({"_id": part_id}, {"state": 1})
+        if part is not None and part["state"] not in TERMINAL:
+            await cancel_job(db, job_id=part_id)
+    if doc.get("part_of"):
+        await settle_split(db, job_id=doc["part_of"])
     return job_view(doc)
 
 
@@ -180,6 +246,15 @@ async def claim_job(db: AsyncIOMotorDatabase, *, job_id: str, claim: Claim) -> J
     if doc is None or doc["attempt"] != claim.attempt:
         current = await _get_doc(db, job_id)
         raise Conflict(_stale_reason(current, claim.attempt, claim.follower_id, wanted="assigned"), field="attempt")
+    if doc.get("part_of"):
+        # The split job runs once its first part does (a no-op for the later parts).
+        await db[COLLECTION].update_one(
+            {"_id": doc["part_of"], "state": JobState.queued.value},
+            {
+                "$set": {"state": JobState.running.value, "updated_at": utcnow()},
+                "$push": {"history": _change(JobState.running, 1, reason=f"part {job_id} started")},
+            },
+        )
     return job_task(doc)
 
 
@@ -226,6 +301,8 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
     if doc is not None:
         if actual_s is not None:
             await _record_actual(doc, report, actual_s, db)
+        if doc.get("part_of"):
+            await settle_split(db, job_id=doc["part_of"])
         return job_view(doc)
     current = await _get_doc(db, job_id)
     same = (
@@ -237,6 +314,42 @@ async def finish_job(db: AsyncIOMotorDatabase, *, job_id: str, report: FinishRep
     if same:
         return job_view(current)
     raise Conflict(_stale_reason(current, report.attempt, report.follower_id, wanted="running"), field="attempt")
+
+
+async def settle_split(db: AsyncIOMotorDatabase, *, job_id: str) -> None:
+    """Finish a split job once every part has: succeeded if all did, else failed naming the parts that did not.
+
+    Idempotent (the final write is conditional on the split job not being finished), so two parts finishing at
+    once, or a retried finish report, settle it exactly once.
+    """
+    doc = await db[COLLECTION].find_one({"_id": job_id}, {"parts": 1, "state": 1, "points_total": 1})
+    if doc is None or doc["state"] in TERMINAL or not doc.get("parts"):
+        return
+    parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"state": 1, "points_done": 1, "error": 1}).to_list(None)
+    if len(parts) < len(doc["parts"]) or any(p["state"] not in TERMINAL for p in parts):
+        return
+    bad = [p for p in parts if p["state"] != JobState.succeeded.value]
+    if not bad:
+        state, error = JobState.succeeded, None
+    elif all(p["state"] == JobState.cancelled.value for p in bad):
+        state, error = JobState.cancelled, None
+    else:
+        state = JobState.failed
+        error = "; ".join(
+            f"part {p['_id']} {p['state']}: {p.get('error') or 'no reason given'}" for p in sorted(bad, key=lambda p: p["_id"])
+        )
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "state": {"$nin": TERMINAL}},
+        {
+            "$set": {
+                "state": state.value,
+                "error": error,
+                "points_done": sum(int(p.get("points_done", 0)) for p in parts),
+                "updated_at": utcnow(),
+            },
+            "$push": {"history": _change(state, 1, reason=error or f"all {len(parts)} parts {state.value}")},
+        },
+    )
 
 
 async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: float, db: AsyncIOMotorDatabase) -> None:
@@ -257,9 +370,7 @@ async def stale_held(db: AsyncIOMotorDatabase, *, follower_id: str, held: list[t
         return []
     query = {"_id": {"$in": [job_id for job_id, _ in held]}}
     docs = await db[COLLECTION].find(query, {"state": 1, "attempt": 1, "follower_id": 1}).to_list(None)
-    wanted = {
-        (d["_id"], d["attempt"]) for d in docs if d["state"] in ACTIVE_STATES and d.get("follower_id") == follower_id
-    }
+    wanted = {(d["_id"], d["attempt"]) for d in docs if d["state"] in ACTIVE_STATES and d.get("follower_id") == follower_id}
     return sorted({job_id for job_id, attempt in held if (job_id, attempt) not in wanted})
 
 
@@ -334,7 +445,7 @@ BOOK_FIELDS = {
     key: 1
     for key in (
         "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
-        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner",
+        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of",
     )
 }  # fmt: skip
 
@@ -364,7 +475,7 @@ async def running_on(db: AsyncIOMotorDatabase, *, follower_id: str) -> JobView |
 
 async def count_waiting(db: AsyncIOMotorDatabase, *, owner: str) -> int:
     """How many of the owner's jobs wait to run (queued at the leader, or assigned to a follower and not started)."""
-    query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}}
+    query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}, "parts": {"$exists": False}}
     return await db[COLLECTION].count_documents(query)
 
 

@@ -36,3 +36,13 @@ async def attempt_points(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int)
         result["started_at"] = as_utc(result["started_at"])
         out.append(PointResult.model_validate(result))
     return out
+
+
+async def merged_points(db: AsyncIOMotorDatabase, *, parts: list[tuple[str, int, int]]) -> list[PointResult]:
+    """A split job's result: each part's current-attempt points, numbered back into the split job's grid."""
+    out: list[PointResult] = []
+    for part_id, attempt, start in parts:
+        for result in await attempt_points(db, job_id=part_id, attempt=attempt):
+            point = result.point.model_copy(update={"index": start + result.point.index})
+            out.append(result.model_copy(update={"point": point}))
+    return sorted(out, key=lambda r: r.point.index)

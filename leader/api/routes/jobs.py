@@ -117,7 +117,10 @@ async def get_job(job_id: str, db: Db, placer: PlacerDep) -> JobView:
 async def get_results(job_id: str, db: Db) -> JobResults:
     """The job and the point results of its current attempt, by point index."""
     job = await jobs_store.get_job(db, job_id=job_id)
-    points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
+    if job.parts:  # a split job: the points its parts ran, merged back into one result
+        points = await results_store.merged_points(db, parts=await jobs_store.part_attempts(db, job_id=job_id))
+    else:
+        points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
     return JobResults(job=job, points=points)
 
 

@@ -1,0 +1,106 @@
+"""Sweeps across the fleet: a split job's parts go to several followers, a lost part is requeued alone, one result."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+from common.spec import SplitSpec, expand, parse_spec_yaml
+from leader.store.jobs import split_points
+from tests.integration.leader.conftest import ADMIN, Leader, point_result
+from tests.integration.leader.test_scheduling import claim, post_as
+
+SPLIT_YAML = """\
+name: sweep
+model: ident:1
+backends: [onnxruntime]
+batch_sizes: [1, 2, 4, 8]
+load: {rate: 50, duration: 2s, warmup: 0s}
+split: {max_parts: 2}
+"""
+
+
+def test_split_points_are_contiguous_near_equal_parts() -> None:
+    points = expand(parse_spec_yaml(SPLIT_YAML.replace("[1, 2, 4, 8]", "[1, 2, 3, 4, 5]")))
+    parts = split_points(points, SplitSpec(max_parts=3))
+    assert [[p.index for p in part] for part in parts] == [[0, 1], [2, 3], [4]]
+    assert len(split_points(points, SplitSpec(max_parts=4, min_points=3))) == 1  # 5 points cannot make 2 parts of 3
+    assert split_points(points, None) == [points]
+
+
+def _heartbeats(leader: Leader, beating: dict[str, str], stop: threading.Event) -> threading.Thread:
+    """Keep the named followers alive (the others fall silent and go missing)."""
+
+    def beat() -> None:
+        while not stop.wait(0.2):
+            for follower_id, incarnation in list(beating.items()):
+                leader.heartbeat(follower_id, incarnation, state="busy")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_split_job_runs_on_two_followers_requeues_a_lost_part_alone_and_merges_one_result(
+    make_leader: Callable[..., Leader],
+) -> None:
+    leader = make_leader(missing_after_s=1.0)
+    leader.upload_model()
+    followers = {f"f-{uuid.uuid4().hex[:8]}": uuid.uuid4().hex for _ in range(3)}
+    a, b, c = followers
+    beating = {a: followers[a], b: followers[b]}
+    stop = threading.Event()
+    for fid in (a, b):
+        leader.register(fid, followers[fid])
+    beater = _heartbeats(leader, beating, stop)
+    try:
+        job = leader.submit(text=SPLIT_YAML)
+        assert len(job["parts"]) == 2 and job["points_total"] == 4
+        parts = [leader.wait_state(p, "assigned") for p in job["parts"]]
+        assert {p["follower_id"] for p in parts} == {a, b}, "the parts went to two followers"
+        assert all(p["part_of"] == job["id"] and p["points_total"] == 2 for p in parts)
+        assert leader.job(job["id"])["state"] == "queued"  # the split job itself is never placed
+        first, second = parts
+        for part in parts:
+            fid = part["follower_id"]
+            assert claim(leader, part["id"], 1, fid, followers[fid]).status_code == 200
+        assert leader.job(job["id"])["state"] == "running"
+
+        # The first part finishes: two points (numbered 0, 1 within the part).
+        fid = first["follower_id"]
+        for i, batch in enumerate((1, 2) if first["id"].endswith("-p0") else (4, 8)):
+            report = {"attempt": 1, "follower_id": fid, "result": point_result(i, fid, batch=batch)}
+            assert post_as(leader, fid, f"/api/v1/jobs/{first['id']}/points", report).status_code == 200
+        finish = {"attempt": 1, "follower_id": fid, "state": "succeeded"}
+        assert post_as(leader, fid, f"/api/v1/jobs/{first['id']}/finish", finish).status_code == 200
+        assert leader.job(job["id"])["state"] == "running" and leader.job(job["id"])["points_done"] == 2
+
+        # The second part's follower dies mid-part; a third follower comes: only that part is requeued and moves.
+        lost = second["follower_id"]
+        beating.pop(lost)
+        leader.register(c, followers[c])
+        beating[c] = followers[c]
+        again = leader.wait_for(second["id"], lambda j: j["attempt"] == 2 and j["state"] == "assigned", timeout=15)
+        assert again["follower_id"] in {fid, c} and again["follower_id"] != lost
+        assert leader.job(first["id"])["attempt"] == 1, "the finished part stayed as it was"
+        mover = again["follower_id"]
+        assert claim(leader, second["id"], 2, mover, followers[mover]).status_code == 200
+        for i, batch in enumerate((4, 8) if second["id"].endswith("-p1") else (1, 2)):
+            report = {"attempt": 2, "follower_id": mover, "result": point_result(i, mover, batch=batch)}
+            assert post_as(leader, mover, f"/api/v1/jobs/{second['id']}/points", report).status_code == 200
+        finish = {"attempt": 2, "follower_id": mover, "state": "succeeded"}
+        assert post_as(leader, mover, f"/api/v1/jobs/{second['id']}/finish", finish).status_code == 200
+    finally:
+        stop.set()
+        beater.join()
+
+    done = leader.job(job["id"])
+    assert done["state"] == "succeeded" and done["points_done"] == 4
+    assert [h["state"] for h in done["history"]].count("succeeded") == 1
+    results = leader.client.get(f"/api/v1/jobs/{job['id']}/results", headers=ADMIN).json()
+    # One result set: the four points of the grid, numbered back into it, each from the follower that ran its part.
+    assert [(p["point"]["index"], p["point"]["batch_size"]) for p in results["points"]] == [(0, 1), (1, 2), (2, 4), (3, 8)]
+    ran = [p["environment"]["follower_id"] for p in results["points"]]
+    expected = [fid, fid, mover, mover] if first["id"].endswith("-p0") else [mover, mover, fid, fid]
+    assert ran == expected and lost not in ran
