@@ -13,6 +13,7 @@ import shutil
 import sysconfig
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,16 +86,46 @@ class TritonBackend(ProcessBackend):
             return False, why_no_triton()
         return True, f"tritonserver at {install.binary}"
 
-    def version(self) -> str:
-        """Triton's version as its /v2 endpoint reports it."""
-        if self.port is not None and self._version == "unknown":
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/v2", timeout=2.0) as response:  # noqa: S310 - loopback
-                    import json
+    # -- control plane through tritonclient.http (the data plane is the generator's own KServe v2 client) ----------
 
-                    self._version = str(json.loads(response.read()).get("version", "unknown"))
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+    def _control(self, call: Callable[[Any], Any], default: Any) -> Any:
+        """`call(client)` on a fresh tritonclient.http client; `default` when Triton cannot be asked.
+
+        A fresh client per call: geventhttpclient's pool belongs to the thread that made it, and the runner asks
+        from asyncio.to_thread workers. On loopback the connection costs well under a millisecond.
+        """
+        if self.port is None or self.process is None or not self.process.alive():
+            return default
+        import tritonclient.http as triton_http
+        from tritonclient.utils import InferenceServerException
+
+        client = triton_http.InferenceServerClient(f"{self.host}:{self.port}", connection_timeout=2.0, network_timeout=2.0)
+        try:
+            return call(client)
+        except (InferenceServerException, OSError, ConnectionError, TimeoutError, ValueError):
+            return default
+        finally:
+            client.close()
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Poll tritonclient's is_model_ready; the process is killed and an error raised on timeout or early exit."""
+        if self.process is None or self._model_name is None:
+            raise RuntimeError(f"{self.name} backend not started")
+        name = self._model_name
+        return self.process.wait_ready(lambda: bool(self._control(lambda c: c.is_model_ready(name), False)), timeout_s)
+
+    def model_metadata(self) -> dict[str, Any]:
+        """The served model's KServe v2 metadata (inputs, outputs, platform); {} when unreachable."""
+        return dict(self._control(lambda c: c.get_model_metadata(self._model_name), {}))
+
+    def model_config(self) -> dict[str, Any]:
+        """The configuration Triton actually loaded (max_batch_size, dynamic_batching, instance_group); {} if unknown."""
+        return dict(self._control(lambda c: c.get_model_config(self._model_name), {}))
+
+    def version(self) -> str:
+        """Triton's version as its server metadata reports it."""
+        if self._version == "unknown":
+            self._version = str(self._control(lambda c: c.get_server_metadata().get("version", "unknown"), "unknown"))
         return f"triton {self._version}"
 
     def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
@@ -141,7 +172,7 @@ class TritonBackend(ProcessBackend):
 
     def stats(self) -> dict[str, Any]:
         """Triton's per-model statistics (queue, compute_input/infer/output) plus its scraped metrics."""
-        out = super().stats()
+        out = dict(self._control(lambda c: c.get_inference_statistics(self._model_name), {}))
         metrics = self.metrics()
         if metrics:
             out["metrics"] = metrics

@@ -225,6 +225,12 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
         rows = [json.loads(text) for text in answer.as_numpy("logits").ravel()]
         assert [row[0]["index"] for row in rows] == reference_top1(path, images)
         client.close()
+        # The backend's control plane goes through tritonclient.http too: config, metadata, statistics, version.
+        config = backend.model_config()
+        assert config["backend"] == "python" and config["input"][0]["data_type"] == "TYPE_STRING"
+        assert backend.model_metadata()["outputs"][0]["datatype"] == "BYTES"
+        assert backend.stats()["model_stats"][0]["inference_count"] >= len(images)
+        assert backend.version().startswith("triton 2.")
     finally:
         backend.stop()
 
