@@ -130,3 +130,25 @@ def test_cancel_stops_the_running_point_and_the_follower_goes_on(fleet, model: s
     waited = (started_next - cancelled.updated_at).total_seconds()
     assert waited < 30, f"the follower took the next job {waited:.1f}s after the cancel, not after the 60 s point"
     assert not _servers_under(marker)
+
+
+def test_split_sweep_runs_on_two_real_followers_and_merges_into_one_result(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    for fid in ("p-a", "p-b"):
+        fleet.start_follower(fid)
+    with fleet.client() as client:
+        for follower in client.followers():  # only p-a and p-b take work here (followers of other tests are drained)
+            if follower.info.follower_id not in ("p-a", "p-b"):
+                _admin(fleet, "POST", f"/followers/{follower.info.follower_id}/drain")
+        spec = _job_yaml("sweep", 0.5).replace("batch_sizes: [1]", "batch_sizes: [1, 2, 4, 8]") + "split: {max_parts: 2}\n"
+        job = client.submit_yaml(spec)
+        assert len(job.parts) == 2 and job.points_total == 4
+        done = _wait_until(lambda: (j := client.job(job.id)).state in TERMINAL_STATES and j, 120, "the split job to finish")
+        parts = [client.job(p) for p in job.parts]
+        results = client.results(job.id)
+    assert done.state == JobState.succeeded and done.points_done == 4, done.error
+    assert {p.follower_id for p in parts} == {"p-a", "p-b"}, "each part ran on its own follower"
+    assert all(p.state == JobState.succeeded and p.part_of == job.id for p in parts)
+    # One result set: the grid's four points, numbered back into it, each measured by the follower that ran its part.
+    assert [(p.point.index, p.point.batch_size) for p in results.points] == [(0, 1), (1, 2), (2, 4), (3, 8)]
+    ran = {p.point.batch_size: p.environment.follower_id for p in results.points}
+    assert ran[1] == ran[2] == parts[0].follower_id and ran[4] == ran[8] == parts[1].follower_id

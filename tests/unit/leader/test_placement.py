@@ -119,3 +119,15 @@ def test_unknown_policy_is_refused() -> None:
 
     with pytest.raises(ValueError, match="known: queue_aware"):
         PlacementIndex([], {}, policy="fastest")  # type: ignore[arg-type]
+
+
+def test_a_split_jobs_part_stays_in_its_siblings_hardware_class() -> None:
+    a100, h100 = (Gpu("NVIDIA A100-SXM4-40GB", 40960),), (Gpu("NVIDIA H100 80GB HBM3", 81559),)
+    cands = [Candidate("a1", frozenset({"onnxruntime"}), a100), Candidate("a2", frozenset({"onnxruntime"}), a100),
+             Candidate("h1", frozenset({"onnxruntime"}), h100)]  # fmt: skip
+    loads = {"a1": Load(100.0, 1), "a2": Load(50.0, 1)}  # h1 is idle: a part on its own would go there
+    index = PlacementIndex(cands, loads)
+    part = QueuedJob("j-p1", 1, frozenset({"onnxruntime"}), 10.0, part_of="j")
+    assert index.choose(part) == "h1"
+    assert index.choose(part, same_class_as="a1") == "a2"  # the least loaded A100, as its sibling on a1
+    assert index.choose(part, same_class_as="gone") == "h1"  # the sibling's follower left: any capable one
