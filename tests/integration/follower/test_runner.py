@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from pathlib import Path
 
 import psutil
@@ -94,21 +95,24 @@ def test_server_dying_mid_run_gives_invalid_results_not_exceptions(mlp_meta: Mod
         for child in server_children():
             os.kill(child.pid, signal.SIGKILL)
 
-    # Kill while the first point runs: start the timer once the server exists (it exists when cold start is done).
+    # Kill while the first point is being measured: its first live window (1 s into a 3 s run) is the signal, not a
+    # timer, so a slow machine cannot push the kill past the point's end.
+    measuring = threading.Event()
+
     async def run() -> list[PointResult]:
         async def killer() -> None:
-            while not server_children():
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(1.5)  # cold start + warm-up are over by now
+            await asyncio.to_thread(measuring.wait)
             await asyncio.to_thread(kill_server_soon)
 
         task = asyncio.create_task(killer())
         try:
             return [r async for r in run_backend(
-                "onnxruntime", [point(0, duration_s=2.0, warmup_s=0.2), point(1, duration_s=0.5, warmup_s=0.0)],
+                "onnxruntime", [point(0, duration_s=3.0, warmup_s=0.2), point(1, duration_s=0.5, warmup_s=0.0)],
                 model=mlp_meta, model_path=mlp_path, workdir=tmp_path, env_base=ENV, slo=None,
+                progress_sink=lambda p, _windows: measuring.set() if p.index == 0 else None,
             )]  # fmt: skip
         finally:
+            measuring.set()  # never leave the killer's thread waiting
             task.cancel()
 
     first, second = asyncio.run(run())
