@@ -35,32 +35,32 @@ class GRPCInferenceServiceStub:
             channel: A grpc.Channel.
         """
         self.ServerLive = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerLive',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ServerLive',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
                 _registered_method=True)
         self.ServerReady = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerReady',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ServerReady',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
                 _registered_method=True)
         self.ModelReady = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelReady',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ModelReady',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
                 _registered_method=True)
         self.ServerMetadata = channel.unary_unary(
-                '/inference.GRPCInferenceService/ServerMetadata',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ServerMetadata',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelMetadata = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelMetadata',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ModelMetadata',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelInfer = channel.unary_unary(
-                '/inference.GRPCInferenceService/ModelInfer',
+                '/benchfleet.kserve.v2.GRPCInferenceService/ModelInfer',
                 request_serializer=protos_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=protos_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
@@ -146,9 +146,9 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'inference.GRPCInferenceService', rpc_method_handlers)
+            'benchfleet.kserve.v2.GRPCInferenceService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('inference.GRPCInferenceService', rpc_method_handlers)
+    server.add_registered_method_handlers('benchfleet.kserve.v2.GRPCInferenceService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -169,7 +169,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerLive',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ServerLive',
             protos_dot_grpc__predict__v2__pb2.ServerLiveRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ServerLiveResponse.FromString,
             options,
@@ -196,7 +196,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerReady',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ServerReady',
             protos_dot_grpc__predict__v2__pb2.ServerReadyRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ServerReadyResponse.FromString,
             options,
@@ -223,7 +223,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelReady',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ModelReady',
             protos_dot_grpc__predict__v2__pb2.ModelReadyRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ModelReadyResponse.FromString,
             options,
@@ -250,7 +250,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ServerMetadata',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ServerMetadata',
             protos_dot_grpc__predict__v2__pb2.ServerMetadataRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ServerMetadataResponse.FromString,
             options,
@@ -277,7 +277,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelMetadata',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ModelMetadata',
             protos_dot_grpc__predict__v2__pb2.ModelMetadataRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ModelMetadataResponse.FromString,
             options,
@@ -304,7 +304,7 @@ class GRPCInferenceService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/inference.GRPCInferenceService/ModelInfer',
+            '/benchfleet.kserve.v2.GRPCInferenceService/ModelInfer',
             protos_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
             protos_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
             options,

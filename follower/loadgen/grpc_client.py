@@ -6,8 +6,9 @@ before the run (follower.loadgen.bodies, wire "grpc") without the model name; th
 call the response arrives whole: first byte = done = response received, the same four timestamps as HTTP.
 
 This is our own client rather than tritonclient.grpc on purpose: one code path for our servers and Triton (both speak
-the standard `inference.GRPCInferenceService`), bodies serialized once instead of per call, and tritonclient.grpc
-registers the same `inference.*` protobuf symbols, so it cannot be imported in a process that loads our stubs.
+the standard `inference.GRPCInferenceService`), and bodies serialized once instead of per call (tritonclient builds
+and serializes a request per call). tritonclient.grpc can be imported beside our stubs (their package is ours, see
+protos/grpc_predict_v2.proto) and is used where per-call cost does not matter: checking answers.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import grpc
 import orjson
 
 from protos import grpc_predict_v2_pb2 as pb
+from protos import kserve_v2
 
 SCHEME = "grpc://"
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+INFER_METHOD = kserve_v2.method_path("ModelInfer")
 # gRPC status → the HTTP-like status the records keep (200 = answered; transport failures raise instead).
 _STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,

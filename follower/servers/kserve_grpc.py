@@ -18,6 +18,7 @@ import numpy as np
 from follower.servers.kserve_http import V2_TO_NUMPY, BadRequest, KServeModel
 from protos import grpc_predict_v2_pb2 as pb
 from protos import grpc_predict_v2_pb2_grpc as pb_grpc
+from protos import kserve_v2
 
 # Which typed `contents` field carries each datatype (FP16 has none: raw only).
 _CONTENTS_FIELD = {
@@ -192,7 +193,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 async def start_grpc(model: KServeModel, host: str, port: int) -> grpc.aio.Server:
     """A started grpc.aio server for `model` on host:port (loopback by default; no TLS: the follower's own host)."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(model), server)
+    # Under the standard name inference.GRPCInferenceService (protos/kserve_v2.py): any KServe v2 client can call it.
+    kserve_v2.add_to_server(InferenceServicer(model), server)
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise RuntimeError(f"cannot bind the gRPC port {host}:{port}")
     await server.start()

@@ -23,7 +23,7 @@ from follower.loadgen.grpc_client import grpc_url, model_prefix
 from follower.loadgen.openloop import drive
 from follower.runner import run_backend
 from protos import grpc_predict_v2_pb2 as pb
-from protos import grpc_predict_v2_pb2_grpc as pb_grpc
+from protos import kserve_v2
 from tests.integration.follower.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -41,9 +41,9 @@ def grpc_server(mlp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield f"127.0.0.1:{gport}"
 
 
-def _stub(address: str) -> tuple[grpc.Channel, pb_grpc.GRPCInferenceServiceStub]:
+def _stub(address: str) -> tuple[grpc.Channel, kserve_v2.Stub]:
     channel = grpc.insecure_channel(address)
-    return channel, pb_grpc.GRPCInferenceServiceStub(channel)
+    return channel, kserve_v2.Stub(channel)
 
 
 def test_grpc_infer_matches_onnxruntime_in_process(grpc_server: str, mlp_path: Path, mlp_meta: ModelMeta) -> None:
@@ -62,6 +62,27 @@ def test_grpc_infer_matches_onnxruntime_in_process(grpc_server: str, mlp_path: P
     want = ort.InferenceSession(str(mlp_path)).run(None, {"input": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert {"queue_ns", "infer_ns", "decode_ns", "encode_ns"} <= set(response.parameters)
+
+
+def test_a_standard_kserve_client_calls_our_server(grpc_server: str, mlp_path: Path) -> None:
+    """tritonclient.grpc (Triton's own KServe v2 client) talks to our server, imported beside our stubs."""
+    import tritonclient.grpc as triton_grpc
+
+    from protos import grpc_predict_v2_pb2  # noqa: F401 - both descriptor sets in one process: no duplicate symbol
+
+    client = triton_grpc.InferenceServerClient(grpc_server)
+    try:
+        assert client.is_server_live() and client.is_model_ready("mlp")
+        meta = client.get_model_metadata("mlp", as_json=True)
+        assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": ["-1", "64"]}]
+        x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+        tensor = triton_grpc.InferInput("input", [2, 64], "FP32")
+        tensor.set_data_from_numpy(x)
+        answer = client.infer("mlp", [tensor])
+        want = ort.InferenceSession(str(mlp_path)).run(None, {"input": x})[0]
+        np.testing.assert_allclose(answer.as_numpy("output"), want, rtol=1e-5, atol=1e-6)
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize(

@@ -137,14 +137,14 @@ def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], pr
     from follower.loadgen.grpc_client import model_prefix
     from follower.processing import raw_sample_images
     from protos import grpc_predict_v2_pb2 as pb
-    from protos import grpc_predict_v2_pb2_grpc as pb_grpc
+    from protos import kserve_v2
 
     path, meta = classifier
     images = raw_sample_images()
     body = build_bodies(meta.inputs, 1, seed=0, variants=1, wire="grpc", samples={"image": images[:1]})[0]
     request = pb.ModelInferRequest.FromString(model_prefix("imgcls") + body)
     with grpc.insecure_channel(f"127.0.0.1:{GRPC_PORT['port']}") as channel:
-        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+        response = kserve_v2.Stub(channel).ModelInfer(request)
     (out,) = response.outputs
     assert (out.datatype, list(out.shape)) == ("BYTES", [1, 1])
     raw = response.raw_output_contents[0]
@@ -225,6 +225,16 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
         rows = [json.loads(text) for text in answer.as_numpy("logits").ravel()]
         assert [row[0]["index"] for row in rows] == reference_top1(path, images)
         client.close()
+        # The same check through tritonclient.grpc on Triton's gRPC port (binary BYTES: base64 text, as over HTTP).
+        import tritonclient.grpc as triton_grpc
+
+        assert backend.grpc_port is not None
+        grpc_client = triton_grpc.InferenceServerClient(f"{backend.host}:{backend.grpc_port}")
+        raw_grpc = triton_grpc.InferInput("image", [len(images), 1], "BYTES")
+        raw_grpc.set_data_from_numpy(np.asarray([[base64.b64encode(img)] for img in images], dtype=np.object_))
+        over_grpc = grpc_client.infer("imgcls", [raw_grpc]).as_numpy("logits").ravel()
+        assert [json.loads(text)[0]["index"] for text in over_grpc] == reference_top1(path, images)
+        grpc_client.close()
         # The backend's control plane goes through tritonclient.http too: config, metadata, statistics, version.
         config = backend.model_config()
         assert config["backend"] == "python" and config["input"][0]["data_type"] == "TYPE_STRING"
