@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--batching-rate", type=float, default=1500.0, help="rate of the dynamic batching off/on pair")
     args = parser.parse_args()
     import torch
 
@@ -61,18 +62,21 @@ def main() -> int:
     print(f"{'device':6s} {'batch':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'GPU %':>6s} {'GPU W':>6s} "
           f"{'J/req':>8s} {'TFLOP/s':>8s} valid")
     figures: dict[str, float] = {}
+
+    def measure(label: str, batch: int, rate: float, server: dict) -> object:
+        spec = parse_spec({"name": "gpu", "model": "fc:1", "backends": ["torchscript"], "batch_sizes": [batch],
+                           "seed": 7, "server": server, "load": {"rate": rate, "duration": args.duration, "warmup": 1.0}})
+
+        async def collect() -> list:
+            return [r async for r in run_backend("torchscript", expand(spec), model=model, model_path=path,
+                                                 workdir=workdir / label, env_base=env, slo=None,
+                                                 sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+
+        return asyncio.run(collect())[0]
+
     for batch in args.batches:
         for device in ("cuda", "cpu"):
-            spec = parse_spec({"name": "gpu", "model": "fc:1", "backends": ["torchscript"], "batch_sizes": [batch],
-                               "seed": 7, "server": {"device": device},
-                               "load": {"rate": args.rate, "duration": args.duration, "warmup": 1.0}})
-
-            async def collect(spec: object = spec, device: str = device, batch: int = batch) -> list:
-                return [r async for r in run_backend("torchscript", expand(spec), model=model, model_path=path,  # type: ignore[arg-type]
-                                                     workdir=workdir / f"{device}{batch}", env_base=env, slo=None,
-                                                     sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
-
-            r = asyncio.run(collect())[0]
+            r = measure(f"{device}{batch}", batch, args.rate, {"device": device})
             res = r.resources
             lat = r.latency_ms
             tflops = flops * batch * r.achieved_rate / 1e12
@@ -87,6 +91,19 @@ def main() -> int:
             figures.update({f"{key}_p50_ms": p50, f"{key}_p99_ms": p99, f"{key}_rps": r.achieved_rate,
                             f"{key}_gpu_w": watts, f"{key}_j_per_req": joules})
         figures[f"speedup_p50_b{batch}"] = figures[f"cpu_b{batch}_p50_ms"] / figures[f"cuda_b{batch}_p50_ms"]
+    print(f"\ndynamic batching on the GPU at {args.batching_rate:g} req/s of batch-1 requests (our server, max batch 32, "
+          "queue delay 2 ms):")
+    for label, server in (("off", {"device": "cuda"}),
+                          ("on", {"device": "cuda", "dynamic_batching": {"max_batch_size": 32, "max_queue_delay_us": 2000}})):
+        r = measure(f"batching-{label}", 1, args.batching_rate, server)
+        lat, res, stats = r.latency_ms, r.resources, r.server_stats
+        p50, p99 = (lat.p50, lat.p99) if lat else (float("nan"), float("nan"))
+        mean_batch = stats.mean_batch if stats is not None and stats.mean_batch is not None else float("nan")
+        joules = res.energy_per_request_j if res and res.energy_per_request_j is not None else float("nan")
+        print(f"  batching {label:3s}: p50 {p50:8.3f} ms  p99 {p99:8.3f} ms  {r.achieved_rate:7.1f} req/s  "
+              f"mean batch {mean_batch:5.2f}  {joules:.4f} J/req  valid={r.valid}")
+        figures.update({f"batching_{label}_p99_ms": p99, f"batching_{label}_rps": r.achieved_rate,
+                        f"batching_{label}_mean_batch": mean_batch, f"batching_{label}_j_per_req": joules})
     best = max(flops * b * figures[f"cuda_b{b}_rps"] for b in args.batches)
     figures["cuda_peak_fraction"] = best / ceiling.fp32_flops
     print(f"roofline ceiling ({table_name} datasheet): {ceiling.fp32_flops / 1e12:.0f} TFLOP/s FP32; the best point "

@@ -38,6 +38,8 @@ load: {{pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}}
 """)
         assert client.job(job.id).spec.requires.gpu  # implied by the GPU server: placement needs a GPU follower
         results = _wait_done(client, job.id, timeout_s=240)
+        # The leaderboard names the GPU as the row's hardware (the roofline takes that device's ceiling from it).
+        board = client.leaderboard(filters=[f"job_id:{job.id}"])
     (row,) = results.points
     assert row.errors == 0 and row.ok == row.requests > 0, row.error_sample
     assert row.point.server.device == "cuda"
@@ -46,3 +48,4 @@ load: {{pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}}
     assert res is not None and res.gpu_power_w_mean is not None and res.gpu_power_w_mean > 10
     assert res.gpu_memory_mb_max is not None and res.gpu_memory_mb_max > 100
     assert res.energy_per_request_j is not None and res.energy_per_request_j > 0
+    assert [r.hardware for r in board.rows] == [GPUS[0].name]

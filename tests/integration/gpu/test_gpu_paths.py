@@ -161,3 +161,18 @@ def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMe
     res = result.resources
     assert result.ok > 0 and res is not None and res.server_cpu_percent_mean is not None
     assert res.gpu_power_w_mean is None and res.gpu_util_percent_mean is None and res.energy_j is None
+
+
+@needs_gpu
+def test_follower_metrics_export_the_gpus() -> None:
+    from prometheus_client import generate_latest
+
+    from follower.metrics import FollowerMetrics
+
+    metrics = FollowerMetrics()
+    metrics.sample()
+    text = generate_latest(metrics.registry).decode()
+    assert f"benchfleet_follower_gpus {float(len(GPUS))}" in text
+    series = 'benchfleet_follower_gpu_power_watts{gpu="0"}'
+    power = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(series)]
+    assert power and power[0] > 10
