@@ -34,6 +34,7 @@ import aiohttp
 import numpy as np
 
 from common.procs import SupervisedProcess, free_port
+from follower.cpuplan import generator_priority, isolate_generator_thread
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
@@ -218,6 +219,7 @@ def main() -> None:
     parser.add_argument("--stall-rate", type=float, default=500.0)
     parser.add_argument("--repeat-rate", type=float, default=1000.0)
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench itself)")
+    parser.add_argument("--no-realtime", action="store_true", help="nice -10 instead of SCHED_FIFO (the old setting)")
     args = parser.parse_args()
     if args.quick:
         args.duration, args.rates = 1.0, [500, 1000]
@@ -226,6 +228,9 @@ def main() -> None:
     if gen_core == srv_core:
         print("only one core: generator and server share it")
     os.sched_setaffinity(0, {gen_core})
+    # Every client runs as the follower runs its generator: pinned, real-time where permitted (follower.cpuplan).
+    isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
+    print(f"clients' scheduling: {generator_priority()}")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "server.py").write_text(textwrap.dedent(SERVER))

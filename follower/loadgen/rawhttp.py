@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 _monotonic_ns = time.monotonic_ns
@@ -252,6 +253,34 @@ class RawHttpSession:
             if conn.closed:
                 self._all.discard(conn)
 
+    def send_now(self, wire: bytes, waiter: Any) -> _Conn | None:
+        """Write a request on an idle keep-alive connection now; `waiter` (future-like) gets the answer. None: no idle one.
+
+        The open loop sends from its dispatcher with this, so a request leaves at its time without waiting for a task
+        to be scheduled; `waiter` needs done(), set_result((status, first_ns, body)) and set_exception(exc).
+        """
+        if self._closed:
+            raise HttpError("session closed")
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                self._all.discard(conn)
+                continue
+            conn.waiter = waiter
+            conn.transport.write(wire)  # type: ignore[union-attr]
+            return conn
+        return None
+
+    async def connect_and_send(self, wire: bytes, waiter: Any) -> _Conn:
+        """Open a new connection (bounded by the timeout) and write the request on it; `waiter` as for send_now."""
+        if self._closed:
+            raise HttpError("session closed")
+        conn = await asyncio.wait_for(self._connect(), self.timeout_s)
+        conn.waiter = waiter
+        conn.transport.write(wire)  # type: ignore[union-attr]
+        return conn
+
     async def close(self) -> None:
         self._closed = True
         for conn in list(self._all):
@@ -267,7 +296,12 @@ class RawHttpSession:
         await self.close()
 
 
-def _expire(conn: _Conn, waiter: asyncio.Future, timeout_s: float) -> None:
+def expire(conn: _Conn, waiter: Any, timeout_s: float) -> None:
+    """A request's timeout: drop its connection (its answer may still come and misframe it) and fail the waiter."""
+    _expire(conn, waiter, timeout_s)
+
+
+def _expire(conn: _Conn, waiter: Any, timeout_s: float) -> None:
     if not waiter.done():
         conn.waiter = None
         conn.closed = True

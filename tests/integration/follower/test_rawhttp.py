@@ -122,3 +122,55 @@ def test_refused_connection_is_a_transport_error() -> None:
 def test_only_plain_http_urls() -> None:
     with pytest.raises(ValueError, match="http://"):
         RawHttpSession("https://127.0.0.1:1/x")
+
+
+async def _open_loop(path: str, n: int, gap_ns: int, timeout_s: float = 5.0, **kwargs: object):  # type: ignore[no-untyped-def]
+    """The open loop's own raw path (dispatcher writes, callbacks record) against the framing server."""
+    import numpy as np
+
+    from follower.loadgen.openloop import run_open_loop
+
+    connections: list[int] = []
+    server = await _serve(connections)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        offsets = np.arange(n, dtype=np.int64) * gap_ns
+        rec = await run_open_loop(f"http://127.0.0.1:{port}{path}", [b'{"x": 1}'], offsets, time.monotonic_ns() + 20_000_000,
+                                  timeout_s=timeout_s, **kwargs)  # type: ignore[arg-type]
+    finally:
+        server.close()
+        await server.wait_closed()
+    return rec, len(connections)
+
+
+@pytest.mark.parametrize(("path", "status"), [("/cl", 200), ("/chunked", 200), ("/notfound", 404), ("/continue", 200),
+                                              ("/close", 200)])  # fmt: skip
+def test_open_loop_records_every_framing_through_its_callbacks(path: str, status: int) -> None:
+    rec, connections = _run(_open_loop(path, 20, 2_000_000))
+    assert rec.status.tolist() == [status] * 20
+    assert bool((rec.sent_ns >= rec.intended_ns).all() and (rec.first_byte_ns >= rec.sent_ns).all())
+    assert bool((rec.done_ns >= rec.first_byte_ns).all())
+    # Keep-alive: answered connections are reused (a new one opens only while none is idle); a closing server: one each.
+    assert connections == 20 if path == "/close" else connections < 20, connections
+    assert (rec.error_sample is None) == (status == 200), rec.error_sample
+
+
+@pytest.mark.parametrize("path", ["/garbage", "/truncated"])
+def test_open_loop_counts_unframeable_answers_as_errors(path: str) -> None:
+    rec, _ = _run(_open_loop(path, 5, 2_000_000))
+    assert rec.status.tolist() == [0] * 5 and rec.error_sample is not None
+
+
+def test_open_loop_times_out_silent_requests_and_refused_connections() -> None:
+    rec, _ = _run(_open_loop("/silent", 3, 1_000_000, timeout_s=0.3))
+    assert rec.status.tolist() == [0] * 3 and "TimeoutError" in (rec.error_sample or "")
+    assert bool(((rec.done_ns - rec.sent_ns) >= 300_000_000).all())
+
+
+def test_open_loop_cap_waits_or_drops_and_says_so() -> None:
+    # One request in flight at a time, all due at once: the rest wait their turn (send lag) or are dropped.
+    waited, connections = _run(_open_loop("/cl", 10, 0, max_concurrency=1))
+    assert waited.status.tolist() == [200] * 10 and int(waited.capped.sum()) == 9 and connections == 1
+    assert bool((waited.sent_ns[1:] >= waited.done_ns[:-1]).all()), "each waited for the one before to be answered"
+    dropped, _ = _run(_open_loop("/cl", 10, 0, max_concurrency=1, cap_policy="drop"))
+    assert dropped.status.tolist() == [200] + [-2] * 9 and int(dropped.capped.sum()) == 9

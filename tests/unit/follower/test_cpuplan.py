@@ -1,0 +1,73 @@
+"""The generator thread's isolation: pinned, real-time where permitted (else nice -10), and everything undone."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from follower.cpuplan import GENERATOR_NICE, generator_priority, isolate_generator_thread
+
+
+def _in_thread(fn):  # type: ignore[no-untyped-def]
+    """Run fn on a fresh thread (priority and affinity are per thread: the test's own thread stays untouched)."""
+    out: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]
+
+
+def _can_fifo() -> bool:
+    def probe() -> bool:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (PermissionError, OSError):
+            return False
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        return True
+
+    return bool(_in_thread(probe))
+
+
+def test_isolation_raises_priority_pins_and_undoes() -> None:
+    cpu = min(os.sched_getaffinity(0))
+
+    def run() -> tuple[str, set[int], str, set[int], int]:
+        before = generator_priority()
+        undo = isolate_generator_thread(frozenset({cpu}))
+        during, pinned = generator_priority(), set(os.sched_getaffinity(0))
+        undo()
+        return before, pinned, during, set(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0)
+
+    before, pinned, during, after_affinity, after_nice = _in_thread(run)
+    assert pinned == {cpu} and after_affinity == set(os.sched_getaffinity(0))
+    assert generator_priority() == before and after_nice == os.getpriority(os.PRIO_PROCESS, 0)
+    if _can_fifo():
+        assert during == "fifo"
+    else:
+        assert during in ("fifo", f"nice {GENERATOR_NICE}", before)  # unprivileged: pinning only
+
+
+def test_realtime_off_falls_back_to_nice() -> None:
+    def run() -> str:
+        undo = isolate_generator_thread(None, realtime=False)
+        try:
+            return generator_priority()
+        finally:
+            undo()
+
+    during = _in_thread(run)
+    if os.geteuid() != 0:
+        pytest.skip("raising a thread's priority needs CAP_SYS_NICE; this user has none")
+    assert during == f"nice {GENERATOR_NICE}"
