@@ -76,3 +76,19 @@ def test_waiting_reasons_are_written_once_per_change() -> None:
     for k in range(5):
         fresh.apply(doc(f"g{k}", "queued", age=k, waiting_reason="needs a GPU"))
     assert fresh.to_state(CPU, "needs a GPU", 10) == []
+
+
+def test_a_split_job_is_never_queued_and_its_parts_know_their_siblings_followers() -> None:
+    book = JobBook()
+    book.apply(doc("j", "queued", parts=["j-p0", "j-p1"]))
+    book.apply(doc("j-p0", "queued", part_of="j"))
+    book.apply(doc("j-p1", "queued", part_of="j", age=1))
+    assert set(book.queued) == {"j-p0", "j-p1"}, "the split job itself is never placed"
+    assert [job.part_of for job in book.oldest(CPU, 10)] == ["j", "j"]
+    assert book.sibling_follower("j") is None
+    book.apply_placed("j-p0", "f2", 10.0, part_of="j")
+    assert book.sibling_follower("j") == "f2"
+    book.apply(doc("j-p0", "succeeded", follower="f2", part_of="j"))
+    assert book.sibling_follower("j") is None and book.loads == {}
+    book.apply(doc("j", "running", parts=["j-p0", "j-p1"]))  # running, with no follower: no load anywhere
+    assert book.loads == {} and "j" not in book.active
