@@ -104,3 +104,23 @@ def test_split_job_runs_on_two_followers_requeues_a_lost_part_alone_and_merges_o
     ran = [p["environment"]["follower_id"] for p in results["points"]]
     expected = [fid, fid, mover, mover] if first["id"].endswith("-p0") else [mover, mover, fid, fid]
     assert ran == expected and lost not in ran
+
+
+def test_a_failed_part_fails_the_split_job_and_a_cancel_reaches_every_part(leader: Leader) -> None:
+    leader.upload_model()
+    follower, incarnation = f"f-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    job = leader.submit(text=SPLIT_YAML)
+    first, second = (leader.wait_state(p, "assigned") for p in job["parts"])
+    assert claim(leader, first["id"], 1, follower, incarnation).status_code == 200
+    failed = {"attempt": 1, "follower_id": follower, "state": "failed", "error": "server died"}
+    assert post_as(leader, follower, f"/api/v1/jobs/{first['id']}/finish", failed).status_code == 200
+    assert leader.job(job["id"])["state"] == "running", "one part is still to run"
+    assert leader.client.post(f"/api/v1/jobs/{second['id']}/cancel", headers=ADMIN).status_code == 200
+    settled = leader.job(job["id"])
+    assert settled["state"] == "failed" and f"part {first['id']} failed: server died" in settled["error"]
+
+    other = leader.submit(text=SPLIT_YAML)
+    cancelled = leader.client.post(f"/api/v1/jobs/{other['id']}/cancel", headers=ADMIN)
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert [leader.job(p)["state"] for p in other["parts"]] == ["cancelled", "cancelled"]
