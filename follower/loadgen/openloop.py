@@ -22,7 +22,15 @@ uvloop, the ORT server on the same host, tiny MLP, Poisson, 8 s per run):
 
 For http:// URLs the open loop sends through follower.loadgen.rawhttp (a minimal keep-alive HTTP/1.1 client on
 asyncio Protocols) instead of aiohttp, which spent most of the rest of the CPU per request; the four timestamps,
-status, stage timings and error accounting are the same (first byte = the answer's first bytes arriving).
+status, stage timings and error accounting are the same (first byte = the answer's first bytes arriving). The
+dispatcher writes each raw request itself and answers arrive through callbacks (no task per request): the hop from
+dispatcher to task was measured at p99 0.65-12 ms of send lag at 2000-5000 req/s, and is 0.01-0.02 ms now.
+
+Where send lag comes from on a shared VM (bench/send_lag_causes.py): not GC (no collection runs while requests are
+due: the collector is off for the run), not the timer (the timerfd + 150 µs spin; 50 µs and 500 µs were both
+worse), but the generator thread waiting for its core behind other processes (14-64% of a run at nice -10, which
+session autogroups make useless against other sessions) and hypervisor steal. follower.cpuplan therefore runs the
+generator thread under SCHED_FIFO where permitted; what remains above 1 ms p99 tracks the steal share of the run.
 
 Measured (ms, send lag p50 / p99 / max, generator CPU share; two 8 s Poisson runs each; bench/loadgen_send_lag.py):
 

@@ -88,6 +88,11 @@ data: {{source: upload, id: {data['id']}}}
     (row,) = results.points
     assert row.requests == 600 and row.ok == 600 and row.errors == 0, row.error_sample
     assert row.point.trace_dataset == trace["id"] and abs(row.point.rate - 600 / duration) < 1e-9
+    # The generator count is decided and explained; a rate needing more cores than the generator has is invalid.
+    plan = row.generator_plan
+    assert plan is not None and plan.processes == row.generators == 1 and not plan.forced
+    assert plan.saturated == (plan.cores_needed > plan.cores_available)
+    assert any(plan.reason in r for r in row.invalid_reasons) == plan.saturated, (plan, row.invalid_reasons)
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 200_000_000
     measured = rec["intended_ns"][rec["intended_ns"] >= measured_start] - measured_start
