@@ -117,3 +117,46 @@ data: {{source: upload, id: {data_id}}}
     # The follower fetched the set once into its checksum-keyed cache.
     cached = list((fleet.workdir / "backends-e2e" / "data-cache").glob("*.npz"))
     assert [p.stem for p in cached] == [upload.json()["sha256"]]
+
+
+@pytest.mark.parametrize("processing", ["server", "client"])
+def test_image_job_with_processing_on_either_side(fleet, canon: str, processing: str) -> None:  # type: ignore[no-untyped-def]
+    """A zip of images pushed with the client; `processing: server` makes ORT and Triton run the processors (stages
+    reported by the servers), `processing: client` preprocesses on the follower (client_stages_ms)."""
+    import io
+    import zipfile
+
+    pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
+    from follower.processing import raw_sample_images
+    from tests.integration.follower.test_server_processing import image_classifier
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for i, image in enumerate(raw_sample_images()[:3]):
+            archive.writestr(f"img{i}.png", image)
+    with fleet.client() as client:
+        data = client.upload_data(buf.getvalue(), name=f"imgs-{processing}", format="images")
+        model = client.upload_model(image_classifier(), name=f"imgcls-{processing}", version="1", format="onnx")
+        results = _run(client, f"""
+name: images-{processing}
+model: {model.ref}
+backends: [onnxruntime, triton]
+batch_sizes: [1]
+load: {{pattern: constant, rate: 30, duration: 0.5s, warmup: 0.2s}}
+data: {{source: upload, id: {data.id}, preprocess: image_imagenet, postprocess: topk, processing: {processing}}}
+""")
+    rows = {r.point.backend: r for r in results.points}
+    assert set(rows) == {"onnxruntime", "triton"}
+    for backend, row in rows.items():
+        assert row.errors == 0 and row.ok == row.requests > 0, (backend, row.error_sample)
+        stats = row.server_stats
+        assert stats is not None, backend
+        if processing == "server":
+            assert stats.preprocess_ms_mean and stats.preprocess_ms_mean > 0, (backend, stats)
+            assert row.client_stages_ms is None, backend
+        else:
+            assert stats.preprocess_ms_mean is None, (backend, stats)
+            assert row.client_stages_ms is not None and row.client_stages_ms["preprocess"] > 0, backend
+    # Our server also reports the stages per request: they are in the point's stage breakdown.
+    ort_stages = rows["onnxruntime"].stages_ms or {}
+    assert (ort_stages.get("preprocess", 0) > 0) == (processing == "server"), ort_stages
