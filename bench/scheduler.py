@@ -344,6 +344,15 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
             await db.jobs.insert_many(batch, ordered=False)
         print(f"  (seeded {n_jobs} jobs in {time.perf_counter() - t0:.0f}s)", flush=True)
 
+        # Jobs a follower is about to claim (full documents: a claim builds the task from them).
+        claimable = [f"c{i:04d}" for i in range(60)]
+        await db.jobs.insert_many(
+            [
+                {**template, "_id": cid, "state": "assigned", "follower_id": "f00000", "created_at": now, "updated_at": now}
+                for cid in claimable
+            ]
+        )
+
         async def once(coro_fn: Callable[[], object]) -> float:
             t0 = time.perf_counter()
             await coro_fn()  # type: ignore[misc]
@@ -375,6 +384,7 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
         out["tick_candidates_ms"] = statistics.fmean(t.get("candidates_ms", 0.0) for t in steady)
         out["per_placement_ms"] = sum(t["total_ms"] for t in steady) / max(placed, 1)
         out["per_decision_us"] = sum(t.get("decide_ms", 0.0) for t in steady) * 1e3 / max(placed, 1)
+        out.update(await claim_cost(db, claimable))
         write = db.jobs.update_one
         out["one_write_ms"] = min([await once(lambda: write({"_id": "j0000001"}, {"$set": {"x": 1}})) for _ in range(20)])
         # A leader restart with the same PerfDB: a fresh placer's book agrees with the old one.
@@ -393,18 +403,52 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
         client.close()
 
 
+async def claim_cost(db, claimable: list[str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """A follower's claim (assigned → running) as the leader does it now, beside the findAndModify it replaced.
+
+    Both run on the same PerfDB in the same run: half the claimable jobs each, interleaved, median of each.
+    """
+    from pymongo import ReturnDocument
+
+    from common.jobs import Claim, JobState
+    from leader.store import jobs as jobs_store
+
+    now_ms, old_ms = [], []
+    for i, job_id in enumerate(claimable):
+        t0 = time.perf_counter()
+        if i % 2 == 0:
+            await jobs_store.claim_job(db, job_id=job_id, claim=Claim(follower_id="f00000", attempt=1))
+            now_ms.append((time.perf_counter() - t0) * 1e3)
+        else:
+            doc = await db.jobs.find_one_and_update(
+                {"_id": job_id, "state": JobState.assigned.value, "attempt": 1, "follower_id": "f00000"},
+                {"$set": {"state": JobState.running.value, "dispatched": True}},
+                return_document=ReturnDocument.AFTER,
+            )
+            assert doc is not None
+            old_ms.append((time.perf_counter() - t0) * 1e3)
+    return {"claim_ms": statistics.median(now_ms), "claim_find_and_modify_ms": statistics.median(old_ms)}
+
+
 # --- 4. live: a leader and follower processes on this machine, short real jobs ----------------------------
 
 
-def live_mix(n_jobs: int, n_followers: int, seed: int, load: float = 0.9) -> list[tuple[float, float]]:
-    """(arrival offset s, measured seconds) per job: 60% 3 s, 30% 8 s, 10% 20 s, Poisson arrivals at `load`.
+# The live job mix. Why these numbers: every real job pays a fixed ~4 s here (model server start, client, reports)
+# whatever its measured seconds, so sizes of 3/8/20 s became run times of 7/12/24 s; replaying that mix and those
+# run times through this file's simulator predicted QA+SJF at 0.99-1.17x of RR+FCFS and 0.97-1.03x of LL+SJF
+# (18-30 jobs): the earlier live design could not show the effect, and 0.83x from one round of 18 jobs was noise
+# around ~1.0. Short jobs of 2 s and long ones of 30 s make run times differ ~6x; 30 jobs at ~full load build queues.
+LIVE_SHORT_S, LIVE_LONG_S, LIVE_LONG_SHARE, LIVE_OVERHEAD_S = 2.0, 30.0, 0.2, 4.0
 
-    Run time dominates the ~2-3 s a job spends starting its model server, so the order jobs run in matters more
-    than the fixed cost every job pays; the seed makes every configuration see the same arrivals.
+
+def live_mix(n_jobs: int, n_followers: int, seed: int, load: float = 1.0) -> list[tuple[float, float]]:
+    """(arrival offset s, measured seconds) per job: 80% short, 20% long, Poisson arrivals at `load`.
+
+    The seed makes every configuration of a round see the same arrivals; rounds use different seeds.
     """
     rng = random.Random(seed)
-    sizes = [3.0 if (u := rng.random()) < 0.6 else 8.0 if u < 0.9 else 20.0 for _ in range(n_jobs)]
-    per_job_s = statistics.fmean(sizes) + 2.5  # plus the server start every job pays
+    sizes = [LIVE_LONG_S if rng.random() < LIVE_LONG_SHARE else LIVE_SHORT_S for _ in range(n_jobs)]
+    per_job_s = statistics.fmean(sizes) + LIVE_OVERHEAD_S
     rate = load * n_followers / per_job_s
     t, out = 0.0, []
     for size in sizes:
@@ -413,9 +457,82 @@ def live_mix(n_jobs: int, n_followers: int, seed: int, load: float = 0.9) -> lis
     return out
 
 
+@dataclass
+class LiveJob:
+    """What one live job did (times in epoch seconds): its measured seconds, the leader's estimate, its transitions."""
+
+    seconds: float
+    estimate_s: float
+    actual_s: float
+    follower_id: str
+    created: float
+    assigned: float
+    started: float
+    ended: float
+
+    @property
+    def jct(self) -> float:
+        return self.ended - self.created
+
+
+def live_diagnostics(name: str, order: str, rows: list[LiveJob]) -> dict[str, float]:
+    """Print why a policy did what it did: run time per size, estimate error, waits, and whether tier 2 was honoured."""
+    by_size: dict[float, list[LiveJob]] = {}
+    for row in rows:
+        by_size.setdefault(row.seconds, []).append(row)
+    parts = []
+    for size, group in sorted(by_size.items()):
+        parts.append(
+            f"{size:.0f}s x{len(group)}: run {statistics.fmean(r.actual_s for r in group):.1f}s "
+            f"est {statistics.fmean(r.estimate_s for r in group):.1f}s"
+        )
+    overhead = statistics.fmean(r.actual_s - r.seconds for r in rows)
+    err = statistics.fmean(abs(r.estimate_s - r.actual_s) / r.actual_s for r in rows if r.actual_s > 0)
+    # At each start: the jobs its follower held then (assigned, not started). Tier 2 can only reorder those; the
+    # start is "in order" if it was the one the follower's policy ranks first (shortest estimate, or first assigned;
+    # ageing at 0.01 s/s changes no choice within these few seconds).
+    waiting, in_order, choices = [], 0, 0
+    for row in rows:
+        rivals = [o for o in rows if o.follower_id == row.follower_id and o.assigned <= row.started < o.started]
+        waiting.append(len(rivals))
+        if rivals:
+            choices += 1
+            if order == "sjf":
+                in_order += all(row.estimate_s <= o.estimate_s for o in rivals)
+            else:
+                in_order += all(row.assigned <= o.assigned for o in rivals)
+    busy: dict[str, float] = {}
+    for r in rows:
+        busy[r.follower_id] = busy.get(r.follower_id, 0.0) + r.actual_s
+    print(
+        f"    {name}: {'; '.join(parts)}; fixed cost per job {overhead:.1f}s; |estimate-actual|/actual {err:.0%}; "
+        f"placed {statistics.fmean(r.assigned - r.created for r in rows):.2f}s after submit; "
+        f"jobs held by the follower at each start: mean {statistics.fmean(waiting):.1f} max {max(waiting)}; "
+        f"starts in {order} order {in_order}/{choices}; busy s per follower "
+        f"{', '.join(f'{v:.0f}' for _, v in sorted(busy.items()))}",
+        flush=True,
+    )
+    return {"overhead_s": overhead, "estimate_err": err, "held_mean": statistics.fmean(waiting)}
+
+
+def live_prediction(mix: list[tuple[float, float]], rows: list[LiveJob], n_followers: int) -> dict[str, float]:
+    """The simulator on this round's arrivals with the run times measured live: the ratio the live run should show."""
+    run: dict[float, list[float]] = {}
+    for row in rows:
+        run.setdefault(row.seconds, []).append(row.actual_s)
+    mean_run = {size: statistics.fmean(v) for size, v in run.items()}
+    est = {size: statistics.fmean(r.estimate_s for r in rows if r.seconds == size) for size in mean_run}
+    out = {}
+    for name, policy, order in CONFIGS:
+        jobs = [SimJob(i, offset, mean_run[size], est[size]) for i, (offset, size) in enumerate(mix)]
+        simulate(jobs, n_followers, policy, order, 0.0)
+        out[name] = statistics.fmean(j.end - j.arrival for j in jobs)
+    return out
+
+
 def live_run(
-    workdir: Path, redis_url: str, mongo_uri: str, n_followers: int, mix: list[tuple[float, float]]
-) -> dict[str, dict[str, float]]:
+    workdir: Path, redis_url: str, mongo_uri: str, n_followers: int, mix: list[tuple[float, float]], configs: list
+) -> tuple[dict[str, dict[str, float]], list[LiveJob]]:
     """Per configuration: a fresh leader (placement policy) and followers (order), the same arrivals of real jobs."""
     import secrets
     import uuid
@@ -425,7 +542,8 @@ def live_run(
     from common.procs import SupervisedProcess, free_port, http_ready
 
     out: dict[str, dict[str, float]] = {}
-    for name, policy, order in CONFIGS:
+    every: list[LiveJob] = []
+    for name, policy, order in configs:
         port = free_port()
         admin, ftoken = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         url = f"http://127.0.0.1:{port}"
@@ -458,7 +576,7 @@ def live_run(
                     fenv = {
                         **env,
                         "BENCHFLEET_FOLLOWER_FOLLOWER_ID": f"live-{i}",
-                        "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / f"{name}-f{i}"),
+                        "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / f"{name}-{uuid.uuid4().hex[:6]}-f{i}"),
                     }
                     proc = SupervisedProcess(
                         [sys.executable, "-m", "follower"], name=f"{name}-f{i}", log_path=workdir / f"{name}-f{i}.log", env=fenv
@@ -478,23 +596,98 @@ def live_run(
                 leader.wait_ready(
                     lambda ids=ids: all(client.job(j).state in ("succeeded", "failed", "cancelled") for j in ids), timeout_s=900
                 )
-                jct, waits = [], []
-                for j in ids:
+                rows = []
+                for j, (_, seconds) in zip(ids, mix, strict=True):
                     view = client.job(j)
                     assert view.state == "succeeded", (view.id, view.state, view.error)
-                    started = [h.at for h in view.history if h.state == "running"][-1]
-                    jct.append((view.history[-1].at - view.created_at).total_seconds())
-                    waits.append((started - view.created_at).total_seconds())
-            out[name] = {"mean": statistics.fmean(jct), "p95": pct(jct, 0.95), "max_wait": max(waits)}
+
+                    def at(state: str, view=view) -> float:  # type: ignore[no-untyped-def]
+                        return [h.at for h in view.history if h.state == state][-1].timestamp()
+
+                    rows.append(
+                        LiveJob(
+                            seconds, view.estimate_s, view.actual_s or 0.0, view.follower_id or "",
+                            view.created_at.timestamp(), at("assigned"), at("running"), view.history[-1].at.timestamp(),
+                        )
+                    )  # fmt: skip
+            jct = [r.jct for r in rows]
+            out[name] = {
+                "mean": statistics.fmean(jct),
+                "p95": pct(jct, 0.95),
+                "max_wait": max(r.started - r.created for r in rows),
+            }
             out[name]["load1"] = os.getloadavg()[0]  # how busy the machine was (other processes included)
             print(
                 f"  live {name:8s} mean JCT {out[name]['mean']:6.2f}s  p95 {out[name]['p95']:6.2f}s  "
                 f"longest wait {out[name]['max_wait']:6.2f}s  (host load average {out[name]['load1']:.1f})",
                 flush=True,
             )
+            out[name].update(live_diagnostics(name, order, rows))
+            every.extend(rows)
         finally:
             for proc in reversed(procs):
                 proc.stop()
+    return out, every
+
+
+def live_rounds(
+    workdir: Path, redis_url: str, mongo_uri: str, n_followers: int, n_jobs: int, seed: int, rounds: int, load: float
+) -> dict[str, str]:
+    """Several rounds, each with its own seed (arrivals) and the configurations in a rotated order; ratios per round."""
+    per_round: list[dict[str, dict[str, float]]] = []
+    predicted: list[dict[str, float]] = []
+    for r in range(rounds):
+        mix = live_mix(n_jobs, n_followers, seed + r, load)
+        configs = CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]  # the machine's noise drifts: rotate
+        print(
+            f"  round {r + 1}/{rounds}: seed {seed + r}, {len(mix)} jobs "
+            f"({sum(s == LIVE_LONG_S for _, s in mix)} long), arrivals over {mix[-1][0]:.0f} s, "
+            f"order {', '.join(c[0] for c in configs)}",
+            flush=True,
+        )
+        result, rows = live_run(workdir, redis_url, mongo_uri, n_followers, mix, configs)
+        per_round.append(result)
+        pred = live_prediction(mix, rows, n_followers)
+        predicted.append(pred)
+        print(
+            f"  round {r + 1}: QA+SJF {result['rr_fcfs']['mean'] / result['qa_sjf']['mean']:.2f}x of RR+FCFS, "
+            f"{result['ll_sjf']['mean'] / result['qa_sjf']['mean']:.2f}x of LL+SJF (mean JCT); the simulator on the same "
+            f"arrivals and measured run times predicts {pred['rr_fcfs'] / pred['qa_sjf']:.2f}x and "
+            f"{pred['ll_sjf'] / pred['qa_sjf']:.2f}x",
+            flush=True,
+        )
+    out: dict[str, str] = {}
+    print("  live over all rounds (mean of the rounds' figures):")
+    for name, _, _ in CONFIGS:
+        mean = statistics.fmean(r[name]["mean"] for r in per_round)
+        p95 = statistics.fmean(r[name]["p95"] for r in per_round)
+        wait = max(r[name]["max_wait"] for r in per_round)
+        print(f"    {name:8s} mean JCT {mean:6.2f}s  p95 JCT {p95:6.2f}s  longest wait {wait:6.2f}s")
+        out[f"live_{name}_mean_s"], out[f"live_{name}_p95_s"] = f"{mean:.2f}", f"{p95:.2f}"
+    rr = [r["rr_fcfs"]["mean"] / r["qa_sjf"]["mean"] for r in per_round]
+    ll = [r["ll_sjf"]["mean"] / r["qa_sjf"]["mean"] for r in per_round]
+    rr95 = [r["rr_fcfs"]["p95"] / r["qa_sjf"]["p95"] for r in per_round]
+    ll95 = [r["ll_sjf"]["p95"] / r["qa_sjf"]["p95"] for r in per_round]
+    prr = statistics.fmean(p["rr_fcfs"] / p["qa_sjf"] for p in predicted)
+    pll = statistics.fmean(p["ll_sjf"] / p["qa_sjf"] for p in predicted)
+    beat_both = sum(a > 1 and b > 1 for a, b in zip(rr, ll, strict=True))
+    print(
+        f"  live: QA+SJF is {statistics.fmean(rr):.2f}x better than RR+FCFS (rounds {', '.join(f'{x:.2f}' for x in rr)}) "
+        f"and {statistics.fmean(ll):.2f}x better than LL+SJF (rounds {', '.join(f'{x:.2f}' for x in ll)}) in mean JCT; "
+        f"p95 {statistics.fmean(rr95):.2f}x and {statistics.fmean(ll95):.2f}x; better than both in {beat_both}/{rounds} "
+        f"rounds. Predicted by the simulator from the same rounds: {prr:.2f}x and {pll:.2f}x",
+        flush=True,
+    )
+    out.update(
+        live_rr_over_qa=f"{statistics.fmean(rr):.2f}",
+        live_ll_over_qa=f"{statistics.fmean(ll):.2f}",
+        live_rr_over_qa_p95=f"{statistics.fmean(rr95):.2f}",
+        live_ll_over_qa_p95=f"{statistics.fmean(ll95):.2f}",
+        live_rounds=str(rounds),
+        live_rounds_qa_best=str(beat_both),
+        live_predicted_rr_over_qa=f"{prr:.2f}",
+        live_predicted_ll_over_qa=f"{pll:.2f}",
+    )
     return out
 
 
@@ -510,9 +703,10 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=20_000)
     parser.add_argument("--mongo-jobs", type=int, default=100_000)
     parser.add_argument("--live-followers", type=int, default=3)
-    parser.add_argument("--live-jobs", type=int, default=18)
-    parser.add_argument("--live-seed", type=int, default=7)
-    parser.add_argument("--live-repeats", type=int, default=1, help="rounds over the three configurations (interleaved)")
+    parser.add_argument("--live-jobs", type=int, default=30)
+    parser.add_argument("--live-seed", type=int, default=1)
+    parser.add_argument("--live-load", type=float, default=1.0, help="offered load of the live arrivals (1.0: followers busy)")
+    parser.add_argument("--live-repeats", type=int, default=3, help="rounds (each its own seed) over the three configurations")
     parser.add_argument("--skip-mongo", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args()
@@ -575,26 +769,18 @@ def main() -> None:
                     )
                     result.update({f"mongo_{k}": f"{v:.1f}" for k, v in mongo.items()})
                 if not args.skip_live:
-                    mix = live_mix(args.live_jobs, args.live_followers, args.live_seed)
                     print(
-                        f"4. live: {args.live_followers} follower processes, {len(mix)} real jobs per configuration "
-                        f"(60% 3 s / 30% 8 s / 10% 20 s, arrivals over {mix[-1][0]:.0f} s, seed {args.live_seed}); "
-                        f"{args.live_repeats} interleaved round(s). This machine is shared and noisy: read with care.",
+                        f"4. live: {args.live_followers} follower processes, {args.live_jobs} real jobs per configuration "
+                        f"({1 - LIVE_LONG_SHARE:.0%} {LIVE_SHORT_S:.0f} s / {LIVE_LONG_SHARE:.0%} {LIVE_LONG_S:.0f} s measured, "
+                        f"load {args.live_load}), {args.live_repeats} round(s). The machine is shared and noisy: read with care.",
                         flush=True,
                     )
-                    rounds = [live_run(workdir, redis_url, mongo_uri, args.live_followers, mix) for _ in range(args.live_repeats)]
-                    live = {
-                        name: {k: statistics.fmean(r[name][k] for r in rounds) for k in rounds[0][name]} for name in rounds[0]
-                    }
-                    lr = live["rr_fcfs"]["mean"] / live["qa_sjf"]["mean"]
-                    ll = live["ll_sjf"]["mean"] / live["qa_sjf"]["mean"]
-                    print(f"  live: QA+SJF is {lr:.2f}x better than RR+FCFS and {ll:.2f}x better than LL+SJF in mean JCT")
                     result.update(
-                        live_rr_over_qa=f"{lr:.2f}",
-                        live_ll_over_qa=f"{ll:.2f}",
-                        live_qa_mean_s=f"{live['qa_sjf']['mean']:.2f}",
-                        live_qa_max_wait_s=f"{live['qa_sjf']['max_wait']:.2f}",
-                    )
+                        live_rounds(
+                            workdir, redis_url, mongo_uri, args.live_followers, args.live_jobs, args.live_seed,
+                            args.live_repeats, args.live_load,
+                        )
+                    )  # fmt: skip
             finally:
                 for proc in reversed(services):
                     proc.stop()
