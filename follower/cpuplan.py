@@ -45,7 +45,8 @@ def plan_cpus() -> CpuPlan:
 def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = True) -> Callable[[], None]:
     """Pin the calling thread (Linux affinity and priority are per thread) and raise its priority; returns an undo.
 
-    Real-time (SCHED_FIFO) where permitted and `realtime`, else nice -10 (see the module docstring).
+    Real-time (SCHED_FIFO) where permitted, `realtime` and the thread has cores of its own (`cpus`), else nice -10
+    (see the module docstring).
     """
     tid = 0  # 0 = the calling thread for sched_setaffinity, sched_setscheduler and setpriority on Linux
     old_affinity = os.sched_getaffinity(tid)
@@ -54,7 +55,8 @@ def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = Tr
     if cpus:
         os.sched_setaffinity(tid, cpus)
     fifo = False
-    if realtime and old_policy is not None:
+    # Only on a core of its own: sharing one with the server, a real-time generator would starve what it measures.
+    if realtime and cpus and old_policy is not None:
         # Unprivileged (no CAP_SYS_NICE, or no real-time budget in this cgroup) it is refused: nice is the fallback.
         with contextlib.suppress(PermissionError, OSError):
             os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(GENERATOR_RT_PRIORITY))
