@@ -87,6 +87,19 @@ def processing_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pyte
         yield url
 
 
+@pytest.fixture(scope="module")
+def plain_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Our ORT server without processors: it takes the client-side preprocessed tensors."""
+    path, _ = classifier
+    port = free_port()
+    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", "imgcls", "--port", str(port)]
+    log = tmp_path_factory.mktemp("ortplain") / "ort.log"
+    with SupervisedProcess(argv, name="ort server (plain)", log_path=log, cwd=ROOT) as proc:
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=30)
+        yield url
+
+
 def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:
     """In-process: the same preprocessor, onnxruntime in this process, argmax."""
     from follower.processing import image_to_tensor
@@ -97,7 +110,7 @@ def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:
 
 
 def test_server_side_processing_answers_the_in_process_top1(
-    classifier: tuple[Path, ModelMeta], processing_server: str
+    classifier: tuple[Path, ModelMeta], processing_server: str, plain_server: str
 ) -> None:
     from follower.processing import raw_sample_images
 
@@ -121,12 +134,17 @@ def test_server_side_processing_answers_the_in_process_top1(
     params = doc["parameters"]
     assert params["preprocess_ns"] > 0 and params["postprocess_ns"] > 0 and params["infer_ns"] > 0
 
-    # The client-side path gives the same classes: preprocessed tensors to a plain server run in-process here.
+    # The client-side path gives the same classes: tensors preprocessed here, answered by our server without processors.
     samples, client_ms = resolve_request_data(DataRef(source="sample_images"), classifier[1], client=None, cache_dir=path.parent)
     assert samples is not None and client_ms is not None and client_ms["preprocess"] > 0
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    logits = session.run(None, {"image": np.stack(samples["image"])})[0]
+    batch = np.stack(samples["image"])
+    body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": list(batch.shape), "data": batch.ravel().tolist()}]}
+    response = httpx.post(f"{plain_server}/v2/models/imgcls/infer", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"]
+    logits = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
     assert [int(i) for i in logits.argmax(axis=1)] == expected
+    assert "preprocess_ns" not in response.json()["parameters"]
 
 
 def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], processing_server: str) -> None:
