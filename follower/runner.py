@@ -23,7 +23,7 @@ from common.spec import SLO, PointSpec
 from common.traces import Trace
 from follower.backends import Backend, get_backend
 from follower.backends.stats import server_stats_delta
-from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share
+from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share, thread_run_queue_ns
 from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import LoadRecords, Timer, drive, new_session
@@ -117,6 +117,7 @@ def _drive_isolated(
 ) -> LoadRecords:
     """Run the generator on its own core at raised priority (see follower.cpuplan), then undo both."""
     undo = isolate_generator_thread(cpus)
+    waited0, wall0 = thread_run_queue_ns(), time.monotonic_ns()
     try:
         if monitor_factory is not None:
             # The monitor needs the run's start, which drive() fixes; build it lazily on the first tick.
@@ -128,7 +129,11 @@ def _drive_isolated(
                 return holder["m"](rec, now_ns)
 
             kwargs["on_tick"] = on_tick
-        return drive(*args, **kwargs)
+        records = drive(*args, **kwargs)
+        waited1 = thread_run_queue_ns()
+        if waited0 is not None and waited1 is not None:
+            records.run_queue_share = (waited1 - waited0) / max(time.monotonic_ns() - wall0, 1)
+        return records
     finally:
         undo()
 
@@ -399,6 +404,11 @@ async def _measure_point(
     if steal is not None and steal >= STEAL_NOTE_SHARE:
         # A VM whose host takes CPU time away stalls the generator however it is written: say so beside the reasons.
         reasons = [f"{r} (hypervisor steal took {100 * steal:.1f}% of CPU time)" if "send lag" in r else r for r in reasons]
+    waited = records.run_queue_share
+    if waited is not None and waited >= STEAL_NOTE_SHARE:
+        # Other processes held the generator's core while it had requests to send (bench/send_lag_causes.py).
+        reasons = [f"{r} (the generator waited {100 * waited:.1f}% of the run for its core)" if "send lag" in r else r
+                   for r in reasons]  # fmt: skip
     log.info(
         "point %d: %d req, %d ok, lag p99 %s ms, generator cpu %.0f%%, loop lag p99 %s ms, %s",
         point.index,

@@ -119,6 +119,8 @@ class LoadRecords:
     # intended time, and as send lag) or were dropped (status DROPPED). Never hidden.
     capped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     stopped_ns: int | None = None  # when a tick callback ended the run early
+    # Share of the run the generator thread was runnable but waiting for its core (None: not measured here).
+    run_queue_share: float | None = None
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -176,6 +178,7 @@ class LoadRecords:
             timer=self.timer,
             capped=self.capped[mask] if len(self.capped) == len(mask) else np.zeros(int(mask.sum()), dtype=bool),
             stopped_ns=self.stopped_ns,
+            run_queue_share=self.run_queue_share,
         )
 
 

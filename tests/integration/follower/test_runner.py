@@ -83,6 +83,12 @@ def test_one_real_point(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> 
     summary = sink[0][2]
     assert ("send lag p99" in " ".join(result.invalid_reasons)) == (result.send_lag_ms.p99 > SEND_LAG_P99_MAX_MS)
     assert ("saturated" in " ".join(result.invalid_reasons)) == (summary.cpu_share > CPU_SHARE_MAX)
+    # The generator thread's wait for its core was measured (Linux schedstat) and is named beside a send-lag reason.
+    waited = sink[0][1].run_queue_share
+    assert waited is None or 0.0 <= waited <= 1.0
+    lag_reasons = [r for r in result.invalid_reasons if "send lag" in r]
+    if waited is not None and waited >= 0.01:
+        assert all("for its core" in r for r in lag_reasons), lag_reasons
     assert result.valid == (result.invalid_reasons == [])
     # Server stage timings came back with every answer.
     assert summary.stages_ms["infer_ns"] is not None and summary.stages_ms["infer_ns"].count == result.ok
