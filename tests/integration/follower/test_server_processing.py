@@ -275,3 +275,37 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
     stats = result.server_stats
     assert stats is not None and stats.preprocess_ms_mean and stats.preprocess_ms_mean > 0, stats
     assert stats.postprocess_ms_mean is not None and stats.postprocess_ms_mean > 0
+
+
+def test_torchscript_server_runs_the_processors(tmp_path: Path) -> None:
+    """The same processors on our TorchScript server (the shared KServe layer): top-1 equals torch in-process."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
+    from follower.processing import image_to_tensor, raw_sample_images
+
+    torch.manual_seed(10)
+    module = torch.jit.trace(
+        torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 10)).eval(),
+        torch.zeros(1, 3, SIDE, SIDE),
+    )
+    path = tmp_path / "imgcls.pt"
+    module.save(str(path))
+    images = raw_sample_images()
+    with torch.inference_mode():
+        batch = torch.from_numpy(np.stack([image_to_tensor(img, SIDE) for img in images]))
+        expected = [int(i) for i in module(batch).argmax(dim=1)]
+    signature = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [-1, 3, SIDE, SIDE]}],
+                 "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]}  # fmt: skip
+    port = free_port()
+    argv = [sys.executable, "-m", "follower.servers.torchscript_server", "--model", str(path), "--name", "imgcls",
+            "--port", str(port), "--signature", json.dumps(signature), "--preprocess", "image_imagenet",
+            "--postprocess", "topk"]  # fmt: skip
+    with SupervisedProcess(argv, name="torchscript server (processing)", log_path=tmp_path / "ts.log", cwd=ROOT) as proc:
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=60)
+        data = [base64.b64encode(img).decode("ascii") for img in images]
+        body = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [len(data), 1], "data": data}]}
+        response = httpx.post(f"{url}/v2/models/imgcls/infer", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"]
+    assert [json.loads(text)[0]["index"] for text in out["data"]] == expected
+    assert response.json()["parameters"]["preprocess_ns"] > 0
