@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
+
 from motor.motor_asyncio import AsyncIOMotorDatabase
 
 from common.errors import InvalidSpec, TooManyRequests
@@ -46,15 +51,45 @@ def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
         )
 
 
-async def check_queue_limit(db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal) -> None:
-    """429 when the user already has max_waiting_per_user jobs waiting to run (admins exempt unless limit_admins)."""
+# One lock per (event loop, user): the count and the insert of a submission happen under it, so two concurrent
+# submissions of one user cannot both pass the check. The leader is one process (uvicorn workers=1), so an
+# in-process lock makes admission atomic; weak values drop a user's lock once no submission holds it.
+_ADMISSION: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def jobs_created(spec: JobSpec) -> int:
+    """How many waiting jobs a submission adds: its parts for a split job (the split job itself never waits), else 1."""
+    return len(jobs_store.split_points(expand(spec), spec.split)) if spec.split is not None else 1
+
+
+@contextlib.asynccontextmanager
+async def queue_admission(
+    db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1
+) -> AsyncIterator[None]:
+    """Hold the user's admission lock while checking the cap and (in the body) inserting the job(s)."""
+    key = (id(asyncio.get_running_loop()), principal.user)
+    lock = _ADMISSION.get(key)
+    if lock is None:
+        lock = _ADMISSION[key] = asyncio.Lock()
+    async with lock:
+        await check_queue_limit(db, settings, principal, adding=adding)
+        yield
+
+
+async def check_queue_limit(db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1) -> None:
+    """429 when the user's waiting jobs plus the `adding` this submission creates would pass max_waiting_per_user.
+
+    Admins are exempt unless limit_admins. A split job adds its parts (each waits and runs as a job of its own).
+    """
     limit = settings.max_waiting_per_user
     if limit == 0 or (principal.is_admin and not settings.limit_admins):
         return
     waiting = await jobs_store.count_waiting(db, owner=principal.user)
-    if waiting >= limit:
+    if waiting + adding > limit:
+        what = f"this job splits into {adding} parts, each a waiting job; " if adding > 1 else ""
         raise TooManyRequests(
-            f"user {principal.user} already has {waiting} jobs waiting to run; this leader allows {limit} per user "
-            "(max_waiting_per_user): submit again when some have started",
+            f"{what}user {principal.user} already has {waiting} jobs waiting to run; this leader allows {limit} per user "
+            "(max_waiting_per_user): submit again when some have started"
+            + (" (or ask for fewer parts: split.max_parts)" if adding > 1 else ""),
             field="max_waiting_per_user",
         )

@@ -14,7 +14,7 @@ from common.signature import input_mismatches
 from common.spec import TraceRef, load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
-from leader.limits import check_queue_limit, check_spec_limits
+from leader.limits import check_spec_limits, jobs_created, queue_admission
 from leader.scheduler.queueinfo import with_queue_info
 from leader.store import datasets as data_store
 from leader.store import followers as followers_store
@@ -73,8 +73,9 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
             raise InvalidSpec(f"data set {spec.data.id} is a trace (send times), not request data", field="data.id")
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta)
-    await check_queue_limit(db, settings, principal)
-    job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
+    # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
+    async with queue_admission(db, settings, principal, adding=jobs_created(spec)):
+        job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
     placer.nudge()
     return job
 

@@ -124,3 +124,35 @@ def test_a_failed_part_fails_the_split_job_and_a_cancel_reaches_every_part(leade
     cancelled = leader.client.post(f"/api/v1/jobs/{other['id']}/cancel", headers=ADMIN)
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     assert [leader.job(p)["state"] for p in other["parts"]] == ["cancelled", "cancelled"]
+
+
+def test_queue_cap_counts_the_parts_a_split_job_creates(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(max_waiting_per_user=5)
+    leader.upload_model()
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "sam", "role": "submitter"})
+    sam = {"Authorization": f"Bearer {made.json()['token']}", "Content-Type": "application/yaml"}
+    four = SPLIT_YAML.replace("max_parts: 2", "max_parts: 4")  # 4 points → 4 part jobs
+    assert leader.client.post("/api/v1/jobs", headers=sam, content=four).status_code == 201
+    # 4 waiting + 2 more parts would pass the cap of 5, though "one job" would not.
+    over = leader.client.post("/api/v1/jobs", headers=sam, content=SPLIT_YAML)
+    assert over.status_code == 429 and over.json()["field"] == "max_waiting_per_user"
+    assert "splits into 2 parts" in over.json()["message"] and "allows 5 per user" in over.json()["message"]
+    assert leader.db.jobs.count_documents({"owner": "sam"}) == 5  # the split job and its 4 parts, nothing more
+    plain = SPLIT_YAML.replace("split: {max_parts: 2}\n", "")
+    assert leader.client.post("/api/v1/jobs", headers=sam, content=plain).status_code == 201  # 4 + 1 = the cap
+    # Concurrent split submissions of another user: admission is serialised, the cap is never passed.
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "cat", "role": "submitter"})
+    cat = {"Authorization": f"Bearer {made.json()['token']}", "Content-Type": "application/yaml"}
+    codes: list[int] = []
+
+    def submit() -> None:
+        codes.append(leader.client.post("/api/v1/jobs", headers=cat, content=SPLIT_YAML).status_code)
+
+    threads = [threading.Thread(target=submit) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [201, 201, 429, 429, 429, 429]  # 2 + 2 parts fit under 5; a third split job would make 6
+    waiting = leader.db.jobs.count_documents({"owner": "cat", "state": "queued", "parts": {"$exists": False}})
+    assert waiting == 4
