@@ -55,3 +55,10 @@ class QueuedJob:
     waiting_reason: str | None = None  # the reason last stored, so an unchanged reason is not written again
     model_ref: str = ""  # with the backends and the follower, the key of the estimator's history correction
     part_of: str | None = None  # a part of a split job: placed on a follower of the same hardware class as its siblings
+    measured_s: float | None = None  # the load's seconds within estimate_s (None: estimate_s less 5 s per backend)
+
+    def measured(self) -> float:
+        """The load's seconds the estimator's rate applies to."""
+        if self.measured_s is not None:
+            return self.measured_s
+        return max(0.0, self.estimate_s - 5.0 * len(self.backends))

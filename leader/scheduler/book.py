@@ -39,6 +39,7 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
         doc.get("waiting_reason"),
         model_ref=str(doc.get("model_ref", "")),
         part_of=doc.get("part_of"),
+        measured_s=doc.get("measured_s"),
     )
 
 

@@ -270,7 +270,7 @@ class Placer:
                 book.stated(kind, reason, ids)
         order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
         batch.sort(key=lambda j: order[j.job_id])
-        factors: dict[tuple[str, str, str], float] = {}
+        corrections: dict[tuple[str, str, str], durations_store.Correction] = {}
         t0 = time.perf_counter()
         decide_s = 0.0
         try:
@@ -281,10 +281,13 @@ class Placer:
                 if follower_id is None:
                     continue
                 key = (job.model_ref, ",".join(sorted(job.backends)), follower_id)
-                if key not in factors:
-                    factors[key] = await durations_store.factor(self._db, model_ref=key[0], backends=key[1], follower_id=key[2])
-                # History of this model/backend on this follower corrects the spec-based estimate.
-                estimate_s = round(job.estimate_s * factors[key], 3)
+                if key not in corrections:
+                    corrections[key] = await durations_store.correction(
+                        self._db, model_ref=key[0], backends=key[1], follower_id=key[2]
+                    )
+                # History of this model/backend on this follower corrects the spec-based estimate: fixed cost + rate ×
+                # load seconds, so short jobs' history does not shrink long jobs' estimates (leader/store/durations.py).
+                estimate_s = corrections[key].estimate(job.estimate_s, job.measured())
                 task = await jobs_store.assign_job(
                     self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id, estimate_s=estimate_s
                 )

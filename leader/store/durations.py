@@ -1,21 +1,84 @@
-"""The duration estimator's history: per model / backends / follower, how actual run times compare with estimates."""
+"""The duration estimator's history: per model / backends / follower, a job's run time as fixed cost plus a rate.
+
+Every job pays a fixed cost (model fetch, server start, cold start: ~3-4 s here) and then runs for about its spec's
+measured seconds (points × (warm-up + duration)). A single multiplier learned from short jobs (where the fixed cost
+dominates) under-estimates long ones, so the history keeps exponentially decayed least-squares sums of
+(measured seconds, actual seconds) and fits actual ≈ overhead + rate × measured. With too little spread in the
+measured seconds to fit a rate (one job size seen so far), the rate is 1 and only the overhead is learned.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from motor.motor_asyncio import AsyncIOMotorDatabase
 
 from leader.clock import utcnow
 
 COLLECTION = "durations"
-# Weight of the newest observation in the running correction factor (an exponential moving average).
+# Weight of the older history when a new observation arrives (~1/(1-DECAY) = 5 jobs' memory): recent runs count more.
+DECAY = 0.8
+# Weight of the newest observation in the legacy multiplier (kept as a diagnostic beside the fit).
 ALPHA = 0.3
 # A factor is clamped so one pathological run (a hung server, a clock jump) cannot make an estimate absurd.
 MIN_FACTOR, MAX_FACTOR = 0.1, 10.0
+# The fitted rate is clamped likewise; it is fitted only when the measured seconds seen differ by this much (sd).
+MIN_RATE, MAX_RATE = 0.5, 3.0
+MIN_SPREAD_S, MIN_SPREAD_FRACTION = 1.0, 0.2
 ANY_FOLLOWER = "*"
+SUMS = ("w", "sm", "sa", "smm", "sma")
 
 
 def _id(model_ref: str, backends: str, follower_id: str) -> str:
     return f"{model_ref}|{backends}|{follower_id}"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """How one model/backends/follower's jobs really run: actual ≈ overhead_s + rate × measured seconds."""
+
+    overhead_s: float | None = None  # None: no history, the spec's estimate stands
+    rate: float = 1.0
+    factor: float | None = None  # a legacy document's multiplier only (no sums recorded)
+    samples: float = 0.0  # decayed weight of the history behind the fit
+
+    def estimate(self, base_s: float, measured_s: float) -> float:
+        """The corrected estimate of a job whose spec estimate is base_s, measured_s of it load (warm-up + duration)."""
+        if self.overhead_s is not None:
+            return round(self.overhead_s + self.rate * measured_s, 3)
+        if self.factor is not None:
+            return round(base_s * self.factor, 3)
+        return round(base_s, 3)
+
+
+def fit(sums: dict[str, float]) -> Correction:
+    """Overhead and rate from decayed sums (w, Σm, Σa, Σm², Σma); a rate of 1 where the sizes seen barely differ."""
+    w = float(sums.get("w", 0.0))
+    if w <= 0:
+        return Correction()
+    mean_m, mean_a = sums["sm"] / w, sums["sa"] / w
+    var_m = max(0.0, sums["smm"] / w - mean_m * mean_m)
+    rate = 1.0
+    if var_m**0.5 >= max(MIN_SPREAD_S, MIN_SPREAD_FRACTION * mean_m):
+        rate = min(MAX_RATE, max(MIN_RATE, (sums["sma"] / w - mean_m * mean_a) / var_m))
+    # The fixed cost cannot be negative: a job never finishes before its load has run.
+    return Correction(overhead_s=max(0.0, mean_a - rate * mean_m), rate=rate, samples=w)
+
+
+def fold(sums: dict[str, float] | None, *, measured_s: float, actual_s: float) -> dict[str, float]:
+    """The decayed sums with one more (measured, actual) observation."""
+    old = {k: float((sums or {}).get(k, 0.0)) for k in SUMS}
+    obs = {"w": 1.0, "sm": measured_s, "sa": actual_s, "smm": measured_s * measured_s, "sma": measured_s * actual_s}
+    return {k: DECAY * old[k] + obs[k] for k in SUMS}
+
+
+def measured_of(doc: dict[str, Any]) -> float:
+    """A job document's measured seconds (stored since the duration-aware estimator; else the spec estimate less 5 s/backend)."""
+    if doc.get("measured_s") is not None:
+        return float(doc["measured_s"])
+    base = float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0)))
+    return max(0.0, base - 5.0 * len((doc.get("spec") or {}).get("backends") or ()))
 
 
 async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
@@ -23,28 +86,60 @@ async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
 
 
 async def record(
-    db: AsyncIOMotorDatabase, *, model_ref: str, backends: str, follower_id: str, estimate_s: float, actual_s: float
+    db: AsyncIOMotorDatabase,
+    *,
+    model_ref: str,
+    backends: str,
+    follower_id: str,
+    estimate_s: float,
+    actual_s: float,
+    measured_s: float | None = None,
 ) -> None:
-    """Fold one finished job's actual/estimate ratio into the follower's and the fleet-wide factor."""
+    """Fold one finished job's (measured, actual) into the follower's and the fleet-wide history."""
     if estimate_s <= 0 or actual_s <= 0:
         return
+    measured = max(0.0, estimate_s - 5.0) if measured_s is None else measured_s
     ratio = min(MAX_FACTOR, max(MIN_FACTOR, actual_s / estimate_s))
     for fid in (follower_id, ANY_FOLLOWER):
         key = _id(model_ref, backends, fid)
         doc = await db[COLLECTION].find_one({"_id": key})
         factor = ratio if doc is None else (1 - ALPHA) * doc["factor"] + ALPHA * ratio
+        sums = fold(doc.get("sums") if doc is not None else None, measured_s=measured, actual_s=actual_s)
         await db[COLLECTION].update_one(
             {"_id": key},
             {
-                "$set": {"factor": factor, "last_estimate_s": estimate_s, "last_actual_s": actual_s, "updated_at": utcnow()},
+                "$set": {
+                    "factor": factor,
+                    "sums": sums,
+                    "last_estimate_s": estimate_s,
+                    "last_measured_s": measured,
+                    "last_actual_s": actual_s,
+                    "updated_at": utcnow(),
+                },
                 "$inc": {"count": 1, "abs_error_s": abs(actual_s - estimate_s)},
             },
             upsert=True,
         )
 
 
+def _correction(doc: dict[str, Any]) -> Correction:
+    if doc.get("sums"):
+        return fit(doc["sums"])
+    return Correction(factor=float(doc["factor"]))  # written before the sums were kept
+
+
+async def correction(db: AsyncIOMotorDatabase, *, model_ref: str, backends: str, follower_id: str) -> Correction:
+    """The correction for this model/backends on this follower, else fleet-wide, else none."""
+    ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
+    docs = {d["_id"]: d for d in await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)}
+    for key in ids:
+        if key in docs:
+            return _correction(docs[key])
+    return Correction()
+
+
 async def factor(db: AsyncIOMotorDatabase, *, model_ref: str, backends: str, follower_id: str) -> float:
-    """The correction for this model/backends on this follower, else fleet-wide, else 1."""
+    """The legacy multiplier for this model/backends on this follower, else fleet-wide, else 1 (a diagnostic)."""
     ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
     docs = await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)
     by_id = {d["_id"]: d["factor"] for d in docs}

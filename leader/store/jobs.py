@@ -96,6 +96,8 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
         "estimate_s": estimate_seconds(spec),
         # The spec's estimate; estimate_s becomes it times the history correction for the follower chosen.
         "base_estimate_s": estimate_seconds(spec),
+        # The load's share of it (points × (warm-up + duration)): the estimator fits overhead + rate × this.
+        "measured_s": round(max(0.0, estimate_seconds(spec) - 5.0 * len(spec.backends)), 3),
         "created_at": now,
         "updated_at": now,
         "error": None,
@@ -122,6 +124,7 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
                 "points_total": len(part),
                 "estimate_s": estimate,
                 "base_estimate_s": estimate,
+                "measured_s": round(per_point * len(part), 3),
                 "part_of": doc["_id"],
                 "part_start": start,
                 "history": [_change(JobState.queued, 1, reason=f"part {k + 1} of {len(parts)} of job {doc['_id']}")],
@@ -361,6 +364,7 @@ async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: fl
         follower_id=report.follower_id,
         estimate_s=doc.get("base_estimate_s", doc["estimate_s"]),
         actual_s=actual_s,
+        measured_s=durations_store.measured_of(doc),
     )
 
 
@@ -445,7 +449,7 @@ BOOK_FIELDS = {
     key: 1
     for key in (
         "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
-        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of",
+        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of", "measured_s",
     )
 }  # fmt: skip
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.leader.conftest import ADMIN, Leader
+from tests.integration.leader.test_scheduling import claim, post_as
 
 GPU_SPEC = """\
 name: needs-gpu
@@ -126,3 +127,21 @@ def test_per_user_queue_limit_is_429_naming_the_setting(make_leader) -> None:  #
     leader.submit(text=_spec("admin-exempt", 1.0))  # admins are exempt by default
     assert leader.client.post(f"/api/v1/jobs/{ids[0]}/cancel", headers=uma).status_code == 200
     assert leader.client.post("/api/v1/jobs", headers=uma, content=_spec("u3", 1.0)).status_code == 201
+
+
+def test_estimator_history_corrects_by_fixed_cost_plus_load_seconds(leader: Leader) -> None:
+    leader.upload_model()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    short = leader.submit(text=_spec("short", 2.0))["id"]
+    assert leader.wait_dispatched(short)["estimate_s"] == 7.0  # no history: the spec's 2 s + 5 s start cost
+    assert claim(leader, short, 1, follower, incarnation).status_code == 200
+    finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
+    done = post_as(leader, follower, f"/api/v1/jobs/{short}/finish", finish).json()
+    stored = leader.db.durations.find_one({"_id": f"ident:1|onnxruntime|{follower}"})
+    assert stored is not None and stored["last_measured_s"] == 2.0 and stored["last_actual_s"] == done["actual_s"]
+    # One job size seen: its fixed cost (actual - 2 s load, at least 0) is learned, at a rate of 1 per load second.
+    # The old single multiplier (actual / 7 s) would have scaled the 30 s job's 35 s by the same tiny ratio.
+    overhead = max(0.0, done["actual_s"] - 2.0)
+    long_ = leader.submit(text=_spec("long", 30.0))["id"]
+    assert leader.wait_dispatched(long_)["estimate_s"] == pytest.approx(overhead + 30.0, abs=0.002)
