@@ -86,8 +86,28 @@ def _live_fraction(progress: dict | None, index: int, *, warmup_s: float, run_s:
     return None
 
 
+def running_points(client: BenchfleetClient, job: JobView, done: set[int], pending: list[int]) -> list[tuple[int, str, int]]:
+    """The points running now as (index in the job's grid, job id whose live progress has it, index there).
+
+    A plain job runs its first pending point. A split job runs one point per running part, each part its own job
+    numbered from 0 (part_start maps it back into the split job's grid).
+    """
+    if not job.parts:
+        return [(pending[0], job.id, pending[0])] if pending else []
+    out = []
+    for part_id in job.parts:
+        part = _call(client.job, part_id)
+        if part.state != JobState.running or part.part_start is None:
+            continue
+        start = part.part_start
+        first = next((i for i in range(start, start + part.points_total) if i not in done), None)
+        if first is not None:
+            out.append((first, part.id, first - start))
+    return out
+
+
 def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) -> JobView:
-    """Show one progress bar per point until the job ends; returns the final job."""
+    """Show one progress bar per point until the job ends (a split job's parts side by side); returns the final job."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     from common.spec import expand
@@ -103,26 +123,28 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
         tasks = {p.index: bars.add_task(f"  point {p.index}: {point_label(p)}", total=100, start=False) for p in points}
         while True:
             job = _call(client.job, job.id)
-            bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total})")
+            # A split job's points_done is its parts' sum (the leader adds them up).
+            split = f", {len(job.parts)} parts" if job.parts else ""
+            bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total}{split})")
             if job.state not in (JobState.queued, JobState.assigned):
                 finished = {r.point.index for r in _call(client.results, job.id).points}
-                live = None
-                if use_progress_api and job.state == JobState.running:
-                    try:
-                        live = client.progress(job.id)
-                    except (ApiError, httpx.TransportError, ValueError):
-                        use_progress_api = False  # older leader without live progress: fall back to elapsed time
                 for index in finished - done:
                     bars.start_task(tasks[index])
                     bars.update(tasks[index], completed=100)
                 done |= finished
                 pending = [p.index for p in points if p.index not in done]
-                if pending and job.state == JobState.running:
-                    current = pending[0]
+                current_points = running_points(client, job, done, pending) if job.state == JobState.running else []
+                for current, source, local in current_points:
+                    live = None
+                    if use_progress_api:
+                        try:
+                            live = client.progress(source)
+                        except (ApiError, httpx.TransportError, ValueError):
+                            use_progress_api = False  # older leader without live progress: fall back to elapsed time
                     if current not in running_since:
                         running_since[current] = time.monotonic()
                         bars.start_task(tasks[current])
-                    live_point = _live_fraction(live, current, warmup_s=job.spec.load.warmup, run_s=job.spec.load.max_run_s)
+                    live_point = _live_fraction(live, local, warmup_s=job.spec.load.warmup, run_s=job.spec.load.max_run_s)
                     if live_point is not None:
                         fraction, note = live_point
                     else:  # estimate from elapsed time; capped so it never claims a finished point

@@ -106,6 +106,7 @@ class JobView(BaseModel):
     estimated_start: datetime | None = None
     parts: list[str] = []  # a split job (spec.split): the ids of its part jobs, whose points make up its result
     part_of: str | None = None  # a part job: the split job it belongs to
+    part_start: int | None = None  # a part job: the split job's index of its point 0 (its points map back from there)
 
 
 class JobResults(BaseModel):

@@ -44,7 +44,9 @@ class LeaderMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.jobs = Gauge("benchfleet_leader_jobs", "Jobs by state.", ["state"], registry=self.registry)
+        self.jobs = Gauge("benchfleet_leader_jobs",
+                          "Jobs by state (plain jobs and the parts of split jobs; a split job itself is not counted).",
+                          ["state"], registry=self.registry)
         self.followers = Gauge("benchfleet_leader_followers", "Registered followers by liveness state.", ["state"],
                                registry=self.registry)
         self.queue_jobs = Gauge("benchfleet_leader_follower_queue_jobs", "Jobs assigned to or running on a follower.",

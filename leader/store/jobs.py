@@ -59,6 +59,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
         actual_s=doc.get("actual_s"),
         parts=doc.get("parts") or [],
         part_of=doc.get("part_of"),
+        part_start=doc.get("part_start"),
     )
 
 
@@ -94,7 +95,7 @@ async def insert_job(db: AsyncIOMotorDatabase, *, spec: JobSpec, model: ModelMet
         "points_total": len(points),
         "points_done": 0,
         "estimate_s": estimate_seconds(spec),
-        # The spec's estimate; estimate_s becomes it times the history correction for the follower chosen.
+        # The spec's estimate; estimate_s becomes the history's correction of it for the follower chosen.
         "base_estimate_s": estimate_seconds(spec),
         # The load's share of it (points × (warm-up + duration)): the estimator fits overhead + rate × this.
         "measured_s": round(max(0.0, estimate_seconds(spec) - 5.0 * len(spec.backends)), 3),
@@ -182,6 +183,14 @@ async def list_jobs(db: AsyncIOMotorDatabase, *, state: JobState | None, limit: 
     """Jobs newest first, optionally of one state."""
     query = {"state": state.value} if state is not None else {}
     docs = await db[COLLECTION].find(query).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(limit).to_list(limit)
+    # A split job shows its parts' progress, as get_job does: one read for every split job on the page.
+    part_ids = [part for doc in docs for part in doc.get("parts") or []]
+    if part_ids:
+        parts = await db[COLLECTION].find({"_id": {"$in": part_ids}}, {"points_done": 1}).to_list(None)
+        done = {p["_id"]: int(p.get("points_done", 0)) for p in parts}
+        for doc in docs:
+            if doc.get("parts"):
+                doc["points_done"] = sum(done.get(part, 0) for part in doc["parts"])
     return [job_view(doc) for doc in docs]
 
 

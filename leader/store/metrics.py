@@ -14,16 +14,21 @@ ACTIVE = [JobState.assigned.value, JobState.running.value]
 
 
 async def jobs_by_state(db: AsyncIOMotorDatabase) -> dict[str, int]:
-    """How many jobs are in each state (every state present, zero when none)."""
-    rows = await db[JOBS].aggregate([{"$group": {"_id": "$state", "n": {"$sum": 1}}}]).to_list(None)
+    """How many jobs are in each state (every state present, zero when none); a split job is not counted, its parts are."""
+    pipeline = [{"$match": {"parts": {"$exists": False}}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
+    rows = await db[JOBS].aggregate(pipeline).to_list(None)
     counts = {state.value: 0 for state in JobState}
     counts.update({str(row["_id"]): int(row["n"]) for row in rows if row["_id"] is not None})
     return counts
 
 
 async def jobs_in_states(db: AsyncIOMotorDatabase, states: list[str]) -> dict[str, int]:
-    """How many jobs are in each of `states`: one count per state on the (state, created_at) index, not a full scan."""
-    return {state: await db[JOBS].count_documents({"state": state}) for state in states}
+    """How many jobs are in each of `states`: one count per state on the (state, created_at) index, not a full scan.
+
+    A split job is not counted (its parts are, as the placer's book counts the unfinished states), so nothing counts twice.
+    """
+    query = {"parts": {"$exists": False}}
+    return {state: await db[JOBS].count_documents({"state": state, **query}) for state in states}
 
 
 async def queues_by_follower(db: AsyncIOMotorDatabase) -> dict[str, tuple[int, float]]:

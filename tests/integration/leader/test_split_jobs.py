@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
+from benchfleet.cli import running_points, watch_job
+from benchfleet.client import BenchfleetClient
 from common.spec import SplitSpec, expand, parse_spec_yaml
 from leader.store.jobs import split_points
 from tests.integration.leader.conftest import ADMIN, Leader, point_result
+from tests.integration.leader.test_metrics_book import gauge
 from tests.integration.leader.test_scheduling import claim, post_as
 
 SPLIT_YAML = """\
@@ -156,3 +160,57 @@ def test_queue_cap_counts_the_parts_a_split_job_creates(make_leader: Callable[..
     assert sorted(codes) == [201, 201, 429, 429, 429, 429]  # 2 + 2 parts fit under 5; a third split job would make 6
     waiting = leader.db.jobs.count_documents({"owner": "cat", "state": "queued", "parts": {"$exists": False}})
     assert waiting == 4
+
+
+def _gauges_when(leader: Leader, want: dict[str, float], timeout: float = 15.0) -> str:
+    """The /metrics text once the job-state gauges read `want` (the refresh task runs every 2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = leader.client.get("/metrics").text
+        got = {state: gauge(text, "benchfleet_leader_jobs", "state", state) for state in want}
+        if got == want or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
+def test_split_job_views_show_the_parts_aggregate_and_metrics_count_parts_once(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader()
+    leader.upload_model()
+    followers = {f"f-{uuid.uuid4().hex[:8]}": uuid.uuid4().hex for _ in range(2)}
+    for fid, incarnation in followers.items():
+        leader.register(fid, incarnation)
+    job = leader.submit(text=SPLIT_YAML)
+    parts = {p["id"]: p for p in (leader.wait_dispatched(p) for p in job["parts"])}
+    for part in parts.values():
+        assert claim(leader, part["id"], 1, part["follower_id"], followers[part["follower_id"]]).status_code == 200
+    p0 = parts[f"{job['id']}-p0"]
+    report = {"attempt": 1, "follower_id": p0["follower_id"], "result": point_result(0, p0["follower_id"], batch=1)}
+    assert post_as(leader, p0["follower_id"], f"/api/v1/jobs/{p0['id']}/points", report).status_code == 200
+
+    # GET /jobs/{id} and the job list: the split job's progress is its parts' (1 of 4 points).
+    view = leader.job(job["id"])
+    assert view["state"] == "running" and (view["points_done"], view["points_total"]) == (1, 4)
+    listed = {j["id"]: j for j in leader.client.get("/api/v1/jobs", headers=ADMIN).json()}
+    assert listed[job["id"]]["points_done"] == 1 and listed[p0["id"]]["points_done"] == 1
+    assert listed[p0["id"]]["part_start"] == 0 and listed[f"{job['id']}-p1"]["part_start"] == 2
+
+    # The CLI's bars: one running point per running part, numbered in the split job's grid.
+    with BenchfleetClient("http://testserver", "unused", transport=leader.client._transport) as client:
+        client._http.headers.update(ADMIN)
+        split = client.job(job["id"])
+        assert running_points(client, split, {0}, [1, 2, 3]) == [(1, p0["id"], 1), (2, f"{job['id']}-p1", 0)]
+        # Two parts run; the split job itself is not counted a third time.
+        text = _gauges_when(leader, {"running": 2.0, "queued": 0.0})
+        assert gauge(text, "benchfleet_leader_jobs", "state", "running") == 2, text
+
+        for k, part in enumerate(parts.values()):
+            fid = part["follower_id"]
+            for i in range(1 if k == 0 else 0, 2):
+                report = {"attempt": 1, "follower_id": fid, "result": point_result(i, fid, batch=(1, 2, 4, 8)[2 * k + i])}
+                assert post_as(leader, fid, f"/api/v1/jobs/{part['id']}/points", report).status_code == 200
+            finish = {"attempt": 1, "follower_id": fid, "state": "succeeded"}
+            assert post_as(leader, fid, f"/api/v1/jobs/{part['id']}/finish", finish).status_code == 200
+        final = watch_job(client, split, poll_s=0.05)
+        assert final.state == "succeeded" and final.points_done == 4
+    text = _gauges_when(leader, {"succeeded": 2.0, "running": 0.0})
+    assert gauge(text, "benchfleet_leader_jobs", "state", "succeeded") == 2, text  # the two parts, not the split job
