@@ -165,5 +165,7 @@ class PointResult(BaseModel):
     search: list[SearchStep] | None = None
     generators: int = 1
     generator_plan: GeneratorPlan | None = None  # open loop: the count's reason (None: closed loop, or older results)
+    # The generator thread's scheduling: "fifo", or "nice N (SCHED_FIFO refused: errno; the rule)"; None: not recorded
+    generator_scheduling: str | None = None
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)

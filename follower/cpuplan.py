@@ -42,11 +42,29 @@ def plan_cpus() -> CpuPlan:
     return CpuPlan(generator=frozenset(cpus[:1]), server=frozenset(cpus[1:]))
 
 
-def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = True) -> Callable[[], None]:
+class Isolation:
+    """What isolate_generator_thread did to the calling thread; calling it undoes it.
+
+    `scheduling` is "fifo" or "nice N"; `fifo_refused` says why SCHED_FIFO was not used when it was wanted and the
+    thread has a core of its own (the errno of the refused call and what on this host refuses it), else None.
+    """
+
+    def __init__(self, undo: Callable[[], None], scheduling: str, fifo_refused: str | None) -> None:
+        self._undo, self.scheduling, self.fifo_refused = undo, scheduling, fifo_refused
+
+    def __call__(self) -> None:
+        self._undo()
+
+    def describe(self) -> str:
+        """The scheduling in words, with the reason real-time was refused where it was."""
+        return self.scheduling + (f" (SCHED_FIFO refused: {self.fifo_refused})" if self.fifo_refused else "")
+
+
+def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = True) -> Isolation:
     """Pin the calling thread (Linux affinity and priority are per thread) and raise its priority; returns an undo.
 
     Real-time (SCHED_FIFO) where permitted, `realtime` and the thread has cores of its own (`cpus`), else nice -10
-    (see the module docstring).
+    (see the module docstring). The returned Isolation names the outcome and, on a fallback, its reason.
     """
     tid = 0  # 0 = the calling thread for sched_setaffinity, sched_setscheduler and setpriority on Linux
     old_affinity = os.sched_getaffinity(tid)
@@ -55,16 +73,20 @@ def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = Tr
     if cpus:
         os.sched_setaffinity(tid, cpus)
     fifo = False
+    refused: str | None = None
     # Only on a core of its own: sharing one with the server, a real-time generator would starve what it measures.
     if realtime and cpus and old_policy is not None:
         # Unprivileged (no CAP_SYS_NICE, or no real-time budget in this cgroup) it is refused: nice is the fallback.
-        with contextlib.suppress(PermissionError, OSError):
+        try:
             os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(GENERATOR_RT_PRIORITY))
             fifo = True
+        except OSError as exc:
+            refused = fifo_refusal_reason(exc)
     if not fifo:
         # Unprivileged, raising priority fails: the pinning alone still keeps the server off the generator's core.
         with contextlib.suppress(PermissionError):
             os.setpriority(os.PRIO_PROCESS, tid, GENERATOR_NICE)
+    scheduling = generator_priority()
 
     def undo() -> None:
         os.sched_setaffinity(tid, old_affinity)
@@ -73,7 +95,55 @@ def isolate_generator_thread(cpus: frozenset[int] | None, *, realtime: bool = Tr
         with contextlib.suppress(PermissionError):
             os.setpriority(os.PRIO_PROCESS, tid, old_nice)
 
-    return undo
+    return Isolation(undo, scheduling, refused)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def fifo_refusal_reason(exc: OSError) -> str:
+    """Why sched_setscheduler(SCHED_FIFO) failed here: its errno, then which of the kernel's rules refuses it.
+
+    The kernel refuses a real-time policy (EPERM) when the caller lacks CAP_SYS_NICE and RLIMIT_RTPRIO is below the
+    priority, or, even for root, when the thread's cgroup has no real-time runtime (CONFIG_RT_GROUP_SCHED: a cgroup
+    gets 0 us of real-time time per period unless whoever made it grants some).
+    """
+    import errno as errno_mod
+    import resource
+
+    code = errno_mod.errorcode.get(exc.errno or 0, str(exc.errno))
+    parts = [f"{code} ({exc.strerror or exc})"]
+    status = _read("/proc/thread-self/status") or _read("/proc/self/status") or ""
+    cap_eff = next((line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), None)
+    has_nice = cap_eff is not None and bool(int(cap_eff, 16) >> 23 & 1)  # CAP_SYS_NICE is capability 23
+    rtprio = resource.getrlimit(resource.RLIMIT_RTPRIO)[0] if hasattr(resource, "RLIMIT_RTPRIO") else None
+    cgroup = next((line.split(":", 2)[2] for line in (_read("/proc/self/cgroup") or "").splitlines()
+                   if line.startswith("0::")), None)  # fmt: skip
+    rt_runtime = _read("/proc/sys/kernel/sched_rt_runtime_us")
+    if cap_eff is not None and not has_nice and (rtprio is None or rtprio < GENERATOR_RT_PRIORITY):
+        parts.append(f"no CAP_SYS_NICE (euid {os.geteuid()}) and RLIMIT_RTPRIO {rtprio}")
+    elif rt_runtime == "0":
+        parts.append("kernel.sched_rt_runtime_us=0 gives real-time tasks no CPU time")
+    elif has_nice or os.geteuid() == 0:
+        v1 = None
+        for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
+            for line in (_read("/proc/self/cgroup") or "").splitlines():
+                if ":cpu" in line and line.count(":") >= 2:
+                    v1 = _read(f"{base}{line.split(':', 2)[2]}/cpu.rt_runtime_us")
+                if v1 is not None:
+                    break
+        where = f"cgroup {cgroup!r}" if cgroup else "its cgroup"
+        budget = f"cpu.rt_runtime_us={v1}" if v1 is not None else "no real-time runtime granted to it"
+        parts.append(f"CAP_SYS_NICE held, so the kernel's RT group scheduling refused it: the thread's {where} has "
+                     f"{budget} (the host's cgroup manager would have to grant one)")  # fmt: skip
+    else:
+        parts.append(f"euid {os.geteuid()}, RLIMIT_RTPRIO {rtprio}")
+    return "; ".join(parts)
 
 
 def generator_priority() -> str:

@@ -117,6 +117,9 @@ def _drive_isolated(
 ) -> LoadRecords:
     """Run the generator on its own core at raised priority (see follower.cpuplan), then undo both."""
     undo = isolate_generator_thread(cpus)
+    if undo.fifo_refused:
+        # The operator should know why the generator is not real-time: on a shared host it decides the send lag.
+        log.warning("generator thread at %s", undo.describe())
     waited0, wall0 = thread_run_queue_ns(), time.monotonic_ns()
     try:
         if monitor_factory is not None:
@@ -130,6 +133,7 @@ def _drive_isolated(
 
             kwargs["on_tick"] = on_tick
         records = drive(*args, **kwargs)
+        records.scheduling = undo.describe()
         waited1 = thread_run_queue_ns()
         if waited0 is not None and waited1 is not None:
             records.run_queue_share = (waited1 - waited0) / max(time.monotonic_ns() - wall0, 1)
@@ -451,6 +455,7 @@ async def _measure_point(
         server_stats=server_stats,
         generators=generators,
         generator_plan=gen_plan,
+        generator_scheduling=records.scheduling,
     )
 
 

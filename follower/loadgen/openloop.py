@@ -121,6 +121,8 @@ class LoadRecords:
     stopped_ns: int | None = None  # when a tick callback ended the run early
     # Share of the run the generator thread was runnable but waiting for its core (None: not measured here).
     run_queue_share: float | None = None
+    # The generator thread's scheduling ("fifo", or "nice N (SCHED_FIFO refused: why)"); None: not set here.
+    scheduling: str | None = None
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -179,6 +181,7 @@ class LoadRecords:
             capped=self.capped[mask] if len(self.capped) == len(mask) else np.zeros(int(mask.sum()), dtype=bool),
             stopped_ns=self.stopped_ns,
             run_queue_share=self.run_queue_share,
+            scheduling=self.scheduling,
         )
 
 

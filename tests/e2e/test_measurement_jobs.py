@@ -93,6 +93,10 @@ data: {{source: upload, id: {data['id']}}}
     assert plan is not None and plan.processes == row.generators == 1 and not plan.forced
     assert plan.saturated == (plan.cores_needed > plan.cores_available)
     assert any(plan.reason in r for r in row.invalid_reasons) == plan.saturated, (plan, row.invalid_reasons)
+    # The generator thread's scheduling is recorded; a refused SCHED_FIFO carries its reason.
+    sched = row.generator_scheduling
+    assert sched is not None and (sched == "fifo" or (sched.startswith("nice ") and (
+        "SCHED_FIFO refused: " not in sched or sched.split("SCHED_FIFO refused: ", 1)[1].startswith("E")))), sched
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 200_000_000
     measured = rec["intended_ns"][rec["intended_ns"] >= measured_start] - measured_start

@@ -75,3 +75,51 @@ def test_nice_when_realtime_is_off_or_the_core_is_shared(cpus: str | None, realt
     if os.geteuid() != 0:
         pytest.skip("raising a thread's priority needs CAP_SYS_NICE; this user has none")
     assert during == f"nice {GENERATOR_NICE}"
+
+
+_REFUSED_PROBE = """
+import threading
+from follower.cpuplan import isolate_generator_thread
+out = {}
+def run():
+    iso = isolate_generator_thread(frozenset({min(__import__("os").sched_getaffinity(0))}))
+    out["v"] = (iso.scheduling, iso.fifo_refused, iso.describe())
+    iso()
+t = threading.Thread(target=run); t.start(); t.join()
+print(repr(out["v"]))
+"""
+
+
+def test_a_refused_fifo_names_its_errno_and_rule() -> None:
+    # A real refusal: the probe runs without CAP_SYS_NICE (setpriv drops it) and RLIMIT_RTPRIO 0.
+    import ast
+    import shutil
+    import subprocess
+    import sys
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv (util-linux) to drop CAP_SYS_NICE for the probe")
+    proc = subprocess.run(
+        [setpriv, "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", sys.executable, "-c", _REFUSED_PROBE],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    scheduling, refused, described = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert scheduling.startswith("nice ")
+    assert refused is not None and refused.startswith("EPERM (") and "no CAP_SYS_NICE" in refused
+    assert described == f"{scheduling} (SCHED_FIFO refused: {refused})"
+
+
+def test_fifo_granted_has_no_refusal() -> None:
+    def run() -> tuple[str, str | None]:
+        iso = isolate_generator_thread(frozenset({min(os.sched_getaffinity(0))}))
+        try:
+            return iso.scheduling, iso.fifo_refused
+        finally:
+            iso()
+
+    scheduling, refused = _in_thread(run)
+    if _can_fifo():
+        assert (scheduling, refused) == ("fifo", None)
+    else:
+        assert scheduling.startswith("nice ") and refused and refused.split(" ", 1)[0] in ("EPERM", "EINVAL")
