@@ -50,7 +50,7 @@ def port_open(port: int) -> bool:
         return False
 
 
-def start_services(workdir: Path) -> tuple[list[SupervisedProcess], dict[str, str], str, str]:
+def start_services(workdir: Path, missing_after_s: float = 10.0) -> tuple[list[SupervisedProcess], dict[str, str], str, str]:
     """Redis, SecantusDB and a leader; returns the processes, the env, the leader URL and the Mongo URI."""
     redis_port, mongo_port, leader_port = free_port(), free_port(), free_port()
     redis = SupervisedProcess([shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
@@ -70,7 +70,7 @@ def start_services(workdir: Path) -> tuple[list[SupervisedProcess], dict[str, st
         "BENCHFLEET_LEADER_PORT": str(leader_port),
         "BENCHFLEET_LEADER_ADMIN_TOKEN": secrets.token_urlsafe(24),
         "BENCHFLEET_LEADER_FOLLOWER_TOKEN": secrets.token_urlsafe(24),
-        "BENCHFLEET_LEADER_MISSING_AFTER_S": "30",
+        "BENCHFLEET_LEADER_MISSING_AFTER_S": str(missing_after_s),
     }
     leader = SupervisedProcess([sys.executable, "-m", "leader"], name="leader", log_path=workdir / "leader.log", env=env).start()
     url = f"http://127.0.0.1:{leader_port}"
@@ -143,9 +143,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--followers", type=int, default=50)
+    parser.add_argument("--missing-after-s", type=float, default=10.0,
+                        help="the leader's heartbeat timeout (10 s is the production default)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-leader-") as tmp:
-        procs, env, url, mongo_uri = start_services(Path(tmp))
+        procs, env, url, mongo_uri = start_services(Path(tmp), args.missing_after_s)
         try:
             admin = {"Authorization": f"Bearer {env['BENCHFLEET_LEADER_ADMIN_TOKEN']}"}
             upload = httpx.post(f"{url}/api/v1/models", headers=admin, data={"name": "mlp-bench", "version": "1"},
@@ -153,7 +155,8 @@ def main() -> None:
             upload.raise_for_status()
             out = asyncio.run(run(url, env, args.jobs, args.clients, args.followers))
             with pymongo.MongoClient(mongo_uri) as mongo:
-                docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1}))
+                docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1, "history.reason": 1}))
+                states = [d.get("state") for d in mongo["bench"]["followers"].find({}, {"state": 1})]
             leader_log = (Path(tmp) / "leader.log").read_text(errors="replace")
         finally:
             for proc in procs:
@@ -173,12 +176,19 @@ def main() -> None:
         print(f"heartbeat latency under load ms ({len(beat)} beats): p50 {np.percentile(beat, 50):.1f} "
               f"p99 {np.percentile(beat, 99):.1f} max {beat.max():.1f}")
     print(f"errors: {len(errors)} {errors[:3]}")
+    # Liveness under the storm: every simulated follower beat every HEARTBEAT_EVERY_S throughout, so none should
+    # have been judged missing, nor any job requeued for missed heartbeats.
+    marked = leader_log.count("missed heartbeats for")
+    requeued = sum(any("missed heartbeats" in (h.get("reason") or "") for h in d.get("history", [])) for d in docs)
+    print(f"followers marked missing (missing_after_s {args.missing_after_s:g}): {marked}; jobs requeued for missed "
+          f"heartbeats: {requeued}; follower states at the end: {sorted(set(states))}")
     leaked = env["BENCHFLEET_LEADER_ADMIN_TOKEN"] in leader_log or env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"] in leader_log
     print("RESULT leader "
           f"jobs={args.jobs} clients={args.clients} followers={args.followers} stored={len(stored)} lost={lost} "
           f"duplicated={duplicated} errors={len(errors)} submit_per_s={args.jobs / out['elapsed']:.0f} "
           f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
-          f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)}")
+          f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)} "
+          f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued}")
 
 
 if __name__ == "__main__":

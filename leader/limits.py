@@ -57,6 +57,11 @@ def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
 _ADMISSION: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
 
 
+def _capped(settings: LeaderSettings, principal: Principal) -> bool:
+    """Whether max_waiting_per_user applies to this principal (0 = no cap; admins exempt unless limit_admins)."""
+    return settings.max_waiting_per_user > 0 and not (principal.is_admin and not settings.limit_admins)
+
+
 def jobs_created(spec: JobSpec) -> int:
     """How many waiting jobs a submission adds: its parts for a split job (the split job itself never waits), else 1."""
     return len(jobs_store.split_points(expand(spec), spec.split)) if spec.split is not None else 1
@@ -67,6 +72,9 @@ async def queue_admission(
     db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1
 ) -> AsyncIterator[None]:
     """Hold the user's admission lock while checking the cap and (in the body) inserting the job(s)."""
+    if not _capped(settings, principal):
+        yield  # no cap to keep: an exempt admin's submissions are not serialised
+        return
     key = (id(asyncio.get_running_loop()), principal.user)
     lock = _ADMISSION.get(key)
     if lock is None:
@@ -82,7 +90,7 @@ async def check_queue_limit(db: AsyncIOMotorDatabase, settings: LeaderSettings, 
     Admins are exempt unless limit_admins. A split job adds its parts (each waits and runs as a job of its own).
     """
     limit = settings.max_waiting_per_user
-    if limit == 0 or (principal.is_admin and not settings.limit_admins):
+    if not _capped(settings, principal):
         return
     waiting = await jobs_store.count_waiting(db, owner=principal.user)
     if waiting + adding > limit:
