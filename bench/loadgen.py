@@ -2,16 +2,25 @@
 
 What it prints (ratios measured in this run, not asserted anywhere):
   1. rate ladder: the highest Poisson rate each client sustains on one core with send-lag p99 < 1 ms and the
-     achieved rate within 2% of the target, and its CPU per request;
+     achieved rate within 2% of the target, and its CPU per request. While ours stays valid the ladder keeps
+     climbing past the given rates (x1.3 a step, up to --max-rate), so ours_max_rate is its ceiling, not the
+     ladder's top. ours_vs_naive = ours' highest valid rate / the naive client's highest *achieved* throughput at
+     any target (it may never be valid: that is still the fairest figure for it; a lower bound for ours when ours
+     was valid at the cap);
   2. stall: the server pauses 1 s in the middle of a run; p99 from the *intended* time (ours) vs from the *send*
      (the naive client, wrk-style users that sleep between sends);
-  3. repeatability: five runs of one point, p50 / p99 spread around their median (±3% / ±10% wanted).
+  3. repeatability: five runs of one point (2,000 req/s x 10 s = 20,000 samples each, the same seed), each in a
+     fresh process and, interleaved with them, five in this process; p50 / p99 spread around their median (±3% /
+     ±10% wanted) beside each run's own 95% block-bootstrap CI of its p99 (0.1 s blocks of the run resampled: tail
+     latencies come in bursts, so resampling single requests would understate the noise). A spread no wider than
+     the CI is sampling noise; a wider one is the machine changing between runs. Beside every run: sockets in
+     TIME_WAIT towards the server, this process's RSS, the server's RSS and CPU time (what could accumulate).
 
 The endpoint is a trivial asyncio HTTP/1.1 server (fixed 2-byte answer) in its own process on another core; the
 clients run in this process pinned to one core (sched_setaffinity). `POST /stall` makes the server block for 1 s.
 
 Optional comparators (never installed by CI):  `apt-get install wrk`  and  `.venv/bin/pip install locust`.
-Usage: .venv/bin/python bench/loadgen.py [--duration 3] [--rates 1000 2000 4000 6000 8000] [--quick]
+Usage: .venv/bin/python bench/loadgen.py [--duration 3] [--rates 2000 5000 10000 15000] [--max-rate 40000] [--quick]
 Ends with one line: RESULT loadgen key=value ...
 """
 
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -32,9 +42,10 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import psutil
 
 from common.procs import SupervisedProcess, free_port
-from follower.cpuplan import generator_priority, isolate_generator_thread
+from follower.cpuplan import isolate_generator_thread
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
@@ -86,8 +97,29 @@ def pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else float("nan")
 
 
-def ours(url: str, rate: float, duration: float, seed: int) -> dict[str, float]:
-    """Our generator: Poisson schedule, latency from the intended time."""
+def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, q: float, block_ns: int = 100_000_000,
+                       draws: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% CI of the q-percentile by resampling whole `block_ns` stretches of the run (moving-block bootstrap).
+
+    Slow answers come in bursts (a stall delays every request behind it), so resampling single requests as if they
+    were independent would give a CI far too narrow; blocks keep each burst together.
+    """
+    block = (t_ns - t_ns.min()) // block_ns
+    order = np.argsort(block, kind="stable")
+    block, values = block[order], values[order]
+    edges = np.flatnonzero(np.diff(block)) + 1
+    groups = np.split(values, edges)
+    rng = np.random.default_rng(seed)
+    stats = np.empty(draws)
+    for d in range(draws):
+        pick = rng.integers(0, len(groups), len(groups))
+        stats[d] = np.percentile(np.concatenate([groups[i] for i in pick]), q)
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def ours(url: str, rate: float, duration: float, seed: int, ci: bool = False) -> dict[str, float]:
+    """Our generator: Poisson schedule, latency from the intended time (`ci`: the p99's block-bootstrap CI too)."""
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
     cpu0 = time.process_time()
     rec = drive(url, BODY, offsets, max_concurrency=512)
@@ -96,8 +128,42 @@ def ours(url: str, rate: float, duration: float, seed: int) -> dict[str, float]:
     lag = (rec.sent_ns[rec.sent] - rec.intended_ns[rec.sent]) / 1e6
     lat = (rec.done_ns[ok] - rec.intended_ns[ok]) / 1e6
     svc = (rec.done_ns[ok] - rec.sent_ns[ok]) / 1e6
-    return {"achieved": ok.sum() / duration, "lag_p99": pct(lag, 99), "p50": pct(lat, 50), "p99": pct(lat, 99),
-            "svc_p99": pct(svc, 99), "cpu_us": 1e6 * cpu / max(int(ok.sum()), 1), "n": float(ok.sum())}  # fmt: skip
+    out = {"achieved": ok.sum() / duration, "lag_p99": pct(lag, 99), "p50": pct(lat, 50), "p99": pct(lat, 99),
+           "svc_p99": pct(svc, 99), "cpu_us": 1e6 * cpu / max(int(ok.sum()), 1), "n": float(ok.sum())}  # fmt: skip
+    if ci and ok.sum() > 0:
+        out["p99_lo"], out["p99_hi"] = block_bootstrap_ci(rec.intended_ns[ok], lat, 99, seed=seed)
+    return out
+
+
+def time_wait(port: int) -> int:
+    """Client sockets towards `port` in TIME_WAIT (/proc/net/tcp): what closed connections leave behind."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return -1
+    return sum(1 for line in lines if (f := line.split())[3] == "06" and int(f[2].split(":")[1], 16) == port)
+
+
+def ours_fresh(url: str, rate: float, duration: float, seed: int, core: int, realtime: bool) -> dict[str, float]:
+    """The same point in a fresh Python process (nothing of this one's history), pinned and scheduled as ours."""
+    argv = [sys.executable, __file__, "--one-run", url, str(rate), str(duration), str(seed), str(core)]
+    argv += ["--no-realtime"] if not realtime else []
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def rss_mb(pid: int | None = None) -> float:
+    try:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except psutil.Error:
+        return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        return float(sum(psutil.Process(pid).cpu_times()[:2]))
+    except psutil.Error:
+        return float("nan")
 
 
 async def _naive(url: str, rate: float, duration: float, seed: int, users: int, stall_at: float | None) -> dict[str, float]:
@@ -212,25 +278,135 @@ def valid(r: dict[str, float], rate: float) -> bool:
     return r["lag_p99"] < 1.0 and abs(r["achieved"] - rate) / rate <= 0.02
 
 
+def spread(values: np.ndarray) -> float:
+    """Largest deviation from the median, as a share of the median."""
+    med = float(np.median(values))
+    return float(np.max(np.abs(values - med)) / med) if med > 0 else float("nan")
+
+
+def slope(values: np.ndarray) -> float:
+    """Least-squares change per run as a share of the median (a drift shows as a steady slope)."""
+    return float(np.polyfit(np.arange(len(values)), values, 1)[0] / np.median(values)) if len(values) > 1 else 0.0
+
+
+def ladder(url: str, args: argparse.Namespace, results: dict[str, float]) -> None:
+    """Section 1: ours and the naive client at each rate; ours keeps climbing while it stays valid."""
+    print(f"{'client':8} {'target':>7} {'achieved':>9} {'lag p99 ms':>10} {'p99 ms':>8} {'CPU µs/req':>10}  valid")
+    best: dict[str, float] = {"ours": 0.0, "naive": 0.0}
+    achieved_max: dict[str, float] = {"ours": 0.0, "naive": 0.0}
+    cpu_us: dict[str, list[float]] = {"ours": [], "naive": []}
+    rates = list(args.rates)
+    last_valid = {"ours": False, "naive": False}
+    k = 0
+    while k < len(rates):
+        rate = rates[k]
+        extended = k >= len(args.rates)
+        for name in ("ours", "naive"):
+            if extended and not last_valid[name]:
+                continue  # past the given rates only a client still valid climbs
+            client = ours if name == "ours" else naive
+            r = client(url, rate, args.duration, seed=int(rate))
+            ok = valid(r, rate)
+            last_valid[name] = ok
+            cpu_us[name].append(r["cpu_us"])
+            achieved_max[name] = max(achieved_max[name], r["achieved"])
+            if ok:
+                best[name] = max(best[name], rate)
+            row = f"{name:8} {rate:7.0f} {r['achieved']:9.0f} {r['lag_p99']:10.3f} {r['p99']:8.2f} {r['cpu_us']:10.0f}"
+            print(f"{row}  {ok}{'  (ladder extended)' if extended else ''}")
+        k += 1
+        if k == len(rates) and last_valid["ours"] and rate < args.max_rate:
+            rates.append(min(args.max_rate, round(rate * 1.3, -3)))
+    at_cap = last_valid["ours"] and rates[-1] >= args.max_rate
+    naive_best = achieved_max["naive"]
+    ratio = best["ours"] / naive_best if naive_best else float("nan")
+    print(f"ours: highest valid rate {best['ours']:.0f} req/s" + (f" (still valid at the cap {args.max_rate:.0f}: a lower"
+          " bound)" if at_cap else ", the next step failed"))  # fmt: skip
+    print(f"naive: highest valid rate {best['naive']:.0f} req/s, highest achieved at any target {naive_best:.0f} req/s")
+    print(f"ours_vs_naive = {best['ours']:.0f} / {naive_best:.0f} = {ratio:.2f}"
+          + (" (a lower bound: ours was not pushed to its limit)" if at_cap else ""))  # fmt: skip
+    results.update(ours_max_rate=best["ours"], ours_at_cap=float(at_cap), naive_max_rate=best["naive"],
+                   naive_best_achieved=naive_best, ours_vs_naive=ratio,
+                   ours_cpu_us=float(np.median(cpu_us["ours"])), naive_cpu_us=float(np.median(cpu_us["naive"])))  # fmt: skip
+
+
+def repeatability(url: str, port: int, server_pid: int, gen_core: int, args: argparse.Namespace,
+                  results: dict[str, float]) -> None:
+    """Section 3: the same point in fresh processes and, interleaved, in this one; spread beside each run's CI."""
+    n = args.repeats
+    print(f"{'run':8} {'p50 ms':>7} {'p99 ms':>7} {'p99 95% CI':>15} {'lag p99':>8} {'samples':>8} {'TIME_WAIT':>9} "
+          f"{'RSS MB':>7} {'srv MB':>7} {'srv CPU s':>9}")  # fmt: skip
+    runs: dict[str, list[dict[str, float]]] = {"fresh": [], "same": []}
+    for i in range(n):
+        # Interleaved, so a change of the machine over the section hits both kinds alike.
+        for kind in ("fresh", "same"):
+            tw, rss, srv_mb, srv_cpu = time_wait(port), rss_mb(), rss_mb(server_pid), cpu_s(server_pid)
+            if kind == "fresh":
+                r = ours_fresh(url, args.repeat_rate, args.repeat_duration, 11, gen_core, not args.no_realtime)
+            else:
+                r = ours(url, args.repeat_rate, args.repeat_duration, seed=11, ci=True)
+            runs[kind].append(r)
+            ci = f"{r['p99_lo']:.3f}-{r['p99_hi']:.3f}"
+            print(f"{kind} {i:<3} {r['p50']:7.3f} {r['p99']:7.3f} {ci:>15} {r['lag_p99']:8.3f} {r['n']:8.0f} {tw:9d} "
+                  f"{rss:7.1f} {srv_mb:7.1f} {srv_cpu:9.2f}")  # fmt: skip
+    for kind in ("fresh", "same"):
+        p50s = np.array([r["p50"] for r in runs[kind]])
+        p99s = np.array([r["p99"] for r in runs[kind]])
+        ci_rel = float(np.median([(r["p99_hi"] - r["p99_lo"]) / 2 / r["p99"] for r in runs[kind]]))
+        d50, d99 = spread(p50s), spread(p99s)
+        print(f"{kind:5}: max deviation from median p50 {100 * d50:.1f}% (want ≤ 3%), p99 {100 * d99:.1f}% (want ≤ 10%);"
+              f" one run's p99 CI ±{100 * ci_rel:.1f}% (median half-width); p99 drift {100 * slope(p99s):+.1f}%/run")  # fmt: skip
+        key = "repeat" if kind == "fresh" else "repeat_same"
+        results.update({f"{key}_p50_dev": d50, f"{key}_p99_dev": d99, f"{key}_p99_ci": ci_rel,
+                        f"{key}_p99_slope": slope(p99s)})  # fmt: skip
+    if results["repeat_p99_dev"] > results["repeat_p99_ci"]:
+        print("the runs' p99s spread wider than one run's 95% CI half-width: the machine changed between runs, not only sampling")
+    else:
+        print("the runs' p99s spread within one run's CI: what is left is sampling noise")
+
+
+def one_run(args: argparse.Namespace) -> None:
+    """--one-run: a single repeatability run in this (fresh) process; its figures as one JSON line."""
+    url, rate, duration, seed, core = args.one_run
+    os.sched_setaffinity(0, {int(core)})
+    isolate_generator_thread(frozenset({int(core)}), realtime=not args.no_realtime)
+    drive(url, BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm up as the parent did
+    print(json.dumps(ours(url, float(rate), float(duration), int(seed), ci=True)))
+
+
+def _scheduling_of(pid: int) -> str:
+    """A process's scheduling policy and nice, as the bench reports it."""
+    try:
+        policy = {os.SCHED_OTHER: "normal", os.SCHED_FIFO: "fifo"}.get(os.sched_getscheduler(pid), "other")
+        return f"{policy}, nice {os.getpriority(os.PRIO_PROCESS, pid)}"
+    except OSError as exc:
+        return f"unknown ({exc})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 4000, 6000, 8000, 10000])
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per ladder rate")
+    parser.add_argument("--rates", type=float, nargs="+", default=[2000, 5000, 10000, 15000])
+    parser.add_argument("--max-rate", type=float, default=40000.0, help="how far the ladder climbs while ours is valid")
     parser.add_argument("--stall-rate", type=float, default=500.0)
-    parser.add_argument("--repeat-rate", type=float, default=1000.0)
+    parser.add_argument("--repeat-rate", type=float, default=2000.0)
+    parser.add_argument("--repeat-duration", type=float, default=10.0)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench itself)")
     parser.add_argument("--no-realtime", action="store_true", help="nice -10 instead of SCHED_FIFO (the old setting)")
+    parser.add_argument("--one-run", nargs=5, metavar=("URL", "RATE", "DURATION", "SEED", "CORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_run:
+        one_run(args)
+        return
     if args.quick:
-        args.duration, args.rates = 1.0, [500, 1000]
+        args.duration, args.rates, args.max_rate = 1.0, [500, 1000], 1000.0
+        args.repeat_rate, args.repeat_duration, args.repeats = 1000.0, 1.0, 2
     cores = sorted(os.sched_getaffinity(0))
     gen_core, srv_core = cores[0], cores[-1]
     if gen_core == srv_core:
         print("only one core: generator and server share it")
-    os.sched_setaffinity(0, {gen_core})
-    # Every client runs as the follower runs its generator: pinned, real-time where permitted (follower.cpuplan).
-    isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
-    print(f"clients' scheduling: {generator_priority()}")
+    results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "server.py").write_text(textwrap.dedent(SERVER))
@@ -239,23 +415,18 @@ def main() -> None:
         argv = [sys.executable, str(tmp / "server.py"), str(port), str(srv_core)]
         with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
             server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
+            # Only now, so the server does not inherit the clients' scheduling (a child takes its parent thread's
+            # policy and nice): every client runs as the follower runs its generator, pinned and real-time where
+            # permitted (follower.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.
+            os.sched_setaffinity(0, {gen_core})
+            iso = isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
+            print(f"clients' scheduling: {iso.describe()}")
+            print(f"server's scheduling: {_scheduling_of(server.pid or 0)}")
+            results["fifo"] = float(iso.scheduling == "fifo")
             ours(url, 500, 0.5, seed=99)  # warm the path (imports, connections)
-            results: dict[str, float] = {}
 
             print(f"== 1. rate ladder, Poisson, {args.duration:g} s per rate, generator on core {gen_core}, server on {srv_core}")
-            print(f"{'client':8} {'target':>7} {'achieved':>9} {'lag p99 ms':>10} {'p99 ms':>8} {'CPU µs/req':>10}  valid")
-            best: dict[str, float] = {"ours": 0.0, "naive": 0.0}
-            cpu_us: dict[str, list[float]] = {"ours": [], "naive": []}
-            for rate in args.rates:
-                for name, fn in (("ours", lambda r: ours(url, r, args.duration, seed=int(r))),
-                                 ("naive", lambda r: naive(url, r, args.duration, seed=int(r)))):  # fmt: skip
-                    r = fn(rate)
-                    ok = valid(r, rate)
-                    cpu_us[name].append(r["cpu_us"])
-                    if ok:
-                        best[name] = max(best[name], rate)
-                    row = f"{name:8} {rate:7.0f} {r['achieved']:9.0f} {r['lag_p99']:10.3f} {r['p99']:8.2f} {r['cpu_us']:10.0f}"
-                    print(f"{row}  {ok}")
+            ladder(url, args, results)
             w = wrk(url, args.duration, gen_core)
             print(f"wrk (closed loop, 64 conns, core {gen_core}): " + (f"{w['achieved']:.0f} req/s, p99 {w['p99']:.2f} ms" if w
                   else "not installed (apt-get install wrk)"))  # fmt: skip
@@ -263,11 +434,7 @@ def main() -> None:
             print(f"locust FastHttpUser at {args.rates[0]:.0f} req/s target: " + (
                 f"{loc['achieved']:.0f} req/s achieved, p99 {loc['p99']:.1f} ms (no send-lag figure: it has no schedule)"
                 if loc else "not installed (.venv/bin/pip install locust)"))  # fmt: skip
-            ratio = best["ours"] / best["naive"] if best["naive"] else float("nan")
-            results.update(ours_max_rate=best["ours"], naive_max_rate=best["naive"], ours_vs_naive=ratio,
-                           ours_cpu_us=float(np.median(cpu_us["ours"])), naive_cpu_us=float(np.median(cpu_us["naive"])),
-                           wrk_rps=w["achieved"] if w else float("nan"),
-                           locust_rps=loc["achieved"] if loc else float("nan"))  # fmt: skip
+            results.update(wrk_rps=w["achieved"] if w else float("nan"), locust_rps=loc["achieved"] if loc else float("nan"))
 
             stall_s = max(4.0, 2 * args.duration)
             print(f"\n== 2. 1 s server stall {stall_s / 2:g} s into a {stall_s:g} s run at {args.stall_rate:g} req/s")
@@ -281,15 +448,9 @@ def main() -> None:
             results.update(stall_ours_p99_ms=o["p99"], stall_naive_p99_ms=n["p99"],
                            stall_ratio=o["p99"] / n["p99"] if n["p99"] > 0 else float("nan"))  # fmt: skip
 
-            print(f"\n== 3. repeatability: 5 runs at {args.repeat_rate:g} req/s, {args.duration:g} s each (same seed)")
-            runs = [ours(url, args.repeat_rate, args.duration, seed=11) for _ in range(5)]
-            p50s, p99s = np.array([r["p50"] for r in runs]), np.array([r["p99"] for r in runs])
-            d50 = float(np.max(np.abs(p50s - np.median(p50s))) / np.median(p50s))
-            d99 = float(np.max(np.abs(p99s - np.median(p99s))) / np.median(p99s))
-            for i, r in enumerate(runs):
-                print(f"run {i}: p50 {r['p50']:.3f} ms  p99 {r['p99']:.3f} ms  lag p99 {r['lag_p99']:.3f} ms")
-            print(f"max deviation from median: p50 {100 * d50:.1f}% (want ≤ 3%), p99 {100 * d99:.1f}% (want ≤ 10%)")
-            results.update(repeat_p50_dev=d50, repeat_p99_dev=d99)
+            print(f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g} s "
+                  "(same seed), each in a fresh process, interleaved with runs in this process")  # fmt: skip
+            repeatability(url, port, server.pid or 0, gen_core, args, results)
             steal = _steal_share()
             if steal is not None:
                 print(f"\nhypervisor steal on this host during the bench: {100 * steal:.1f}% of CPU time")

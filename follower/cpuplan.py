@@ -106,12 +106,31 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _rt_group_reason(cgroup_v2: str | None) -> str:
+    """Which cgroup holds no real-time runtime for the thread (CONFIG_RT_GROUP_SCHED), in words."""
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):  # cgroup v1: cpu.rt_runtime_us is the group's real-time budget
+            for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
+                budget = _read(f"{base}{path.rstrip('/')}/cpu.rt_runtime_us")
+                if budget is not None:
+                    return f"the thread's cgroup {path!r} has cpu.rt_runtime_us={budget} (v1)"
+    if cgroup_v2 and cgroup_v2 != "/":
+        parent = os.path.dirname(cgroup_v2.rstrip("/"))
+        enabled = "cpu" in (_read(f"/sys/fs/cgroup{parent.rstrip('/')}/cgroup.subtree_control") or "").split()
+        # cgroup v2 has no cpu.rt_runtime_us: a non-root group under the cpu controller gets 0 and cannot be granted any
+        return (f"the thread's cgroup {cgroup_v2!r} is under the cpu controller{'' if enabled else ' (probably)'}, and "
+                "cgroup v2 gives a non-root group no real-time runtime (the generator would need the root cgroup, or a "
+                "kernel without CONFIG_RT_GROUP_SCHED)")  # fmt: skip
+    return "its cgroup has no real-time runtime"
+
+
 def fifo_refusal_reason(exc: OSError) -> str:
     """Why sched_setscheduler(SCHED_FIFO) failed here: its errno, then which of the kernel's rules refuses it.
 
     The kernel refuses a real-time policy (EPERM) when the caller lacks CAP_SYS_NICE and RLIMIT_RTPRIO is below the
     priority, or, even for root, when the thread's cgroup has no real-time runtime (CONFIG_RT_GROUP_SCHED: a cgroup
-    gets 0 us of real-time time per period unless whoever made it grants some).
+    gets 0 us of real-time time per period unless cgroup v1's cpu.rt_runtime_us grants some; v2 has no such knob).
     """
     import errno as errno_mod
     import resource
@@ -123,24 +142,14 @@ def fifo_refusal_reason(exc: OSError) -> str:
     has_nice = cap_eff is not None and bool(int(cap_eff, 16) >> 23 & 1)  # CAP_SYS_NICE is capability 23
     rtprio = resource.getrlimit(resource.RLIMIT_RTPRIO)[0] if hasattr(resource, "RLIMIT_RTPRIO") else None
     cgroup = next((line.split(":", 2)[2] for line in (_read("/proc/self/cgroup") or "").splitlines()
-                   if line.startswith("0::")), None)  # fmt: skip
+                   if line.startswith("0::")), None)  # fmt: skip  # the cgroup v2 path
     rt_runtime = _read("/proc/sys/kernel/sched_rt_runtime_us")
     if cap_eff is not None and not has_nice and (rtprio is None or rtprio < GENERATOR_RT_PRIORITY):
         parts.append(f"no CAP_SYS_NICE (euid {os.geteuid()}) and RLIMIT_RTPRIO {rtprio}")
     elif rt_runtime == "0":
         parts.append("kernel.sched_rt_runtime_us=0 gives real-time tasks no CPU time")
     elif has_nice or os.geteuid() == 0:
-        v1 = None
-        for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
-            for line in (_read("/proc/self/cgroup") or "").splitlines():
-                if ":cpu" in line and line.count(":") >= 2:
-                    v1 = _read(f"{base}{line.split(':', 2)[2]}/cpu.rt_runtime_us")
-                if v1 is not None:
-                    break
-        where = f"cgroup {cgroup!r}" if cgroup else "its cgroup"
-        budget = f"cpu.rt_runtime_us={v1}" if v1 is not None else "no real-time runtime granted to it"
-        parts.append(f"CAP_SYS_NICE held, so the kernel's RT group scheduling refused it: the thread's {where} has "
-                     f"{budget} (the host's cgroup manager would have to grant one)")  # fmt: skip
+        parts.append("CAP_SYS_NICE held, so the kernel's RT group scheduling refused it: " + _rt_group_reason(cgroup))
     else:
         parts.append(f"euid {os.geteuid()}, RLIMIT_RTPRIO {rtprio}")
     return "; ".join(parts)
