@@ -179,16 +179,18 @@ def main() -> None:
     # Liveness under the storm: every simulated follower beat every HEARTBEAT_EVERY_S throughout, so none should
     # have been judged missing, nor any job requeued for missed heartbeats.
     marked = leader_log.count("missed heartbeats for")
+    lagged = leader_log.count("liveness tick late")  # ticks the monitor found the leader itself lagging (not judged on)
     requeued = sum(any("missed heartbeats" in (h.get("reason") or "") for h in d.get("history", [])) for d in docs)
     print(f"followers marked missing (missing_after_s {args.missing_after_s:g}): {marked}; jobs requeued for missed "
-          f"heartbeats: {requeued}; follower states at the end: {sorted(set(states))}")
+          f"heartbeats: {requeued}; late liveness ticks (leader lagged, timeout extended): {lagged}; "
+          f"follower states at the end: {sorted(set(states))}")
     leaked = env["BENCHFLEET_LEADER_ADMIN_TOKEN"] in leader_log or env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"] in leader_log
     print("RESULT leader "
           f"jobs={args.jobs} clients={args.clients} followers={args.followers} stored={len(stored)} lost={lost} "
           f"duplicated={duplicated} errors={len(errors)} submit_per_s={args.jobs / out['elapsed']:.0f} "
           f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
           f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)} "
-          f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued}")
+          f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued} lagged_ticks={lagged}")
 
 
 if __name__ == "__main__":

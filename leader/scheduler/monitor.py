@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -16,6 +17,9 @@ from leader.store import jobs as jobs_store
 log = logging.getLogger(__name__)
 
 MISSED_REASON = "follower {follower_id} missed heartbeats"
+# A tick this much later than its interval means the leader itself lagged (its event loop blocked, or PerfDB slow):
+# heartbeats that arrived meanwhile could not be stamped, so that time does not count as the followers' silence.
+STALL_S = 0.5
 
 
 class Monitor:
@@ -29,6 +33,21 @@ class Monitor:
         self._interval_s = interval_s
         self._on_requeue = on_requeue
         self._started_at = utcnow()
+        self._last_tick: datetime | None = None
+        self._stalls: deque[tuple[datetime, float]] = deque()  # (tick that saw it, seconds the leader lagged)
+
+    def allowance_s(self, now: datetime) -> float:
+        """Seconds the leader lagged within the last timeout: added to it, so only silence the leader could hear counts."""
+        if self._last_tick is not None:
+            lag = (now - self._last_tick).total_seconds() - self._interval_s
+            if lag > STALL_S:
+                self._stalls.append((now, lag))
+                log.warning("leader lagged %.1fs (liveness tick late): heartbeat timeout extended by it", lag)
+        self._last_tick = now
+        # A stall matters while beats stamped before it can still look old: for one timeout after it ended.
+        while self._stalls and now - self._stalls[0][0] > self._missing_after:
+            self._stalls.popleft()
+        return sum(lag for _, lag in self._stalls)
 
     async def run(self) -> None:
         """Tick forever; an error in one tick is logged and the next tick tries again."""
@@ -42,9 +61,11 @@ class Monitor:
     async def tick(self, now: datetime | None = None) -> list[str]:
         """Mark silent followers missing and requeue the jobs of every missing follower; returns the requeued job ids."""
         now = now or utcnow()
+        allowance = timedelta(seconds=self.allowance_s(now))
         # A leader that was down saw no heartbeats: give followers one full timeout after startup before judging them.
         if now - self._started_at >= self._missing_after:
-            for follower_id in await followers_store.mark_missing(self._db, seen_before=now - self._missing_after):
+            seen_before = now - self._missing_after - allowance
+            for follower_id in await followers_store.mark_missing(self._db, seen_before=seen_before):
                 log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after.total_seconds())
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
         missing = await followers_store.missing_ids(self._db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -145,3 +146,34 @@ def test_estimator_history_corrects_by_fixed_cost_plus_load_seconds(leader: Lead
     overhead = max(0.0, done["actual_s"] - 2.0)
     long_ = leader.submit(text=_spec("long", 30.0))["id"]
     assert leader.wait_dispatched(long_)["estimate_s"] == pytest.approx(overhead + 30.0, abs=0.002)
+
+
+def test_a_leader_that_stalled_does_not_judge_followers_it_could_not_hear(make_leader) -> None:  # type: ignore[no-untyped-def]
+    leader = make_leader(missing_after_s=1.0)
+    leader.upload_model()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    job = leader.submit()
+    leader.wait_dispatched(job["id"])
+    stop = threading.Event()
+
+    def beat() -> None:  # a healthy follower: beats every 0.2 s throughout (its requests wait while the leader stalls)
+        while not stop.wait(0.2):
+            leader.heartbeat(follower, incarnation)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        time.sleep(1.5)  # past the startup grace (one timeout), with beats landing
+        # The leader's event loop blocks for 2.5 s (a GC pause, a submit storm's CPU): no heartbeat can be handled.
+        leader.client.portal.call(time.sleep, 2.5)
+        time.sleep(1.5)  # the monitor's ticks after the stall, then beats again
+    finally:
+        stop.set()
+        beater.join()
+    stored = leader.db.followers.find_one({"_id": follower}, {"state": 1})
+    assert stored is not None and stored["state"] == "ready", "a follower the leader could not hear was judged missing"
+    assert leader.job(job["id"])["attempt"] == 1, "its job was requeued"
+    # A follower that really falls silent is still found missing, one timeout after the stall is over.
+    again = leader.wait_for(job["id"], lambda j: j["attempt"] == 2, timeout=15)
+    assert "missed heartbeats" in again["history"][-1]["reason"]
