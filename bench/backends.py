@@ -11,30 +11,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.models import ModelMeta, TensorSpec  # noqa: E402
+from common.models import ModelMeta  # noqa: E402
 from common.spec import expand, parse_spec  # noqa: E402
 from follower.backends import get_backend  # noqa: E402
 from follower.backends.triton import find_triton  # noqa: E402
-from follower.convert.canonical import CanonicalSpec, generate  # noqa: E402
+from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.loadgen.bodies import build_bodies  # noqa: E402
 from follower.runner import run_backend  # noqa: E402
-
-
-def _model(bundle: bytes, meta: dict) -> ModelMeta:
-    return ModelMeta(name="canon", version="1", format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
-                     outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
-                     size_bytes=len(bundle), created_at=datetime.now(UTC))
 
 
 class _RawClient:
@@ -140,7 +132,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-backends-"))
     path = workdir / "canon.zip"
     path.write_bytes(bundle)
-    model = _model(bundle, meta)
+    model = local_model(bundle, meta, "canon")
     backends = ["onnxruntime", "torchscript"] + (["triton"] if find_triton() else [])
     rows = {}
     for name in backends:

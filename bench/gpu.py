@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import os
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.models import ModelMeta, TensorSpec  # noqa: E402
 from common.spec import expand, parse_spec  # noqa: E402
 from follower import hostinfo  # noqa: E402
-from follower.convert.canonical import CanonicalSpec, generate  # noqa: E402
+from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.runner import run_backend  # noqa: E402
 from follower.sampler import SamplerConfig  # noqa: E402
 from leader.analysis.hardware import ceiling_for  # noqa: E402
@@ -50,9 +47,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-gpu-"))
     path = workdir / "model.zip"
     path.write_bytes(bundle)
-    model = ModelMeta(name="fc", version="1", format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
-                      outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
-                      size_bytes=len(bundle), created_at=datetime.now(UTC))
+    model = local_model(bundle, meta, "fc")
     flops = meta["cost_per_inference"]["flops"]
     table_name, ceiling = ceiling_for(gpus[0].name)
     env = {"follower_id": "bench", "host": "bench", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(),

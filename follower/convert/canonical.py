@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from common.bundle import ONNX_MEMBER, TORCHSCRIPT_MEMBER, write_bundle
+from common.models import ModelMeta, TensorSpec
 
 Kind = Literal["fc", "conv", "lstm", "attention"]
 KINDS: tuple[str, ...] = ("fc", "conv", "lstm", "attention")
@@ -122,6 +123,16 @@ def generate(spec: CanonicalSpec, *, external_data: bool = False) -> tuple[bytes
         "checks": [onnx_check.as_dict(), ts_check.as_dict()],
     }
     return write_bundle({ONNX_MEMBER: onnx_bytes, TORCHSCRIPT_MEMBER: ts_bytes}, meta), meta
+
+
+def local_model(bundle: bytes, meta: dict[str, Any], name: str, version: str = "1") -> ModelMeta:
+    """The ModelMeta of a generated bundle served without a leader (tests and benches), as an upload would record it."""
+    import hashlib
+    from datetime import UTC, datetime
+
+    return ModelMeta(name=name, version=version, format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
+                     outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
+                     size_bytes=len(bundle), created_at=datetime.now(UTC))
 
 
 def default_name(spec: CanonicalSpec) -> str:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.models import ModelMeta, TensorSpec
+from common.models import ModelMeta
 from common.spec import expand, parse_spec
 from follower.backends import get_backend
 from follower.backends.tfserving import find_tfserving
@@ -24,16 +22,12 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed (s
 
 @pytest.fixture(scope="module")
 def canon(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
-    from follower.convert.canonical import CanonicalSpec, generate
+    from follower.convert.canonical import CanonicalSpec, generate, local_model
 
     bundle, meta = generate(CanonicalSpec("fc", depth=2, width=32, input_size=16))
     path = tmp_path_factory.mktemp("canon") / "canon.zip"
     path.write_bytes(bundle)
-    model = ModelMeta(
-        name="canon", version="1", format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
-        outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
-        size_bytes=len(bundle), created_at=datetime.now(UTC),
-    )
+    model = local_model(bundle, meta, "canon")
     return path, model
 
 

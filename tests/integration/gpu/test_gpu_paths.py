@@ -7,16 +7,14 @@ run where CUDA is absent and check that a GPU configuration fails loudly instead
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from common.models import ModelMeta, TensorSpec
+from common.models import ModelMeta
 from common.spec import ServerOptions, expand, parse_spec
 from follower import hostinfo
 from follower.backends import get_backend
@@ -31,22 +29,17 @@ import onnxruntime as ort  # noqa: E402  (after the skip: torch is what the fixt
 CUDA = torch.cuda.is_available()
 GPUS = hostinfo.gpus()
 needs_gpu = pytest.mark.skipif(not (CUDA and GPUS), reason="no NVIDIA GPU with CUDA and NVML on this host")
-needs_no_cuda = pytest.mark.skipif(CUDA, reason="CUDA is available here: the no-fallback path cannot be provoked")
 
 
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
     """A canonical fully connected model wide enough that a GPU does measurable work per request."""
-    from follower.convert.canonical import CanonicalSpec, generate
+    from follower.convert.canonical import CanonicalSpec, generate, local_model
 
     bundle, meta = generate(CanonicalSpec("fc", depth=4, width=1024, input_size=512))
     path = tmp_path_factory.mktemp("wide") / "wide.zip"
     path.write_bytes(bundle)
-    model = ModelMeta(
-        name="wide", version="1", format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
-        outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
-        size_bytes=len(bundle), created_at=datetime.now(UTC),
-    )
+    model = local_model(bundle, meta, "wide")
     return path, model
 
 
@@ -120,30 +113,23 @@ def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path
     assert res.co2_g_per_1m_requests is not None and res.co2_g_per_1m_requests > 0
 
 
-@needs_no_cuda
-def test_torchscript_on_cuda_without_cuda_fails_instead_of_using_the_cpu(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+@pytest.mark.parametrize(("backend", "missing", "why_skip"), [
+    ("torchscript", "CUDA is not available", "CUDA is available here: the no-fallback path cannot be provoked"),
+    ("onnxruntime", "CUDAExecutionProvider is not available", "this onnxruntime has CUDAExecutionProvider"),
+])
+def test_gpu_server_without_cuda_fails_instead_of_using_the_cpu(backend: str, missing: str, why_skip: str,
+                                                                wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    if (CUDA if backend == "torchscript" else "CUDAExecutionProvider" in ort.get_available_providers()):
+        pytest.skip(why_skip)
     path, model = wide
-    server = get_backend("torchscript", server=ServerOptions(device="cuda"))
+    server = get_backend(backend, server=ServerOptions(device="cuda"))
     server.start(path, model, tmp_path)
     try:
         with pytest.raises(RuntimeError) as failure:
             server.wait_ready(120.0)
     finally:
         server.stop()
-    assert "CUDA is not available" in str(failure.value) + (tmp_path / "torchscript.log").read_text()
-
-
-@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
-def test_onnxruntime_cuda_provider_missing_fails_instead_of_using_the_cpu(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
-    path, model = wide
-    server = get_backend("onnxruntime", server=ServerOptions(device="cuda"))
-    server.start(path, model, tmp_path)
-    try:
-        with pytest.raises(RuntimeError) as failure:
-            server.wait_ready(120.0)
-    finally:
-        server.stop()
-    assert "CUDAExecutionProvider is not available" in str(failure.value) + (tmp_path / "onnxruntime.log").read_text()
+    assert missing in str(failure.value) + (tmp_path / f"{backend}.log").read_text()
 
 
 @needs_gpu
