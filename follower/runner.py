@@ -413,6 +413,9 @@ async def _measure_point(
         # Other processes held the generator's core while it had requests to send (bench/send_lag_causes.py).
         reasons = [f"{r} (the generator waited {100 * waited:.1f}% of the run for its core)" if "send lag" in r else r
                    for r in reasons]  # fmt: skip
+    if records.scheduling and "SCHED_FIFO refused" in records.scheduling:
+        # A late generator that could not be real-time: the reason says why, so the operator can fix the host.
+        reasons = [f"{r} (generator thread at {records.scheduling})" if "send lag" in r else r for r in reasons]
     log.info(
         "point %d: %d req, %d ok, lag p99 %s ms, generator cpu %.0f%%, loop lag p99 %s ms, %s",
         point.index,
