@@ -122,12 +122,19 @@ def _rt_group_reason(cgroup_v2: str | None) -> str:
                 if budget is not None:
                     return f"the thread's cgroup {path!r} has cpu.rt_runtime_us={budget} (v1)"
     if cgroup_v2 and cgroup_v2 != "/":
-        parent = os.path.dirname(cgroup_v2.rstrip("/"))
-        enabled = "cpu" in (_read(f"/sys/fs/cgroup{parent.rstrip('/')}/cgroup.subtree_control") or "").split()
+        # A v2 group without the cpu controller belongs, for CPU scheduling, to its nearest ancestor that has it.
+        group, effective = cgroup_v2.rstrip("/"), None
+        while group not in ("", "/"):
+            parent = os.path.dirname(group)
+            if "cpu" in (_read(f"/sys/fs/cgroup{parent.rstrip('/')}/cgroup.subtree_control") or "").split():
+                effective = group
+                break
+            group = parent
+        where = f"cgroup {effective!r}" if effective else f"cgroup {cgroup_v2!r} (probably)"
         # cgroup v2 has no cpu.rt_runtime_us: a non-root group under the cpu controller gets 0 and cannot be granted any
-        return (f"the thread's cgroup {cgroup_v2!r} is under the cpu controller{'' if enabled else ' (probably)'}, and "
-                "cgroup v2 gives a non-root group no real-time runtime (the generator would need the root cgroup, or a "
-                "kernel without CONFIG_RT_GROUP_SCHED)")  # fmt: skip
+        return (f"the thread's CPU scheduling group is {where}, a non-root cgroup v2 group under the cpu controller, "
+                "which gets no real-time runtime (the generator would need the root cgroup, or a kernel without "
+                "CONFIG_RT_GROUP_SCHED)")  # fmt: skip
     return "its cgroup has no real-time runtime"
 
 

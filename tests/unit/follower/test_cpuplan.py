@@ -123,3 +123,18 @@ def test_fifo_granted_has_no_refusal() -> None:
         assert (scheduling, refused) == ("fifo", None)
     else:
         assert scheduling.startswith("nice ") and refused and refused.split(" ", 1)[0] in ("EPERM", "EINVAL")
+
+
+def test_rt_group_reason_names_the_v2_group_that_holds_the_cpu_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU host's layout: the root enables cpu for /process_api, which enables only memory for its children, so
+    # the thread in /process_api/<id> is scheduled in /process_api (a non-root group: no real-time runtime).
+    import follower.cpuplan as cpuplan
+
+    files = {
+        "/sys/fs/cgroup/cgroup.subtree_control": "cpuset cpu io memory hugetlb pids",
+        "/sys/fs/cgroup/process_api/cgroup.subtree_control": "memory",
+        "/proc/self/cgroup": "0::/process_api/abc",
+    }
+    monkeypatch.setattr(cpuplan, "_read", files.get)
+    reason = cpuplan._rt_group_reason("/process_api/abc")
+    assert "group is cgroup '/process_api'," in reason and "no real-time runtime" in reason
