@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -48,6 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -102,6 +104,19 @@ class U(FastHttpUser):
 '''
 
 BODY = [b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}']
+
+
+@contextlib.contextmanager
+def trivial_server(core: int) -> Iterator[tuple[str, int, SupervisedProcess, Path]]:
+    """SERVER in its own process pinned to `core`, ready: yields (url, port, process, its temporary directory)."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        (tmp / "server.py").write_text(textwrap.dedent(SERVER))
+        port = free_port()
+        argv = [sys.executable, str(tmp / "server.py"), str(port), str(core)]
+        with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
+            server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
+            yield f"http://127.0.0.1:{port}/", port, server, tmp
 
 
 def pct(a: np.ndarray, q: float) -> float:
@@ -449,58 +464,51 @@ def main() -> None:
     results: dict[str, float] = {}
     dma = hold_cpu_dma_latency(args.cpu_dma_latency) if args.cpu_dma_latency is not None else None
     results["cpu_dma_latency_us"] = float(args.cpu_dma_latency if dma is not None else -1)
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        (tmp / "server.py").write_text(textwrap.dedent(SERVER))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}/"
-        argv = [sys.executable, str(tmp / "server.py"), str(port), str(srv_core)]
-        with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
-            server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
-            # Only now, so the server does not inherit the clients' scheduling (a child takes its parent thread's
-            # policy and nice): every client runs as the follower runs its generator, pinned and real-time where
-            # permitted (follower.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.
-            os.sched_setaffinity(0, {gen_core})
-            iso = isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
-            print(f"clients' scheduling: {iso.describe()}")
-            print(f"server's scheduling: {_scheduling_of(server.pid or 0)}")
-            results["fifo"] = float(iso.scheduling == "fifo")
-            ours(url, 500, 0.5, seed=99)  # warm the path (imports, connections)
+    with trivial_server(srv_core) as (url, port, server, tmp):
+        # Only now, so the server does not inherit the clients' scheduling (a child takes its parent thread's
+        # policy and nice): every client runs as the follower runs its generator, pinned and real-time where
+        # permitted (follower.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.
+        os.sched_setaffinity(0, {gen_core})
+        iso = isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
+        print(f"clients' scheduling: {iso.describe()}")
+        print(f"server's scheduling: {_scheduling_of(server.pid or 0)}")
+        results["fifo"] = float(iso.scheduling == "fifo")
+        ours(url, 500, 0.5, seed=99)  # warm the path (imports, connections)
 
-            if 1 in args.sections:
-                print(f"== 1. rate ladder, Poisson, {args.duration:g} s per rate, generator on core {gen_core}, "
-                      f"server on {srv_core}")
-                ladder(url, args, results)
-                w = wrk(url, args.duration, gen_core)
-                print(f"wrk (closed loop, 64 conns, core {gen_core}): "
-                      + (f"{w['achieved']:.0f} req/s, p99 {w['p99']:.2f} ms" if w else "not installed (apt-get install wrk)"))
-                loc = locust(url, args.rates[0], args.duration, gen_core, tmp)
-                print(f"locust FastHttpUser at {args.rates[0]:.0f} req/s target: " + (
-                    f"{loc['achieved']:.0f} req/s achieved, p99 {loc['p99']:.1f} ms (no send-lag figure: it has no schedule)"
-                    if loc else "not installed (.venv/bin/pip install locust)"))  # fmt: skip
-                results.update(wrk_rps=w["achieved"] if w else float("nan"), locust_rps=loc["achieved"] if loc else float("nan"))
+        if 1 in args.sections:
+            print(f"== 1. rate ladder, Poisson, {args.duration:g} s per rate, generator on core {gen_core}, "
+                  f"server on {srv_core}")
+            ladder(url, args, results)
+            w = wrk(url, args.duration, gen_core)
+            print(f"wrk (closed loop, 64 conns, core {gen_core}): "
+                  + (f"{w['achieved']:.0f} req/s, p99 {w['p99']:.2f} ms" if w else "not installed (apt-get install wrk)"))
+            loc = locust(url, args.rates[0], args.duration, gen_core, tmp)
+            print(f"locust FastHttpUser at {args.rates[0]:.0f} req/s target: " + (
+                f"{loc['achieved']:.0f} req/s achieved, p99 {loc['p99']:.1f} ms (no send-lag figure: it has no schedule)"
+                if loc else "not installed (.venv/bin/pip install locust)"))  # fmt: skip
+            results.update(wrk_rps=w["achieved"] if w else float("nan"), locust_rps=loc["achieved"] if loc else float("nan"))
 
-            if 2 in args.sections:
-                stall_s = max(4.0, 2 * args.duration)
-                print(f"\n== 2. 1 s server stall {stall_s / 2:g} s into a {stall_s:g} s run at {args.stall_rate:g} req/s")
-                o = ours_with_stall(url, args.stall_rate, stall_s, stall_s / 2)
-                # 8 users, as wrk-style tools run a few connections: only the one request per user in flight during the stall
-                # is timed as slow; the requests the users did not send while they waited are never counted.
-                n = naive(url, args.stall_rate, stall_s, seed=7, users=8, stall_at=stall_s / 2)
-                print(f"ours  (from intended): p50 {o['p50']:8.2f} ms  p99 {o['p99']:8.2f} ms", end="")
-                print(f"  (its service time p99 from the send {o['svc_p99']:.2f} ms)")
-                print(f"naive (from send):     p50 {n['p50']:8.2f} ms  p99 {n['p99']:8.2f} ms")
-                results.update(stall_ours_p99_ms=o["p99"], stall_naive_p99_ms=n["p99"],
-                               stall_ratio=o["p99"] / n["p99"] if n["p99"] > 0 else float("nan"))  # fmt: skip
+        if 2 in args.sections:
+            stall_s = max(4.0, 2 * args.duration)
+            print(f"\n== 2. 1 s server stall {stall_s / 2:g} s into a {stall_s:g} s run at {args.stall_rate:g} req/s")
+            o = ours_with_stall(url, args.stall_rate, stall_s, stall_s / 2)
+            # 8 users, as wrk-style tools run a few connections: only the one request per user in flight during the stall
+            # is timed as slow; the requests the users did not send while they waited are never counted.
+            n = naive(url, args.stall_rate, stall_s, seed=7, users=8, stall_at=stall_s / 2)
+            print(f"ours  (from intended): p50 {o['p50']:8.2f} ms  p99 {o['p99']:8.2f} ms", end="")
+            print(f"  (its service time p99 from the send {o['svc_p99']:.2f} ms)")
+            print(f"naive (from send):     p50 {n['p50']:8.2f} ms  p99 {n['p99']:8.2f} ms")
+            results.update(stall_ours_p99_ms=o["p99"], stall_naive_p99_ms=n["p99"],
+                           stall_ratio=o["p99"] / n["p99"] if n["p99"] > 0 else float("nan"))  # fmt: skip
 
-            if 3 in args.sections:
-                print(f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g}"
-                      " s (same seed), each in a fresh process, interleaved with runs in this process")  # fmt: skip
-                repeatability(url, port, server.pid or 0, gen_core, args, results)
-            steal = _steal_share()
-            if steal is not None:
-                print(f"\nhypervisor steal on this host during the bench: {100 * steal:.1f}% of CPU time")
-                results["steal"] = steal
+        if 3 in args.sections:
+            print(f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g}"
+                  " s (same seed), each in a fresh process, interleaved with runs in this process")  # fmt: skip
+            repeatability(url, port, server.pid or 0, gen_core, args, results)
+        steal = _steal_share()
+        if steal is not None:
+            print(f"\nhypervisor steal on this host during the bench: {100 * steal:.1f}% of CPU time")
+            results["steal"] = steal
     print("RESULT loadgen " + " ".join(f"{k}={v:.4g}" for k, v in results.items()))
 
 

@@ -20,22 +20,19 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import psutil
 
-from common.procs import SupervisedProcess, free_port
 from follower.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
 from follower.loadgen import rawhttp
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, SERVER  # noqa: E402  (bench/ is not a package)
+from loadgen import BODY, trivial_server  # noqa: E402  (bench/ is not a package)
 
 _CONNECTS = [0]
 _real_connect = rawhttp.RawHttpSession._connect
@@ -131,31 +128,24 @@ def main() -> None:
         print(json.dumps(one_run(url, port, args.rate, args.duration, args.seed, gen_core, pid)))
         return
     print(f"generator scheduling: {getattr(iso, 'scheduling', '?')}")
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        (tmp / "server.py").write_text(textwrap.dedent(SERVER))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}/"
-        argv = [sys.executable, str(tmp / "server.py"), str(port), str(srv_core)]
-        with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
-            server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
-            pid = server.pid
-            drive(url, BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm the path
-            if args.before_rate:
-                one_run(url, port, args.before_rate, args.duration, 1, gen_core, pid)
-            print(f"{args.runs} runs at {args.rate:g} req/s x {args.duration:g} s, seed {args.seed}")
-            print(HEAD)
-            same = [one_run(url, port, args.rate, args.duration, args.seed, gen_core, pid) for _ in range(args.runs)]
-            for i, r in enumerate(same):
-                print(row(f"same {i}", r))
-            fresh = []
-            for _ in range(args.runs):
-                out = subprocess.run([sys.executable, __file__, "--rate", str(args.rate), "--duration", str(args.duration),
-                                      "--seed", str(args.seed), "--one", url, str(port), str(pid)],
-                                     capture_output=True, text=True, check=True).stdout  # fmt: skip
-                fresh.append(json.loads(out.strip().splitlines()[-1]))
-            for i, r in enumerate(fresh):
-                print(row(f"fresh {i}", r))
+    with trivial_server(srv_core) as (url, port, server, _tmp):
+        pid = server.pid
+        drive(url, BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm the path
+        if args.before_rate:
+            one_run(url, port, args.before_rate, args.duration, 1, gen_core, pid)
+        print(f"{args.runs} runs at {args.rate:g} req/s x {args.duration:g} s, seed {args.seed}")
+        print(HEAD)
+        same = [one_run(url, port, args.rate, args.duration, args.seed, gen_core, pid) for _ in range(args.runs)]
+        for i, r in enumerate(same):
+            print(row(f"same {i}", r))
+        fresh = []
+        for _ in range(args.runs):
+            out = subprocess.run([sys.executable, __file__, "--rate", str(args.rate), "--duration", str(args.duration),
+                                  "--seed", str(args.seed), "--one", url, str(port), str(pid)],
+                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
+            fresh.append(json.loads(out.strip().splitlines()[-1]))
+        for i, r in enumerate(fresh):
+            print(row(f"fresh {i}", r))
 
     def slope(rs: list[dict], key: str) -> float:
         """Least-squares change per run, relative to the median."""

@@ -24,20 +24,19 @@ import argparse
 import gc
 import os
 import sys
-import tempfile
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from bench.loadgen import BODY, SERVER
-from common.procs import SupervisedProcess, free_port
 from follower.cpuplan import GENERATOR_NICE, cpu_times, steal_share
 from follower.loadgen import openloop
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loadgen import BODY, trivial_server  # noqa: E402  (bench/ is not a package: run as a script, as its usage says)
 
 
 def pct(a: np.ndarray, q: float) -> float:
@@ -149,36 +148,29 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     gen_core, srv_core = cores[0], cores[-1]
     os.sched_setaffinity(0, {gen_core})
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        (tmp / "server.py").write_text(textwrap.dedent(SERVER))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}/"
-        argv = [sys.executable, str(tmp / "server.py"), str(port), str(srv_core)]
-        with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
-            server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
-            one(url, 500, 0.5, 99, "full")  # warm the path (imports, connections)
-            print(f"generator on core {gen_core}, server on core {srv_core}; Poisson, {args.duration:g} s per run; ms")
-            heads = ("variant", "rate", "lag p50", "lag p99", "wake p99", "hop p50", "hop p99", "µs/req", "cpu%", "steal%",
-                     "runq%", "gc")  # fmt: skip
-            print(" ".join(f"{h:>9}" for h in heads))
-            results: dict[str, float] = {}
-            for rate in args.rates:
-                for variant in args.variants:
-                    rows = [one(url, rate, args.duration, seed, variant) for seed in range(args.repeats)]
-                    for r in rows:
-                        cells = [r["lag_p50"], r["lag_p99"], r.get("wake_p99", float("nan")), r.get("hop_p50", float("nan")),
-                                 r.get("hop_p99", float("nan")), r["cpu_us"], 100 * r["cpu_share"], 100 * r["steal"],
-                                 100 * r["runq"], r["gc"]]  # fmt: skip
-                        print(f"{variant:>9} {rate:9.0f} " + " ".join(f"{c:9.3f}" for c in cells))
-                    key = variant.replace("=", "")
-                    results[f"{key}_lag_p99_ms_{rate:.0f}"] = float(np.median([r["lag_p99"] for r in rows]))
-                    results[f"{key}_steal_{rate:.0f}"] = float(np.median([r["steal"] for r in rows]))
-                    results[f"{key}_runq_{rate:.0f}"] = float(np.median([r["runq"] for r in rows]))
-                    if variant == "dispatch":
-                        results[f"hop_p99_ms_{rate:.0f}"] = float(np.median([r["hop_p99"] for r in rows]))
-                        results[f"wake_p99_ms_{rate:.0f}"] = float(np.median([r["wake_p99"] for r in rows]))
-            print("RESULT send_lag_causes " + " ".join(f"{k}={v:.4g}" for k, v in results.items()))
+    with trivial_server(srv_core) as (url, _port, _server, _tmp):
+        one(url, 500, 0.5, 99, "full")  # warm the path (imports, connections)
+        print(f"generator on core {gen_core}, server on core {srv_core}; Poisson, {args.duration:g} s per run; ms")
+        heads = ("variant", "rate", "lag p50", "lag p99", "wake p99", "hop p50", "hop p99", "µs/req", "cpu%", "steal%",
+                 "runq%", "gc")  # fmt: skip
+        print(" ".join(f"{h:>9}" for h in heads))
+        results: dict[str, float] = {}
+        for rate in args.rates:
+            for variant in args.variants:
+                rows = [one(url, rate, args.duration, seed, variant) for seed in range(args.repeats)]
+                for r in rows:
+                    cells = [r["lag_p50"], r["lag_p99"], r.get("wake_p99", float("nan")), r.get("hop_p50", float("nan")),
+                             r.get("hop_p99", float("nan")), r["cpu_us"], 100 * r["cpu_share"], 100 * r["steal"],
+                             100 * r["runq"], r["gc"]]  # fmt: skip
+                    print(f"{variant:>9} {rate:9.0f} " + " ".join(f"{c:9.3f}" for c in cells))
+                key = variant.replace("=", "")
+                results[f"{key}_lag_p99_ms_{rate:.0f}"] = float(np.median([r["lag_p99"] for r in rows]))
+                results[f"{key}_steal_{rate:.0f}"] = float(np.median([r["steal"] for r in rows]))
+                results[f"{key}_runq_{rate:.0f}"] = float(np.median([r["runq"] for r in rows]))
+                if variant == "dispatch":
+                    results[f"hop_p99_ms_{rate:.0f}"] = float(np.median([r["hop_p99"] for r in rows]))
+                    results[f"wake_p99_ms_{rate:.0f}"] = float(np.median([r["wake_p99"] for r in rows]))
+        print("RESULT send_lag_causes " + " ".join(f"{k}={v:.4g}" for k, v in results.items()))
 
 
 if __name__ == "__main__":
