@@ -145,6 +145,10 @@ def main() -> int:
     others = np.array([x["others"] for _, x in rows])
     print(f"steal per run {', '.join(f'{100 * s:.1f}%' for s in steals)}; other processes' share of the host's CPUs "
           f"per run {', '.join(f'{100 * o:.0f}%' for o in others)}; {n_valid}/{len(rows)} runs valid")
+    if len(rows) > 2 and np.ptp(steals) > 0:
+        # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
+        r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
+        print(f"correlation across runs of steal with p50 r = {r50:+.2f}, with p99 r = {r99:+.2f}")
     res = {"repeat_p50_dev": d50, "repeat_p99_dev": d99, "repeat_p99_ci": ci_rel, "repeat_p99_slope": slope(p99s),
            "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
            "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
