@@ -37,6 +37,9 @@ class LeaderSettings(BaseSettings):
     admin_token: SecretStr
     follower_token: SecretStr
     missing_after_s: float = Field(default=10.0, gt=0)
+    # A job sent to a follower whose heartbeats still do not list it this long after the send is requeued: the broker
+    # lost the message (a Redis restart can drop one the consumer was being handed).
+    undelivered_after_s: float = Field(default=15.0, gt=0)
     place_interval_s: float = Field(default=0.5, gt=0)
     monitor_interval_s: float = Field(default=1.0, gt=0)
     # Tier-1 placement: queue_aware (the queue that finishes first), or the baselines least_queue_length / round_robin.

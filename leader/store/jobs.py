@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from motor.motor_asyncio import AsyncIOMotorDatabase
@@ -559,7 +560,9 @@ async def undispatched_jobs(db: AsyncIOMotorDatabase) -> list[tuple[str, JobTask
 
 async def mark_dispatched(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int) -> None:
     """Record that the attempt's message is on the follower's queue."""
-    await db[COLLECTION].update_one({"_id": job_id, "attempt": attempt}, {"$set": {"dispatched": True}})
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "attempt": attempt}, {"$set": {"dispatched": True, "dispatched_at": utcnow()}}
+    )
 
 
 async def unassign_job(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, reason: str) -> None:
@@ -590,24 +593,47 @@ async def requeue_follower_jobs(
         )
         .to_list(None)
     )
-    requeued = []
-    for doc in docs:
-        attempt = doc["attempt"]
-        result = await db[COLLECTION].update_one(
-            # Filtering on state and attempt makes this a no-op if the job moved (finished, cancelled) meanwhile.
-            {"_id": doc["_id"], "state": doc["state"], "attempt": attempt, "follower_id": doc["follower_id"]},
-            {
-                "$set": {
-                    "state": JobState.queued.value,
-                    "follower_id": None,
-                    "dispatched": False,
-                    "points_done": 0,
-                    "updated_at": utcnow(),
-                },
-                "$inc": {"attempt": 1},
-                "$push": {"history": _change(JobState.queued, attempt + 1, reason=reason.format(follower_id=doc["follower_id"]))},
+    return [doc["_id"] for doc in docs if await _requeue(db, doc, reason)]
+
+
+async def _requeue(db: AsyncIOMotorDatabase, doc: dict[str, Any], reason: str) -> bool:
+    """One job back to the queue as a new attempt; False if it moved meanwhile (finished, cancelled, requeued)."""
+    attempt = doc["attempt"]
+    result = await db[COLLECTION].update_one(
+        # Filtering on state and attempt makes this a no-op if the job moved (finished, cancelled) meanwhile.
+        {"_id": doc["_id"], "state": doc["state"], "attempt": attempt, "follower_id": doc["follower_id"]},
+        {
+            "$set": {
+                "state": JobState.queued.value,
+                "follower_id": None,
+                "dispatched": False,
+                "points_done": 0,
+                "updated_at": utcnow(),
             },
+            "$inc": {"attempt": 1},
+            "$push": {"history": _change(JobState.queued, attempt + 1, reason=reason.format(follower_id=doc["follower_id"]))},
+        },
+    )
+    return bool(result.modified_count)
+
+
+UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost the message)"
+
+
+async def requeue_undelivered(
+    db: AsyncIOMotorDatabase, *, follower_id: str, held: set[str], sent_before: datetime
+) -> list[str]:
+    """Jobs sent to this follower before `sent_before` that its heartbeat does not hold: requeued as a new attempt.
+
+    The old attempt's message, should it turn up after all, is refused at claim and dropped on the next heartbeat.
+    """
+    docs = (
+        await db[COLLECTION]
+        .find(
+            {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True,
+             "dispatched_at": {"$lt": sent_before}},
+            {"attempt": 1, "state": 1, "follower_id": 1},
         )
-        if result.modified_count:
-            requeued.append(doc["_id"])
-    return requeued
+        .to_list(None)
+    )
+    return [doc["_id"] for doc in docs if doc["_id"] not in held and await _requeue(db, doc, UNDELIVERED_REASON)]

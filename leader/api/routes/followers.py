@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from fastapi import APIRouter, Request
 
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import JobState
-from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep, ViewerAuth, check_follower
+from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep, SettingsDep, ViewerAuth, check_follower
+from leader.clock import utcnow
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import users as users_store
@@ -56,13 +58,23 @@ async def register(
 
 
 @router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)
-async def heartbeat(follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal) -> HeartbeatReply:
+async def heartbeat(
+    follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal, placer: PlacerDep, settings: SettingsDep
+) -> HeartbeatReply:
     """Record a heartbeat; known=False asks the agent to register again."""
     check_follower(principal, follower_id)
     known = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
     # Jobs the agent holds or runs that the leader withdrew (cancelled, requeued): it drops them and stops the running one.
     held = [(h.job_id, h.attempt) for h in beat.held]
     cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []
+    if known:
+        # Sent long enough ago, yet not among what the agent holds: the message was lost on the way; place it again.
+        sent_before = utcnow() - timedelta(seconds=settings.undelivered_after_s)
+        lost = await jobs_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
+                                                    sent_before=sent_before)
+        if lost:
+            log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
+            placer.nudge()
     return HeartbeatReply(known=known, cancel=cancel)
 
 

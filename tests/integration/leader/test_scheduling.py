@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -211,3 +212,32 @@ def test_broker_down_keeps_the_job_queued(make_leader: Callable[..., Leader]) ->
     # Placement backs off while the broker is down: a second of outage adds only a few history entries.
     time.sleep(1.0)
     assert len(leader.job(job["id"])["history"]) <= 11
+
+
+def test_a_job_whose_message_never_reached_the_follower_is_placed_again(make_leader: Callable[..., Leader]) -> None:
+    """The broker can lose a message (a Redis restart while the consumer is handed it): the follower's heartbeats,
+    which list what it holds, show the job never arrived, and the leader sends it again as a new attempt."""
+    leader = make_leader(undelivered_after_s=0.5)
+    leader.upload_model()
+    job = leader.submit()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+
+    def sent(attempt: int) -> bool:
+        doc = leader.db["jobs"].find_one({"_id": job["id"]}) or {}
+        return doc.get("state") == "assigned" and doc.get("attempt") == attempt and bool(doc.get("dispatched"))
+
+    leader.wait_for(job["id"], lambda _j: sent(1))
+    # Nobody consumes the follower's queue here: its heartbeats hold nothing, as after a lost message.
+    requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2 or (leader.heartbeat(follower, incarnation) and False),
+                               timeout=15.0)
+    reasons = [h.get("reason") for h in requeued["history"]]
+    assert f"follower {follower} never received it (the broker lost the message)" in reasons
+    # A heartbeat that lists the job (its message arrived) leaves it alone, however long ago it was sent.
+    leader.wait_for(job["id"], lambda _j: sent(2))
+    # Aged well past undelivered_after_s (written, not slept): only the heartbeat's list can keep it.
+    leader.db["jobs"].update_one({"_id": job["id"]}, {"$set": {"dispatched_at": datetime.now(UTC) - timedelta(seconds=60)}})
+    body = {"incarnation": incarnation, "state": "ready", "held": [{"job_id": job["id"], "attempt": 2, "estimate_s": 1.0}]}
+    response = leader.client.post(f"/api/v1/followers/{follower}/heartbeat", headers=leader.as_follower(follower), json=body)
+    assert response.status_code == 200, response.text
+    assert leader.job(job["id"])["attempt"] == 2
