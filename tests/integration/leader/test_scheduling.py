@@ -229,8 +229,11 @@ def test_a_job_whose_message_never_reached_the_follower_is_placed_again(make_lea
 
     leader.wait_for(job["id"], lambda _j: sent(1))
     # Nobody consumes the follower's queue here: its heartbeats hold nothing, as after a lost message.
-    requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2 or (leader.heartbeat(follower, incarnation) and False),
-                               timeout=15.0)
+    def requeued_after_a_beat(j: dict[str, Any]) -> bool:
+        leader.heartbeat(follower, incarnation)  # one heartbeat per poll
+        return j["attempt"] == 2
+
+    requeued = leader.wait_for(job["id"], requeued_after_a_beat, timeout=15.0)
     reasons = [h.get("reason") for h in requeued["history"]]
     assert f"follower {follower} never received it (the broker lost the message)" in reasons
     # A heartbeat that lists the job (its message arrived) leaves it alone, however long ago it was sent.
