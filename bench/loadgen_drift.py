@@ -32,7 +32,7 @@ from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, trivial_server  # noqa: E402  (bench/ is not a package)
+from loadgen import BODY, slope, trivial_server  # noqa: E402  (bench/ is not a package)
 
 _CONNECTS = [0]
 _real_connect = rawhttp.RawHttpSession._connect
@@ -147,14 +147,13 @@ def main() -> None:
         for i, r in enumerate(fresh):
             print(row(f"fresh {i}", r))
 
-    def slope(rs: list[dict], key: str) -> float:
-        """Least-squares change per run, relative to the median."""
-        y = np.array([r[key] for r in rs])
-        return float(np.polyfit(np.arange(len(y)), y, 1)[0] / np.median(y))
+    def per_run(rs: list[dict], key: str) -> float:
+        """Least-squares change per run, relative to the median (0 for a single run)."""
+        return slope(np.array([r[key] for r in rs]))
 
     res = {
-        "same_p99_slope": slope(same, "p99"), "fresh_p99_slope": slope(fresh, "p99"),
-        "same_lag_slope": slope(same, "lag_p99"), "fresh_lag_slope": slope(fresh, "lag_p99"),
+        "same_p99_slope": per_run(same, "p99"), "fresh_p99_slope": per_run(fresh, "p99"),
+        "same_lag_slope": per_run(same, "lag_p99"), "fresh_lag_slope": per_run(fresh, "lag_p99"),
         "same_p99_med": float(np.median([r["p99"] for r in same])),
         "fresh_p99_med": float(np.median([r["p99"] for r in fresh])),
     }  # fmt: skip

@@ -7,17 +7,21 @@ time is milliseconds (default fc depth 4 width 512, batch 8), Poisson at a moder
 the server started and stopped by the runner for every run (as one job's backend would be), warm-up then a measured
 window of --duration seconds.
 
-Per run it prints the point's p50 / p99 as the runner reports them (HDR), the p99's 95% CI both from the runner
-(order statistics, latency_ci_ms) and from a block bootstrap of the raw records (0.1 s blocks, records_sink; tail
-latencies come in bursts, so resampling single requests understates the noise), the service time (done - sent) p50,
-the send-lag p99, the share of the run the generator waited for its core, hypervisor steal over the whole run
-(/proc/stat, server start included), the share of the host's CPUs other processes used meanwhile (busy time in
-/proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then the largest deviation of
-p50 and p99 from their median (the issue wants ±3% / ±10%) beside one run's CI: a spread no wider than the CI is
-sampling noise, a wider one is the machine changing between runs. Nothing is asserted and nothing is tuned to pass.
+Each run is done twice, interleaved: with the CPUs' wake-up latency held at 0 µs (the follower's default,
+follower/wakeup.py: idle CPUs poll) and with the host's own idle policy (idle CPUs halt), so the effect of the
+host's idle states on the spread is a ratio measured in the same run (--no-compare: only the default).
+
+Per run it prints the point's p50 / p99 as the runner reports them (HDR), the runner's 95% CI of the p99 (block
+bootstrap over 0.1 s stretches, latency_ci_ms: tail latencies come in bursts, so resampling single requests would
+understate the noise), the service time (done - sent) p50, the send-lag p99, the share of the run the generator
+waited for its core, hypervisor steal over the whole run (/proc/stat, server start included), the share of the
+host's CPUs other processes used meanwhile (busy time in /proc/stat less this process tree's) and the runner's
+validity verdict with its reasons. Then, per mode, the largest deviation of p50 and p99 from their median (the issue
+wants ±3% / ±10%) beside one run's CI: a spread no wider than the CI is sampling noise, a wider one is the machine
+changing between runs. Nothing is asserted and nothing is tuned to pass.
 
 Usage: .venv/bin/python bench/repeatability.py [--runs 5] [--rate 250] [--duration 20] [--warmup 3]
-       [--depth 4] [--width 512] [--batch 8] [--quick]
+       [--depth 4] [--width 512] [--batch 8] [--no-compare] [--quick]
 Ends with one line: RESULT repeatability key=value ...
 """
 
@@ -41,7 +45,7 @@ from follower.loadgen.verdict import WindowSummary
 from follower.runner import run_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import block_bootstrap_ci, pct, slope, spread  # noqa: E402  (bench/ is not a package)
+from loadgen import pct, slope, spread  # noqa: E402  (bench/ is not a package)
 
 
 def _host_cpu() -> tuple[float, float]:
@@ -58,7 +62,8 @@ def _own_cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple) -> tuple[PointResult, dict[str, float]]:
+def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple,
+            wakeup_latency_us: int | None) -> tuple[PointResult, dict[str, float]]:  # fmt: skip
     """One run of the point through the runner (server started and stopped); its result and raw-record figures."""
     bundle, meta = canon
     model = local_model(bundle, meta, "canon")
@@ -67,7 +72,7 @@ def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple) -> 
 
     async def collect() -> list[PointResult]:
         return [r async for r in run_backend("onnxruntime", expand(spec), model=model, model_path=model_path,
-                                             workdir=workdir, env_base={}, slo=None,
+                                             workdir=workdir, env_base={}, slo=None, wakeup_latency_us=wakeup_latency_us,
                                              records_sink=lambda p, rec, s: seen.append((p, rec, s)))]  # fmt: skip
 
     before, host0, own0 = cpu_times(), _host_cpu(), _own_cpu()
@@ -83,15 +88,54 @@ def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple) -> 
     ok = w.ok
     lat = (w.done_ns[ok] - w.intended_ns[ok]) / 1e6
     svc = (w.done_ns[ok] - w.sent_ns[ok]) / 1e6
-    lo, hi = block_bootstrap_ci(w.intended_ns[ok], lat, 99, seed=point.seed) if ok.any() else (np.nan, np.nan)
-    extra = {"p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "p99_lo": lo, "p99_hi": hi,
+    extra = {"p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50),
              "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
              "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}  # fmt: skip
     return result, extra
 
 
+def print_row(label: str, r: PointResult, x: dict[str, float]) -> None:
+    """One run: its figures and the runner's verdict."""
+    lat, lag = r.latency_ms, r.send_lag_ms
+    ci = (r.latency_ci_ms or {}).get("p99")
+    ci_text = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+    verdict = "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons)
+    print(f"{label:>8} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_text:>12} "
+          f"{x['svc_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
+          f"{100 * x['steal']:6.2f} {100 * x['others']:7.1f}  {verdict}")  # fmt: skip
+
+
+def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict[str, float]:
+    """The spread of one series of runs against the issue's floors, and its figures."""
+    p50s = np.array([r.latency_ms.p50 if r.latency_ms else np.nan for r, _ in rows])
+    p99s = np.array([r.latency_ms.p99 if r.latency_ms else np.nan for r, _ in rows])
+    cis = [(r.latency_ci_ms or {}).get("p99") for r, _ in rows]
+    ci_rel = float(np.median([(c[1] - c[0]) / 2 / r.latency_ms.p99 for (r, _), c in zip(rows, cis, strict=True)
+                              if c and r.latency_ms]))  # fmt: skip
+    d50, d99 = spread(p50s), spread(p99s)
+    steals = np.array([x["steal"] for _, x in rows])
+    others = np.array([x["others"] for _, x in rows])
+    n_valid = sum(r.valid for r, _ in rows)
+    print(f"{title}: median p50 {np.median(p50s):.3f} ms, p99 {np.median(p99s):.3f} ms; max deviation from the median: "
+          f"p50 {100 * d50:.1f}% (want ≤ 3%: {'met' if d50 <= 0.03 else 'NOT met'}), "
+          f"p99 {100 * d99:.1f}% (want ≤ 10%: {'met' if d99 <= 0.10 else 'NOT met'}); p99 drift {100 * slope(p99s):+.1f}%/run")
+    print(f"  one run's p99 CI (runner's block bootstrap, median half-width) ±{100 * ci_rel:.1f}%: the runs' p99s spread "
+          + ("wider than that: the machine changed between runs, not only sampling" if d99 > ci_rel
+             else "within it: what is left is sampling noise"))  # fmt: skip
+    print(f"  steal per run {', '.join(f'{100 * s:.1f}%' for s in steals)}; other processes' share of the host's CPUs "
+          f"per run {', '.join(f'{100 * o:.0f}%' for o in others)}; {n_valid}/{len(rows)} runs valid")
+    if len(rows) > 2 and np.ptp(steals) > 0:
+        # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
+        r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
+        print(f"  correlation across runs of steal with p50 r = {r50:+.2f}, with p99 r = {r99:+.2f}")
+    return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
+            "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
+            "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
+            "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows))}  # fmt: skip
+
+
 def main() -> int:
-    """Run the point --runs times, print a row per run, the spread and the RESULT line."""
+    """Run the point --runs times per mode (interleaved), print a row per run, the spreads and the RESULT line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rate", type=float, default=250.0)
@@ -101,6 +145,8 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--no-compare", action="store_true",
+                        help="only the follower's default (wake-up latency held at 0 µs), not the halting host too")
     parser.add_argument("--quick", action="store_true", help="two short runs (a smoke test of the bench itself)")
     args = parser.parse_args()
     if args.quick:
@@ -109,52 +155,31 @@ def main() -> int:
     point_spec = {"name": "repeat", "model": "canon:1", "backends": ["onnxruntime"], "batch_sizes": [args.batch],
                   "seed": args.seed, "load": {"pattern": "poisson", "rate": args.rate, "duration": args.duration,
                                               "warmup": args.warmup}}  # fmt: skip
+    # "held": the follower's default (PM QoS 0 µs: idle CPUs poll); "halting": the host's own idle policy.
+    modes: dict[str, int | None] = {"held": 0} if args.no_compare else {"held": 0, "halting": None}
     print(f"point: onnxruntime, canonical fc depth {args.depth} width {args.width}, batch {args.batch}, Poisson "
           f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
-          f"{args.runs} runs, server restarted per run; ms")  # fmt: skip
-    print(f"{'run':>3} {'p50':>7} {'p99':>7} {'p99 CI (runner)':>16} {'p99 CI (blocks)':>16} {'svc p50':>7} "
-          f"{'lag p99':>7} {'samples':>7} {'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
-    rows: list[tuple[PointResult, dict[str, float]]] = []
+          f"{args.runs} runs per mode ({', '.join(modes)}; interleaved), server restarted per run; ms")  # fmt: skip
+    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'lag p99':>7} {'samples':>7} "
+          f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
+    rows: dict[str, list[tuple[PointResult, dict[str, float]]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-repeat-") as tmpdir:
         tmp = Path(tmpdir)
         model_path = tmp / "canon.zip"
         model_path.write_bytes(canon[0])
         for i in range(args.runs):
-            r, x = one_run(point_spec, model_path, tmp / f"run{i}", canon)
-            rows.append((r, x))
-            lat, lag = r.latency_ms, r.send_lag_ms
-            ci = (r.latency_ci_ms or {}).get("p99")
-            ci_runner = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
-            verdict = "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons)
-            print(f"{i:3d} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_runner:>16} "
-                  f"{x['p99_lo']:7.2f}-{x['p99_hi']:<8.2f} {x['svc_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} "
-                  f"{x['n']:7.0f} {100 * x['runq']:6.2f} {100 * x['steal']:6.2f} {100 * x['others']:7.1f}  "
-                  f"{verdict}")  # fmt: skip
-    p50s = np.array([r.latency_ms.p50 if r.latency_ms else np.nan for r, _ in rows])
-    p99s = np.array([r.latency_ms.p99 if r.latency_ms else np.nan for r, _ in rows])
-    ci_rel = float(np.median([(x["p99_hi"] - x["p99_lo"]) / 2 / r.latency_ms.p99 for r, x in rows if r.latency_ms]))
-    d50, d99 = spread(p50s), spread(p99s)
-    steals = np.array([x["steal"] for _, x in rows])
-    n_valid = sum(r.valid for r, _ in rows)
-    print(f"median p50 {np.median(p50s):.3f} ms, p99 {np.median(p99s):.3f} ms; max deviation from the median: "
-          f"p50 {100 * d50:.1f}% (want ≤ 3%: {'met' if d50 <= 0.03 else 'NOT met'}), "
-          f"p99 {100 * d99:.1f}% (want ≤ 10%: {'met' if d99 <= 0.10 else 'NOT met'}); p99 drift {100 * slope(p99s):+.1f}%/run")
-    print(f"one run's p99 CI (block bootstrap, median half-width) ±{100 * ci_rel:.1f}%: the runs' p99s spread "
-          + ("wider than that: the machine changed between runs, not only sampling" if d99 > ci_rel
-             else "within it: what is left is sampling noise"))  # fmt: skip
-    others = np.array([x["others"] for _, x in rows])
-    print(f"steal per run {', '.join(f'{100 * s:.1f}%' for s in steals)}; other processes' share of the host's CPUs "
-          f"per run {', '.join(f'{100 * o:.0f}%' for o in others)}; {n_valid}/{len(rows)} runs valid")
-    if len(rows) > 2 and np.ptp(steals) > 0:
-        # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
-        r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
-        print(f"correlation across runs of steal with p50 r = {r50:+.2f}, with p99 r = {r99:+.2f}")
-    res = {"repeat_p50_dev": d50, "repeat_p99_dev": d99, "repeat_p99_ci": ci_rel, "repeat_p99_slope": slope(p99s),
-           "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
-           "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
-           "steal_max": float(np.nanmax(steals)),
-           "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows)),
-           "samples_med": float(np.median([x["n"] for _, x in rows]))}  # fmt: skip
+            for mode, wakeup_us in modes.items():
+                r, x = one_run(point_spec, model_path, tmp / f"{mode}{i}", canon, wakeup_us)
+                rows[mode].append((r, x))
+                print_row(f"{mode} {i}", r, x)
+    res: dict[str, float] = {}
+    for mode in modes:
+        figures = report(f"{mode} ({rows[mode][0][0].cpu_wakeup_latency})", rows[mode])
+        prefix = "repeat" if mode == "held" else "halt"
+        res.update({f"{prefix}_{k}": v for k, v in figures.items()})
+    if "halting" in modes:
+        res["halt_vs_held_p50_dev"] = res["halt_p50_dev"] / max(res["repeat_p50_dev"], 1e-9)
+        res["halt_vs_held_p99_dev"] = res["halt_p99_dev"] / max(res["repeat_p99_dev"], 1e-9)
     print("RESULT repeatability " + " ".join(f"{k}={v:.4g}" for k, v in res.items()))
     return 0
 

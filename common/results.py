@@ -151,7 +151,7 @@ class PointResult(BaseModel):
     # Measurement-core detail (defaults keep results stored before these existed valid).
     generator_cpu_share: float | None = None  # generator process CPU / wall (1.0 = one core)
     loop_lag_ms: Percentiles | None = None  # event-loop lag of the generator
-    latency_ci_ms: dict[str, tuple[float, float]] | None = None  # 95% CIs of p50/p99 latency (order statistics)
+    latency_ci_ms: dict[str, tuple[float, float]] | None = None  # 95% CIs of p50/p99 latency (block bootstrap)
     latency_hdr: str | None = None  # latency-from-intended HDR histogram (ns), common.stats.encode; mergeable
     service_hdr: str | None = None
     stages_ms: dict[str, float] | None = None  # mean per stage; sums to the mean service time
@@ -167,5 +167,7 @@ class PointResult(BaseModel):
     generator_plan: GeneratorPlan | None = None  # open loop: the count's reason (None: closed loop, or older results)
     # The generator thread's scheduling: "fifo", or "nice N (SCHED_FIFO refused: errno; the rule)"; None: not recorded
     generator_scheduling: str | None = None
+    # The CPUs' wake-up latency during the point: "held at 0 µs (/dev/cpu_dma_latency)" or "not held: why"
+    cpu_wakeup_latency: str | None = None
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)

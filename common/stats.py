@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -72,22 +72,48 @@ def merge(encoded: Iterable[str | HdrHistogram]) -> HdrHistogram:
     return total
 
 
-def quantile_ci(values: np.ndarray, q: float, confidence: float = 0.95) -> tuple[float, float] | None:
-    """Distribution-free confidence interval of the q-quantile from order statistics (binomial, normal approx.).
+BLOCK_NS = 100_000_000  # 0.1 s: longer than a GC pause or a steal burst, short enough for hundreds of blocks
+MAX_BLOCKS = 500  # longer runs get longer blocks: the resampling's cost stays bounded
+BOOTSTRAP_DRAWS = 1000
+BOOTSTRAP_BINS = 2000  # equal-count bins: 0.05% of the samples each, finer than any CI this gives
 
-    The interval [x_(j), x_(k)] covers the true quantile with the given confidence when j and k are the binomial
-    count's bounds n·q ∓ z·sqrt(n·q·(1−q)); None when n is too small for both ends to exist.
+
+def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], confidence: float = 0.95,
+                       seed: int = 0) -> list[tuple[float, float]] | None:  # fmt: skip
+    """Confidence intervals of the quantiles `qs` (0..1) of `values` by a block bootstrap over time `t_ns`.
+
+    Slow answers come in bursts: a stall, a steal burst or a GC pause delays every request behind it, so requests
+    are not independent and an interval that resamples single requests (or the binomial order-statistics bound)
+    comes out too narrow. Here the run is cut into stretches of BLOCK_NS by `t_ns` (intended time) and whole
+    stretches are resampled with replacement, which keeps each burst together. Each draw is a weighted sum of
+    per-block histograms over equal-count bins, so the cost is one matrix product whatever the sample count.
+    Deterministic for a given seed; None when there are too few samples or fewer than two blocks to resample.
     """
     n = len(values)
-    if n == 0:
+    if n < 2 or len(t_ns) != n:
         return None
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    half = z * np.sqrt(n * q * (1 - q))
-    j = int(np.floor(n * q - half))
-    k = int(np.ceil(n * q + half))
-    if j < 0 or k >= n:
+    t0 = int(t_ns.min())
+    block_ns = max(BLOCK_NS, (int(t_ns.max()) - t0) // MAX_BLOCKS + 1)
+    _, block = np.unique((t_ns - t0) // block_ns, return_inverse=True)
+    n_blocks = int(block.max()) + 1
+    if n_blocks < 2:
         return None
     ordered = np.sort(values)
-    return float(ordered[j]), float(ordered[k])
+    # Bin b holds ranks [cut[b], cut[b+1]); its value is its largest sample, so a quantile lands on a real sample.
+    cut = np.unique(np.linspace(0, n, min(BOOTSTRAP_BINS, n) + 1).astype(np.int64))
+    upper = ordered[cut[1:] - 1]
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(values, kind="stable")] = np.arange(n)
+    bin_of = np.searchsorted(cut, rank, side="right") - 1
+    counts = np.zeros((n_blocks, len(upper)))
+    np.add.at(counts, (block, bin_of), 1.0)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks), size=BOOTSTRAP_DRAWS)
+    cumulative = np.cumsum(weights @ counts, axis=1)
+    tail = (1 - confidence) / 2
+    out = []
+    for q in qs:
+        at = (cumulative < q * cumulative[:, -1:]).sum(axis=1)
+        lo, hi = np.quantile(upper[np.minimum(at, len(upper) - 1)], [tail, 1 - tail])
+        out.append((float(lo), float(hi)))
+    return out

@@ -32,6 +32,7 @@ from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
 from follower.sampler import ResourceSampler, SamplerConfig, Window, summarize
+from follower.wakeup import WakeupHold, hold_wakeup_latency
 
 log = logging.getLogger(__name__)
 
@@ -64,49 +65,55 @@ async def run_backend(
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
     trace: Trace | None = None,
     forced_generators: int | None = None,
+    wakeup_latency_us: int | None = 0,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
     `records_sink`, if given, receives each point's raw per-request records and window summary (stage timings,
-    generator CPU share and loop lag live there; PointResult has no fields for them yet).
+    generator CPU share and loop lag live there; PointResult has no fields for them yet). While the server runs,
+    the CPUs' wake-up latency is held at `wakeup_latency_us` (follower/wakeup.py; None leaves the host alone).
     """
     plan = plan_cpus()
     backend = get_backend(backend_name, cpus=plan.server, server=points[0].server if points else None)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        await asyncio.to_thread(backend.start, Path(model_path), model, workdir)
-        to_ready_s = await asyncio.to_thread(backend.wait_ready, ready_timeout_s)
-        ready_at_ns = time.monotonic_ns()
-        url = backend.infer_url(model)
-        first_batch = points[0].batch_size if points else 1
-        probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=_wire(backend), samples=samples)[0]
-        await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
-        cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
-        log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
-        backend_version = backend.version()
-        for i, point in enumerate(points):
-            result = await run_point(
-                backend,
-                point,
-                url=url,
-                model=model,
-                env_base=env_base,
-                slo=slo,
-                backend_version=backend_version,
-                cold_start=cold if i == 0 else None,
-                timer=timer,
-                records_sink=records_sink,
-                progress_sink=progress_sink,
-                sampling=sampling,
-                samples=samples,
-                trace=trace,
-                forced_generators=forced_generators,
-            )
-            yield result
-    finally:
-        # Shielded: a second cancellation while stopping must not leave the server running.
-        await asyncio.shield(asyncio.to_thread(backend.stop))
+    with hold_wakeup_latency(wakeup_latency_us) as wakeup:
+        if wakeup.held_us is None:
+            log.warning("CPU wake-up latency %s: idle CPUs may halt between requests", wakeup.describe())
+        try:
+            await asyncio.to_thread(backend.start, Path(model_path), model, workdir)
+            to_ready_s = await asyncio.to_thread(backend.wait_ready, ready_timeout_s)
+            ready_at_ns = time.monotonic_ns()
+            url = backend.infer_url(model)
+            first_batch = points[0].batch_size if points else 1
+            probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=_wire(backend), samples=samples)[0]
+            await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
+            cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
+            log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
+            backend_version = backend.version()
+            for i, point in enumerate(points):
+                result = await run_point(
+                    backend,
+                    point,
+                    url=url,
+                    model=model,
+                    env_base=env_base,
+                    slo=slo,
+                    backend_version=backend_version,
+                    cold_start=cold if i == 0 else None,
+                    timer=timer,
+                    records_sink=records_sink,
+                    progress_sink=progress_sink,
+                    sampling=sampling,
+                    samples=samples,
+                    trace=trace,
+                    forced_generators=forced_generators,
+                    wakeup=wakeup,
+                )
+                yield result
+        finally:
+            # Shielded: a second cancellation while stopping must not leave the server running.
+            await asyncio.shield(asyncio.to_thread(backend.stop))
 
 
 def _drive_isolated(
@@ -188,12 +195,13 @@ async def run_point(
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
     trace: Trace | None = None,
     forced_generators: int | None = None,
+    wakeup: WakeupHold | None = None,
 ) -> PointResult:
     """Measure one point (or search its highest SLO-meeting rate); a dead server gives an invalid result, not an exception."""
     kwargs: dict[str, Any] = dict(
         url=url, model=model, env_base=env_base, slo=slo, backend_version=backend_version, cold_start=cold_start,
         timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling, samples=samples,
-        trace=trace, forced_generators=forced_generators,
+        trace=trace, forced_generators=forced_generators, wakeup=wakeup,
     )  # fmt: skip
     if point.search is None:
         return await _measure_point(backend, point, **kwargs)
@@ -270,6 +278,7 @@ async def _measure_point(
     samples: Mapping[str, Sequence[np.ndarray]] | None = None,
     trace: Trace | None = None,
     forced_generators: int | None = None,
+    wakeup: WakeupHold | None = None,
 ) -> PointResult:
     """Warm-up then measure one point against a running server."""
     started_at = datetime.now(UTC)
@@ -413,6 +422,9 @@ async def _measure_point(
         # Other processes held the generator's core while it had requests to send (bench/send_lag_causes.py).
         reasons = [f"{r} (the generator waited {100 * waited:.1f}% of the run for its core)" if "send lag" in r else r
                    for r in reasons]  # fmt: skip
+    if wakeup is not None and wakeup.held_us is None:
+        # Idle CPUs halted between requests: every wake-up paid an idle-state exit (follower/wakeup.py).
+        reasons = [f"{r} (CPU wake-up latency {wakeup.describe()})" if "send lag" in r else r for r in reasons]
     if records.scheduling and "SCHED_FIFO refused" in records.scheduling:
         # A late generator that could not be real-time: the reason says why, so the operator can fix the host.
         reasons = [f"{r} (generator thread at {records.scheduling})" if "send lag" in r else r for r in reasons]
@@ -459,6 +471,7 @@ async def _measure_point(
         generators=generators,
         generator_plan=gen_plan,
         generator_scheduling=records.scheduling,
+        cpu_wakeup_latency=wakeup.describe() if wakeup is not None else None,
     )
 
 

@@ -21,7 +21,9 @@ def default_follower_id() -> str:
 class FollowerSettings(BaseSettings):
     """Where the leader and the broker are, who this follower is, where it keeps its files."""
 
-    model_config = SettingsConfigDict(env_prefix="BENCHFLEET_FOLLOWER_", extra="ignore", hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="BENCHFLEET_FOLLOWER_", extra="ignore", hide_input_in_errors=True, env_parse_none_str="none"
+    )
 
     leader_url: str = "http://127.0.0.1:8700"
     token: SecretStr = Field(min_length=16)
@@ -53,6 +55,10 @@ class FollowerSettings(BaseSettings):
     # at most one per generator core. N: exactly N, even where they share cores (the plan still marks a point whose
     # rate needs more cores than the generator has as saturated).
     generators: int | None = Field(default=None, ge=1, le=64)
+    # While a job's points run, hold the CPUs' wake-up latency at this many µs through PM QoS (follower/wakeup.py):
+    # 0 keeps idle CPUs polling instead of halting, which removed most of the send lag and run-to-run spread on a
+    # VM. "none" leaves the host's idle policy alone.
+    cpu_wakeup_latency_us: int | None = Field(default=0, ge=0, le=2_000_000_000)
     grid_g_co2_per_kwh: float | None = Field(default=None, ge=0)
     instance_price_per_hour: float | None = Field(default=None, ge=0)
 

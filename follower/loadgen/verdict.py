@@ -8,7 +8,7 @@ import numpy as np
 
 from common.results import Percentiles
 from common.spec import SLO
-from common.stats import encode, histogram_of, quantile_ci, summarize_ns
+from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
 from follower.loadgen.openloop import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
@@ -63,11 +63,9 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
     latency_ns = records.done_ns[ok] - records.intended_ns[ok]
     service_ns = records.done_ns[ok] - records.sent_ns[ok]
     latency_hist, service_hist = histogram_of(latency_ns.tolist()), histogram_of(service_ns.tolist())
-    cis: dict[str, tuple[float, float]] = {}
-    for name, q in (("p50", 0.50), ("p99", 0.99)):
-        ci = quantile_ci(latency_ns, q)
-        if ci is not None:
-            cis[name] = (ci[0] / 1e6, ci[1] / 1e6)
+    # Block bootstrap over intended time: slow answers come in bursts, so requests are not independent samples.
+    bounds = block_bootstrap_ci(records.intended_ns[ok], latency_ns, (0.50, 0.99)) or []
+    cis = {name: (lo / 1e6, hi / 1e6) for name, (lo, hi) in zip(("p50", "p99"), bounds, strict=False)}
     capped = records.capped if len(records.capped) == n else np.zeros(n, dtype=bool)
     return WindowSummary(
         duration_s=duration_s,

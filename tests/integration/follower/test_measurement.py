@@ -61,6 +61,9 @@ def test_closed_loop_keeps_its_users_busy(measured: dict) -> None:
     assert result.latency_ms is not None and result.service_ms is not None
     assert result.latency_ms.p50 == pytest.approx(result.service_ms.p50, rel=0.01)
     assert result.generator_cpu_share is not None and result.generator_cpu_share > 0
+    # The host's idle policy is part of the conditions: held where PM QoS is writable, else the reason.
+    expected = "held at 0 µs" if os.access("/dev/cpu_dma_latency", os.W_OK) else "not held: "
+    assert result.cpu_wakeup_latency is not None and result.cpu_wakeup_latency.startswith(expected)
 
 
 def test_windows_stability_and_live_progress(measured: dict) -> None:

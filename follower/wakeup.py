@@ -1,0 +1,67 @@
+"""Keep the host's CPUs from sleeping deeply while a point is measured (Linux PM QoS, /dev/cpu_dma_latency).
+
+A request crosses two processes that mostly wait: the generator sleeps until the next send, the server until the
+next request. An idle CPU halts; waking it costs a C-state exit on bare metal (tens to hundreds of µs) and, in a VM,
+an exit to the hypervisor that reschedules the vCPU (counted as steal). On this project's 2-core Firecracker VM
+(cpuidle driver haltpoll, guest_halt_poll_ns=0) bench/repeatability.py's point measured, in five runs each:
+
+  idle CPUs halt (default):      steal 5.3-15.5%, p50 2.04-3.22 ms, send-lag p99 2.5-5.8 ms, 0/5 runs valid
+  wake-up latency held at 0 µs:  steal 0.3-2.2%,  p50 1.29-1.53 ms, send-lag p99 0.12-1.9 ms, 4/5 runs valid
+
+and the p50 followed steal across runs (r = +0.98): the host's idle policy, not the server, set the numbers.
+
+Writing a latency bound to /dev/cpu_dma_latency and keeping the file open is the kernel's PM QoS interface (what
+tuned's latency-performance profile does): while held, cpuidle picks only states that wake within the bound, so 0
+makes idle CPUs poll instead of halting. The request ends when the file is closed, so it lasts exactly as long as
+the measurement. The cost is power: idle CPUs spin. That is CPU power, which the resource sampler does not count
+(it measures the GPU through NVML), so GPU energy per request is unaffected. Opening the file needs root (or a
+udev rule granting it); where it is refused or absent the point runs as the host is and the result says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+
+
+@dataclass(frozen=True)
+class WakeupHold:
+    """What hold_wakeup_latency achieved: the bound it holds (µs) or, when it holds none, why."""
+
+    held_us: int | None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """In words, for PointResult.cpu_wakeup_latency and the log."""
+        if self.held_us is not None:
+            return f"held at {self.held_us} µs ({PM_QOS_DEVICE})"
+        return f"not held: {self.reason}"
+
+
+@contextlib.contextmanager
+def hold_wakeup_latency(max_us: int | None, device: str = PM_QOS_DEVICE) -> Iterator[WakeupHold]:
+    """Hold the CPUs' wake-up latency at `max_us` µs for the duration of the block (None: leave the host as it is)."""
+    if max_us is None:
+        yield WakeupHold(None, "disabled (BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US=none)")
+        return
+    try:
+        fd = os.open(device, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "needs root or write access to it" if exc.errno in (errno.EACCES, errno.EPERM) else "no PM QoS here"
+        yield WakeupHold(None, f"{device}: {errno.errorcode.get(exc.errno or 0, exc.errno)} ({why})")
+        return
+    try:
+        try:
+            os.write(fd, struct.pack("=i", max_us))
+        except OSError as exc:
+            yield WakeupHold(None, f"{device}: writing {max_us} failed: {errno.errorcode.get(exc.errno or 0, exc.errno)}")
+            return
+        yield WakeupHold(max_us)
+    finally:
+        os.close(fd)  # closing the file ends the request

@@ -1,0 +1,47 @@
+"""Holding the CPUs' wake-up latency through PM QoS for a measurement, and saying why when it cannot."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from follower.settings import FollowerSettings
+from follower.wakeup import PM_QOS_DEVICE, hold_wakeup_latency
+
+
+def _current_bound_us() -> int:
+    """The kernel's aggregate CPU latency request: reading the device gives the tightest one any holder asks for."""
+    with open(PM_QOS_DEVICE, "rb") as fh:
+        return struct.unpack("=i", fh.read(4))[0]
+
+
+@pytest.mark.skipif(not os.access(PM_QOS_DEVICE, os.W_OK), reason=f"{PM_QOS_DEVICE} is absent or not writable here")
+def test_the_bound_holds_inside_the_block_and_ends_with_it() -> None:
+    before = _current_bound_us()
+    with hold_wakeup_latency(0) as hold:
+        assert hold.held_us == 0 and hold.describe() == f"held at 0 µs ({PM_QOS_DEVICE})"
+        assert _current_bound_us() == 0
+    # Closing the file ends the request: the bound is what it was (another holder's, or the kernel's default).
+    assert _current_bound_us() == before
+
+
+def test_a_missing_or_unusable_device_is_named_not_raised(tmp_path: Path) -> None:
+    with hold_wakeup_latency(0, device=str(tmp_path / "absent")) as hold:
+        assert hold.held_us is None and "ENOENT" in hold.describe() and "absent" in hold.describe()
+    with hold_wakeup_latency(0, device=str(tmp_path)) as hold:
+        assert hold.held_us is None and "EISDIR" in hold.describe()
+
+
+def test_none_leaves_the_host_alone_and_the_setting_accepts_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    with hold_wakeup_latency(None) as hold:
+        assert hold.held_us is None and "disabled" in hold.describe()
+    monkeypatch.setenv("BENCHFLEET_FOLLOWER_TOKEN", "t" * 16)
+    assert FollowerSettings().cpu_wakeup_latency_us == 0
+    monkeypatch.setenv("BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US", "none")
+    assert FollowerSettings().cpu_wakeup_latency_us is None
+    monkeypatch.setenv("BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US", "-1")
+    with pytest.raises(ValueError, match="cpu_wakeup_latency_us"):
+        FollowerSettings()
