@@ -13,12 +13,13 @@ host's idle states on the spread is a ratio measured in the same run (--no-compa
 
 Per run it prints the point's p50 / p99 as the runner reports them (HDR), the runner's 95% CI of the p99 (block
 bootstrap over 0.1 s stretches, latency_ci_ms: tail latencies come in bursts, so resampling single requests would
-understate the noise), the service time (done - sent) p50, the send-lag p99, the share of the run the generator
-waited for its core, hypervisor steal over the whole run (/proc/stat, server start included), the share of the
-host's CPUs other processes used meanwhile (busy time in /proc/stat less this process tree's) and the runner's
-validity verdict with its reasons. Then, per mode, the largest deviation of p50 and p99 from their median (the issue
-wants ±3% / ±10%) beside one run's CI: a spread no wider than the CI is sampling noise, a wider one is the machine
-changing between runs. Nothing is asserted and nothing is tuned to pass.
+understate the noise), the service time (done - sent) p50, the server's own timing of the model's run (inference
+p50), the send-lag p99, the share of the run the generator waited for its core, hypervisor steal over the whole run
+(/proc/stat, server start included), the share of the host's CPUs other processes used meanwhile (busy time in
+/proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
+deviation of p50 and p99 from their median (the issue wants ±3% / ±10%) beside one run's CI: a spread no wider than
+the CI is sampling noise, a wider one is the machine changing between runs. Nothing is asserted and nothing is tuned
+to pass.
 
 Usage: .venv/bin/python bench/repeatability.py [--runs 5] [--rate 250] [--duration 20] [--warmup 3]
        [--depth 4] [--width 512] [--batch 8] [--no-compare] [--quick]
@@ -88,7 +89,9 @@ def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple,
     ok = w.ok
     lat = (w.done_ns[ok] - w.intended_ns[ok]) / 1e6
     svc = (w.done_ns[ok] - w.sent_ns[ok]) / 1e6
-    extra = {"p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50),
+    infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
+    infer = infer[infer >= 0]
+    extra = {"p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50),
              "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
              "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}  # fmt: skip
     return result, extra
@@ -101,7 +104,7 @@ def print_row(label: str, r: PointResult, x: dict[str, float]) -> None:
     ci_text = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
     verdict = "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons)
     print(f"{label:>8} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_text:>12} "
-          f"{x['svc_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
+          f"{x['svc_p50']:7.3f} {x['infer_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
           f"{100 * x['steal']:6.2f} {100 * x['others']:7.1f}  {verdict}")  # fmt: skip
 
 
@@ -128,9 +131,15 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
         # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
         r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
         print(f"  correlation across runs of steal with p50 r = {r50:+.2f}, with p99 r = {r99:+.2f}")
+    infers = np.array([x["infer_p50"] for _, x in rows])
+    if len(rows) > 2 and np.ptp(infers) > 0:
+        # The model's own run time inside the server: if it moves with p50, the CPU got slower, not the path to it.
+        print(f"  server-timed inference p50 per run {', '.join(f'{v:.3f}' for v in infers)} ms (spread "
+              f"{100 * spread(infers):.1f}%); its correlation with p50 r = {np.corrcoef(infers, p50s)[0, 1]:+.2f}")
     return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
             "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
-            "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
+            "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
+            "infer_p50_dev": spread(np.array([x["infer_p50"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
             "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows))}  # fmt: skip
 
 
@@ -160,7 +169,7 @@ def main() -> int:
     print(f"point: onnxruntime, canonical fc depth {args.depth} width {args.width}, batch {args.batch}, Poisson "
           f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
           f"{args.runs} runs per mode ({', '.join(modes)}; interleaved), server restarted per run; ms")  # fmt: skip
-    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'lag p99':>7} {'samples':>7} "
+    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'lag p99':>7} {'samples':>7} "
           f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
     rows: dict[str, list[tuple[PointResult, dict[str, float]]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-repeat-") as tmpdir:

@@ -222,12 +222,16 @@ class LoadSpec(_Strict):
             raise ValueError("must be a non-empty list of send offsets in seconds")
         if len(value) > MAX_TRACE_ENTRIES:
             raise ValueError(f"has {len(value)} entries; at most {MAX_TRACE_ENTRIES} are allowed")
-        out = []
-        for item in value:
+        out: list[float] = []
+        for i, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int | float) or not 0 <= item <= MAX_DURATION_S:
                 raise ValueError(f"entries must be seconds in [0, {MAX_DURATION_S:g}], got {item!r}")
+            # A trace is a recording, not a set: refused like an uploaded one (common/traces.py), never sorted.
+            if out and item < out[-1]:
+                raise ValueError(f"entry {i} ({item:g} s) is earlier than the one before ({out[-1]:g} s); "
+                                 "offsets must never decrease")  # fmt: skip
             out.append(float(item))
-        return sorted(out)
+        return out
 
     @field_validator("concurrency", mode="before")
     @classmethod

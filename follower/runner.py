@@ -356,7 +356,7 @@ async def _measure_point(
             if generators > 1:
                 parts = await asyncio.to_thread(
                     drive_processes, url, bodies, offsets, generators, max_concurrency=point.max_concurrency,
-                    body_index=body_index,
+                    body_index=body_index, cpus=sorted(generator_cores) if generator_cores else None,
                     timeout_s=REQUEST_TIMEOUT_S, timer=timer, cap_policy=point.cap_policy,
                 )  # fmt: skip
                 records = merge(parts, min(p.start_ns for p in parts))

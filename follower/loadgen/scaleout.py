@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.results import GeneratorPlan
+from follower.cpuplan import isolate_generator_thread
 from follower.loadgen.openloop import LoadRecords, drive
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
@@ -112,21 +113,41 @@ def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
         error_sample=next((p.error_sample for p in parts if p.error_sample), None),
         timer=parts[0].timer,
         capped=cat([p.capped for p in parts]),
+        scheduling=_merged_scheduling([p.scheduling for p in parts]),
     )
 
 
-def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kwargs: dict[str, Any]) -> LoadRecords:
-    return drive(url, bodies, offsets, start_ns=start_ns, **kwargs)
+def _merged_scheduling(each: list[str | None]) -> str | None:
+    """One description when every process got the same scheduling, else each process's ("0: fifo; 1: nice -10")."""
+    if all(s is None for s in each):
+        return None
+    if len(set(each)) == 1:
+        return each[0]
+    return "; ".join(f"{k}: {s or 'not set'}" for k, s in enumerate(each))
+
+
+def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kwargs: dict[str, Any],
+           core: int | None, realtime: bool) -> LoadRecords:  # fmt: skip
+    """One generator process: pinned to its core and prioritised like the single generator thread, then driven."""
+    isolation = isolate_generator_thread(frozenset({core}) if core is not None else None, realtime=realtime)
+    try:
+        records = drive(url, bodies, offsets, start_ns=start_ns, **kwargs)
+    finally:
+        isolation()
+    records.scheduling = isolation.describe() if core is not None else None
+    return records
 
 
 def drive_processes(
     url: str, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS,
-    body_index: np.ndarray | None = None, **kwargs: Any,
+    body_index: np.ndarray | None = None, cpus: Sequence[int] | None = None, **kwargs: Any,
 ) -> list[LoadRecords]:
     """Run the schedule split over `n` generator processes sharing one start; returns each process's records.
 
-    Each process gets max_concurrency / n of the in-flight cap. Processes are spawned (not forked: the caller
-    holds threads and an event loop) and gone when this returns.
+    Each process gets max_concurrency / n of the in-flight cap. Process k is pinned to cpus[k % len(cpus)] (the
+    generator's cores; None: unpinned) at the generator's priority, real-time only when each has a core of its own,
+    and its records say which scheduling it got. Processes are spawned (not forked: the caller holds threads and an
+    event loop) and gone when this returns.
     """
     if n <= 1:
         return [drive(url, bodies, offsets_ns, body_index=body_index, **kwargs)]
@@ -136,8 +157,11 @@ def drive_processes(
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
         # The per-request body choice is split like the schedule, so each request keeps its input.
         picks = split(body_index, n) if body_index is not None else [None] * n
+        cores = sorted(cpus) if cpus else []
+        realtime = len(cores) >= n
         futures = [
-            pool.submit(_child, url, list(bodies), part, start_ns, {**kwargs, "body_index": pick})
-            for part, pick in zip(split(offsets_ns, n), picks, strict=True)
+            pool.submit(_child, url, list(bodies), part, start_ns, {**kwargs, "body_index": pick},
+                        cores[k % len(cores)] if cores else None, realtime)  # fmt: skip
+            for k, (part, pick) in enumerate(zip(split(offsets_ns, n), picks, strict=True))
         ]
         return [f.result() for f in futures]

@@ -118,8 +118,8 @@ def test_patterns_expand_with_their_shape() -> None:
     assert [(p.pattern, p.rate, p.cv) for p in expand(spec)] == [("gamma", 100, 3), ("gamma", 200, 3)]
     ramp = expand(parse_spec(_base(load={"pattern": "ramp", "rate": 10, "rate_end": 500})))[0]
     assert ramp.rate_end == 500
-    trace = expand(parse_spec(_base(load={"pattern": "trace", "trace": [0.3, 0.1, 0.2], "duration": "1s"})))
-    assert trace[0].trace_s == [0.1, 0.2, 0.3] and trace[0].rate == 3.0
+    trace = expand(parse_spec(_base(load={"pattern": "trace", "trace": [0.1, 0.2, 0.2, 0.3], "duration": "1s"})))
+    assert trace[0].trace_s == [0.1, 0.2, 0.2, 0.3] and trace[0].rate == 4.0
 
 
 def test_closed_loop_concurrency_ladder() -> None:
@@ -143,6 +143,7 @@ def test_search_is_one_point_and_needs_an_slo() -> None:
         ({"pattern": "spike", "rate": 10}, "load.spike_rate", "required"),
         ({"pattern": "trace"}, "load.trace", "required"),
         ({"pattern": "trace", "trace": [0.1], "rate": 5}, "load.rate", "must not"),
+        ({"pattern": "trace", "trace": [0.3, 0.1, 0.2]}, "load.trace", "entry 1 (0.1 s) is earlier"),
         ({"pattern": "closed"}, "load.concurrency", "required"),
         ({"pattern": "closed", "concurrency": [0]}, "load.concurrency", "whole numbers"),
         ({"rate": 10, "concurrency": 4}, "load.concurrency", "closed"),
