@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,6 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import aiohttp
 import numpy as np
@@ -64,6 +62,7 @@ from common.procs import SupervisedProcess, free_port
 from follower.cpuplan import isolate_generator_thread
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
+from follower.wakeup import hold_wakeup_latency
 
 SERVER = r'''
 import asyncio, os, sys, time
@@ -416,18 +415,6 @@ def one_run(args: argparse.Namespace) -> None:
     print(json.dumps(ours(url, float(rate), float(duration), int(seed), ci=True)))
 
 
-def hold_cpu_dma_latency(us: int) -> BinaryIO | None:
-    """Ask the kernel's PM QoS for CPU wake-up latency ≤ `us` while the returned file stays open (None: refused)."""
-    try:
-        fh = open("/dev/cpu_dma_latency", "wb", buffering=0)  # noqa: SIM115 - held open for the whole bench
-        fh.write(struct.pack("i", us))
-    except OSError as exc:
-        print(f"cpu_dma_latency {us} µs not applied: {exc}")
-        return None
-    print(f"cpu_dma_latency held at {us} µs (idle CPUs kept out of states slower to leave)")
-    return fh
-
-
 def _scheduling_of(pid: int) -> str:
     """A process's scheduling policy and nice, as the bench reports it."""
     try:
@@ -465,9 +452,9 @@ def main() -> None:
     if gen_core == srv_core:
         print("only one core: generator and server share it")
     results: dict[str, float] = {}
-    dma = hold_cpu_dma_latency(args.cpu_dma_latency) if args.cpu_dma_latency is not None else None
-    results["cpu_dma_latency_us"] = float(args.cpu_dma_latency if dma is not None else -1)
-    with trivial_server(srv_core) as (url, port, server, tmp):
+    with hold_wakeup_latency(args.cpu_dma_latency) as wakeup, trivial_server(srv_core) as (url, port, server, tmp):
+        print(f"CPU wake-up latency: {wakeup.describe()}")
+        results["cpu_dma_latency_us"] = float(wakeup.held_us if wakeup.held_us is not None else -1)
         # Only now, so the server does not inherit the clients' scheduling (a child takes its parent thread's
         # policy and nice): every client runs as the follower runs its generator, pinned and real-time where
         # permitted (follower.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.

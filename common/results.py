@@ -169,5 +169,9 @@ class PointResult(BaseModel):
     generator_scheduling: str | None = None
     # The CPUs' wake-up latency during the point: "held at 0 µs (/dev/cpu_dma_latency)" or "not held: why"
     cpu_wakeup_latency: str | None = None
+    # What else held the CPUs while the point ran: hypervisor steal (share of all CPU time, /proc/stat) and the share
+    # of the run the generator thread waited for its core (schedstat); None where the host does not say.
+    host_steal_share: float | None = None
+    generator_run_queue_share: float | None = None
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)

@@ -472,6 +472,8 @@ async def _measure_point(
         generator_plan=gen_plan,
         generator_scheduling=records.scheduling,
         cpu_wakeup_latency=wakeup.describe() if wakeup is not None else None,
+        host_steal_share=steal,
+        generator_run_queue_share=records.run_queue_share,
     )
 
 

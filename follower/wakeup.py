@@ -15,7 +15,9 @@ tuned's latency-performance profile does): while held, cpuidle picks only states
 makes idle CPUs poll instead of halting. The request ends when the file is closed, so it lasts exactly as long as
 the measurement. The cost is power: idle CPUs spin. That is CPU power, which the resource sampler does not count
 (it measures the GPU through NVML), so GPU energy per request is unaffected. Opening the file needs root (or a
-udev rule granting it); where it is refused or absent the point runs as the host is and the result says why.
+udev rule granting it); where it is refused or absent the point runs as the host is and the result says why. A host
+without a cpuidle driver (the 16-core GPU host of docs/loadgen/ had none) idles the same way whatever the bound, so
+the description names the driver, or its absence.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+CPUIDLE_DRIVER = "/sys/devices/system/cpu/cpuidle/current_driver"
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,25 @@ class WakeupHold:
 
     held_us: int | None
     reason: str | None = None
+    idle_driver: str | None = None  # the cpuidle driver the bound steers; None: the host has none
 
     def describe(self) -> str:
         """In words, for PointResult.cpu_wakeup_latency and the log."""
-        if self.held_us is not None:
-            return f"held at {self.held_us} µs ({PM_QOS_DEVICE})"
-        return f"not held: {self.reason}"
+        if self.held_us is None:
+            return f"not held: {self.reason}"
+        if self.idle_driver is None:
+            return f"held at {self.held_us} µs ({PM_QOS_DEVICE}), but no cpuidle driver here: idle CPUs sleep as before"
+        return f"held at {self.held_us} µs ({PM_QOS_DEVICE}, cpuidle driver {self.idle_driver})"
+
+
+def cpuidle_driver(path: str = CPUIDLE_DRIVER) -> str | None:
+    """The host's cpuidle driver (e.g. intel_idle, acpi_idle, haltpoll), or None when it has none."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            name = fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if name and name != "none" else None
 
 
 @contextlib.contextmanager
@@ -62,6 +78,6 @@ def hold_wakeup_latency(max_us: int | None, device: str = PM_QOS_DEVICE) -> Iter
         except OSError as exc:
             yield WakeupHold(None, f"{device}: writing {max_us} failed: {errno.errorcode.get(exc.errno or 0, exc.errno)}")
             return
-        yield WakeupHold(max_us)
+        yield WakeupHold(max_us, idle_driver=cpuidle_driver())
     finally:
         os.close(fd)  # closing the file ends the request

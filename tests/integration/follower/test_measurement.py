@@ -64,6 +64,7 @@ def test_closed_loop_keeps_its_users_busy(measured: dict) -> None:
     # The host's idle policy is part of the conditions: held where PM QoS is writable, else the reason.
     expected = "held at 0 µs" if os.access("/dev/cpu_dma_latency", os.W_OK) else "not held: "
     assert result.cpu_wakeup_latency is not None and result.cpu_wakeup_latency.startswith(expected)
+    assert result.host_steal_share is None or 0.0 <= result.host_steal_share < 1.0
 
 
 def test_windows_stability_and_live_progress(measured: dict) -> None:

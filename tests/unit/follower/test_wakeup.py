@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from follower.settings import FollowerSettings
-from follower.wakeup import PM_QOS_DEVICE, hold_wakeup_latency
+from follower.wakeup import PM_QOS_DEVICE, WakeupHold, cpuidle_driver, hold_wakeup_latency
 
 
 def _current_bound_us() -> int:
@@ -22,7 +22,8 @@ def _current_bound_us() -> int:
 def test_the_bound_holds_inside_the_block_and_ends_with_it() -> None:
     before = _current_bound_us()
     with hold_wakeup_latency(0) as hold:
-        assert hold.held_us == 0 and hold.describe() == f"held at 0 µs ({PM_QOS_DEVICE})"
+        assert hold.held_us == 0 and hold.describe().startswith(f"held at 0 µs ({PM_QOS_DEVICE}")
+        assert hold.idle_driver == cpuidle_driver()
         assert _current_bound_us() == 0
     # Closing the file ends the request: the bound is what it was (another holder's, or the kernel's default).
     assert _current_bound_us() == before
@@ -45,3 +46,13 @@ def test_none_leaves_the_host_alone_and_the_setting_accepts_none(monkeypatch: py
     monkeypatch.setenv("BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US", "-1")
     with pytest.raises(ValueError, match="cpu_wakeup_latency_us"):
         FollowerSettings()
+
+
+def test_a_host_without_a_cpuidle_driver_is_said_to_idle_as_before(tmp_path: Path) -> None:
+    driver = tmp_path / "current_driver"
+    driver.write_text("none\n")
+    assert cpuidle_driver(str(driver)) is None and cpuidle_driver(str(tmp_path / "absent")) is None
+    driver.write_text("haltpoll\n")
+    assert cpuidle_driver(str(driver)) == "haltpoll"
+    assert "no cpuidle driver" in WakeupHold(0, idle_driver=None).describe()
+    assert "cpuidle driver haltpoll" in WakeupHold(0, idle_driver="haltpoll").describe()
