@@ -14,15 +14,15 @@ host's idle states on the spread is a ratio measured in the same run (--no-compa
 Per run it prints the point's p50 / p99 as the runner reports them (HDR), the runner's 95% CI of the p99 (block
 bootstrap over 0.1 s stretches, latency_ci_ms: tail latencies come in bursts, so resampling single requests would
 understate the noise), the service time (done - sent) p50, the server's own timing of the model's run (inference
-p50), the send-lag p99, the share of the run the generator waited for its core, hypervisor steal over the whole run
-(/proc/stat, server start included), the share of the host's CPUs other processes used meanwhile (busy time in
-/proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
+p50), the send-lag p99, the share of the run the generator waited for its core, hypervisor steal over the point's
+run (the runner's figure, PointResult.host_steal_share), the share of the host's CPUs other processes used meanwhile
+(busy time in /proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
 deviation of p50 and p99 from their median (the issue wants ±3% / ±10%) beside one run's CI: a spread no wider than
 the CI is sampling noise, a wider one is the machine changing between runs. Nothing is asserted and nothing is tuned
 to pass.
 
 Usage: .venv/bin/python bench/repeatability.py [--runs 5] [--rate 250] [--duration 20] [--warmup 3]
-       [--depth 4] [--width 512] [--batch 8] [--no-compare] [--quick]
+       [--depth 4] [--width 512] [--batch 8] [--no-compare] [--one-server] [--quick]
 Ends with one line: RESULT repeatability key=value ...
 """
 
@@ -40,7 +40,6 @@ import numpy as np
 from common.results import PointResult
 from common.spec import PointSpec, expand, parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
-from follower.cpuplan import cpu_times, steal_share
 from follower.loadgen.openloop import LoadRecords
 from follower.loadgen.verdict import WindowSummary
 from follower.runner import run_backend
@@ -63,38 +62,45 @@ def _own_cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def one_run(point_spec: dict, model_path: Path, workdir: Path, canon: tuple,
-            wakeup_latency_us: int | None) -> tuple[PointResult, dict[str, float]]:  # fmt: skip
-    """One run of the point through the runner (server started and stopped); its result and raw-record figures."""
+def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, wakeup_latency_us: int | None,
+               repeats: int = 1) -> list[tuple[PointResult, dict[str, float]]]:  # fmt: skip
+    """`repeats` runs of the point through one runner call (one server start), each with its raw-record figures.
+
+    Each run's steal is the runner's own (PointResult.host_steal_share); other processes' share of the host is
+    measured over the whole call.
+    """
     bundle, meta = canon
     model = local_model(bundle, meta, "canon")
-    spec = parse_spec(point_spec)
+    (point,) = expand(parse_spec(point_spec))
+    points = [point.model_copy(update={"index": i}) for i in range(repeats)]
     seen: list[tuple[PointSpec, LoadRecords, WindowSummary]] = []
 
     async def collect() -> list[PointResult]:
-        return [r async for r in run_backend("onnxruntime", expand(spec), model=model, model_path=model_path,
+        return [r async for r in run_backend("onnxruntime", points, model=model, model_path=model_path,
                                              workdir=workdir, env_base={}, slo=None, wakeup_latency_us=wakeup_latency_us,
                                              records_sink=lambda p, rec, s: seen.append((p, rec, s)))]  # fmt: skip
 
-    before, host0, own0 = cpu_times(), _host_cpu(), _own_cpu()
-    result = asyncio.run(collect())[0]
-    steal = steal_share(before, cpu_times())
+    host0, own0 = _host_cpu(), _own_cpu()
+    results = asyncio.run(collect())
     host1, own1 = _host_cpu(), _own_cpu()
     # Whatever else ran on the host meanwhile (other engineers' tests, CI, installs): its share of all CPUs.
     others = max(host1[0] - host0[0] - (own1 - own0), 0.0) / max(host1[1] - host0[1], 1e-9)
-    point, records, _ = seen[0]
-    # The measured window exactly as the runner cut it: warm-up first, then duration_s (no stability rule here).
-    start = records.start_ns + int(round(point.warmup_s * 1e9))
-    w = records.window(start, start + int(round(point.duration_s * 1e9)))
-    ok = w.ok
-    lat = (w.done_ns[ok] - w.intended_ns[ok]) / 1e6
-    svc = (w.done_ns[ok] - w.sent_ns[ok]) / 1e6
-    infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
-    infer = infer[infer >= 0]
-    extra = {"p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50),
-             "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
-             "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}  # fmt: skip
-    return result, extra
+    out = []
+    for result, (point, records, _) in zip(results, seen, strict=True):
+        # The measured window exactly as the runner cut it: warm-up first, then duration_s (no stability rule here).
+        start = records.start_ns + int(round(point.warmup_s * 1e9))
+        w = records.window(start, start + int(round(point.duration_s * 1e9)))
+        ok = w.ok
+        lat = (w.done_ns[ok] - w.intended_ns[ok]) / 1e6
+        svc = (w.done_ns[ok] - w.sent_ns[ok]) / 1e6
+        infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
+        infer = infer[infer >= 0]
+        steal = result.host_steal_share
+        out.append((result, {
+            "p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50),
+            "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
+            "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}))  # fmt: skip
+    return out
 
 
 def print_row(label: str, r: PointResult, x: dict[str, float]) -> None:
@@ -156,6 +162,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--no-compare", action="store_true",
                         help="only the follower's default (wake-up latency held at 0 µs), not the halting host too")
+    parser.add_argument("--one-server", action="store_true",
+                        help="run each mode's runs as points of one runner call (one server start), not a restart per run")
     parser.add_argument("--quick", action="store_true", help="two short runs (a smoke test of the bench itself)")
     args = parser.parse_args()
     if args.quick:
@@ -168,7 +176,8 @@ def main() -> int:
     modes: dict[str, int | None] = {"held": 0} if args.no_compare else {"held": 0, "halting": None}
     print(f"point: onnxruntime, canonical fc depth {args.depth} width {args.width}, batch {args.batch}, Poisson "
           f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
-          f"{args.runs} runs per mode ({', '.join(modes)}; interleaved), server restarted per run; ms")  # fmt: skip
+          f"{args.runs} runs per mode ({', '.join(modes)}; "
+          + ("one server per mode" if args.one_server else "interleaved, server restarted per run") + "); ms")  # fmt: skip
     print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'lag p99':>7} {'samples':>7} "
           f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
     rows: dict[str, list[tuple[PointResult, dict[str, float]]]] = {mode: [] for mode in modes}
@@ -176,11 +185,17 @@ def main() -> int:
         tmp = Path(tmpdir)
         model_path = tmp / "canon.zip"
         model_path.write_bytes(canon[0])
-        for i in range(args.runs):
+        if args.one_server:
             for mode, wakeup_us in modes.items():
-                r, x = one_run(point_spec, model_path, tmp / f"{mode}{i}", canon, wakeup_us)
-                rows[mode].append((r, x))
-                print_row(f"{mode} {i}", r, x)
+                rows[mode] = run_points(point_spec, model_path, tmp / mode, canon, wakeup_us, repeats=args.runs)
+                for i, (r, x) in enumerate(rows[mode]):
+                    print_row(f"{mode} {i}", r, x)
+        else:
+            for i in range(args.runs):
+                for mode, wakeup_us in modes.items():
+                    ((r, x),) = run_points(point_spec, model_path, tmp / f"{mode}{i}", canon, wakeup_us)
+                    rows[mode].append((r, x))
+                    print_row(f"{mode} {i}", r, x)
     res: dict[str, float] = {}
     for mode in modes:
         figures = report(f"{mode} ({rows[mode][0][0].cpu_wakeup_latency})", rows[mode])
