@@ -3,12 +3,13 @@
 A request crosses two processes that mostly wait: the generator sleeps until the next send, the server until the
 next request. An idle CPU halts; waking it costs a C-state exit on bare metal (tens to hundreds of µs) and, in a VM,
 an exit to the hypervisor that reschedules the vCPU (counted as steal). On this project's 2-core Firecracker VM
-(cpuidle driver haltpoll, guest_halt_poll_ns=0) bench/repeatability.py's point measured, in five runs each:
+(cpuidle driver haltpoll, guest_halt_poll_ns=0) bench/repeatability.py's point measured, five runs each way,
+interleaved (docs/loadgen/repeatability_2core.log):
 
-  idle CPUs halt (default):      steal 5.3-15.5%, p50 2.04-3.22 ms, send-lag p99 2.5-5.8 ms, 0/5 runs valid
-  wake-up latency held at 0 µs:  steal 0.3-2.2%,  p50 1.29-1.53 ms, send-lag p99 0.12-1.9 ms, 4/5 runs valid
+  idle CPUs halt (the host's policy):  steal 1.2-12.7%, p50 1.50-3.03 ms, send-lag p99 1.4-7.3 ms, 0/5 runs valid
+  wake-up latency held at 0 µs:        steal 0.3-1.9%,  p50 1.20-1.54 ms, send-lag p99 0.11-0.58 ms, 5/5 runs valid
 
-and the p50 followed steal across runs (r = +0.98): the host's idle policy, not the server, set the numbers.
+and the p50 followed steal across runs (r = +0.99 halting): the host's idle policy, not the server, set the numbers.
 
 Writing a latency bound to /dev/cpu_dma_latency and keeping the file open is the kernel's PM QoS interface (what
 tuned's latency-performance profile does): while held, cpuidle picks only states that wake within the bound, so 0
