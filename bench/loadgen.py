@@ -62,6 +62,7 @@ import numpy as np
 import psutil
 
 from common.procs import SupervisedProcess, free_port
+from common.stats import block_bootstrap_ci
 from follower.cpuplan import isolate_generator_thread
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
@@ -128,27 +129,6 @@ def pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else float("nan")
 
 
-def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, q: float, block_ns: int = 100_000_000,
-                       draws: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% CI of the q-percentile by resampling whole `block_ns` stretches of the run (moving-block bootstrap).
-
-    Slow answers come in bursts (a stall delays every request behind it), so resampling single requests as if they
-    were independent would give a CI far too narrow; blocks keep each burst together.
-    """
-    block = (t_ns - t_ns.min()) // block_ns
-    order = np.argsort(block, kind="stable")
-    block, values = block[order], values[order]
-    edges = np.flatnonzero(np.diff(block)) + 1
-    groups = np.split(values, edges)
-    rng = np.random.default_rng(seed)
-    stats = np.empty(draws)
-    for d in range(draws):
-        pick = rng.integers(0, len(groups), len(groups))
-        stats[d] = np.percentile(np.concatenate([groups[i] for i in pick]), q)
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
 def ours(url: str, rate: float, duration: float, seed: int, ci: bool = False) -> dict[str, float]:
     """Our generator: Poisson schedule, latency from the intended time (`ci`: the p99's block-bootstrap CI too)."""
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
@@ -162,7 +142,7 @@ def ours(url: str, rate: float, duration: float, seed: int, ci: bool = False) ->
     out = {"achieved": ok.sum() / duration, "lag_p99": pct(lag, 99), "p50": pct(lat, 50), "p99": pct(lat, 99),
            "svc_p99": pct(svc, 99), "cpu_us": 1e6 * cpu / max(int(ok.sum()), 1), "n": float(ok.sum())}  # fmt: skip
     if ci and ok.sum() > 0:
-        out["p99_lo"], out["p99_hi"] = block_bootstrap_ci(rec.intended_ns[ok], lat, 99, seed=seed)
+        out["p99_lo"], out["p99_hi"] = (block_bootstrap_ci(rec.intended_ns[ok], lat, (0.99,), seed=seed) or [(np.nan,) * 2])[0]
     return out
 
 
