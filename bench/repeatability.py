@@ -14,16 +14,15 @@ host's idle states on the spread is a ratio measured in the same run (--no-compa
 Per run it prints the point's p50 / p99 as the runner reports them (HDR), the runner's 95% CI of the p99 (block
 bootstrap over 0.1 s stretches, latency_ci_ms: tail latencies come in bursts, so resampling single requests would
 understate the noise), the service time (done - sent) p50, the server's own timing of the model's run (inference
-p50), a host-speed probe taken just before the run (fixed single-threaded work on the server's core), the send-lag
-p99, the share of the run the generator waited for its core, hypervisor steal over the point's run (the runner's
-figure, PointResult.host_steal_share), the share of the host's CPUs other processes used meanwhile (busy time in
-/proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
+p50), the send-lag p99, the share of the run the generator waited for its core, hypervisor steal over the point's
+run (the runner's figure, PointResult.host_steal_share), the share of the host's CPUs other processes used meanwhile
+(busy time in /proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
 deviation of p50 and p99 from their median (the issue wants ±3% / ±10%) beside one run's CI: a spread no wider than
 the CI is sampling noise, a wider one is the machine changing between runs. Nothing is asserted and nothing is tuned
 to pass.
 
 Usage: .venv/bin/python bench/repeatability.py [--runs 5] [--rate 250] [--duration 20] [--warmup 3]
-       [--depth 4] [--width 512] [--batch 8] [--probe 2] [--no-compare] [--one-server] [--quick]
+       [--depth 4] [--width 512] [--batch 8] [--no-compare] [--one-server] [--quick]
 Ends with one line: RESULT repeatability key=value ...
 """
 
@@ -34,7 +33,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +40,6 @@ import numpy as np
 from common.results import PointResult
 from common.spec import PointSpec, expand, parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
-from follower.cpuplan import plan_cpus
 from follower.loadgen.openloop import LoadRecords
 from follower.loadgen.verdict import WindowSummary
 from follower.runner import run_backend
@@ -63,32 +60,6 @@ def _own_cpu() -> float:
     """CPU seconds of this process and its reaped children (the runner's model servers, once stopped)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
-
-
-def speed_probe(seconds: float) -> float:
-    """The host's own speed just before a run: median ms to sort a fixed 200k-float array, pinned to the server's core.
-
-    Pure single-threaded CPU work with no I/O, no server and no generator: if its time moves between runs as much as
-    the point's p50 does, the machine's speed moved, and no measurement method can make the point repeat more
-    closely than the machine does. NaN when seconds <= 0.
-    """
-    if seconds <= 0:
-        return float("nan")
-    data = np.random.default_rng(0).random(200_000).astype(np.float32)
-    cpus = plan_cpus().server
-    old = os.sched_getaffinity(0)
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    try:
-        times: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            t0 = time.perf_counter_ns()
-            np.sort(data)
-            times.append((time.perf_counter_ns() - t0) / 1e6)
-    finally:
-        os.sched_setaffinity(0, old)
-    return float(np.median(times))
 
 
 def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, wakeup_latency_us: int | None,
@@ -125,7 +96,7 @@ def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, 
         infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
         infer = infer[infer >= 0]
         steal = result.host_steal_share
-        out.append((result, {"probe_ms": float("nan"),
+        out.append((result, {
             "p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50),
             "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
             "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}))  # fmt: skip
@@ -139,8 +110,7 @@ def print_row(label: str, r: PointResult, x: dict[str, float]) -> None:
     ci_text = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
     verdict = "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons)
     print(f"{label:>8} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_text:>12} "
-          f"{x['svc_p50']:7.3f} {x['infer_p50']:7.3f} {x['probe_ms']:7.3f} {lag.p99 if lag else np.nan:7.3f} "
-          f"{x['n']:7.0f} {100 * x['runq']:6.2f} "
+          f"{x['svc_p50']:7.3f} {x['infer_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
           f"{100 * x['steal']:6.2f} {100 * x['others']:7.1f}  {verdict}")  # fmt: skip
 
 
@@ -167,11 +137,6 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
         # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
         r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
         print(f"  correlation across runs of steal with p50 r = {r50:+.2f}, with p99 r = {r99:+.2f}")
-    probes = np.array([x["probe_ms"] for _, x in rows])
-    if len(rows) > 2 and np.all(np.isfinite(probes)) and np.ptp(probes) > 0:
-        # The same fixed CPU work before each run: how much the machine itself changed between runs.
-        print(f"  host-speed probe per run {', '.join(f'{v:.3f}' for v in probes)} ms (spread {100 * spread(probes):.1f}%, "
-              f"against the p50's {100 * d50:.1f}%); its correlation with p50 r = {np.corrcoef(probes, p50s)[0, 1]:+.2f}")
     infers = np.array([x["infer_p50"] for _, x in rows])
     if len(rows) > 2 and np.ptp(infers) > 0:
         # The model's own run time inside the server: if it moves with p50, the CPU got slower, not the path to it.
@@ -180,8 +145,7 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
     return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
             "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
             "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
-            "infer_p50_dev": spread(np.array([x["infer_p50"] for _, x in rows])),
-            "probe_dev": spread(np.array([x["probe_ms"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
+            "infer_p50_dev": spread(np.array([x["infer_p50"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
             "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows))}  # fmt: skip
 
 
@@ -198,8 +162,6 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--no-compare", action="store_true",
                         help="only the follower's default (wake-up latency held at 0 µs), not the halting host too")
-    parser.add_argument("--probe", type=float, default=2.0, metavar="S",
-                        help="seconds of the host-speed probe before each run (0: none; never with --one-server)")
     parser.add_argument("--one-server", action="store_true",
                         help="run each mode's runs as points of one runner call (one server start), not a restart per run")
     parser.add_argument("--quick", action="store_true", help="two short runs (a smoke test of the bench itself)")
@@ -216,8 +178,7 @@ def main() -> int:
           f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
           f"{args.runs} runs per mode ({', '.join(modes)}; "
           + ("one server per mode" if args.one_server else "interleaved, server restarted per run") + "); ms")  # fmt: skip
-    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'probe':>7} "
-          f"{'lag p99':>7} {'samples':>7} "
+    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'lag p99':>7} {'samples':>7} "
           f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
     rows: dict[str, list[tuple[PointResult, dict[str, float]]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-repeat-") as tmpdir:
@@ -232,9 +193,7 @@ def main() -> int:
         else:
             for i in range(args.runs):
                 for mode, wakeup_us in modes.items():
-                    probe_ms = speed_probe(args.probe)
                     ((r, x),) = run_points(point_spec, model_path, tmp / f"{mode}{i}", canon, wakeup_us)
-                    x["probe_ms"] = probe_ms
                     rows[mode].append((r, x))
                     print_row(f"{mode} {i}", r, x)
     res: dict[str, float] = {}
