@@ -96,7 +96,7 @@ class PointComparison(BaseModel):
     a_p99_ms: float | None
     b_p99_ms: float | None
     change: float | None  # (b - a) / a of p99
-    ci_low: float | None  # bootstrap 95% CI of (p99_b - p99_a), ms; None without raw records
+    ci_low: float | None  # block-bootstrap 95% CI of (p99_b - p99_a), ms; None without raw records
     ci_high: float | None
     p_value: float | None  # two-sided Mann-Whitney U on the raw latencies
     test: Literal["bootstrap+mannwhitney", "summary"]

@@ -78,16 +78,13 @@ BOOTSTRAP_DRAWS = 1000
 BOOTSTRAP_BINS = 2000  # equal-count bins: 0.05% of the samples each, finer than any CI this gives
 
 
-def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], confidence: float = 0.95,
-                       seed: int = 0) -> list[tuple[float, float]] | None:  # fmt: skip
-    """Confidence intervals of the quantiles `qs` (0..1) of `values` by a block bootstrap over time `t_ns`.
+def _block_quantile_draws(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], seed: int) -> np.ndarray | None:
+    """BOOTSTRAP_DRAWS block-bootstrap replicates of each quantile in `qs`: shape (len(qs), draws); None if too few.
 
-    Slow answers come in bursts: a stall, a steal burst or a GC pause delays every request behind it, so requests
-    are not independent and an interval that resamples single requests (or the binomial order-statistics bound)
-    comes out too narrow. Here the run is cut into stretches of BLOCK_NS by `t_ns` (intended time) and whole
-    stretches are resampled with replacement, which keeps each burst together. Each draw is a weighted sum of
-    per-block histograms over equal-count bins, so the cost is one matrix product whatever the sample count.
-    Deterministic for a given seed; None when there are too few samples or fewer than two blocks to resample.
+    The run is cut into stretches of BLOCK_NS by `t_ns` (intended time) and whole stretches are resampled with
+    replacement, which keeps each burst together. Each draw is a weighted sum of per-block histograms over
+    equal-count bins, so the cost is one matrix product whatever the sample count; a quantile lands on the largest
+    sample of its bin (a real sample, within 1/BOOTSTRAP_BINS of the exact rank).
     """
     n = len(values)
     if n < 2 or len(t_ns) != n:
@@ -99,7 +96,7 @@ def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float]
     if n_blocks < 2:
         return None
     ordered = np.sort(values)
-    # Bin b holds ranks [cut[b], cut[b+1]); its value is its largest sample, so a quantile lands on a real sample.
+    # Bin b holds ranks [cut[b], cut[b+1]); its value is its largest sample.
     cut = np.unique(np.linspace(0, n, min(BOOTSTRAP_BINS, n) + 1).astype(np.int64))
     upper = ordered[cut[1:] - 1]
     rank = np.empty(n, dtype=np.int64)
@@ -110,10 +107,40 @@ def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float]
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks), size=BOOTSTRAP_DRAWS)
     cumulative = np.cumsum(weights @ counts, axis=1)
-    tail = (1 - confidence) / 2
-    out = []
-    for q in qs:
+    out = np.empty((len(qs), BOOTSTRAP_DRAWS))
+    for i, q in enumerate(qs):
         at = (cumulative < q * cumulative[:, -1:]).sum(axis=1)
-        lo, hi = np.quantile(upper[np.minimum(at, len(upper) - 1)], [tail, 1 - tail])
-        out.append((float(lo), float(hi)))
+        out[i] = upper[np.minimum(at, len(upper) - 1)]
     return out
+
+
+def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], confidence: float = 0.95,
+                       seed: int = 0) -> list[tuple[float, float]] | None:  # fmt: skip
+    """Confidence intervals of the quantiles `qs` (0..1) of `values` by a block bootstrap over time `t_ns`.
+
+    Slow answers come in bursts: a stall, a steal burst or a GC pause delays every request behind it, so requests
+    are not independent and an interval that resamples single requests (or the binomial order-statistics bound)
+    comes out too narrow. Deterministic for a given seed; None when there are too few samples or fewer than two
+    0.1 s stretches to resample.
+    """
+    draws = _block_quantile_draws(t_ns, values, qs, seed)
+    if draws is None:
+        return None
+    tail = (1 - confidence) / 2
+    return [(float(lo), float(hi)) for lo, hi in np.quantile(draws, [tail, 1 - tail], axis=1).T]
+
+
+def block_bootstrap_diff_ci(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], q: float,
+                            confidence: float = 0.95, seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+    """Confidence interval of quantile_q(b) - quantile_q(a), two runs each given as (t_ns, values).
+
+    Each run is block-resampled on its own (the runs are independent of each other, their requests are not), so a
+    burst in either run widens the interval instead of passing for a change. None when either run is too short.
+    """
+    draws_a = _block_quantile_draws(*a, (q,), seed)
+    draws_b = _block_quantile_draws(*b, (q,), seed + 1)
+    if draws_a is None or draws_b is None:
+        return None
+    tail = (1 - confidence) / 2
+    lo, hi = np.quantile(draws_b[0] - draws_a[0], [tail, 1 - tail])
+    return float(lo), float(hi)

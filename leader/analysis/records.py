@@ -12,7 +12,7 @@ import numpy as np
 
 from leader.store.records import load_records
 
-__all__ = ["decode", "latencies_ms", "load_records"]
+__all__ = ["decode", "latencies_ms", "load_records", "timed_latencies_ms"]
 
 ARRAYS = ("intended_ns", "sent_ns", "first_byte_ns", "done_ns", "status")
 # The generator records the HTTP status; 0 is a transport error, negative codes never sent or dropped.
@@ -25,9 +25,14 @@ def decode(blob: bytes) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def latencies_ms(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """Latency of every answered request from its intended send time, in milliseconds."""
+def timed_latencies_ms(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(intended ns, latency ms) of every answered request: latency from its intended send time."""
     done = arrays["done_ns"].astype(np.int64)
     intended = arrays["intended_ns"].astype(np.int64)
     ok = np.isin(arrays["status"], OK_STATUSES) if "status" in arrays else np.ones(done.shape, bool)
-    return (done[ok] - intended[ok]) / 1e6
+    return intended[ok], (done[ok] - intended[ok]) / 1e6
+
+
+def latencies_ms(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Latency of every answered request from its intended send time, in milliseconds."""
+    return timed_latencies_ms(arrays)[1]

@@ -104,9 +104,9 @@ async def _job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:
 
 
 def _latency_loader(db: Any) -> compare_mod.LatencyLoader:
-    async def load(row: dict[str, Any]) -> np.ndarray | None:
+    async def load(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
         blob = await records.load_records(db, job_id=row["job_id"], attempt=row["attempt"], index=row["index"])
-        return records.latencies_ms(records.decode(blob)) if blob else None
+        return records.timed_latencies_ms(records.decode(blob)) if blob else None
 
     return load
 
