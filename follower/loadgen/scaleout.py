@@ -134,7 +134,7 @@ def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kw
         records = drive(url, bodies, offsets, start_ns=start_ns, **kwargs)
     finally:
         isolation()
-    records.scheduling = isolation.describe() if core is not None else None
+    records.scheduling = isolation.describe()
     return records
 
 
