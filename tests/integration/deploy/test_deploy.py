@@ -98,6 +98,22 @@ def test_helm_chart_with_external_datastores_and_an_existing_secret() -> None:
     assert "perfdb.example" in text and "broker.example" in text and "team-tokens" in text
 
 
+def test_helm_chart_can_give_the_follower_the_pm_qos_device() -> None:
+    tokens = {"admin": "a" * 24, "follower": "b" * 24}
+    off = _by_kind(_render({"tokens": tokens}), "DaemonSet")[0]["spec"]["template"]["spec"]
+    assert "cpu_dma_latency" not in json.dumps(off) and "supplementalGroups" not in off["securityContext"]
+    docs = _render({"tokens": tokens, "follower": {"cpuWakeupLatency": {"enabled": True, "group": 2001}}})
+    _validate(docs)
+    pod = _by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["supplementalGroups"] == [2001]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "cpu-dma-latency"]
+    assert volume["hostPath"] == {"path": "/dev/cpu_dma_latency", "type": "CharDevice"}
+    assert {"name": "cpu-dma-latency", "mountPath": "/dev/cpu_dma_latency"} in pod["containers"][0]["volumeMounts"]
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    with pytest.raises(helm.HelmError, match="cpuWakeupLatency.group"):
+        _render({"tokens": tokens, "follower": {"cpuWakeupLatency": {"enabled": True}}})
+
+
 def test_helm_chart_refuses_missing_tokens() -> None:
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
     with pytest.raises(helm.HelmError, match="tokens.admin"):
