@@ -84,6 +84,9 @@ def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
     env = {e["name"]: e for e in leader_c["env"]}
     assert env["BENCHFLEET_LEADER_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "admin-token"
     assert "a" * 24 not in json.dumps(leader), "tokens reach pods only through the Secret"
+    # Pods run as the image's own user (deploy/Dockerfile), whose home exists and is its own.
+    uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "deploy" / "Dockerfile").read_text()).group(1))  # type: ignore[union-attr]
+    assert pod["securityContext"]["runAsUser"] == leader["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid
 
 
 def test_helm_chart_with_external_datastores_and_an_existing_secret() -> None:
