@@ -127,6 +127,12 @@ class TraceRef(_Strict):
     dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]  # the data set's id (POST /api/v1/data)
 
 
+# A p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen): a point's minimum, and a stability window's.
+P99_MIN_SAMPLES = 459
+# Patterns whose rate is steady, so rate x window is what a window holds.
+STEADY_PATTERNS = ("poisson", "constant", "gamma")
+
+
 class Stability(_Strict):
     """Accept a point when its last `windows` windows agree within `tolerance`; extend the run up to `max_duration`."""
 
@@ -161,6 +167,22 @@ class LoadSpec(_Strict):
     concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None  # closed: a ladder of users
     window: Annotated[Seconds, Field(gt=0, le=60)] = 1.0  # measurement window for stability and live progress
     stability: Stability | None = None
+
+    @field_validator("stability")
+    @classmethod
+    def _check_stability_windows(cls, value: Stability | None, info: ValidationInfo) -> Stability | None:
+        # The rule compares the windows' p99s: a window too small to hold a p99 claim compares its largest few
+        # answers, which never agree, so the point would run to max_duration and be called unstable.
+        rates, window = info.data.get("rate"), info.data.get("window")
+        if value is None or info.data.get("pattern") not in STEADY_PATTERNS or not rates or not window:
+            return value
+        if min(rates) * window < P99_MIN_SAMPLES:
+            raise ValueError(
+                f"a {window:g} s window at {min(rates):g} req/s holds ~{min(rates) * window:.0f} requests; comparing p99s "
+                f"between windows needs >= {P99_MIN_SAMPLES} each: set load.window to at least "
+                f"{P99_MIN_SAMPLES / min(rates):.2g} s (or a higher rate)"
+            )
+        return value
 
     @field_validator("rate", mode="before")
     @classmethod

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.results import Percentiles
-from common.spec import SLO
+from common.spec import P99_MIN_SAMPLES, SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
 from follower.loadgen.openloop import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
 RATE_TOLERANCE = 0.02  # achieved vs offered
-MIN_COMPLETED = 459  # a p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen)
+MIN_COMPLETED = P99_MIN_SAMPLES  # a p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen)
 CPU_SHARE_MAX = 0.90  # the generator's event loop is one thread: above 90% of a core it is saturated
 ERROR_RATE_MAX = 0.01
 

@@ -122,6 +122,13 @@ def test_patterns_expand_with_their_shape() -> None:
     assert trace[0].trace_s == [0.1, 0.2, 0.2, 0.3] and trace[0].rate == 4.0
 
 
+def test_stability_windows_must_hold_a_p99_claim() -> None:
+    (point,) = expand(parse_spec(_base(load={"rate": 100, "window": "5s", "stability": {"windows": 3}})))
+    assert point.stability is not None and point.window_s == 5.0
+    # Closed loop and non-steady patterns have no fixed rate x window: not checked.
+    assert expand(parse_spec(_base(load={"pattern": "closed", "concurrency": [2], "stability": {}})))[0].stability
+
+
 def test_closed_loop_concurrency_ladder() -> None:
     points = expand(parse_spec(_base(load={"pattern": "closed", "concurrency": [1, 4, 16]})))
     assert [(p.concurrency, p.rate) for p in points] == [(1, 0.0), (4, 0.0), (16, 0.0)]
@@ -144,6 +151,7 @@ def test_search_is_one_point_and_needs_an_slo() -> None:
         ({"pattern": "trace"}, "load.trace", "required"),
         ({"pattern": "trace", "trace": [0.1], "rate": 5}, "load.rate", "must not"),
         ({"pattern": "trace", "trace": [0.3, 0.1, 0.2]}, "load.trace", "entry 1 (0.1 s) is earlier"),
+        ({"rate": [100, 1000], "stability": {}}, "load.stability", "set load.window to at least 4.6 s"),
         ({"pattern": "closed"}, "load.concurrency", "required"),
         ({"pattern": "closed", "concurrency": [0]}, "load.concurrency", "whole numbers"),
         ({"rate": 10, "concurrency": 4}, "load.concurrency", "closed"),
