@@ -397,12 +397,15 @@ def recommend(
     token: TokenOpt = "",
     p99_ms: Annotated[float | None, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")] = None,
     filter: Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")] = None,
+    confident: Annotated[
+        bool, typer.Option("--confident", help="Hold the SLO against the upper end of each p99's 95% CI.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
 ) -> None:
     """The configuration with the most throughput that meets the SLO."""
     filters = _parse_filters(filter)
     with _client(url, token) as client:
-        answer = _call(client.recommend, p99_ms=p99_ms, filters=filters)
+        answer = _call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
     _print_rows(answer, as_json=as_json, title=f"recommendation (p99 <= {p99_ms:g} ms)" if p99_ms else "recommendation")
 
 

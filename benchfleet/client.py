@@ -184,8 +184,9 @@ class _Calls:
         return _Call("GET", f"{API}/leaderboard", _json, params={"sort": sort, "filter": _filters(filters), "limit": limit})
 
     @staticmethod
-    def recommend(p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None) -> _Call[Any]:
-        return _Call("GET", f"{API}/recommend", _json, params={"p99_ms": p99_ms, "filter": _filters(filters)})
+    def recommend(p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None, confident: bool) -> _Call[Any]:
+        params = {"p99_ms": p99_ms, "filter": _filters(filters)} | ({"confident": "true"} if confident else {})
+        return _Call("GET", f"{API}/recommend", _json, params=params)
 
     @staticmethod
     def compare(a: str, b: str) -> _Call[Any]:
@@ -294,9 +295,10 @@ class BenchfleetClient:
         """The leaderboard rows, sorted and filtered by the leader."""
         return self._do(_Calls.leaderboard(sort, filters, limit))
 
-    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None) -> Any:
-        """The configuration the recommender picks for an SLO."""
-        return self._do(_Calls.recommend(p99_ms, filters))
+    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
+                  confident: bool = False) -> Any:  # fmt: skip
+        """The configuration the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
+        return self._do(_Calls.recommend(p99_ms, filters, confident))
 
     def compare(self, a: str, b: str) -> Any:
         """A comparison of two jobs."""
@@ -401,9 +403,10 @@ class AsyncBenchfleetClient:
         """The leaderboard rows, sorted and filtered by the leader."""
         return await self._do(_Calls.leaderboard(sort, filters, limit))
 
-    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None) -> Any:
-        """The configuration the recommender picks for an SLO."""
-        return await self._do(_Calls.recommend(p99_ms, filters))
+    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
+                        confident: bool = False) -> Any:  # fmt: skip
+        """The configuration the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
+        return await self._do(_Calls.recommend(p99_ms, filters, confident))
 
     async def compare(self, a: str, b: str) -> Any:
         """A comparison of two jobs."""

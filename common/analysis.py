@@ -25,6 +25,7 @@ class LeaderboardRow(BaseModel):
     throughput: float | None = None
     p50_ms: float | None = None
     p99_ms: float | None = None
+    p99_ci_high_ms: float | None = None  # upper end of the p99's 95% CI (None: no CI recorded)
     service_p99_ms: float | None = None
     requests: int = 0
     errors: int = 0
@@ -68,6 +69,7 @@ class Recommendation(BaseModel):
     batch_size: int
     throughput: float
     p99_ms: float
+    p99_ci_high_ms: float | None
     cost_usd_per_1m: float | None
     evidence: LeaderboardRow
     candidates: int  # valid points of this configuration that met the constraints
@@ -80,6 +82,7 @@ class RecommendResponse(BaseModel):
     min_throughput: float | None
     max_cost: float | None
     model: str | None
+    confident: bool  # the SLO was held against the upper end of each p99's 95% CI, not the estimate
     recommendations: list[Recommendation]
     considered: int  # points that met every constraint
 

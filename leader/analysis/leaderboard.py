@@ -28,6 +28,7 @@ NUMERIC = (
     "throughput",
     "p50_ms",
     "p99_ms",
+    "p99_ci_high_ms",
     "service_p99_ms",
     "requests",
     "errors",

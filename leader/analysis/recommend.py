@@ -23,14 +23,21 @@ def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
 
 
 def eligible(
-    row: dict[str, Any], *, p99_ms: float, min_throughput: float | None, max_cost: float | None, model: str | None
+    row: dict[str, Any], *, p99_ms: float, min_throughput: float | None, max_cost: float | None, model: str | None,
+    confident: bool = False,
 ) -> bool:
-    """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit)."""
+    """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit).
+
+    `confident`: the p99 must meet the SLO at the upper end of its 95% CI, so a point that met it by luck of the
+    run is not recommended; a point without a recorded CI cannot qualify then.
+    """
     if not row.get("valid") or row.get("p99_ms") is None or row.get("throughput") is None:
         return False
     if model is not None and row["model"] != model:
         return False
     if row["p99_ms"] > p99_ms:
+        return False
+    if confident and (row.get("p99_ci_high_ms") is None or row["p99_ci_high_ms"] > p99_ms):
         return False
     if min_throughput is not None and row["throughput"] < min_throughput:
         return False
@@ -49,13 +56,15 @@ def recommend(
     max_cost: float | None = None,
     model: str | None = None,
     top: int = TOP,
+    confident: bool = False,
 ) -> RecommendResponse:
     """The top configurations, each backed by its best point and the count of points that qualified."""
     best: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, str, str, int], int] = {}
     considered = 0
     for row in rows:
-        if not eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model):
+        if not eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
+                        confident=confident):  # fmt: skip
             continue
         considered += 1
         key = config_key(row)
@@ -72,6 +81,7 @@ def recommend(
             batch_size=row["batch_size"],
             throughput=row["throughput"],
             p99_ms=row["p99_ms"],
+            p99_ci_high_ms=row.get("p99_ci_high_ms"),
             cost_usd_per_1m=row.get("cost_usd_per_1m"),
             evidence=to_row(row),
             candidates=counts[config_key(row)],
@@ -79,5 +89,6 @@ def recommend(
         for i, row in enumerate(chosen)
     ]
     return RecommendResponse(
-        p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model, recommendations=recs, considered=considered
-    )
+        p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model, confident=confident,
+        recommendations=recs, considered=considered,
+    )  # fmt: skip

@@ -39,6 +39,12 @@ def _wh_per_1m(joules_per_request: float | None) -> float | None:
     return None if joules_per_request is None else joules_per_request * 1e6 / 3600.0
 
 
+def _ci_high(result: dict[str, Any], name: str) -> float | None:
+    """The upper end of a latency percentile's confidence interval in a dumped result, or None without one."""
+    ci = (result.get("latency_ci_ms") or {}).get(name)
+    return float(ci[1]) if ci and len(ci) == 2 and ci[1] is not None else None
+
+
 def row_from_result(
     *,
     job_id: str,
@@ -72,6 +78,8 @@ def row_from_result(
         "throughput": _num(result, "achieved_rate"),
         "p50_ms": _num(result, "latency_ms.p50"),
         "p99_ms": _num(result, "latency_ms.p99"),
+        # Upper end of the p99's 95% CI (block bootstrap): what the recommender's `confident` mode holds to the SLO.
+        "p99_ci_high_ms": _ci_high(result, "p99"),
         "service_p99_ms": _num(result, "service_ms.p99"),
         "requests": int(result.get("requests") or 0),
         "errors": int(result.get("errors") or 0),

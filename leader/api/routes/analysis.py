@@ -81,12 +81,17 @@ async def recommend(
     max_cost: Annotated[float | None, Query(ge=0)] = None,
     model: str | None = None,
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002
+    confident: bool = False,
 ) -> RecommendResponse:
-    """The top-3 configurations meeting the SLO, each with the point that backs it."""
+    """The top-3 configurations meeting the SLO, each with the point that backs it.
+
+    `confident=true` holds the SLO against the upper end of each point's p99 95% CI instead of the estimate.
+    """
     index = await synced_index(request, db)
     return recommend_rows(
-        index.select(filter or []), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model
-    )
+        index.select(filter or []), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
+        confident=confident,
+    )  # fmt: skip
 
 
 async def _job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:

@@ -105,6 +105,27 @@ def test_recommender_top3_matches_brute_force(
         assert max_cost is None or rec["cost_usd_per_1m"] <= max_cost
 
 
+def test_confident_recommendation_holds_the_slo_at_the_ci_upper_end(leader: Leader) -> None:
+    """Batch 8 has the throughput and a p99 under 20 ms, but its p99's 95% CI reaches 26 ms: only batch 1 is sure."""
+    leader.upload_model()
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        p99, high, throughput = (18.0, 26.0, 900.0) if batch == 8 else (12.0, 15.0, 300.0)
+        return {"latency_ms": pct(p99), "achieved_rate": throughput,
+                "latency_ci_ms": {"p50": [p99 / 2 - 1, p99 / 2 + 1], "p99": [p99 * 0.9, high]}}  # fmt: skip
+
+    job = seed_job(leader, name="confident", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
+                   follower_id="conf", metrics=metrics)  # fmt: skip
+    plain = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
+    assert not plain["confident"] and [r["batch_size"] for r in plain["recommendations"]] == [8, 1]
+    assert plain["recommendations"][0]["p99_ci_high_ms"] == 26.0
+    sure = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", confident="true")
+    assert sure["confident"] and [r["batch_size"] for r in sure["recommendations"]] == [1]
+    assert sure["recommendations"][0]["p99_ci_high_ms"] == 15.0 and sure["considered"] == 1
+    row = next(r for r in get(leader, "/api/v1/leaderboard", filter=f"job_id={job}", limit=10)["rows"] if r["batch_size"] == 8)
+    assert row["p99_ci_high_ms"] == 26.0
+
+
 def test_planted_regression_is_flagged_and_unchanged_rerun_is_not(leader: Leader) -> None:
     leader.upload_model()
     base = {("onnxruntime", 1): 5.0, ("onnxruntime", 8): 9.0}
