@@ -178,6 +178,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     offset = int(params.get("offset", "0") or 0) if params.get("offset", "0").isdigit() else 0
     page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset)
     rec_args = {k: _float_arg(params, k) for k in ("p99_ms", "min_throughput", "max_cost")}
+    rec_confident = params.get("confident") == "true"
     rec = None
     if rec_args["p99_ms"] is not None:
         rec = recommend(
@@ -185,6 +186,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
             p99_ms=rec_args["p99_ms"],
             min_throughput=rec_args["min_throughput"],
             max_cost=rec_args["max_cost"],
+            confident=rec_confident,
         )
     keep = {k: v for k, v in params.items() if k.startswith("f_") and v} | {f"filter{i}": f for i, f in enumerate([])}
 
@@ -206,6 +208,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
         page_link=lambda off: link(offset=max(0, off)),
         rec=rec,
         rec_args=rec_args,
+        rec_confident=rec_confident,
     )
     return HTMLResponse(html)
 
