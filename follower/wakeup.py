@@ -67,18 +67,23 @@ def hold_wakeup_latency(max_us: int | None, device: str = PM_QOS_DEVICE) -> Iter
     if max_us is None:
         yield WakeupHold(None, "disabled (BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US=none)")
         return
+    # Refusals are worked out before yielding, so an error in the caller's block is not chained to them.
     try:
         fd = os.open(device, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
         why = "needs root or write access to it" if exc.errno in (errno.EACCES, errno.EPERM) else "no PM QoS here"
-        yield WakeupHold(None, f"{device}: {errno.errorcode.get(exc.errno or 0, exc.errno)} ({why})")
+        refused = f"{device}: {errno.errorcode.get(exc.errno or 0, exc.errno)} ({why})"
+    else:
+        refused = None
+    if refused is not None:
+        yield WakeupHold(None, refused)
         return
     try:
         try:
             os.write(fd, struct.pack("=i", max_us))
+            hold = WakeupHold(max_us, idle_driver=cpuidle_driver())
         except OSError as exc:
-            yield WakeupHold(None, f"{device}: writing {max_us} failed: {errno.errorcode.get(exc.errno or 0, exc.errno)}")
-            return
-        yield WakeupHold(max_us, idle_driver=cpuidle_driver())
+            hold = WakeupHold(None, f"{device}: writing {max_us} failed: {errno.errorcode.get(exc.errno or 0, exc.errno)}")
+        yield hold
     finally:
         os.close(fd)  # closing the file ends the request

@@ -27,6 +27,9 @@ def test_the_bound_holds_inside_the_block_and_ends_with_it() -> None:
         assert _current_bound_us() == 0
     # Closing the file ends the request: the bound is what it was (another holder's, or the kernel's default).
     assert _current_bound_us() == before
+    with pytest.raises(RuntimeError, match="the point failed"), hold_wakeup_latency(0):
+        raise RuntimeError("the point failed")
+    assert _current_bound_us() == before  # released when the block fails too
 
 
 def test_a_missing_or_unusable_device_is_named_not_raised(tmp_path: Path) -> None:
