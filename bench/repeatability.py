@@ -91,15 +91,13 @@ def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, 
         start = records.start_ns + int(round(point.warmup_s * 1e9))
         w = records.window(start, start + int(round(point.duration_s * 1e9)))
         ok = w.ok
-        lat = (w.done_ns[ok] - w.intended_ns[ok]) / 1e6
         svc = (w.done_ns[ok] - w.sent_ns[ok]) / 1e6
         infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
         infer = infer[infer >= 0]
-        steal = result.host_steal_share
+        steal, runq = result.host_steal_share, result.generator_run_queue_share
         out.append((result, {
-            "p50_raw": pct(lat, 50), "p99_raw": pct(lat, 99), "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50),
-            "steal": float("nan") if steal is None else steal, "n": float(ok.sum()), "others": others,
-            "runq": float("nan") if records.run_queue_share is None else records.run_queue_share}))  # fmt: skip
+            "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50), "n": float(ok.sum()), "others": others,
+            "steal": float("nan") if steal is None else steal, "runq": float("nan") if runq is None else runq}))  # fmt: skip
     return out
 
 
@@ -145,7 +143,7 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
     return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
             "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
             "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
-            "infer_p50_dev": spread(np.array([x["infer_p50"] for _, x in rows])), "steal_max": float(np.nanmax(steals)),
+            "infer_p50_dev": spread(infers), "steal_max": float(np.nanmax(steals)),
             "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows))}  # fmt: skip
 
 

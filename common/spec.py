@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -129,6 +130,7 @@ class TraceRef(_Strict):
 
 # A p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen): a point's minimum, and a stability window's.
 P99_MIN_SAMPLES = 459
+MAX_WINDOW_S = 60.0
 # Patterns whose rate is steady, so rate x window is what a window holds.
 STEADY_PATTERNS = ("poisson", "constant", "gamma")
 
@@ -165,7 +167,7 @@ class LoadSpec(_Strict):
     # trace: send offsets in seconds inline, or {dataset: ID} naming an uploaded trace file (checked at submission).
     trace: Annotated[list[float] | TraceRef | None, Field(validate_default=True)] = None
     concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None  # closed: a ladder of users
-    window: Annotated[Seconds, Field(gt=0, le=60)] = 1.0  # measurement window for stability and live progress
+    window: Annotated[Seconds, Field(gt=0, le=MAX_WINDOW_S)] = 1.0  # measurement window: stability, live progress
     stability: Stability | None = None
 
     @field_validator("stability")
@@ -176,11 +178,15 @@ class LoadSpec(_Strict):
         rates, window = info.data.get("rate"), info.data.get("window")
         if value is None or info.data.get("pattern") not in STEADY_PATTERNS or not rates or not window:
             return value
-        if min(rates) * window < P99_MIN_SAMPLES:
+        rate = min(rates)
+        if rate * window < P99_MIN_SAMPLES:
+            needed = math.ceil(10 * P99_MIN_SAMPLES / rate) / 10
+            fix = (f"set load.window to at least {needed:g} s (or a higher rate)" if needed <= MAX_WINDOW_S else
+                   f"windows are at most {MAX_WINDOW_S:g} s, so the rate must be at least "
+                   f"{math.ceil(P99_MIN_SAMPLES / MAX_WINDOW_S)} req/s (or drop load.stability)")  # fmt: skip
             raise ValueError(
-                f"a {window:g} s window at {min(rates):g} req/s holds ~{min(rates) * window:.0f} requests; comparing p99s "
-                f"between windows needs >= {P99_MIN_SAMPLES} each: set load.window to at least "
-                f"{P99_MIN_SAMPLES / min(rates):.2g} s (or a higher rate)"
+                f"a {window:g} s window at {rate:g} req/s holds ~{rate * window:.0f} requests; comparing p99s between "
+                f"windows needs >= {P99_MIN_SAMPLES} each: {fix}"
             )
         return value
 

@@ -95,13 +95,12 @@ def _block_quantile_draws(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[flo
     n_blocks = int(block.max()) + 1
     if n_blocks < 2:
         return None
-    ordered = np.sort(values)
+    order = np.argsort(values, kind="stable")
     # Bin b holds ranks [cut[b], cut[b+1]); its value is its largest sample.
     cut = np.unique(np.linspace(0, n, min(BOOTSTRAP_BINS, n) + 1).astype(np.int64))
-    upper = ordered[cut[1:] - 1]
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(values, kind="stable")] = np.arange(n)
-    bin_of = np.searchsorted(cut, rank, side="right") - 1
+    upper = values[order[cut[1:] - 1]]
+    bin_of = np.empty(n, dtype=np.int64)
+    bin_of[order] = np.searchsorted(cut, np.arange(n), side="right") - 1
     counts = np.zeros((n_blocks, len(upper)))
     np.add.at(counts, (block, bin_of), 1.0)
     rng = np.random.default_rng(seed)

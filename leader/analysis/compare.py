@@ -60,8 +60,7 @@ async def compare_rows(
             # Block bootstrap over each run's intended time: slow answers come in bursts, and resampling single
             # requests called two runs of one bursty server different in 21 of 30 simulated pairs, blocks in 1
             # (tests/unit/common/test_stats.py).
-            ci = block_bootstrap_diff_ci(ta, tb, 0.99) if ta is not None and tb is not None else None
-            if ci is not None and ta is not None and tb is not None:
+            if ta is not None and tb is not None and (ci := block_bootstrap_diff_ci(ta, tb, 0.99)) is not None:
                 la, lb = ta[1], tb[1]
                 # Informational only (the verdict is the CI's): Mann-Whitney takes requests as independent.
                 p_value = float(mannwhitneyu(la, lb, alternative="two-sided").pvalue)

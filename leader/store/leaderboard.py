@@ -42,7 +42,7 @@ def _wh_per_1m(joules_per_request: float | None) -> float | None:
 def _ci_high(result: dict[str, Any], name: str) -> float | None:
     """The upper end of a latency percentile's confidence interval in a dumped result, or None without one."""
     ci = (result.get("latency_ci_ms") or {}).get(name)
-    return float(ci[1]) if ci and len(ci) == 2 and ci[1] is not None else None
+    return float(ci[1]) if ci else None
 
 
 def row_from_result(

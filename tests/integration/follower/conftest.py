@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -42,13 +43,20 @@ class OrtServer:
         self.proc, self.url = proc, url
 
 
-@pytest.fixture(scope="module")
-def ort_server(mlp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OrtServer]:
-    """benchfleet's ORT server as a real process serving the MLP as "mlp"."""
+@contextlib.contextmanager
+def serve_ort(model: Path, name: str, log_dir: Path, *extra: str) -> Iterator[OrtServer]:
+    """benchfleet's ORT server as a real process serving `model` as `name` (extra: more server flags), ready."""
     port = free_port()
-    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(mlp_path), "--name", "mlp", "--port", str(port)]
-    log = tmp_path_factory.mktemp("ort") / "ort.log"
-    with SupervisedProcess(argv, name="ort server", log_path=log, cwd=ROOT) as proc:
+    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(model), "--name", name, "--port", str(port),
+            *extra]  # fmt: skip
+    with SupervisedProcess(argv, name=f"ort server ({name})", log_path=log_dir / "ort.log", cwd=ROOT) as proc:
         url = f"http://127.0.0.1:{port}"
         proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=30)
         yield OrtServer(proc, url)
+
+
+@pytest.fixture(scope="module")
+def ort_server(mlp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OrtServer]:
+    """benchfleet's ORT server as a real process serving the MLP as "mlp"."""
+    with serve_ort(mlp_path, "mlp", tmp_path_factory.mktemp("ort")) as server:
+        yield server

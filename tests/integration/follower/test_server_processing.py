@@ -23,6 +23,7 @@ from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import DataRef, PointSpec, ServerOptions
 from follower.request_data import resolve_request_data, with_client_stages
 from follower.runner import run_backend
+from tests.integration.follower.conftest import serve_ort
 
 pytestmark = pytest.mark.integration
 skimage = pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
@@ -76,28 +77,18 @@ GRPC_PORT: dict[str, int] = {}
 def processing_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Our ORT server with image_imagenet before and topk after inference, serving the classifier raw (HTTP + gRPC)."""
     path, _ = classifier
-    port, GRPC_PORT["port"] = free_port(), free_port()
-    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", "imgcls",
-            "--port", str(port), "--grpc-port", str(GRPC_PORT["port"]),
-            "--preprocess", "image_imagenet", "--postprocess", "topk"]  # fmt: skip
-    log = tmp_path_factory.mktemp("ortproc") / "ort.log"
-    with SupervisedProcess(argv, name="ort server (processing)", log_path=log, cwd=ROOT) as proc:
-        url = f"http://127.0.0.1:{port}"
-        proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=30)
-        yield url
+    GRPC_PORT["port"] = free_port()
+    with serve_ort(path, "imgcls", tmp_path_factory.mktemp("ortproc"), "--grpc-port", str(GRPC_PORT["port"]),
+                   "--preprocess", "image_imagenet", "--postprocess", "topk") as server:  # fmt: skip
+        yield server.url
 
 
 @pytest.fixture(scope="module")
 def plain_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Our ORT server without processors: it takes the client-side preprocessed tensors."""
     path, _ = classifier
-    port = free_port()
-    argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", "imgcls", "--port", str(port)]
-    log = tmp_path_factory.mktemp("ortplain") / "ort.log"
-    with SupervisedProcess(argv, name="ort server (plain)", log_path=log, cwd=ROOT) as proc:
-        url = f"http://127.0.0.1:{port}"
-        proc.wait_ready(http_ready(f"{url}/v2/health/ready"), timeout_s=30)
-        yield url
+    with serve_ort(path, "imgcls", tmp_path_factory.mktemp("ortplain")) as server:
+        yield server.url
 
 
 def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:

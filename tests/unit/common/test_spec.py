@@ -152,6 +152,7 @@ def test_search_is_one_point_and_needs_an_slo() -> None:
         ({"pattern": "trace", "trace": [0.1], "rate": 5}, "load.rate", "must not"),
         ({"pattern": "trace", "trace": [0.3, 0.1, 0.2]}, "load.trace", "entry 1 (0.1 s) is earlier"),
         ({"rate": [100, 1000], "stability": {}}, "load.stability", "set load.window to at least 4.6 s"),
+        ({"rate": 2, "window": "60s", "stability": {}}, "load.stability", "rate must be at least 8 req/s"),
         ({"pattern": "closed"}, "load.concurrency", "required"),
         ({"pattern": "closed", "concurrency": [0]}, "load.concurrency", "whole numbers"),
         ({"rate": 10, "concurrency": 4}, "load.concurrency", "closed"),
