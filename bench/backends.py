@@ -26,7 +26,7 @@ from follower.backends import get_backend  # noqa: E402
 from follower.backends.triton import find_triton  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.loadgen.bodies import build_bodies  # noqa: E402
-from follower.runner import run_backend  # noqa: E402
+from follower.point.runner import run_backend  # noqa: E402
 
 
 class _RawClient:

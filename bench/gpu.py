@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.spec import expand, parse_spec  # noqa: E402
-from follower import hostinfo  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
-from follower.runner import run_backend  # noqa: E402
-from follower.sampler import SamplerConfig  # noqa: E402
+from follower.host import hostinfo  # noqa: E402
+from follower.host.sampler import SamplerConfig  # noqa: E402
+from follower.point.runner import run_backend  # noqa: E402
 from leader.analysis.hardware import ceiling_for  # noqa: E402
 
 

@@ -28,7 +28,7 @@ showed the opposite: 2.2 / 1.4 ms first, then 0.16-0.31 ms). The runs' spread ex
 there (the guest has no cpuidle driver). On the project's 2-core VM (cpuidle driver haltpoll) it is what decides
 the ladder: held at 0 µs (the default, as the follower holds it while points run), ours stayed valid to 10,000
 req/s with steal 1.3%; with the host's idle policy (--cpu-dma-latency -1) to 2,000 req/s with steal 9.9%, since each
-wake-up of a halted vCPU is a hypervisor exit (docs/loadgen/bench_loadgen_2core_wakeup.log, follower/wakeup.py).
+wake-up of a halted vCPU is a hypervisor exit (docs/loadgen/bench_loadgen_2core_wakeup.log, follower/host/wakeup.py).
 
 The endpoint is a trivial asyncio HTTP/1.1 server (fixed 2-byte answer) in its own process on another core; the
 clients run in this process pinned to one core (sched_setaffinity). `POST /stall` makes the server block for 1 s.
@@ -63,10 +63,10 @@ import psutil
 
 from common.procs import SupervisedProcess, free_port
 from common.stats import block_bootstrap_ci
-from follower.cpuplan import isolate_generator_thread
+from follower.host.cpuplan import isolate_generator_thread
+from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
-from follower.wakeup import hold_wakeup_latency
 
 SERVER = r'''
 import asyncio, os, sys, time
@@ -441,7 +441,7 @@ def main() -> None:
         results["cpu_dma_latency_us"] = float(wakeup.held_us if wakeup.held_us is not None else -1)
         # Only now, so the server does not inherit the clients' scheduling (a child takes its parent thread's
         # policy and nice): every client runs as the follower runs its generator, pinned and real-time where
-        # permitted (follower.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.
+        # permitted (follower.host.cpuplan); wrk, Locust and the fresh-process runs inherit it from this thread.
         os.sched_setaffinity(0, {gen_core})
         iso = isolate_generator_thread(frozenset({gen_core}), realtime=not args.no_realtime)
         print(f"clients' scheduling: {iso.describe()}")

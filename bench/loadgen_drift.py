@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from follower.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
-from follower.loadgen import rawhttp
+from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
+from follower.loadgen.transports import rawhttp
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loadgen import BODY, slope, trivial_server  # noqa: E402  (bench/ is not a package)

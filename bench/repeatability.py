@@ -2,13 +2,13 @@
 
 bench/loadgen.py's section 3 repeats a point against a trivial ~0.1 ms endpoint, where 20 µs of host jitter is
 already 15-20% of p50: it measures the host's jitter more than the point. This bench repeats what the issue means by
-"the same point": `follower.runner.run_backend` with the onnxruntime backend serving a canonical model whose service
+"the same point": `follower.point.runner.run_backend` with the onnxruntime backend serving a canonical model whose service
 time is milliseconds (default fc depth 4 width 512, batch 8), Poisson at a moderate rate, the same seed every run,
 the server started and stopped by the runner for every run (as one job's backend would be), warm-up then a measured
 window of --duration seconds.
 
 Each run is done twice, interleaved: with the CPUs' wake-up latency held at 0 µs (the follower's default,
-follower/wakeup.py: idle CPUs poll) and with the host's own idle policy (idle CPUs halt), so the effect of the
+follower/host/wakeup.py: idle CPUs poll) and with the host's own idle policy (idle CPUs halt), so the effect of the
 host's idle states on the spread is a ratio measured in the same run (--no-compare: only the default).
 
 Per run it prints the point's p50 / p99 as the runner reports them (HDR), the runner's 95% CI of the p99 (block
@@ -42,7 +42,7 @@ from common.spec import PointSpec, expand, parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
 from follower.loadgen.openloop import LoadRecords
 from follower.loadgen.verdict import WindowSummary
-from follower.runner import run_backend
+from follower.point.runner import run_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loadgen import pct, slope, spread  # noqa: E402  (bench/ is not a package)

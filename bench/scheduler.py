@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from follower.holding import HeldEntry, HoldingQueue
+from follower.agent.holding import HeldEntry, HoldingQueue
 from leader.domain import Candidate, Gpu, Load, Needs, QueuedJob
 from leader.scheduler.placement import PlacementIndex, Policy
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from follower.cpuplan import GENERATOR_NICE, cpu_times, steal_share
+from follower.host.cpuplan import GENERATOR_NICE, cpu_times, steal_share
 from follower.loadgen import openloop
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns

@@ -119,7 +119,7 @@ class GeneratorPlan(BaseModel):
 
     processes: int
     cores_needed: float  # rate x the follower's learned CPU seconds per request
-    cores_available: int  # cores given to the generator (follower.cpuplan)
+    cores_available: int  # cores given to the generator (follower.host.cpuplan)
     cpu_per_request_us: float
     forced: bool = False  # the operator's follower setting `generators` chose the count
     saturated: bool = False  # more cores were needed than available: the point is invalid

@@ -335,7 +335,7 @@ class ServerOptions(_Strict):
     threads: Annotated[int, Field(gt=0, le=256)] | None = None
     execution_provider: Annotated[str, Field(pattern=r"^[A-Za-z]{1,64}$")] = "CPUExecutionProvider"
     protocol: Literal["http", "grpc"] = "http"
-    # Server-side processors (follower.processing), filled from `data` by expand() when `data.processing: server`.
+    # Server-side processors (follower.servers.processing), filled from `data` by expand() when `data.processing: server`.
     preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
     postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
     # Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider

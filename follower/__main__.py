@@ -5,7 +5,7 @@ import sys
 from pydantic import ValidationError
 
 from common.logs import setup_logging
-from follower.agent import run_agent
+from follower.agent.main import run_agent
 from follower.settings import FollowerSettings
 
 

@@ -55,7 +55,7 @@ class FollowerSettings(BaseSettings):
     # at most one per generator core. N: exactly N, even where they share cores (the plan still marks a point whose
     # rate needs more cores than the generator has as saturated).
     generators: int | None = Field(default=None, ge=1, le=64)
-    # While a job's points run, hold the CPUs' wake-up latency at this many µs through PM QoS (follower/wakeup.py):
+    # While a job's points run, hold the CPUs' wake-up latency at this many µs through PM QoS (follower/host/wakeup.py):
     # 0 keeps idle CPUs polling instead of halting, which removed most of the send lag and run-to-run spread on a
     # VM. "none" leaves the host's idle policy alone.
     cpu_wakeup_latency_us: int | None = Field(default=0, ge=0, le=2_000_000_000)

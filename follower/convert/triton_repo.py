@@ -49,7 +49,7 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         # Server-side processing: benchfleet's own processors (benchfleet_processing.py, copied beside this file from
-        # follower/processing.py; never user code) turn the raw BYTES input into the model's tensor and the output
+        # follower/servers/processing.py; never user code) turn the raw BYTES input into the model's tensor and the output
         # into one JSON document per row.
         self.preprocess = params.get("preprocess") or None
         self.postprocess = params.get("postprocess") or None

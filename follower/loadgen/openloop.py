@@ -20,7 +20,7 @@ uvloop, the ORT server on the same host, tiny MLP, Poisson, 8 s per run):
   stretch, which removed most of the polling (bench/loadgen.py, 1000 req/s: 788 -> 251 µs CPU per request).
   The figures below predate that change.
 
-For http:// URLs the open loop sends through follower.loadgen.rawhttp (a minimal keep-alive HTTP/1.1 client on
+For http:// URLs the open loop sends through follower.loadgen.transports.rawhttp (a minimal keep-alive HTTP/1.1 client on
 asyncio Protocols) instead of aiohttp, which spent most of the rest of the CPU per request; the four timestamps,
 status, stage timings and error accounting are the same (first byte = the answer's first bytes arriving). The
 dispatcher writes each raw request itself and answers arrive through callbacks (no task per request): the hop from
@@ -29,7 +29,7 @@ dispatcher to task was measured at p99 0.65-12 ms of send lag at 2000-5000 req/s
 Where send lag comes from on a shared VM (bench/send_lag_causes.py): not GC (no collection runs while requests are
 due: the collector is off for the run), not the timer (the timerfd + 150 µs spin; 50 µs and 500 µs were both
 worse), but the generator thread waiting for its core behind other processes (14-64% of a run at nice -10, which
-session autogroups make useless against other sessions) and hypervisor steal. follower.cpuplan therefore runs the
+session autogroups make useless against other sessions) and hypervisor steal. follower.host.cpuplan therefore runs the
 generator thread under SCHED_FIFO where permitted; what remains above 1 ms p99 tracks the steal share of the run.
 
 Measured (ms, send lag p50 / p99 / max, generator CPU share; two 8 s Poisson runs each; bench/loadgen_send_lag.py):
@@ -64,7 +64,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-from follower.loadgen.rawhttp import RawHttpSession, expire
+from follower.loadgen.transports.rawhttp import RawHttpSession, expire
 
 Timer = Literal["thread", "yield"]
 TIMERS: tuple[str, ...] = ("thread", "yield")
@@ -628,10 +628,10 @@ class _Pending:
 def new_session(max_concurrency: int, timeout_s: float = 30.0, url: str | None = None) -> aiohttp.ClientSession:
     """An aiohttp session whose pool holds at most `max_concurrency` connections (waiters still count as late).
 
-    For a grpc:// `url` it is a follower.loadgen.grpc_client.GrpcSession instead: the same post/close interface.
+    For a grpc:// `url` it is a follower.loadgen.transports.grpc_client.GrpcSession instead: the same post/close interface.
     """
     if url is not None and url.startswith("grpc://"):
-        from follower.loadgen.grpc_client import GrpcSession
+        from follower.loadgen.transports.grpc_client import GrpcSession
 
         return GrpcSession(max_concurrency, timeout_s)  # type: ignore[return-value]
     connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False)

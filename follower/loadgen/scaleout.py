@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.results import GeneratorPlan
-from follower.cpuplan import isolate_generator_thread
+from follower.host.cpuplan import isolate_generator_thread
 from follower.loadgen.openloop import LoadRecords, drive
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).

@@ -166,7 +166,7 @@ class KServeModel:
         self.max_queue_delay_ns = max_queue_delay_us * 1000
         self._pending: list[_Pending] = []
         self._wakeup: asyncio.Event | None = None
-        # Server-side processing (follower.processing): the model's one input is then taken raw (BYTES [N, 1]) and
+        # Server-side processing (follower.servers.processing): the model's one input is then taken raw (BYTES [N, 1]) and
         # preprocessed here, and/or its one output is postprocessed into one JSON document per row.
         self.preprocess = preprocess
         self.postprocess = postprocess
@@ -213,7 +213,7 @@ class KServeModel:
 
     def _apply_processing(self) -> None:
         """Rewrite the served signature for server-side processing (raw BYTES in, JSON BYTES out); checks the names."""
-        from follower.processing import RAW_INPUT_SHAPE, get_processor
+        from follower.servers.processing import RAW_INPUT_SHAPE, get_processor
 
         self._engine_inputs = {k: dict(v) for k, v in self.inputs.items()}
         if self.preprocess:
@@ -238,7 +238,7 @@ class KServeModel:
         if self.preprocess is None and self.postprocess is None:
             arrays, queue_ns, infer_ns = await self.submit(feeds, names, submitted_ns)
             return arrays, queue_ns, infer_ns, {}
-        from follower.processing import server_postprocess, server_preprocess
+        from follower.servers.processing import server_postprocess, server_preprocess
 
         loop = asyncio.get_running_loop()
         stages = {"preprocess_ns": 0, "postprocess_ns": 0}
@@ -569,8 +569,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-delay-us", type=int, default=0, help="dynamic batching: longest wait to fill a batch")
     parser.add_argument("--cpus", default=None, help="comma-separated CPU ids to pin the server to (default: unpinned)")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the follower) is gone")
-    parser.add_argument("--preprocess", default=None, help="server-side preprocessor (follower.processing): raw input")
-    parser.add_argument("--postprocess", default=None, help="server-side postprocessor (follower.processing)")
+    parser.add_argument("--preprocess", default=None, help="server-side preprocessor (follower.servers.processing): raw input")
+    parser.add_argument("--postprocess", default=None, help="server-side postprocessor (follower.servers.processing)")
 
 
 def pin_cpus(spec: str | None) -> set[int] | None:

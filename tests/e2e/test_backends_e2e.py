@@ -127,7 +127,7 @@ def test_image_job_with_processing_on_either_side(fleet, canon: str, processing:
     import zipfile
 
     pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
-    from follower.processing import raw_sample_images
+    from follower.servers.processing import raw_sample_images
     from tests.integration.follower.test_server_processing import image_classifier
 
     buf = io.BytesIO()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from follower import hostinfo
+from follower.host import hostinfo
 from tests.e2e.test_walking_skeleton import _wait_done
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.jobs import PointReport
-from follower.outbox import Outbox
+from follower.link.outbox import Outbox
 from tests.faults.outcomes import record
 from tests.integration.leader.conftest import point_result
 

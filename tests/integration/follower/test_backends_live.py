@@ -14,7 +14,7 @@ from common.spec import expand, parse_spec
 from follower.backends import get_backend
 from follower.backends.tfserving import find_tfserving
 from follower.backends.triton import find_triton, why_no_triton
-from follower.runner import run_backend
+from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
@@ -75,7 +75,7 @@ def test_triton_dynamic_batching_merges_requests(canon: tuple[Path, ModelMeta], 
             backend.wait_ready(60)
             import aiohttp  # noqa: F401 - the runner's client; the load is driven through run_point below
 
-            from follower.runner import run_point
+            from follower.point.runner import run_point
 
             result = asyncio.run(run_point(backend, points[0], url=backend.infer_url(model), model=model, env_base={},
                                            slo=None, backend_version=backend.version(), cold_start=None))
@@ -97,7 +97,7 @@ def test_no_server_outlives_a_cancelled_job(canon: tuple[Path, ModelMeta], tmp_p
     async def main() -> None:
         for name in backends:
             started = asyncio.Event()
-            import follower.runner as runner
+            import follower.point.runner as runner
 
             original = runner.get_backend
 

@@ -19,9 +19,9 @@ from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import expand, parse_spec
 from follower.loadgen.bodies import build_bodies
-from follower.loadgen.grpc_client import grpc_url, model_prefix
 from follower.loadgen.openloop import drive
-from follower.runner import run_backend
+from follower.loadgen.transports.grpc_client import grpc_url, model_prefix
+from follower.point.runner import run_backend
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
 from tests.integration.follower.conftest import ROOT

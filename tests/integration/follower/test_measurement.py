@@ -13,7 +13,7 @@ from common.models import ModelMeta
 from common.results import PointResult, WindowStat
 from common.spec import SLO, PointSpec, SearchSpec, Stability
 from common.stats import decode, merge
-from follower.runner import run_backend
+from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 

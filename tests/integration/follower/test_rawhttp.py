@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from follower.loadgen.rawhttp import HttpError, RawHttpSession
+from follower.loadgen.transports.rawhttp import HttpError, RawHttpSession
 
 RESPONSES = {
     b"/cl": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello",

@@ -16,7 +16,7 @@ from common.results import PointResult
 from common.spec import SLO, PointSpec
 from follower.loadgen.openloop import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
-from follower.runner import run_backend
+from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 

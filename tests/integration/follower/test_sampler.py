@@ -14,10 +14,10 @@ import pytest
 from common.models import ModelMeta
 from common.spec import PointSpec
 from follower.backends import get_backend
+from follower.host.sampler import ResourceSampler, SamplerConfig, Window, _Nvml, summarize
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.schedule import point_offsets_ns
-from follower.runner import run_backend
-from follower.sampler import ResourceSampler, SamplerConfig, Window, _Nvml, summarize
+from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 

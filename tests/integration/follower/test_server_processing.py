@@ -21,8 +21,8 @@ import pytest
 from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import DataRef, PointSpec, ServerOptions
-from follower.request_data import resolve_request_data, with_client_stages
-from follower.runner import run_backend
+from follower.attempt.request_data import resolve_request_data, with_client_stages
+from follower.point.runner import run_backend
 from tests.integration.follower.conftest import serve_ort
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def plain_server(classifier: tuple[Path, ModelMeta], tmp_path_factory: pytest.Te
 
 def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:
     """In-process: the same preprocessor, onnxruntime in this process, argmax."""
-    from follower.processing import image_to_tensor
+    from follower.servers.processing import image_to_tensor
 
     batch = np.stack([image_to_tensor(img, SIDE) for img in images])
     logits = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"image": batch})[0]
@@ -103,7 +103,7 @@ def reference_top1(model_path: Path, images: list[bytes]) -> list[int]:
 def test_server_side_processing_answers_the_in_process_top1(
     classifier: tuple[Path, ModelMeta], processing_server: str, plain_server: str
 ) -> None:
-    from follower.processing import raw_sample_images
+    from follower.servers.processing import raw_sample_images
 
     path, _ = classifier
     images = raw_sample_images()
@@ -143,8 +143,8 @@ def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], pr
     import grpc
 
     from follower.loadgen.bodies import build_bodies
-    from follower.loadgen.grpc_client import model_prefix
-    from follower.processing import raw_sample_images
+    from follower.loadgen.transports.grpc_client import model_prefix
+    from follower.servers.processing import raw_sample_images
     from protos import grpc_predict_v2_pb2 as pb
     from protos import kserve_v2
 
@@ -212,7 +212,7 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
     whose top-1 matches the in-process reference, and the point reports the server pre-processing stage."""
     from follower.backends import get_backend
     from follower.backends.triton import find_triton, why_no_triton
-    from follower.processing import raw_sample_images
+    from follower.servers.processing import raw_sample_images
 
     if find_triton() is None:
         pytest.skip(why_no_triton())
@@ -271,7 +271,7 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
 def test_torchscript_server_runs_the_processors(tmp_path: Path) -> None:
     """The same processors on our TorchScript server (the shared KServe layer): top-1 equals torch in-process."""
     torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
-    from follower.processing import image_to_tensor, raw_sample_images
+    from follower.servers.processing import image_to_tensor, raw_sample_images
 
     torch.manual_seed(10)
     module = torch.jit.trace(

@@ -16,11 +16,11 @@ import pytest
 
 from common.models import ModelMeta
 from common.spec import ServerOptions, expand, parse_spec
-from follower import hostinfo
 from follower.backends import get_backend
 from follower.backends.artifacts import artifact
-from follower.runner import run_backend
-from follower.sampler import SamplerConfig
+from follower.host import hostinfo
+from follower.host.sampler import SamplerConfig
+from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
@@ -153,7 +153,7 @@ def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMe
 def test_follower_metrics_export_the_gpus() -> None:
     from prometheus_client import generate_latest
 
-    from follower.metrics import FollowerMetrics
+    from follower.agent.metrics import FollowerMetrics
 
     metrics = FollowerMetrics()
     metrics.sample()

@@ -53,7 +53,7 @@ def test_available_backends_keeps_an_operator_list_and_drops_unknown_names() -> 
 
 
 def test_follower_registers_only_available_backends(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from follower.agent import follower_info
+    from follower.agent.main import follower_info
     from follower.settings import FollowerSettings
 
     monkeypatch.setenv("BENCHFLEET_TRITON_HOME", str(tmp_path / "no-triton"))

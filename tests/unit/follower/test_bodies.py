@@ -97,8 +97,8 @@ def test_sample_images_feed_an_image_model_through_the_processor_registry(tmp_pa
     pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
     from common.models import ModelMeta, TensorSpec
     from common.spec import DataRef
+    from follower.attempt.request_data import resolve_samples
     from follower.loadgen.bodies import build_bodies
-    from follower.request_data import resolve_samples
 
     image = TensorSpec(name="x", datatype="FP32", shape=[-1, 3, 32, 32])
     model = ModelMeta(name="img", version="1", format="onnx", inputs=[image],

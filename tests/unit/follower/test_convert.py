@@ -15,7 +15,7 @@ from common.signature import input_mismatches
 from common.spec import DynamicBatching, ServerOptions, parse_spec
 from follower.convert.check import ConversionMismatch, compare, require
 from follower.convert.triton_repo import config_pbtxt
-from follower.processing import get_processor, tokenize, top_k
+from follower.servers.processing import get_processor, tokenize, top_k
 
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
 
@@ -127,7 +127,7 @@ def test_processors() -> None:
 
 def test_sample_images_come_from_scikit_image() -> None:
     pytest.importorskip("skimage", reason="scikit-image (the images extra) is not installed")
-    from follower.processing import sample_images
+    from follower.servers.processing import sample_images
 
     batch = sample_images(3, size=32)
     assert batch.shape == (3, 3, 32, 32) and batch.dtype == np.float32

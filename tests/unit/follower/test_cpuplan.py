@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from follower.cpuplan import GENERATOR_NICE, generator_priority, isolate_generator_thread
+from follower.host.cpuplan import GENERATOR_NICE, generator_priority, isolate_generator_thread
 
 
 def _in_thread(fn):  # type: ignore[no-untyped-def]
@@ -79,7 +79,7 @@ def test_nice_when_realtime_is_off_or_the_core_is_shared(cpus: str | None, realt
 
 _REFUSED_PROBE = """
 import threading
-from follower.cpuplan import isolate_generator_thread
+from follower.host.cpuplan import isolate_generator_thread
 out = {}
 def run():
     iso = isolate_generator_thread(frozenset({min(__import__("os").sched_getaffinity(0))}))
@@ -128,7 +128,7 @@ def test_fifo_granted_has_no_refusal() -> None:
 def test_rt_group_reason_names_the_v2_group_that_holds_the_cpu_controller(monkeypatch: pytest.MonkeyPatch) -> None:
     # The GPU host's layout: the root enables cpu for /process_api, which enables only memory for its children, so
     # the thread in /process_api/<id> is scheduled in /process_api (a non-root group: no real-time runtime).
-    import follower.cpuplan as cpuplan
+    import follower.host.cpuplan as cpuplan
 
     files = {
         "/sys/fs/cgroup/cgroup.subtree_control": "cpuset cpu io memory hugetlb pids",

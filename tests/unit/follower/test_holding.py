@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from follower.holding import HoldingQueue
+from follower.agent.holding import HoldingQueue
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from follower.sampler import ResourceSampler, SamplerConfig, Samples, Window, summarize
+from follower.host.sampler import ResourceSampler, SamplerConfig, Samples, Window, summarize
 
 
 def _samples(power: bool = True) -> Samples:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from follower.host.wakeup import PM_QOS_DEVICE, WakeupHold, cpuidle_driver, hold_wakeup_latency
 from follower.settings import FollowerSettings
-from follower.wakeup import PM_QOS_DEVICE, WakeupHold, cpuidle_driver, hold_wakeup_latency
 
 
 def _current_bound_us() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from common.jobs import PointReport
-from follower.leader_client import LeaderClient, LeaderRejected, StaleAttempt
+from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttempt
 
 log = logging.getLogger(__name__)
 

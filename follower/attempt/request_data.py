@@ -18,8 +18,8 @@ from common.datasets import DataSetMeta, load_samples
 from common.models import ModelMeta, TensorSpec
 from common.results import PointResult
 from common.spec import DataRef
-from follower.leader_client import LeaderClient
-from follower.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, raw_sample_images, sample_images
+from follower.link.leader_client import LeaderClient
+from follower.servers.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, raw_sample_images, sample_images
 
 Samples = dict[str, list[np.ndarray]]
 

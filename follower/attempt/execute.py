@@ -7,46 +7,28 @@ import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
+from follower.agent.metrics import METRICS
+from follower.attempt.model_cache import fetch_model
+from follower.attempt.request_data import resolve_request_data, with_client_stages
+from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
-from follower.leader_client import LeaderClient, LeaderRejected, StaleAttempt
+from follower.host.sampler import SamplerConfig
+from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttempt
+from follower.link.outbox import Outbox
+from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.records import encode_records
-from follower.metrics import METRICS
-from follower.model_cache import fetch_model
-from follower.outbox import Outbox
-from follower.request_data import resolve_request_data, with_client_stages
-from follower.runner import run_backend
-from follower.sampler import SamplerConfig
+from follower.point.runner import run_backend
 from follower.settings import FollowerSettings
-from follower.telemetry import ProgressReporter, resolve_address
-from follower.trace_data import resolve_trace
 
 log = logging.getLogger(__name__)
 
 # How often a running attempt looks at its cancel flag (the heartbeat reply sets it).
 CANCEL_POLL_S = 0.1
-
-
-@dataclass
-class AgentState:
-    """What the agent is doing now; read by the heartbeat thread."""
-
-    incarnation: str
-    running_job: str | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def set_running(self, job_id: str | None) -> None:
-        with self._lock:
-            self.running_job = job_id
-
-    def snapshot(self) -> str | None:
-        with self._lock:
-            return self.running_job
 
 
 async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSettings, model_path: Path, env_base: dict) -> None:
@@ -137,21 +119,20 @@ def execute(
     *,
     settings: FollowerSettings,
     client: LeaderClient,
-    state: AgentState,
+    incarnation: str,
     env_base: dict,
     cancel: threading.Event | None = None,
 ) -> str:
     """Run the attempt the payload names; returns its outcome (succeeded, failed or stale)."""
     task = JobTask.model_validate(payload)
     JOB_ID.set(task.job_id)  # log lines of this attempt carry the job id (the Celery task runs in a fresh context)
-    claim = Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=state.incarnation)
+    claim = Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=incarnation)
     try:
         task = client.claim(task.job_id, claim)
     except (StaleAttempt, LeaderRejected) as exc:
         log.info("job %s attempt %d is no longer ours (%s); dropping the message", task.job_id, task.attempt, exc)
         return "stale"
     log.info("job %s attempt %d claimed: %d points", task.job_id, task.attempt, len(task.points))
-    state.set_running(task.job_id)
     METRICS.job_started(task)
     outcome = "failed"
     try:
@@ -178,6 +159,6 @@ def execute(
             client.finish(task.job_id, failed)
         return "failed"
     finally:
-        state.set_running(None)  # the job's directory (server logs) stays for inspection
+        # the job's directory (server logs) stays for inspection
         METRICS.job_finished(outcome)
         JOB_ID.set(None)

@@ -6,8 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from follower.gate import Gate
-from follower.holding import HeldEntry, HoldingQueue
+from follower.agent.holding import HeldEntry, HoldingQueue
+from follower.host.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,11 @@ class RunLoop(threading.Thread):
                 with self._lock:
                     self._running = None
                 self.holding.done(entry)
+
+    def running_job(self) -> str | None:
+        """The job id of the attempt running now, if any (the heartbeat reports it)."""
+        with self._lock:
+            return self._running.job_id if self._running is not None else None
 
     def cancel(self, job_ids: list[str]) -> None:
         """The leader withdrew these jobs: drop the held ones and stop the running one (its server is stopped)."""

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from common.models import ModelMeta
-from follower.leader_client import LeaderClient
+from follower.link.leader_client import LeaderClient
 
 
 def _sha256(path: Path) -> str:

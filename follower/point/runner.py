@@ -23,7 +23,9 @@ from common.spec import SLO, PointSpec
 from common.traces import Trace
 from follower.backends import Backend, get_backend
 from follower.backends.stats import server_stats_delta
-from follower.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share, thread_run_queue_ns
+from follower.host.cpuplan import cpu_times, isolate_generator_thread, plan_cpus, steal_share, thread_run_queue_ns
+from follower.host.sampler import ResourceSampler, SamplerConfig, Window, summarize
+from follower.host.wakeup import WakeupHold, hold_wakeup_latency
 from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import LoadRecords, Timer, drive, new_session
@@ -31,8 +33,6 @@ from follower.loadgen.scaleout import COST, drive_processes, merge, plan_generat
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
-from follower.sampler import ResourceSampler, SamplerConfig, Window, summarize
-from follower.wakeup import WakeupHold, hold_wakeup_latency
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ async def run_backend(
 
     `records_sink`, if given, receives each point's raw per-request records and window summary (stage timings,
     generator CPU share and loop lag live there; PointResult has no fields for them yet). While the server runs,
-    the CPUs' wake-up latency is held at `wakeup_latency_us` (follower/wakeup.py; None leaves the host alone).
+    the CPUs' wake-up latency is held at `wakeup_latency_us` (follower/host/wakeup.py; None leaves the host alone).
     """
     plan = plan_cpus()
     backend = get_backend(backend_name, cpus=plan.server, server=points[0].server if points else None)
@@ -122,7 +122,7 @@ def _drive_isolated(
     monitor_factory: Callable[[int], WindowMonitor] | None = None,
     **kwargs: Any,
 ) -> LoadRecords:
-    """Run the generator on its own core at raised priority (see follower.cpuplan), then undo both."""
+    """Run the generator on its own core at raised priority (see follower.host.cpuplan), then undo both."""
     undo = isolate_generator_thread(cpus)
     if undo.fifo_refused:
         # The operator should know why the generator is not real-time: on a shared host it decides the send lag.
@@ -423,7 +423,7 @@ async def _measure_point(
         reasons = [f"{r} (the generator waited {100 * waited:.1f}% of the run for its core)" if "send lag" in r else r
                    for r in reasons]  # fmt: skip
     if wakeup is not None and wakeup.held_us is None:
-        # Idle CPUs halted between requests: every wake-up paid an idle-state exit (follower/wakeup.py).
+        # Idle CPUs halted between requests: every wake-up paid an idle-state exit (follower/host/wakeup.py).
         reasons = [f"{r} (CPU wake-up latency {wakeup.describe()})" if "send lag" in r else r for r in reasons]
     if records.scheduling and "SCHED_FIFO refused" in records.scheduling:
         # A late generator that could not be real-time: the reason says why, so the operator can fix the host.

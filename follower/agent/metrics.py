@@ -70,7 +70,7 @@ class FollowerMetrics:
         self._stop = threading.Event()
         self._nvml: Any = None
 
-    # -- job lifecycle (called by follower.execute) --------------------------------------------------------------
+    # -- job lifecycle (called by follower.attempt.execute) --------------------------------------------------------------
     def job_started(self, task: JobTask) -> None:
         """A claimed attempt starts: points run backend by backend, each backend's points in index order."""
         with self._lock:
@@ -183,5 +183,5 @@ class FollowerMetrics:
         self._stop.set()
 
 
-# One per agent process; follower.execute reports to it.
+# One per agent process; follower.attempt.execute reports to it.
 METRICS = FollowerMetrics()

@@ -10,18 +10,19 @@ import uuid
 from celery import Celery
 
 from common import __version__
-from common.followers import FollowerInfo, Heartbeat
+from common.followers import FollowerInfo
 from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
-from follower import hostinfo
+from follower.agent.heartbeat import Heartbeater
+from follower.agent.holding import HoldingQueue
+from follower.agent.metrics import METRICS
+from follower.agent.runloop import RunLoop
+from follower.attempt.execute import execute
 from follower.backends import available_backends
-from follower.execute import AgentState, execute
-from follower.gate import Gate
-from follower.holding import HoldingQueue
-from follower.leader_client import LeaderClient
-from follower.metrics import METRICS
-from follower.outbox import Outbox
-from follower.runloop import RunLoop
+from follower.host import hostinfo
+from follower.host.gate import Gate
+from follower.link.leader_client import LeaderClient
+from follower.link.outbox import Outbox
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -47,34 +48,6 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     )
 
 
-class Heartbeater(threading.Thread):
-    """Beats every interval; re-registers when the leader no longer knows this incarnation."""
-
-    def __init__(
-        self, settings: FollowerSettings, client: LeaderClient, state: AgentState, info: FollowerInfo, loop: RunLoop | None = None
-    ) -> None:
-        super().__init__(name="heartbeat", daemon=True)
-        self.settings, self.client, self.state, self.info, self.loop = settings, client, state, info, loop
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.settings.heartbeat_interval_s):
-            running = self.state.snapshot()
-            beat = Heartbeat(incarnation=self.state.incarnation, state="busy" if running else "ready", running_job=running)
-            if self.loop is not None:
-                # The leader sees what this follower holds, in run order with estimates, and why it waits.
-                beat = beat.model_copy(update={"held": self.loop.holding.snapshot(), "waiting_reason": self.loop.waiting_reason})
-            try:
-                reply = self.client.heartbeat(self.settings.follower_id, beat)
-                if reply.cancel and self.loop is not None:
-                    self.loop.cancel(reply.cancel)
-                if not reply.known:
-                    log.warning("leader does not know this agent; registering again")
-                    self.client.register(self.info)
-            except Exception as exc:  # a missed beat is logged and retried on the next tick
-                log.warning("heartbeat failed: %s", exc)
-
-
 def env_base_for(settings: FollowerSettings, info: FollowerInfo) -> dict:
     """The environment facts every point result of this follower carries."""
     return {
@@ -86,23 +59,16 @@ def env_base_for(settings: FollowerSettings, info: FollowerInfo) -> dict:
     }
 
 
-def build_celery(
-    settings: FollowerSettings, client: LeaderClient, state: AgentState, info: FollowerInfo, holding: HoldingQueue | None = None
-) -> Celery:
-    """The Celery app whose one task accepts a job into the holding queue (or, without one, runs it at once)."""
+def build_celery(settings: FollowerSettings, holding: HoldingQueue) -> Celery:
+    """The Celery app whose one task accepts a job into the holding queue; the run loop orders and runs it."""
     app = make_celery(settings.redis_url, f"benchfleet-follower-{settings.follower_id}")
-    env_base = env_base_for(settings, info)
 
     @app.task(name=RUN_JOB_TASK)
     def run_job(payload: dict) -> str:
-        if holding is not None:
-            # Accept only: the job is on disk when this returns and the message is acked; the run loop orders and runs it.
-            entry = holding.accept(payload)
-            log.info(
-                "job %s attempt %d held (estimate %.1fs, %d held)", entry.job_id, entry.attempt, entry.estimate_s, len(holding)
-            )
-            return "held"
-        return execute(payload, settings=settings, client=client, state=state, env_base=env_base)
+        # Accept only: the job is on disk when this returns and the message is acked.
+        entry = holding.accept(payload)
+        log.info("job %s attempt %d held (estimate %.1fs, %d held)", entry.job_id, entry.attempt, entry.estimate_s, len(holding))
+        return "held"
 
     return app
 
@@ -112,28 +78,28 @@ def run_agent(settings: FollowerSettings) -> None:
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
     METRICS.start(settings.metrics_host, settings.metrics_port)
-    state = AgentState(incarnation=uuid.uuid4().hex)
+    incarnation = uuid.uuid4().hex
     client = LeaderClient(settings.leader_url, settings.token.get_secret_value())
-    info = follower_info(settings, state.incarnation)
+    info = follower_info(settings, incarnation)
     client.register(info)
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",
-        settings.follower_id, state.incarnation[:8], ",".join(info.backends), len(info.gpus), platform.node(),
+        settings.follower_id, incarnation[:8], ",".join(info.backends), len(info.gpus), platform.node(),
     )
     holding = HoldingQueue(settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s)
     gate = Gate(check_gpu=settings.wait_for_gpu, max_host_cpu_percent=settings.max_host_cpu_percent)
     env_base = env_base_for(settings, info)
 
     def run_held(payload: dict, cancel: threading.Event) -> str:
-        return execute(payload, settings=settings, client=client, state=state, env_base=env_base, cancel=cancel)
+        return execute(payload, settings=settings, client=client, incarnation=incarnation, env_base=env_base, cancel=cancel)
 
     loop = RunLoop(holding, gate, run_held)
     loop.start()
-    heart = Heartbeater(settings, client, state, info, loop)
+    heart = Heartbeater(settings, client, info, loop)
     heart.start()
     # Reports a previous run buffered but never got acknowledged: offer them (the leader drops stale attempts).
     threading.Thread(target=Outbox(settings.work_dir / "outbox").flush, args=(client,), name="outbox", daemon=True).start()
-    app = build_celery(settings, client, state, info, holding)
+    app = build_celery(settings, holding)
     try:
         app.worker_main(
             [

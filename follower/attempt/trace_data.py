@@ -6,8 +6,8 @@ from pathlib import Path
 
 from common.spec import JobSpec, TraceRef
 from common.traces import Trace, load_trace
-from follower.leader_client import LeaderClient
-from follower.request_data import fetch_data
+from follower.attempt.request_data import fetch_data
+from follower.link.leader_client import LeaderClient
 
 
 def resolve_trace(spec: JobSpec, *, client: LeaderClient | None, cache_dir: Path) -> Trace | None:

@@ -1,0 +1,42 @@
+"""The heartbeat thread: tells the leader what this follower runs and holds; re-registers when forgotten."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from common.followers import FollowerInfo, Heartbeat
+from follower.agent.runloop import RunLoop
+from follower.link.leader_client import LeaderClient
+from follower.settings import FollowerSettings
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeater(threading.Thread):
+    """Beats every interval; re-registers when the leader no longer knows this incarnation."""
+
+    def __init__(self, settings: FollowerSettings, client: LeaderClient, info: FollowerInfo, loop: RunLoop) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.settings, self.client, self.info, self.loop = settings, client, info, loop
+        self.stopped = threading.Event()
+
+    def beat(self) -> Heartbeat:
+        """This moment's heartbeat: the running job, what is held (in run order, with estimates) and why it waits."""
+        running = self.loop.running_job()
+        return Heartbeat(
+            incarnation=self.info.incarnation, state="busy" if running else "ready", running_job=running,
+            held=self.loop.holding.snapshot(), waiting_reason=self.loop.waiting_reason,
+        )  # fmt: skip
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.settings.heartbeat_interval_s):
+            try:
+                reply = self.client.heartbeat(self.settings.follower_id, self.beat())
+                if reply.cancel:
+                    self.loop.cancel(reply.cancel)
+                if not reply.known:
+                    log.warning("leader does not know this agent; registering again")
+                    self.client.register(self.info)
+            except Exception as exc:  # a missed beat is logged and retried on the next tick
+                log.warning("heartbeat failed: %s", exc)
