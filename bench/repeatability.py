@@ -40,7 +40,7 @@ import numpy as np
 from common.results import PointResult
 from common.spec import PointSpec, expand, parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
-from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary
 from follower.point.runner import run_backend
 

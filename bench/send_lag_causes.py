@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from follower.host.cpuplan import GENERATOR_NICE, cpu_times, steal_share
-from follower.loadgen import openloop
+from follower.loadgen import openloop, timing
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
@@ -48,7 +48,7 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
     dispatch = np.full(len(offsets), -1, dtype=np.int64)
     original_launch = openloop._Driver.launch
-    original_spin = openloop.TIMERFD_SPIN_NS
+    original_spin = timing.TIMERFD_SPIN_NS
     collections = [0]
 
     gc_at: list[int] = []
@@ -73,7 +73,7 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     elif variant == "timer":
         patch = launch_nothing
     elif variant.startswith("spin="):
-        openloop.TIMERFD_SPIN_NS = int(variant.split("=", 1)[1]) * 1000
+        timing.TIMERFD_SPIN_NS = int(variant.split("=", 1)[1]) * 1000
     undo = _priority(variant)
     if patch is not None:
         openloop._Driver.launch = patch  # type: ignore[method-assign]
@@ -85,7 +85,7 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     finally:
         gc.callbacks.remove(on_gc)
         openloop._Driver.launch = original_launch  # type: ignore[method-assign]
-        openloop.TIMERFD_SPIN_NS = original_spin
+        timing.TIMERFD_SPIN_NS = original_spin
         undo()
     steal = steal_share(before, cpu_times()) or 0.0
     sched1, wall = _schedstat(), time.monotonic_ns() - wall0

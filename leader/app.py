@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
 from motor.motor_asyncio import AsyncIOMotorClient
 
-from leader.api import errors
+from leader.api import API_PREFIX, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import data, followers, health, jobs, models, progress, records, tokens
@@ -31,7 +31,6 @@ from leader.web import pages as web_pages
 
 log = logging.getLogger(__name__)
 
-API_PREFIX = "/api/v1"
 # Fail a request within seconds when PerfDB is unreachable rather than hang for pymongo's default 30 s.
 SERVER_SELECTION_TIMEOUT_MS = 5000
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.bundle import ONNX_MEMBER, BundleError, read_member, read_meta
+from common.errors import InvalidSpec
 from common.models import ModelMeta, TensorSpec
+from common.onnx_signature import read_signature
 from common.signature import input_mismatches
 from common.spec import JobSpec
 
@@ -19,24 +21,10 @@ class SignatureMismatch(RuntimeError):
 
 
 def _onnx_inputs(data: bytes) -> list[TensorSpec]:
-    import onnx
-
-    model = onnx.load_model_from_string(data)
-    names = {
-        onnx.TensorProto.FLOAT: "FP32", onnx.TensorProto.DOUBLE: "FP64", onnx.TensorProto.FLOAT16: "FP16",
-        onnx.TensorProto.INT64: "INT64", onnx.TensorProto.INT32: "INT32", onnx.TensorProto.INT8: "INT8",
-        onnx.TensorProto.UINT8: "UINT8", onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.STRING: "BYTES",
-        onnx.TensorProto.INT16: "INT16", onnx.TensorProto.UINT16: "UINT16",
-    }  # fmt: skip
-    weights = {init.name for init in model.graph.initializer}
-    out = []
-    for value in model.graph.input:
-        if value.name in weights:
-            continue
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
-        out.append(TensorSpec(name=value.name, datatype=names.get(tensor.elem_type, "BYTES"), shape=shape))
-    return out
+    try:
+        return read_signature(data)[0]
+    except InvalidSpec as exc:
+        raise SignatureMismatch(f"the model file: {exc}") from None
 
 
 def file_inputs(model: ModelMeta, model_path: Path) -> list[TensorSpec] | None:

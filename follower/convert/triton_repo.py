@@ -11,14 +11,10 @@ import json
 import shutil
 from pathlib import Path
 
+from common.datatypes import V2_TO_TRITON
 from common.models import ModelMeta, TensorSpec
 from common.spec import MAX_BATCH, ServerOptions
-
-V2_TO_TRITON = {
-    "BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING",
-}  # fmt: skip
+from follower.servers import processing as processors
 
 # The python backend's model: one ORT session per instance; a dynamic batch arrives as several requests, which are
 # concatenated along the batch axis, run once, and split back. Written verbatim into NAME/1/model.py.
@@ -185,7 +181,7 @@ def write_repository(onnx_file: Path, model: ModelMeta, repo: Path, server: Serv
     processing = bool(server.preprocess or server.postprocess)
     if processing:
         # benchfleet's processors beside the model (the stub ignores PYTHONPATH but puts the model's dir on sys.path).
-        shutil.copyfile(Path(__file__).resolve().parents[1] / "processing.py", version_dir / "benchfleet_processing.py")
+        shutil.copyfile(str(processors.__file__), version_dir / "benchfleet_processing.py")
     if not onnxruntime_backend or processing:
         (version_dir / "model.py").write_text(PYTHON_MODEL)
     return model_dir

@@ -7,15 +7,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import orjson
 
+from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY, raw_contents
 from common.models import TensorSpec
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
 DEFAULT_VARIANTS = 16
-_INT_KINDS = {
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-}  # fmt: skip
-_FLOAT_KINDS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
 
 
 def resolve_shape(shape: Sequence[int], batch_size: int) -> list[int]:
@@ -27,29 +23,18 @@ def synthetic_data(spec: TensorSpec, shape: Sequence[int], rng: np.random.Genera
     """Flat JSON-ready values of the spec's datatype: normal floats, small non-negative ints, bools, short strings."""
     n = int(np.prod(shape)) if len(shape) else 1
     dt = spec.datatype
-    if dt in _FLOAT_KINDS:
+    if dt in FLOAT_DATATYPES:
         # Through the target dtype and back, so the values are exactly representable in it (FP16 included).
-        return rng.standard_normal(n).astype(_FLOAT_KINDS[dt]).astype(np.float64).tolist()
-    if dt in _INT_KINDS:
+        return rng.standard_normal(n).astype(V2_TO_NUMPY[dt]).astype(np.float64).tolist()
+    if dt in INT_DATATYPES:
         # Small non-negative values fit every integer type and are safe as indices (token ids, classes).
-        return rng.integers(0, min(100, int(np.iinfo(_INT_KINDS[dt]).max) + 1), size=n).tolist()
+        return rng.integers(0, min(100, int(np.iinfo(V2_TO_NUMPY[dt]).max) + 1), size=n).tolist()
     if dt == "BOOL":
         return rng.integers(0, 2, size=n).astype(bool).tolist()
     if dt == "BYTES":
         letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
         return ["".join(rng.choice(letters, size=8)) for _ in range(n)]
     raise ValueError(f"input {spec.name!r}: unsupported datatype {dt}")
-
-
-def raw_bytes(datatype: str, data: Sequence[object]) -> bytes:
-    """A tensor's raw little-endian contents as KServe v2 gRPC carries them (BYTES: 4-byte length before each)."""
-    if datatype == "BYTES":
-        parts = [v if isinstance(v, bytes) else str(v).encode() for v in data]
-        return b"".join(len(v).to_bytes(4, "little") + v for v in parts)
-    kinds = {**_INT_KINDS, **_FLOAT_KINDS, "BOOL": np.bool_}
-    if datatype not in kinds:
-        raise ValueError(f"unsupported datatype {datatype}")
-    return np.asarray(data, dtype=np.dtype(kinds[datatype]).newbyteorder("<")).tobytes()
 
 
 def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
@@ -61,7 +46,7 @@ def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
         tensor = request.inputs.add()
         tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
         tensor.shape.extend(e["shape"])  # type: ignore[arg-type]
-        request.raw_input_contents.append(raw_bytes(str(e["datatype"]), e["data"]))  # type: ignore[arg-type]
+        request.raw_input_contents.append(raw_contents(str(e["datatype"]), e["data"]))  # type: ignore[arg-type]
     return request.SerializeToString()
 
 
@@ -100,10 +85,9 @@ def sample_entries(
         if _is_raw(samples[spec.name]):
             entries.append(raw_entry(spec.name, [samples[spec.name][r] for r in rows]))
             continue
-        kinds = {**_INT_KINDS, **_FLOAT_KINDS, "BOOL": np.bool_}
-        if spec.datatype not in kinds:
+        if spec.datatype not in V2_TO_NUMPY:
             raise ValueError(f"input {spec.name!r}: datatype {spec.datatype} cannot be fed from request data")
-        batch = np.stack([np.asarray(samples[spec.name][r]) for r in rows]).astype(kinds[spec.datatype])
+        batch = np.stack([np.asarray(samples[spec.name][r]) for r in rows]).astype(V2_TO_NUMPY[spec.datatype])
         if len(batch.shape) != len(spec.shape) or any(d != -1 and d != b for d, b in zip(spec.shape, batch.shape, strict=True)):
             raise ValueError(f"input {spec.name!r}: request data gives shape {list(batch.shape)}, the model takes {spec.shape}")
         entries.append({"name": spec.name, "shape": list(batch.shape), "datatype": spec.datatype,

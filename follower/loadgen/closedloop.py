@@ -12,29 +12,15 @@ import gc
 import time
 from collections.abc import Sequence
 
-import aiohttp
 import numpy as np
 
-from follower.loadgen.openloop import (
-    _HEADERS,
-    STAGES,
-    TICK_NS,
-    TRANSPORT_ERROR,
-    LoadRecords,
-    new_session,
-    parse_stage_timings,
-)
+from follower.loadgen import timing
+from follower.loadgen.records import STAGES, TRANSPORT_ERROR, LoadRecords
+from follower.loadgen.transports import Transport, open_transport
 
 
-async def run_closed_loop(
-    url: str,
-    bodies: Sequence[bytes],
-    concurrency: int,
-    duration_ns: int,
-    *,
-    session: aiohttp.ClientSession,
-) -> LoadRecords:
-    """`concurrency` users POST back-to-back to `url` for `duration_ns`; every request recorded."""
+async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurrency: int, duration_ns: int) -> LoadRecords:
+    """`concurrency` users send back-to-back through `transport` for `duration_ns`; every request recorded."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     sent: list[int] = []
@@ -48,23 +34,20 @@ async def run_closed_loop(
     end_ns = start_ns + duration_ns
     counter = iter(range(1 << 62))
 
+    encoded = [transport.encode(b) for b in bodies]
+
     async def user() -> None:
         while time.monotonic_ns() < end_ns:
             i = next(counter)
-            body = bodies[i % len(bodies)]
+            body = encoded[i % len(encoded)]
             t_sent = time.monotonic_ns()
             t_first, t_done, code, params = -1, -1, TRANSPORT_ERROR, None
             try:
-                async with session.post(url, data=body, headers=_HEADERS) as response:
-                    t_first = time.monotonic_ns()
-                    payload = await response.read()
-                    t_done = time.monotonic_ns()
-                    code = response.status
-                if code == 200:
-                    params = parse_stage_timings(payload)
-                elif not errors:
-                    errors.append(f"HTTP {code}: {payload[:300].decode('utf-8', 'replace')}")
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                answer = await transport.request(body)
+                t_first, t_done, code, params = answer.first_ns, answer.done_ns, answer.status, answer.stages
+                if answer.error is not None and not errors:
+                    errors.append(answer.error)
+            except transport.errors as exc:
                 t_done = time.monotonic_ns()
                 if not errors:
                     errors.append(f"{type(exc).__name__}: {exc}")
@@ -77,18 +60,10 @@ async def run_closed_loop(
                 value = params.get(stage) if params else None
                 stages[stage].append(value if isinstance(value, int) else -1)
 
-    async def ticker() -> None:
-        due = time.monotonic_ns() + TICK_NS
-        while True:
-            await asyncio.sleep(max(0, due - time.monotonic_ns()) / 1e9)
-            now = time.monotonic_ns()
-            lags.append(now - due)
-            due = max(due + TICK_NS, now + 1)
-
     cpu0 = time.process_time_ns()
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    tick = asyncio.get_running_loop().create_task(ticker())
+    tick = asyncio.get_running_loop().create_task(timing.tick(lags))
     try:
         await asyncio.gather(*(user() for _ in range(concurrency)))
     finally:
@@ -124,8 +99,9 @@ def drive_closed(
     import uvloop
 
     async def main() -> LoadRecords:
-        async with new_session(concurrency, timeout_s, url) as session:
-            return await run_closed_loop(url, bodies, concurrency, duration_ns, session=session)
+        # aiohttp for HTTP, as the closed loop has always been measured (the raw client serves the open loop).
+        async with open_transport(url, max_concurrency=concurrency, timeout_s=timeout_s, raw_http=False) as transport:
+            return await run_closed_loop(transport, bodies, concurrency, duration_ns)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main())

@@ -1,33 +1,108 @@
-"""Raw per-request records as one compressed columnar blob (npz of int64/int32 arrays) per point."""
+"""A run's per-request records as a structure of arrays (no per-request Python objects survive a run), and their blob."""
 
 from __future__ import annotations
 
-import io
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from follower.loadgen.openloop import LoadRecords
+from common import records as fmt
+from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR
+
+__all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "LoadRecords", "encode_records"]
+
+
+@dataclass
+class LoadRecords:
+    """A run as a structure of arrays, one entry per scheduled request (absolute monotonic ns; -1 = did not happen)."""
+
+    intended_ns: np.ndarray
+    sent_ns: np.ndarray
+    first_byte_ns: np.ndarray
+    done_ns: np.ndarray
+    status: np.ndarray  # HTTP status, TRANSPORT_ERROR (0) or NOT_SENT (-1)
+    stages_ns: dict[str, np.ndarray]  # server stage timings from "parameters"; -1 where absent
+    start_ns: int
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    loop_lag_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    error_sample: str | None = None
+    timer: str = "yield"
+    # Requests that found max_concurrency in flight at their time: they waited (counted as latency from the
+    # intended time, and as send lag) or were dropped (status DROPPED). Never hidden.
+    capped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    stopped_ns: int | None = None  # when a tick callback ended the run early
+    # Share of the run the generator thread was runnable but waiting for its core (None: not measured here).
+    run_queue_share: float | None = None
+    # The generator thread's scheduling ("fifo", or "nice N (SCHED_FIFO refused: why)"); None: not set here.
+    scheduling: str | None = None
+
+    @classmethod
+    def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
+        """Empty records for a schedule: intended times filled, everything else -1."""
+        n = len(offsets_ns)
+
+        def blank() -> np.ndarray:
+            return np.full(n, -1, dtype=np.int64)
+
+        return cls(
+            intended_ns=start_ns + np.asarray(offsets_ns, dtype=np.int64),
+            sent_ns=blank(),
+            first_byte_ns=blank(),
+            done_ns=blank(),
+            status=np.full(n, NOT_SENT, dtype=np.int32),
+            stages_ns={stage: blank() for stage in STAGES},
+            start_ns=start_ns,
+            timer=timer,
+            capped=np.zeros(n, dtype=bool),
+        )
+
+    def __len__(self) -> int:
+        return len(self.intended_ns)
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Mask of requests answered 200."""
+        return self.status == 200
+
+    @property
+    def sent(self) -> np.ndarray:
+        """Mask of requests that were handed to the HTTP client."""
+        return self.sent_ns >= 0
+
+    @property
+    def cpu_share(self) -> float:
+        """The generator process's CPU time over the run's wall time (1.0 = one core busy)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def window(self, start_ns: int, end_ns: int) -> LoadRecords:
+        """The requests whose *intended* time falls in [start_ns, end_ns); run-level figures are kept."""
+        mask = (self.intended_ns >= start_ns) & (self.intended_ns < end_ns)
+        return LoadRecords(
+            intended_ns=self.intended_ns[mask],
+            sent_ns=self.sent_ns[mask],
+            first_byte_ns=self.first_byte_ns[mask],
+            done_ns=self.done_ns[mask],
+            status=self.status[mask],
+            stages_ns={k: v[mask] for k, v in self.stages_ns.items()},
+            start_ns=start_ns,
+            cpu_s=self.cpu_s,
+            wall_s=self.wall_s,
+            loop_lag_ns=self.loop_lag_ns,
+            error_sample=self.error_sample,
+            timer=self.timer,
+            capped=self.capped[mask] if len(self.capped) == len(mask) else np.zeros(int(mask.sum()), dtype=bool),
+            stopped_ns=self.stopped_ns,
+            run_queue_share=self.run_queue_share,
+            scheduling=self.scheduling,
+        )
 
 
 def encode_records(records: LoadRecords) -> bytes:
-    """The records as an npz: intended/sent/first_byte/done ns, status, capped, and one array per server stage."""
-    arrays: dict[str, np.ndarray] = {
-        "intended_ns": records.intended_ns.astype(np.int64),
-        "sent_ns": records.sent_ns.astype(np.int64),
-        "first_byte_ns": records.first_byte_ns.astype(np.int64),
-        "done_ns": records.done_ns.astype(np.int64),
-        "status": records.status.astype(np.int64),
-        "capped": records.capped.astype(np.int64) if len(records.capped) == len(records) else np.zeros(len(records), np.int64),
-        "start_ns": np.asarray([records.start_ns], dtype=np.int64),
-    }
-    for stage, values in records.stages_ns.items():
-        arrays[f"stage_{stage}"] = values.astype(np.int64)
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def decode_records(data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an `encode_records` blob (no pickles are loaded)."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
+    """The records in the raw-records format (common.records)."""
+    capped = records.capped if len(records.capped) == len(records) else np.zeros(len(records), dtype=bool)
+    columns = {
+        "intended_ns": records.intended_ns, "sent_ns": records.sent_ns, "first_byte_ns": records.first_byte_ns,
+        "done_ns": records.done_ns, "status": records.status, "capped": capped,
+    }  # fmt: skip
+    return fmt.encode(columns, records.stages_ns, records.start_ns)

@@ -20,7 +20,8 @@ import numpy as np
 
 from common.results import GeneratorPlan
 from follower.host.cpuplan import isolate_generator_thread
-from follower.loadgen.openloop import LoadRecords, drive
+from follower.loadgen.openloop import drive
+from follower.loadgen.records import LoadRecords
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
 DEFAULT_CPU_PER_REQUEST_S = 140e-6

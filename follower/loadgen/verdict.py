@@ -9,7 +9,7 @@ import numpy as np
 from common.results import Percentiles
 from common.spec import P99_MIN_SAMPLES, SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
-from follower.loadgen.openloop import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
+from follower.loadgen.records import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server

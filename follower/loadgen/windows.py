@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from common.results import WindowStat
-from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.records import LoadRecords
 
 
 def window_stats(

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 
 import common
@@ -28,9 +27,12 @@ from follower.host.sampler import ResourceSampler, SamplerConfig, Window, summar
 from follower.host.wakeup import WakeupHold, hold_wakeup_latency
 from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.closedloop import drive_closed
-from follower.loadgen.openloop import LoadRecords, Timer, drive, new_session
+from follower.loadgen.openloop import drive
+from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
+from follower.loadgen.timing import Timer
+from follower.loadgen.transports import open_transport
 from follower.loadgen.verdict import WindowSummary, invalid_reasons, slo_met, summarize_window
 from follower.loadgen.windows import WindowMonitor, is_stable, window_stats
 
@@ -162,17 +164,17 @@ async def first_answer(url: str, body: bytes, timeout_s: float) -> None:
     """Send one inference request, retrying briefly, until the server answers 200 (the end of cold start)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    async with new_session(1, min(timeout_s, REQUEST_TIMEOUT_S), url) as session:  # aiohttp, or gRPC for grpc://
+    async with open_transport(url, max_concurrency=1, timeout_s=min(timeout_s, REQUEST_TIMEOUT_S), raw_http=False) as transport:
+        encoded = transport.encode(body)
         while time.monotonic() < deadline:
             try:
-                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-                    payload = await response.read()
-                    if response.status == 200:
-                        return
-                    last = f"HTTP {response.status}: {payload[:300].decode('utf-8', 'replace')}"
-                    if response.status == 400:
-                        break  # our own request is malformed: retrying cannot help
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                answer = await transport.request(encoded)
+                if answer.status == 200:
+                    return
+                last = answer.error or f"status {answer.status}"
+                if answer.status == 400:
+                    break  # our own request is malformed: retrying cannot help
+            except transport.errors as exc:
                 last = f"{type(exc).__name__}: {exc}"
             await asyncio.sleep(0.05)
     raise RuntimeError(f"server at {url} gave no successful inference answer within {timeout_s:g}s: {last}")

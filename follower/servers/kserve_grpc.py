@@ -1,21 +1,24 @@
 """The KServe v2 / Open Inference Protocol over gRPC for benchfleet's own model servers (protos/grpc_predict_v2.proto).
 
-It shares the model, its validation, dynamic batcher and statistics with the HTTP layer (follower.servers.kserve_http)
-and runs on the same event loop: the two protocols are two doors into one engine. Tensors travel as raw bytes
-(`raw_input_contents` / `raw_output_contents`, row-major little-endian) or as typed `contents`; the per-stage timings
-go back in the response's `parameters` as int64 nanoseconds, the same names the HTTP answer carries.
+It shares the engine (validation, dynamic batcher, statistics: follower.servers.engine) with the HTTP door
+(follower.servers.kserve_http) and runs on the same event loop: two doors into one engine. Tensors travel as raw
+bytes (`raw_input_contents` / `raw_output_contents`, row-major little-endian) or as typed `contents`; the per-stage
+timings go back in the response's `parameters` as int64 nanoseconds, the same names the HTTP answer carries.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
 import numpy as np
 
-from follower.servers.kserve_http import V2_TO_NUMPY, BadRequest, KServeModel
+from common.datatypes import raw_contents
+from follower.servers.engine import BadRequest, KServeModel
 from protos import grpc_predict_v2_pb2 as pb
 from protos import grpc_predict_v2_pb2_grpc as pb_grpc
 from protos import kserve_v2
@@ -35,25 +38,15 @@ def decode_request(model: KServeModel, request: pb.ModelInferRequest) -> tuple[d
     feeds: dict[str, np.ndarray] = {}
     for k, tensor in enumerate(request.inputs):
         name = tensor.name
-        spec = model.inputs.get(name)
-        if spec is None:
-            raise BadRequest(f"unknown input {name!r}; the model's inputs are {sorted(model.inputs)}")
         if name in feeds:
             raise BadRequest(f"input {name!r} is given twice")
-        if tensor.datatype != spec["datatype"]:
-            raise BadRequest(f"input {name!r}: datatype {tensor.datatype!r} does not match the model's {spec['datatype']}")
-        if tensor.datatype == "BYTES" and model.preprocess:
+        shape = list(tensor.shape)
+        if any(d < 0 for d in shape):
+            raise BadRequest(f"input {name!r}: shape {shape} has a negative dimension")
+        dtype = model.check_input(name, tensor.datatype, shape)
+        if dtype == np.dtype(object):
             feeds[name] = _bytes_input(name, request, k, tensor)
             continue
-        dtype = V2_TO_NUMPY.get(tensor.datatype)
-        if dtype is None:
-            raise BadRequest(f"input {name!r}: datatype {tensor.datatype} is not supported by this server")
-        shape = list(tensor.shape)
-        model_shape = spec["shape"]
-        if any(d < 0 for d in shape) or len(shape) != len(model_shape) or any(
-            m != -1 and m != d for m, d in zip(model_shape, shape, strict=True)
-        ):
-            raise BadRequest(f"input {name!r}: shape {shape} does not fit the model's {model_shape}")
         count = math.prod(shape)
         if request.raw_input_contents:
             raw = request.raw_input_contents[k]
@@ -66,13 +59,7 @@ def decode_request(model: KServeModel, request: pb.ModelInferRequest) -> tuple[d
             if len(values) != count:
                 raise BadRequest(f"input {name!r}: {len(values)} values in contents do not fill shape {shape}")
             feeds[name] = np.asarray(values, dtype=dtype).reshape(shape)
-    missing = sorted(set(model.inputs) - set(feeds))
-    if missing:
-        raise BadRequest(f"missing inputs {missing}")
-    names = [o.name for o in request.outputs] or list(model.outputs)
-    unknown = [n for n in names if n not in model.outputs]
-    if unknown:
-        raise BadRequest(f"unknown outputs {unknown}; the model's outputs are {sorted(model.outputs)}")
+    names = model.check_request(feeds, [o.name for o in request.outputs] or None)
     return feeds, names
 
 
@@ -96,14 +83,6 @@ def _bytes_input(name: str, request: pb.ModelInferRequest, k: int, tensor: Any) 
     if len(items) != math.prod(shape):
         raise BadRequest(f"input {name!r}: {len(items)} BYTES elements do not fill shape {shape}")
     return np.asarray(items, dtype=object).reshape(shape)
-
-
-def _raw_output(array: np.ndarray) -> bytes:
-    """An output tensor's raw contents: little-endian values, or length-prefixed elements for BYTES."""
-    if array.dtype == np.dtype(object):
-        parts = [v if isinstance(v, bytes) else str(v).encode() for v in array.ravel()]
-        return b"".join(len(v).to_bytes(4, "little") + v for v in parts)
-    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -181,7 +160,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             out = response.outputs.add()
             out.name, out.datatype = name, model.outputs[name]["datatype"]
             out.shape.extend(array.shape)
-            response.raw_output_contents.append(_raw_output(array))
+            response.raw_output_contents.append(raw_contents("BYTES" if array.dtype == np.dtype(object) else out.datatype, array))
         params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": submitted - t_decode,
                   "encode_ns": time.perf_counter_ns() - t_encode, **processing}  # fmt: skip
         for key, value in params.items():
@@ -190,12 +169,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
 
-async def start_grpc(model: KServeModel, host: str, port: int) -> grpc.aio.Server:
-    """A started grpc.aio server for `model` on host:port (loopback by default; no TLS: the follower's own host)."""
+@asynccontextmanager
+async def grpc_door(model: KServeModel, host: str, port: int) -> AsyncIterator[grpc.aio.Server]:
+    """A grpc.aio server for `model` on host:port while the context lasts (loopback; no TLS: the follower's own host)."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     # Under the standard name inference.GRPCInferenceService (protos/kserve_v2.py): any KServe v2 client can call it.
     kserve_v2.add_to_server(InferenceServicer(model), server)
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise RuntimeError(f"cannot bind the gRPC port {host}:{port}")
     await server.start()
-    return server
+    try:
+        yield server
+    finally:
+        await server.stop(grace=1.0)

@@ -2,7 +2,8 @@
 
 Run as `python -m follower.servers.ort_server --model PATH --name NAME --port P`. The session loads in a
 background thread so that `/v2/health/live` answers at once and `/v2/health/ready` turns 200 when the
-model can serve. The HTTP layer, stage timings and dynamic batching live in follower.servers.kserve_http.
+model can serve. The engine (validation, stage timings, dynamic batching) is follower.servers.engine; the HTTP and gRPC doors are
+follower.servers.kserve_http and kserve_grpc; the process plumbing follower.servers.process.
 """
 
 from __future__ import annotations
@@ -15,27 +16,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from common.datatypes import ORT_TO_V2
 from common.devices import GPU_PROVIDERS
-from follower.servers.kserve_http import V2_TO_NUMPY, BadRequest, KServeModel, add_common_args, build_app, pin_cpus, serve
+from follower.servers.engine import KServeModel
+from follower.servers.process import add_common_args, pin_cpus, serve
 
-__all__ = ["ORT_TO_V2", "V2_TO_NUMPY", "BadRequest", "ModelServer", "build_app", "main", "parse_args"]
+__all__ = ["ModelServer", "main", "parse_args"]
 
-# ONNX Runtime's type strings → KServe v2 datatypes.
-ORT_TO_V2: dict[str, str] = {
-    "tensor(bool)": "BOOL",
-    "tensor(uint8)": "UINT8",
-    "tensor(uint16)": "UINT16",
-    "tensor(uint32)": "UINT32",
-    "tensor(uint64)": "UINT64",
-    "tensor(int8)": "INT8",
-    "tensor(int16)": "INT16",
-    "tensor(int32)": "INT32",
-    "tensor(int64)": "INT64",
-    "tensor(float16)": "FP16",
-    "tensor(float)": "FP32",
-    "tensor(double)": "FP64",
-    "tensor(string)": "BYTES",
-}
 
 
 def _dims(shape: list[Any]) -> list[int]:

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from follower.servers.kserve_http import KServeModel, add_common_args, pin_cpus, serve
+from follower.servers.engine import KServeModel
+from follower.servers.process import add_common_args, pin_cpus, serve
 
 
 class TorchScriptServer(KServeModel):

@@ -12,8 +12,8 @@ import pytest
 
 from common.jobs import JobResults
 from common.modelgen import mlp_onnx
+from common.records import decode as decode_records
 from common.stats import decode
-from follower.loadgen.records import decode_records
 from tests.e2e.test_walking_skeleton import _wait_done
 
 pytestmark = pytest.mark.e2e

@@ -1,0 +1,21 @@
+"""The transports behind the load generator's one interface (base.Transport), and the choice of one for a URL."""
+
+from __future__ import annotations
+
+from follower.loadgen.transports.aiohttp_client import AiohttpTransport
+from follower.loadgen.transports.base import Answer, Reply, Transport
+from follower.loadgen.transports.grpc_client import SCHEME as GRPC_SCHEME
+from follower.loadgen.transports.grpc_client import GrpcTransport
+from follower.loadgen.transports.rawhttp import RawHttpTransport
+
+__all__ = ["Answer", "Reply", "Transport", "open_transport"]
+
+
+def open_transport(url: str, *, max_concurrency: int, timeout_s: float, raw_http: bool = True) -> Transport:
+    """The transport for `url`: gRPC for grpc://, our raw HTTP/1.1 client for http:// (a fraction of aiohttp's CPU per
+    request) unless `raw_http` is False, aiohttp otherwise (https://, and where per-request CPU does not matter)."""
+    if url.startswith(GRPC_SCHEME):
+        return GrpcTransport(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
+    if raw_http and url.startswith("http://"):
+        return RawHttpTransport(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
+    return AiohttpTransport(url, max_concurrency=max_concurrency, timeout_s=timeout_s)

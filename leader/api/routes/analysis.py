@@ -2,44 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel
 
 from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from common.errors import NotFound
 from leader.analysis import compare as compare_mod
-from leader.analysis import export, heatmap, records
-from leader.analysis.leaderboard import LeaderboardIndex, to_row
+from leader.analysis import export, heatmap, queries, records
+from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import recommend as recommend_rows
 from leader.api import deps
 from leader.api.deps import Db
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
 
-# Reads need any logged-in user: the viewer role where the role-based auth exists, else the admin token.
-ReadAuth = getattr(deps, "ViewerAuth", None) or deps.AdminAuth
-WriteAuth = getattr(deps, "SubmitterAuth", None) or deps.AdminAuth
+ReadAuth = deps.ViewerAuth
+WriteAuth = deps.SubmitterAuth
 
 router = APIRouter(tags=["analysis"])
-
-
-def get_index(request: Request) -> LeaderboardIndex:
-    """The app's leaderboard index (made on first use; it lives as long as the app)."""
-    index = getattr(request.app.state, "leaderboard_index", None)
-    if index is None:
-        index = request.app.state.leaderboard_index = LeaderboardIndex()
-    return index
-
-
-async def synced_index(request: Request, db: Any) -> LeaderboardIndex:
-    """The index, caught up with PerfDB."""
-    index = get_index(request)
-    await index.sync(db)
-    return index
 
 
 @router.get("/leaderboard", response_model=LeaderboardPage, dependencies=[ReadAuth])
@@ -53,7 +36,7 @@ async def leaderboard(
     offset: int = 0,
 ) -> LeaderboardPage:
     """Every point as a row, sorted and filtered server-side (`filter=backend:triton`, `filter=p99<20`)."""
-    index = await synced_index(request, db)
+    index = await queries.synced_index(request.app.state, db)
     return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset)
 
 
@@ -68,7 +51,7 @@ async def heat_map(
 ) -> heatmap.HeatMap:
     """The analysis page's heat map as data: mean `metric` of valid points over two axes (depth/width/kind too)."""
     heatmap.check_args(metric, x, y)
-    index = await synced_index(request, db)
+    index = await queries.synced_index(request.app.state, db)
     return heatmap.heat_map(index.select(filter or []), metric=metric, x=x, y=y)
 
 
@@ -87,33 +70,11 @@ async def recommend(
 
     `confident=true` holds the SLO against the upper end of each point's p99 95% CI instead of the estimate.
     """
-    index = await synced_index(request, db)
+    index = await queries.synced_index(request.app.state, db)
     return recommend_rows(
         index.select(filter or []), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
         confident=confident,
     )  # fmt: skip
-
-
-async def _job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:
-    """The rows of a job id, or of the job pinned as baseline `baseline:NAME`."""
-    job_id = job_ref
-    if job_ref.startswith("baseline:"):
-        pinned = await store.get_baseline(db, name=job_ref.removeprefix("baseline:"))
-        if pinned is None:
-            raise NotFound(f"no baseline named {job_ref.removeprefix('baseline:')!r}", field=field)
-        job_id = pinned
-    rows = await store.job_rows(db, job_id=job_id)
-    if not rows:
-        raise NotFound(f"job {job_id} has no results", field=field)
-    return rows
-
-
-def _latency_loader(db: Any) -> compare_mod.LatencyLoader:
-    async def load(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
-        blob = await records.load_records(db, job_id=row["job_id"], attempt=row["attempt"], index=row["index"])
-        return records.timed_latencies_ms(records.decode(blob)) if blob else None
-
-    return load
 
 
 @router.get("/compare", response_model=CompareResponse, dependencies=[ReadAuth])
@@ -121,8 +82,7 @@ async def compare(
     db: Db, a: str, b: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD
 ) -> CompareResponse:
     """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney."""
-    a_rows, b_rows = await _job_rows(db, a, "a"), await _job_rows(db, b, "b")
-    return await compare_mod.compare_rows(a_rows, b_rows, a=a, b=b, load_latencies=_latency_loader(db), threshold=threshold)
+    return await queries.compare_jobs(db, a, b, threshold)
 
 
 class BaselineBody(BaseModel):
@@ -144,7 +104,7 @@ async def outliers(
     request: Request, db: Db, name: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.OUTLIER_THRESHOLD
 ) -> OutlierResponse:
     """Jobs named `name` run on several followers: flag the follower whose p99 stands out from the class median."""
-    index = await synced_index(request, db)
+    index = await queries.synced_index(request.app.state, db)
     rows = index.select([f"job_name:{name}"])
     if not rows:
         raise NotFound(f"no results of jobs named {name!r}", field="name")
@@ -177,12 +137,3 @@ async def export_records(job_id: str, index: int, db: Db, format: str = "parquet
         media_type=export.MEDIA[fmt],
         headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-records.{fmt}"'},
     )
-
-
-@router.get("/jobs/{job_id}/report.html", response_class=HTMLResponse, dependencies=[ReadAuth])
-async def job_report(job_id: str, db: Db) -> HTMLResponse:
-    """A self-contained HTML report of the job (inline CSS and SVG; opens offline)."""
-    from leader.web.pages import render_report  # the web package renders; routes stay thin
-
-    html = await render_report(db, job_id=job_id)
-    return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{job_id}-report.html"'})

@@ -19,7 +19,7 @@ from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
 from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
-from leader.onnx_signature import model_signature
+from leader.model_signature import model_signature
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 

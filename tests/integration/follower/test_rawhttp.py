@@ -129,14 +129,16 @@ async def _open_loop(path: str, n: int, gap_ns: int, timeout_s: float = 5.0, **k
     import numpy as np
 
     from follower.loadgen.openloop import run_open_loop
+    from follower.loadgen.transports.rawhttp import RawHttpTransport
 
     connections: list[int] = []
     server = await _serve(connections)
     port = server.sockets[0].getsockname()[1]
     try:
         offsets = np.arange(n, dtype=np.int64) * gap_ns
-        rec = await run_open_loop(f"http://127.0.0.1:{port}{path}", [b'{"x": 1}'], offsets, time.monotonic_ns() + 20_000_000,
-                                  timeout_s=timeout_s, **kwargs)  # type: ignore[arg-type]
+        async with RawHttpTransport(f"http://127.0.0.1:{port}{path}", max_concurrency=256, timeout_s=timeout_s) as transport:
+            rec = await run_open_loop(transport, [b'{"x": 1}'], offsets, time.monotonic_ns() + 20_000_000,
+                                      **kwargs)  # type: ignore[arg-type]
     finally:
         server.close()
         await server.wait_closed()

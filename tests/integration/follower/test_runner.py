@@ -14,7 +14,7 @@ import pytest
 from common.models import ModelMeta
 from common.results import PointResult
 from common.spec import SLO, PointSpec
-from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
 from follower.point.runner import run_backend
 

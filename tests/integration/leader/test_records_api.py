@@ -6,8 +6,8 @@ import uuid
 
 import numpy as np
 
-from follower.loadgen.openloop import LoadRecords
-from follower.loadgen.records import decode_records, encode_records
+from common.records import decode as decode_records
+from follower.loadgen.records import LoadRecords, encode_records
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.integration.leader.test_scheduling import claim, fid
 

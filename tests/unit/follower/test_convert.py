@@ -149,3 +149,22 @@ def test_keras_to_savedmodel_is_checked_against_the_source(tmp_path) -> None:  #
     check = keras_to_savedmodel(model, tmp_path / "sm", example)
     assert check.passed and check.target == "savedmodel"
     assert b"saved_model.pb" in zip_savedmodel(tmp_path / "sm")
+
+
+@pytest.mark.parametrize("elem_type", ["UINT32", "UINT64", "INT8"])
+def test_preflight_reads_every_kserve_datatype_as_the_leader_does(tmp_path: Path, elem_type: str) -> None:
+    """The follower's pre-flight and the leader's upload read one signature (common.onnx_signature): a UINT32 model
+    was once read as BYTES here and refused as a mismatch."""
+    from onnx import TensorProto
+
+    from common.onnx_signature import read_signature
+    from follower.convert.signature import check_before_serving
+    from tests.unit.leader.onnx_models import identity_model
+
+    data = identity_model(elem_type=getattr(TensorProto, elem_type), dims=("batch", 4))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    inputs, _ = read_signature(data)
+    assert inputs == [TensorSpec(name="x", datatype=elem_type, shape=[-1, 4])]
+    model = _meta(inputs, "onnx")
+    check_before_serving(parse_spec({"name": "j", "model": "m:1", "load": {"rate": 10}}), model, path)

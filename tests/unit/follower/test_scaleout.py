@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from follower.loadgen.openloop import LoadRecords
+from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import CpuCost, generator_count, merge, plan_generators, split
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from common.results import Percentiles
 from common.spec import SLO
-from follower.loadgen.openloop import NOT_SENT, TRANSPORT_ERROR, LoadRecords
+from follower.loadgen.records import NOT_SENT, TRANSPORT_ERROR, LoadRecords
 from follower.loadgen.verdict import invalid_reasons, slo_met, summarize_window
 
 MS = 1_000_000

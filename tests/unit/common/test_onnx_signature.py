@@ -7,7 +7,7 @@ from onnx import TensorProto
 
 from common.errors import InvalidSpec
 from common.models import TensorSpec
-from leader.onnx_signature import read_signature
+from common.onnx_signature import read_signature
 from tests.unit.leader.onnx_models import identity_model, linear_model
 
 
@@ -19,7 +19,8 @@ def test_dynamic_batch_becomes_minus_one() -> None:
 
 @pytest.mark.parametrize(
     ("elem_type", "datatype"),
-    [(TensorProto.INT64, "INT64"), (TensorProto.FLOAT16, "FP16"), (TensorProto.DOUBLE, "FP64"), (TensorProto.UINT8, "UINT8")],
+    [(TensorProto.INT64, "INT64"), (TensorProto.FLOAT16, "FP16"), (TensorProto.DOUBLE, "FP64"), (TensorProto.UINT8, "UINT8"),
+     (TensorProto.UINT32, "UINT32"), (TensorProto.UINT64, "UINT64"), (TensorProto.BOOL, "BOOL"), (TensorProto.INT8, "INT8")],
 )
 def test_element_types_map_to_kserve(elem_type: int, datatype: str) -> None:
     inputs, _ = read_signature(identity_model(elem_type=elem_type, dims=(2, 3)))

@@ -1,0 +1,50 @@
+"""The raw-records format: a point's per-request records as one compressed npz of int64 columns, no pickles.
+
+Written by the follower after each point (one blob per point, GridFS bucket `records` on the leader), read by the
+leader's analysis and exports. Times are absolute CLOCK_MONOTONIC ns of the generator's host (-1: did not happen).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import numpy as np
+
+# One entry per scheduled request, in schedule order: intended, sent, first byte and done times, the status (below)
+# and whether the request found the in-flight cap full at its time (1) or not (0).
+COLUMNS = ("intended_ns", "sent_ns", "first_byte_ns", "done_ns", "status", "capped")
+# The run's start (one value), beside the columns.
+START = "start_ns"
+# Server stage timings, one column per stage as `stage_<name>`; -1 where the server reported none.
+STAGE_PREFIX = "stage_"
+STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns", "preprocess_ns", "postprocess_ns")
+# Stages only a server running processors reports (data.processing: server); -1 elsewhere, which means "none ran".
+OPTIONAL_STAGES = ("preprocess_ns", "postprocess_ns")
+
+# Status codes: HTTP statuses (gRPC codes mapped to them), and beside them: never sent (stopped before its time),
+# failed without an answer, and dropped because the in-flight cap was full at its time (cap_policy "drop").
+OK = 200
+NOT_SENT = -1
+TRANSPORT_ERROR = 0
+DROPPED = -2
+
+
+def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], start_ns: int) -> bytes:
+    """The blob of one point's records (every column of COLUMNS, stage columns by name)."""
+    missing = [name for name in COLUMNS if name not in columns]
+    if missing:
+        raise ValueError(f"records lack column(s) {', '.join(missing)}")
+    arrays = {name: np.asarray(columns[name]).astype(np.int64) for name in COLUMNS}
+    arrays[START] = np.asarray([start_ns], dtype=np.int64)
+    for stage, values in stages.items():
+        arrays[f"{STAGE_PREFIX}{stage}"] = np.asarray(values).astype(np.int64)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as ArrayLike
+    return buffer.getvalue()
+
+
+def decode(blob: bytes) -> dict[str, np.ndarray]:
+    """The arrays of a blob by name (allow_pickle stays off)."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}

@@ -1,0 +1,39 @@
+"""HTTP(S) through aiohttp: the general client (TLS, proxies, any framing), at ~150-200 µs of CPU per request."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+
+from follower.loadgen.transports.base import Answer, Transport, http_answer
+
+_HEADERS = {"Content-Type": "application/json"}
+
+
+class AiohttpTransport(Transport):
+    """POSTs each body to the URL over a pool of at most `max_concurrency` keep-alive connections."""
+
+    errors = (TimeoutError, aiohttp.ClientError, OSError)
+
+    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
+        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
+        connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            # Nothing of ours needs cookies or redirects; skipping them saves per-request work.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def request(self, encoded: Any) -> Answer:
+        async with self.session.post(self.url, data=encoded, headers=_HEADERS) as response:
+            first_ns = time.monotonic_ns()
+            payload = await response.read()
+            return http_answer(response.status, first_ns, payload)
+
+    async def close(self) -> None:
+        await self.session.close()

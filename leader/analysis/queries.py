@@ -1,0 +1,88 @@
+"""What the API and the pages both read: the app's leaderboard index, a job's (or baseline's) rows, raw latencies and
+models' compute cost. Analysis computes data; `leader/api` returns it as JSON and `leader/web` draws it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from common.analysis import CompareResponse
+from common.errors import BenchfleetError, NotFound
+from common.results import PointResult
+from leader.analysis import compare, flops, records
+from leader.analysis.leaderboard import LeaderboardIndex
+from leader.store import leaderboard as leaderboard_store
+from leader.store import models as models_store
+
+
+def leaderboard_index(state: Any) -> LeaderboardIndex:
+    """The app's leaderboard index (made on first use; it lives as long as the app), from its `state`."""
+    index = getattr(state, "leaderboard_index", None)
+    if index is None:
+        index = state.leaderboard_index = LeaderboardIndex()
+    return index
+
+
+async def synced_index(state: Any, db: Any) -> LeaderboardIndex:
+    """The app's index, caught up with PerfDB."""
+    index = leaderboard_index(state)
+    await index.sync(db)
+    return index
+
+
+async def job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:
+    """The rows of a job id, or of the job pinned as baseline `baseline:NAME`; NotFound naming `field`."""
+    job_id = job_ref
+    if job_ref.startswith("baseline:"):
+        pinned = await leaderboard_store.get_baseline(db, name=job_ref.removeprefix("baseline:"))
+        if pinned is None:
+            raise NotFound(f"no baseline named {job_ref.removeprefix('baseline:')!r}", field=field)
+        job_id = pinned
+    rows = await leaderboard_store.job_rows(db, job_id=job_id)
+    if not rows:
+        raise NotFound(f"job {job_id} has no results", field=field)
+    return rows
+
+
+def latency_loader(db: Any) -> compare.LatencyLoader:
+    """Loads a row's raw (intended ns, latency ms) for comparisons, None where its records were not kept."""
+
+    async def load(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        blob = await records.load_records(db, job_id=row["job_id"], attempt=row["attempt"], index=row["index"])
+        return records.timed_latencies_ms(records.decode(blob)) if blob else None
+
+    return load
+
+
+async def compare_jobs(db: Any, a: str, b: str, threshold: float) -> CompareResponse:
+    """Job (or baseline) b against a, point by point."""
+    a_rows, b_rows = await job_rows(db, a, "a"), await job_rows(db, b, "b")
+    return await compare.compare_rows(a_rows, b_rows, a=a, b=b, load_latencies=latency_loader(db), threshold=threshold)
+
+
+async def raw_latencies(db: Any, job_id: str, attempt: int, points: list[PointResult]) -> dict[int, np.ndarray]:
+    """Each point's raw latencies (ms from the intended time) by point index, where its records were kept."""
+    out = {}
+    for p in points:
+        blob = await records.load_records(db, job_id=job_id, attempt=attempt, index=p.point.index)
+        if blob:
+            out[p.point.index] = records.latencies_ms(records.decode(blob))
+    return out
+
+
+async def model_cost(db: Any, ref: str) -> flops.ModelCost | None:
+    """A canonical model's analytic FLOPs/bytes per inference (exact), else the estimate from its ONNX weights."""
+    name, _, version = ref.partition(":")
+    try:
+        meta = await models_store.get_model(db, name=name, version=version or None)
+        canon = meta.canonical
+        if canon is not None and canon.flops and canon.bytes:
+            return flops.ModelCost(flops_per_sample=float(canon.flops), weight_bytes=float(canon.bytes))
+        if meta.format != "onnx":
+            return None
+        _, chunks = await models_store.open_model_file(db, name=name, version=version or "latest")
+        data = b"".join([chunk async for chunk in chunks])
+    except BenchfleetError:
+        return None
+    return flops.model_cost(data)

@@ -1,0 +1,79 @@
+"""The roofline and the cost table as data: achieved FLOP/s against arithmetic intensity under each device's ceiling,
+and cost, energy and CO2 per hardware class. `leader/web` draws them."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from leader.analysis import flops, hardware
+from leader.analysis.queries import model_cost
+
+Series = tuple[str, list[float], list[float]]
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Measured series (one per model and device) and ceiling curves (one per device), on one intensity grid."""
+
+    measured: list[Series]
+    ceilings: list[Series]
+
+
+async def roofline(db: Any, rows: list[dict[str, Any]]) -> Roofline:
+    """The valid rows of models whose compute cost is known, placed on the roofline of the devices they ran on."""
+    costs: dict[str, flops.ModelCost | None] = {}
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    devices: set[str] = set()
+    for row in rows:
+        if not row.get("valid") or not row.get("throughput"):
+            continue
+        model = row["model"]
+        if model not in costs:
+            costs[model] = await model_cost(db, model)
+        cost = costs[model]
+        if cost is None:
+            continue
+        batch = max(1, row["batch_size"])
+        achieved = row["throughput"] * batch * cost.flops_per_sample
+        # Per batch: the weights are read once, the FLOPs scale with the batch.
+        intensity = cost.flops_per_sample * batch / cost.weight_bytes
+        name, _ = hardware.ceiling_for(row["hardware"])
+        devices.add(name)
+        xs, ys = series.setdefault(f"{model} on {name}", ([], []))
+        xs.append(intensity)
+        ys.append(achieved)
+    if not series:
+        return Roofline([], [])
+    all_x = [x for xs, _ in series.values() for x in xs]
+    grid = [float(x) for x in np.geomspace(min(all_x) / 4, max(all_x) * 4, 40)]
+    ceilings = []
+    for name in sorted(devices):
+        c = hardware.HARDWARE.get(name, hardware.CPU_DEFAULT)
+        ceilings.append((f"ceiling {name}", grid, [min(c.fp32_flops, c.bandwidth * x) for x in grid]))
+    return Roofline([(label, xs, ys) for label, (xs, ys) in series.items()], ceilings)
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def cost_by_hardware(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per hardware class: points, best throughput, and mean energy, CO2 and cost per 1M requests (None: not measured)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["hardware"], []).append(r)
+    return [
+        {
+            "hardware": hw,
+            "points": len(rs),
+            "throughput": max((r["throughput"] or 0) for r in rs),
+            "energy": _mean([r["energy_wh_per_1m"] for r in rs if r.get("energy_wh_per_1m") is not None]),
+            "co2": _mean([r["co2_g_per_1m"] for r in rs if r.get("co2_g_per_1m") is not None]),
+            "cost": _mean([r["cost_usd_per_1m"] for r in rs if r.get("cost_usd_per_1m") is not None]),
+        }
+        for hw, rs in sorted(groups.items())
+    ]

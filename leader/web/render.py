@@ -1,0 +1,27 @@
+"""The pages' templates and the helpers they use."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+HERE = Path(__file__).parent
+env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+
+
+def num(value: Any, digits: int = 2) -> str:
+    """A number for a table cell; absent (or not measurable) is an em dash, never 0."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+env.globals["num"] = num
+
+
+def render(name: str, **context: Any) -> str:
+    """Render a template."""
+    return env.get_template(name).render(**context)
