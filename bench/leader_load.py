@@ -12,9 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import secrets
-import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -24,10 +21,10 @@ import httpx
 import numpy as np
 import pymongo
 
+from benchfleet.stack import LocalStack
 from common import __version__
 from common.followers import FollowerInfo, Heartbeat
 from common.modelgen import mlp_onnx
-from common.procs import SupervisedProcess, free_port, http_ready
 
 HEARTBEAT_EVERY_S = 0.5  # the tests' interval: 4x the production default rate per follower
 
@@ -40,42 +37,14 @@ load: {{pattern: constant, rate: 20, duration: 1s, warmup: 0s}}
 """
 
 
-def port_open(port: int) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def start_services(workdir: Path, missing_after_s: float = 10.0) -> tuple[list[SupervisedProcess], dict[str, str], str, str]:
-    """Redis, SecantusDB and a leader; returns the processes, the env, the leader URL and the Mongo URI."""
-    redis_port, mongo_port, leader_port = free_port(), free_port(), free_port()
-    redis = SupervisedProcess([shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
-                               "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-                              name="redis", log_path=workdir / "redis.log").start()
-    secantus = str(Path(sys.executable).parent / "secantusd-py")
-    mongo = SupervisedProcess([secantus, "--host", "127.0.0.1", "--port", str(mongo_port), "--storage-path",
-                               str(workdir / "mongo"), "--standalone"], name="mongo", log_path=workdir / "mongo.log").start()
-    redis.wait_ready(lambda: port_open(redis_port), 30)
-    mongo.wait_ready(lambda: port_open(mongo_port), 60)
-    mongo_uri = f"mongodb://127.0.0.1:{mongo_port}/?directConnection=true&retryWrites=false"
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "BENCHFLEET_MONGO_URI": mongo_uri,
-        "BENCHFLEET_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "BENCHFLEET_LEADER_DB_NAME": "bench",
-        "BENCHFLEET_LEADER_PORT": str(leader_port),
-        "BENCHFLEET_LEADER_ADMIN_TOKEN": secrets.token_urlsafe(24),
-        "BENCHFLEET_LEADER_FOLLOWER_TOKEN": secrets.token_urlsafe(24),
-        "BENCHFLEET_LEADER_MISSING_AFTER_S": str(missing_after_s),
-    }
-    leader = SupervisedProcess([sys.executable, "-m", "leader"], name="leader", log_path=workdir / "leader.log", env=env).start()
-    url = f"http://127.0.0.1:{leader_port}"
-    leader.wait_ready(http_ready(f"{url}/healthz"), 60)
-    return [leader, mongo, redis], env, url, mongo_uri
+def start_services(workdir: Path, missing_after_s: float = 10.0) -> LocalStack:
+    """Redis, SecantusDB and a leader (benchfleet.stack), the leader's database named `bench`."""
+    stack = LocalStack(workdir, db_name="bench", base_env={"PATH": "/usr/bin:/bin"},
+                       env={"BENCHFLEET_LEADER_MISSING_AFTER_S": str(missing_after_s)})  # fmt: skip
+    stack.start_redis()
+    stack.start_mongo()
+    stack.start_leader()
+    return stack
 
 
 async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, lat: list[float], errors: list[str]) -> None:
@@ -147,7 +116,8 @@ def main() -> None:
                         help="the leader's heartbeat timeout (10 s is the production default)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-leader-") as tmp:
-        procs, env, url, mongo_uri = start_services(Path(tmp), args.missing_after_s)
+        stack = start_services(Path(tmp), args.missing_after_s)
+        env, url, mongo_uri = stack.env, stack.url, str(stack.mongo_uri)
         try:
             admin = {"Authorization": f"Bearer {env['BENCHFLEET_LEADER_ADMIN_TOKEN']}"}
             upload = httpx.post(f"{url}/api/v1/models", headers=admin, data={"name": "mlp-bench", "version": "1"},
@@ -159,8 +129,7 @@ def main() -> None:
                 states = [d.get("state") for d in mongo["bench"]["followers"].find({}, {"state": 1})]
             leader_log = (Path(tmp) / "leader.log").read_text(errors="replace")
         finally:
-            for proc in procs:
-                proc.stop()
+            stack.close()
     stored = [d["name"] for d in docs]
     expected = set(out["names"])  # type: ignore[arg-type]
     lost = len(expected - set(stored))

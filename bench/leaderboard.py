@@ -12,7 +12,6 @@ import argparse
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,10 +25,12 @@ from pymongo import ASCENDING, MongoClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchfleet.stack import LocalStack  # noqa: E402
+from common.procs import free_port  # noqa: E402
 from leader.app import create_app  # noqa: E402
 from leader.settings import LeaderSettings  # noqa: E402
 from leader.store.leaderboard import COLLECTION, row_from_result  # noqa: E402
-from tests.conftest import free_port, stop_process, wait_for_port  # noqa: E402
+from tests.conftest import wait_for_port  # noqa: E402
 
 TOKEN = "bench-admin-token-000001"
 BACKENDS = ["onnxruntime", "triton", "torchscript", "tfserving"]
@@ -83,24 +84,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-leaderboard-"))
-    mport, rport, lport = free_port(), free_port(), free_port()
-    secantus = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-    mongo = subprocess.Popen(
-        [secantus, "--host", "127.0.0.1", "--port", str(mport), "--storage-path", str(work / "db"), "--standalone"],
-        stdout=(work / "secantus.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    redis = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(rport), "--save", "", "--appendonly", "no"],
-        stdout=(work / "redis.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    lport = free_port()
+    services = LocalStack(work / "services")
     server = None
     thread: threading.Thread | None = None
     try:
-        wait_for_port(mport, mongo, timeout=60)
-        wait_for_port(rport, redis)
-        uri = f"mongodb://127.0.0.1:{mport}/?directConnection=true&retryWrites=false"
+        redis_url, uri = services.start_redis(), services.start_mongo()
         client: MongoClient = MongoClient(uri)
         col = client.bench[COLLECTION]
         col.create_index([("updated_ns", ASCENDING)])
@@ -109,7 +98,7 @@ def main() -> None:
         # over 100k rows is where SecantusDB dropped the connection.
         settings = LeaderSettings(
             mongo_uri=uri,
-            redis_url=f"redis://127.0.0.1:{rport}/0",
+            redis_url=redis_url,
             db_name="bench",
             admin_token=TOKEN,
             follower_token=TOKEN + "f",
@@ -161,8 +150,7 @@ def main() -> None:
             server.should_exit = True
             if thread is not None:
                 thread.join(timeout=15)  # the leader stops before its database does
-        stop_process(redis)
-        stop_process(mongo)
+        services.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

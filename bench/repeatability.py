@@ -37,8 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common.grid import expand
 from common.results import PointResult
-from common.spec import PointSpec, expand, parse_spec
+from common.spec import PointSpec
+from common.specparse import parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary

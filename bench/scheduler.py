@@ -17,13 +17,13 @@ import math
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchfleet.stack import LocalStack
 from follower.agent.holding import HeldEntry, HoldingQueue
 from leader.domain import Candidate, Gpu, Load, Needs, QueuedJob
 from leader.scheduler.placement import PlacementIndex, Policy
@@ -201,67 +201,19 @@ def decision_cost(n_followers: int, n_queued: int, decisions: int) -> dict[str, 
 # --- 3. what the Mongo round trips cost (SecantusDB, the embedded default; a real mongod is faster) ----------
 
 
-def _start(argv: list[str], name: str, workdir: Path, env: dict[str, str], ready: Callable[[], bool]):  # type: ignore[no-untyped-def]
-    from common.procs import SupervisedProcess
-
-    proc = SupervisedProcess(argv, name=name, log_path=workdir / f"{name}.log", env=env)
-    proc.start()
-    proc.wait_ready(ready, timeout_s=60)
-    return proc
-
-
-def _port_open(port: int) -> Callable[[], bool]:
-    import socket
-
-    def check() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
-    return check
-
-
-def _services(workdir: Path) -> tuple[list, str, str]:  # type: ignore[type-arg]
-    import shutil
-
-    from common.procs import free_port
-
-    env = {"PATH": "/usr/bin:/bin"}
-    rport, mport = free_port(), free_port()
-    redis = _start(
-        [
-            shutil.which("redis-server") or "redis-server",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(rport),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        "redis",
-        workdir,
-        env,
-        _port_open(rport),
-    )
-    secantus = str(Path(sys.executable).parent / "secantusd-py")
-    mongo = _start(
-        [secantus, "--host", "127.0.0.1", "--port", str(mport), "--storage-path", ":memory:", "--standalone"],
-        "mongo",
-        workdir,
-        env,
-        _port_open(mport),
-    )
-    return [redis, mongo], f"redis://127.0.0.1:{rport}/0", f"mongodb://127.0.0.1:{mport}/?directConnection=true&retryWrites=false"
+def _services(workdir: Path) -> LocalStack:
+    """Redis and SecantusDB (in memory: this measures round trips, not the disk) through benchfleet.stack."""
+    stack = LocalStack(workdir / "services", base_env={"PATH": "/usr/bin:/bin"})
+    stack.start_redis()
+    stack.start_mongo(in_memory=True)
+    return stack
 
 
 def _template_job() -> dict:  # type: ignore[type-arg]
     """One realistic job document (spec, points, model snapshot) as insert_job stores it, to clone."""
+    from common.grid import estimate_seconds, expand
     from common.models import ModelMeta
-    from common.spec import estimate_seconds, expand, parse_spec_yaml
+    from common.specparse import parse_spec_yaml
     from leader.clock import utcnow
 
     spec = parse_spec_yaml(
@@ -296,15 +248,16 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
     """
     from datetime import timedelta
 
-    from motor.motor_asyncio import AsyncIOMotorClient
+    from pymongo import AsyncMongoClient
 
     from leader.clock import utcnow
     from leader.queue import TaskQueue
     from leader.scheduler.placement import Placer
     from leader.store import followers as followers_store
     from leader.store import jobs as jobs_store
+    from leader.store import placement as placement_store
 
-    client: AsyncIOMotorClient = AsyncIOMotorClient(mongo_uri, tz_aware=True)
+    client: AsyncMongoClient = AsyncMongoClient(mongo_uri, tz_aware=True)
     db = client["bench_scheduler"]
     queue = TaskQueue(redis_url)
     try:
@@ -359,8 +312,8 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
             return (time.perf_counter() - t0) * 1e3
 
         out = {
-            "old_active_loads_ms": await once(lambda: jobs_store.active_loads(db)),
-            "old_queued_scan_ms": await once(lambda: jobs_store.queued_jobs(db, limit=500)),
+            "old_active_loads_ms": await once(lambda: placement_store.active_loads(db)),
+            "old_queued_scan_ms": await once(lambda: placement_store.queued_jobs(db, limit=500)),
         }
         placer = Placer(db=db, queue=queue, interval_s=1.0)
         out["full_load_ms"] = await once(placer.sync)
@@ -400,7 +353,7 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
     finally:
         queue.close()
         await client.drop_database("bench_scheduler")
-        client.close()
+        await client.close()
 
 
 async def claim_cost(db, claimable: list[str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -534,54 +487,29 @@ def live_run(
     workdir: Path, redis_url: str, mongo_uri: str, n_followers: int, mix: list[tuple[float, float]], configs: list
 ) -> tuple[dict[str, dict[str, float]], list[LiveJob]]:
     """Per configuration: a fresh leader (placement policy) and followers (order), the same arrivals of real jobs."""
-    import secrets
     import uuid
 
-    from benchfleet.client import BenchfleetClient
     from common.modelgen import mlp_onnx
-    from common.procs import SupervisedProcess, free_port, http_ready
 
     out: dict[str, dict[str, float]] = {}
     every: list[LiveJob] = []
     for name, policy, order in configs:
-        port = free_port()
-        admin, ftoken = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-        url = f"http://127.0.0.1:{port}"
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONUNBUFFERED": "1",
-            "BENCHFLEET_MONGO_URI": mongo_uri,
-            "BENCHFLEET_REDIS_URL": redis_url,
-            "BENCHFLEET_LEADER_DB_NAME": f"bench_live_{uuid.uuid4().hex[:8]}",
-            "BENCHFLEET_LEADER_PORT": str(port),
-            "BENCHFLEET_LEADER_ADMIN_TOKEN": admin,
-            "BENCHFLEET_LEADER_FOLLOWER_TOKEN": ftoken,
-            "BENCHFLEET_LEADER_PLACEMENT_POLICY": policy,
-            "BENCHFLEET_FOLLOWER_LEADER_URL": url,
-            "BENCHFLEET_FOLLOWER_TOKEN": ftoken,
-            "BENCHFLEET_FOLLOWER_ORDER": order,
-            "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
-            "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
-        }
-        procs: list[SupervisedProcess] = []
+        stack = LocalStack(
+            workdir / f"live-{name}", mongo_uri=mongo_uri, redis_url=redis_url, db_name=f"bench_live_{uuid.uuid4().hex[:8]}",
+            base_env={"PATH": "/usr/bin:/bin"},
+            env={
+                "BENCHFLEET_LEADER_PLACEMENT_POLICY": policy,
+                "BENCHFLEET_FOLLOWER_ORDER": order,
+                "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
+                "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
+            },
+        )  # fmt: skip
         try:
-            leader = SupervisedProcess(
-                [sys.executable, "-m", "leader"], name=f"leader-{name}", log_path=workdir / f"leader-{name}.log", env=env
-            )
-            procs.append(leader.start())
-            leader.wait_ready(http_ready(f"{url}/healthz"), timeout_s=60)
-            with BenchfleetClient(url, admin) as client:
+            leader = stack.start_leader()
+            with stack.client() as client:
                 client.upload_model(mlp_onnx(), name="mlp-live", version="1")
                 for i in range(n_followers):
-                    fenv = {
-                        **env,
-                        "BENCHFLEET_FOLLOWER_FOLLOWER_ID": f"live-{i}",
-                        "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / f"{name}-{uuid.uuid4().hex[:6]}-f{i}"),
-                    }
-                    proc = SupervisedProcess(
-                        [sys.executable, "-m", "follower"], name=f"{name}-f{i}", log_path=workdir / f"{name}-f{i}.log", env=fenv
-                    )
-                    procs.append(proc.start())
+                    stack.start_follower(f"live-{i}", wait=False)
                 leader.wait_ready(lambda: sum(f.state == "ready" for f in client.followers()) == n_followers, timeout_s=90)
                 ids = []
                 t0 = time.monotonic()
@@ -625,8 +553,7 @@ def live_run(
             out[name].update(live_diagnostics(name, order, rows))
             every.extend(rows)
         finally:
-            for proc in reversed(procs):
-                proc.stop()
+            stack.close()
     return out, every
 
 
@@ -755,7 +682,8 @@ def main() -> None:
     if not (args.skip_mongo and args.skip_live):
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
-            services, redis_url, mongo_uri = _services(workdir)
+            services = _services(workdir)
+            redis_url, mongo_uri = str(services.redis_url), str(services.mongo_uri)
             try:
                 if not args.skip_mongo:
                     print(f"3. Mongo round trips (SecantusDB): {args.followers} followers, {args.mongo_jobs} jobs", flush=True)
@@ -782,8 +710,7 @@ def main() -> None:
                         )
                     )  # fmt: skip
             finally:
-                for proc in reversed(services):
-                    proc.stop()
+                services.close()
     print("RESULT scheduler " + " ".join(f"{k}={v}" for k, v in result.items()))
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, cast
 
 import httpx
 import typer
@@ -45,7 +45,7 @@ def _client(url: str, token: str) -> BenchfleetClient:
     return BenchfleetClient(url, token)
 
 
-def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+def _call(fn, *args, **kwargs):
     """Run a client call, turning API and connection errors into one line and an exit code."""
     try:
         return fn(*args, **kwargs)
@@ -110,7 +110,7 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
     """Show one progress bar per point until the job ends (a split job's parts side by side); returns the final job."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    from common.spec import expand
+    from common.grid import expand
 
     points = expand(job.spec)
     per_point_s = job.spec.load.warmup + job.spec.load.max_run_s
@@ -355,10 +355,11 @@ def models_generate(
     token: TokenOpt = "",
 ) -> None:
     """Generate a canonical model (ONNX + TorchScript bundle, both checked against PyTorch; needs the torch extra)."""
-    from follower.convert.canonical import CanonicalSpec, default_name, generate  # torch loads only for this command
+    from follower.convert.canonical import CanonicalSpec, Kind, default_name, generate  # torch loads only for this command
 
     try:
-        spec = CanonicalSpec(kind, depth=depth, width=width, input_size=input_size, seed=seed)  # type: ignore[arg-type]
+        # CanonicalSpec checks the kind itself (a ValueError naming the known ones).
+        spec = CanonicalSpec(cast(Kind, kind), depth=depth, width=width, input_size=input_size, seed=seed)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(EXIT_USAGE) from None

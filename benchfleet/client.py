@@ -180,7 +180,7 @@ class _Calls:
         return _Call("GET", f"{API}/followers", _FOLLOWERS)
 
     @staticmethod
-    def leaderboard(sort: str | None, filters: Mapping[str, str] | None, limit: int | None) -> _Call[Any]:
+    def leaderboard(sort: str | None, filters: Mapping[str, str] | Sequence[str] | None, limit: int | None) -> _Call[Any]:
         return _Call("GET", f"{API}/leaderboard", _json, params={"sort": sort, "filter": _filters(filters), "limit": limit})
 
     @staticmethod

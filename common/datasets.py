@@ -75,7 +75,7 @@ def _inspect_trace(fp: IO[bytes]) -> tuple[int, list[str]]:
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
     try:
-        with np.load(fp, allow_pickle=False) as npz:  # type: ignore[arg-type]
+        with np.load(fp, allow_pickle=False) as npz:
             if not isinstance(npz, np.lib.npyio.NpzFile):
                 raise BadData("not an .npz archive (a single .npy array?)")
             counts = {}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from common.spec import PointSpec
 
@@ -126,10 +127,70 @@ class GeneratorPlan(BaseModel):
     reason: str
 
 
+# Why a point is not valid, as data: pages and tables show the text, code decides on the code.
+ReasonCode = Literal[
+    "no_requests",  # nothing was sent in the measured window
+    "send_lag",  # requests left later than their intended time (p99 over the limit)
+    "rate_missed",  # the achieved rate misses the offered one
+    "too_few",  # too few answers for a p99 claim
+    "generator_saturated",  # the generator's core was busy past the limit during the run
+    "generator_capacity",  # the rate needs more generator cores than the host has (known before the run)
+    "dropped",  # requests dropped at the in-flight cap
+    "errors",  # too many requests failed
+    "server_not_running",  # the server was gone before the point started
+    "server_died",  # the server died during the point
+    "unstable",  # a stability rule was set and the windows did not agree
+    "search_failed",  # no rate of a search was valid and met the SLO
+    "other",  # a reason stored before reasons had codes that matches none of the above
+]
+
+
+class Reason(BaseModel):
+    """One rule a point breaks: a stable code and a sentence a user can act on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: ReasonCode
+    text: str
+
+
+# How reasons stored as plain text (before codes) are read back: the first phrase found decides the code.
+_LEGACY_PHRASES: tuple[tuple[str, ReasonCode], ...] = (
+    ("no request was sent", "no_requests"), ("send lag", "send_lag"), ("achieved rate", "rate_missed"),
+    ("requests completed", "too_few"), ("load generator used", "generator_saturated"),
+    ("load generator", "generator_capacity"), ("dropped", "dropped"), ("requests failed", "errors"),
+    ("not running", "server_not_running"), ("died", "server_died"), ("not stable", "unstable"),
+    ("no rate in", "search_failed"),
+)  # fmt: skip
+
+
+def legacy_reason(text: str) -> Reason:
+    """A reason stored as text only, with the code its wording gives."""
+    code: ReasonCode = next((code for phrase, code in _LEGACY_PHRASES if phrase in text), "other")
+    return Reason(code=code, text=text)
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reasons_from_text(cls, data: Any) -> Any:
+        """Results stored before reasons had codes carry `invalid_reasons` (texts) only: read them as reasons."""
+        if isinstance(data, dict) and "invalid_reasons" in data:
+            data = dict(data)
+            texts = data.pop("invalid_reasons")
+            if "reasons" not in data:
+                data["reasons"] = [legacy_reason(str(t)) for t in texts or []]
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form; mypy objects to decorated properties
+    @property
+    def invalid_reasons(self) -> list[str]:
+        """The reasons' texts, as every view shows them (and as stored documents always carried them)."""
+        return [r.text for r in self.reasons]
 
     point: PointSpec
     started_at: datetime
@@ -145,7 +206,7 @@ class PointResult(BaseModel):
     send_lag_ms: Percentiles | None
     cold_start: ColdStart | None
     valid: bool
-    invalid_reasons: list[str]
+    reasons: list[Reason] = []
     slo_met: bool | None = None
     environment: Environment
     # Measurement-core detail (defaults keep results stored before these existed valid).

@@ -7,9 +7,16 @@ from typing import Any, Protocol
 
 
 class _Tensor(Protocol):
-    name: str
-    datatype: str
-    shape: list[int]
+    """What is compared of a tensor (read-only, as a frozen TensorSpec has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def datatype(self) -> str: ...
+
+    @property
+    def shape(self) -> list[int]: ...
 
 
 def _fits(expected: Sequence[int], actual: Sequence[int]) -> bool:

@@ -23,7 +23,7 @@ from typing import IO
 
 import numpy as np
 
-from common.spec import MAX_DURATION_S
+from common.loadspec import MAX_DURATION_S
 
 # One trace feeds one run; a million arrivals is ~3 min at 5k req/s, far more than one point ever sends.
 MAX_TRACE_FILE_ENTRIES = 1_000_000
@@ -74,10 +74,11 @@ def _input_index(value: object, where: str) -> int:
     if isinstance(value, bool):
         raise BadTrace(f"{where}: input must be a whole number >= 0, got {value!r}")
     if isinstance(value, str):
+        text = value.strip()
         try:
-            value = int(value.strip())
+            value = int(text)
         except ValueError:
-            raise BadTrace(f"{where}: input must be a whole number >= 0, got {value.strip()[:40]!r}") from None
+            raise BadTrace(f"{where}: input must be a whole number >= 0, got {text[:40]!r}") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or value < 0:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
-from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import AsyncMongoClient
 
 from leader.api import API_PREFIX, errors
 from leader.api.deps import Resources
@@ -47,7 +47,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client: AsyncIOMotorClient = AsyncIOMotorClient(
+        client: AsyncMongoClient = AsyncMongoClient(
             settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
         )
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
@@ -84,7 +84,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 await telemetry[0].stop(grace=1.0)
             queue.close()
             await redis.aclose()
-            client.close()
+            await client.close()
 
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
     errors.install(app)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from common.grid import START_COST_S
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,27 @@ class QueuedJob:
     waiting_reason: str | None = None  # the reason last stored, so an unchanged reason is not written again
     model_ref: str = ""  # with the backends and the follower, the key of the estimator's history correction
     part_of: str | None = None  # a part of a split job: placed on a follower of the same hardware class as its siblings
-    measured_s: float | None = None  # the load's seconds within estimate_s (None: estimate_s less 5 s per backend)
+    measured_s: float | None = None  # the load's seconds within estimate_s (None: estimate_s less the start cost per backend)
 
     def measured(self) -> float:
         """The load's seconds the estimator's rate applies to."""
         if self.measured_s is not None:
             return self.measured_s
-        return max(0.0, self.estimate_s - 5.0 * len(self.backends))
+        return max(0.0, self.estimate_s - START_COST_S * len(self.backends))
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """A job's current state as the placer's book reads it (leader/store/jobdocs.py makes it from a document)."""
+
+    job_id: str
+    state: str
+    created_at: datetime
+    updated_at: datetime | None  # the last transition (the change feed reads from there)
+    owner: str
+    split: bool  # a split job: never placed itself, its parts are
+    follower_id: str | None
+    estimate_s: float  # the follower-corrected estimate an active job adds to its follower's load
+    dispatched: bool
+    part_of: str | None
+    queued: QueuedJob  # what placement needs, should the job be queued

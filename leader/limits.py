@@ -7,11 +7,11 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidSpec, TooManyRequests
-from common.spec import JobSpec, expand
 from leader.auth.tokens import Principal
+from leader.jobplan import JobPlan
 from leader.settings import LeaderSettings
 from leader.store import jobs as jobs_store
 
@@ -20,9 +20,9 @@ def _over(value: float | None, limit: float) -> bool:
     return value is not None and value > limit
 
 
-def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
+def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
     """422 naming the first field over this leader's limits (a shared service must not run one user's day-long job)."""
-    load = spec.load
+    load = plan.spec.load
     rates: list[tuple[str, float | None]] = [("load.rate", max(load.rate or [0.0]))]
     rates += [("load.rate_end", getattr(load, "rate_end", None)), ("load.spike_rate", getattr(load, "spike_rate", None))]
     search = getattr(load, "search", None)
@@ -43,7 +43,7 @@ def check_spec_limits(spec: JobSpec, settings: LeaderSettings) -> None:
     for field, value in concurrency:
         if _over(value, settings.max_concurrency):
             raise InvalidSpec(f"{value:g} is over this leader's limit of {settings.max_concurrency}", field=field)
-    points = len(expand(spec))
+    points = len(plan.points)
     if points > settings.max_points:
         raise InvalidSpec(
             f"the grid expands to {points} points; this leader runs at most {settings.max_points} per job",
@@ -62,14 +62,9 @@ def _capped(settings: LeaderSettings, principal: Principal) -> bool:
     return settings.max_waiting_per_user > 0 and not (principal.is_admin and not settings.limit_admins)
 
 
-def jobs_created(spec: JobSpec) -> int:
-    """How many waiting jobs a submission adds: its parts for a split job (the split job itself never waits), else 1."""
-    return len(jobs_store.split_points(expand(spec), spec.split)) if spec.split is not None else 1
-
-
 @contextlib.asynccontextmanager
 async def queue_admission(
-    db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1
+    db: AsyncDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1
 ) -> AsyncIterator[None]:
     """Hold the user's admission lock while checking the cap and (in the body) inserting the job(s)."""
     if not _capped(settings, principal):
@@ -84,7 +79,7 @@ async def queue_admission(
         yield
 
 
-async def check_queue_limit(db: AsyncIOMotorDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1) -> None:
+async def check_queue_limit(db: AsyncDatabase, settings: LeaderSettings, principal: Principal, *, adding: int = 1) -> None:
     """429 when the user's waiting jobs plus the `adding` this submission creates would pass max_waiting_per_user.
 
     Admins are exempt unless limit_admins. A split job adds its parts (each waits and runs as a job of its own).

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from fastapi import FastAPI, Request, Response
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobState
 from common.logs import FOLLOWER_ID, JOB_ID
@@ -65,7 +65,7 @@ class LeaderMetrics:
         self.refresh_errors = Counter("benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.",
                                     registry=self.registry)
 
-    async def refresh(self, db: AsyncIOMotorDatabase, book: JobBook | None = None) -> None:
+    async def refresh(self, db: AsyncDatabase, book: JobBook | None = None) -> None:
         """Refresh the gauges: queues and unfinished jobs from the placer's book when it has loaded, else PerfDB."""
         if book is not None:
             by_state = dict.fromkeys(BOOK_STATES, 0)
@@ -99,7 +99,7 @@ class LeaderMetrics:
 
     async def run(
         self,
-        db: AsyncIOMotorDatabase,
+        db: AsyncDatabase,
         interval_s: float = REFRESH_INTERVAL_S,
         book: Callable[[], JobBook | None] | None = None,
     ) -> None:

@@ -32,7 +32,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing benchfleet and its dependencies into .venv"
     .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c "import fastapi, celery, motor, onnxruntime, hdrh, aiohttp" 
+    .venv/bin/python -c "import fastapi, celery, pymongo, gridfs, onnxruntime, hdrh, aiohttp" 
     echo "$want" > "$stamp"
 fi
 

@@ -2,58 +2,33 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchfleet.stack import LocalStack, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 
 
-def free_port() -> int:
-    """A currently free loopback TCP port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
-    """Poll until something accepts on 127.0.0.1:port, failing fast if the process died."""
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    """Poll until something accepts on 127.0.0.1:port (a server a test started in-process)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on port {port} within {timeout}s")
+    while not port_open(port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listened on port {port} within {timeout}s")
+        time.sleep(0.05)
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL: no process outlives its fixture."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
+@dataclass(frozen=True)
 class Service:
-    """A started server process and where to reach it."""
+    """A started server and where to reach it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, port: int, log: Path) -> None:
-        self.proc, self.url, self.port, self.log = proc, url, port, log
+    url: str
 
 
 @pytest.fixture(scope="session")
@@ -65,43 +40,15 @@ def artifacts_dir() -> Path:
 @pytest.fixture(scope="session")
 def redis_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """A real redis-server on loopback (Debian's binary)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: run scripts/test.sh, which installs it")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    log = workdir / "redis.log"
-    proc = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield Service(proc, f"redis://127.0.0.1:{port}/0", port, log)
-    finally:
-        stop_process(proc)
+    with LocalStack(tmp_path_factory.mktemp("redis")) as stack:
+        yield Service(stack.start_redis())
 
 
 @pytest.fixture(scope="session")
 def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """A real MongoDB wire-protocol server: SecantusDB run as a separate process (it is GPL; never imported)."""
-    binary = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-    if not os.path.exists(binary):
-        pytest.fail("secantusd-py is not installed: run scripts/test.sh, which installs it")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("mongo")
-    log = workdir / "secantus.log"
-    proc = subprocess.Popen(
-        [binary, "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(workdir / "data"), "--standalone"],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc, timeout=60)
-        yield Service(proc, f"mongodb://127.0.0.1:{port}/?directConnection=true&retryWrites=false", port, log)
-    finally:
-        stop_process(proc)
+    with LocalStack(tmp_path_factory.mktemp("mongo")) as stack:
+        yield Service(stack.start_mongo())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -63,8 +63,8 @@ class HoldingQueue:
         for path in sorted(self.directory.glob("*.json")):
             try:
                 doc = json.loads(path.read_text())
-                fields = [doc[k] for k in ("job_id", "attempt", "estimate_s", "accepted_at", "seq", "payload")]
-                entry = HeldEntry(*fields, path=path)
+                fields = {k: doc[k] for k in ("job_id", "attempt", "estimate_s", "accepted_at", "seq", "payload")}
+                entry = HeldEntry(**fields, path=path)
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("dropping unreadable held job %s: %s", path.name, exc)
                 path.unlink(missing_ok=True)

@@ -15,13 +15,13 @@ from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
 from follower.agent.heartbeat import Heartbeater
 from follower.agent.holding import HoldingQueue
-from follower.agent.metrics import METRICS
 from follower.agent.runloop import RunLoop
 from follower.attempt.execute import execute
 from follower.backends import available_backends
 from follower.host import hostinfo
 from follower.host.gate import Gate
 from follower.link.leader_client import LeaderClient
+from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.settings import FollowerSettings
 
@@ -38,10 +38,10 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     return FollowerInfo(
         follower_id=settings.follower_id,
         incarnation=incarnation,
-        host=str(facts["host"]),
-        cpu_model=str(facts["cpu_model"]),
-        cpu_count=int(facts["cpu_count"]),  # type: ignore[call-overload]
-        memory_mb=int(facts["memory_mb"]),  # type: ignore[call-overload]
+        host=facts["host"],
+        cpu_model=facts["cpu_model"],
+        cpu_count=facts["cpu_count"],
+        memory_mb=facts["memory_mb"],
         gpus=hostinfo.gpus(),
         backends=backends,
         version=__version__,

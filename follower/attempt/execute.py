@@ -12,13 +12,13 @@ from typing import Any
 
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
-from follower.agent.metrics import METRICS
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.request_data import resolve_request_data, with_client_stages
 from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
 from follower.host.sampler import SamplerConfig
 from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttempt
+from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.records import encode_records

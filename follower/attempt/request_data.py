@@ -19,9 +19,8 @@ from common.models import ModelMeta, TensorSpec
 from common.results import PointResult
 from common.spec import DataRef
 from follower.link.leader_client import LeaderClient
+from follower.loadgen.bodies import Samples
 from follower.servers.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, raw_sample_images, sample_images
-
-Samples = dict[str, list[np.ndarray]]
 
 
 def fetch_data(client: LeaderClient, data_id: str, cache_dir: Path) -> tuple[Path, DataSetMeta, bool]:

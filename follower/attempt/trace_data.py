@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.spec import JobSpec, TraceRef
+from common.loadspec import TraceRef
+from common.spec import JobSpec
 from common.traces import Trace, load_trace
 from follower.attempt.request_data import fetch_data
 from follower.link.leader_client import LeaderClient

@@ -6,6 +6,7 @@ import logging
 import os
 import platform
 import socket
+from typing import TypedDict
 
 import psutil
 
@@ -57,7 +58,16 @@ def gpus() -> list[GpuInfo]:
         pynvml.nvmlShutdown()
 
 
-def host_facts() -> dict[str, object]:
+class HostFacts(TypedDict):
+    """What a follower tells the leader about its host."""
+
+    host: str
+    cpu_model: str
+    cpu_count: int
+    memory_mb: int
+
+
+def host_facts() -> HostFacts:
     """Host name, CPU model and count, memory in MiB."""
     return {
         "host": socket.gethostname(),

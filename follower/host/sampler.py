@@ -270,7 +270,7 @@ def _integrate_w(t_ns: np.ndarray, watts: np.ndarray, start_ns: int, end_ns: int
         return None
     grid = np.concatenate([[start_ns], t_ns[(t_ns > start_ns) & (t_ns < end_ns)], [end_ns]])
     power = np.interp(grid, t_ns, watts)
-    return float(np.trapezoid(power, grid / 1e9)) if hasattr(np, "trapezoid") else float(np.trapz(power, grid / 1e9))
+    return float(np.trapezoid(power, grid / 1e9))
 
 
 def summarize(samples: Samples, window: Window, config: SamplerConfig) -> Resources:

@@ -68,13 +68,12 @@ def hold_wakeup_latency(max_us: int | None, device: str = PM_QOS_DEVICE) -> Iter
         yield WakeupHold(None, "disabled (BENCHFLEET_FOLLOWER_CPU_WAKEUP_LATENCY_US=none)")
         return
     # Refusals are worked out before yielding, so an error in the caller's block is not chained to them.
+    refused: str | None = None
     try:
         fd = os.open(device, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
         why = "needs root or write access to it" if exc.errno in (errno.EACCES, errno.EPERM) else "no PM QoS here"
         refused = f"{device}: {errno.errorcode.get(exc.errno or 0, exc.errno)} ({why})"
-    else:
-        refused = None
     if refused is not None:
         yield WakeupHold(None, refused)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -12,6 +13,8 @@ from common.models import TensorSpec
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
 DEFAULT_VARIANTS = 16
+# Request data by input name: arrays, or raw samples (bytes, text) that a server-side preprocessor reads.
+Samples = Mapping[str, Sequence[Any]]
 
 
 def resolve_shape(shape: Sequence[int], batch_size: int) -> list[int]:
@@ -45,8 +48,8 @@ def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
     for e in entries:
         tensor = request.inputs.add()
         tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
-        tensor.shape.extend(e["shape"])  # type: ignore[arg-type]
-        request.raw_input_contents.append(raw_contents(str(e["datatype"]), e["data"]))  # type: ignore[arg-type]
+        tensor.shape.extend(cast(list[int], e["shape"]))
+        request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
     return request.SerializeToString()
 
 
@@ -68,7 +71,7 @@ def raw_entry(name: str, values: Sequence[object]) -> dict[str, object]:
 
 
 def sample_entries(
-    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rng: np.random.Generator,
+    inputs: Sequence[TensorSpec], batch_size: int, samples: Samples, rng: np.random.Generator,
     rows: Sequence[int] | None = None,
 ) -> list[dict[str, object]]:
     """One request's inputs drawn from request data: `batch_size` samples (the same rows for every input) stacked.
@@ -77,7 +80,7 @@ def sample_entries(
     """
     n = min(len(v) for v in samples.values())
     if rows is None:
-        rows = rng.integers(0, n, size=batch_size)
+        rows = rng.integers(0, n, size=batch_size).tolist()
     entries: list[dict[str, object]] = []
     for spec in inputs:
         if spec.name not in samples:
@@ -97,7 +100,7 @@ def sample_entries(
 
 def build_bodies(
     inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve",
-    samples: Mapping[str, Sequence[np.ndarray]] | None = None,
+    samples: Samples | None = None,
 ) -> list[bytes]:
     """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
 
@@ -127,13 +130,13 @@ def encode_body(entries: Sequence[dict[str, object]], wire: str) -> bytes:
     if wire == "grpc":
         return grpc_body(entries)
     if wire == "tfserving":
-        nested = {e["name"]: np.asarray(e["data"]).reshape(e["shape"]).tolist() for e in entries}
+        nested = {e["name"]: np.asarray(e["data"]).reshape(cast(list[int], e["shape"])).tolist() for e in entries}
         return orjson.dumps({"inputs": nested})
     return orjson.dumps({"inputs": entries})
 
 
 def build_row_bodies(
-    inputs: Sequence[TensorSpec], batch_size: int, samples: Mapping[str, Sequence[np.ndarray]], rows: np.ndarray,
+    inputs: Sequence[TensorSpec], batch_size: int, samples: Samples, rows: np.ndarray,
     wire: str = "kserve",
 ) -> tuple[list[bytes], np.ndarray]:
     """Bodies for a trace's per-request inputs: (one body per distinct row, each request's index into them).

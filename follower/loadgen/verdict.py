@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.results import Percentiles
-from common.spec import P99_MIN_SAMPLES, SLO
+from common.loadspec import P99_MIN_SAMPLES
+from common.results import Percentiles, Reason
+from common.spec import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
 from follower.loadgen.records import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
 
@@ -123,39 +124,60 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
     return out
 
 
-def invalid_reasons(summary: WindowSummary) -> list[str]:
+def window_reasons(summary: WindowSummary) -> list[Reason]:
     """Every rule the window breaks, as a sentence a user can act on; empty when the point is valid."""
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     if summary.send_lag_ms is None:
-        reasons.append("no request was sent in the measured window")
+        reasons.append(Reason(code="no_requests", text="no request was sent in the measured window"))
     elif summary.send_lag_ms.p99 > SEND_LAG_P99_MAX_MS:
         reasons.append(
-            f"send lag p99 {summary.send_lag_ms.p99:.3f} ms exceeds {SEND_LAG_P99_MAX_MS:g} ms: the generator (or its host) "
-            "could not send on time"
+            Reason(
+                code="send_lag",
+                text=f"send lag p99 {summary.send_lag_ms.p99:.3f} ms exceeds {SEND_LAG_P99_MAX_MS:g} ms: "
+                "the generator (or its host) could not send on time",
+            )
         )
     if summary.offered_rate > 0:
         miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate
         if miss > RATE_TOLERANCE:
             reasons.append(
-                f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered {summary.offered_rate:.1f} req/s "
-                f"by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)"
+                Reason(
+                    code="rate_missed",
+                    text=f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered "
+                    f"{summary.offered_rate:.1f} req/s by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)",
+                )
             )
     if summary.ok < MIN_COMPLETED:
-        reasons.append(f"only {summary.ok} requests completed; a p99 needs >= {MIN_COMPLETED} (raise duration or rate)")
+        reasons.append(
+            Reason(
+                code="too_few",
+                text=f"only {summary.ok} requests completed; a p99 needs >= {MIN_COMPLETED} (raise duration or rate)",
+            )
+        )
     if summary.cpu_share > CPU_SHARE_MAX:
         reasons.append(
-            f"load generator used {100 * summary.cpu_share:.0f}% of a core (> {100 * CPU_SHARE_MAX:g}%): it was saturated"
+            Reason(
+                code="generator_saturated",
+                text=f"load generator used {100 * summary.cpu_share:.0f}% of a core (> {100 * CPU_SHARE_MAX:g}%): "
+                "it was saturated",
+            )
         )
     if summary.dropped:
         reasons.append(
-            f"{summary.dropped} requests were dropped at the concurrency cap (max_concurrency reached): the server "
-            "could not keep up with the offered load"
+            Reason(
+                code="dropped",
+                text=f"{summary.dropped} requests were dropped at the concurrency cap (max_concurrency reached): the server "
+                "could not keep up with the offered load",
+            )
         )
     if summary.requests > 0 and summary.errors / summary.requests > ERROR_RATE_MAX:
         sample = f"; first: {summary.error_sample}" if summary.error_sample else ""
         reasons.append(
-            f"{summary.errors} of {summary.requests} requests failed ({100 * summary.errors / summary.requests:.1f}% > "
-            f"{100 * ERROR_RATE_MAX:g}%){sample}"
+            Reason(
+                code="errors",
+                text=f"{summary.errors} of {summary.requests} requests failed ({100 * summary.errors / summary.requests:.1f}% > "
+                f"{100 * ERROR_RATE_MAX:g}%){sample}",
+            )
         )
     return reasons
 

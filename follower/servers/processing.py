@@ -35,7 +35,7 @@ def image_to_tensor(image: np.ndarray | bytes, size: int = 224) -> np.ndarray:
     array = decode_image(image) if isinstance(image, bytes | bytearray) else np.asarray(image)
     if array.ndim == 2:
         array = np.stack([array] * 3, axis=-1)
-    resized = np.asarray(Image.fromarray(array[..., :3].astype(np.uint8)).resize((size, size), Image.BILINEAR))
+    resized = np.asarray(Image.fromarray(array[..., :3].astype(np.uint8)).resize((size, size), Image.Resampling.BILINEAR))
     scaled = resized.astype(np.float32) / 255.0
     return ((scaled - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1).astype(np.float32)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from common.analysis import CompareResponse, FollowerOutlier, OutlierResponse, PointComparison
+from common.analysis import CompareResponse, FollowerOutlier, OutlierResponse, PointComparison, Verdict
 from common.stats import block_bootstrap_diff_ci
 
 DEFAULT_THRESHOLD = 0.10
@@ -24,7 +24,7 @@ def point_key(row: dict[str, Any]) -> str:
     return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{row['rate']:g}/s"
 
 
-def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> str:
+def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> Verdict:
     """Regression: p99 grew beyond the threshold and (with raw records) the CI excludes no change."""
     if change is None:
         return "missing"
@@ -79,7 +79,7 @@ async def compare_rows(
                 ci_high=ci[1] if ci else None,
                 p_value=p_value,
                 test="bootstrap+mannwhitney" if ci else "summary",
-                verdict=judge(change, ci, threshold),  # type: ignore[arg-type]
+                verdict=judge(change, ci, threshold),
             )
         )
     return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=sum(p.verdict == "regression" for p in out))

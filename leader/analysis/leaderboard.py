@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.analysis import LeaderboardPage, LeaderboardRow
 from common.errors import InvalidRequest
@@ -213,7 +213,7 @@ class LeaderboardIndex:
         self._best: set[str] | None = None
         self._columns: _Columns | None = None
 
-    async def sync(self, db: AsyncIOMotorDatabase) -> None:
+    async def sync(self, db: AsyncDatabase) -> None:
         """Read rows written since shortly before the last sync began (all of them the first time)."""
         async with self._lock:
             started_ns = time.time_ns()

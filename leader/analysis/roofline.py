@@ -4,6 +4,7 @@ and cost, energy and CO2 per hardware class. `leader/web` draws them."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 from leader.analysis import flops, hardware
 from leader.analysis.queries import model_cost
 
-Series = tuple[str, list[float], list[float]]
+Series = tuple[str, Sequence[float | None], Sequence[float | None]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ async def roofline(db: Any, rows: list[dict[str, Any]]) -> Roofline:
         return Roofline([], [])
     all_x = [x for xs, _ in series.values() for x in xs]
     grid = [float(x) for x in np.geomspace(min(all_x) / 4, max(all_x) * 4, 40)]
-    ceilings = []
+    ceilings: list[Series] = []
     for name in sorted(devices):
         c = hardware.HARDWARE.get(name, hardware.CPU_DEFAULT)
         ceilings.append((f"ceiling {name}", grid, [min(c.fp32_flops, c.bandwidth * x) for x in grid]))

@@ -9,7 +9,8 @@ from typing import Annotated
 import redis.asyncio as aioredis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Forbidden, Unauthorized
 from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
@@ -23,8 +24,8 @@ class Resources:
     """What the lifespan creates once and every request shares."""
 
     settings: LeaderSettings
-    client: AsyncIOMotorClient
-    db: AsyncIOMotorDatabase
+    client: AsyncMongoClient
+    db: AsyncDatabase
     redis: aioredis.Redis
     placer: Placer
 
@@ -39,7 +40,7 @@ def get_settings(request: Request) -> LeaderSettings:
     return get_resources(request).settings
 
 
-def get_db(request: Request) -> AsyncIOMotorDatabase:
+def get_db(request: Request) -> AsyncDatabase:
     """The PerfDB database."""
     return get_resources(request).db
 
@@ -51,7 +52,7 @@ def get_placer(request: Request) -> Placer:
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 SettingsDep = Annotated[LeaderSettings, Depends(get_settings)]
-Db = Annotated[AsyncIOMotorDatabase, Depends(get_db)]
+Db = Annotated[AsyncDatabase, Depends(get_db)]
 PlacerDep = Annotated[Placer, Depends(get_placer)]
 
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.

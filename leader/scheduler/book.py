@@ -6,7 +6,7 @@ safety net), then kept current by reading only the jobs whose `updated_at` moved
 transition in leader/store/jobs.py sets it). PerfDB stays the only truth: a restarted leader rebuilds the same book,
 and a write by another process (a second leader, an admin script) is picked up by the feed like any other.
 
-Applying a job document is idempotent ("the job is now in this state"), so documents read twice (the feed re-reads a
+Applying a job's change is idempotent ("the job is now in this state"), so documents read twice (the feed re-reads a
 short overlap, to catch writes whose timestamp was taken before an earlier read) change nothing.
 """
 
@@ -17,30 +17,13 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from common.jobs import JobState
-from leader.domain import Load, Needs, QueuedJob
+from leader.domain import JobChange, Load, Needs, QueuedJob
 
 Kind = tuple[frozenset[str], Needs]
 Order = tuple[datetime, str]  # (created_at, job id): the leader's queue is FCFS by submission
 ACTIVE = frozenset({JobState.assigned.value, JobState.running.value})
-
-
-def queued_job(doc: dict[str, Any]) -> QueuedJob:
-    """A queued job document (projected by leader.store.jobs.BOOK_FIELDS) as placement sees it."""
-    spec = doc.get("spec") or {}
-    return QueuedJob(
-        doc["_id"],
-        int(doc["attempt"]),
-        frozenset(spec.get("backends") or ()),
-        float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
-        Needs(**(spec.get("requires") or {})),
-        doc.get("waiting_reason"),
-        model_ref=str(doc.get("model_ref", "")),
-        part_of=doc.get("part_of"),
-        measured_s=doc.get("measured_s"),
-    )
 
 
 @dataclass
@@ -75,33 +58,30 @@ class JobBook:
 
     # --- applying PerfDB documents ---------------------------------------------------------------------------
 
-    def apply(self, doc: dict[str, Any]) -> None:
-        """Make the book agree with one job document's current state."""
-        job_id = doc["_id"]
+    def apply(self, change: JobChange) -> None:
+        """Make the book agree with one job's current state."""
+        job_id = change.job_id
         self.forget(job_id)
-        if doc.get("parts"):
+        if change.split:
             return  # a split job is never placed itself: its parts are
-        state = doc.get("state")
-        if state == JobState.queued.value:
-            job = queued_job(doc)
-            order: Order = (doc["created_at"], job_id)
-            owner = str(doc.get("owner", "admin"))
-            self.queued[job_id] = (order, job, owner)
+        if change.state == JobState.queued.value:
+            job = change.queued
+            order: Order = (change.created_at, job_id)
+            self.queued[job_id] = (order, job, change.owner)
             kq = self.kinds.setdefault((job.backends, job.needs), _KindQueue())
             kq.members.add(job_id)
             if job.waiting_reason != kq.stated:
                 kq.unstated.add(job_id)
             heapq.heappush(kq.heap, order)
-            self.owner_waiting[owner] = self.owner_waiting.get(owner, 0) + 1
-        elif state in ACTIVE and doc.get("follower_id"):
-            fid = doc["follower_id"]
-            estimate = float(doc.get("estimate_s", 0.0))
-            self._activate(job_id, _Active(fid, estimate, state, bool(doc.get("dispatched", True)), doc.get("part_of")))
+            self.owner_waiting[change.owner] = self.owner_waiting.get(change.owner, 0) + 1
+        elif change.state in ACTIVE and change.follower_id:
+            active = _Active(change.follower_id, change.estimate_s, change.state, change.dispatched, change.part_of)
+            self._activate(job_id, active)
 
-    def apply_all(self, docs: Iterable[dict[str, Any]]) -> None:
-        """Apply several documents."""
-        for doc in docs:
-            self.apply(doc)
+    def apply_all(self, changes: Iterable[JobChange]) -> None:
+        """Apply several changes."""
+        for change in changes:
+            self.apply(change)
 
     def forget(self, job_id: str) -> None:
         """Remove a job from the book (its heap entry goes lazily, on the next pop)."""

@@ -8,11 +8,11 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from leader.clock import utcnow
 from leader.store import followers as followers_store
-from leader.store import jobs as jobs_store
+from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class Monitor:
     """Checks heartbeats every interval; requeued jobs nudge placement."""
 
     def __init__(
-        self, *, db: AsyncIOMotorDatabase, missing_after_s: float, interval_s: float, on_requeue: Callable[[], None]
+        self, *, db: AsyncDatabase, missing_after_s: float, interval_s: float, on_requeue: Callable[[], None]
     ) -> None:
         self._db = db
         self._missing_after = timedelta(seconds=missing_after_s)
@@ -69,7 +69,7 @@ class Monitor:
                 log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after.total_seconds())
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
         missing = await followers_store.missing_ids(self._db)
-        requeued = await jobs_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
+        requeued = await placement_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
         if requeued:
             log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
             self._on_requeue()

@@ -12,16 +12,16 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Literal
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobTask
-from leader.clock import as_utc, utcnow
+from leader.clock import utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.queue import TaskQueue
 from leader.scheduler.book import JobBook
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
-from leader.store import jobs as jobs_store
+from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class Placer:
     def __init__(
         self,
         *,
-        db: AsyncIOMotorDatabase,
+        db: AsyncDatabase,
         queue: TaskQueue,
         interval_s: float,
         policy: Policy = "queue_aware",
@@ -217,16 +217,17 @@ class Placer:
         started = utcnow()
         if self.book is None or time.monotonic() - self._loaded_at >= self._resync_s:
             book = JobBook()
-            book.apply_all(await jobs_store.unfinished_docs(self._db))
+            book.apply_all(await placement_store.unfinished_jobs(self._db))
             self.book, self._loaded_at = book, time.monotonic()
             # Changes that land while the full load reads are caught by the feed from the load's start.
             self._since = started
             return book
-        docs = await jobs_store.changed_since(self._db, since=self._since - FEED_OVERLAP)
-        self.book.apply_all(docs)
-        newest = max((as_utc(d["updated_at"]) for d in docs if d.get("updated_at") is not None), default=started)
+        since = self._since or started
+        changes = await placement_store.changed_since(self._db, since=since - FEED_OVERLAP)
+        self.book.apply_all(changes)
+        newest = max((c.updated_at for c in changes if c.updated_at is not None), default=started)
         # Not past our clock (a write stamped before this read may commit after it), nor past what was seen (skew).
-        self._since = max(self._since, min(started, newest))
+        self._since = max(since, min(started, newest))
         return self.book
 
     async def tick(self) -> int:
@@ -240,7 +241,7 @@ class Placer:
         self.last_tick = cost
         # An assignment whose message may not have been sent: the leader stopped between the two writes.
         for job_id in book.undispatched():
-            found = await jobs_store.assigned_task(self._db, job_id=job_id)
+            found = await placement_store.assigned_task(self._db, job_id=job_id)
             if found is None:
                 book.dispatched(job_id)  # sent after all (the follower claimed it) or moved on: the feed has the rest
                 continue
@@ -254,7 +255,7 @@ class Placer:
         candidates = await followers_store.candidates(self._db)
         cost["candidates_ms"] = (time.perf_counter() - t0) * 1e3
         # The round-robin cursor lives in PerfDB, so a restarted leader goes on where it stopped.
-        rr_last = await jobs_store.get_cursor(self._db) if self.policy == "round_robin" else None
+        rr_last = await placement_store.get_cursor(self._db) if self.policy == "round_robin" else None
         index = PlacementIndex(candidates, book.loads, policy=self.policy, rr_last=rr_last)
         batch: list[QueuedJob] = []
         for kind in kinds:
@@ -266,7 +267,7 @@ class Placer:
             reason = explain_unplaceable(probe, candidates)
             ids = book.to_state(kind, reason, MAX_PER_TICK)
             if ids:
-                await jobs_store.set_waiting_reasons(self._db, job_ids=ids, reason=reason)
+                await placement_store.set_waiting_reasons(self._db, job_ids=ids, reason=reason)
                 book.stated(kind, reason, ids)
         order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
         batch.sort(key=lambda j: order[j.job_id])
@@ -288,7 +289,7 @@ class Placer:
                 # History of this model/backend on this follower corrects the spec-based estimate: fixed cost + rate ×
                 # load seconds, so short jobs' history does not shrink long jobs' estimates (leader/store/durations.py).
                 estimate_s = corrections[key].estimate(job.estimate_s, job.measured())
-                task = await jobs_store.assign_job(
+                task = await placement_store.assign_job(
                     self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id, estimate_s=estimate_s
                 )
                 if task is None:
@@ -304,7 +305,7 @@ class Placer:
             cost["place_ms"] = (time.perf_counter() - t0) * 1e3
             cost["decide_ms"] = decide_s * 1e3
             if self.policy == "round_robin" and index.rr_last != rr_last and index.rr_last is not None:
-                await jobs_store.set_cursor(self._db, index.rr_last)
+                await placement_store.set_cursor(self._db, index.rr_last)
         return sent
 
     async def _dispatch(self, task: JobTask, follower_id: str) -> bool:
@@ -320,10 +321,12 @@ class Placer:
                 exc,
                 self._backoff_s,
             )
-            await jobs_store.unassign_job(self._db, job_id=task.job_id, attempt=task.attempt, reason=f"dispatch failed: {exc}")
+            await placement_store.unassign_job(
+                self._db, job_id=task.job_id, attempt=task.attempt, reason=f"dispatch failed: {exc}"
+            )
             return False
         self._backoff_s = 0.0
-        await jobs_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
+        await placement_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
         if self.book is not None:
             self.book.dispatched(task.job_id)
         log.info("job %s attempt %d sent to follower %s", task.job_id, task.attempt, follower_id)

@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import heapq
 from datetime import datetime, timedelta
-from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobState, JobView
 from leader.clock import utcnow
 from leader.scheduler.book import JobBook
 from leader.scheduler.placement import unable_reason
 from leader.store import followers as followers_store
-from leader.store import jobs as jobs_store
+from leader.store import placement as placement_store
 
 
 def _at(seconds: float, now: datetime) -> datetime:
     return now + timedelta(seconds=max(0.0, seconds))
 
 
-async def _running_remaining_s(db: AsyncIOMotorDatabase, follower_id: str, now: datetime) -> float:
+async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetime) -> float:
     """What is left of the estimate of the job running on the follower (0 if none, or if it overran)."""
-    view = await jobs_store.running_on(db, follower_id=follower_id)
+    view = await placement_store.running_on(db, follower_id=follower_id)
     if view is None:
         return 0.0
     started = [h.at for h in view.history if h.state == JobState.running and h.attempt == view.attempt]
@@ -38,13 +37,13 @@ async def _running_remaining_s(db: AsyncIOMotorDatabase, follower_id: str, now: 
     return max(0.0, view.estimate_s - elapsed)
 
 
-async def _assigned(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
+async def _assigned(db: AsyncDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
     fid = view.follower_id or ""
-    doc: dict[str, Any] = await followers_store.get_doc(db, follower_id=fid) or {}
-    held = [h for h in doc.get("held") or [] if not h.get("running")]
-    order = [h["job_id"] for h in held]
+    follower = await followers_store.get_follower(db, follower_id=fid)
+    held = [h for h in (follower.held if follower is not None else []) if not h.running]
+    order = [h.job_id for h in held]
     if view.id in order:
-        ahead = [float(h["estimate_s"]) for h in held[: order.index(view.id)]]
+        ahead = [h.estimate_s for h in held[: order.index(view.id)]]
     else:
         # Not in the last heartbeat yet: the follower will slot it in by estimate (exact SJF, ageing aside).
         mine = [
@@ -57,7 +56,7 @@ async def _assigned(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now:
     return view.model_copy(update={"queue_position": len(ahead) + 1, "estimated_start": _at(remaining + sum(ahead), now)})
 
 
-async def _queued(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
+async def _queued(db: AsyncDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
     entry = book.queued.get(view.id)
     if entry is None:
         return view  # the book has not seen it yet (submitted a moment ago): the next read has it
@@ -77,7 +76,7 @@ async def _queued(db: AsyncIOMotorDatabase, book: JobBook, view: JobView, now: d
     return view.model_copy(update={"queue_position": position, "estimated_start": _at(loads[0], now)})
 
 
-async def with_queue_info(db: AsyncIOMotorDatabase, book: JobBook | None, view: JobView) -> JobView:
+async def with_queue_info(db: AsyncDatabase, book: JobBook | None, view: JobView) -> JobView:
     """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""
     if book is None:
         return view  # the placer has not loaded its book yet (the leader just started)

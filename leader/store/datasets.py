@@ -5,26 +5,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+from gridfs import AsyncGridFSBucket
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.datasets import DataSetMeta
 from common.errors import NotFound
-from leader.store.gridfs_files import store_then_publish
+from leader.store.gridfs_files import read_chunks, store_then_publish
 
 COLLECTION = "datasets"
 BUCKET = "data"
 
 
-def bucket_for(db: AsyncIOMotorDatabase) -> AsyncIOMotorGridFSBucket:
+def bucket_for(db: AsyncDatabase) -> AsyncGridFSBucket:
     """The GridFS bucket holding data-set files."""
-    return AsyncIOMotorGridFSBucket(db, bucket_name=BUCKET)
+    return AsyncGridFSBucket(db, bucket_name=BUCKET)
 
 
 def _meta(doc: dict[str, Any]) -> DataSetMeta:
     return DataSetMeta.model_validate({k: v for k, v in doc.items() if k not in ("_id", "gridfs_id")})
 
 
-async def insert_stream(db: AsyncIOMotorDatabase, *, meta: DataSetMeta, chunks: AsyncIterator[bytes]) -> DataSetMeta:
+async def insert_stream(db: AsyncDatabase, *, meta: DataSetMeta, chunks: AsyncIterator[bytes]) -> DataSetMeta:
     """Bytes to GridFS chunk by chunk, then the metadata (what makes the set visible); a failure leaves nothing behind."""
     await store_then_publish(
         db, bucket_for(db), filename=meta.id, sha256=meta.sha256, size_bytes=meta.size_bytes, chunks=chunks,
@@ -33,39 +34,30 @@ async def insert_stream(db: AsyncIOMotorDatabase, *, meta: DataSetMeta, chunks: 
     return meta
 
 
-async def _doc(db: AsyncIOMotorDatabase, data_id: str) -> dict[str, Any]:
+async def _doc(db: AsyncDatabase, data_id: str) -> dict[str, Any]:
     doc = await db[COLLECTION].find_one({"_id": data_id})
     if doc is None:
         raise NotFound(f"data set {data_id} does not exist", field="id")
     return doc
 
 
-async def get(db: AsyncIOMotorDatabase, *, data_id: str) -> DataSetMeta:
+async def get(db: AsyncDatabase, *, data_id: str) -> DataSetMeta:
     """One data set's metadata; NotFound naming `id`."""
     return _meta(await _doc(db, data_id))
 
 
-async def list_all(db: AsyncIOMotorDatabase) -> list[DataSetMeta]:
+async def list_all(db: AsyncDatabase) -> list[DataSetMeta]:
     """Every data set, newest first."""
     return [_meta(d) for d in await db[COLLECTION].find({}).sort([("created_at", -1)]).to_list(None)]
 
 
-async def open_file(db: AsyncIOMotorDatabase, *, data_id: str) -> tuple[DataSetMeta, AsyncIterator[bytes]]:
+async def open_file(db: AsyncDatabase, *, data_id: str) -> tuple[DataSetMeta, AsyncIterator[bytes]]:
     """The metadata and an iterator over the bytes, read from GridFS chunk by chunk."""
     doc = await _doc(db, data_id)
-    stream = await bucket_for(db).open_download_stream(doc["gridfs_id"])
-
-    async def chunks() -> AsyncIterator[bytes]:
-        try:
-            while chunk := await stream.readchunk():
-                yield chunk
-        finally:
-            stream.close()
-
-    return _meta(doc), chunks()
+    return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])
 
 
-async def delete(db: AsyncIOMotorDatabase, *, data_id: str) -> None:
+async def delete(db: AsyncDatabase, *, data_id: str) -> None:
     """Metadata first (the set disappears at once), then its file."""
     doc = await db[COLLECTION].find_one_and_delete({"_id": data_id})
     if doc is None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
+from common.grid import START_COST_S
 from leader.clock import utcnow
 
 COLLECTION = "durations"
@@ -74,19 +75,20 @@ def fold(sums: dict[str, float] | None, *, measured_s: float, actual_s: float) -
 
 
 def measured_of(doc: dict[str, Any]) -> float:
-    """A job document's measured seconds (stored since the duration-aware estimator; else the spec estimate less 5 s/backend)."""
+    """A job document's measured seconds (stored since the duration-aware estimator; else the spec estimate less the
+    start cost per backend)."""
     if doc.get("measured_s") is not None:
         return float(doc["measured_s"])
     base = float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0)))
-    return max(0.0, base - 5.0 * len((doc.get("spec") or {}).get("backends") or ()))
+    return max(0.0, base - START_COST_S * len((doc.get("spec") or {}).get("backends") or ()))
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """Documents are looked up by _id only."""
 
 
 async def record(
-    db: AsyncIOMotorDatabase,
+    db: AsyncDatabase,
     *,
     model_ref: str,
     backends: str,
@@ -98,7 +100,7 @@ async def record(
     """Fold one finished job's (measured, actual) into the follower's and the fleet-wide history."""
     if estimate_s <= 0 or actual_s <= 0:
         return
-    measured = max(0.0, estimate_s - 5.0) if measured_s is None else measured_s
+    measured = max(0.0, estimate_s - START_COST_S) if measured_s is None else measured_s
     ratio = min(MAX_FACTOR, max(MIN_FACTOR, actual_s / estimate_s))
     for fid in (follower_id, ANY_FOLLOWER):
         key = _id(model_ref, backends, fid)
@@ -128,7 +130,7 @@ def _correction(doc: dict[str, Any]) -> Correction:
     return Correction(factor=float(doc["factor"]))  # written before the sums were kept
 
 
-async def correction(db: AsyncIOMotorDatabase, *, model_ref: str, backends: str, follower_id: str) -> Correction:
+async def correction(db: AsyncDatabase, *, model_ref: str, backends: str, follower_id: str) -> Correction:
     """The correction for this model/backends on this follower, else fleet-wide, else none."""
     ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
     docs = {d["_id"]: d for d in await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)}
@@ -138,7 +140,7 @@ async def correction(db: AsyncIOMotorDatabase, *, model_ref: str, backends: str,
     return Correction()
 
 
-async def factor(db: AsyncIOMotorDatabase, *, model_ref: str, backends: str, follower_id: str) -> float:
+async def factor(db: AsyncDatabase, *, model_ref: str, backends: str, follower_id: str) -> float:
     """The legacy multiplier for this model/backends on this follower, else fleet-wide, else 1 (a diagnostic)."""
     ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
     docs = await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from pymongo import ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
-from common.followers import FollowerInfo, FollowerView, Heartbeat, HeldJob
+from common.followers import FollowerInfo, FollowerView, Heartbeat
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu
 
@@ -18,7 +18,7 @@ MISSING = "missing"
 DRAINING = "draining"
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """The monitor scans by state and last heartbeat."""
     await db[COLLECTION].create_index([("state", 1), ("last_seen", 1)])
 
@@ -27,18 +27,18 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
     """A stored follower document as the API shows it."""
     # Draining is an admin's flag on top of the heartbeat state; missing wins (a drained host can also die).
     state = DRAINING if doc.get("draining") and doc["state"] != MISSING else doc["state"]
-    return FollowerView(
-        info=FollowerInfo.model_validate(doc["info"]),
-        state=state,
-        last_seen=as_utc(doc["last_seen"]),
-        registered_at=as_utc(doc["registered_at"]),
-        running_job=doc.get("running_job"),
-        held=[HeldJob.model_validate(h) for h in doc.get("held") or []],
-        waiting_reason=doc.get("waiting_reason"),
-    )
+    return FollowerView.model_validate({
+        "info": doc["info"],
+        "state": state,
+        "last_seen": as_utc(doc["last_seen"]),
+        "registered_at": as_utc(doc["registered_at"]),
+        "running_job": doc.get("running_job"),
+        "held": doc.get("held") or [],
+        "waiting_reason": doc.get("waiting_reason"),
+    })
 
 
-async def register(db: AsyncIOMotorDatabase, *, info: FollowerInfo) -> tuple[FollowerView, str | None]:
+async def register(db: AsyncDatabase, *, info: FollowerInfo) -> tuple[FollowerView, str | None]:
     """Create or refresh the follower as ready; returns its view and the incarnation it had before (None if new)."""
     now = utcnow()
     before = await db[COLLECTION].find_one_and_update(
@@ -60,7 +60,7 @@ async def register(db: AsyncIOMotorDatabase, *, info: FollowerInfo) -> tuple[Fol
     return view, (before["incarnation"] if before is not None else None)
 
 
-async def heartbeat(db: AsyncIOMotorDatabase, *, follower_id: str, beat: Heartbeat) -> bool:
+async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> bool:
     """Record a heartbeat of the registered incarnation (a missing follower comes back); False if unknown."""
     result = await db[COLLECTION].update_one(
         {"_id": follower_id, "incarnation": beat.incarnation},
@@ -77,7 +77,7 @@ async def heartbeat(db: AsyncIOMotorDatabase, *, follower_id: str, beat: Heartbe
     return result.matched_count > 0
 
 
-async def set_draining(db: AsyncIOMotorDatabase, *, follower_id: str, draining: bool) -> FollowerView:
+async def set_draining(db: AsyncDatabase, *, follower_id: str, draining: bool) -> FollowerView:
     """Drain (no new jobs; the running one finishes) or resume a follower; NotFound if unknown."""
     doc = await db[COLLECTION].find_one_and_update(
         {"_id": follower_id}, {"$set": {"draining": draining}}, return_document=ReturnDocument.AFTER
@@ -87,31 +87,32 @@ async def set_draining(db: AsyncIOMotorDatabase, *, follower_id: str, draining: 
     return follower_view(doc)
 
 
-async def remove(db: AsyncIOMotorDatabase, *, follower_id: str) -> None:
+async def remove(db: AsyncDatabase, *, follower_id: str) -> None:
     """Forget a follower; NotFound if unknown (an agent still running registers again on its next heartbeat)."""
     result = await db[COLLECTION].delete_one({"_id": follower_id})
     if result.deleted_count == 0:
         raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
 
 
-async def get_doc(db: AsyncIOMotorDatabase, *, follower_id: str) -> dict[str, Any] | None:
-    """The raw follower document (state, held jobs), None if unknown."""
-    return await db[COLLECTION].find_one({"_id": follower_id})
+async def get_follower(db: AsyncDatabase, *, follower_id: str) -> FollowerView | None:
+    """A follower as last registered and heard from, None if unknown."""
+    doc = await db[COLLECTION].find_one({"_id": follower_id})
+    return follower_view(doc) if doc is not None else None
 
 
-async def incarnation_of(db: AsyncIOMotorDatabase, *, follower_id: str) -> str | None:
+async def incarnation_of(db: AsyncDatabase, *, follower_id: str) -> str | None:
     """The registered incarnation of a follower, None if unknown."""
     doc = await db[COLLECTION].find_one({"_id": follower_id}, {"incarnation": 1})
     return doc["incarnation"] if doc is not None else None
 
 
-async def list_followers(db: AsyncIOMotorDatabase) -> list[FollowerView]:
+async def list_followers(db: AsyncDatabase) -> list[FollowerView]:
     """Every follower ever registered, by id."""
     docs = await db[COLLECTION].find({}).sort("_id", 1).to_list(None)
     return [follower_view(doc) for doc in docs]
 
 
-async def candidates(db: AsyncIOMotorDatabase) -> list[Candidate]:
+async def candidates(db: AsyncDatabase) -> list[Candidate]:
     """Followers that may take work (not missing, not draining) with their backends and GPUs."""
     docs = (
         await db[COLLECTION]
@@ -128,7 +129,7 @@ async def candidates(db: AsyncIOMotorDatabase) -> list[Candidate]:
     ]
 
 
-async def mark_missing(db: AsyncIOMotorDatabase, *, seen_before: datetime) -> list[str]:
+async def mark_missing(db: AsyncDatabase, *, seen_before: datetime) -> list[str]:
     """Followers not heard from since `seen_before` become missing; returns the ones that just did."""
     stale = await db[COLLECTION].find({"state": {"$ne": MISSING}, "last_seen": {"$lt": seen_before}}, {"_id": 1}).to_list(None)
     marked = []
@@ -142,7 +143,7 @@ async def mark_missing(db: AsyncIOMotorDatabase, *, seen_before: datetime) -> li
     return marked
 
 
-async def missing_ids(db: AsyncIOMotorDatabase) -> list[str]:
+async def missing_ids(db: AsyncDatabase) -> list[str]:
     """Ids of the followers currently missing."""
     docs = await db[COLLECTION].find({"state": MISSING}, {"_id": 1}).to_list(None)
     return [doc["_id"] for doc in docs]

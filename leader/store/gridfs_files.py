@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+from gridfs import AsyncGridFSBucket
+from pymongo.asynchronous.database import AsyncDatabase
 
 
 async def store_then_publish(
-    db: AsyncIOMotorDatabase,
-    bucket: AsyncIOMotorGridFSBucket,
+    db: AsyncDatabase,
+    bucket: AsyncGridFSBucket,
     *,
     filename: str,
     sha256: str,
@@ -45,3 +46,18 @@ async def store_then_publish(
     except BaseException:
         await asyncio.shield(bucket.delete(grid_in._id))
         raise
+
+
+async def read_chunks(bucket: AsyncGridFSBucket, gridfs_id: Any) -> AsyncIterator[bytes]:
+    """A stored file's bytes, chunk by chunk as GridFS holds them. The file is opened now (a missing one fails here,
+    not mid-response); the stream is closed however the reader stops."""
+    stream = await bucket.open_download_stream(gridfs_id)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await stream.readchunk():
+                yield chunk
+        finally:
+            await stream.close()
+
+    return chunks()

@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
 
 COLLECTION = "leaderboard"
 BASELINES = "baselines"
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """Incremental sync reads by updated_ns; job pages read by job_id."""
     await db[COLLECTION].create_index([("updated_ns", ASCENDING)])
     await db[COLLECTION].create_index([("job_id", ASCENDING), ("index", ASCENDING)])
@@ -103,35 +103,29 @@ def row_from_result(
     }
 
 
-async def insert_rows(db: AsyncIOMotorDatabase, *, rows: list[dict[str, Any]]) -> None:
-    """Bulk insert of prepared rows (seeding, benchmarks)."""
-    if rows:
-        await db[COLLECTION].insert_many(rows, ordered=False)
-
-
-async def rows_since(db: AsyncIOMotorDatabase, *, updated_ns: int) -> list[dict[str, Any]]:
+async def rows_since(db: AsyncDatabase, *, updated_ns: int) -> list[dict[str, Any]]:
     """Rows written at or after updated_ns (0: every row)."""
     query = {"updated_ns": {"$gte": updated_ns}} if updated_ns else {}
     return await db[COLLECTION].find(query).batch_size(10_000).to_list(None)
 
 
-async def job_rows(db: AsyncIOMotorDatabase, *, job_id: str) -> list[dict[str, Any]]:
+async def job_rows(db: AsyncDatabase, *, job_id: str) -> list[dict[str, Any]]:
     """The rows of one job by point index."""
     return await db[COLLECTION].find({"job_id": job_id}).sort("index", ASCENDING).to_list(None)
 
 
-async def set_baseline(db: AsyncIOMotorDatabase, *, name: str, job_id: str) -> None:
+async def set_baseline(db: AsyncDatabase, *, name: str, job_id: str) -> None:
     """Pin a job as the named baseline."""
     await db[BASELINES].replace_one({"_id": name}, {"_id": name, "job_id": job_id}, upsert=True)
 
 
-async def get_baseline(db: AsyncIOMotorDatabase, *, name: str) -> str | None:
+async def get_baseline(db: AsyncDatabase, *, name: str) -> str | None:
     """The job pinned as the named baseline, if any."""
     doc = await db[BASELINES].find_one({"_id": name})
     return doc["job_id"] if doc else None
 
 
-async def index_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
+async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
     """Write the leaderboard row of a point just stored (the job supplies name, model and SLO)."""
     job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1})
     if job is None:

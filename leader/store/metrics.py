@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobState
 
@@ -13,16 +14,16 @@ FOLLOWERS = "followers"
 ACTIVE = [JobState.assigned.value, JobState.running.value]
 
 
-async def jobs_by_state(db: AsyncIOMotorDatabase) -> dict[str, int]:
+async def jobs_by_state(db: AsyncDatabase) -> dict[str, int]:
     """How many jobs are in each state (every state present, zero when none); a split job is not counted, its parts are."""
-    pipeline = [{"$match": {"parts": {"$exists": False}}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
-    rows = await db[JOBS].aggregate(pipeline).to_list(None)
+    pipeline: list[dict[str, Any]] = [{"$match": {"parts": {"$exists": False}}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
+    rows = await (await db[JOBS].aggregate(pipeline)).to_list(None)
     counts = {state.value: 0 for state in JobState}
     counts.update({str(row["_id"]): int(row["n"]) for row in rows if row["_id"] is not None})
     return counts
 
 
-async def jobs_in_states(db: AsyncIOMotorDatabase, states: list[str]) -> dict[str, int]:
+async def jobs_in_states(db: AsyncDatabase, states: list[str]) -> dict[str, int]:
     """How many jobs are in each of `states`: one count per state on the (state, created_at) index, not a full scan.
 
     A split job is not counted (its parts are, as the placer's book counts the unfinished states), so nothing counts twice.
@@ -31,17 +32,17 @@ async def jobs_in_states(db: AsyncIOMotorDatabase, states: list[str]) -> dict[st
     return {state: await db[JOBS].count_documents({"state": state, **query}) for state in states}
 
 
-async def queues_by_follower(db: AsyncIOMotorDatabase) -> dict[str, tuple[int, float]]:
+async def queues_by_follower(db: AsyncDatabase) -> dict[str, tuple[int, float]]:
     """Per follower: (jobs assigned or running, their summed estimated seconds)."""
-    pipeline = [
+    pipeline: list[dict[str, Any]] = [
         {"$match": {"state": {"$in": ACTIVE}}},
         {"$group": {"_id": "$follower_id", "n": {"$sum": 1}, "s": {"$sum": "$estimate_s"}}},
     ]
-    rows = await db[JOBS].aggregate(pipeline).to_list(None)
+    rows = await (await db[JOBS].aggregate(pipeline)).to_list(None)
     return {str(row["_id"]): (int(row["n"]), float(row["s"] or 0.0)) for row in rows if row["_id"] is not None}
 
 
-async def followers_by_state(db: AsyncIOMotorDatabase) -> dict[str, str]:
+async def followers_by_state(db: AsyncDatabase) -> dict[str, str]:
     """Every registered follower's id and liveness state (so an idle follower shows a queue of zero)."""
     docs = await db[FOLLOWERS].find({}, {"_id": 1, "state": 1}).to_list(None)
     return {str(doc["_id"]): str(doc.get("state", "unknown")) for doc in docs}
@@ -51,7 +52,7 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-async def placements_since(db: AsyncIOMotorDatabase, *, since: datetime) -> list[tuple[datetime, float]]:
+async def placements_since(db: AsyncDatabase, *, since: datetime) -> list[tuple[datetime, float]]:
     """Each placement (queued → assigned) made after `since`: (when it was assigned, seconds it waited in the queue)."""
     docs = await db[JOBS].find({"updated_at": {"$gte": since}}, {"history": 1}).to_list(None)
     out: list[tuple[datetime, float]] = []

@@ -5,26 +5,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+from gridfs import AsyncGridFSBucket
 from pymongo import DESCENDING
+from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from common.errors import Conflict, NotFound
 from common.models import ModelMeta
 from leader.clock import as_utc
-from leader.store.gridfs_files import store_then_publish
+from leader.store.gridfs_files import read_chunks, store_then_publish
 
 COLLECTION = "models"
 BUCKET = "models"
 LATEST = "latest"
 
 
-def bucket_for(db: AsyncIOMotorDatabase) -> AsyncIOMotorGridFSBucket:
+def bucket_for(db: AsyncDatabase) -> AsyncGridFSBucket:
     """The GridFS bucket holding model files."""
-    return AsyncIOMotorGridFSBucket(db, bucket_name=BUCKET)
+    return AsyncGridFSBucket(db, bucket_name=BUCKET)
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """`_id` is name:version (unique by construction); latest-version lookups sort by created_at."""
     await db[COLLECTION].create_index([("name", 1), ("created_at", DESCENDING)])
 
@@ -36,12 +37,12 @@ def _meta(doc: dict[str, Any]) -> ModelMeta:
     return ModelMeta.model_validate(fields)
 
 
-async def exists(db: AsyncIOMotorDatabase, *, name: str, version: str) -> bool:
+async def exists(db: AsyncDatabase, *, name: str, version: str) -> bool:
     """Whether name:version is already stored (checked before accepting a large upload)."""
     return await db[COLLECTION].count_documents({"_id": f"{name}:{version}"}, limit=1) > 0
 
 
-async def insert_model_stream(db: AsyncIOMotorDatabase, *, meta: ModelMeta, chunks: AsyncIterator[bytes]) -> ModelMeta:
+async def insert_model_stream(db: AsyncDatabase, *, meta: ModelMeta, chunks: AsyncIterator[bytes]) -> ModelMeta:
     """Write the bytes to GridFS chunk by chunk, then the metadata; a failure leaves no chunk and no model (409 on duplicates)."""
     try:
         await store_then_publish(
@@ -53,18 +54,18 @@ async def insert_model_stream(db: AsyncIOMotorDatabase, *, meta: ModelMeta, chun
     return meta
 
 
-async def orphan_chunks(db: AsyncIOMotorDatabase) -> int:
+async def orphan_chunks(db: AsyncDatabase) -> int:
     """GridFS chunks of the model bucket whose file no model document names (0 unless an upload broke uncleanly)."""
     known = [doc["gridfs_id"] async for doc in db[COLLECTION].find({}, {"gridfs_id": 1})]
     return await db[f"{BUCKET}.chunks"].count_documents({"files_id": {"$nin": known}})
 
 
-async def get_model(db: AsyncIOMotorDatabase, *, name: str, version: str | None, field: str = "version") -> ModelMeta:
+async def get_model(db: AsyncDatabase, *, name: str, version: str | None, field: str = "version") -> ModelMeta:
     """name:version, or the newest version of name when version is None or `latest`; NotFound naming `field`."""
     return _meta(await _get_doc(db, name=name, version=version, field=field))
 
 
-async def _get_doc(db: AsyncIOMotorDatabase, *, name: str, version: str | None, field: str) -> dict[str, Any]:
+async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: str) -> dict[str, Any]:
     if version is None or version == LATEST:
         docs = (
             await db[COLLECTION].find({"name": name}).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(1).to_list(1)
@@ -79,28 +80,19 @@ async def _get_doc(db: AsyncIOMotorDatabase, *, name: str, version: str | None, 
     return doc
 
 
-async def list_models(db: AsyncIOMotorDatabase) -> list[ModelMeta]:
+async def list_models(db: AsyncDatabase) -> list[ModelMeta]:
     """Every stored model, by name then newest first."""
     docs = await db[COLLECTION].find({}).sort([("name", 1), ("created_at", DESCENDING)]).to_list(None)
     return [_meta(doc) for doc in docs]
 
 
-async def open_model_file(db: AsyncIOMotorDatabase, *, name: str, version: str) -> tuple[ModelMeta, AsyncIterator[bytes]]:
+async def open_model_file(db: AsyncDatabase, *, name: str, version: str) -> tuple[ModelMeta, AsyncIterator[bytes]]:
     """The model's metadata and an iterator over its bytes, read from GridFS chunk by chunk."""
     doc = await _get_doc(db, name=name, version=version, field="version")
-    stream = await bucket_for(db).open_download_stream(doc["gridfs_id"])
-
-    async def chunks() -> AsyncIterator[bytes]:
-        try:
-            while chunk := await stream.readchunk():
-                yield chunk
-        finally:
-            stream.close()
-
-    return _meta(doc), chunks()
+    return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])
 
 
-async def delete_model(db: AsyncIOMotorDatabase, *, name: str, version: str) -> None:
+async def delete_model(db: AsyncDatabase, *, name: str, version: str) -> None:
     """Remove the metadata first (the model disappears at once), then its file."""
     doc = await db[COLLECTION].find_one_and_delete({"_id": f"{name}:{version}"})
     if doc is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.progress import MAX_WINDOWS_PER_POINT
 
@@ -13,7 +13,7 @@ COLLECTION = "progress"
 
 
 async def save_windows(
-    db: AsyncIOMotorDatabase,
+    db: AsyncDatabase,
     *,
     job_id: str,
     attempt: int,
@@ -41,6 +41,6 @@ async def save_windows(
     )
 
 
-async def get_progress(db: AsyncIOMotorDatabase, *, job_id: str) -> dict[str, Any] | None:
+async def get_progress(db: AsyncDatabase, *, job_id: str) -> dict[str, Any] | None:
     """The job's progress document, or None before its first window."""
     return await db[COLLECTION].find_one({"_id": job_id})

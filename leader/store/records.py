@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from motor.motor_asyncio import AsyncIOMotorDatabase, AsyncIOMotorGridFSBucket
+from gridfs import AsyncGridFSBucket
+from pymongo.asynchronous.database import AsyncDatabase
 
 BUCKET = "records"
 
 
-def _bucket(db: AsyncIOMotorDatabase) -> AsyncIOMotorGridFSBucket:
-    return AsyncIOMotorGridFSBucket(db, bucket_name=BUCKET)
+def _bucket(db: AsyncDatabase) -> AsyncGridFSBucket:
+    return AsyncGridFSBucket(db, bucket_name=BUCKET)
 
 
 def _filename(job_id: str, attempt: int, index: int) -> str:
     return f"{job_id}/{attempt}/{index}.npz"
 
 
-async def save_records(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, index: int, data: bytes) -> None:
+async def save_records(db: AsyncDatabase, *, job_id: str, attempt: int, index: int, data: bytes) -> None:
     """Store a point's records blob, replacing any earlier upload of the same point and attempt (idempotent)."""
     bucket = _bucket(db)
     query = {"metadata.job_id": job_id, "metadata.attempt": attempt, "metadata.index": index}
@@ -28,7 +29,7 @@ async def save_records(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, i
         await bucket.delete(file_id)
 
 
-async def load_records(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, index: int) -> bytes | None:
+async def load_records(db: AsyncDatabase, *, job_id: str, attempt: int, index: int) -> bytes | None:
     """A point's records blob (npz bytes), or None when none was uploaded."""
     query = {"metadata.job_id": job_id, "metadata.attempt": attempt, "metadata.index": index}
     doc = await db[f"{BUCKET}.files"].find_one(query, sort=[("uploadDate", -1)])
@@ -38,10 +39,3 @@ async def load_records(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, i
     return await stream.read()
 
 
-async def delete_job_records(db: AsyncIOMotorDatabase, *, job_id: str) -> int:
-    """Remove every records blob of a job; returns how many were removed."""
-    bucket = _bucket(db)
-    ids = [doc["_id"] async for doc in db[f"{BUCKET}.files"].find({"metadata.job_id": job_id}, {"_id": 1})]
-    for file_id in ids:
-        await bucket.delete(file_id)
-    return len(ids)

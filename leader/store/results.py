@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.results import PointResult
 from leader.clock import as_utc
@@ -12,22 +12,23 @@ from leader.store import leaderboard
 COLLECTION = "results"
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """Results are read per job attempt in point order."""
     await db[COLLECTION].create_index([("job_id", ASCENDING), ("attempt", ASCENDING), ("index", ASCENDING)])
 
 
-async def save_point(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int, result: PointResult) -> int:
+async def save_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: PointResult) -> int:
     """Store (or replace) one point result; returns how many points of the attempt are stored."""
     index = result.point.index
-    doc = {"job_id": job_id, "attempt": attempt, "index": index, "result": result.model_dump()}
+    stored = result.model_dump()
+    doc = {"job_id": job_id, "attempt": attempt, "index": index, "result": stored}
     await db[COLLECTION].replace_one({"_id": f"{job_id}:{attempt}:{index}"}, doc, upsert=True)
     # The leaderboard keeps a flat row per point (the newest attempt's), read by the web pages and analysis API.
-    await leaderboard.index_point(db, job_id=job_id, attempt=attempt, result=doc["result"])
+    await leaderboard.index_point(db, job_id=job_id, attempt=attempt, result=stored)
     return await db[COLLECTION].count_documents({"job_id": job_id, "attempt": attempt})
 
 
-async def attempt_points(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int) -> list[PointResult]:
+async def attempt_points(db: AsyncDatabase, *, job_id: str, attempt: int) -> list[PointResult]:
     """The stored points of one attempt, by point index."""
     docs = await db[COLLECTION].find({"job_id": job_id, "attempt": attempt}).sort("index", ASCENDING).to_list(None)
     out = []
@@ -38,7 +39,7 @@ async def attempt_points(db: AsyncIOMotorDatabase, *, job_id: str, attempt: int)
     return out
 
 
-async def merged_points(db: AsyncIOMotorDatabase, *, parts: list[tuple[str, int, int]]) -> list[PointResult]:
+async def merged_points(db: AsyncDatabase, *, parts: list[tuple[str, int, int]]) -> list[PointResult]:
     """A split job's result: each part's current-attempt points, numbered back into the split job's grid."""
     out: list[PointResult] = []
     for part_id, attempt, start in parts:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorDatabase
 from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
 
 from common.auth import TokenIssued, TokenView
 from common.errors import NotFound
@@ -16,7 +16,7 @@ from leader.clock import as_utc, utcnow
 COLLECTION = "tokens"
 
 
-async def ensure_indexes(db: AsyncIOMotorDatabase) -> None:
+async def ensure_indexes(db: AsyncDatabase) -> None:
     """Lookups are by hash (unique); follower credentials are found by follower id when re-issued."""
     await db[COLLECTION].create_index([("hash", ASCENDING)], unique=True)
     await db[COLLECTION].create_index([("follower_id", ASCENDING)])
@@ -35,7 +35,7 @@ def _view(doc: dict[str, Any]) -> TokenView:
 
 
 async def create_token(
-    db: AsyncIOMotorDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None
+    db: AsyncDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None
 ) -> TokenIssued:
     """Store a new token's hash (acknowledged before the secret is returned, once)."""
     token = new_token()
@@ -53,7 +53,7 @@ async def create_token(
     return TokenIssued(**_view(doc).model_dump(), token=token)
 
 
-async def principal_for(db: AsyncIOMotorDatabase, *, token: str) -> Principal | None:
+async def principal_for(db: AsyncDatabase, *, token: str) -> Principal | None:
     """The principal a live (not revoked) token stands for, or None."""
     doc = await db[COLLECTION].find_one({"hash": hash_token(token), "revoked_at": None})
     if doc is None:
@@ -61,13 +61,13 @@ async def principal_for(db: AsyncIOMotorDatabase, *, token: str) -> Principal | 
     return Principal(user=doc["user"], role=doc["role"], follower_id=doc.get("follower_id"), token_id=doc["_id"])
 
 
-async def list_tokens(db: AsyncIOMotorDatabase) -> list[TokenView]:
+async def list_tokens(db: AsyncDatabase) -> list[TokenView]:
     """Every token, oldest first, without secrets."""
     docs = await db[COLLECTION].find({}, {"hash": 0}).sort("created_at", ASCENDING).to_list(None)
     return [_view(doc) for doc in docs]
 
 
-async def revoke_token(db: AsyncIOMotorDatabase, *, token_id: str) -> TokenView:
+async def revoke_token(db: AsyncDatabase, *, token_id: str) -> TokenView:
     """Revoke a token at once (idempotent); NotFound if unknown."""
     await db[COLLECTION].update_one({"_id": token_id, "revoked_at": None}, {"$set": {"revoked_at": utcnow()}})
     doc = await db[COLLECTION].find_one({"_id": token_id}, {"hash": 0})
@@ -76,7 +76,7 @@ async def revoke_token(db: AsyncIOMotorDatabase, *, token_id: str) -> TokenView:
     return _view(doc)
 
 
-async def revoke_follower_credentials(db: AsyncIOMotorDatabase, *, follower_id: str) -> int:
+async def revoke_follower_credentials(db: AsyncDatabase, *, follower_id: str) -> int:
     """Revoke a follower's earlier credentials (a rejoining agent gets a fresh one); returns how many."""
     result = await db[COLLECTION].update_many(
         {"follower_id": follower_id, "role": "follower", "revoked_at": None}, {"$set": {"revoked_at": utcnow()}}

@@ -104,7 +104,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
             max_cost=rec_args["max_cost"],
             confident=rec_confident,
         )
-    keep = {k: v for k, v in params.items() if k.startswith("f_") and v} | {f"filter{i}": f for i, f in enumerate([])}
+    keep = {k: v for k, v in params.items() if k.startswith("f_") and v}
 
     def link(**changes: Any) -> str:
         merged = {**keep, "sort": page.sort, "order": page.order, **changes}

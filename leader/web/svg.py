@@ -76,7 +76,7 @@ class _Scale:
 
 def line_chart(
     title: str,
-    series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    series: Sequence[tuple[str, Sequence[float | None], Sequence[float | None]]],
     *,
     xlabel: str,
     ylabel: str,

@@ -10,14 +10,12 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sys
 
 import httpx
 import pytest
 
 from common.jobs import TERMINAL_STATES, JobState
 from common.modelgen import mlp_onnx
-from common.procs import SupervisedProcess, http_ready
 from tests.e2e.test_walking_skeleton import _servers_under, _wait_until
 from tests.faults.outcomes import record
 
@@ -81,12 +79,7 @@ def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: 
     with fleet.client() as client:
         ids = [client.submit_yaml(_job_yaml(f"sjf-{i}", s)).id for i, s in enumerate(seconds)]
         assert all(client.job(j).state == JobState.queued for j in ids)
-    fleet.leader.stop()
-    fleet.leader = SupervisedProcess(
-        [sys.executable, "-m", "leader"], name="leader-2", log_path=fleet.workdir / "leader-2.log", env=fleet.env
-    )
-    fleet.leader.start()
-    fleet.leader.wait_ready(http_ready(f"{fleet.url}/healthz"), timeout_s=60)
+    fleet.restart("leader")
     with fleet.client() as client:
         assert all(client.job(j).state == JobState.queued for j in ids), "the queue survived the restart"
         for fid in ("s-a", "s-b"):

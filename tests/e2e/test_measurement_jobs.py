@@ -92,6 +92,7 @@ data: {{source: upload, id: {data['id']}}}
     plan = row.generator_plan
     assert plan is not None and plan.processes == row.generators == 1 and not plan.forced
     assert plan.saturated == (plan.cores_needed > plan.cores_available)
+    assert ("generator_capacity" in [r.code for r in row.reasons]) == plan.saturated, (plan, row.reasons)
     assert any(plan.reason in r for r in row.invalid_reasons) == plan.saturated, (plan, row.invalid_reasons)
     # The generator thread's scheduling is recorded; a refused SCHED_FIFO carries its reason.
     sched = row.generator_scheduling

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import secrets
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import hypothesis
 import pytest
@@ -15,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given
 from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance
 
-from common.procs import SupervisedProcess, free_port, http_ready
+from benchfleet.stack import LocalStack
 from tests.faults.outcomes import record
 
 MIN_REQUESTS = 1000
@@ -25,29 +22,15 @@ CHECKS = [not_a_server_error, response_schema_conformance, content_type_conforma
 
 @pytest.fixture(scope="module")
 def leader_url(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    workdir: Path = tmp_path_factory.mktemp("fuzz")
-    port, admin = free_port(), secrets.token_urlsafe(24)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "BENCHFLEET_MONGO_URI": mongo_service.url,
-        "BENCHFLEET_REDIS_URL": redis_service.url,
-        "BENCHFLEET_LEADER_DB_NAME": f"fuzz_{uuid.uuid4().hex[:8]}",
-        "BENCHFLEET_LEADER_PORT": str(port),
-        "BENCHFLEET_LEADER_ADMIN_TOKEN": admin,
-        "BENCHFLEET_LEADER_FOLLOWER_TOKEN": secrets.token_urlsafe(24),
-        # Small limits so generated uploads and bodies hit the 413 paths too.
-        "BENCHFLEET_LEADER_MAX_UPLOAD_BYTES": "200000",
-    }
-    proc = SupervisedProcess([sys.executable, "-m", "leader"], name="fuzz-leader", log_path=workdir / "leader.log", env=env)
-    proc.start()
-    try:
-        url = f"http://127.0.0.1:{port}"
-        proc.wait_ready(http_ready(f"{url}/healthz"), timeout_s=60)
-        yield url, admin
-    finally:
-        proc.stop()
-        log_text = (workdir / "leader.log").read_text(errors="replace")
-        assert admin not in log_text, "the admin token leaked into the leader's log"
+    # Small limits so generated uploads and bodies hit the 413 paths too.
+    stack = LocalStack(tmp_path_factory.mktemp("fuzz"), mongo_uri=mongo_service.url, redis_url=redis_service.url,
+                       db_name=f"fuzz_{uuid.uuid4().hex[:8]}", base_env={"PATH": "/usr/bin:/bin"},
+                       env={"BENCHFLEET_LEADER_MAX_UPLOAD_BYTES": "200000"})  # fmt: skip
+    with stack:
+        stack.start_leader()
+        yield stack.url, stack.admin_token
+    log_text = stack.leader.log_path.read_text(errors="replace")
+    assert stack.admin_token not in log_text, "the admin token leaked into the leader's log"
 
 
 def test_fuzz_openapi(leader_url: tuple[str, str]) -> None:

@@ -69,7 +69,7 @@ seed: 42
     # 1 ms send-lag rule; that (and only that) may make this low-rate point invalid, and the reason must say so.
     lag_ok = point.send_lag_ms.p99 <= 1.0
     assert point.valid == lag_ok, point.invalid_reasons
-    assert all("send lag" in reason for reason in point.invalid_reasons), point.invalid_reasons
+    assert all(reason.code == "send_lag" for reason in point.reasons), point.reasons
     if not point.valid:
         print(f"point invalid on this host: {point.invalid_reasons}")
     assert point.environment.follower_id == "f-main" and point.environment.seed == point.point.seed

@@ -7,14 +7,10 @@ PerfDB), or failed with a stated reason and accepted again when resubmitted; and
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +18,9 @@ import psutil
 import pymongo
 import pytest
 
-from benchfleet.client import BenchfleetClient
+from benchfleet.stack import LocalStack
 from common.jobs import TERMINAL_STATES, JobState, JobView
 from common.modelgen import mlp_onnx
-from common.procs import SupervisedProcess, free_port, http_ready
-from tests.conftest import wait_for_port
 from tests.faults.outcomes import record
 from tests.faults.proxy import CuttableProxy
 
@@ -50,65 +44,24 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, every_
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-@dataclass
-class Stack:
-    """Own Redis, SecantusDB, leader and one follower reaching the leader through a cuttable proxy."""
+class FaultStack(LocalStack):
+    """Its own durable Redis, SecantusDB, leader and one follower (ft) reaching the leader through a cuttable proxy."""
 
-    workdir: Path
-    env: dict[str, str]
-    url: str
-    admin_token: str
-    follower_token: str
-    mongo_uri: str
-    db_name: str
-    redis_port: int
-    mongo_port: int
-    leader_port: int
-    proxy: CuttableProxy
-    procs: dict[str, SupervisedProcess] = field(default_factory=dict)
-    restarts: dict[str, int] = field(default_factory=dict)
+    def __init__(self, workdir: Path) -> None:
+        self.db_name = f"faults_{uuid.uuid4().hex[:8]}"
+        env = {
+            # Longer than the 30 s cut: the cut-off follower keeps its job, so its buffered results must be the ones kept.
+            "BENCHFLEET_LEADER_MISSING_AFTER_S": "60",
+            "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
+            "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
+            "BENCHFLEET_FOLLOWER_AGEING_PER_S": "0",
+        }
+        super().__init__(workdir, db_name=self.db_name, base_env={"PATH": "/usr/bin:/bin"}, env=env)
+        self.proxy = CuttableProxy(self.leader_port)
 
-    def client(self) -> BenchfleetClient:
-        return BenchfleetClient(self.url, self.admin_token)
-
-    def _spawn(self, key: str, argv: list[str], env: dict[str, str] | None = None) -> SupervisedProcess:
-        n = self.restarts.get(key, 0)
-        self.restarts[key] = n + 1
-        proc = SupervisedProcess(argv, name=f"{key}-{n}", log_path=self.workdir / f"{key}-{n}.log", env=env)
-        self.procs[key] = proc.start()
-        return proc
-
-    def start_redis(self) -> None:
-        # Durable like a production broker: every write is in the append-only file before Redis answers.
-        argv = [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(self.redis_port),
-                "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", str(self.workdir / "redis")]
-        (self.workdir / "redis").mkdir(exist_ok=True)
-        proc = self._spawn("redis", argv)
-        wait_for_port(self.redis_port, None, timeout=30)
-        assert proc.alive()
-
-    def start_mongo(self) -> None:
-        binary = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-        argv = [binary, "--host", "127.0.0.1", "--port", str(self.mongo_port),
-                "--storage-path", str(self.workdir / "mongo-data"), "--standalone"]
-        proc = self._spawn("mongo", argv)
-        wait_for_port(self.mongo_port, None, timeout=60)
-        assert proc.alive()
-
-    def start_leader(self) -> None:
-        proc = self._spawn("leader", [sys.executable, "-m", "leader"], self.env)
-        proc.wait_ready(http_ready(f"{self.url}/healthz"), timeout_s=60)
-
-    def start_follower(self) -> None:
-        env = {**self.env, "BENCHFLEET_FOLLOWER_LEADER_URL": self.proxy.url}
-        proc = self._spawn("follower", [sys.executable, "-m", "follower"], env)
-        with self.client() as client:
-            proc.wait_ready(lambda: any(f.info.follower_id == "ft" and f.state == "ready" for f in client.followers()), 60)
-
-    def restart(self, key: str) -> None:
-        """Stop one service (SIGTERM, then SIGKILL after the grace) and start it again on the same port and data."""
-        self.procs[key].stop(grace_s=10)
-        {"redis": self.start_redis, "mongo": self.start_mongo, "leader": self.start_leader}[key]()
+    def start_ft(self) -> None:
+        """The follower, through the proxy, once the leader lists it ready."""
+        self.start_follower("ft", env={"BENCHFLEET_FOLLOWER_LEADER_URL": self.proxy.url}, ready=lambda f: f.state == "ready")
 
     @property
     def follower_dir(self) -> Path:
@@ -116,53 +69,27 @@ class Stack:
 
     def results_count(self, job_id: str, attempt: int) -> int:
         """Point results stored in PerfDB for one attempt, counted by a fresh client (the server may have restarted)."""
+        assert self.mongo_uri is not None
         with pymongo.MongoClient(self.mongo_uri, serverSelectionTimeoutMS=10_000) as mongo:
             return mongo[self.db_name]["results"].count_documents({"job_id": job_id, "attempt": attempt})
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("faults")
-    redis_port, mongo_port, leader_port = free_port(), free_port(), free_port()
-    admin_token, follower_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    db_name = f"faults_{uuid.uuid4().hex[:8]}"
-    mongo_uri = f"mongodb://127.0.0.1:{mongo_port}/?directConnection=true&retryWrites=false"
-    url = f"http://127.0.0.1:{leader_port}"
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONUNBUFFERED": "1",
-        "BENCHFLEET_MONGO_URI": mongo_uri,
-        "BENCHFLEET_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "BENCHFLEET_LEADER_DB_NAME": db_name,
-        "BENCHFLEET_LEADER_PORT": str(leader_port),
-        "BENCHFLEET_LEADER_ADMIN_TOKEN": admin_token,
-        "BENCHFLEET_LEADER_FOLLOWER_TOKEN": follower_token,
-        # Longer than the 30 s cut: the cut-off follower keeps its job, so its buffered results must be the ones kept.
-        "BENCHFLEET_LEADER_MISSING_AFTER_S": "60",
-        "BENCHFLEET_FOLLOWER_TOKEN": follower_token,
-        "BENCHFLEET_FOLLOWER_FOLLOWER_ID": "ft",
-        "BENCHFLEET_FOLLOWER_WORK_DIR": str(workdir / "ft"),
-        "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
-        "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
-        "BENCHFLEET_FOLLOWER_AGEING_PER_S": "0",
-    }
-    proxy = CuttableProxy(leader_port)
-    stack = Stack(workdir, env, url, admin_token, follower_token, mongo_uri, db_name, redis_port, mongo_port,
-                  leader_port, proxy)
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
+    stack = FaultStack(tmp_path_factory.mktemp("faults"))
     try:
-        stack.start_redis()
+        # Durable like a production broker: every write is in the append-only file before Redis answers.
+        stack.start_redis(durable=True)
         stack.start_mongo()
         stack.start_leader()
-        proxy.start()
-        stack.start_follower()
+        stack.proxy.start()
+        stack.start_ft()
         with stack.client() as client:
             client.upload_model(mlp_onnx(), name="mlp-faults", version="1")
         yield stack
     finally:
-        for key in ("follower", "leader", "mongo", "redis"):
-            if key in stack.procs:
-                stack.procs[key].stop(grace_s=5)
-        proxy.stop()
+        stack.close(grace_s=5)
+        stack.proxy.stop()
 
 
 def job_yaml(name: str, *, batches: tuple[int, ...] = (1, 2), seconds: float = 1.0, rate: int = 20) -> str:
@@ -175,7 +102,7 @@ load: {{pattern: constant, rate: {rate}, duration: {seconds}s, warmup: 0s}}
 """
 
 
-def settle(stack: Stack, job_ids: list[str], timeout_s: float = 90) -> list[JobView]:
+def settle(stack: FaultStack, job_ids: list[str], timeout_s: float = 90) -> list[JobView]:
     """Wait until every job is terminal; assert exactly-one-result or a stated, resubmittable failure."""
     with stack.client() as client:
         wait_until(lambda: all(client.job(j).state in TERMINAL_STATES for j in job_ids), timeout_s, "all jobs to end")
@@ -212,9 +139,9 @@ def _serving(marker: str) -> psutil.Process | None:
     return None
 
 
-def test_model_server_crash_mid_point_is_reported_and_leaves_no_server(stack: Stack) -> None:
+def test_model_server_crash_mid_point_is_reported_and_leaves_no_server(stack: FaultStack) -> None:
     marker = str(stack.follower_dir)
-    log = stack.procs["follower"].log_path
+    log = stack.procs["ft"].log_path
     with stack.client() as client:
         job = client.submit_yaml(job_yaml("crash-server", batches=(1,), seconds=5.0, rate=50))
         # Ready and answered its first request (the follower logs it), then the generator connects: kill it under load.
@@ -238,7 +165,7 @@ def test_model_server_crash_mid_point_is_reported_and_leaves_no_server(stack: St
            f"{outcome}; job {view.state.value}; no model server left running")
 
 
-def test_follower_cut_off_for_30s_delivers_buffered_results_exactly_once(stack: Stack) -> None:
+def test_follower_cut_off_for_30s_delivers_buffered_results_exactly_once(stack: FaultStack) -> None:
     outbox = stack.follower_dir / "outbox"
     with stack.client() as client:
         job = client.submit_yaml(job_yaml("cut-off"))
@@ -265,7 +192,7 @@ def test_follower_cut_off_for_30s_delivers_buffered_results_exactly_once(stack: 
            "job succeeded on attempt 1 with one result per point")
 
 
-def _mid_queue(stack: Stack, service: str, name: str) -> list[JobView]:
+def _mid_queue(stack: FaultStack, service: str, name: str) -> list[JobView]:
     """Submit three jobs, restart `service` while the first runs and the others wait, then settle them all."""
     with stack.client() as client:
         ids = [client.submit_yaml(job_yaml(f"{name}-{i}", batches=(1,))).id for i in range(3)]
@@ -274,21 +201,21 @@ def _mid_queue(stack: Stack, service: str, name: str) -> list[JobView]:
     return settle(stack, ids, timeout_s=120)
 
 
-def test_leader_restart_mid_queue(stack: Stack) -> None:
+def test_leader_restart_mid_queue(stack: FaultStack) -> None:
     views = _mid_queue(stack, "leader", "leader-restart")
     assert all(v.state == JobState.succeeded for v in views), [(v.state, v.error) for v in views]
     record("fault", "leader restarted (SIGTERM) while one job runs and two wait",
            f"all {len(views)} jobs succeeded, one result per point (attempts {[v.attempt for v in views]})")
 
 
-def test_redis_restart_mid_queue(stack: Stack) -> None:
+def test_redis_restart_mid_queue(stack: FaultStack) -> None:
     views = _mid_queue(stack, "redis", "redis-restart")
     assert all(v.state == JobState.succeeded for v in views), [(v.state, v.error) for v in views]
     record("fault", "Redis (broker, append-only file) restarted while one job runs and two wait",
            f"all {len(views)} jobs succeeded, one result per point (attempts {[v.attempt for v in views]})")
 
 
-def test_secantus_restart_mid_queue(stack: Stack) -> None:
+def test_secantus_restart_mid_queue(stack: FaultStack) -> None:
     views = _mid_queue(stack, "mongo", "mongo-restart")
     states = {v.state for v in views}
     assert states <= {JobState.succeeded, JobState.failed}
@@ -297,7 +224,7 @@ def test_secantus_restart_mid_queue(stack: Stack) -> None:
            f"{outcome}; one result per point of each succeeded job")
 
 
-def test_no_token_or_credential_in_any_fault_log(stack: Stack) -> None:
+def test_no_token_or_credential_in_any_fault_log(stack: FaultStack) -> None:
     secrets_ = [stack.admin_token, stack.follower_token]
     with pymongo.MongoClient(stack.mongo_uri) as mongo:  # stored token hashes must not leak either
         secrets_ += [d.get("hash") for d in mongo[stack.db_name]["tokens"].find({}) if d.get("hash")]

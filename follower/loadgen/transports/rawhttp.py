@@ -39,9 +39,11 @@ class _Conn(asyncio.Protocol):
         "close_after",
     )
 
+    # Set by connection_made, which asyncio calls before create_connection returns the protocol to anyone.
+    transport: asyncio.Transport
+
     def __init__(self, pool: RawHttpSession) -> None:
         self.pool = pool
-        self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.waiter: asyncio.Future[tuple[int, int, bytes]] | None = None
         self.first_ns = 0
@@ -56,7 +58,8 @@ class _Conn(asyncio.Protocol):
         self.close_after = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)  # a TCP connection's
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -71,7 +74,7 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.waiter is None:  # bytes nobody asked for: the connection's framing is lost
             self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.transport.close()
             return
         if self.first_ns == 0:
             self.first_ns = _monotonic_ns()
@@ -84,7 +87,7 @@ class _Conn(asyncio.Protocol):
     def _fail(self, message: str) -> None:
         waiter, self.waiter = self.waiter, None
         self.closed = True
-        self.transport.close()  # type: ignore[union-attr]
+        self.transport.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(HttpError(message))
 
@@ -182,7 +185,7 @@ class _Conn(asyncio.Protocol):
         self._reset()
         if close:
             self.closed = True
-            self.transport.close()  # type: ignore[union-attr]
+            self.transport.close()
         else:
             self.pool._idle.append(self)
         if waiter is not None and not waiter.done():
@@ -241,14 +244,14 @@ class RawHttpSession:
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         conn.waiter = waiter
-        conn.transport.write(wire)  # type: ignore[union-attr]
+        conn.transport.write(wire)
         handle = loop.call_later(self.timeout_s, _expire, conn, waiter, self.timeout_s)
         try:
             return await waiter
         except asyncio.CancelledError:
             conn.waiter = None  # the answer may still come: drop the connection rather than misframe it
             conn.closed = True
-            conn.transport.close()  # type: ignore[union-attr]
+            conn.transport.close()
             raise
         finally:
             handle.cancel()
@@ -270,7 +273,7 @@ class RawHttpSession:
                 self._all.discard(conn)
                 continue
             conn.waiter = waiter
-            conn.transport.write(wire)  # type: ignore[union-attr]
+            conn.transport.write(wire)
             return conn
         return None
 
@@ -280,14 +283,13 @@ class RawHttpSession:
             raise HttpError("session closed")
         conn = await asyncio.wait_for(self._connect(), self.timeout_s)
         conn.waiter = waiter
-        conn.transport.write(wire)  # type: ignore[union-attr]
+        conn.transport.write(wire)
         return conn
 
     async def close(self) -> None:
         self._closed = True
         for conn in list(self._all):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.transport.close()
         self._all.clear()
         self._idle.clear()
 
@@ -303,7 +305,7 @@ def _expire(conn: _Conn, waiter: Any, timeout_s: float) -> None:
     if not waiter.done():
         conn.waiter = None
         conn.closed = True
-        conn.transport.close()  # type: ignore[union-attr]
+        conn.transport.close()
         waiter.set_exception(TimeoutError(f"no HTTP answer within {timeout_s:g}s"))
 
 

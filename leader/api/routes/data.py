@@ -4,43 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from starlette.datastructures import UploadFile
 
-from common.datasets import DATA_FORMATS, BadData, DataSetMeta, inspect_data
-from common.errors import Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
+from common.datasets import DATA_FORMATS, BadData, DataFormat, DataSetMeta, inspect_data
+from common.errors import Forbidden, InvalidSpec, PayloadTooLarge
 from common.spec import NAME_PATTERN
 from common.traces import trace_facts
-from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
-from leader.api.routes.models import CHUNK_BYTES, FORM_OVERHEAD_BYTES, _spooled_chunks, _text_field
+from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.clock import utcnow
 from leader.store import datasets as data_store
 
 router = APIRouter(prefix="/data", tags=["data"])
 
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file", "name", "format"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary"},
-                        "name": {"type": "string", "pattern": NAME_PATTERN},
-                        "format": {"type": "string", "enum": list(DATA_FORMATS)},
-                    },
-                }
-            }
-        },
-    }
-}
+_UPLOAD_BODY = multipart_body(["name", "format"], {
+    "name": {"type": "string", "pattern": NAME_PATTERN},
+    "format": {"type": "string", "enum": list(DATA_FORMATS)},
+})  # fmt: skip
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
@@ -66,18 +50,12 @@ def _check(spool: BinaryIO, data_format: str, limit: int) -> tuple[int, str, int
 @router.post("", status_code=201, response_model=DataSetMeta, openapi_extra=_UPLOAD_BODY)
 async def upload_data(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> DataSetMeta:
     """Store a request-data set after its size and format checks; jobs name it by the returned id."""
-    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type != "multipart/form-data":
-        raise UnsupportedMediaType("upload a data set as multipart/form-data", field="Content-Type")
-    limited = limited_request(request, settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
-    async with limited.form(max_files=1, max_fields=8) as form:
-        name = _text_field(form.get("name"), "name", NAME_PATTERN)
+    async with upload_form(request, what="a data set", limit=settings.max_upload_bytes) as form:
+        name = text_field(form.get("name"), "name", NAME_PATTERN)
         data_format = form.get("format")
         if data_format not in DATA_FORMATS:
             raise InvalidSpec(f"must be one of {', '.join(DATA_FORMATS)}", field="format")
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidSpec("field required (the data file)", field="file")
+        upload = upload_file(form, "the data file")
         if upload.size is not None and upload.size > settings.max_upload_bytes:
             raise _too_large(settings.max_upload_bytes)
         # Same path as model uploads: spooled under the byte limit, checked, then streamed into GridFS.
@@ -88,10 +66,11 @@ async def upload_data(request: Request, db: Db, settings: SettingsDep, principal
         if data_format == "trace":  # what a job naming this trace is checked against at submission
             span_s, max_input = await anyio.to_thread.run_sync(trace_facts, upload.file)
         meta = DataSetMeta(
-            id=uuid.uuid4().hex, name=name, format=data_format, samples=samples, fields=fields, sha256=sha256,
+            id=uuid.uuid4().hex, name=name, format=cast(DataFormat, data_format),  # checked above
+            samples=samples, fields=fields, sha256=sha256,
             size_bytes=size, created_at=utcnow(), owner=principal.user, span_s=span_s, max_input=max_input,
         )  # fmt: skip
-        return await data_store.insert_stream(db, meta=meta, chunks=_spooled_chunks(upload.file))
+        return await data_store.insert_stream(db, meta=meta, chunks=spooled_chunks(upload.file))
 
 
 @router.get("", response_model=list[DataSetMeta], dependencies=[ViewerAuth])

@@ -13,6 +13,7 @@ from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep
 from leader.clock import utcnow
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
+from leader.store import placement as placement_store
 from leader.store import users as users_store
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ async def register(
         check_follower(principal, info.follower_id)
     view, previous = await followers_store.register(db, info=info)
     if previous is not None and previous != info.incarnation:
-        requeued = await jobs_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
+        requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
     log.info("follower %s registered (incarnation %s, backends %s)", info.follower_id, info.incarnation, info.backends)
@@ -70,7 +71,7 @@ async def heartbeat(
     if known:
         # Sent long enough ago, yet not among what the agent holds: the message was lost on the way; place it again.
         sent_before = utcnow() - timedelta(seconds=settings.undelivered_after_s)
-        lost = await jobs_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
+        lost = await placement_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
                                                     sent_before=sent_before)
         if lost:
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
@@ -86,7 +87,7 @@ REMOVED_REASON = "follower {follower_id} removed by an admin"
 async def drain(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
     """Take no new jobs; the running job finishes, held jobs not yet started go back to placement."""
     view = await followers_store.set_draining(db, follower_id=follower_id, draining=True)
-    requeued = await jobs_store.requeue_follower_jobs(
+    requeued = await placement_store.requeue_follower_jobs(
         db, follower_ids=[follower_id], reason=DRAINED_REASON, states=[JobState.assigned.value]
     )
     if requeued:
@@ -107,7 +108,7 @@ async def resume(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
 async def remove(follower_id: str, db: Db, placer: PlacerDep) -> None:
     """Forget a follower; its jobs go back to placement as new attempts."""
     await followers_store.remove(db, follower_id=follower_id)
-    requeued = await jobs_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
+    requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
     if requeued:
         placer.nudge()
     log.info("follower %s removed; requeued %d job(s)", follower_id, len(requeued))

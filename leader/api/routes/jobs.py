@@ -10,11 +10,13 @@ from fastapi import APIRouter, Query, Request
 from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.loadspec import TraceRef
 from common.signature import input_mismatches
-from common.spec import TraceRef, load_yaml, parse_spec
+from common.specparse import load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
-from leader.limits import check_spec_limits, jobs_created, queue_admission
+from leader.jobplan import plan_job
+from leader.limits import check_spec_limits, queue_admission
 from leader.scheduler.queueinfo import with_queue_info
 from leader.store import datasets as data_store
 from leader.store import followers as followers_store
@@ -59,7 +61,8 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         )
     body = await read_limited(request, settings.max_body_bytes)
     spec = parse_spec(_decode(content_type, body))
-    check_spec_limits(spec, settings)
+    plan = plan_job(spec)
+    check_spec_limits(plan, settings)
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
@@ -74,8 +77,8 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta)
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
-    async with queue_admission(db, settings, principal, adding=jobs_created(spec)):
-        job = await jobs_store.insert_job(db, spec=spec, model=model, owner=principal.user)
+    async with queue_admission(db, settings, principal, adding=plan.jobs_created):
+        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user)
     placer.nudge()
     return job
 

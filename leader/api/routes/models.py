@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import AsyncIterator
-from typing import BinaryIO, NoReturn, get_args
+from typing import BinaryIO, NoReturn, cast, get_args
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from starlette.datastructures import UploadFile
 
-from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge, UnsupportedMediaType
+from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
 from common.models import CanonicalParams, ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
-from leader.api.body import limited_request
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
 from leader.model_signature import model_signature
@@ -25,60 +22,28 @@ from leader.store import models as models_store
 
 router = APIRouter(prefix="/models", tags=["models"])
 
-# Room for the multipart boundaries and the small text fields around the file itself.
-FORM_OVERHEAD_BYTES = 64 * 1024
 FORMATS: tuple[str, ...] = get_args(ModelFormat)
-# GridFS's default chunk size: each read of the spooled upload becomes one chunk document.
-CHUNK_BYTES = 255 * 1024
 # Formats whose signature the leader parses from the bytes (the others declare it and are never opened here).
 PARSED_FORMATS = ("onnx", "bundle")
 
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file", "name", "version"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary"},
-                        "name": {"type": "string", "pattern": NAME_PATTERN},
-                        "version": {"type": "string", "pattern": VERSION_PATTERN},
-                        "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
-                    },
-                }
-            }
-        },
-    }
-}
-
-
-def _text_field(value: str | UploadFile | None, name: str, pattern: str | None = None) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidSpec("field required", field=name)
-    if pattern is not None and not re.match(pattern, value):
-        raise InvalidSpec("must be letters, digits, . _ - (starting with a letter or digit)", field=name)
-    return value
+_UPLOAD_BODY = multipart_body(["name", "version"], {
+    "name": {"type": "string", "pattern": NAME_PATTERN},
+    "version": {"type": "string", "pattern": VERSION_PATTERN},
+    "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
+})  # fmt: skip
 
 
 @router.post("", status_code=201, response_model=ModelMeta, openapi_extra=_UPLOAD_BODY)
 async def upload_model(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> ModelMeta:
     """Store a model file with its signature and checksum; the model is visible only once fully stored."""
-    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type != "multipart/form-data":
-        raise UnsupportedMediaType("upload a model as multipart/form-data", field="Content-Type")
-    limited = limited_request(request, settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
-    async with limited.form(max_files=1, max_fields=8) as form:
-        name = _text_field(form.get("name"), "name", NAME_PATTERN)
-        version = _text_field(form.get("version"), "version", VERSION_PATTERN)
+    async with upload_form(request, what="a model", limit=settings.max_upload_bytes) as form:
+        name = text_field(form.get("name"), "name", NAME_PATTERN)
+        version = text_field(form.get("version"), "version", VERSION_PATTERN)
         model_format = form.get("format") or "onnx"
         declared = form.get("signature")
         if model_format not in FORMATS:
             raise InvalidSpec(f"must be one of {', '.join(FORMATS)}", field="format")
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidSpec("field required (the model file)", field="file")
+        upload = upload_file(form, "the model file")
         if upload.size is not None and upload.size > settings.max_upload_bytes:
             raise_too_large(settings.max_upload_bytes)
         if await models_store.exists(db, name=name, version=version):
@@ -92,7 +57,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         meta = ModelMeta(
             name=name,
             version=version,
-            format=model_format,
+            format=cast(ModelFormat, model_format),  # one of FORMATS, checked above
             inputs=inputs,
             outputs=outputs,
             sha256=sha256,
@@ -101,7 +66,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
             owner=principal.user,
             canonical=canonical,
         )
-        return await models_store.insert_model_stream(db, meta=meta, chunks=_spooled_chunks(spool))
+        return await models_store.insert_model_stream(db, meta=meta, chunks=spooled_chunks(spool))
 
 
 def _check_spooled(
@@ -124,13 +89,6 @@ def _check_spooled(
     inputs, outputs = model_signature(model_format, data, declared)
     canonical = canonical_params(data) if model_format == "bundle" else None
     return size, digest.hexdigest(), inputs, outputs, canonical
-
-
-async def _spooled_chunks(spool: BinaryIO) -> AsyncIterator[bytes]:
-    """The spooled file again, chunk by chunk, for GridFS (disk reads off the event loop)."""
-    spool.seek(0)
-    while chunk := await anyio.to_thread.run_sync(spool.read, CHUNK_BYTES):
-        yield chunk
 
 
 def raise_too_large(limit: int) -> NoReturn:

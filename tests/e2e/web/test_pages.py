@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import uvicorn
 
+from common.procs import free_port
 from leader.app import create_app
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import wait_for_port
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN_TOKEN, Leader
 

@@ -133,7 +133,7 @@ def test_grafana_dashboard_is_current_and_queries_real_metrics() -> None:
     assert committed == gen_grafana_dashboard.render(), "run: python scripts/gen_grafana_dashboard.py"
     from prometheus_client.exposition import generate_latest
 
-    from follower.agent.metrics import FollowerMetrics
+    from follower.link.metrics import FollowerMetrics
     from leader.metrics import LeaderMetrics
 
     exposed = generate_latest(LeaderMetrics().registry).decode() + generate_latest(FollowerMetrics().registry).decode()

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from common.grid import expand
 from common.models import ModelMeta
-from common.spec import expand, parse_spec
+from common.specparse import parse_spec
 from follower.backends import get_backend
 from follower.backends.tfserving import find_tfserving
 from follower.backends.triton import find_triton, why_no_triton
@@ -73,12 +74,12 @@ def test_triton_dynamic_batching_merges_requests(canon: tuple[Path, ModelMeta], 
         backend.start(path, model, tmp_path / label)
         try:
             backend.wait_ready(60)
-            import aiohttp  # noqa: F401 - the runner's client; the load is driven through run_point below
+            from follower.point.context import PointContext
+            from follower.point.measure import measure_point
 
-            from follower.point.runner import run_point
-
-            result = asyncio.run(run_point(backend, points[0], url=backend.infer_url(model), model=model, env_base={},
-                                           slo=None, backend_version=backend.version(), cold_start=None))
+            ctx = PointContext(backend=backend, url=backend.infer_url(model), model=model, env_base={}, slo=None,
+                               backend_version=backend.version())
+            result = asyncio.run(measure_point(points[0], ctx))
             assert result.ok > 0
             stats = backend.stats()["model_stats"][0]
             seen[label] = {"inferences": int(stats["inference_count"]), "executions": int(stats["execution_count"])}

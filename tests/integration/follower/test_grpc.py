@@ -15,9 +15,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from common.grid import expand
 from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.spec import expand, parse_spec
+from common.specparse import parse_spec
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.openloop import drive
 from follower.loadgen.transports.grpc_client import grpc_url, model_prefix

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.loadspec import SearchSpec, Stability
 from common.models import ModelMeta
 from common.results import PointResult, WindowStat
-from common.spec import SLO, PointSpec, SearchSpec, Stability
+from common.spec import SLO, PointSpec
 from common.stats import decode, merge
 from follower.point.runner import run_backend
 
@@ -84,7 +85,7 @@ def test_windows_stability_and_live_progress(measured: dict) -> None:
 def test_concurrency_cap_drops_are_counted_and_invalidate(measured: dict) -> None:
     result: PointResult = measured["results"][2]
     assert result.dropped > 0 and result.capped >= result.dropped
-    assert any("dropped" in r for r in result.invalid_reasons)
+    assert "dropped" in [r.code for r in result.reasons]
     assert not result.valid and result.ok + result.dropped <= result.requests
 
 
@@ -122,5 +123,6 @@ def test_search_probes_the_bounds_then_bisects(measured: dict) -> None:
     if passing:
         assert result.valid and result.point.search is not None
     else:
-        assert not result.valid and any("no rate in [50, 300]" in r for r in result.invalid_reasons)
+        assert not result.valid and result.reasons[-1].code == "search_failed"
+        assert "no rate in [50, 300]" in result.reasons[-1].text
     assert result.valid == (result.invalid_reasons == [])

@@ -14,8 +14,10 @@ import httpx
 import numpy as np
 import pytest
 
+from common.grid import expand
 from common.models import ModelMeta
-from common.spec import ServerOptions, expand, parse_spec
+from common.spec import ServerOptions
+from common.specparse import parse_spec
 from follower.backends import get_backend
 from follower.backends.artifacts import artifact
 from follower.host import hostinfo
@@ -153,7 +155,7 @@ def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMe
 def test_follower_metrics_export_the_gpus() -> None:
     from prometheus_client import generate_latest
 
-    from follower.agent.metrics import FollowerMetrics
+    from follower.link.metrics import FollowerMetrics
 
     metrics = FollowerMetrics()
     metrics.sample()

@@ -9,8 +9,10 @@ from collections.abc import Callable
 
 from benchfleet.cli import running_points, watch_job
 from benchfleet.client import BenchfleetClient
-from common.spec import SplitSpec, expand, parse_spec_yaml
-from leader.store.jobs import split_points
+from common.grid import expand
+from common.spec import SplitSpec
+from common.specparse import parse_spec_yaml
+from leader.jobplan import split_points
 from tests.integration.leader.conftest import ADMIN, Leader, point_result
 from tests.integration.leader.test_metrics_book import gauge
 from tests.integration.leader.test_scheduling import claim, post_as

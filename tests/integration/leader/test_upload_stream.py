@@ -7,18 +7,16 @@ import hashlib
 import json
 import secrets
 import socket
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import AsyncMongoClient
 from pymongo.database import Database
 
+from benchfleet.stack import LocalStack
 from common.models import ModelMeta
-from common.procs import SupervisedProcess, free_port, http_ready
 from leader.clock import utcnow
 from leader.store import models as models_store
 from tests.conftest import Service
@@ -92,7 +90,7 @@ def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mong
                      size_bytes=len(payload), created_at=utcnow())
 
     async def scenario() -> tuple[int, int]:
-        client: AsyncIOMotorClient = AsyncIOMotorClient(mongo_service.url)
+        client: AsyncMongoClient = AsyncMongoClient(mongo_service.url)
         db = client[db_name]
         try:
             async def broken() -> AsyncIterator[bytes]:
@@ -119,7 +117,7 @@ def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mong
                 await task
             return await db["models.chunks"].count_documents({}), await models_store.orphan_chunks(db)
         finally:
-            client.close()
+            await client.close()
 
     chunks, orphans = asyncio.run(scenario())
     db = mongo_client[db_name]
@@ -130,23 +128,18 @@ def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mong
 @pytest.fixture(scope="module")
 def leader_process(
     mongo_service: Service, redis_service: Service, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, str]]:
+) -> Iterator[tuple[str, str, str]]:
     """A real leader process (uvicorn): only a real server sees a client vanish mid-body."""
-    port, db_name = free_port(), f"upload_{uuid.uuid4().hex[:8]}"
-    env = {"PATH": "/usr/bin:/bin", "BENCHFLEET_MONGO_URI": mongo_service.url, "BENCHFLEET_REDIS_URL": redis_service.url,
-           "BENCHFLEET_LEADER_DB_NAME": db_name, "BENCHFLEET_LEADER_PORT": str(port),
-           "BENCHFLEET_LEADER_ADMIN_TOKEN": "a" * 24, "BENCHFLEET_LEADER_FOLLOWER_TOKEN": "f" * 24}
-    log = Path(tmp_path_factory.mktemp("upload")) / "leader.log"
-    proc = SupervisedProcess([sys.executable, "-m", "leader"], name="leader-upload", log_path=log, env=env).start()
-    try:
-        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/healthz"), timeout_s=60)
-        yield f"127.0.0.1:{port}", db_name
-    finally:
-        proc.stop()
+    db_name = f"upload_{uuid.uuid4().hex[:8]}"
+    stack = LocalStack(tmp_path_factory.mktemp("upload"), mongo_uri=mongo_service.url, redis_url=redis_service.url,
+                       db_name=db_name, base_env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    with stack:
+        stack.start_leader()
+        yield f"127.0.0.1:{stack.leader_port}", db_name, stack.admin_token
 
 
-def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: tuple[str, str], mongo_client) -> None:  # type: ignore[no-untyped-def]
-    address, db_name = leader_process
+def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: tuple[str, str, str], mongo_client) -> None:  # type: ignore[no-untyped-def]
+    address, db_name, admin = leader_process
     host, port = address.split(":")
     boundary = "cut"
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nhalf\r\n"
@@ -154,12 +147,12 @@ def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: t
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.onnx\"\r\n\r\n").encode()
     declared = len(head) + 8 * 1024 * 1024
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall((f"POST /api/v1/models HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {'a' * 24}\r\n"
+        sock.sendall((f"POST /api/v1/models HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {admin}\r\n"
                       f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {declared}\r\n\r\n").encode())
         sock.sendall(head + b"\x00" * (3 * 1024 * 1024))  # 3 of the 8 MiB promised, then the client vanishes
     db = mongo_client[db_name]
     # The leader still serves (and a later upload of the same name:version is not blocked by leftovers).
-    with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {'a' * 24}"}) as http:
+    with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {admin}"}) as http:
         assert http.get("/healthz").status_code == 200
         _clean(db)
         form = {"name": "half", "version": "1", "format": "torchscript", "signature": SIGNATURE}

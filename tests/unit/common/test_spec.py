@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from common.errors import InvalidSpec
-from common.spec import MAX_POINTS, estimate_seconds, expand, parse_duration, parse_spec, parse_spec_yaml
+from common.grid import estimate_seconds, expand
+from common.loadspec import parse_duration
+from common.spec import MAX_POINTS
+from common.specparse import parse_spec, parse_spec_yaml
 
 EXAMPLE = """
 name: mlp-onnx-smoke

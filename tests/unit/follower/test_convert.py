@@ -12,7 +12,8 @@ import pytest
 from common.bundle import BundleError, read_member, read_meta, write_bundle
 from common.models import ModelMeta, TensorSpec
 from common.signature import input_mismatches
-from common.spec import DynamicBatching, ServerOptions, parse_spec
+from common.spec import DynamicBatching, ServerOptions
+from common.specparse import parse_spec
 from follower.convert.check import ConversionMismatch, compare, require
 from follower.convert.triton_repo import config_pbtxt
 from follower.servers.processing import get_processor, tokenize, top_k

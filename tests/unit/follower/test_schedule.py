@@ -136,7 +136,7 @@ def test_trace_replays_offsets_inside_the_run() -> None:
 
 def test_uploaded_trace_schedule_keeps_offsets_exact_after_the_warm_up() -> None:
     from common.traces import Trace
-    from follower.point.runner import _trace_schedule
+    from follower.point.plan import trace_schedule as _trace_schedule
 
     trace = Trace(np.array([0, 100, 250, 900, 1500], dtype=np.int64) * 1_000_000, np.array([4, 3, 2, 1, 0]))
     offsets, rows = _trace_schedule(trace, warmup_s=0.3, max_s=1.0)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.results import Percentiles
+from common.results import Percentiles, Reason
 from common.spec import SLO
 from follower.loadgen.records import NOT_SENT, TRANSPORT_ERROR, LoadRecords
-from follower.loadgen.verdict import invalid_reasons, slo_met, summarize_window
+from follower.loadgen.verdict import slo_met, summarize_window, window_reasons
 
 MS = 1_000_000
 
@@ -28,13 +28,13 @@ def records(
     return rec
 
 
-def reasons_of(rec: LoadRecords, duration_s: float = 1.0) -> list[str]:
-    return invalid_reasons(summarize_window(rec, duration_s))
+def reasons_of(rec: LoadRecords, duration_s: float = 1.0) -> list[Reason]:
+    return window_reasons(summarize_window(rec, duration_s))
 
 
 def test_healthy_run_is_valid_and_summarised() -> None:
     summary = summarize_window(records(), 1.0)
-    assert invalid_reasons(summary) == []
+    assert window_reasons(summary) == []
     assert (summary.requests, summary.ok, summary.errors) == (1000, 1000, 0)
     assert summary.offered_rate == summary.achieved_rate == 1000.0
     assert summary.latency_ms is not None and summary.latency_ms.p99 == pytest.approx(2.0, rel=1e-3)
@@ -47,7 +47,7 @@ def test_send_lag_rule() -> None:
     rec = records()
     rec.sent_ns[::40] += 2 * MS  # 2.5% of requests sent 2 ms late: p99 > 1 ms
     (reason,) = reasons_of(rec)
-    assert "send lag p99" in reason
+    assert reason.code == "send_lag" and "send lag p99" in reason.text
     rec = records()
     rec.sent_ns[::200] += 2 * MS  # 0.5% late: p99 unaffected
     assert reasons_of(rec) == []
@@ -58,7 +58,7 @@ def test_rate_rule() -> None:
     rec.status[::33] = NOT_SENT  # ~3% never sent (a stopped run)
     rec.sent_ns[::33] = -1
     (reason,) = reasons_of(rec)
-    assert "achieved rate" in reason
+    assert reason.code == "rate_missed" and "achieved rate" in reason.text
     rec = records()
     rec.status[::100] = NOT_SENT  # 1% missing is within tolerance
     rec.sent_ns[::100] = -1
@@ -67,13 +67,13 @@ def test_rate_rule() -> None:
 
 def test_minimum_completed_rule() -> None:
     (reason,) = reasons_of(records(n=458))
-    assert "only 458 requests completed" in reason
+    assert reason.code == "too_few" and "only 458 requests completed" in reason.text
     assert reasons_of(records(n=459)) == []
 
 
 def test_generator_cpu_rule() -> None:
     (reason,) = reasons_of(records(cpu_s=0.95))
-    assert "saturated" in reason
+    assert reason.code == "generator_saturated" and "saturated" in reason.text
     assert reasons_of(records(cpu_s=0.85)) == []
 
 
@@ -82,7 +82,7 @@ def test_error_rule() -> None:
     rec.status[::66] = 500  # ~1.5% HTTP errors: over the 1% error limit, within the 2% rate tolerance
     rec.error_sample = "HTTP 500: boom"
     (reason,) = reasons_of(rec)
-    assert "failed" in reason and "HTTP 500: boom" in reason
+    assert reason.code == "errors" and "HTTP 500: boom" in reason.text
     rec = records()
     rec.status[::200] = TRANSPORT_ERROR  # 0.5%
     assert reasons_of(rec) == []

@@ -6,15 +6,17 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leader.domain import Load, Needs
+from leader.domain import JobChange, Load, Needs
 from leader.scheduler.book import JobBook
+from leader.store.jobdocs import job_change
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CPU = (frozenset({"onnxruntime"}), Needs())
 
 
-def doc(job_id: str, state: str, *, follower: str | None = None, estimate: float = 10.0, age: int = 0, **extra: Any) -> dict:
-    return {
+def doc(job_id: str, state: str, *, follower: str | None = None, estimate: float = 10.0, age: int = 0, **extra: Any) -> JobChange:
+    """A job document as PerfDB holds it, through the store's one mapper (the book never sees raw documents)."""
+    return job_change({
         "_id": job_id,
         "state": state,
         "attempt": 1,
@@ -26,7 +28,7 @@ def doc(job_id: str, state: str, *, follower: str | None = None, estimate: float
         "spec": {"backends": ["onnxruntime"], "requires": {}},
         "owner": "ann",
         **extra,
-    }
+    })
 
 
 def test_loads_follow_transitions_and_repeats_change_nothing() -> None:

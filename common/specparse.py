@@ -1,0 +1,70 @@
+"""A job spec from what a user sends: safe YAML (no tags, bounded size and aliases) to a validated JobSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from common.errors import InvalidSpec, field_errors
+from common.spec import MAX_SPEC_BYTES, JobSpec
+
+
+def parse_spec(data: Any) -> JobSpec:
+    """Validate a decoded document as a JobSpec, raising InvalidSpec that names the field."""
+    if not isinstance(data, dict):
+        raise InvalidSpec("job spec must be a mapping of fields", field="(root)")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = field_errors(exc)
+        first = errors[0]
+        raise InvalidSpec(f"{first['field']}: {first['message']}", field=first["field"], details=errors) from None
+
+
+def load_yaml(text: str | bytes) -> Any:
+    """Parse YAML safely (no tags, no objects), refusing oversized documents and alias bombs."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise InvalidSpec(f"spec is larger than {MAX_SPEC_BYTES} bytes", field="(body)")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidSpec("spec is not UTF-8 text", field="(body)") from None
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _count_nodes(node, budget=10_000) < 0:
+                raise InvalidSpec("spec has too many nodes (aliases expand too far)", field="(body)")
+            return loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InvalidSpec(f"malformed YAML{where}: {problem}", field="(body)") from None
+
+
+def _count_nodes(node: yaml.Node, budget: int) -> int:
+    """Walk the node graph counting visits (aliases re-visit); return the budget left, negative if exceeded."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return budget
+        if isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                stack.append(key)
+                stack.append(value)
+    return budget
+
+
+def parse_spec_yaml(text: str | bytes) -> JobSpec:
+    """YAML text to a validated JobSpec."""
+    return parse_spec(load_yaml(text))

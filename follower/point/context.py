@@ -1,0 +1,57 @@
+"""What every point of one backend run shares, built once by the runner: the server, the model, the sinks, the host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.models import ModelMeta
+from common.results import WindowStat
+from common.spec import SLO, PointSpec
+from common.traces import Trace
+from follower.backends import Backend
+from follower.host.sampler import SamplerConfig
+from follower.host.wakeup import WakeupHold
+from follower.loadgen.bodies import Samples
+from follower.loadgen.records import LoadRecords
+from follower.loadgen.timing import Timer
+from follower.loadgen.verdict import WindowSummary
+
+# Receives each point's raw per-request records and window summary (stage timings, generator CPU share).
+RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
+# Receives a point's closed windows as they close (live progress); called on the generator's thread.
+ProgressSink = Callable[[PointSpec, list[WindowStat]], None]
+
+
+@dataclass(frozen=True)
+class PointContext:
+    """One backend run's fixed facts; plan, drive, judge and result read it, none changes it."""
+
+    backend: Backend
+    url: str
+    model: ModelMeta
+    env_base: Mapping[str, Any]
+    slo: SLO | None
+    backend_version: str
+    timer: Timer = "yield"
+    records_sink: RecordsSink | None = None
+    progress_sink: ProgressSink | None = None
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    samples: Samples | None = None
+    trace: Trace | None = None
+    forced_generators: int | None = None
+    wakeup: WakeupHold | None = None
+
+    @property
+    def wire(self) -> str:
+        """The request dialect the backend speaks."""
+        return backend_wire(self.backend)
+
+
+def backend_wire(backend: Backend) -> str:
+    """The request dialect a backend speaks (KServe v2 unless it says otherwise, as TF Serving does; gRPC if asked)."""
+    server = getattr(backend, "server", None)
+    if getattr(server, "protocol", "http") == "grpc":
+        return "grpc"
+    return str(getattr(backend, "wire", "kserve"))

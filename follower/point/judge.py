@@ -1,0 +1,77 @@
+"""Judging a driven point: the measured window's summary, its windows and stability, the reasons it is not valid
+(each naming what else held the host when the generator was late), and its resource use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.results import Reason, Resources, WindowStat
+from follower.host.sampler import Window, summarize
+from follower.loadgen.verdict import WindowSummary, summarize_window, window_reasons
+from follower.loadgen.windows import is_stable, window_stats
+from follower.point.context import PointContext
+from follower.point.drive import Driven
+from follower.point.plan import PointPlan
+
+# Steal (or a run-queue wait) at or above this share of the run is named beside a send-lag reason.
+STEAL_NOTE_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The measured window's figures and the point's verdict."""
+
+    measured_ns: int
+    summary: WindowSummary
+    windows: list[WindowStat]
+    stable: bool | None
+    reasons: list[Reason]
+    resources: Resources | None
+
+
+def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
+    """The verdict of a driven point: pure, from the plan, the records and what was measured around them."""
+    point, records = plan.point, driven.records
+    measured_ns = plan.duration_ns
+    if driven.stopped_ns is not None:
+        measured_ns = driven.stopped_ns - (records.start_ns + plan.warmup_ns)
+    elif point.stability is not None and not plan.closed:
+        measured_ns = int(round(plan.max_s * 1e9))
+    measured_start = records.start_ns + plan.warmup_ns
+    summary = summarize_window(records.window(measured_start, measured_start + measured_ns), measured_ns / 1e9)
+    windows = window_stats(records, measured_start, plan.window_ns, measured_start + measured_ns)
+    stable = is_stable(windows, point.stability.windows if point.stability else 3,
+                       point.stability.tolerance if point.stability else 0.10)  # fmt: skip
+    reasons = window_reasons(summary) + list(plan.reasons) + driven.reasons
+    if point.stability is not None and stable is not True:
+        reasons.append(Reason(code="unstable", text=(
+            f"not stable: the last {point.stability.windows} windows did not agree within "
+            f"{100 * point.stability.tolerance:g}% on throughput and p99 within {plan.max_s:g}s"
+        )))  # fmt: skip
+    resources = None
+    if driven.samples is not None:
+        resources = summarize(driven.samples, Window(measured_start, measured_start + measured_ns, summary.ok), plan.sampling)
+    return Judgement(measured_ns, summary, windows, stable, _with_send_lag_causes(reasons, driven, ctx), resources)
+
+
+def _with_send_lag_causes(reasons: list[Reason], driven: Driven, ctx: PointContext) -> list[Reason]:
+    """A send-lag reason names what else held the host while the generator was late, where it was measured."""
+    notes = []
+    if driven.steal is not None and driven.steal >= STEAL_NOTE_SHARE:
+        # A VM whose host takes CPU time away stalls the generator however it is written.
+        notes.append(f"hypervisor steal took {100 * driven.steal:.1f}% of CPU time")
+    waited = driven.records.run_queue_share
+    if waited is not None and waited >= STEAL_NOTE_SHARE:
+        # Other processes held the generator's core while it had requests to send (bench/send_lag_causes.py).
+        notes.append(f"the generator waited {100 * waited:.1f}% of the run for its core")
+    if ctx.wakeup is not None and ctx.wakeup.held_us is None:
+        # Idle CPUs halted between requests: every wake-up paid an idle-state exit (follower/host/wakeup.py).
+        notes.append(f"CPU wake-up latency {ctx.wakeup.describe()}")
+    scheduling = driven.records.scheduling
+    if scheduling and "SCHED_FIFO refused" in scheduling:
+        # A late generator that could not be real-time: the reason says why, so the operator can fix the host.
+        notes.append(f"generator thread at {scheduling}")
+    if not notes:
+        return reasons
+    suffix = "".join(f" ({note})" for note in notes)
+    return [Reason(code=r.code, text=r.text + suffix) if r.code == "send_lag" else r for r in reasons]

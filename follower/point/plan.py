@@ -1,0 +1,108 @@
+"""A point's plan, made before any request is sent: the bodies, the schedule (warm-up then measured), the sampling,
+the generator processes, and what is already known to break a rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.results import GeneratorPlan, Reason
+from common.spec import PointSpec
+from common.traces import Trace
+from follower.host.cpuplan import plan_cpus
+from follower.host.sampler import SamplerConfig
+from follower.loadgen.bodies import build_bodies, build_row_bodies
+from follower.loadgen.scaleout import COST, plan_generators
+from follower.loadgen.schedule import point_offsets_ns
+from follower.point.context import PointContext
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """How one point will be driven; `point` is the spec with a replayed trace's nominal rate filled in."""
+
+    point: PointSpec
+    bodies: list[bytes]
+    body_index: np.ndarray | None  # request i sends bodies[body_index[i]] (a trace's rows), else bodies[i % n]
+    offsets_ns: np.ndarray  # warm-up then measured, from the run's start; empty for a closed loop
+    warmup_ns: int
+    duration_ns: int
+    max_s: float  # the schedule's length: the duration, or a stability rule's cap
+    window_ns: int
+    closed: bool
+    sampling: SamplerConfig
+    generator_cores: frozenset[int] | None
+    generator_plan: GeneratorPlan | None  # open loop: how many generator processes and why (None: closed loop)
+    reasons: tuple[Reason, ...]  # rules the plan already breaks
+
+    @property
+    def processes(self) -> int:
+        """Generator processes the point runs with."""
+        return 1 if self.generator_plan is None else self.generator_plan.processes
+
+
+def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
+    """The plan of `point` under `ctx`; ValueError when the point needs data the job did not fetch."""
+    replay: Trace | None = None
+    if point.trace_dataset is not None:
+        if ctx.trace is None or point.pattern != "trace":
+            raise ValueError(f"point {point.index} replays trace {point.trace_dataset}, which was not fetched")
+        replay = ctx.trace
+        # The nominal rate of an uploaded trace is known only here: the entries inside the run over its duration.
+        point = point.model_copy(update={"rate": max(len(replay.within(point.duration_s)), 1) / point.duration_s})
+    model, wire = ctx.model, ctx.wire
+    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=wire, samples=ctx.samples)
+    # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
+    # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
+    warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))
+    # With a stability rule the schedule runs to its cap and the window monitor ends it once the windows agree.
+    max_s = max(point.duration_s, point.stability.max_duration) if point.stability else point.duration_s
+    closed = point.pattern == "closed"
+    offsets = np.zeros(0, dtype=np.int64)
+    body_index: np.ndarray | None = None
+    if replay is not None:
+        offsets, rows = trace_schedule(replay, point.warmup_s, max_s)
+        if rows is not None:
+            if ctx.samples is None:
+                raise ValueError(f"trace {point.trace_dataset} names request-data rows but the job has no uploaded data")
+            bodies, body_index = build_row_bodies(model.inputs, point.batch_size, ctx.samples, rows, wire=wire)
+    elif not closed:
+        offsets = point_offsets_ns(point, max_s, point.seed) + warmup_ns
+        if warmup_ns > 0:
+            # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
+            warm = point_offsets_ns(point, point.warmup_s, point.seed + 2**32)
+            offsets = np.concatenate([warm, offsets])
+    sampling = ctx.sampling
+    if sampling.gpu_indices is None:
+        # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
+        # (the idle card's power is not the energy of its requests), a GPU point gets its own card, not the others.
+        sampling = dataclasses.replace(sampling, gpu_indices=(point.server.gpu_index,) if point.server.uses_gpu else ())
+    # Scale-out: as many generator processes as the target rate needs at this host's measured CPU per request,
+    # up to one per generator core. Several processes cannot feed the live window monitor (it needs all records on
+    # one loop): their windows are computed after the run and stability cannot end the run early.
+    generator_cores = plan_cpus().generator
+    gen_plan = None
+    reasons: list[Reason] = []
+    if not closed:
+        gen_plan = plan_generators(point.rate, COST.estimate_s, len(generator_cores or ()), ctx.forced_generators)
+        if gen_plan.saturated:
+            reasons.append(Reason(code="generator_capacity", text=f"load generator {gen_plan.reason}"))
+    return PointPlan(
+        point=point, bodies=bodies, body_index=body_index, offsets_ns=offsets, warmup_ns=warmup_ns,
+        duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
+        sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
+    )  # fmt: skip
+
+
+def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """(offsets, request-data rows) of a replayed trace: its first `warmup_s` as warm-up, then the trace itself.
+
+    The measured part starts at warmup_s, so each measured request's intended time is its trace offset exactly.
+    """
+    measured, warm = trace.within(max_s), trace.within(warmup_s)
+    offsets = np.concatenate([warm.offsets_ns, measured.offsets_ns + int(round(warmup_s * 1e9))])
+    if measured.inputs is None or warm.inputs is None:
+        return offsets, None
+    return offsets, np.concatenate([warm.inputs, measured.inputs])

@@ -1,0 +1,74 @@
+"""A judged point as the PointResult the follower reports."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import common
+from common.results import ColdStart, Environment, PointResult
+from follower.loadgen.verdict import slo_met
+from follower.point.context import PointContext
+from follower.point.drive import Driven
+from follower.point.judge import Judgement
+from follower.point.plan import PointPlan
+
+
+def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointContext, *, started_at: datetime,
+                 cold_start: ColdStart | None) -> PointResult:  # fmt: skip
+    """Everything the point measured, its verdict and the environment it ran in."""
+    summary, records, point = judged.summary, driven.records, plan.point
+    return PointResult(
+        point=point,
+        started_at=started_at,
+        measured_s=judged.measured_ns / 1e9,
+        requests=summary.requests,
+        ok=summary.ok,
+        errors=summary.errors,
+        error_sample=summary.error_sample,
+        offered_rate=summary.offered_rate,
+        achieved_rate=summary.achieved_rate,
+        latency_ms=summary.latency_ms,
+        service_ms=summary.service_ms,
+        send_lag_ms=summary.send_lag_ms,
+        cold_start=cold_start,
+        valid=not judged.reasons,
+        reasons=judged.reasons,
+        slo_met=slo_met(ctx.slo, summary.latency_ms),
+        environment=environment(ctx.env_base, backend_version=ctx.backend_version, seed=point.seed),
+        generator_cpu_share=summary.cpu_share,
+        loop_lag_ms=summary.loop_lag_ms,
+        latency_ci_ms=summary.latency_ci_ms,
+        latency_hdr=summary.latency_hdr,
+        service_hdr=summary.service_hdr,
+        stages_ms=summary.stage_means_ms,
+        capped=summary.capped,
+        dropped=summary.dropped,
+        windows=judged.windows,
+        stable=judged.stable,
+        resources=judged.resources,
+        server_stats=driven.server_stats,
+        generators=plan.processes,
+        generator_plan=plan.generator_plan,
+        generator_scheduling=records.scheduling,
+        cpu_wakeup_latency=ctx.wakeup.describe() if ctx.wakeup is not None else None,
+        host_steal_share=driven.steal,
+        generator_run_queue_share=records.run_queue_share,
+    )
+
+
+def environment(env_base: Mapping[str, Any], *, backend_version: str, seed: int) -> Environment:
+    """The Environment of a point: the host facts the agent knows plus versions and the seed."""
+    return Environment(
+        follower_id=str(env_base.get("follower_id", "")),
+        host=str(env_base.get("host", platform.node())),
+        cpu_model=str(env_base.get("cpu_model", platform.processor() or platform.machine())),
+        cpu_count=int(env_base.get("cpu_count", 0)),
+        gpus=[str(g) for g in env_base.get("gpus", [])],
+        python=platform.python_version(),
+        benchfleet=common.__version__,
+        backend_version=backend_version,
+        seed=seed,
+    )

@@ -1,0 +1,59 @@
+"""What every multipart upload route shares: its OpenAPI body, the form read under the size limit, the text fields'
+checks, and the spooled file streamed back out for GridFS."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO
+
+import anyio.to_thread
+from fastapi import Request
+from starlette.datastructures import FormData, UploadFile
+
+from common.errors import InvalidSpec, UnsupportedMediaType
+from leader.api.body import limited_request
+
+# Room for the multipart boundaries and the small text fields around the file itself.
+FORM_OVERHEAD_BYTES = 64 * 1024
+# GridFS's default chunk size: each read of the spooled upload becomes one chunk document.
+CHUNK_BYTES = 255 * 1024
+
+
+def multipart_body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI request body of an upload: a binary `file` beside the given text fields."""
+    schema = {"type": "object", "required": ["file", *required],
+              "properties": {"file": {"type": "string", "format": "binary"}, **properties}}  # fmt: skip
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
+
+
+def upload_form(request: Request, *, what: str, limit: int) -> Any:
+    """The request's multipart form, read under `limit` bytes of file (async context manager); 415 if not a form."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise UnsupportedMediaType(f"upload {what} as multipart/form-data", field="Content-Type")
+    return limited_request(request, limit + FORM_OVERHEAD_BYTES).form(max_files=1, max_fields=8)
+
+
+def text_field(value: str | UploadFile | None, name: str, pattern: str | None = None) -> str:
+    """A required text field of the form, matching `pattern` when given (422 naming the field otherwise)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec("field required", field=name)
+    if pattern is not None and not re.match(pattern, value):
+        raise InvalidSpec("must be letters, digits, . _ - (starting with a letter or digit)", field=name)
+    return value
+
+
+def upload_file(form: FormData, what: str) -> UploadFile:
+    """The form's `file` part (422 naming `file` without one)."""
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise InvalidSpec(f"field required ({what})", field="file")
+    return upload
+
+
+async def spooled_chunks(spool: BinaryIO) -> AsyncIterator[bytes]:
+    """The spooled file again, chunk by chunk, for GridFS (disk reads off the event loop)."""
+    spool.seek(0)
+    while chunk := await anyio.to_thread.run_sync(spool.read, CHUNK_BYTES):
+        yield chunk

@@ -1,0 +1,69 @@
+"""A submission planned once: its grid expanded, split into parts where asked, and estimated. The limits, the store
+and the estimator all read this one plan; nothing expands a spec's grid again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.grid import START_COST_S, estimate_seconds, expand
+from common.spec import JobSpec, PointSpec, SplitSpec
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """One part of a split job: a contiguous run of the grid's points, numbered from 0 within the part."""
+
+    points: list[PointSpec]
+    start: int  # index of its first point in the split job's grid
+    estimate_s: float
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A submission's points and estimates; `parts` is empty unless it splits into two or more."""
+
+    spec: JobSpec
+    points: list[PointSpec]
+    estimate_s: float  # spec estimate: every point's warm-up and run plus a start cost per backend
+    measured_s: float  # the load's share of it, which the estimator's learned rate applies to
+    parts: list[PartPlan]
+
+    @property
+    def jobs_created(self) -> int:
+        """Waiting jobs the submission adds: its parts for a split job (the split job itself never waits), else 1."""
+        return len(self.parts) or 1
+
+
+def plan_job(spec: JobSpec) -> JobPlan:
+    """The plan of a validated spec."""
+    points = expand(spec)
+    estimate = estimate_seconds(spec)
+    groups = split_points(points, spec.split)
+    parts: list[PartPlan] = []
+    if len(groups) >= 2:
+        per_point = (estimate - START_COST_S * len(spec.backends)) / len(points)
+        start = 0
+        for group in groups:
+            part_estimate = round(per_point * len(group) + START_COST_S * len({p.backend for p in group}), 3)
+            renumbered = [p.model_copy(update={"index": i}) for i, p in enumerate(group)]
+            parts.append(PartPlan(renumbered, start, part_estimate, round(per_point * len(group), 3)))
+            start += len(group)
+    measured = round(max(0.0, estimate - START_COST_S * len(spec.backends)), 3)
+    return JobPlan(spec=spec, points=points, estimate_s=estimate, measured_s=measured, parts=parts)
+
+
+def split_points(points: list[PointSpec], split: SplitSpec | None) -> list[list[PointSpec]]:
+    """The grid's points in contiguous parts of near-equal size (one part when the spec asks for no split)."""
+    if split is None:
+        return [points]
+    n = min(split.max_parts, len(points) // split.min_points)
+    if n < 2:
+        return [points]
+    size, extra = divmod(len(points), n)
+    out, start = [], 0
+    for k in range(n):
+        end = start + size + (1 if k < extra else 0)
+        out.append(points[start:end])
+        start = end
+    return out

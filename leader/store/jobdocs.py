@@ -1,0 +1,99 @@
+"""Job documents and the domain objects made from them: the one mapper between PerfDB rows and typed jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.jobs import JobState, JobTask, JobView, StateChange
+from common.models import ModelMeta
+from common.spec import JobSpec
+from leader.clock import as_utc, utcnow
+from leader.domain import JobChange, Needs, QueuedJob
+
+
+def history_entry(state: JobState, attempt: int, *, reason: str | None = None, follower_id: str | None = None) -> dict[str, Any]:
+    """The history entry a transition appends."""
+    return StateChange(state=state, at=utcnow(), attempt=attempt, reason=reason, follower_id=follower_id).model_dump()
+
+
+def job_view(doc: dict[str, Any]) -> JobView:
+    """A stored job document as the API shows it (datetimes made UTC-aware)."""
+    history = [StateChange.model_validate({**entry, "at": as_utc(entry["at"])}) for entry in doc["history"]]
+    return JobView(
+        id=doc["_id"],
+        name=doc["name"],
+        state=doc["state"],
+        attempt=doc["attempt"],
+        follower_id=doc.get("follower_id"),
+        spec=JobSpec.model_validate(doc["spec"]),
+        model_ref=doc["model_ref"],
+        points_total=doc["points_total"],
+        points_done=doc["points_done"],
+        estimate_s=doc["estimate_s"],
+        created_at=as_utc(doc["created_at"]),
+        updated_at=as_utc(doc["updated_at"]),
+        error=doc.get("error"),
+        history=history,
+        owner=doc.get("owner", "admin"),
+        waiting_reason=doc.get("waiting_reason"),
+        actual_s=doc.get("actual_s"),
+        parts=doc.get("parts") or [],
+        part_of=doc.get("part_of"),
+        part_start=doc.get("part_start"),
+    )
+
+
+def job_task(doc: dict[str, Any]) -> JobTask:
+    """The Celery payload for the job's current attempt."""
+    model = {**doc["model"], "created_at": as_utc(doc["model"]["created_at"])}
+    return JobTask(
+        job_id=doc["_id"],
+        attempt=doc["attempt"],
+        spec=JobSpec.model_validate(doc["spec"]),
+        points=doc["points"],
+        model=ModelMeta.model_validate(model),
+        estimate_s=doc["estimate_s"],
+    )
+
+
+# What the placer's book keeps of a job (leader/scheduler/book.py).
+BOOK_FIELDS = {
+    key: 1
+    for key in (
+        "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
+        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of", "measured_s",
+    )
+}  # fmt: skip
+
+
+def queued_job(doc: dict[str, Any]) -> QueuedJob:
+    """A job document (at least BOOK_FIELDS) as placement sees a queued job."""
+    spec = doc.get("spec") or {}
+    return QueuedJob(
+        doc["_id"],
+        int(doc["attempt"]),
+        frozenset(spec.get("backends") or ()),
+        float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
+        Needs(**(spec.get("requires") or {})),
+        doc.get("waiting_reason"),
+        model_ref=str(doc.get("model_ref", "")),
+        part_of=doc.get("part_of"),
+        measured_s=doc.get("measured_s"),
+    )
+
+
+def job_change(doc: dict[str, Any]) -> JobChange:
+    """A job document (at least BOOK_FIELDS) as the placer's book applies it."""
+    return JobChange(
+        job_id=doc["_id"],
+        state=str(doc.get("state")),
+        created_at=doc["created_at"],
+        updated_at=as_utc(doc["updated_at"]) if doc.get("updated_at") is not None else None,
+        owner=str(doc.get("owner", "admin")),
+        split=bool(doc.get("parts")),
+        follower_id=doc.get("follower_id"),
+        estimate_s=float(doc.get("estimate_s", 0.0)),
+        dispatched=bool(doc.get("dispatched", True)),
+        part_of=doc.get("part_of"),
+        queued=queued_job(doc),
+    )

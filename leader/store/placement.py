@@ -1,0 +1,197 @@
+"""The placer's side of the jobs collection: the queue and load it reads, and the transitions it makes (assign,
+dispatch, unassign, requeue). Every transition is a conditional update that appends its history entry."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
+
+from common.jobs import JobState, JobTask, JobView
+from leader.clock import utcnow
+from leader.domain import JobChange, Load, QueuedJob
+from leader.store.jobdocs import BOOK_FIELDS, history_entry, job_change, job_task, job_view, queued_job
+from leader.store.jobs import ACTIVE_STATES, COLLECTION
+
+
+async def queued_jobs(db: AsyncDatabase, *, limit: int) -> list[QueuedJob]:
+    """Queued jobs, oldest first."""
+    cursor = (
+        db[COLLECTION]
+        .find(
+            {"state": JobState.queued.value},
+            BOOK_FIELDS,
+        )
+        .sort([("created_at", ASCENDING), ("_id", ASCENDING)])
+    )
+    return [queued_job(d) for d in await cursor.limit(limit).to_list(limit)]
+
+
+async def set_waiting_reasons(db: AsyncDatabase, *, job_ids: list[str], reason: str | None) -> None:
+    """Record one reason for several queued jobs in one write (no transition: `updated_at` stays)."""
+    if job_ids:
+        await db[COLLECTION].update_many(
+            {"_id": {"$in": job_ids}, "state": JobState.queued.value}, {"$set": {"waiting_reason": reason}}
+        )
+
+
+async def unfinished_jobs(db: AsyncDatabase) -> list[JobChange]:
+    """Every queued, assigned or running job (book fields only): the placer's full load at start and on resync."""
+    query = {"state": {"$in": [JobState.queued.value, *ACTIVE_STATES]}}
+    return [job_change(doc) for doc in await db[COLLECTION].find(query, BOOK_FIELDS).to_list(None)]
+
+
+async def changed_since(db: AsyncDatabase, *, since: Any) -> list[JobChange]:
+    """Jobs (book fields only) whose last transition is at or after `since`: the placer's change feed."""
+    return [job_change(doc) for doc in await db[COLLECTION].find({"updated_at": {"$gte": since}}, BOOK_FIELDS).to_list(None)]
+
+
+async def assigned_task(db: AsyncDatabase, *, job_id: str) -> tuple[str, JobTask] | None:
+    """(follower, task) of a job still assigned and not known to be dispatched; None otherwise."""
+    doc = await db[COLLECTION].find_one({"_id": job_id, "state": JobState.assigned.value, "dispatched": False})
+    return (doc["follower_id"], job_task(doc)) if doc is not None else None
+
+
+async def running_on(db: AsyncDatabase, *, follower_id: str) -> JobView | None:
+    """The job running on the follower, if any."""
+    doc = await db[COLLECTION].find_one({"follower_id": follower_id, "state": JobState.running.value})
+    return job_view(doc) if doc is not None else None
+
+
+SCHEDULER_COLLECTION = "scheduler"
+
+
+async def get_cursor(db: AsyncDatabase) -> str | None:
+    """The follower round-robin placement chose last."""
+    doc = await db[SCHEDULER_COLLECTION].find_one({"_id": "round_robin"})
+    return doc["last"] if doc is not None else None
+
+
+async def set_cursor(db: AsyncDatabase, follower_id: str) -> None:
+    """Remember the follower round-robin placement chose last."""
+    await db[SCHEDULER_COLLECTION].update_one({"_id": "round_robin"}, {"$set": {"last": follower_id}}, upsert=True)
+
+
+async def active_loads(db: AsyncDatabase) -> dict[str, Load]:
+    """Per follower: the summed estimate and the number of its assigned/running jobs."""
+    pipeline: list[dict[str, Any]] = [
+        {"$match": {"state": {"$in": ACTIVE_STATES}}},
+        {"$group": {"_id": "$follower_id", "seconds": {"$sum": "$estimate_s"}, "jobs": {"$sum": 1}}},
+    ]
+    rows = await (await db[COLLECTION].aggregate(pipeline)).to_list(None)
+    return {row["_id"]: Load(float(row["seconds"]), int(row["jobs"])) for row in rows if row["_id"] is not None}
+
+
+async def assign_job(
+    db: AsyncDatabase, *, job_id: str, attempt: int, follower_id: str, estimate_s: float | None = None
+) -> JobTask | None:
+    """queued → assigned (not yet dispatched), with the estimate corrected for this follower; None if the job moved."""
+    fields: dict[str, Any] = {
+        "state": JobState.assigned.value,
+        "follower_id": follower_id,
+        "dispatched": False,
+        "waiting_reason": None,
+        "updated_at": utcnow(),
+    }
+    if estimate_s is not None:
+        # In the same write as the transition, so no reader sees the follower's load without this job's estimate.
+        fields["estimate_s"] = estimate_s
+    # A conditional update_one, then a read by _id: SecantusDB answers findAndModify with a collection scan
+    # (~300 ms per call at 10,000 jobs, bench/scheduler.py), while both of these use the _id index.
+    result = await db[COLLECTION].update_one(
+        {"_id": job_id, "state": JobState.queued.value, "attempt": attempt},
+        {
+            "$set": fields,
+            "$push": {"history": history_entry(JobState.assigned, attempt, follower_id=follower_id)},
+        },
+    )
+    if not result.modified_count:
+        return None
+    doc = await db[COLLECTION].find_one({"_id": job_id})
+    # Whatever happened since (a cancel) the follower learns on claim; the task is this attempt's.
+    return job_task(doc) if doc is not None else None
+
+
+async def mark_dispatched(db: AsyncDatabase, *, job_id: str, attempt: int) -> None:
+    """Record that the attempt's message is on the follower's queue."""
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "attempt": attempt}, {"$set": {"dispatched": True, "dispatched_at": utcnow()}}
+    )
+
+
+async def unassign_job(db: AsyncDatabase, *, job_id: str, attempt: int, reason: str) -> None:
+    """assigned (never sent) → queued, same attempt: the follower never saw it."""
+    await db[COLLECTION].update_one(
+        {"_id": job_id, "state": JobState.assigned.value, "attempt": attempt, "dispatched": False},
+        {
+            "$set": {"state": JobState.queued.value, "follower_id": None, "updated_at": utcnow()},
+            "$push": {"history": history_entry(JobState.queued, attempt, reason=reason)},
+        },
+    )
+
+
+async def requeue_follower_jobs(
+    db: AsyncDatabase, *, follower_ids: list[str], reason: str, states: list[str] | None = None
+) -> list[str]:
+    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt.
+
+    Returns their ids; `reason` may contain `{follower_id}`.
+    """
+    if not follower_ids:
+        return []
+    docs = (
+        await db[COLLECTION]
+        .find(
+            {"follower_id": {"$in": follower_ids}, "state": {"$in": states or ACTIVE_STATES}},
+            {"attempt": 1, "state": 1, "follower_id": 1},
+        )
+        .to_list(None)
+    )
+    return [doc["_id"] for doc in docs if await _requeue(db, doc, reason)]
+
+
+async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str) -> bool:
+    """One job back to the queue as a new attempt; False if it moved meanwhile (finished, cancelled, requeued)."""
+    attempt = doc["attempt"]
+    result = await db[COLLECTION].update_one(
+        # Filtering on state and attempt makes this a no-op if the job moved (finished, cancelled) meanwhile.
+        {"_id": doc["_id"], "state": doc["state"], "attempt": attempt, "follower_id": doc["follower_id"]},
+        {
+            "$set": {
+                "state": JobState.queued.value,
+                "follower_id": None,
+                "dispatched": False,
+                "points_done": 0,
+                "updated_at": utcnow(),
+            },
+            "$inc": {"attempt": 1},
+            "$push": {
+                "history": history_entry(JobState.queued, attempt + 1, reason=reason.format(follower_id=doc["follower_id"]))
+            },
+        },
+    )
+    return bool(result.modified_count)
+
+
+UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost the message)"
+
+
+async def requeue_undelivered(
+    db: AsyncDatabase, *, follower_id: str, held: set[str], sent_before: datetime
+) -> list[str]:
+    """Jobs sent to this follower before `sent_before` that its heartbeat does not hold: requeued as a new attempt.
+
+    The old attempt's message, should it turn up after all, is refused at claim and dropped on the next heartbeat.
+    """
+    docs = (
+        await db[COLLECTION]
+        .find(
+            {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True,
+             "dispatched_at": {"$lt": sent_before}},
+            {"attempt": 1, "state": 1, "follower_id": 1},
+        )
+        .to_list(None)
+    )
+    return [doc["_id"] for doc in docs if doc["_id"] not in held and await _requeue(db, doc, UNDELIVERED_REASON)]

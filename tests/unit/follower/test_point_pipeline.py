@@ -1,0 +1,117 @@
+"""A point's measurement is plan → drive → judge → result: the pure steps called alone, on crafted records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from common.grid import expand
+from common.models import ModelMeta, TensorSpec
+from common.results import PointResult, Reason
+from common.specparse import parse_spec
+from follower.backends import get_backend
+from follower.loadgen.records import LoadRecords
+from follower.point.context import PointContext
+from follower.point.drive import Driven
+from follower.point.judge import judge
+from follower.point.plan import plan_point
+from follower.point.result import point_result
+
+MS = 1_000_000
+MODEL = ModelMeta(name="m", version="1", format="onnx", inputs=[TensorSpec(name="x", datatype="FP32", shape=[-1, 4])],
+                  outputs=[TensorSpec(name="y", datatype="FP32", shape=[-1, 2])], sha256="0" * 64, size_bytes=1,
+                  created_at=datetime.now(UTC))  # fmt: skip
+
+
+def _context(point_server: object = None) -> PointContext:
+    # A backend object that is never started: plan and judge only read what it speaks.
+    return PointContext(backend=get_backend("onnxruntime", server=point_server), url="http://127.0.0.1:1/v2/models/m/infer",
+                        model=MODEL, env_base={"follower_id": "f"}, slo=None, backend_version="test")  # fmt: skip
+
+
+def _point(**load: object):  # type: ignore[no-untyped-def]
+    spec = parse_spec({"name": "j", "model": "m:1", "load": {"rate": 1000, "duration": "1s", "warmup": "0.5s", **load}})
+    return expand(spec)[0]
+
+
+def _answered(plan_offsets: np.ndarray, start_ns: int, lag_ns: int = 50_000) -> LoadRecords:
+    rec = LoadRecords.allocate(start_ns, plan_offsets)
+    rec.sent_ns[:] = rec.intended_ns + lag_ns
+    rec.first_byte_ns[:] = rec.intended_ns + 2 * MS - 1000
+    rec.done_ns[:] = rec.intended_ns + 2 * MS
+    rec.status[:] = 200
+    rec.cpu_s, rec.wall_s = 0.2, 1.5
+    rec.loop_lag_ns = np.full(10, 100_000, dtype=np.int64)
+    return rec
+
+
+def test_plan_puts_a_separate_warm_up_stream_before_the_exact_measured_count() -> None:
+    point = _point(pattern="constant")
+    plan = plan_point(point, _context(point.server))
+    assert (plan.warmup_ns, plan.duration_ns) == (500 * MS, 1000 * MS)
+    warm = plan.offsets_ns[plan.offsets_ns < plan.warmup_ns]
+    measured = plan.offsets_ns[plan.offsets_ns >= plan.warmup_ns]
+    assert len(measured) == 1000 and len(warm) == 500
+    assert bool(np.all(np.diff(plan.offsets_ns) >= 0))
+    assert plan.bodies and plan.body_index is None and not plan.closed
+    assert plan.generator_plan is not None and plan.processes >= 1
+    assert all(r.code == "generator_capacity" for r in plan.reasons)
+
+
+def test_judge_alone_gives_a_valid_verdict_on_healthy_records_and_result_carries_it() -> None:
+    point = _point(pattern="constant")
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    rec = _answered(plan.offsets_ns, 10**12)
+    judged = judge(plan, Driven(rec, []), ctx)
+    assert judged.reasons == list(plan.reasons)
+    assert judged.summary.requests == 1000 and judged.measured_ns == plan.duration_ns
+    result = point_result(plan, Driven(rec, []), judged, ctx, started_at=datetime.now(UTC), cold_start=None)
+    assert result.valid == (not plan.reasons) and result.requests == 1000
+    assert result.environment.follower_id == "f" and result.environment.backend_version == "test"
+
+
+def test_judge_names_what_held_the_host_beside_a_send_lag_reason_and_keeps_the_code() -> None:
+    point = _point(pattern="constant")
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    rec = _answered(plan.offsets_ns, 10**12, lag_ns=3 * MS)
+    lagged = judge(plan, Driven(rec, [], steal=0.05), ctx)
+    lag = [r for r in lagged.reasons if r.code == "send_lag"]
+    assert len(lag) == 1 and "hypervisor steal took 5.0%" in lag[0].text
+    quiet = judge(plan, Driven(rec, [], steal=0.001), ctx)
+    assert "steal" not in next(r.text for r in quiet.reasons if r.code == "send_lag")
+
+
+def test_a_server_reason_from_driving_invalidates_the_point() -> None:
+    point = _point(pattern="constant")
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    died = Reason(code="server_died", text="server process died during the point")
+    judged = judge(plan, Driven(_answered(plan.offsets_ns, 10**12), [died]), ctx)
+    assert died in judged.reasons
+    assert not point_result(plan, Driven(_answered(plan.offsets_ns, 10**12), [died]), judged, ctx,
+                            started_at=datetime.now(UTC), cold_start=None).valid  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("send lag p99 2.000 ms exceeds 1 ms: the generator (or its host) could not send on time", "send_lag"),
+    ("only 12 requests completed; a p99 needs >= 459 (raise duration or rate)", "too_few"),
+    ("server process died during the point", "server_died"),
+    ("something no rule says", "other"),
+])  # fmt: skip
+def test_results_stored_with_text_reasons_read_back_with_codes(text: str, code: str) -> None:
+    point = _point(pattern="constant")
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    rec = _answered(plan.offsets_ns, 10**12)
+    stored = point_result(plan, Driven(rec, []), judge(plan, Driven(rec, []), ctx), ctx, started_at=datetime.now(UTC),
+                          cold_start=None).model_dump(mode="json")  # fmt: skip
+    old = {k: v for k, v in stored.items() if k != "reasons"} | {"valid": False, "invalid_reasons": [text]}
+    read = PointResult.model_validate(old)
+    assert read.reasons == [Reason(code=code, text=text)] and read.invalid_reasons == [text]
+    again = read.model_dump(mode="json")
+    assert again["invalid_reasons"] == [text] and again["reasons"] == [{"code": code, "text": text}]
+    assert PointResult.model_validate(again) == read

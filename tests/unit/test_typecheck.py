@@ -1,0 +1,17 @@
+"""The packages type-check: mypy over common/, leader/, follower/ and benchfleet/ as configured in pyproject.toml."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_mypy_finds_no_errors(tmp_path: Path) -> None:
+    # Its own cache directory: a stale shared cache must not hide (or invent) an error.
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, f"mypy found errors:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
+    assert "Success: no issues found" in done.stdout, done.stdout
