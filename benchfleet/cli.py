@@ -11,11 +11,11 @@ from typing import Annotated, NoReturn, cast
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from benchfleet.client import EXPORT_FORMATS, ApiError, BenchfleetClient
-from benchfleet.render import jobs_table, point_label, results_table, rows_table
+from benchfleet.render import jobs_table, point_label, results_table, rows_table, simple_table
 from common.jobs import TERMINAL_STATES, JobState, JobView
+from common.models import TensorSpec
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
@@ -258,14 +258,12 @@ def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> No
     """List followers and their state."""
     with _client(url, token) as client:
         rows = _call(client.followers)
-    table = Table()
-    for column in ("id", "state", "host", "cpus", "memory MiB", "GPUs", "backends", "last seen", "running"):
-        table.add_column(column)
-    for f in rows:
-        gpus = ", ".join(g.name for g in f.info.gpus) or "none"
-        table.add_row(f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb), gpus,
-                      ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"), f.running_job or "-")
-    console.print(table)
+    console.print(simple_table(
+        ("id", "state", "host", "cpus", "memory MiB", "GPUs", "backends", "last seen", "running"),
+        ((f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
+          ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"),
+          f.running_job or "-") for f in rows),
+    ))  # fmt: skip
 
 
 @models_app.command("push")
@@ -288,13 +286,13 @@ def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> No
     """List models."""
     with _client(url, token) as client:
         rows = _call(client.models)
-    table = Table()
-    for column in ("name", "version", "format", "inputs", "outputs", "size", "sha256"):
-        table.add_column(column)
-    for m in rows:
-        sig = lambda ts: ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in ts)  # noqa: E731
-        table.add_row(m.name, m.version, m.format, sig(m.inputs), sig(m.outputs), str(m.size_bytes), m.sha256[:12])
-    console.print(table)
+    def sig(tensors: list[TensorSpec]) -> str:
+        return ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in tensors)
+
+    console.print(simple_table(
+        ("name", "version", "format", "inputs", "outputs", "size", "sha256"),
+        ((m.name, m.version, m.format, sig(m.inputs), sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
+    ))  # fmt: skip
 
 
 @models_app.command("rm")
@@ -324,12 +322,11 @@ def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None
     """List request-data sets."""
     with _client(url, token) as client:
         rows = _call(client.data_sets)
-    table = Table()
-    for column in ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"):
-        table.add_column(column)
-    for d in rows:
-        table.add_row(d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
-    console.print(table)
+    console.print(simple_table(
+        ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"),
+        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
+         for d in rows),
+    ))  # fmt: skip
 
 
 @data_app.command("rm")

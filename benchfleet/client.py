@@ -97,6 +97,12 @@ def _filters(filters: Mapping[str, str] | Sequence[str] | None) -> list[str] | N
     return list(filters)
 
 
+def _upload(path: str, parse: Callable[[httpx.Response], T], content: bytes, filename: str, **fields: str) -> _Call[T]:
+    """A multipart upload: the file's bytes beside its form fields."""
+    files = {"file": (filename, content, "application/octet-stream")}
+    return _Call("POST", path, parse, kwargs={"data": fields, "files": files})
+
+
 class _Calls:
     """Every endpoint as a `_Call`; shared by the sync and async clients."""
 
@@ -140,15 +146,7 @@ class _Calls:
 
     @staticmethod
     def upload_model(content: bytes, name: str, version: str, format: str) -> _Call[ModelMeta]:
-        return _Call(
-            "POST",
-            f"{API}/models",
-            _MODEL,
-            kwargs={
-                "data": {"name": name, "version": version, "format": format},
-                "files": {"file": (f"{name}.{format}", content, "application/octet-stream")},
-            },
-        )
+        return _upload(f"{API}/models", _MODEL, content, f"{name}.{format}", name=name, version=version, format=format)
 
     @staticmethod
     def models() -> _Call[list[ModelMeta]]:
@@ -160,12 +158,7 @@ class _Calls:
 
     @staticmethod
     def upload_data(content: bytes, name: str, format: str, filename: str) -> _Call[DataSetMeta]:
-        return _Call(
-            "POST",
-            f"{API}/data",
-            _DATASET,
-            kwargs={"data": {"name": name, "format": format}, "files": {"file": (filename, content, "application/octet-stream")}},
-        )
+        return _upload(f"{API}/data", _DATASET, content, filename, name=name, format=format)
 
     @staticmethod
     def data_sets() -> _Call[list[DataSetMeta]]:

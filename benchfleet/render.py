@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -35,17 +36,23 @@ def results_table(results: JobResults) -> Table:
     return table
 
 
+def simple_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
+    """A plain table of text cells under the given column names."""
+    table = Table()
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def jobs_table(jobs: list[JobView]) -> Table:
     """One row per job."""
-    table = Table()
-    for column in ("id", "name", "model", "state", "attempt", "follower", "points", "created"):
-        table.add_column(column)
-    for job in jobs:
-        table.add_row(
-            job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
-            f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    return table
+    return simple_table(
+        ("id", "name", "model", "state", "attempt", "follower", "points", "created"),
+        ((job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
+          f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S")) for job in jobs),
+    )  # fmt: skip
 
 
 def point_label(point: PointSpec) -> str:

@@ -7,6 +7,7 @@ leader's analysis and exports. Times are absolute CLOCK_MONOTONIC ns of the gene
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Mapping
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 # One entry per scheduled request, in schedule order: intended, sent, first byte and done times, the status (below)
 # and whether the request found the in-flight cap full at its time (1) or not (0).
 COLUMNS = ("intended_ns", "sent_ns", "first_byte_ns", "done_ns", "status", "capped")
+# What every blob carries whoever wrote it (`capped` and the stage columns came later).
+REQUIRED = COLUMNS[:5]
 # The run's start (one value), beside the columns.
 START = "start_ns"
 # Server stage timings, one column per stage as `stage_<name>`; -1 where the server reported none.
@@ -48,3 +51,14 @@ def decode(blob: bytes) -> dict[str, np.ndarray]:
     """The arrays of a blob by name (allow_pickle stays off)."""
     with np.load(io.BytesIO(blob), allow_pickle=False) as data:
         return {name: data[name] for name in data.files}
+
+
+def missing_columns(blob: bytes) -> list[str]:
+    """The required columns a blob lacks, read from its member names only (nothing decoded, nothing unpickled);
+    ValueError when it is not an npz archive at all."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            names = {name.removesuffix(".npy") for name in archive.namelist()}
+    except zipfile.BadZipFile:
+        raise ValueError("records must be an npz archive (numpy.savez_compressed)") from None
+    return [name for name in REQUIRED if name not in names]

@@ -22,27 +22,24 @@ def _over(value: float | None, limit: float) -> bool:
 
 def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
     """422 naming the first field over this leader's limits (a shared service must not run one user's day-long job)."""
-    load = plan.spec.load
-    rates: list[tuple[str, float | None]] = [("load.rate", max(load.rate or [0.0]))]
-    rates += [("load.rate_end", getattr(load, "rate_end", None)), ("load.spike_rate", getattr(load, "spike_rate", None))]
-    search = getattr(load, "search", None)
-    if search is not None:
-        rates.append(("load.search.high", search.high))
-    for field, rate in rates:
-        if _over(rate, settings.max_rate):
-            raise InvalidSpec(f"{rate:g} req/s is over this leader's limit of {settings.max_rate:g}", field=field)
-    durations: list[tuple[str, float | None]] = [("load.duration", load.duration), ("load.warmup", load.warmup)]
-    stability = getattr(load, "stability", None)
-    if stability is not None:
-        durations.append(("load.stability.max_duration", stability.max_duration))
-    for field, seconds in durations:
-        if _over(seconds, settings.max_duration_s):
-            raise InvalidSpec(f"{seconds:g} s is over this leader's limit of {settings.max_duration_s:g} s", field=field)
-    concurrency: list[tuple[str, float | None]] = [("load.max_concurrency", load.max_concurrency)]
-    concurrency.append(("load.concurrency", max(getattr(load, "concurrency", None) or [0])))
-    for field, value in concurrency:
-        if _over(value, settings.max_concurrency):
-            raise InvalidSpec(f"{value:g} is over this leader's limit of {settings.max_concurrency}", field=field)
+    load, unit_rate, unit_s = plan.spec.load, "req/s", "s"
+    search, stability = load.search, load.stability
+    # (field, value, this leader's limit, unit) of every bounded figure of the load
+    bounded: list[tuple[str, float | None, float, str]] = [
+        ("load.rate", max(load.rate or [0.0]), settings.max_rate, unit_rate),
+        ("load.rate_end", load.rate_end, settings.max_rate, unit_rate),
+        ("load.spike_rate", load.spike_rate, settings.max_rate, unit_rate),
+        ("load.search.high", search.high if search else None, settings.max_rate, unit_rate),
+        ("load.duration", load.duration, settings.max_duration_s, unit_s),
+        ("load.warmup", load.warmup, settings.max_duration_s, unit_s),
+        ("load.stability.max_duration", stability.max_duration if stability else None, settings.max_duration_s, unit_s),
+        ("load.max_concurrency", load.max_concurrency, settings.max_concurrency, ""),
+        ("load.concurrency", max(load.concurrency or [0]), settings.max_concurrency, ""),
+    ]
+    for field, value, limit, unit in bounded:
+        if _over(value, limit):
+            raise InvalidSpec(f"{value:g}{' ' + unit if unit else ''} is over this leader's limit of {limit:g}"
+                              f"{' ' + unit if unit == unit_s else ''}", field=field)  # fmt: skip
     points = len(plan.points)
     if points > settings.max_points:
         raise InvalidSpec(

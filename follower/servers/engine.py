@@ -109,18 +109,16 @@ class KServeModel:
         from follower.servers.processing import RAW_INPUT_SHAPE, get_processor
 
         self._engine_inputs = {k: dict(v) for k, v in self.inputs.items()}
-        if self.preprocess:
-            get_processor(self.preprocess, "pre")
-            if len(self.inputs) != 1:
-                raise ValueError(f"server-side preprocessing feeds a model with one input; this one has {sorted(self.inputs)}")
-            name = next(iter(self.inputs))
-            self.inputs[name] = {"name": name, "datatype": "BYTES", "shape": list(RAW_INPUT_SHAPE)}
-        if self.postprocess:
-            get_processor(self.postprocess, "post")
-            if len(self.outputs) != 1:
-                raise ValueError(f"server-side postprocessing reads a model with one output; this one has {sorted(self.outputs)}")
-            name = next(iter(self.outputs))
-            self.outputs[name] = {"name": name, "datatype": "BYTES", "shape": list(RAW_INPUT_SHAPE)}
+        sides = (("pre", self.preprocess, self.inputs, "preprocessing feeds a model with one input"),
+                 ("post", self.postprocess, self.outputs, "postprocessing reads a model with one output"))  # fmt: skip
+        for side, processor, tensors, needs in sides:
+            if not processor:
+                continue
+            get_processor(processor, side)
+            if len(tensors) != 1:
+                raise ValueError(f"server-side {needs}; this one has {sorted(tensors)}")
+            name = next(iter(tensors))
+            tensors[name] = {"name": name, "datatype": "BYTES", "shape": list(RAW_INPUT_SHAPE)}
         self._processing_ready = True
 
     async def infer(

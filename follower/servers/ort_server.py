@@ -9,7 +9,6 @@ follower.servers.kserve_http and kserve_grpc; the process plumbing follower.serv
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any
 
@@ -18,10 +17,11 @@ import onnxruntime as ort
 
 from common.datatypes import ORT_TO_V2
 from common.devices import GPU_PROVIDERS
+from follower.servers import process
 from follower.servers.engine import KServeModel
-from follower.servers.process import add_common_args, pin_cpus, serve
+from follower.servers.process import add_common_args, engine_options
 
-__all__ = ["ModelServer", "main", "parse_args"]
+__all__ = ["ModelServer", "main", "parser"]
 
 
 
@@ -80,28 +80,25 @@ class ModelServer(KServeModel):
         return list(self.handle.run(names, feeds))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     """Command-line options of the server."""
     parser = argparse.ArgumentParser(prog="python -m follower.servers.ort_server", description=__doc__.splitlines()[0])
     add_common_args(parser)
     parser.add_argument("--intra-op-threads", type=int, default=None, help="ORT intra-op threads (default: ORT's own choice)")
     parser.add_argument("--provider", action="append", default=None, help="ORT execution provider; repeatable")
     parser.add_argument("--device-id", type=int, default=0, help="GPU ordinal for a GPU execution provider")
-    return parser.parse_args(argv)
+    return parser
+
+
+def _server(args: argparse.Namespace, cpus: set[int] | None) -> ModelServer:
+    intra_op_threads = args.intra_op_threads or (len(cpus) if cpus else None)
+    providers = args.provider or ["CPUExecutionProvider"]
+    return ModelServer(args.model, args.name, args.version, providers, intra_op_threads, args.device_id, **engine_options(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; exit 1 if the model failed to load."""
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cpus = pin_cpus(args.cpus)
-    intra_op_threads = args.intra_op_threads or (len(cpus) if cpus else None)
-    server = ModelServer(
-        args.model, args.name, args.version, args.provider or ["CPUExecutionProvider"], intra_op_threads, args.device_id,
-        instances=args.instances, max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
-        preprocess=args.preprocess, postprocess=args.postprocess,
-    )
-    return serve(server, args.host, args.port, args.parent_pid, args.grpc_port)
+    return process.main(parser(), argv, _server)
 
 
 if __name__ == "__main__":

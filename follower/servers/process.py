@@ -4,9 +4,11 @@ serving one model over HTTP (and gRPC when asked) until stopped."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from follower.servers.engine import KServeModel
@@ -28,6 +30,24 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the follower) is gone")
     parser.add_argument("--preprocess", default=None, help="server-side preprocessor (follower.servers.processing): raw input")
     parser.add_argument("--postprocess", default=None, help="server-side postprocessor (follower.servers.processing)")
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The KServeModel keyword options every server takes from add_common_args' options."""
+    return {
+        "instances": args.instances, "max_batch_size": args.max_batch_size, "max_queue_delay_us": args.max_queue_delay_us,
+        "preprocess": args.preprocess, "postprocess": args.postprocess,
+    }  # fmt: skip
+
+
+def main(parser: argparse.ArgumentParser, argv: list[str] | None,
+         make: Callable[[argparse.Namespace, set[int] | None], KServeModel]) -> int:  # fmt: skip
+    """A server process: parse the options, pin the CPUs (before the engine starts its threads), build the engine with
+    `make(args, pinned cpus)`, serve until SIGTERM/SIGINT; exit 1 if the model failed to load."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cpus = pin_cpus(args.cpus)
+    return serve(make(args, cpus), args.host, args.port, args.parent_pid, args.grpc_port)
 
 
 def pin_cpus(spec: str | None) -> set[int] | None:

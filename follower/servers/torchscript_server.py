@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from typing import Any
 
 import numpy as np
 
+from follower.servers import process
 from follower.servers.engine import KServeModel
-from follower.servers.process import add_common_args, pin_cpus, serve
+from follower.servers.process import add_common_args, engine_options
 
 
 class TorchScriptServer(KServeModel):
@@ -69,28 +69,25 @@ class TorchScriptServer(KServeModel):
         return [by_name[n].cpu().numpy() for n in names]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     """Command-line options of the server."""
     parser = argparse.ArgumentParser(prog="python -m follower.servers.torchscript_server", description=__doc__.splitlines()[0])
     add_common_args(parser)
     parser.add_argument("--signature", required=True, help='JSON {"inputs": [...], "outputs": [...]} (ModelMeta form)')
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: one per pinned CPU)")
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
-    return parser.parse_args(argv)
+    return parser
+
+
+def _server(args: argparse.Namespace, cpus: set[int] | None) -> TorchScriptServer:
+    threads = args.threads or (len(cpus) if cpus else None)
+    signature = json.loads(args.signature)
+    return TorchScriptServer(args.model, args.name, args.version, signature, threads, args.device, **engine_options(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; exit 1 if the model failed to load."""
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cpus = pin_cpus(args.cpus)
-    threads = args.threads or (len(cpus) if cpus else None)
-    server = TorchScriptServer(
-        args.model, args.name, args.version, json.loads(args.signature), threads, args.device,
-        instances=args.instances, max_batch_size=args.max_batch_size, max_queue_delay_us=args.max_queue_delay_us,
-        preprocess=args.preprocess, postprocess=args.postprocess,
-    )
-    return serve(server, args.host, args.port, args.parent_pid, args.grpc_port)
+    return process.main(parser(), argv, _server)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.datasets import DataSetMeta
 from common.errors import NotFound
 from leader.store.gridfs_files import read_chunks, store_then_publish
+from leader.store.lookup import by_id
 
 COLLECTION = "datasets"
 BUCKET = "data"
@@ -35,10 +36,7 @@ async def insert_stream(db: AsyncDatabase, *, meta: DataSetMeta, chunks: AsyncIt
 
 
 async def _doc(db: AsyncDatabase, data_id: str) -> dict[str, Any]:
-    doc = await db[COLLECTION].find_one({"_id": data_id})
-    if doc is None:
-        raise NotFound(f"data set {data_id} does not exist", field="id")
-    return doc
+    return await by_id(db, COLLECTION, data_id, what="data set")
 
 
 async def get(db: AsyncDatabase, *, data_id: str) -> DataSetMeta:

@@ -10,13 +10,14 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.errors import Conflict, NotFound
+from common.errors import Conflict
 from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView
 from common.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store
 from leader.store.jobdocs import history_entry, job_task, job_view
+from leader.store.lookup import by_id
 
 COLLECTION = "jobs"
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
@@ -100,10 +101,7 @@ async def part_attempts(db: AsyncDatabase, *, job_id: str) -> list[tuple[str, in
 
 
 async def _get_doc(db: AsyncDatabase, job_id: str) -> dict[str, Any]:
-    doc = await db[COLLECTION].find_one({"_id": job_id})
-    if doc is None:
-        raise NotFound(f"job {job_id} does not exist", field="id")
-    return doc
+    return await by_id(db, COLLECTION, job_id, what="job")
 
 
 async def get_job(db: AsyncDatabase, *, job_id: str) -> JobView:

@@ -73,24 +73,14 @@ def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[st
         )
     )
     res = [p.resources for p in points]
-    charts.append(
-        svg.bar_chart(
-            "Server CPU (mean %)",
-            labels,
-            {"cpu %": [r.server_cpu_percent_mean if r else None for r in res]},
-            ylabel="% of one core",
-            empty="no resource samples",
-        )
-    )
-    charts.append(
-        svg.bar_chart(
-            "GPU utilisation (mean %)",
-            labels,
-            {"gpu %": [r.gpu_util_percent_mean if r else None for r in res]},
-            ylabel="%",
-            empty="no GPU on this host (not measured, not zero)",
-        )
-    )
+    resource_charts = [
+        ("Server CPU (mean %)", "cpu %", [r.server_cpu_percent_mean if r else None for r in res], "% of one core",
+         "no resource samples"),
+        ("GPU utilisation (mean %)", "gpu %", [r.gpu_util_percent_mean if r else None for r in res], "%",
+         "no GPU on this host (not measured, not zero)"),
+    ]  # fmt: skip
+    for title, name, values, ylabel, empty in resource_charts:
+        charts.append(svg.bar_chart(title, labels, {name: values}, ylabel=ylabel, empty=empty))
     cold = [p.cold_start for p in points]
     charts.append(
         svg.bar_chart(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from follower.loadgen.transports.base import Answer, Reply, Transport, http_answer
@@ -58,8 +58,8 @@ class _Conn(asyncio.Protocol):
         self.close_after = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # a TCP connection's
-        self.transport = transport
+        # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

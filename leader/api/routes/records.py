@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import io
-import zipfile
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
 from common.errors import InvalidSpec, NotFound
+from common.records import missing_columns
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, ViewerAuth, check_follower
 from leader.store import jobs as jobs_store
@@ -17,19 +16,15 @@ from leader.store import records as records_store
 router = APIRouter(prefix="/jobs", tags=["records"])
 
 MAX_RECORDS_BYTES = 64 * 1024 * 1024
-# The arrays every blob carries (stage arrays may be added beside them).
-REQUIRED_ARRAYS = ("intended_ns", "sent_ns", "first_byte_ns", "done_ns", "status")
 NPZ_TYPE = "application/octet-stream"
 
 
 def _check_npz(data: bytes) -> None:
-    """Refuse anything but an npz (a zip of .npy members) holding the required arrays; nothing is unpickled."""
+    """Refuse anything but a raw-records blob (common.records) holding the required arrays; nothing is unpickled."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = {name.removesuffix(".npy") for name in archive.namelist()}
-    except zipfile.BadZipFile:
-        raise InvalidSpec("records must be an npz archive (numpy.savez_compressed)", field="(body)") from None
-    missing = [name for name in REQUIRED_ARRAYS if name not in names]
+        missing = missing_columns(data)
+    except ValueError as exc:
+        raise InvalidSpec(str(exc), field="(body)") from None
     if missing:
         raise InvalidSpec(f"records lack the arrays {', '.join(missing)}", field="(body)")
 
