@@ -3,8 +3,9 @@
 Why: summing every follower's load over all assigned/running jobs in Mongo on every tick costs seconds with
 100,000 jobs (bench/scheduler.py). The book is built once from PerfDB (leader start, and a periodic full resync as a
 safety net), then kept current by reading only the jobs whose `updated_at` moved since the last tick (every job
-transition in leader/store/jobs.py sets it). PerfDB stays the only truth: a restarted leader rebuilds the same book,
-and a write by another process (a second leader, an admin script) is picked up by the feed like any other.
+transition in leader/store/jobs.py and leader/store/placement.py sets it). PerfDB stays the only truth: a restarted
+leader rebuilds the same book, and a write by another process (a second leader, an admin script) is picked up by the
+feed like any other.
 
 Applying a job's change is idempotent ("the job is now in this state"), so documents read twice (the feed re-reads a
 short overlap, to catch writes whose timestamp was taken before an earlier read) change nothing.
