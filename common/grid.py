@@ -17,43 +17,35 @@ def _served(spec: JobSpec) -> ServerOptions:
     return spec.server.model_copy(update={"preprocess": spec.data.preprocess, "postprocess": spec.data.postprocess})
 
 
+# The load settings every point carries as they are: PointSpec field ← LoadSpec field. The other LoadSpec fields are
+# resolved per point (PER_POINT). A point is the resolved, stored form the follower reads (seconds as `_s` floats,
+# one rate); tests/unit/common/test_grid.py holds that every LoadSpec field is one or the other.
+POINT_FROM_LOAD = {
+    "pattern": "pattern", "duration_s": "duration", "warmup_s": "warmup", "max_concurrency": "max_concurrency",
+    "cap_policy": "cap_policy", "cv": "cv", "rate_end": "rate_end", "steps": "steps", "spike_rate": "spike_rate",
+    "spike_at_s": "spike_at", "spike_duration_s": "spike_duration", "on_s": "on", "off_s": "off", "search": "search",
+    "window_s": "window", "stability": "stability",
+}  # fmt: skip
+# LoadSpec fields a point gets resolved: one rate or user count of the ladder, the inline trace or the uploaded one.
+PER_POINT = ("rate", "concurrency", "trace")
+
+
 def expand(spec: JobSpec) -> list[PointSpec]:
     """Expand the grid backends × batch sizes × rates into points, in a stable order."""
+    load, server = spec.load, _served(spec)
+    shared = {point_field: getattr(load, load_field) for point_field, load_field in POINT_FROM_LOAD.items()}
+    trace_s = load.trace if isinstance(load.trace, list) else None
+    trace_dataset = load.trace.dataset if isinstance(load.trace, TraceRef) else None
     points: list[PointSpec] = []
     for backend in spec.backends:
         for batch in spec.batch_sizes:
-            for rate, concurrency in spec.load.ladder():
+            for rate, concurrency in load.ladder():
                 index = len(points)
-                load = spec.load
-                points.append(
-                    PointSpec(
-                        index=index,
-                        backend=backend,
-                        batch_size=batch,
-                        pattern=load.pattern,
-                        rate=rate,
-                        duration_s=load.duration,
-                        warmup_s=load.warmup,
-                        max_concurrency=load.max_concurrency,
-                        seed=(spec.seed * 1_000_003 + index) % 2**32,
-                        cap_policy=load.cap_policy,
-                        cv=load.cv,
-                        rate_end=load.rate_end,
-                        steps=load.steps,
-                        spike_rate=load.spike_rate,
-                        spike_at_s=load.spike_at,
-                        spike_duration_s=load.spike_duration,
-                        on_s=load.on,
-                        off_s=load.off,
-                        trace_s=load.trace if isinstance(load.trace, list) else None,
-                        trace_dataset=load.trace.dataset if isinstance(load.trace, TraceRef) else None,
-                        concurrency=concurrency,
-                        search=load.search,
-                        window_s=load.window,
-                        stability=load.stability,
-                        server=_served(spec),
-                    )
-                )
+                points.append(PointSpec(
+                    index=index, backend=backend, batch_size=batch, rate=rate, concurrency=concurrency,
+                    seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
+                    server=server, **shared,
+                ))  # fmt: skip
     return points
 
 

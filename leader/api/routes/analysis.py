@@ -14,18 +14,14 @@ from leader.analysis import compare as compare_mod
 from leader.analysis import export, heatmap, queries, records
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import recommend as recommend_rows
-from leader.api import deps
-from leader.api.deps import Db
+from leader.api.deps import Db, SubmitterAuth, ViewerAuth
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
-
-ReadAuth = deps.ViewerAuth
-WriteAuth = deps.SubmitterAuth
 
 router = APIRouter(tags=["analysis"])
 
 
-@router.get("/leaderboard", response_model=LeaderboardPage, dependencies=[ReadAuth])
+@router.get("/leaderboard", response_model=LeaderboardPage, dependencies=[ViewerAuth])
 async def leaderboard(
     request: Request,
     db: Db,
@@ -40,7 +36,7 @@ async def leaderboard(
     return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset)
 
 
-@router.get("/heatmap", response_model=heatmap.HeatMap, dependencies=[ReadAuth])
+@router.get("/heatmap", response_model=heatmap.HeatMap, dependencies=[ViewerAuth])
 async def heat_map(
     request: Request,
     db: Db,
@@ -55,7 +51,7 @@ async def heat_map(
     return heatmap.heat_map(index.select(filter or []), metric=metric, x=x, y=y)
 
 
-@router.get("/recommend", response_model=RecommendResponse, dependencies=[ReadAuth])
+@router.get("/recommend", response_model=RecommendResponse, dependencies=[ViewerAuth])
 async def recommend(
     request: Request,
     db: Db,
@@ -77,7 +73,7 @@ async def recommend(
     )  # fmt: skip
 
 
-@router.get("/compare", response_model=CompareResponse, dependencies=[ReadAuth])
+@router.get("/compare", response_model=CompareResponse, dependencies=[ViewerAuth])
 async def compare(
     db: Db, a: str, b: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD
 ) -> CompareResponse:
@@ -91,7 +87,7 @@ class BaselineBody(BaseModel):
     job_id: str
 
 
-@router.put("/baselines/{name}", dependencies=[WriteAuth])
+@router.put("/baselines/{name}", dependencies=[SubmitterAuth])
 async def pin_baseline(name: str, body: BaselineBody, db: Db) -> dict[str, str]:
     """Pin a job as the named baseline (compare with `a=baseline:NAME`)."""
     await jobs_store.get_job(db, job_id=body.job_id)  # 404 for an unknown job
@@ -99,7 +95,7 @@ async def pin_baseline(name: str, body: BaselineBody, db: Db) -> dict[str, str]:
     return {"name": name, "job_id": body.job_id}
 
 
-@router.get("/outliers", response_model=OutlierResponse, dependencies=[ReadAuth])
+@router.get("/outliers", response_model=OutlierResponse, dependencies=[ViewerAuth])
 async def outliers(
     request: Request, db: Db, name: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.OUTLIER_THRESHOLD
 ) -> OutlierResponse:
@@ -111,7 +107,7 @@ async def outliers(
     return compare_mod.follower_outliers(rows, name=name, threshold=threshold)
 
 
-@router.get("/jobs/{job_id}/export", dependencies=[ReadAuth])
+@router.get("/jobs/{job_id}/export", dependencies=[ViewerAuth])
 async def export_job(job_id: str, db: Db, format: str = "csv") -> Response:  # noqa: A002
     """The job's points as CSV, JSON or Parquet (one flat row per point)."""
     fmt = export.check_format(format)
@@ -124,7 +120,7 @@ async def export_job(job_id: str, db: Db, format: str = "csv") -> Response:  # n
     )
 
 
-@router.get("/jobs/{job_id}/points/{index}/records/export", dependencies=[ReadAuth])
+@router.get("/jobs/{job_id}/points/{index}/records/export", dependencies=[ViewerAuth])
 async def export_records(job_id: str, index: int, db: Db, format: str = "parquet", attempt: int | None = None) -> Response:  # noqa: A002
     """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet."""
     fmt = export.check_format(format)

@@ -1,0 +1,31 @@
+"""The grid: each LoadSpec field reaches every point once, copied as it is or resolved per point."""
+
+from __future__ import annotations
+
+from common.grid import PER_POINT, POINT_FROM_LOAD, expand
+from common.loadspec import LoadSpec
+from common.spec import PointSpec
+from common.specparse import parse_spec
+
+
+def test_every_load_field_is_copied_or_resolved_per_point_and_lands_on_a_point_field() -> None:
+    assert set(POINT_FROM_LOAD.values()) | set(PER_POINT) == set(LoadSpec.model_fields)
+    assert not set(POINT_FROM_LOAD.values()) & set(PER_POINT)
+    assert set(POINT_FROM_LOAD) <= set(PointSpec.model_fields)
+
+
+def test_points_carry_the_load_as_given_and_their_own_rate_and_seed() -> None:
+    spec = parse_spec({
+        "name": "j", "model": "m:1", "backends": ["onnxruntime", "triton"], "batch_sizes": [1, 4],
+        "load": {"pattern": "gamma", "cv": 2.5, "rate": [100, 200], "duration": "3s", "warmup": "500ms",
+                 "max_concurrency": 64, "cap_policy": "drop", "window": "2s"},
+    })  # fmt: skip
+    points = expand(spec)
+    assert [(p.backend, p.batch_size, p.rate) for p in points] == [
+        (b, n, r) for b in ("onnxruntime", "triton") for n in (1, 4) for r in (100.0, 200.0)
+    ]
+    assert [p.index for p in points] == list(range(8)) and len({p.seed for p in points}) == 8
+    for p in points:
+        assert (p.pattern, p.cv, p.duration_s, p.warmup_s, p.max_concurrency, p.cap_policy, p.window_s) == (
+            "gamma", 2.5, 3.0, 0.5, 64, "drop", 2.0)
+        assert p.trace_s is None and p.trace_dataset is None and p.concurrency is None
