@@ -62,3 +62,24 @@ def missing_columns(blob: bytes) -> list[str]:
     except zipfile.BadZipFile:
         raise ValueError("records must be an npz archive (numpy.savez_compressed)") from None
     return [name for name in REQUIRED if name not in names]
+
+
+def per_request(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A decoded blob as a table of one row per request: its columns and stage columns, with the run's start repeated
+    on every row (it is stored once)."""
+    n = len(arrays["intended_ns"])
+    table = {name: values for name, values in arrays.items() if name != START and np.ndim(values) == 1 and len(values) == n}
+    if START in arrays:
+        table[START] = np.full(n, int(np.asarray(arrays[START]).ravel()[0]), dtype=np.int64)
+    return table
+
+
+def measured_mask(arrays: dict[str, np.ndarray], *, warmup_s: float, measured_s: float) -> np.ndarray:
+    """Which requests belong to the measured window: intended at or after the run's start plus the warm-up, and
+    before the end of what was measured (the bounds the follower's verdict used). Blobs that carry no start (none
+    written by a follower) are taken as measured whole."""
+    intended = np.asarray(arrays["intended_ns"], dtype=np.int64)
+    if START not in arrays:
+        return np.ones(intended.shape, dtype=bool)
+    start = int(np.asarray(arrays[START]).ravel()[0]) + int(round(warmup_s * 1e9))
+    return (intended >= start) & (intended < start + int(round(measured_s * 1e9)))

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.errors import InvalidRequest
+from common.records import per_request
 
 FORMATS = ("csv", "json", "parquet")
 MEDIA = {"csv": "text/csv; charset=utf-8", "json": "application/json", "parquet": "application/vnd.apache.parquet"}
@@ -44,9 +45,9 @@ def table_bytes(rows: list[dict[str, Any]], fmt: str) -> bytes:
 
 
 def records_bytes(arrays: dict[str, np.ndarray], fmt: str) -> bytes:
-    """One point's raw records (columns of equal length) in the given format."""
+    """One point's raw records (a decoded common.records blob) in the given format, one row per request."""
     check_format(fmt)
-    columns = {name: np.asarray(values) for name, values in arrays.items() if np.ndim(values) == 1}
+    columns = per_request(arrays)
     if fmt == "parquet":
         out = io.BytesIO()
         pq.write_table(pa.table(columns), out)

@@ -14,6 +14,7 @@ from leader.analysis import compare, flops, records
 from leader.analysis.leaderboard import LeaderboardIndex
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
+from leader.store import results as results_store
 
 
 def leaderboard_index(state: Any) -> LeaderboardIndex:
@@ -46,11 +47,13 @@ async def job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:
 
 
 def latency_loader(db: Any) -> compare.LatencyLoader:
-    """Loads a row's raw (intended ns, latency ms) for comparisons, None where its records were not kept."""
+    """Loads a row's measured (intended ns, latency ms) for comparisons, None where its records were not kept."""
 
     async def load(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
-        blob = await records.load_records(db, job_id=row["job_id"], attempt=row["attempt"], index=row["index"])
-        return records.timed_latencies_ms(records.decode(blob)) if blob else None
+        where = {"job_id": row["job_id"], "attempt": row["attempt"], "index": row["index"]}
+        blob = await records.load_records(db, **where)
+        result = await results_store.get_point(db, **where) if blob else None
+        return records.measured_latencies_ms(records.decode(blob), result) if blob and result else None
 
     return load
 
@@ -62,12 +65,12 @@ async def compare_jobs(db: Any, a: str, b: str, threshold: float) -> CompareResp
 
 
 async def raw_latencies(db: Any, job_id: str, attempt: int, points: list[PointResult]) -> dict[int, np.ndarray]:
-    """Each point's raw latencies (ms from the intended time) by point index, where its records were kept."""
+    """Each point's measured latencies (ms from the intended time) by point index, where its records were kept."""
     out = {}
     for p in points:
         blob = await records.load_records(db, job_id=job_id, attempt=attempt, index=p.point.index)
         if blob:
-            out[p.point.index] = records.latencies_ms(records.decode(blob))
+            out[p.point.index] = records.measured_latencies_ms(records.decode(blob), p)[1]
     return out
 
 

@@ -1,27 +1,25 @@
-"""Raw per-request records: one compressed npz blob per point in GridFS bucket `records`.
+"""Raw per-request records: one compressed npz blob per point in GridFS bucket `records` (common.records).
 
-`leader/store/records.py` stores and loads them; this decodes the arrays intended_ns, sent_ns,
-first_byte_ns, done_ns and status (common.records) into latencies.
+`leader/store/records.py` stores and loads them; this turns them into the latencies every view reads: the measured
+requests only (warm-up excluded, as the point's own summary counts them), from their intended send time.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from common.records import OK, decode
+from common.records import OK, decode, measured_mask
+from common.results import PointResult
 from leader.store.records import load_records
 
-__all__ = ["decode", "latencies_ms", "load_records", "timed_latencies_ms"]
+__all__ = ["decode", "load_records", "measured_latencies_ms"]
 
 
-def timed_latencies_ms(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(intended ns, latency ms) of every answered request: latency from its intended send time."""
+def measured_latencies_ms(arrays: dict[str, np.ndarray], result: PointResult) -> tuple[np.ndarray, np.ndarray]:
+    """(intended ns, latency ms) of every answered request of the point's measured window, from its intended time."""
     done = arrays["done_ns"].astype(np.int64)
     intended = arrays["intended_ns"].astype(np.int64)
-    ok = (arrays["status"] == OK) if "status" in arrays else np.ones(done.shape, bool)
-    return intended[ok], (done[ok] - intended[ok]) / 1e6
-
-
-def latencies_ms(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """Latency of every answered request from its intended send time, in milliseconds."""
-    return timed_latencies_ms(arrays)[1]
+    keep = measured_mask(arrays, warmup_s=result.point.warmup_s, measured_s=result.measured_s)
+    if "status" in arrays:
+        keep &= arrays["status"] == OK
+    return intended[keep], (done[keep] - intended[keep]) / 1e6

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -28,15 +30,22 @@ async def save_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: Po
     return await db[COLLECTION].count_documents({"job_id": job_id, "attempt": attempt})
 
 
+async def get_point(db: AsyncDatabase, *, job_id: str, attempt: int, index: int) -> PointResult | None:
+    """One stored point of an attempt, None when it was not reported."""
+    doc = await db[COLLECTION].find_one({"_id": f"{job_id}:{attempt}:{index}"})
+    return _result(doc) if doc is not None else None
+
+
+def _result(doc: dict[str, Any]) -> PointResult:
+    result = doc["result"]
+    result["started_at"] = as_utc(result["started_at"])
+    return PointResult.model_validate(result)
+
+
 async def attempt_points(db: AsyncDatabase, *, job_id: str, attempt: int) -> list[PointResult]:
     """The stored points of one attempt, by point index."""
     docs = await db[COLLECTION].find({"job_id": job_id, "attempt": attempt}).sort("index", ASCENDING).to_list(None)
-    out = []
-    for doc in docs:
-        result = doc["result"]
-        result["started_at"] = as_utc(result["started_at"])
-        out.append(PointResult.model_validate(result))
-    return out
+    return [_result(doc) for doc in docs]
 
 
 async def merged_points(db: AsyncDatabase, *, parts: list[tuple[str, int, int]]) -> list[PointResult]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import uuid
 from typing import Any
 
 import numpy as np
 
+from common import records
 from tests.integration.leader.conftest import ADMIN, YAML, Leader, point_result
 
 
@@ -17,21 +17,18 @@ def latencies(n: int, *, scale_ms: float, seed: int) -> np.ndarray:
     return rng.lognormal(mean=np.log(scale_ms), sigma=0.35, size=n)
 
 
-def npz(lat_ms: np.ndarray) -> bytes:
-    """Records as the follower uploads them: intended/sent/first-byte/done ns and HTTP status."""
-    n = lat_ms.size
-    intended = np.arange(n, dtype=np.int64) * 5_000_000
-    done = intended + (lat_ms * 1e6).astype(np.int64)
-    buffer = io.BytesIO()
-    np.savez_compressed(
-        buffer,
-        intended_ns=intended,
-        sent_ns=intended + 10_000,
-        first_byte_ns=done - 1000,
-        done_ns=done,
-        status=np.full(n, 200, dtype=np.int32),
-    )
-    return buffer.getvalue()
+def npz(lat_ms: np.ndarray, *, warmup_ms: np.ndarray | None = None, warmup_s: float = 0.0, measured_s: float = 2.0) -> bytes:
+    """Records as the follower's writer stores them (common.records): `warmup_ms` answers spread over the warm-up,
+    then `lat_ms` over the measured window, intended times from a run start of 0."""
+    warm = np.zeros(0) if warmup_ms is None else warmup_ms
+    warm_at = (np.arange(warm.size) * (warmup_s * 1e9 / max(warm.size, 1))).astype(np.int64)
+    measured_at = int(warmup_s * 1e9) + (np.arange(lat_ms.size) * (measured_s * 1e9 / lat_ms.size)).astype(np.int64)
+    intended = np.concatenate([warm_at, measured_at])
+    done = intended + (np.concatenate([warm, lat_ms]) * 1e6).astype(np.int64)
+    n = intended.size
+    columns = {"intended_ns": intended, "sent_ns": intended + 10_000, "first_byte_ns": done - 1000, "done_ns": done,
+               "status": np.full(n, 200), "capped": np.zeros(n)}  # fmt: skip
+    return records.encode(columns, {}, start_ns=0)
 
 
 def seed_job(
@@ -46,14 +43,17 @@ def seed_job(
     metrics: Any,
     raw: Any = None,
     model: str = "ident:1",
+    warmup_s: float = 0.0,
+    warmup_raw: Any = None,
 ) -> str:
     """Submit a job, claim it as `follower_id`, report one point per grid entry and finish it; returns the job id.
 
-    metrics(backend, batch, rate) -> dict of PointResult overrides; raw(backend, batch, rate) -> latencies ms or None.
+    metrics(backend, batch, rate) -> dict of PointResult overrides; raw(backend, batch, rate) -> latencies ms or None
+    (the measured window's), warmup_raw(backend, batch, rate) -> the warm-up's latencies ms.
     """
     spec = (
         f"name: {name}\nmodel: {model}\nbackends: [{', '.join(backends)}]\nbatch_sizes: {batches}\n"
-        f"load: {{rate: {rates}, duration: 2s, warmup: 0s}}\nslo: {{p99_ms: {p99_slo}}}\n"
+        f"load: {{rate: {rates}, duration: 2s, warmup: {warmup_s}s}}\nslo: {{p99_ms: {p99_slo}}}\n"
     )
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert response.status_code == 201, response.text
@@ -85,7 +85,8 @@ def seed_job(
             r = leader.client.post(
                 f"/api/v1/jobs/{job_id}/points/{point['index']}/records?attempt=1",
                 headers={**leader.as_follower(agent[0]), "Content-Type": "application/octet-stream"},
-                content=npz(lat),
+                content=npz(lat, warmup_ms=warmup_raw(backend, batch, rate) if warmup_raw else None, warmup_s=warmup_s,
+                            measured_s=body["measured_s"]),
             )
             assert r.status_code == 204, r.text
     r = leader.client.post(

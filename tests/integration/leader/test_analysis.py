@@ -213,3 +213,33 @@ def test_meets_slo_uses_the_jobs_own_slo() -> None:
     assert meets_slo({"valid": True, "p99_ms": 5.0, "slo_p99_ms": 10.0})
     assert not meets_slo({"valid": True, "p99_ms": 15.0, "slo_p99_ms": 10.0})
     assert not meets_slo({"valid": False, "p99_ms": 1.0, "slo_p99_ms": 10.0})
+
+
+def test_compare_reads_the_measured_requests_only(leader: Leader) -> None:
+    """Two runs of one point with the same measured latencies and very different warm-ups: Compare judges the measured
+    requests, as every other view does (it once judged warm-up too, and called such runs an improvement)."""
+    import numpy as np
+
+    leader.upload_model()
+    measured = {seed: latencies(3000, scale_ms=3.0, seed=seed) for seed in (1, 2)}
+
+    def run(name: str, seed: int, warmup_ms: float) -> str:
+        def raw(backend: str, batch: int, rate: float) -> Any:
+            return measured[seed]
+
+        def warm(backend: str, batch: int, rate: float) -> Any:
+            return np.full(400, warmup_ms)  # 400 warm-up answers: 12% of the run, all of its p99 if counted
+
+        def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+            return {"latency_ms": pct(float(np.quantile(measured[seed], 0.99))), "achieved_rate": rate}
+
+        return seed_job(leader, name=name, backends=["onnxruntime"], batches=[1], rates=[100], p99_slo=50,
+                        follower_id="warm", metrics=metrics, raw=raw, warmup_s=0.5, warmup_raw=warm)  # fmt: skip
+
+    cold_warmup, quiet_warmup = run("warm-a", 1, 80.0), run("warm-b", 2, 1.0)
+    compared = get(leader, "/api/v1/compare", a=cold_warmup, b=quiet_warmup)
+    (point,) = compared["points"]
+    assert point["test"] == "bootstrap+mannwhitney", point
+    assert point["a_p99_ms"] == pytest.approx(float(np.quantile(measured[1], 0.99)), rel=1e-6)
+    assert point["b_p99_ms"] == pytest.approx(float(np.quantile(measured[2], 0.99)), rel=1e-6)
+    assert point["verdict"] == "unchanged" and compared["regressions"] == 0, point

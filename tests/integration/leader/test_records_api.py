@@ -62,3 +62,35 @@ def test_upload_replace_download(leader: Leader) -> None:
     foreign = {**leader.as_follower(other), **OCTET}
     assert leader.client.post(path, params={"attempt": 1}, headers=foreign, content=second).status_code == 403
     assert leader.client.get(path).status_code == 401
+
+
+def test_records_export_gives_every_stored_request_in_each_format(leader: Leader) -> None:
+    """What the follower's writer stores (per-request columns beside the run's one start_ns) exports as one row per
+    request, in every format; the run's start is a column of its own, repeated."""
+    import csv
+    import io
+    import json
+
+    import pyarrow.parquet as pq
+
+    leader.upload_model()
+    job = leader.submit()
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+    leader.wait_dispatched(job["id"])
+    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
+    blob, records = _blob(300, 3)
+    path = f"/api/v1/jobs/{job['id']}/points/1/records"
+    stored = leader.client.post(path, params={"attempt": 1}, headers={**leader.as_follower(follower), **OCTET}, content=blob)
+    assert stored.status_code == 204, stored.text
+    bodies = {}
+    for fmt in ("csv", "json", "parquet"):
+        got = leader.client.get(f"{path}/export", params={"format": fmt}, headers=ADMIN)
+        assert got.status_code == 200, (fmt, got.status_code, got.text[:300])
+        bodies[fmt] = got.content
+    rows = list(csv.DictReader(io.StringIO(bodies["csv"].decode())))
+    as_json = json.loads(bodies["json"])
+    table = pq.read_table(io.BytesIO(bodies["parquet"])).to_pydict()
+    assert len(rows) == len(as_json) == len(table["intended_ns"]) == 300
+    assert [int(r["done_ns"]) for r in rows] == records.done_ns.tolist() == [r["done_ns"] for r in as_json]
+    assert table["status"] == [200] * 300 and {int(r["start_ns"]) for r in rows} == {records.start_ns}
