@@ -18,6 +18,9 @@ What it prints (ratios measured in this run, not asserted anywhere):
      Against this ~0.1 ms endpoint 20 µs of host jitter is already 15-20% of p50: this section measures the host
      and the generator. The issue's "same point" (a real model served through the runner, service time in ms,
      server restarted per run) is bench/repeatability.py.
+  4. capacity: a single-worker server of known capacity at 80%, 110% and 150% of it (bench/capacity.py): the
+     achieved throughput never exceeds the capacity, the verdict names the server past it, and the mean latency
+     from the intended time against queueing theory.
 
 What the repeated runs showed on the 16-core GPU host (docs/loadgen/, bench/loadgen_drift.py): nothing accumulates
 across runs in one process (RSS, GC-tracked objects, connections opened per run, the server's RSS stay flat; TIME_WAIT
@@ -58,6 +61,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import capacity  # bench/capacity.py, beside this script
 import numpy as np
 import psutil
 
@@ -418,7 +422,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench itself)")
     parser.add_argument("--no-realtime", action="store_true", help="nice -10 instead of SCHED_FIFO (the old setting)")
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
     parser.add_argument("--cpu-dma-latency", type=int, default=0, metavar="US",
                         help="hold /dev/cpu_dma_latency at US µs for the bench (default 0, as the follower does: idle "
                              "CPUs poll instead of halting; needs root); -1 leaves the host's idle policy alone")  # fmt: skip
@@ -479,6 +483,9 @@ def main() -> None:
             print(f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g}"
                   " s (same seed), each in a fresh process, interleaved with runs in this process")  # fmt: skip
             repeatability(url, port, server.pid or 0, gen_core, args, results)
+        if 4 in args.sections:
+            print("\n== 4. a single-worker server of known capacity at 80%, 110% and 150% of it (bench/capacity.py)")
+            results.update(capacity.run(4.0, max(args.duration, 5.0) if args.quick else 10.0, None, srv_core))
         steal = _steal_share()
         if steal is not None:
             print(f"\nhypervisor steal on this host during the bench: {100 * steal:.1f}% of CPU time")

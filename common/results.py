@@ -130,7 +130,9 @@ class GeneratorPlan(BaseModel):
 # Why a point is not valid, as data: pages and tables show the text, code decides on the code.
 ReasonCode = Literal[
     "no_requests",  # nothing was sent in the measured window
-    "send_lag",  # requests left later than their intended time (p99 over the limit)
+    "send_lag",  # requests that had a free in-flight slot left later than their intended time (p99 over the limit)
+    "cap_reached",  # requests waited for one of the in-flight slots, and that wait made them late
+    "server_saturated",  # the server delivered less than offered and its backlog grew across the windows
     "rate_missed",  # the achieved rate misses the offered one
     "too_few",  # too few answers for a p99 claim
     "generator_saturated",  # the generator's core was busy past the limit during the run
@@ -156,9 +158,9 @@ class Reason(BaseModel):
 
 # How reasons stored as plain text (before codes) are read back: the first phrase found decides the code.
 _LEGACY_PHRASES: tuple[tuple[str, ReasonCode], ...] = (
-    ("no request was sent", "no_requests"), ("send lag", "send_lag"), ("achieved rate", "rate_missed"),
+    ("no request was sent", "no_requests"), ("in-flight cap was reached", "cap_reached"), ("send lag", "send_lag"), ("achieved rate", "rate_missed"),
     ("requests completed", "too_few"), ("load generator used", "generator_saturated"),
-    ("load generator", "generator_capacity"), ("dropped", "dropped"), ("requests failed", "errors"),
+    ("load generator", "generator_capacity"), ("dropped", "dropped"), ("could not keep up", "server_saturated"), ("requests failed", "errors"),
     ("not running", "server_not_running"), ("died", "server_died"), ("not stable", "unstable"),
     ("no rate in", "search_failed"),
 )  # fmt: skip

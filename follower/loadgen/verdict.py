@@ -10,7 +10,7 @@ from common.loadspec import P99_MIN_SAMPLES
 from common.results import Percentiles, Reason
 from common.spec import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
-from follower.loadgen.records import DROPPED, OPTIONAL_STAGES, STAGES, LoadRecords
+from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
@@ -18,6 +18,66 @@ RATE_TOLERANCE = 0.02  # achieved vs offered
 MIN_COMPLETED = P99_MIN_SAMPLES  # a p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen)
 CPU_SHARE_MAX = 0.90  # the generator's event loop is one thread: above 90% of a core it is saturated
 ERROR_RATE_MAX = 0.01
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Requests due and not yet answered (waiting for a slot, or sent and unanswered) at each window boundary, and the
+    service time (answer - send, p50) of the requests sent in the first and in the last window."""
+
+    counts: list[int]
+    service_first_ms: float | None = None
+    service_last_ms: float | None = None
+
+    @property
+    def growth(self) -> int:
+        """How many more were waiting at the end of the measured part than at its start."""
+        return self.counts[-1] - self.counts[0] if self.counts else 0
+
+    def grew(self, requests: int) -> bool:
+        """A backlog that grows across the windows: by more than 2% of the window's requests (at least 10), and in at
+        least two thirds of the windows: the load outran the server (or the in-flight cap) for the whole window."""
+        steps = np.diff(self.counts)
+        return bool(len(steps) and self.growth > max(10, 0.02 * requests) and (steps > 0).sum() >= 2 * len(steps) / 3)
+
+    def server_slowed(self) -> bool:
+        """The server's own answer time grew by half or more over the part: requests queued inside it."""
+        first, last = self.service_first_ms, self.service_last_ms
+        return first is not None and last is not None and last >= 1.5 * first
+
+
+def backlog(records: LoadRecords, start_ns: int, end_ns: int, window_ns: int) -> Backlog:
+    """The backlog at each window boundary of [start_ns, end_ns] over the whole run's records."""
+    live = (records.status != DROPPED) & (records.status != NOT_SENT)
+    due = np.sort(records.intended_ns[live])
+    done = np.sort(records.done_ns[live & (records.done_ns >= 0)])
+    step = max(window_ns, 1)
+    bounds = np.arange(start_ns, end_ns + 1, step)
+    counts = np.searchsorted(due, bounds, side="right") - np.searchsorted(done, bounds, side="right")
+    answered = records.ok & (records.sent_ns >= 0)
+
+    def service_ms(a: int, b: int) -> float | None:
+        inside = answered & (records.sent_ns >= a) & (records.sent_ns < b)
+        return float(np.median(records.done_ns[inside] - records.sent_ns[inside])) / 1e6 if inside.any() else None
+
+    return Backlog([int(c) for c in counts], service_ms(start_ns, start_ns + step), service_ms(end_ns - step, end_ns))
+
+
+def delivered_rate(records: LoadRecords, start_ns: int, end_ns: int) -> float:
+    """Answers (200) the server completed per second over the measured window shifted by its median latency.
+
+    Counted over the whole run, so in a steady state the requests finishing in the shifted window are as many as were
+    sent in the window, whatever the latency; an overloaded server completes only what it can, however many were
+    sent. Answers that arrive after the window (a growing backlog) do not count as throughput.
+    """
+    ok = records.ok & (records.done_ns >= 0)
+    inside = ok & (records.intended_ns >= start_ns) & (records.intended_ns < end_ns)
+    if not inside.any() or end_ns <= start_ns:
+        return 0.0
+    shift = int(np.median(records.done_ns[inside] - records.intended_ns[inside]))
+    done = records.done_ns[ok]
+    completed = int(((done >= start_ns + shift) & (done < end_ns + shift)).sum())
+    return completed / ((end_ns - start_ns) / 1e9)
 
 
 @dataclass
@@ -43,16 +103,17 @@ class WindowSummary:
     service_hdr: str | None = None
     capped: int = 0
     dropped: int = 0
+    send_lag_uncapped_ms: Percentiles | None = None  # send lag of the requests that found a free in-flight slot
+    backlog: Backlog | None = None  # requests not yet answered at each window boundary (None: not computed)
 
 
-def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
+def summarize_window(records: LoadRecords, duration_s: float, *, delivered_rate: float | None = None,
+                     backlog: Backlog | None = None) -> WindowSummary:  # fmt: skip
     """Summarise the requests of a measured window (records already cut to it by intended time).
 
-    Offered and achieved rates both count by *intended* time in the window: offered = scheduled / duration,
-    achieved = answered 200 / duration. Counting the same requests on both sides makes the comparison exact
-    (a Poisson schedule's realised count differs from rate x duration by ~1/sqrt(n), which is noise, not a
-    generator fault); a request intended in the window that is answered after it still counts, because its
-    lateness already shows in latency-from-intended, and one never answered counts against achieved.
+    Offered = scheduled / duration. Achieved counts the same requests (answered 200, over the duration), exact in a
+    steady state; when the backlog grew across the windows (answers fell behind: they came after the window), it is
+    `delivered_rate` instead, what the server completed per second over the window (see delivered_rate()).
     """
     ok = records.ok
     sent = records.sent
@@ -68,6 +129,7 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
     bounds = block_bootstrap_ci(records.intended_ns[ok], latency_ns, (0.50, 0.99)) or []
     cis = {name: (lo / 1e6, hi / 1e6) for name, (lo, hi) in zip(("p50", "p99"), bounds, strict=False)}
     capped = records.capped if len(records.capped) == n else np.zeros(n, dtype=bool)
+    behind = backlog is not None and backlog.grew(n)
     return WindowSummary(
         duration_s=duration_s,
         requests=n,
@@ -75,7 +137,7 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
         # Never-sent requests (a stopped run, a dead server) are neither ok nor errors: the rate rule catches them.
         errors=int((sent & ~ok).sum()),
         offered_rate=n / duration_s,
-        achieved_rate=n_ok / duration_s,
+        achieved_rate=delivered_rate if delivered_rate is not None and behind else n_ok / duration_s,
         latency_ms=summarize_ns(records.done_ns[ok] - records.intended_ns[ok]),
         service_ms=summarize_ns(records.done_ns[ok] - records.sent_ns[ok]),
         # A request sent early by a rounding nanosecond has lag 0, which the histogram clamps to its 1 ns floor.
@@ -90,6 +152,8 @@ def summarize_window(records: LoadRecords, duration_s: float) -> WindowSummary:
         service_hdr=encode(service_hist) if n_ok else None,
         capped=int(capped.sum()),
         dropped=int((records.status == DROPPED).sum()),
+        send_lag_uncapped_ms=summarize_ns(np.maximum(records.sent_ns[sent & ~capped] - records.intended_ns[sent & ~capped], 0)),
+        backlog=backlog,
     )
 
 
@@ -124,29 +188,51 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
     return out
 
 
-def window_reasons(summary: WindowSummary) -> list[Reason]:
-    """Every rule the window breaks, as a sentence a user can act on; empty when the point is valid."""
+def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -> list[Reason]:
+    """Every rule the window breaks, as a sentence a user can act on; empty when the point is valid.
+
+    A load the point could not carry is blamed where the records place it: the server (answers fell behind while
+    requests found free in-flight slots), the in-flight cap (requests waited for a slot, and that wait is the lateness),
+    or the generator (requests that had a free slot still left late).
+    """
     reasons: list[Reason] = []
-    if summary.send_lag_ms is None:
+    # The server is the limit when answers fell behind and either no request waited for a slot, or the server's own
+    # answer time grew (requests queued inside it); a backlog of requests waiting for slots while the server answers
+    # as fast as ever is the cap's.
+    saturated = summary.backlog is not None and summary.backlog.grew(summary.requests) and (
+        not summary.capped or summary.backlog.server_slowed()
+    )
+    lag = summary.send_lag_ms
+    if lag is None:
         reasons.append(Reason(code="no_requests", text="no request was sent in the measured window"))
-    elif summary.send_lag_ms.p99 > SEND_LAG_P99_MAX_MS:
-        reasons.append(
-            Reason(
-                code="send_lag",
-                text=f"send lag p99 {summary.send_lag_ms.p99:.3f} ms exceeds {SEND_LAG_P99_MAX_MS:g} ms: "
-                "the generator (or its host) could not send on time",
-            )
-        )
-    if summary.offered_rate > 0:
-        miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate
-        if miss > RATE_TOLERANCE:
-            reasons.append(
-                Reason(
-                    code="rate_missed",
-                    text=f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered "
-                    f"{summary.offered_rate:.1f} req/s by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)",
-                )
-            )
+    else:
+        own = summary.send_lag_uncapped_ms
+        if own is not None and own.p99 > SEND_LAG_P99_MAX_MS:
+            reasons.append(Reason(code="send_lag", text=(
+                f"send lag p99 {own.p99:.3f} ms (of requests that had a free in-flight slot) exceeds "
+                f"{SEND_LAG_P99_MAX_MS:g} ms: the generator (or its host) could not send on time"
+            )))  # fmt: skip
+        if summary.capped and lag.p99 > SEND_LAG_P99_MAX_MS:
+            cap = f"all {max_concurrency}" if max_concurrency else "all"
+            share = 100 * summary.capped / max(summary.requests, 1)
+            reasons.append(Reason(code="cap_reached", text=(
+                f"the in-flight cap was reached: {summary.capped} requests ({share:.1f}%) found {cap} slots busy and "
+                f"waited for one (send lag p99 {lag.p99:.1f} ms); latency from the intended time includes that wait. "
+                "Raise load.max_concurrency to the rate x the server's latency"
+            )))  # fmt: skip
+    miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate if summary.offered_rate > 0 else 0.0
+    if saturated and summary.backlog is not None:
+        counts = summary.backlog.counts
+        reasons.append(Reason(code="server_saturated", text=(
+            f"the server could not keep up: it delivered {summary.achieved_rate:.1f} of the {summary.offered_rate:.1f} "
+            f"req/s offered, and the requests waiting for an answer grew from {counts[0]} to {counts[-1]} across the "
+            "measured windows"
+        )))  # fmt: skip
+    elif miss > RATE_TOLERANCE:
+        reasons.append(Reason(code="rate_missed", text=(
+            f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered {summary.offered_rate:.1f} req/s "
+            f"by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)"
+        )))  # fmt: skip
     if summary.ok < MIN_COMPLETED:
         reasons.append(
             Reason(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from common.results import Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
-from follower.loadgen.verdict import WindowSummary, summarize_window, window_reasons
+from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
 from follower.loadgen.windows import is_stable, window_stats
 from follower.point.context import PointContext
 from follower.point.drive import Driven
@@ -38,11 +38,16 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     elif point.stability is not None and not plan.closed:
         measured_ns = int(round(plan.max_s * 1e9))
     measured_start = records.start_ns + plan.warmup_ns
-    summary = summarize_window(records.window(measured_start, measured_start + measured_ns), measured_ns / 1e9)
-    windows = window_stats(records, measured_start, plan.window_ns, measured_start + measured_ns)
+    measured_end = measured_start + measured_ns
+    summary = summarize_window(
+        records.window(measured_start, measured_end), measured_ns / 1e9,
+        delivered_rate=delivered_rate(records, measured_start, measured_end),
+        backlog=None if plan.closed else backlog(records, measured_start, measured_end, plan.window_ns),
+    )  # fmt: skip
+    windows = window_stats(records, measured_start, plan.window_ns, measured_end)
     stable = is_stable(windows, point.stability.windows if point.stability else 3,
                        point.stability.tolerance if point.stability else 0.10)  # fmt: skip
-    reasons = window_reasons(summary) + list(plan.reasons) + driven.reasons
+    reasons = window_reasons(summary, point.max_concurrency) + list(plan.reasons) + driven.reasons
     if point.stability is not None and stable is not True:
         reasons.append(Reason(code="unstable", text=(
             f"not stable: the last {point.stability.windows} windows did not agree within "

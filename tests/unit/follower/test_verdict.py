@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from common.results import Percentiles, Reason
 from common.spec import SLO
 from follower.loadgen.records import NOT_SENT, TRANSPORT_ERROR, LoadRecords
-from follower.loadgen.verdict import slo_met, summarize_window, window_reasons
+from follower.loadgen.verdict import backlog, delivered_rate, slo_met, summarize_window, window_reasons
 
 MS = 1_000_000
 
@@ -108,3 +110,61 @@ def test_slo() -> None:
     assert slo_met(SLO(p50_ms=4.0, p99_ms=25.0), latency) is False
     assert slo_met(SLO(p50_ms=6.0, p99_ms=20.0), latency) is True
     assert slo_met(SLO(p99_ms=25.0), None) is False
+
+
+def _served(rate: float, duration_s: float, *, service_ns: int, workers: int | None, cap: int = 100_000) -> LoadRecords:
+    """Constant arrivals at `rate` against a server of known capacity, simulated exactly: `workers` FIFO workers of
+    `service_ns` each (None: as many as asked, so every answer takes service_ns), and at most `cap` requests in flight
+    (a request due while `cap` are in flight waits for the oldest to be answered)."""
+    n = int(rate * duration_s)
+    rec = LoadRecords.allocate(10**12, (np.arange(n) * (1e9 / rate)).astype(np.int64))
+    free = [rec.start_ns] * (workers or 1)
+    done = rec.done_ns
+    for i in range(n):
+        sent = int(rec.intended_ns[i]) if i < cap else max(int(rec.intended_ns[i]), int(done[i - cap]))
+        rec.capped[i] = sent > rec.intended_ns[i]
+        rec.sent_ns[i] = sent
+        if workers is None:
+            done[i] = sent + service_ns
+        else:
+            k = min(range(len(free)), key=free.__getitem__)
+            free[k] = done[i] = max(sent, free[k]) + service_ns
+    rec.first_byte_ns[:] = done - 1000
+    rec.status[:] = 200
+    rec.cpu_s, rec.wall_s = 0.1 * duration_s, duration_s
+    rec.loop_lag_ns = np.full(10, 100_000, dtype=np.int64)
+    return rec
+
+
+def _judged(rec: LoadRecords, duration_s: float, cap: int = 100_000) -> tuple[Any, list[Reason]]:
+    start, end = rec.start_ns, rec.start_ns + int(duration_s * 1e9)
+    summary = summarize_window(rec.window(start, end), duration_s, delivered_rate=delivered_rate(rec, start, end),
+                               backlog=backlog(rec, start, end, 500_000_000))  # fmt: skip
+    return summary, window_reasons(summary, cap)
+
+
+def test_a_server_past_its_capacity_delivers_its_capacity_and_is_named_the_limit() -> None:
+    # One worker of 1 ms serves exactly 1,000 req/s; 1,100 req/s are offered for 4 s.
+    rec = _served(1100, 4.0, service_ns=MS, workers=1)
+    summary, reasons = _judged(rec, 4.0)
+    assert summary.offered_rate == pytest.approx(1100)
+    assert summary.achieved_rate == pytest.approx(1000, rel=0.02)  # not the 1,100 answered after the window
+    assert [r.code for r in reasons] == ["server_saturated"], reasons
+    assert "could not keep up" in reasons[0].text
+
+
+def test_a_server_within_its_capacity_is_valid_at_the_offered_rate() -> None:
+    rec = _served(800, 4.0, service_ns=MS, workers=1)
+    summary, reasons = _judged(rec, 4.0)
+    assert summary.achieved_rate == pytest.approx(800, rel=0.01) and reasons == []
+
+
+def test_requests_waiting_for_an_in_flight_slot_blame_the_cap_not_the_generator_nor_the_server() -> None:
+    # A server that answers every request in 200 ms whatever the load: 2,000 req/s need ~400 in flight; the cap is 256.
+    rec = _served(2000, 4.0, service_ns=200 * MS, workers=None, cap=256)
+    summary, reasons = _judged(rec, 4.0, cap=256)
+    codes = [r.code for r in reasons]
+    assert "cap_reached" in codes and "send_lag" not in codes and "server_saturated" not in codes, reasons
+    cap = next(r for r in reasons if r.code == "cap_reached")
+    assert "all 256 slots" in cap.text and f"{summary.capped} requests" in cap.text
+    assert summary.achieved_rate == pytest.approx(256 / 0.2, rel=0.03)  # Little's law: the cap over the latency
