@@ -20,7 +20,7 @@ def results_table(results: JobResults) -> Table:
     """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict."""
     job = results.job
     table = Table(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", title_justify="left")
-    for column in ("#", "backend", "batch", "target/s", "achieved/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max",
+    for column in ("#", "backend", "batch", "load", "achieved/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max",
                    "svc p99", "lag p99", "cold s", "SLO", "valid"):
         table.add_column(column, justify="right" if column not in {"backend", "valid", "SLO"} else "left")
     for r in results.points:
@@ -28,7 +28,7 @@ def results_table(results: JobResults) -> Table:
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
         table.add_row(
-            str(r.point.index), r.point.backend, str(r.point.batch_size), f"{r.point.rate:g}", f"{r.achieved_rate:.1f}",
+            str(r.point.index), r.point.backend, str(r.point.batch_size), r.point.load_label(), f"{r.achieved_rate:.1f}",
             str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,
@@ -56,8 +56,8 @@ def jobs_table(jobs: list[JobView]) -> Table:
 
 
 def point_label(point: PointSpec) -> str:
-    """A short name of a point: backend, batch and rate."""
-    return f"{point.backend} b{point.batch_size} @ {point.rate:g}/s"
+    """A short name of a point: backend, batch and load."""
+    return f"{point.backend} b{point.batch_size} @ {point.load_label()}"
 
 
 def _cell(value: Any) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
+
+from common.spec import load_label
 
 
 class LeaderboardRow(BaseModel):
@@ -21,8 +23,11 @@ class LeaderboardRow(BaseModel):
     follower_id: str
     batch_size: int
     pattern: str
-    rate: float
-    throughput: float | None = None
+    rate: float  # req/s offered; 0 for a closed loop, whose load is its users
+    concurrency: int | None = None  # a closed loop's users
+    load: str = ""  # the load as shown: "200 req/s" or "16 users"
+    throughput: float | None = None  # requests/s the server delivered
+    samples_per_s: float | None = None  # throughput x batch size (None on rows stored before it)
     p50_ms: float | None = None
     p99_ms: float | None = None
     p99_ci_high_ms: float | None = None  # upper end of the p99's 95% CI (None: no CI recorded)
@@ -45,6 +50,13 @@ class LeaderboardRow(BaseModel):
     flops_per_inference: float | None = None
     bytes_per_inference: float | None = None
     best: bool = False  # the highest-throughput valid point of its model that meets its SLO
+
+    @model_validator(mode="after")
+    def _label_the_load(self) -> LeaderboardRow:
+        # Rows stored before the label existed get it from what they have.
+        if not self.load:
+            self.load = load_label(self.pattern, self.rate, self.concurrency)
+        return self
 
 
 class LeaderboardPage(BaseModel):

@@ -142,6 +142,7 @@ ReasonCode = Literal[
     "server_not_running",  # the server was gone before the point started
     "server_died",  # the server died during the point
     "unstable",  # a stability rule was set and the windows did not agree
+    "unsteady",  # one window stood out from the others (a stall), with or without a stability rule
     "search_failed",  # no rate of a search was valid and met the SLO
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
@@ -158,12 +159,22 @@ class Reason(BaseModel):
 
 # How reasons stored as plain text (before codes) are read back: the first phrase found decides the code.
 _LEGACY_PHRASES: tuple[tuple[str, ReasonCode], ...] = (
-    ("no request was sent", "no_requests"), ("in-flight cap was reached", "cap_reached"), ("send lag", "send_lag"), ("achieved rate", "rate_missed"),
-    ("requests completed", "too_few"), ("load generator used", "generator_saturated"),
-    ("load generator", "generator_capacity"), ("dropped", "dropped"), ("could not keep up", "server_saturated"), ("requests failed", "errors"),
-    ("not running", "server_not_running"), ("died", "server_died"), ("not stable", "unstable"),
+    ("no request was sent", "no_requests"),
+    ("in-flight cap was reached", "cap_reached"),
+    ("send lag", "send_lag"),
+    ("achieved rate", "rate_missed"),
+    ("requests completed", "too_few"),
+    ("load generator used", "generator_saturated"),
+    ("load generator", "generator_capacity"),
+    ("dropped", "dropped"),
+    ("could not keep up", "server_saturated"),
+    ("requests failed", "errors"),
+    ("not running", "server_not_running"),
+    ("died", "server_died"),
+    ("not stable", "unstable"),
+    ("unsteady", "unsteady"),
     ("no rate in", "search_failed"),
-)  # fmt: skip
+)
 
 
 def legacy_reason(text: str) -> Reason:

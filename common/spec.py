@@ -230,6 +230,13 @@ class JobSpec(StrictModel):
         return self
 
 
+def load_label(pattern: str, rate: float, concurrency: int | None) -> str:
+    """A point's load as a user reads it: its rate, or for a closed loop its users (a closed loop has no rate)."""
+    if pattern == "closed":
+        return f"{concurrency or 1} users"
+    return f"{rate:g} req/s"
+
+
 class PointSpec(StrictModel):
     """One benchmark point of a job's grid, as the follower runs it."""
 
@@ -259,6 +266,10 @@ class PointSpec(StrictModel):
     window_s: float = 1.0
     stability: Stability | None = None
     server: ServerOptions = ServerOptions()
+
+    def load_label(self) -> str:
+        """This point's load: its rate, or its users for a closed loop."""
+        return load_label(self.pattern, self.rate, self.concurrency)
 
 
 # Backends whose server can run benchfleet's processors, and why the others cannot.

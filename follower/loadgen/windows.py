@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common.results import WindowStat
+from common.results import Reason, WindowStat
 from follower.loadgen.records import LoadRecords
 
 
@@ -67,6 +67,29 @@ def is_stable(windows: list[WindowStat], count: int = 3, tolerance: float = 0.10
         if mean <= 0 or np.max(np.abs(arr - mean)) / mean > tolerance:
             return False
     return True
+
+
+# A window is a stall when its p99 is this many times the others' median p99, and at least this much above it: the
+# ratio alone would flag a noisy host's 5 ms window among 0.5 ms ones, the margin alone a slow server's ordinary spread.
+STALL_FACTOR = 10.0
+STALL_MIN_MS = 500.0
+
+
+def stall(windows: list[WindowStat]) -> Reason | None:
+    """The worst window of the measured part if it stands out as a stall (checked on every point, with or without
+    a stability rule), as the reason that names its time; None when the windows hold together (or are too few)."""
+    measured = [w for w in windows if w.t_s >= 0 and w.p99_ms is not None]
+    if len(measured) < 3:
+        return None
+    worst = max(measured, key=lambda w: w.p99_ms or 0.0)
+    others = float(np.median([w.p99_ms for w in measured if w is not worst]))
+    p99 = worst.p99_ms or 0.0
+    if p99 < STALL_FACTOR * others or p99 - others < STALL_MIN_MS:
+        return None
+    return Reason(code="unsteady", text=(
+        f"unsteady: the window {worst.t_s:g}-{worst.t_s + worst.duration_s:g} s into the measured part had p99 "
+        f"{p99:.0f} ms against {others:.1f} ms in the others (a stall); the point's figures include it"
+    ))  # fmt: skip
 
 
 class WindowMonitor:

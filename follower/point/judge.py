@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from common.results import Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
-from follower.loadgen.windows import is_stable, window_stats
+from follower.loadgen.windows import is_stable, stall, window_stats
 from follower.point.context import PointContext
 from follower.point.drive import Driven
 from follower.point.plan import PointPlan
@@ -48,6 +48,8 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     stable = is_stable(windows, point.stability.windows if point.stability else 3,
                        point.stability.tolerance if point.stability else 0.10)  # fmt: skip
     reasons = window_reasons(summary, point.max_concurrency) + list(plan.reasons) + driven.reasons
+    if (stalled := stall(windows)) is not None:
+        reasons.append(stalled)
     if point.stability is not None and stable is not True:
         reasons.append(Reason(code="unstable", text=(
             f"not stable: the last {point.stability.windows} windows did not agree within "

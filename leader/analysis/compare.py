@@ -10,6 +10,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from common.analysis import CompareResponse, FollowerOutlier, OutlierResponse, PointComparison, Verdict
+from common.spec import load_label
 from common.stats import block_bootstrap_diff_ci
 
 DEFAULT_THRESHOLD = 0.10
@@ -20,8 +21,9 @@ LatencyLoader = Callable[[dict[str, Any]], Awaitable[tuple[np.ndarray, np.ndarra
 
 
 def point_key(row: dict[str, Any]) -> str:
-    """What makes two points the same experiment: backend, batch size, arrival pattern and rate."""
-    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{row['rate']:g}/s"
+    """What makes two points the same experiment: backend, batch size, arrival pattern and load (rate or users)."""
+    load = load_label(row["pattern"], row["rate"], row.get("concurrency"))
+    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{load}"
 
 
 def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> Verdict:

@@ -26,6 +26,7 @@ NUMERIC = (
     "batch_size",
     "rate",
     "throughput",
+    "samples_per_s",
     "p50_ms",
     "p99_ms",
     "p99_ci_high_ms",

@@ -12,6 +12,8 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common.spec import ServerOptions, load_label
+
 COLLECTION = "leaderboard"
 BASELINES = "baselines"
 
@@ -45,6 +47,22 @@ def _ci_high(result: dict[str, Any], name: str) -> float | None:
     return float(ci[1]) if ci else None
 
 
+def _samples(result: dict[str, Any], point: dict[str, Any]) -> float | None:
+    """Samples (inputs) served per second: requests/s times the rows each request carries."""
+    rate = _num(result, "achieved_rate")
+    return None if rate is None else rate * int(point.get("batch_size") or 1)
+
+
+def served_by(point: dict[str, Any], env: dict[str, Any]) -> str:
+    """The device that served the point: its own GPU for a GPU-served point, else the host's CPU (a CPU-served point
+    on a GPU host ran on the CPU, whatever GPUs the host has)."""
+    server = ServerOptions.model_validate(point.get("server") or {})
+    gpus = env.get("gpus") or []
+    if server.uses_gpu and server.gpu_index < len(gpus):
+        return str(gpus[server.gpu_index])
+    return str(env.get("cpu_model") or "unknown")
+
+
 def row_from_result(
     *,
     job_id: str,
@@ -59,7 +77,6 @@ def row_from_result(
     canon = canonical or {}
     point = result.get("point", {})
     env = result.get("environment") or {}
-    gpus = env.get("gpus") or []
     index = int(point.get("index", 0))
     started = result.get("started_at")
     return {
@@ -70,12 +87,15 @@ def row_from_result(
         "index": index,
         "model": model,
         "backend": str(point.get("backend", "")),
-        "hardware": str(gpus[0] if gpus else env.get("cpu_model", "unknown")),
+        "hardware": served_by(point, env),
         "follower_id": str(env.get("follower_id", "")),
         "batch_size": int(point.get("batch_size", 0)),
         "pattern": str(point.get("pattern", "")),
         "rate": float(point.get("rate", 0.0)),
-        "throughput": _num(result, "achieved_rate"),
+        "concurrency": point.get("concurrency"),
+        "load": load_label(str(point.get("pattern", "")), float(point.get("rate", 0.0)), point.get("concurrency")),
+        "throughput": _num(result, "achieved_rate"),  # requests/s
+        "samples_per_s": _samples(result, point),
         "p50_ms": _num(result, "latency_ms.p50"),
         "p99_ms": _num(result, "latency_ms.p99"),
         # Upper end of the p99's 95% CI (block bootstrap): what the recommender's `confident` mode holds to the SLO.

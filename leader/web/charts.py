@@ -15,7 +15,7 @@ from leader.web import svg
 def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[tuple[str, list[float], list[float]]]:
     series = []
     for p in points:
-        label = f"#{p.point.index} {p.point.backend} b{p.point.batch_size} {p.point.rate:g}/s"
+        label = f"#{p.point.index} {p.point.backend} b{p.point.batch_size} {p.point.load_label()}"
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
             qs = np.linspace(0, 1, 200)

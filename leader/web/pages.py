@@ -32,7 +32,7 @@ COLUMNS = [
     ("backend", "backend"),
     ("hardware", "hardware"),
     ("batch_size", "batch"),
-    ("rate", "load req/s"),
+    ("rate", "load"),
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
     ("throughput", "throughput"),

@@ -85,7 +85,7 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     assert watched.returncode == 0, watched.stderr[-2000:]
     job_id = watched.stdout.splitlines()[0].strip()
     # One progress bar per point, each finished; then the results table with both points.
-    for index, label in ((0, "onnxruntime b1 @ 100/s"), (1, "onnxruntime b4 @ 100/s")):
+    for index, label in ((0, "onnxruntime b1 @ 100 req/s"), (1, "onnxruntime b4 @ 100 req/s")):
         assert re.search(rf"point {index}: {re.escape(label)}.*100%", watched.stderr), watched.stderr[-2000:]
     assert "my-first-job" in watched.stdout and "succeeded" in watched.stdout
     assert re.search(r"│\s+1\s+│ onnxruntime\s+│\s+4\s+│", watched.stdout), watched.stdout

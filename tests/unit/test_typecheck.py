@@ -1,4 +1,4 @@
-"""The packages type-check: mypy over common/, leader/, follower/ and benchfleet/ as configured in pyproject.toml."""
+"""The code checks clean: mypy over common/, leader/, follower/ and benchfleet/, and ruff over the tree (pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,10 @@ def test_mypy_finds_no_errors(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, f"mypy found errors:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
     assert "Success: no issues found" in done.stdout, done.stdout
+
+
+def test_ruff_finds_nothing() -> None:
+    """The lint rules of pyproject.toml hold over the whole tree."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, f"ruff found problems:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"

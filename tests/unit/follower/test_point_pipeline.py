@@ -115,3 +115,24 @@ def test_results_stored_with_text_reasons_read_back_with_codes(text: str, code: 
     again = read.model_dump(mode="json")
     assert again["invalid_reasons"] == [text] and again["reasons"] == [{"code": code, "text": text}]
     assert PointResult.model_validate(again) == read
+
+
+def test_a_stall_in_a_point_without_a_stability_rule_is_named_with_its_window() -> None:
+    # 10 s at 200 req/s answered in 2 ms, except that the server stalls at 5 s and answers everything sent in that
+    # second at 9.2 s: p99 of the point ~4 s, p50 2 ms (once valid, with `stable` shown nowhere).
+    point = _point(pattern="constant", rate=200, duration="10s", warmup="0s")
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    rec = _answered(plan.offsets_ns, 10**12)
+    rec.cpu_s, rec.wall_s = 1.0, 10.0
+    stalled = (rec.intended_ns >= rec.start_ns + 5 * 10**9) & (rec.intended_ns < rec.start_ns + 6 * 10**9)
+    rec.done_ns[stalled] = rec.start_ns + 9_200_000_000
+    rec.first_byte_ns[stalled] = rec.done_ns[stalled] - 1000
+    judged = judge(plan, Driven(rec, []), ctx)
+    (unsteady,) = [r for r in judged.reasons if r.code == "unsteady"]
+    assert "window 5-6 s" in unsteady.text, unsteady.text
+    # A noisy host's spikes (a 30 ms answer now and then among 2 ms ones) are no stall.
+    rec = _answered(plan.offsets_ns, 10**12)
+    rec.cpu_s, rec.wall_s = 1.0, 10.0
+    rec.done_ns[::97] += 30_000_000
+    assert "unsteady" not in [r.code for r in judge(plan, Driven(rec, []), ctx).reasons]
