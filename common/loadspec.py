@@ -125,7 +125,9 @@ class LoadSpec(StrictModel):
     rate: Annotated[list[float] | None, Field(validate_default=True)] = None
     duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 10.0
     warmup: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] = 2.0
-    max_concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] = 256
+    # Requests in flight at most. Unset: the cap follows the load (Little's law: the rate times the latency seen in
+    # warm-up, with headroom, bounded by the follower's max_in_flight); a number: exactly that cap.
+    max_concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] | None = None
     # What an open-loop request due while max_concurrency are in flight does: wait (its wait counts as latency
     # from the intended time) or be dropped (counted and reported, and against the achieved rate).
     cap_policy: Literal["wait", "drop"] = "wait"

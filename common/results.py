@@ -232,7 +232,8 @@ class PointResult(BaseModel):
     # Client-side processing per request (ms, e.g. {"preprocess": ...}): done once before the run, since bodies are
     # pre-encoded, so it is not in the service time; None when none ran on the client (e.g. processing: server).
     client_stages_ms: dict[str, float] | None = None
-    capped: int = 0  # requests that found max_concurrency in flight at their time (waited or dropped)
+    capped: int = 0  # requests that found the in-flight cap reached at their time (waited or dropped)
+    in_flight_cap: int | None = None  # the cap in force (the spec's, or the one that followed the load); None: closed
     dropped: int = 0
     windows: list[WindowStat] = []
     stable: bool | None = None  # last windows agree on throughput and p99 (None: too few windows)

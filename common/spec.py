@@ -247,7 +247,7 @@ class PointSpec(StrictModel):
     rate: float  # nominal rate (req/s); 0 for a closed loop
     duration_s: float
     warmup_s: float
-    max_concurrency: int
+    max_concurrency: int | None = None  # None: the cap follows the load (see LoadSpec.max_concurrency)
     seed: int
     # Shape of the load beyond the rate (defaults keep points stored before these existed valid).
     cap_policy: Literal["wait", "drop"] = "wait"

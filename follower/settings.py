@@ -55,6 +55,9 @@ class FollowerSettings(BaseSettings):
     # at most one per generator core. N: exactly N, even where they share cores (the plan still marks a point whose
     # rate needs more cores than the generator has as saturated).
     generators: int | None = Field(default=None, ge=1, le=64)
+    # The most requests a point whose spec sets no max_concurrency may have in flight (its cap follows the load up
+    # to this); a spec's own max_concurrency is used as it is.
+    max_in_flight: int = Field(default=4096, ge=1, le=65536)
     # While a job's points run, hold the CPUs' wake-up latency at this many µs through PM QoS (follower/host/wakeup.py):
     # 0 keeps idle CPUs polling instead of halting, which removed most of the send lag and run-to-run spread on a
     # VM. "none" leaves the host's idle policy alone.

@@ -76,7 +76,7 @@ async def _run_backends(
             backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
             records_sink=keep_records, sampling=sampling, progress_sink=reporter.sink if reporter is not None else None,
             samples=samples, trace=trace, forced_generators=settings.generators,
-            wakeup_latency_us=settings.cpu_wakeup_latency_us,
+            wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(

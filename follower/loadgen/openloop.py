@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 
 from follower.loadgen import timing
+from follower.loadgen.cap import CapRule
 from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
 from follower.loadgen.transports import Answer, Transport, open_transport
@@ -64,6 +65,12 @@ class _Driver:
                 self.waiting.append(i)  # sent when a request ahead of it is answered; its wait is send lag
             return
         self._send(i)
+
+    def set_cap(self, cap: int) -> None:
+        """A new in-flight cap; requests waiting for a slot go as soon as the larger cap lets them."""
+        self.max_concurrency = cap
+        while self.waiting and self.in_flight < cap and not self.stop.is_set():
+            self._send(self.waiting.popleft())
 
     def _send(self, i: int) -> None:
         self.in_flight += 1
@@ -155,8 +162,12 @@ async def run_open_loop(
     on_tick: TickCallback | None = None,
     tick_every_ns: int = 1_000_000_000,
     body_index: np.ndarray | None = None,
+    cap_rule: CapRule | None = None,
 ) -> LoadRecords:
-    """Send bodies[i % len] (or bodies[body_index[i]]) through `transport` at start_ns + offsets_ns[i] (monotonic ns)."""
+    """Send bodies[i % len] (or bodies[body_index[i]]) through `transport` at start_ns + offsets_ns[i] (monotonic ns).
+
+    With `cap_rule`, the in-flight cap becomes what the rule decides at its time (the cap that follows the load).
+    """
     if not bodies:
         raise ValueError("need at least one request body")
     if body_index is not None and (len(body_index) != len(offsets_ns) or (len(body_index) and (
@@ -177,6 +188,13 @@ async def run_open_loop(
             driver.dispatched.set()
 
     ticker = loop.create_task(timing.tick(lags, ticked if on_tick else None, start_ns + tick_every_ns, tick_every_ns))
+
+    async def retune(rule: CapRule) -> None:
+        await asyncio.sleep(max(0, start_ns + rule.at_ns - time.monotonic_ns()) / 1e9)
+        if not stop.is_set():
+            driver.set_cap(rule.decide(rec, time.monotonic_ns()))
+
+    retuner = loop.create_task(retune(cap_rule)) if cap_rule is not None else None
     thread: threading.Thread | None = None
     dispatcher: asyncio.Task[None] | None = None
     old_switch = sys.getswitchinterval()
@@ -200,17 +218,19 @@ async def run_open_loop(
         stop.set()  # ends the timer thread / dispatcher if we got here by cancellation or error
         sys.setswitchinterval(old_switch)
         ticker.cancel()
-        if dispatcher is not None:
-            dispatcher.cancel()
+        for task in (dispatcher, retuner):
+            if task is not None:
+                task.cancel()
         driver.abandon()
         await transport.abort()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*(t for t in (ticker, dispatcher) if t is not None), return_exceptions=True)
+            await asyncio.gather(*(t for t in (ticker, dispatcher, retuner) if t is not None), return_exceptions=True)
         if thread is not None:
             thread.join(timeout=1.0)
         rec.cpu_s = (time.process_time_ns() - cpu0) / 1e9
         rec.wall_s = (time.monotonic_ns() - wall0) / 1e9
         rec.loop_lag_ns = np.asarray(lags, dtype=np.int64)
+        rec.cap = driver.max_concurrency
         if gc_was_enabled:
             gc.enable()
     return rec
@@ -231,6 +251,7 @@ def drive(
     tick_every_ns: int = 1_000_000_000,
     start_ns: int | None = None,
     body_index: np.ndarray | None = None,
+    cap_rule: CapRule | None = None,
 ) -> LoadRecords:
     """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread).
 
@@ -244,7 +265,7 @@ def drive(
             return await run_open_loop(
                 transport, bodies, offsets_ns, start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
                 max_concurrency=max_concurrency, timer=timer, stop=stop, cap_policy=cap_policy, on_tick=on_tick,
-                tick_every_ns=tick_every_ns, body_index=body_index,
+                tick_every_ns=tick_every_ns, body_index=body_index, cap_rule=cap_rule,
             )  # fmt: skip
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -36,6 +36,8 @@ class LoadRecords:
     run_queue_share: float | None = None
     # The generator thread's scheduling ("fifo", or "nice N (SCHED_FIFO refused: why)"); None: not set here.
     scheduling: str | None = None
+    # The in-flight cap in force at the end of the run (it may have followed the load after warm-up).
+    cap: int | None = None
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -95,6 +97,7 @@ class LoadRecords:
             stopped_ns=self.stopped_ns,
             run_queue_share=self.run_queue_share,
             scheduling=self.scheduling,
+            cap=self.cap,
         )
 
 

@@ -218,7 +218,8 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
             reasons.append(Reason(code="cap_reached", text=(
                 f"the in-flight cap was reached: {summary.capped} requests ({share:.1f}%) found {cap} slots busy and "
                 f"waited for one (send lag p99 {lag.p99:.1f} ms); latency from the intended time includes that wait. "
-                "Raise load.max_concurrency to the rate x the server's latency"
+                "Raise the cap (load.max_concurrency; unset, it follows the load up to the follower's max_in_flight) to "
+                "the rate x the server's latency"
             )))  # fmt: skip
     miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate if summary.offered_rate > 0 else 0.0
     if saturated and summary.backlog is not None:

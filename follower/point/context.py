@@ -42,6 +42,7 @@ class PointContext:
     trace: Trace | None = None
     forced_generators: int | None = None
     wakeup: WakeupHold | None = None
+    max_in_flight: int = 4096  # the bound of a cap that follows the load (the follower's setting)
 
     @property
     def wire(self) -> str:

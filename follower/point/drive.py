@@ -4,6 +4,7 @@ beside them, the server's own counters before and after, and whether the server 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ from follower.backends import Backend
 from follower.backends.stats import server_stats_delta
 from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
 from follower.host.sampler import ResourceSampler, Samples
+from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
@@ -90,7 +92,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
     point, cores = plan.point, plan.generator_cores
     if plan.processes > 1:
         parts = await asyncio.to_thread(
-            drive_processes, ctx.url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=point.max_concurrency,
+            drive_processes, ctx.url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
             timer=ctx.timer, cap_policy=point.cap_policy,
         )  # fmt: skip
@@ -100,10 +102,14 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
             _drive_closed_isolated, cores, ctx.url, plan.bodies, point.concurrency or 1,
             plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S,
         )  # fmt: skip
+    # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
+    rule = None
+    if plan.follow_load and plan.warmup_ns > 0:
+        rule = CapRule(plan.warmup_ns, functools.partial(little_cap, rate=point.rate, bound=plan.cap))
     return await asyncio.to_thread(
-        _drive_isolated, cores, ctx.url, plan.bodies, plan.offsets_ns, max_concurrency=point.max_concurrency,
+        _drive_isolated, cores, ctx.url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
-        monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index,
+        monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
     )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     windows = window_stats(records, measured_start, plan.window_ns, measured_end)
     stable = is_stable(windows, point.stability.windows if point.stability else 3,
                        point.stability.tolerance if point.stability else 0.10)  # fmt: skip
-    reasons = window_reasons(summary, point.max_concurrency) + list(plan.reasons) + driven.reasons
+    reasons = window_reasons(summary, records.cap or plan.cap) + list(plan.reasons) + driven.reasons
     if (stalled := stall(windows)) is not None:
         reasons.append(stalled)
     if point.stability is not None and stable is not True:

@@ -36,6 +36,8 @@ class PointPlan:
     generator_cores: frozenset[int] | None
     generator_plan: GeneratorPlan | None  # open loop: how many generator processes and why (None: closed loop)
     reasons: tuple[Reason, ...]  # rules the plan already breaks
+    cap: int  # in-flight cap to start with: the spec's, or (following the load) the follower's bound
+    follow_load: bool  # the cap follows the load once warm-up has shown the latency (no cap in the spec)
 
     @property
     def processes(self) -> int:
@@ -93,6 +95,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         point=point, bodies=bodies, body_index=body_index, offsets_ns=offsets, warmup_ns=warmup_ns,
         duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
         sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
+        cap=point.max_concurrency or ctx.max_in_flight, follow_load=point.max_concurrency is None,
     )  # fmt: skip
 
 

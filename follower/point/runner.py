@@ -49,6 +49,7 @@ async def run_backend(
     trace: Trace | None = None,
     forced_generators: int | None = None,
     wakeup_latency_us: int | None = 0,
+    max_in_flight: int = 4096,
 ) -> AsyncIterator[PointResult]:
     """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
 
@@ -76,6 +77,7 @@ async def run_backend(
                 backend=backend, url=url, model=model, env_base=env_base, slo=slo, backend_version=backend.version(),
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
+                max_in_flight=max_in_flight,
             )  # fmt: skip
             for i, point in enumerate(points):
                 yield await measure_point(point, ctx, cold if i == 0 else None)

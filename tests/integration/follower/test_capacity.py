@@ -4,6 +4,7 @@ a slow but parallel server."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ import pytest
 
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.results import Reason
+from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.schedule import arrival_offsets_ns
@@ -80,3 +82,29 @@ def test_an_in_flight_cap_below_what_the_load_needs_is_named_not_the_generator_n
     _own_lag_consistent(summary, codes)
     assert summary.achieved_rate == pytest.approx(16 / 0.1, rel=0.15)  # the cap over the latency, not 400
     assert float(np.median(rec.done_ns[rec.ok] - rec.sent_ns[rec.ok])) / 1e6 == pytest.approx(100, rel=0.2)
+
+
+def _with_warmup(url: str, rate: float, *, cap: int, rule: CapRule | None) -> tuple[LoadRecords, WindowSummary, list[Reason]]:
+    warm_ns, measured_s = 1_000_000_000, 3.0
+    offsets = arrival_offsets_ns("constant", rate, 1.0 + measured_s, seed=2)
+    rec = drive(url, [b'{"inputs": []}'], offsets, max_concurrency=cap, timeout_s=30, cap_rule=rule)
+    start, end = rec.start_ns + warm_ns, rec.start_ns + warm_ns + int(measured_s * 1e9)
+    summary = summarize_window(rec.window(start, end), measured_s, delivered_rate=delivered_rate(rec, start, end),
+                               backlog=backlog(rec, start, end, 500_000_000))  # fmt: skip
+    return rec, summary, window_reasons(summary, rec.cap)
+
+
+def test_the_cap_follows_the_load_where_a_fixed_cap_of_256_queued_every_request(tmp_path: Path) -> None:
+    """A server answering in 100 ms at 4,000 req/s needs ~400 in flight: a fixed cap of 256 makes requests wait for
+    a slot (latency far above the server's, and the point says so); the cap that follows the load, set from the
+    latency seen in warm-up, lets every request go on time."""
+    with serving(tmp_path, workers=0, service_ms=100.0) as url:
+        fixed, fixed_summary, fixed_reasons = _with_warmup(url, 4000, cap=256, rule=None)
+        rule = CapRule(1_000_000_000, functools.partial(little_cap, rate=4000, bound=4096))
+        follow, follow_summary, follow_reasons = _with_warmup(url, 4000, cap=4096, rule=rule)
+    assert "cap_reached" in [r.code for r in fixed_reasons] and fixed.cap == 256
+    assert fixed_summary.latency_ms is not None and fixed_summary.latency_ms.p50 > 200, fixed_summary.latency_ms
+    assert follow.cap is not None and 400 <= follow.cap < 4096, follow.cap  # Little's law, with headroom
+    codes = [r.code for r in follow_reasons]
+    assert "cap_reached" not in codes and "server_saturated" not in codes, follow_reasons
+    assert follow_summary.latency_ms is not None and follow_summary.latency_ms.p50 == pytest.approx(100, rel=0.3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import numpy as np
@@ -136,3 +137,20 @@ def test_a_stall_in_a_point_without_a_stability_rule_is_named_with_its_window() 
     rec.cpu_s, rec.wall_s = 1.0, 10.0
     rec.done_ns[::97] += 30_000_000
     assert "unsteady" not in [r.code for r in judge(plan, Driven(rec, []), ctx).reasons]
+
+
+def test_the_cap_follows_the_load_unless_the_spec_sets_one() -> None:
+    from follower.loadgen.cap import MIN_CAP, little_cap
+
+    auto = _point(pattern="constant")
+    plan = plan_point(auto, dataclasses.replace(_context(auto.server), max_in_flight=1000))
+    assert (plan.cap, plan.follow_load) == (1000, True)
+    fixed = _point(pattern="constant", max_concurrency=64)
+    assert (plan_point(fixed, _context(fixed.server)).cap, plan_point(fixed, _context(fixed.server)).follow_load) == (64, False)
+    # Little's law with headroom: 1,000 req/s at 50 ms in the system need 50 in flight; twice that, within the bounds.
+    rec = _answered(plan.offsets_ns, 10**12)
+    rec.done_ns[:] = rec.sent_ns + 50 * MS
+    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == 100
+    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=80) == 80
+    rec.done_ns[:] = rec.sent_ns + 1000
+    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == MIN_CAP

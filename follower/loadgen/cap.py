@@ -1,0 +1,37 @@
+"""The in-flight cap that follows the load: Little's law from the target rate and the latency seen in warm-up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from follower.loadgen.records import LoadRecords
+
+# In flight = rate x time in the system (Little's law); twice that leaves room for the latency to double.
+HEADROOM = 2.0
+# Never fewer slots than this: a handful of slow answers must not throttle a light load.
+MIN_CAP = 16
+
+
+@dataclass(frozen=True)
+class CapRule:
+    """At `at_ns` after the run's start (the end of warm-up), the cap becomes `decide(records so far, now)`."""
+
+    at_ns: int
+    decide: Callable[[LoadRecords, int], int]
+
+
+def little_cap(records: LoadRecords, now_ns: int, *, rate: float, bound: int) -> int:
+    """Slots for `rate` at the time in the system seen so far (p99 of answered requests' send-to-answer time, and the
+    age of those still in flight, a lower bound of theirs), with HEADROOM, between MIN_CAP and `bound`."""
+    sent = records.sent_ns >= 0
+    answered = sent & (records.done_ns >= 0)
+    waiting = sent & (records.done_ns < 0)
+    times = np.concatenate([records.done_ns[answered] - records.sent_ns[answered], now_ns - records.sent_ns[waiting]])
+    if not len(times):
+        return bound
+    in_system_s = float(np.percentile(times, 99)) / 1e9
+    return int(min(bound, max(MIN_CAP, math.ceil(rate * in_system_s * HEADROOM))))
