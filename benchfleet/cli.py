@@ -16,6 +16,7 @@ from benchfleet.client import EXPORT_FORMATS, ApiError, BenchfleetClient
 from benchfleet.render import jobs_table, point_label, results_table, rows_table, simple_table
 from common.jobs import TERMINAL_STATES, JobState, JobView
 from common.models import TensorSpec
+from common.results import PointResult
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
@@ -86,6 +87,13 @@ def _live_fraction(progress: dict | None, index: int, *, warmup_s: float, run_s:
     return None
 
 
+def finished_note(result: PointResult) -> str:
+    """A finished point's figures for its progress line: what it delivered, its p99 and whether it is valid."""
+    p99 = f" · p99 {result.latency_ms.p99:.1f} ms" if result.latency_ms is not None else ""
+    verdict = "" if result.valid else " · invalid: " + ", ".join(r.code for r in result.reasons)
+    return f" · {result.achieved_rate:.0f} req/s{p99}{verdict}"
+
+
 def running_points(client: BenchfleetClient, job: JobView, done: set[int], pending: list[int]) -> list[tuple[int, str, int]]:
     """The points running now as (index in the job's grid, job id whose live progress has it, index there).
 
@@ -127,11 +135,13 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
             split = f", {len(job.parts)} parts" if job.parts else ""
             bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total}{split})")
             if job.state not in (JobState.queued, JobState.assigned):
-                finished = {r.point.index for r in _call(client.results, job.id).points}
-                for index in finished - done:
+                finished = {r.point.index: r for r in _call(client.results, job.id).points}
+                for index in finished.keys() - done:
                     bars.start_task(tasks[index])
-                    bars.update(tasks[index], completed=100)
-                done |= finished
+                    # The point's own figures, not its last live window's (which an overloaded point ends with 0 in).
+                    bars.update(tasks[index], completed=100,
+                                description=f"  point {index}: {point_label(points[index])}{finished_note(finished[index])}")
+                done |= finished.keys()
                 pending = [p.index for p in points if p.index not in done]
                 current_points = running_points(client, job, done, pending) if job.state == JobState.running else []
                 for current, source, local in current_points:

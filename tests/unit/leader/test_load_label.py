@@ -78,3 +78,18 @@ def test_rows_carry_requests_and_samples_per_second() -> None:
                           result=doc.model_dump(mode="json"))  # fmt: skip
     assert (row["throughput"], row["samples_per_s"]) == (50.0, 400.0)
     assert to_row(row).samples_per_s == 400.0
+
+
+def test_a_finished_point_shows_what_it_delivered_not_its_last_live_window() -> None:
+    """An overloaded point's last live window often closes with nothing answered yet ("0 req/s"); once it has finished,
+    its progress line shows the point's own figures."""
+    from benchfleet.cli import finished_note
+    from common.results import Percentiles, Reason
+
+    point = expand(parse_spec({"name": "j", "model": "m:1", "load": {"rate": 1100}}))[0]
+    result = _result(point).model_copy(update={
+        "achieved_rate": 1000.0, "valid": False,
+        "latency_ms": Percentiles(count=1, mean=1.0, p50=900.0, p90=1.0, p95=1.0, p99=1800.0, p999=1.0, max=1.0),
+        "reasons": [Reason(code="server_saturated", text="the server could not keep up")],
+    })  # fmt: skip
+    assert finished_note(result) == " · 1000 req/s · p99 1800.0 ms · invalid: server_saturated"
