@@ -178,15 +178,15 @@ class LocalStack:
 
     def restart(self, key: str, *, grace_s: float = 10.0) -> SupervisedProcess:
         """Stop one process (SIGTERM, then SIGKILL after the grace) and start it again on the same port and data."""
+        if key not in ("redis", "mongo", "leader"):
+            raise ValueError(f"restart {key!r}: restart redis, mongo or leader (start a follower again with start_follower)")
         self.procs[key].stop(grace_s=grace_s)
         if key == "redis":
             self.start_redis(durable="yes" in self.procs["redis"].argv)
         elif key == "mongo":
             self.start_mongo(in_memory=":memory:" in self.procs["mongo"].argv)
-        elif key == "leader":
-            self.start_leader()
         else:
-            raise ValueError(f"restart {key!r}: start a follower again with start_follower")
+            self.start_leader()
         return self.procs[key]
 
     def log_tails(self, n_lines: int = 20) -> list[tuple[str, str]]:
