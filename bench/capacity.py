@@ -19,6 +19,7 @@ RESULT capacity key=value ...
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -49,8 +50,6 @@ def theory_ms(rate: float, mean_s: float, second_s2: float, round_trip_s: float,
 
 def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: int | None) -> dict[str, float]:
     """Calibrate, then the three loads; prints a row each and returns the RESULT figures."""
-    import os
-
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         port = free_port()
@@ -101,8 +100,6 @@ def main() -> None:
     parser.add_argument("--service-ms", type=float, default=4.0)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per load")
     args = parser.parse_args()
-    import os
-
     cores = sorted(os.sched_getaffinity(0))
     results = run(args.service_ms, args.duration, cores[0], cores[-1] if len(cores) > 1 else None)
     print("RESULT capacity " + " ".join(f"{k}={v:.4g}" for k, v in results.items()))

@@ -67,7 +67,6 @@ class LocalStack:
         self.mongo_uri, self.redis_url = mongo_uri, redis_url
         self.leader_port = free_port()
         self.url = f"http://127.0.0.1:{self.leader_port}"
-        self.procs: dict[str, SupervisedProcess] = {}
         self._ports: dict[str, int] = {}
         self._runs: dict[str, int] = {}
         self._every: list[tuple[str, SupervisedProcess]] = []  # every process started, restarts included, in order
@@ -151,6 +150,11 @@ class LocalStack:
         return proc
 
     @property
+    def procs(self) -> dict[str, SupervisedProcess]:
+        """The latest process started under each key."""
+        return dict(self._every)
+
+    @property
     def leader(self) -> SupervisedProcess:
         """The leader process now running."""
         return self.procs["leader"]
@@ -171,7 +175,6 @@ class LocalStack:
         self._runs[key] = n + 1
         name = f"{key}-{n}" if key not in ("redis", "mongo", "leader") or n else key
         proc = SupervisedProcess(argv, name=name, log_path=self.workdir / f"{name}.log", env=dict(env) if env else None)
-        self.procs[key] = proc
         self._every.append((key, proc))
         proc.start()
         return proc

@@ -23,14 +23,20 @@ def _blob(n: int, seed: int) -> tuple[bytes, LoadRecords]:
     return encode_records(records), records
 
 
-def test_upload_replace_download(leader: Leader) -> None:
+def _claimed_job(leader: Leader) -> tuple[str, str]:
+    """A job claimed by a new follower: (job id, follower id)."""
     leader.upload_model()
     job = leader.submit()
     follower, incarnation = fid(), uuid.uuid4().hex
     leader.register(follower, incarnation)
     leader.wait_dispatched(job["id"])
     assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
-    path = f"/api/v1/jobs/{job['id']}/points/1/records"
+    return job["id"], follower
+
+
+def test_upload_replace_download(leader: Leader) -> None:
+    job_id, follower = _claimed_job(leader)
+    path = f"/api/v1/jobs/{job_id}/points/1/records"
     auth = leader.as_follower(follower)
 
     assert leader.client.get(path, headers=ADMIN).status_code == 404
@@ -39,7 +45,7 @@ def test_upload_replace_download(leader: Leader) -> None:
     for blob in (first, second):  # a retried upload replaces, never duplicates
         response = leader.client.post(path, params={"attempt": 1}, headers={**auth, **OCTET}, content=blob)
         assert response.status_code == 204, response.text
-    assert leader.db["records.files"].count_documents({"metadata.job_id": job["id"]}) == 1
+    assert leader.db["records.files"].count_documents({"metadata.job_id": job_id}) == 1
 
     got = leader.client.get(path, headers=ADMIN)
     assert got.status_code == 200 and got.headers["content-type"] == "application/octet-stream"
@@ -73,14 +79,9 @@ def test_records_export_gives_every_stored_request_in_each_format(leader: Leader
 
     import pyarrow.parquet as pq
 
-    leader.upload_model()
-    job = leader.submit()
-    follower, incarnation = fid(), uuid.uuid4().hex
-    leader.register(follower, incarnation)
-    leader.wait_dispatched(job["id"])
-    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
+    job_id, follower = _claimed_job(leader)
     blob, records = _blob(300, 3)
-    path = f"/api/v1/jobs/{job['id']}/points/1/records"
+    path = f"/api/v1/jobs/{job_id}/points/1/records"
     stored = leader.client.post(path, params={"attempt": 1}, headers={**leader.as_follower(follower), **OCTET}, content=blob)
     assert stored.status_code == 204, stored.text
     bodies = {}
