@@ -410,7 +410,7 @@ def recommend(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
 ) -> None:
-    """The configuration with the most throughput that meets the SLO."""
+    """The configurations serving the most samples/s that meet the SLO."""
     filters = _parse_filters(filter)
     with _client(url, token) as client:
         answer = _call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)

@@ -49,7 +49,7 @@ class LeaderboardRow(BaseModel):
     input_size: int | None = None
     flops_per_inference: float | None = None
     bytes_per_inference: float | None = None
-    best: bool = False  # the highest-throughput valid point of its model that meets its SLO
+    best: bool = False  # the valid point of its model serving the most samples/s that meets its SLO
 
     @model_validator(mode="after")
     def _label_the_load(self) -> LeaderboardRow:
@@ -79,7 +79,8 @@ class Recommendation(BaseModel):
     backend: str
     hardware: str
     batch_size: int
-    throughput: float
+    throughput: float  # requests/s
+    samples_per_s: float  # what the ranking reads: throughput x batch size
     p99_ms: float
     p99_ci_high_ms: float | None
     cost_usd_per_1m: float | None
@@ -88,10 +89,11 @@ class Recommendation(BaseModel):
 
 
 class RecommendResponse(BaseModel):
-    """The top configurations (at most 3) meeting an SLO, best first."""
+    """The top configurations (at most 3) meeting an SLO, most samples/s first."""
 
     p99_ms: float
-    min_throughput: float | None
+    min_throughput: float | None  # requests/s
+    min_samples_per_s: float | None = None
     max_cost: float | None
     model: str | None
     confident: bool  # the SLO was held against the upper end of each p99's 95% CI, not the estimate

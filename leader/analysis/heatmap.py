@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from common.errors import InvalidRequest
 
-METRICS = ("p99_ms", "p50_ms", "throughput", "gpu_util", "cost_usd_per_1m", "energy_wh_per_1m")
+METRICS = ("p99_ms", "p50_ms", "throughput", "samples_per_s", "gpu_util", "cost_usd_per_1m", "energy_wh_per_1m")
 # depth/width/kind/input_size exist only on rows of canonical models: rows without the axis are left out of the map.
 PARAMS = ("batch_size", "rate", "model", "backend", "hardware", "depth", "width", "kind", "input_size")
 

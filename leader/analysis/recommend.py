@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.analysis import Recommendation, RecommendResponse
-from leader.analysis.leaderboard import to_row
+from leader.analysis.leaderboard import samples_per_s, to_row
 
 TOP = 3
 
@@ -17,16 +17,19 @@ def config_key(row: dict[str, Any]) -> tuple[str, str, str, int]:
 
 
 def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
-    """Highest throughput first; then cheaper, then lower p99; the id makes ties deterministic."""
+    """Most samples/s first (the work served: requests/s alone undervalues larger batches); then cheaper, then lower
+    p99; the id makes ties deterministic."""
     cost = row.get("cost_usd_per_1m")
-    return (-row["throughput"], cost if cost is not None else float("inf"), row["p99_ms"], row["_id"])
+    return (-(samples_per_s(row) or 0.0), cost if cost is not None else float("inf"), row["p99_ms"], row["_id"])
 
 
 def eligible(
     row: dict[str, Any], *, p99_ms: float, min_throughput: float | None, max_cost: float | None, model: str | None,
-    confident: bool = False,
+    confident: bool = False, min_samples_per_s: float | None = None,
 ) -> bool:
     """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit).
+
+    `min_throughput` is in requests/s, `min_samples_per_s` in samples (inputs) per second.
 
     `confident`: the p99 must meet the SLO at the upper end of its 95% CI, so a point that met it by luck of the
     run is not recommended; a point without a recorded CI cannot qualify then.
@@ -40,6 +43,8 @@ def eligible(
     if confident and (row.get("p99_ci_high_ms") is None or row["p99_ci_high_ms"] > p99_ms):
         return False
     if min_throughput is not None and row["throughput"] < min_throughput:
+        return False
+    if min_samples_per_s is not None and (samples_per_s(row) or 0.0) < min_samples_per_s:
         return False
     if max_cost is not None:
         cost = row.get("cost_usd_per_1m")
@@ -57,6 +62,7 @@ def recommend(
     model: str | None = None,
     top: int = TOP,
     confident: bool = False,
+    min_samples_per_s: float | None = None,
 ) -> RecommendResponse:
     """The top configurations, each backed by its best point and the count of points that qualified."""
     best: dict[tuple[str, str, str, int], dict[str, Any]] = {}
@@ -64,7 +70,7 @@ def recommend(
     considered = 0
     for row in rows:
         if not eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
-                        confident=confident):  # fmt: skip
+                        confident=confident, min_samples_per_s=min_samples_per_s):  # fmt: skip
             continue
         considered += 1
         key = config_key(row)
@@ -80,6 +86,7 @@ def recommend(
             hardware=row["hardware"],
             batch_size=row["batch_size"],
             throughput=row["throughput"],
+            samples_per_s=samples_per_s(row) or 0.0,
             p99_ms=row["p99_ms"],
             p99_ci_high_ms=row.get("p99_ci_high_ms"),
             cost_usd_per_1m=row.get("cost_usd_per_1m"),
@@ -89,6 +96,6 @@ def recommend(
         for i, row in enumerate(chosen)
     ]
     return RecommendResponse(
-        p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model, confident=confident,
-        recommendations=recs, considered=considered,
+        p99_ms=p99_ms, min_throughput=min_throughput, min_samples_per_s=min_samples_per_s, max_cost=max_cost,
+        model=model, confident=confident, recommendations=recs, considered=considered,
     )  # fmt: skip

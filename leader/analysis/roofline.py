@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from leader.analysis import flops, hardware
+from leader.analysis.leaderboard import samples_per_s
 from leader.analysis.queries import model_cost
 
 Series = tuple[str, Sequence[float | None], Sequence[float | None]]
@@ -63,7 +64,8 @@ def _mean(values: list[float]) -> float | None:
 
 
 def cost_by_hardware(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per hardware class: points, best throughput, and mean energy, CO2 and cost per 1M requests (None: not measured)."""
+    """Per hardware class: points, the most samples/s one point served, and mean energy, CO2 and cost per 1M requests
+    (None: not measured)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(r["hardware"], []).append(r)
@@ -71,7 +73,7 @@ def cost_by_hardware(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "hardware": hw,
             "points": len(rs),
-            "throughput": max((r["throughput"] or 0) for r in rs),
+            "samples_per_s": max((samples_per_s(r) or 0.0) for r in rs),
             "energy": _mean([r["energy_wh_per_1m"] for r in rs if r.get("energy_wh_per_1m") is not None]),
             "co2": _mean([r["co2_g_per_1m"] for r in rs if r.get("co2_g_per_1m") is not None]),
             "cost": _mean([r["cost_usd_per_1m"] for r in rs if r.get("cost_usd_per_1m") is not None]),

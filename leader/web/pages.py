@@ -35,7 +35,8 @@ COLUMNS = [
     ("rate", "load"),
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
-    ("throughput", "throughput"),
+    ("throughput", "req/s"),
+    ("samples_per_s", "samples/s"),
     ("valid", "validity"),
     ("cost_usd_per_1m", "cost /1M"),
     ("energy_wh_per_1m", "Wh /1M"),
@@ -93,7 +94,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     sort, order = params.get("sort", "p99_ms"), params.get("order", "asc")
     offset = int(params.get("offset", "0") or 0) if params.get("offset", "0").isdigit() else 0
     page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset)
-    rec_args = {k: _float_arg(params, k) for k in ("p99_ms", "min_throughput", "max_cost")}
+    rec_args = {k: _float_arg(params, k) for k in ("p99_ms", "min_throughput", "min_samples_per_s", "max_cost")}
     rec_confident = params.get("confident") == "true"
     rec = None
     if rec_args["p99_ms"] is not None:
@@ -101,6 +102,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
             index.select(filters),
             p99_ms=rec_args["p99_ms"],
             min_throughput=rec_args["min_throughput"],
+            min_samples_per_s=rec_args["min_samples_per_s"],
             max_cost=rec_args["max_cost"],
             confident=rec_confident,
         )

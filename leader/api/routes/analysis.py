@@ -57,19 +57,21 @@ async def recommend(
     db: Db,
     p99_ms: Annotated[float, Query(gt=0)],
     min_throughput: Annotated[float | None, Query(ge=0)] = None,
+    min_samples_per_s: Annotated[float | None, Query(ge=0)] = None,
     max_cost: Annotated[float | None, Query(ge=0)] = None,
     model: str | None = None,
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002
     confident: bool = False,
 ) -> RecommendResponse:
-    """The top-3 configurations meeting the SLO, each with the point that backs it.
+    """The top-3 configurations meeting the SLO, most samples/s first, each with the point that backs it.
 
+    `min_throughput` is in requests/s, `min_samples_per_s` in samples (inputs) per second.
     `confident=true` holds the SLO against the upper end of each point's p99 95% CI instead of the estimate.
     """
     index = await queries.synced_index(request.app.state, db)
     return recommend_rows(
         index.select(filter or []), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
-        confident=confident,
+        confident=confident, min_samples_per_s=min_samples_per_s,
     )  # fmt: skip
 
 

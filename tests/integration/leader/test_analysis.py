@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from leader.analysis.leaderboard import meets_slo
-from leader.analysis.recommend import config_key, eligible, rank_key
+from leader.analysis.recommend import config_key
 from tests.integration.leader.analysis_seed import latencies, pct, seed_job
 from tests.integration.leader.conftest import ADMIN, Leader
 
@@ -26,7 +26,7 @@ def grid_metrics(seed: int) -> Any:
         valid = rng.random() > 0.15
         return {
             "latency_ms": pct(p99),
-            "achieved_rate": round(rate * batch * rng.uniform(0.9, 1.0), 2),
+            "achieved_rate": round(rate * rng.uniform(0.9, 1.0), 2),  # requests/s, as the follower reports it
             "valid": valid,
             "invalid_reasons": [] if valid else ["send lag"],
             "resources": {"cost_per_1m_requests": round(rng.uniform(0.1, 2.0), 3), "energy_per_request_j": 0.5},
@@ -73,7 +73,8 @@ def test_leaderboard_sorts_filters_pages_and_highlights(leader: Leader, seeded: 
     assert all(r["p99_ms"] < 10 and r["valid"] for r in under["rows"])
     best = [r for r in page["rows"] if r["best"]]
     qualifying = [r for r in page["rows"] if r["valid"] and r["p99_ms"] <= 20]
-    assert len(best) == 1 and best[0]["throughput"] == max(r["throughput"] for r in qualifying)
+    assert all(r["samples_per_s"] == pytest.approx(r["throughput"] * r["batch_size"]) for r in page["rows"])
+    assert len(best) == 1 and best[0]["samples_per_s"] == max(r["samples_per_s"] for r in qualifying)
     assert page["rows"][0]["cost_usd_per_1m"] is not None and page["rows"][0]["energy_wh_per_1m"] == pytest.approx(0.5e6 / 3600)
     bad = leader.client.get("/api/v1/leaderboard", headers=ADMIN, params={"sort": "nope"})
     assert bad.status_code == 400 and bad.json()["field"] == "sort"
@@ -82,27 +83,70 @@ def test_leaderboard_sorts_filters_pages_and_highlights(leader: Leader, seeded: 
     assert leader.client.get("/api/v1/leaderboard").status_code == 401
 
 
-@pytest.mark.parametrize("slo,min_tp,max_cost", [(20, None, None), (10, 100, None), (30, None, 1.0), (0.5, None, None)])
+def brute_force_top3(
+    rows: list[dict[str, Any]], *, slo: float, min_tp: float | None, min_samples: float | None, max_cost: float | None
+) -> tuple[list[str], int]:
+    """The recommender's answer worked out from the rows alone: every qualifying point, the best per configuration
+    by samples/s (requests/s x batch size; then cost, p99, id), the three best configurations."""
+    def ok(r: dict[str, Any]) -> bool:
+        cost = r["cost_usd_per_1m"]
+        return bool(
+            r["valid"] and r["p99_ms"] is not None and r["throughput"] is not None and r["p99_ms"] <= slo
+            and (min_tp is None or r["throughput"] >= min_tp)
+            and (min_samples is None or r["throughput"] * r["batch_size"] >= min_samples)
+            and (max_cost is None or (cost is not None and cost <= max_cost))
+        )  # fmt: skip
+
+    def key(r: dict[str, Any]) -> tuple[float, float, float, str]:
+        cost = r["cost_usd_per_1m"]
+        return (-r["throughput"] * r["batch_size"], cost if cost is not None else float("inf"), r["p99_ms"], r["id"])
+
+    qualifying = [r for r in rows if ok(r)]
+    best: dict[Any, dict[str, Any]] = {}
+    for r in qualifying:
+        if config_key(r) not in best or key(r) < key(best[config_key(r)]):
+            best[config_key(r)] = r
+    return [r["id"] for r in sorted(best.values(), key=key)[:3]], len(qualifying)
+
+
+@pytest.mark.parametrize(
+    "slo,min_tp,min_samples,max_cost",
+    [(20, None, None, None), (10, 100, None, None), (30, None, None, 1.0), (0.5, None, None, None), (25, None, 900, None)],
+)
 def test_recommender_top3_matches_brute_force(
-    leader: Leader, seeded: dict[str, Any], slo: float, min_tp: Any, max_cost: Any
+    leader: Leader, seeded: dict[str, Any], slo: float, min_tp: Any, min_samples: Any, max_cost: Any
 ) -> None:
     params = {"p99_ms": slo} | ({"min_throughput": min_tp} if min_tp else {}) | ({"max_cost": max_cost} if max_cost else {})
+    params |= {"min_samples_per_s": min_samples} if min_samples else {}
     answer = get(leader, "/api/v1/recommend", **params)
     rows = get(leader, "/api/v1/leaderboard", limit=1000)["rows"]
-    # Brute force: every qualifying point, the best per configuration, the three best configurations.
-    docs = [{**r, "_id": r["id"]} for r in rows]
-    ok = [d for d in docs if eligible(d, p99_ms=slo, min_throughput=min_tp, max_cost=max_cost, model=None)]
-    best: dict[Any, dict[str, Any]] = {}
-    for d in ok:
-        if config_key(d) not in best or rank_key(d) < rank_key(best[config_key(d)]):
-            best[config_key(d)] = d
-    expected = sorted(best.values(), key=rank_key)[:3]
+    expected, considered = brute_force_top3(rows, slo=slo, min_tp=min_tp, min_samples=min_samples, max_cost=max_cost)
     got = [(r["evidence"]["id"], r["rank"]) for r in answer["recommendations"]]
-    assert got == [(d["_id"], i + 1) for i, d in enumerate(expected)]
-    assert answer["considered"] == len(ok)
+    assert got == [(rid, i + 1) for i, rid in enumerate(expected)]
+    assert answer["considered"] == considered
     for rec in answer["recommendations"]:
         assert rec["p99_ms"] <= slo and (min_tp is None or rec["throughput"] >= min_tp)
+        assert rec["samples_per_s"] == pytest.approx(rec["throughput"] * rec["batch_size"])
+        assert min_samples is None or rec["samples_per_s"] >= min_samples
         assert max_cost is None or rec["cost_usd_per_1m"] <= max_cost
+
+
+def test_recommender_ranks_by_samples_served_not_requests(leader: Leader) -> None:
+    """Batch 8 at 150 req/s serves 1,200 samples/s; batch 1 at 900 req/s serves 900: batch 8 is the better
+    configuration, the recommender's first pick and the leaderboard's best under SLO."""
+    leader.upload_model()
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(15.0 if batch == 8 else 5.0), "achieved_rate": 150.0 if batch == 8 else 900.0}
+
+    job = seed_job(leader, name="batches", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
+                   follower_id="batches", metrics=metrics)  # fmt: skip
+    answer = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
+    picks = [(r["batch_size"], r["throughput"], r["samples_per_s"]) for r in answer["recommendations"]]
+    assert picks == [(8, 150.0, 1200.0), (1, 900.0, 900.0)]
+    rows = get(leader, "/api/v1/leaderboard", filter=f"job_id={job}", limit=10)["rows"]
+    assert [r["batch_size"] for r in rows if r["best"]] == [8]
+    assert get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", min_samples_per_s=1000)["considered"] == 1
 
 
 def test_confident_recommendation_holds_the_slo_at_the_ci_upper_end(leader: Leader) -> None:
