@@ -71,8 +71,10 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                     meta = client.upload_model(mlp_onnx(), name=name, version=version)
                     console.print(f"generated and uploaded model {meta.ref} ({meta.size_bytes} bytes, sha256 {meta.sha256[:12]})")
                 job = client.submit_yaml(job_yaml)
-                console.print(f"submitted job {job.id} ({job.points_total} points, estimated {job.estimate_s:.0f}s)")
-                results = _watch(client, job.id, console, timeout_s=job.estimate_s * 3 + 120)
+                most = job.estimate_max_s or job.estimate_s
+                console.print(f"submitted job {job.id} ({job.points_total} points, estimated {job.estimate_s:.0f}s, "
+                              f"at most {most:.0f}s if the server falls behind)")  # fmt: skip
+                results = _watch(client, job.id, console, timeout_s=most * 2 + 120)
             console.print(results_table(results))
             if results.job.state != JobState.succeeded:
                 console.print(f"[red]job {results.job.state}: {results.job.error}[/]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 
 from common.jobs import JobResults, JobView
@@ -16,8 +17,9 @@ def _ms(p: Percentiles | None, attr: str) -> str:
     return f"{getattr(p, attr):.2f}" if p is not None else "-"
 
 
-def results_table(results: JobResults) -> Table:
-    """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict."""
+def results_table(results: JobResults) -> RenderableType:
+    """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict; then, for
+    a job with repeats, one row per configuration: its runs' spread and the verdict on it."""
     job = results.job
     table = Table(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", title_justify="left")
     for column in ("#", "backend", "batch", "load", "achieved/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max",
@@ -32,6 +34,26 @@ def results_table(results: JobResults) -> Table:
             str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,
+        )
+    return Group(table, repeats_table(results)) if results.repeats else table
+
+
+def _pct(value: float | None) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+def repeats_table(results: JobResults) -> Table:
+    """Per configuration run more than once: its runs' p99s, the spread (CV) of p50, p99 and req/s, the verdict."""
+    table = Table(title="repeats: spread across runs (CV flagged above 5%) against each run's 95% CI", title_justify="left")
+    for column in ("backend", "batch", "load", "runs", "p99 ms per run", "p50 CV", "p99 CV", "req/s CV", "verdict"):
+        table.add_column(column, justify="left" if column in {"backend", "verdict", "p99 ms per run"} else "right")
+    for r in results.repeats:
+        p50, p99, throughput = r.metrics
+        runs = f"{len(r.runs)}" + (f" ({len(r.invalid_runs)} invalid)" if r.invalid_runs else "")
+        table.add_row(
+            r.backend, str(r.batch_size), r.load, runs, ", ".join(f"{v:.2f}" if v is not None else "-" for v in p99.values),
+            *(_pct(m.cv) + ("!" if m.cv_flagged else "") for m in (p50, p99, throughput)),
+            f"{r.verdict.replace('_', ' ')}: {r.text}",
         )
     return table
 

@@ -26,6 +26,7 @@ class LeaderboardRow(BaseModel):
     rate: float  # req/s offered; 0 for a closed loop, whose load is its users
     concurrency: int | None = None  # a closed loop's users
     load: str = ""  # the load as shown: "200 req/s" or "16 users"
+    repeat: int = 0  # which run of its configuration this point is (a spec's `repeats`), from 0
     throughput: float | None = None  # requests/s the server delivered
     samples_per_s: float | None = None  # throughput x batch size (None on rows stored before it)
     p50_ms: float | None = None

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from common.loadspec import TraceRef
 from common.spec import JobSpec, PointSpec, ServerOptions
 
 # What starting one backend's server costs a job before its first point (start, load, first answer), in seconds:
 # the part of an estimate that does not scale with the points.
 START_COST_S = 5.0
+# After its last request is due, a point waits for the answers still outstanding at most its measured duration
+# (at least DRAIN_MIN_S, at most DRAIN_MAX_S, the request timeout): a server that keeps up answers within its latency,
+# and one that fell behind gets as long to clear its backlog as it had to build it (all of it at up to twice its
+# capacity). What is unanswered then is recorded as such and invalidates the point; nothing waits longer.
+DRAIN_MIN_S = 2.0
+DRAIN_MAX_S = 30.0
+
+
+def drain_bound_s(duration_s: float) -> float:
+    """How long a point of this measured duration waits, after its schedule, for answers still outstanding."""
+    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, duration_s))
 
 
 def _served(spec: JobSpec) -> ServerOptions:
@@ -31,28 +44,63 @@ PER_POINT = ("rate", "concurrency", "trace")
 
 
 def expand(spec: JobSpec) -> list[PointSpec]:
-    """Expand the grid backends × batch sizes × rates into points, in a stable order."""
+    """Expand the grid backends × batch sizes × rates into points, in a stable order, each configuration run
+    `repeats.count` times: the rounds interleave within a backend's server (every configuration once, then again), or
+    with `repeats.fresh_server` across backends too (each round starts every backend's server afresh)."""
     load, server = spec.load, _served(spec)
     shared = {point_field: getattr(load, load_field) for point_field, load_field in POINT_FROM_LOAD.items()}
     trace_s = load.trace if isinstance(load.trace, list) else None
     trace_dataset = load.trace.dataset if isinstance(load.trace, TraceRef) else None
+    configs = [(backend, batch, rate, concurrency) for backend in spec.backends for batch in spec.batch_sizes
+               for rate, concurrency in load.ladder()]  # fmt: skip
+    per_backend = len(configs) // len(spec.backends)
+    rounds = range(spec.repeats.count)
+    if spec.repeats.fresh_server:
+        order = [(r, c) for r in rounds for c in range(len(configs))]
+    else:
+        order = [(r, b * per_backend + k) for b in range(len(spec.backends)) for r in rounds for k in range(per_backend)]
     points: list[PointSpec] = []
-    for backend in spec.backends:
-        for batch in spec.batch_sizes:
-            for rate, concurrency in load.ladder():
-                index = len(points)
-                points.append(PointSpec(
-                    index=index, backend=backend, batch_size=batch, rate=rate, concurrency=concurrency,
-                    seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
-                    server=server, **shared,
-                ))  # fmt: skip
+    for repeat, config in order:
+        backend, batch, rate, concurrency = configs[config]
+        index = len(points)
+        points.append(PointSpec(
+            index=index, backend=backend, batch_size=batch, rate=rate, concurrency=concurrency,
+            seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
+            server=server, config=config, repeat=repeat, **shared,
+        ))  # fmt: skip
     return points
 
 
+def server_runs(points: Sequence[PointSpec], fresh_server: bool) -> list[list[PointSpec]]:
+    """The points in the runs of consecutive points that share one server start: a backend's points, or with fresh
+    servers a backend's points of one round. The follower starts a server per run; estimates count a start per run."""
+    runs: list[list[PointSpec]] = []
+    for point in points:
+        if runs and (runs[-1][-1].backend, runs[-1][-1].repeat if fresh_server else 0) == (
+            point.backend, point.repeat if fresh_server else 0):  # fmt: skip
+            runs[-1].append(point)
+        else:
+            runs.append([point])
+    return runs
+
+
+def _runs_per_point(spec: JobSpec) -> int:
+    return spec.load.search.max_steps if spec.load.search is not None else 1  # every search step is a run of its own
+
+
+def server_starts(spec: JobSpec) -> int:
+    """How many times the job starts a server: once per backend, or once per backend and round with fresh servers."""
+    return len(spec.backends) * (spec.repeats.count if spec.repeats.fresh_server else 1)
+
+
 def estimate_seconds(spec: JobSpec) -> float:
-    """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per backend."""
-    per_point = spec.load.warmup + spec.load.max_run_s
-    if spec.load.search is not None:
-        per_point *= spec.load.search.max_steps  # every search step is a run of its own
-    n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates)
-    return n_points * per_point + START_COST_S * len(spec.backends)
+    """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per server start."""
+    per_point = (spec.load.warmup + spec.load.max_run_s) * _runs_per_point(spec)
+    n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates) * spec.repeats.count
+    return n_points * per_point + START_COST_S * server_starts(spec)
+
+
+def overload_allowance_s(spec: JobSpec, n_points: int) -> float:
+    """What `n_points` of this spec can add to the estimate when every run overloads its server: each run's drain
+    bound. The estimate plus this is the most the runs can take (server starts aside)."""
+    return n_points * _runs_per_point(spec) * drain_bound_s(spec.load.duration)

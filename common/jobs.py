@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.models import ModelMeta
+from common.repeats import RepeatSummary
 from common.results import PointResult
 from common.spec import NAME_PATTERN, JobSpec, PointSpec
 
@@ -94,7 +95,9 @@ class JobView(BaseModel):
     model_ref: str
     points_total: int
     points_done: int
-    estimate_s: float
+    estimate_s: float  # run time when the server keeps up with every point
+    # The most the runs can take: every point overloading its server and waiting its drain bound (common.grid).
+    estimate_max_s: float | None = None
     created_at: datetime
     updated_at: datetime
     error: str | None = None
@@ -114,3 +117,5 @@ class JobResults(BaseModel):
 
     job: JobView
     points: list[PointResult]
+    # With `repeats`: per configuration run more than once, the spread across its runs and the verdict on it.
+    repeats: list[RepeatSummary] = []

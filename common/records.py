@@ -26,11 +26,13 @@ STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns", "preprocess_ns", "po
 OPTIONAL_STAGES = ("preprocess_ns", "postprocess_ns")
 
 # Status codes: HTTP statuses (gRPC codes mapped to them), and beside them: never sent (stopped before its time),
-# failed without an answer, and dropped because the in-flight cap was full at its time (cap_policy "drop").
+# failed without an answer, dropped because the in-flight cap was full at its time (cap_policy "drop"), and sent but
+# still unanswered when the run ended (its point's drain bound ran out, or the run was cancelled).
 OK = 200
 NOT_SENT = -1
 TRANSPORT_ERROR = 0
 DROPPED = -2
+UNANSWERED = -3
 
 
 def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], start_ns: int) -> bytes:

@@ -139,6 +139,7 @@ ReasonCode = Literal[
     "generator_capacity",  # the rate needs more generator cores than the host has (known before the run)
     "dropped",  # requests dropped at the in-flight cap
     "errors",  # too many requests failed
+    "unanswered",  # requests still unanswered when the run ended (the point's drain bound ran out): latency unknown
     "server_not_running",  # the server was gone before the point started
     "server_died",  # the server died during the point
     "unstable",  # a stability rule was set and the windows did not agree

@@ -160,6 +160,23 @@ class SplitSpec(StrictModel):
     min_points: Annotated[int, Field(ge=1)] = 1  # points per part at least; a grid below 2 x min_points is not split
 
 
+MAX_REPEATS = 20
+
+
+class RepeatSpec(StrictModel):
+    """Run every point of the grid `count` times, interleaved with the job's other points, to show how repeatable each
+    point is wherever it ran; `fresh_server` restarts each backend's server for every round (its cold start included).
+    `repeats: 3` is short for `repeats: {count: 3}`."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    fresh_server: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, data: Any) -> Any:
+        return {"count": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+
 class JobSpec(StrictModel):
     """A benchmark submission; lists in it form a grid of benchmark points."""
 
@@ -175,6 +192,7 @@ class JobSpec(StrictModel):
     inputs: list[ExpectedTensor] | None = None
     requires: Requires = Requires()
     split: SplitSpec | None = None  # opt-in: the grid's points split into parts run by several followers
+    repeats: RepeatSpec = RepeatSpec()
 
     @model_validator(mode="before")
     @classmethod
@@ -224,9 +242,9 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:
-        n = len(self.backends) * len(self.batch_sizes) * len(self.load.rates)
+        n = len(self.backends) * len(self.batch_sizes) * len(self.load.rates) * self.repeats.count
         if n > MAX_POINTS:
-            raise ValueError(f"grid has {n} points; at most {MAX_POINTS} are allowed")
+            raise ValueError(f"grid has {n} points (repeats included); at most {MAX_POINTS} are allowed")
         return self
 
 
@@ -266,6 +284,15 @@ class PointSpec(StrictModel):
     window_s: float = 1.0
     stability: Stability | None = None
     server: ServerOptions = ServerOptions()
+    # With `repeats`: the configuration this point is a run of (its place in the grid without repeats; points of one
+    # configuration differ only in their run and seed) and which run it is, from 0. Without: its index, and 0.
+    config: int | None = None
+    repeat: int = 0
+
+    @property
+    def config_index(self) -> int:
+        """The configuration this point is a run of (its own index on points stored before repeats existed)."""
+        return self.index if self.config is None else self.config
 
     def load_label(self) -> str:
         """This point's load: its rate, or its users for a closed loop."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.grid import START_COST_S, estimate_seconds, expand
+from common.grid import START_COST_S, estimate_seconds, expand, server_runs, server_starts
 from common.spec import JobSpec, PointSpec, SplitSpec
 
 
@@ -25,7 +25,7 @@ class JobPlan:
 
     spec: JobSpec
     points: list[PointSpec]
-    estimate_s: float  # spec estimate: every point's warm-up and run plus a start cost per backend
+    estimate_s: float  # spec estimate: every point's warm-up and run plus a start cost per server start
     measured_s: float  # the load's share of it, which the estimator's learned rate applies to
     parts: list[PartPlan]
 
@@ -41,15 +41,17 @@ def plan_job(spec: JobSpec) -> JobPlan:
     estimate = estimate_seconds(spec)
     groups = split_points(points, spec.split)
     parts: list[PartPlan] = []
+    starts_s = START_COST_S * server_starts(spec)
     if len(groups) >= 2:
-        per_point = (estimate - START_COST_S * len(spec.backends)) / len(points)
+        per_point = (estimate - starts_s) / len(points)
         start = 0
         for group in groups:
-            part_estimate = round(per_point * len(group) + START_COST_S * len({p.backend for p in group}), 3)
+            starts = len(server_runs(group, spec.repeats.fresh_server))
+            part_estimate = round(per_point * len(group) + START_COST_S * starts, 3)
             renumbered = [p.model_copy(update={"index": i}) for i, p in enumerate(group)]
             parts.append(PartPlan(renumbered, start, part_estimate, round(per_point * len(group), 3)))
             start += len(group)
-    measured = round(max(0.0, estimate - START_COST_S * len(spec.backends)), 3)
+    measured = round(max(0.0, estimate - starts_s), 3)
     return JobPlan(spec=spec, points=points, estimate_s=estimate, measured_s=measured, parts=parts)
 
 

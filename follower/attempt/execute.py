@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from common.grid import server_runs
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
 from follower.attempt.model_cache import fetch_model
@@ -70,12 +71,13 @@ async def _run_backends(
     )
     # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
     trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
-    for backend in task.spec.backends:
-        points = [p for p in task.points if p.backend == backend]
+    # One server start per run of points sharing it: a backend's points, or each round's with fresh servers.
+    for points in server_runs(task.points, task.spec.repeats.fresh_server):
         async for result in run_backend(
-            backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
-            records_sink=keep_records, sampling=sampling, progress_sink=reporter.sink if reporter is not None else None,
-            samples=samples, trace=trace, forced_generators=settings.generators,
+            points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base,
+            slo=task.spec.slo, records_sink=keep_records, sampling=sampling,
+            progress_sink=reporter.sink if reporter is not None else None, samples=samples, trace=trace,
+            forced_generators=settings.generators,
             wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"

@@ -23,7 +23,7 @@ import numpy as np
 
 from follower.loadgen import timing
 from follower.loadgen.cap import CapRule
-from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, LoadRecords
+from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, UNANSWERED, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
 from follower.loadgen.transports import Answer, Transport, open_transport
 
@@ -116,13 +116,14 @@ class _Driver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.drained.wait(), timeout_s)
 
-    def abandon(self) -> None:
-        """The run is over: requests still unanswered are errors; capped ones still waiting were never sent."""
+    def abandon(self, why: str) -> None:
+        """The run is over: requests still unanswered are recorded so (errors whose latency is unknown); capped ones
+        still waiting were never sent."""
         for slot in list(self.live):
             slot.finished = True
-            self.rec.status[slot.i] = TRANSPORT_ERROR
+            self.rec.status[slot.i] = UNANSWERED
             if self.rec.error_sample is None:
-                self.rec.error_sample = "request still unanswered when the run ended (cancelled)"
+                self.rec.error_sample = f"request still unanswered when the run ended ({why})"
         self.live.clear()
         self.waiting.clear()
 
@@ -163,10 +164,13 @@ async def run_open_loop(
     tick_every_ns: int = 1_000_000_000,
     body_index: np.ndarray | None = None,
     cap_rule: CapRule | None = None,
+    drain_s: float | None = None,
 ) -> LoadRecords:
     """Send bodies[i % len] (or bodies[body_index[i]]) through `transport` at start_ns + offsets_ns[i] (monotonic ns).
 
     With `cap_rule`, the in-flight cap becomes what the rule decides at its time (the cap that follows the load).
+    After the last request is due, answers still outstanding are awaited at most `drain_s` (None: until every request
+    has answered or timed out); those still unanswered then are recorded UNANSWERED.
     """
     if not bodies:
         raise ValueError("need at least one request body")
@@ -202,6 +206,7 @@ async def run_open_loop(
     # A collection would pause the loop mid-run; the arrays make no garbage, so defer the collector to the end.
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    why = "cancelled"  # why requests still in flight when the run ends were cut (unless the drain says otherwise)
     try:
         if timer == "thread":
             sys.setswitchinterval(timing.SWITCH_INTERVAL_S)
@@ -211,9 +216,11 @@ async def run_open_loop(
         else:
             dispatcher = loop.create_task(timing.dispatch_on_loop(driver.intended, driver.launch, stop, driver.dispatched))
         await driver.dispatched.wait()
-        # A backstop only: each request has its own timeout (after a connect bounded by the same), so a request is
-        # recorded as timed out rather than abandoned by this wait.
-        await driver.drain(2 * transport.timeout_s + 1.0)
+        # Without a bound, a backstop only: each request has its own timeout (after a connect bounded by the same), so a
+        # request is recorded as timed out rather than abandoned by this wait.
+        bound_s = drain_s if drain_s is not None else 2 * transport.timeout_s + 1.0
+        await driver.drain(bound_s)
+        why = f"the drain bound of {bound_s:g} s after the last request was due ran out"
     finally:
         stop.set()  # ends the timer thread / dispatcher if we got here by cancellation or error
         sys.setswitchinterval(old_switch)
@@ -221,7 +228,7 @@ async def run_open_loop(
         for task in (dispatcher, retuner):
             if task is not None:
                 task.cancel()
-        driver.abandon()
+        driver.abandon(why)
         await transport.abort()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*(t for t in (ticker, dispatcher, retuner) if t is not None), return_exceptions=True)
@@ -252,6 +259,7 @@ def drive(
     start_ns: int | None = None,
     body_index: np.ndarray | None = None,
     cap_rule: CapRule | None = None,
+    drain_s: float | None = None,
 ) -> LoadRecords:
     """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread).
 
@@ -265,7 +273,7 @@ def drive(
             return await run_open_loop(
                 transport, bodies, offsets_ns, start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
                 max_concurrency=max_concurrency, timer=timer, stop=stop, cap_policy=cap_policy, on_tick=on_tick,
-                tick_every_ns=tick_every_ns, body_index=body_index, cap_rule=cap_rule,
+                tick_every_ns=tick_every_ns, body_index=body_index, cap_rule=cap_rule, drain_s=drain_s,
             )  # fmt: skip
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common import records as fmt
-from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR
+from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR, UNANSWERED
 
-__all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "LoadRecords", "encode_records"]
+__all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "UNANSWERED", "LoadRecords",
+           "encode_records"]
 
 
 @dataclass
@@ -20,7 +21,7 @@ class LoadRecords:
     sent_ns: np.ndarray
     first_byte_ns: np.ndarray
     done_ns: np.ndarray
-    status: np.ndarray  # HTTP status, TRANSPORT_ERROR (0) or NOT_SENT (-1)
+    status: np.ndarray  # HTTP status, TRANSPORT_ERROR (0), NOT_SENT (-1), DROPPED (-2) or UNANSWERED (-3)
     stages_ns: dict[str, np.ndarray]  # server stage timings from "parameters"; -1 where absent
     start_ns: int
     cpu_s: float = 0.0

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.grid import DRAIN_MAX_S, DRAIN_MIN_S
 from common.loadspec import P99_MIN_SAMPLES
 from common.results import Percentiles, Reason
 from common.spec import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
-from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, LoadRecords
+from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, UNANSWERED, LoadRecords
 
 # MEASUREMENT.md's rules.
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
@@ -105,6 +106,7 @@ class WindowSummary:
     dropped: int = 0
     send_lag_uncapped_ms: Percentiles | None = None  # send lag of the requests that found a free in-flight slot
     backlog: Backlog | None = None  # requests not yet answered at each window boundary (None: not computed)
+    unanswered: int = 0  # sent and still unanswered when the run ended (its drain bound ran out): latency unknown
 
 
 def summarize_window(records: LoadRecords, duration_s: float, *, delivered_rate: float | None = None,
@@ -154,6 +156,7 @@ def summarize_window(records: LoadRecords, duration_s: float, *, delivered_rate:
         dropped=int((records.status == DROPPED).sum()),
         send_lag_uncapped_ms=summarize_ns(np.maximum(records.sent_ns[sent & ~capped] - records.intended_ns[sent & ~capped], 0)),
         backlog=backlog,
+        unanswered=int((records.status == UNANSWERED).sum()),
     )
 
 
@@ -257,6 +260,12 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
                 "could not keep up with the offered load",
             )
         )
+    if summary.unanswered:
+        reasons.append(Reason(code="unanswered", text=(
+            f"{summary.unanswered} requests were still unanswered when the run ended (the wait for answers after the "
+            f"last request was due is the point's duration, bounded to {DRAIN_MIN_S:g}-{DRAIN_MAX_S:g} s): their "
+            "latency is unknown, longer than that wait, and not in the percentiles, which cover the answered requests"
+        )))  # fmt: skip
     if summary.requests > 0 and summary.errors / summary.requests > ERROR_RATE_MAX:
         sample = f"; first: {summary.error_sample}" if summary.error_sample else ""
         reasons.append(

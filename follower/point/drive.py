@@ -94,7 +94,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
         parts = await asyncio.to_thread(
             drive_processes, ctx.url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
-            timer=ctx.timer, cap_policy=point.cap_policy,
+            timer=ctx.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s,
         )  # fmt: skip
         return merge(parts, min(p.start_ns for p in parts))
     if plan.closed:
@@ -110,6 +110,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
         _drive_isolated, cores, ctx.url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
         monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
+        drain_s=plan.drain_s,
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.grid import drain_bound_s
 from common.results import GeneratorPlan, Reason
 from common.spec import PointSpec
 from common.traces import Trace
@@ -38,6 +39,7 @@ class PointPlan:
     reasons: tuple[Reason, ...]  # rules the plan already breaks
     cap: int  # in-flight cap to start with: the spec's, or (following the load) the follower's bound
     follow_load: bool  # the cap follows the load once warm-up has shown the latency (no cap in the spec)
+    drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.grid.drain_bound_s)
 
     @property
     def processes(self) -> int:
@@ -96,6 +98,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
         sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
         cap=point.max_concurrency or ctx.max_in_flight, follow_load=point.max_concurrency is None,
+        drain_s=drain_bound_s(point.duration_s),
     )  # fmt: skip
 
 

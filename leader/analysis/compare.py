@@ -21,9 +21,11 @@ LatencyLoader = Callable[[dict[str, Any]], Awaitable[tuple[np.ndarray, np.ndarra
 
 
 def point_key(row: dict[str, Any]) -> str:
-    """What makes two points the same experiment: backend, batch size, arrival pattern and load (rate or users)."""
+    """What makes two points the same experiment: backend, batch size, arrival pattern and load (rate or users); with
+    repeats, each run is compared with the other job's run of the same number."""
     load = load_label(row["pattern"], row["rate"], row.get("concurrency"))
-    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{load}"
+    run = f"|run {row['repeat'] + 1}" if row.get("repeat") else ""
+    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{load}{run}"
 
 
 def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> Verdict:

@@ -39,6 +39,7 @@ NUMERIC = (
     "gpu_util",
     "index",
     "attempt",
+    "repeat",
     "slo_p99_ms",
     "depth",
     "width",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.grid import overload_allowance_s
 from common.jobs import JobState, JobTask, JobView, StateChange
 from common.models import ModelMeta
 from common.spec import JobSpec
@@ -19,17 +20,19 @@ def history_entry(state: JobState, attempt: int, *, reason: str | None = None, f
 def job_view(doc: dict[str, Any]) -> JobView:
     """A stored job document as the API shows it (datetimes made UTC-aware)."""
     history = [StateChange.model_validate({**entry, "at": as_utc(entry["at"])}) for entry in doc["history"]]
+    spec = JobSpec.model_validate(doc["spec"])
     return JobView(
         id=doc["_id"],
         name=doc["name"],
         state=doc["state"],
         attempt=doc["attempt"],
         follower_id=doc.get("follower_id"),
-        spec=JobSpec.model_validate(doc["spec"]),
+        spec=spec,
         model_ref=doc["model_ref"],
         points_total=doc["points_total"],
         points_done=doc["points_done"],
         estimate_s=doc["estimate_s"],
+        estimate_max_s=round(doc["estimate_s"] + overload_allowance_s(spec, doc["points_total"]), 3),
         created_at=as_utc(doc["created_at"]),
         updated_at=as_utc(doc["updated_at"]),
         error=doc.get("error"),

@@ -94,6 +94,7 @@ def row_from_result(
         "rate": float(point.get("rate", 0.0)),
         "concurrency": point.get("concurrency"),
         "load": load_label(str(point.get("pattern", "")), float(point.get("rate", 0.0)), point.get("concurrency")),
+        "repeat": int(point.get("repeat") or 0),  # which run of its configuration (a spec's `repeats`), from 0
         "throughput": _num(result, "achieved_rate"),  # requests/s
         "samples_per_s": _samples(result, point),
         "p50_ms": _num(result, "latency_ms.p50"),

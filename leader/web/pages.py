@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from common.errors import BenchfleetError, InvalidRequest
 from common.jobs import TERMINAL_STATES
+from common.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
 from leader.analysis import hardware, heatmap, queries
 from leader.analysis.leaderboard import NUMERIC, column
@@ -135,7 +136,8 @@ async def _job_context(db: Any, job_id: str) -> dict[str, Any]:
     job = await jobs_store.get_job(db, job_id=job_id)
     points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
-    return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "running": job.state not in TERMINAL_STATES}
+    return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "repeats": summarize_repeats(points),
+            "running": job.state not in TERMINAL_STATES}  # fmt: skip
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

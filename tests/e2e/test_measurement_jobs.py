@@ -1,5 +1,6 @@
 """Measurement-core features in real jobs (leader → follower → real ORT server): an uploaded trace replayed exactly,
-closed-loop warm-up kept out of the statistics, and two generator processes merged exactly."""
+closed-loop warm-up kept out of the statistics, two generator processes merged exactly, and repeat runs on fresh
+servers with their spread."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 import httpx
 import numpy as np
 import pytest
+from rich.console import Console
 
+from benchfleet.render import results_table
 from common.jobs import JobResults
 from common.modelgen import mlp_onnx
 from common.records import decode as decode_records
@@ -143,3 +146,30 @@ seed: 9
     # The point's histogram counts every measured request of both processes.
     assert row.latency_hdr is not None and decode(row.latency_hdr).get_total_count() == row.ok
     assert row.service_hdr is not None and decode(row.service_hdr).get_total_count() == row.ok
+
+
+def test_repeats_with_fresh_servers_interleave_and_report_the_spread(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    _only_follower(fleet, "meas-repeats")
+    results = _run(fleet, f"""
+name: repeats
+model: {model}
+load: {{pattern: poisson, rate: [150, 300], duration: 1s, warmup: 0.2s}}
+repeats: {{count: 2, fresh_server: true}}
+""")
+    points = sorted(results.points, key=lambda r: r.point.index)
+    # Round 1 runs both rates, then round 2 runs them again on a server started afresh (its cold start measured).
+    assert [(r.point.repeat, r.point.config, r.point.rate) for r in points] == [
+        (0, 0, 150.0), (0, 1, 300.0), (1, 0, 150.0), (1, 1, 300.0)]  # fmt: skip
+    assert [r.cold_start is not None for r in points] == [True, False, True, False]
+    assert [r.started_at for r in points] == sorted(r.started_at for r in points)
+    by_config = {s.config: s for s in results.repeats}
+    assert sorted(by_config) == [0, 1] and by_config[0].runs == [0, 2] and by_config[1].runs == [1, 3]
+    for summary in results.repeats:
+        p99 = summary.metrics[1]
+        assert p99.values == [points[i].latency_ms.p99 if points[i].latency_ms else None for i in summary.runs]
+        assert summary.verdict in ("repeatable", "noisy", "machine_changed") and summary.text
+        assert p99.q is not None and p99.exceeds_ci == (p99.p_value is not None and p99.p_value < 0.025)
+        assert summary.load == f"{points[summary.runs[0]].point.rate:g} req/s"
+    out = io.StringIO()
+    Console(file=out, width=250).print(results_table(results))
+    assert "repeats: spread across runs" in out.getvalue() and by_config[0].verdict.replace("_", " ") in out.getvalue()

@@ -11,6 +11,7 @@ from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.loadspec import TraceRef
+from common.repeats import summarize_repeats
 from common.signature import input_mismatches
 from common.specparse import load_yaml, parse_spec
 from leader.api.body import read_limited
@@ -125,7 +126,7 @@ async def get_results(job_id: str, db: Db) -> JobResults:
         points = await results_store.merged_points(db, parts=await jobs_store.part_attempts(db, job_id=job_id))
     else:
         points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
-    return JobResults(job=job, points=points)
+    return JobResults(job=job, points=points, repeats=summarize_repeats(points))
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)

@@ -165,3 +165,34 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
             page.screenshot(path=str(shots / "compare.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server: dict[str, Any], leader: Leader) -> None:
+    """Three runs per configuration: the 100 req/s runs agree; one 50 req/s run is 40% slower, far outside the runs'
+    CIs: the job page names that configuration's machine as changed and the other as repeatable."""
+    p99s = iter([10.0, 20.0, 10.2, 20.1, 14.0, 19.9])  # rounds interleave: 50, 100, 50, 100, 50, 100 req/s
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        p99 = next(p99s)
+        return {"latency_ms": pct(p99), "achieved_rate": rate,
+                "latency_ci_ms": {"p50": [p99 / 2 - 0.2, p99 / 2 + 0.2], "p99": [p99 * 0.97, p99 * 1.03]}}  # fmt: skip
+
+    job = seed_job(leader, name="web-repeats", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=30,
+                   follower_id="host-r", metrics=metrics, extra="repeats: 3\n")  # fmt: skip
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(server["url"] + "/login")
+            page.fill("#token", ADMIN_TOKEN)
+            page.click("#login-submit")
+            page.goto(f"{server['url']}/jobs/{job}")
+            page.wait_for_selector("#repeats tbody tr")
+            rows = page.locator("#repeats tr.repeat")
+            assert rows.count() == 2 and page.locator("#points tbody tr").count() == 6
+            verdicts = dict(zip(rows.locator("td:nth-child(3)").all_inner_texts(),
+                                rows.locator("td.verdict b").all_inner_texts(), strict=True))  # fmt: skip
+            assert verdicts == {"50 req/s": "machine changed", "100 req/s": "repeatable"}, verdicts
+            assert "10.00 [9.70–10.30], 10.20 [9.89–10.51], 14.00 [13.58–14.42]" in rows.nth(0).inner_text()
+        finally:
+            browser.close()

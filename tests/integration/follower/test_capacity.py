@@ -17,7 +17,7 @@ from common.procs import SupervisedProcess, free_port, http_ready
 from common.results import Reason
 from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.openloop import drive
-from follower.loadgen.records import LoadRecords
+from follower.loadgen.records import UNANSWERED, LoadRecords
 from follower.loadgen.schedule import arrival_offsets_ns
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
 
@@ -108,3 +108,23 @@ def test_the_cap_follows_the_load_where_a_fixed_cap_of_256_queued_every_request(
     codes = [r.code for r in follow_reasons]
     assert "cap_reached" not in codes and "server_saturated" not in codes, follow_reasons
     assert follow_summary.latency_ms is not None and follow_summary.latency_ms.p50 == pytest.approx(100, rel=0.3)
+
+
+def test_an_overloaded_point_waits_its_drain_bound_not_its_whole_backlog(tmp_path: Path) -> None:
+    """At 4x a single worker's capacity for 2 s the backlog is 6 s of work: the run waits the 1 s drain bound after
+    its last request was due, records what is still unanswered as such, and the verdict says so beside the server's
+    saturation (an overloaded sweep used to wait each point's whole backlog, up to a 61 s backstop)."""
+    duration_s, drain_s = 2.0, 1.0
+    offsets = arrival_offsets_ns("constant", 4 * CAPACITY, duration_s, seed=3)
+    with serving(tmp_path, workers=1, service_ms=SERVICE_MS) as url:
+        rec = drive(url, [b'{"inputs": []}'], offsets, max_concurrency=4096, timeout_s=30, drain_s=drain_s)
+    start, end = rec.start_ns, rec.start_ns + int(duration_s * 1e9)
+    # The run ends at its last intended time plus the bound: lead time and shutdown aside, never the backlog's 6 s.
+    assert rec.wall_s < duration_s + drain_s + 1.5, rec.wall_s
+    cut = rec.status == UNANSWERED
+    assert cut.sum() > 0.3 * len(rec) and (rec.done_ns[cut] == -1).all()  # most of the backlog was never answered
+    assert int(rec.ok.sum()) <= CAPACITY * (duration_s + drain_s + 1.0)  # what one worker could answer meanwhile
+    summary = summarize_window(rec.window(start, end), duration_s, delivered_rate=delivered_rate(rec, start, end),
+                               backlog=backlog(rec, start, end, 500_000_000))  # fmt: skip
+    codes = [r.code for r in window_reasons(summary, rec.cap)]
+    assert summary.unanswered == int(cut.sum()) and "unanswered" in codes and "server_saturated" in codes, codes

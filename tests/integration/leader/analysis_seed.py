@@ -45,15 +45,16 @@ def seed_job(
     model: str = "ident:1",
     warmup_s: float = 0.0,
     warmup_raw: Any = None,
+    extra: str = "",
 ) -> str:
     """Submit a job, claim it as `follower_id`, report one point per grid entry and finish it; returns the job id.
 
     metrics(backend, batch, rate) -> dict of PointResult overrides; raw(backend, batch, rate) -> latencies ms or None
-    (the measured window's), warmup_raw(backend, batch, rate) -> the warm-up's latencies ms.
+    (the measured window's), warmup_raw(backend, batch, rate) -> the warm-up's latencies ms; `extra`: more spec lines.
     """
     spec = (
         f"name: {name}\nmodel: {model}\nbackends: [{', '.join(backends)}]\nbatch_sizes: {batches}\n"
-        f"load: {{rate: {rates}, duration: 2s, warmup: {warmup_s}s}}\nslo: {{p99_ms: {p99_slo}}}\n"
+        f"load: {{rate: {rates}, duration: 2s, warmup: {warmup_s}s}}\nslo: {{p99_ms: {p99_slo}}}\n{extra}"
     )
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert response.status_code == 201, response.text

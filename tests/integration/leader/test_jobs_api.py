@@ -18,6 +18,8 @@ def test_submit_yaml_stores_a_queued_job(leader: Leader) -> None:
     assert job["model_ref"] == "ident:1"
     assert job["points_total"] == 2 and job["points_done"] == 0
     assert job["estimate_s"] == pytest.approx(2 * 2.5 + 5.0)
+    # At most: each 2 s point also waits its drain bound (its duration, at least 2 s) for a server that fell behind.
+    assert job["estimate_max_s"] == pytest.approx(2 * 2.5 + 5.0 + 2 * 2.0)
     assert [h["state"] for h in job["history"]] == ["queued"]
     assert job["created_at"].endswith(("Z", "+00:00"))
     stored = leader.db.jobs.find_one({"_id": job["id"]})
