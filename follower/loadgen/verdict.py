@@ -200,10 +200,11 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
     """
     reasons: list[Reason] = []
     # The server is the limit when answers fell behind and either no request waited for a slot, or the server's own
-    # answer time grew (requests queued inside it); a backlog of requests waiting for slots while the server answers
-    # as fast as ever is the cap's.
+    # answer time grew (requests queued inside it), or requests it was sent were still unanswered when the run's
+    # drain ended (it held them longer than the bound); a backlog of requests waiting for slots while the server
+    # answers as fast as ever is the cap's.
     saturated = summary.backlog is not None and summary.backlog.grew(summary.requests) and (
-        not summary.capped or summary.backlog.server_slowed()
+        not summary.capped or summary.backlog.server_slowed() or summary.unanswered > 0
     )
     lag = summary.send_lag_ms
     if lag is None:
