@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.analysis import Recommendation, RecommendResponse
+from common.spec import load_label
 from leader.analysis.leaderboard import samples_per_s, to_row
 
 TOP = 3
@@ -14,6 +15,12 @@ TOP = 3
 def config_key(row: dict[str, Any]) -> tuple[str, str, str, int]:
     """A configuration: the same model on the same backend and hardware at the same batch size."""
     return (row["model"], row["backend"], row["hardware"], row["batch_size"])
+
+
+def run_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The runs of one point of one job: the same configuration at the same load (they differ in `repeat` only)."""
+    load = row.get("load") or load_label(str(row.get("pattern", "")), float(row.get("rate") or 0.0), row.get("concurrency"))
+    return (row.get("job_id"), row["model"], row["backend"], row["hardware"], row["batch_size"], load)
 
 
 def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
@@ -64,17 +71,25 @@ def recommend(
     confident: bool = False,
     min_samples_per_s: float | None = None,
 ) -> RecommendResponse:
-    """The top configurations, each backed by its best point and the count of points that qualified."""
+    """The top configurations, each backed by its best point and the count of points that qualified.
+
+    A point run several times (a spec's `repeats`) qualifies only if every run does, and stands for its runs by the
+    one that served the fewest samples/s: the luckiest of several runs is not evidence.
+    """
+    runs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        runs.setdefault(run_key(row), []).append(row)
     best: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     counts: dict[tuple[str, str, str, int], int] = {}
     considered = 0
-    for row in rows:
-        if not eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
-                        confident=confident, min_samples_per_s=min_samples_per_s):  # fmt: skip
+    for siblings in runs.values():
+        if not all(eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
+                            confident=confident, min_samples_per_s=min_samples_per_s) for row in siblings):  # fmt: skip
             continue
-        considered += 1
+        considered += len(siblings)
+        row = max(siblings, key=rank_key)  # the run that ranks last stands for them
         key = config_key(row)
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + len(siblings)
         if key not in best or rank_key(row) < rank_key(best[key]):
             best[key] = row
     chosen = sorted(best.values(), key=rank_key)[:top]

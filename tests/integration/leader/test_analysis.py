@@ -149,6 +149,26 @@ def test_recommender_ranks_by_samples_served_not_requests(leader: Leader) -> Non
     assert get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", min_samples_per_s=1000)["considered"] == 1
 
 
+def test_a_point_run_several_times_is_recommended_only_if_every_run_qualifies(leader: Leader) -> None:
+    """Repeats: batch 8's second run misses the 20 ms SLO, so batch 8 is not recommended on its lucky first run;
+    batch 1's two runs both qualify and the one that served less stands as the evidence."""
+    leader.upload_model()
+    runs = iter([(1, 8.0, 500.0), (8, 15.0, 200.0), (1, 9.0, 480.0), (8, 26.0, 190.0)])  # rounds: batch 1, 8, 1, 8
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        got, p99, served = next(runs)
+        assert got == batch
+        return {"latency_ms": pct(p99), "achieved_rate": served}
+
+    job = seed_job(leader, name="repeated", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
+                   follower_id="rep", metrics=metrics, extra="repeats: 2\n")  # fmt: skip
+    answer = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
+    assert [(r["batch_size"], r["throughput"], r["candidates"]) for r in answer["recommendations"]] == [(1, 480.0, 2)]
+    assert answer["recommendations"][0]["evidence"]["repeat"] == 1 and answer["considered"] == 2
+    loose = get(leader, "/api/v1/recommend", p99_ms=30, filter=f"job_id={job}")["recommendations"]
+    assert [(r["batch_size"], r["samples_per_s"]) for r in loose] == [(8, 8 * 190.0), (1, 480.0)]
+
+
 def test_confident_recommendation_holds_the_slo_at_the_ci_upper_end(leader: Leader) -> None:
     """Batch 8 has the throughput and a p99 under 20 ms, but its p99's 95% CI reaches 26 ms: only batch 1 is sure."""
     leader.upload_model()
