@@ -349,37 +349,62 @@ def data_rm(data_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt
 
 @models_app.command("generate")
 def models_generate(
-    kind: Annotated[str, typer.Argument(help="fc, conv, lstm or attention")],
+    kind: Annotated[str, typer.Argument(help="fc, conv, lstm or attention (tensor models); llama (a language model)")],
     depth: int = 2,
     width: int = 64,
     input_size: int = 32,
+    layers: Annotated[int, typer.Option(help="llama: decoder layers")] = 4,
+    hidden: Annotated[int, typer.Option(help="llama: hidden size")] = 256,
+    heads: Annotated[int, typer.Option(help="llama: attention heads")] = 4,
+    kv_heads: Annotated[int | None, typer.Option(help="llama: key/value heads (default: heads)")] = None,
+    intermediate: Annotated[int | None, typer.Option(help="llama: MLP size (default: 2 x hidden)")] = None,
+    vocab: Annotated[int, typer.Option(help="llama: tokenizer vocabulary, trained on the spot")] = 4096,
+    context: Annotated[int, typer.Option(help="llama: context length in tokens")] = 2048,
     seed: int = 0,
     out: Annotated[Path | None, typer.Option(help="where to write the bundle (default: NAME.zip)")] = None,
     push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
-    name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS)")] = None,
+    name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS, llama-lL-hH-vV-sS)")] = None,
     version: str = "1",
     url: UrlOpt = "http://127.0.0.1:8700",
     token: TokenOpt = "",
 ) -> None:
-    """Generate a canonical model (ONNX + TorchScript bundle, both checked against PyTorch; needs the torch extra)."""
-    from follower.convert.canonical import CanonicalSpec, Kind, default_name, generate  # torch loads only for this command
+    """Generate a canonical model: a tensor model (ONNX + TorchScript bundle, both checked against PyTorch; needs the
+    torch extra), or `llama`, a small decoder with seeded random weights and its own tokenizer (format hf)."""
+    if kind == "llama":
+        from common.llmgen import LlamaSpec
+        from common.llmgen import generate as generate_llm
 
-    try:
-        # CanonicalSpec checks the kind itself (a ValueError naming the known ones).
-        spec = CanonicalSpec(cast(Kind, kind), depth=depth, width=width, input_size=input_size, seed=seed)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(EXIT_USAGE) from None
-    bundle, meta = generate(spec)
-    name = name or default_name(spec)
-    path = out or Path(f"{name}.zip")
-    path.write_bytes(bundle)
-    cost = meta["cost_per_inference"]
-    checks = ", ".join(f"{c['target']} max|diff| {c['max_abs_diff']:.2g} (atol {c['atol']:g})" for c in meta["checks"])
-    console.print(f"{path}: {cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}")
+        try:
+            llm = LlamaSpec(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
+                            intermediate=intermediate or 2 * hidden, vocab=vocab, context=context, seed=seed)  # fmt: skip
+        except ValueError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(EXIT_USAGE) from None
+        bundle, meta = generate_llm(llm)
+        name, model_format = name or llm.name, "hf"
+        path = out or Path(f"{name}.zip")
+        path.write_bytes(bundle)
+        console.print(f"{path}: LlamaForCausalLM, {meta['parameters']} parameters, vocabulary {meta['vocab_size']}, "
+                      f"context {context}")  # fmt: skip
+    else:
+        from follower.convert.canonical import CanonicalSpec, Kind, default_name, generate  # torch loads only here
+
+        try:
+            # CanonicalSpec checks the kind itself (a ValueError naming the known ones).
+            spec = CanonicalSpec(cast(Kind, kind), depth=depth, width=width, input_size=input_size, seed=seed)
+        except ValueError as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(EXIT_USAGE) from None
+        bundle, canon = generate(spec)
+        name, model_format = name or default_name(spec), "bundle"
+        path = out or Path(f"{name}.zip")
+        path.write_bytes(bundle)
+        cost = canon["cost_per_inference"]
+        checks = ", ".join(f"{c['target']} max|diff| {c['max_abs_diff']:.2g} (atol {c['atol']:g})" for c in canon["checks"])
+        console.print(f"{path}: {cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}")
     if push:
         with _client(url, token) as client:
-            stored = _call(client.upload_model, path, name=name, version=version, format="bundle")
+            stored = _call(client.upload_model, path, name=name, version=version, format=model_format)
         console.print(f"{stored.ref} sha256={stored.sha256} size={stored.size_bytes}")
 
 

@@ -14,7 +14,8 @@ Datatype = Literal[
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"
 ]
 # "bundle": a zip the canonical generator writes (model.onnx + model.pt + meta.json); the leader reads only the ONNX.
-ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle"]
+# "hf": a zip of a Hugging Face model directory (config, safetensors weights, tokenizer): an LLM (common/hfbundle.py).
+ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle", "hf"]
 
 
 class TensorSpec(BaseModel):
@@ -40,6 +41,21 @@ class CanonicalParams(BaseModel):
     bytes: Annotated[int, Field(ge=0)] | None = None  # moved per inference at batch 1 (weights + activations)
 
 
+class LlmParams(BaseModel):
+    """A language model's description, read from its config.json and weight headers at upload (never executed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    architecture: str  # the config's first architecture, e.g. LlamaForCausalLM
+    model_type: str
+    parameters: Annotated[int, Field(ge=0)]  # counted from the safetensors headers
+    context_length: Annotated[int, Field(ge=1)]  # max_position_embeddings
+    vocab_size: Annotated[int, Field(ge=1)]
+    layers: int | None = None
+    hidden: int | None = None
+    dtype: str | None = None  # the config's torch_dtype
+
+
 class ModelMeta(BaseModel):
     """A stored model: identity, format, signature and integrity."""
 
@@ -56,6 +72,12 @@ class ModelMeta(BaseModel):
     owner: str = "admin"  # the uploading token's user; only they (or an admin) may delete it
     # Parsed from a canonical bundle's meta.json at upload (never executed); None for every other model.
     canonical: CanonicalParams | None = None
+    llm: LlmParams | None = None  # an "hf" model: what its config and weights say it is
+
+    @property
+    def is_llm(self) -> bool:
+        """A language model, served over an OpenAI-compatible API rather than KServe v2."""
+        return self.format == "hf"
 
     @property
     def ref(self) -> str:

@@ -23,7 +23,9 @@ MAX_BATCH = 4_096
 MAX_POINTS = 512
 MAX_SPEC_BYTES = 256 * 1024
 
-BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving"]
+BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm"]
+# Backends that serve language models (format "hf") over an OpenAI-compatible API; the others serve tensors (KServe v2).
+LLM_BACKENDS = frozenset({"vllm"})
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 class ModelRef(StrictModel):
@@ -72,6 +74,17 @@ class DynamicBatching(StrictModel):
     max_queue_delay_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100
 
 
+class LlmServerOptions(StrictModel):
+    """An LLM server's engine settings, under vLLM's names (SGLang gets its equivalents); unset: the server's default."""
+
+    max_model_len: Annotated[int, Field(gt=0, le=1_048_576)] | None = None  # tokens a sequence may hold
+    max_num_batched_tokens: Annotated[int, Field(gt=0, le=1_048_576)] | None = None  # tokens per engine step
+    max_num_seqs: Annotated[int, Field(gt=0, le=65_536)] | None = None  # sequences per engine step
+    kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None  # KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)
+    prefix_caching: bool | None = None  # reuse the KV cache of a shared prompt prefix
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+
+
 class ServerOptions(StrictModel):
     """How the serving system is configured (each backend applies what it supports; defaults keep old YAML valid)."""
 
@@ -86,6 +99,7 @@ class ServerOptions(StrictModel):
     # Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider
     # (unless execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU.
     device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$")] = "cpu"
+    llm: LlmServerOptions = LlmServerOptions()  # LLM servers (vllm) only
 
     @property
     def uses_gpu(self) -> bool:

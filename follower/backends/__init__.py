@@ -7,12 +7,14 @@ from follower.backends.onnxruntime import OnnxRuntimeBackend
 from follower.backends.tfserving import TFServingBackend
 from follower.backends.torchscript import TorchScriptBackend
 from follower.backends.triton import TritonBackend
+from follower.backends.vllm import VllmBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     "onnxruntime": OnnxRuntimeBackend,
     "torchscript": TorchScriptBackend,
     "triton": TritonBackend,
     "tfserving": TFServingBackend,
+    "vllm": VllmBackend,
 }
 
 
@@ -44,5 +46,5 @@ def available_backends(names: list[str] | None = None) -> tuple[list[str], dict[
 
 __all__ = [
     "BACKENDS", "Backend", "OnnxRuntimeBackend", "TFServingBackend", "TorchScriptBackend", "TritonBackend",
-    "available_backends", "get_backend",
+    "VllmBackend", "available_backends", "get_backend",
 ]

@@ -22,15 +22,29 @@ _PARAMS_KEY = b'"parameters":'
 
 
 @dataclass(frozen=True, slots=True)
+class Stream:
+    """What a language model's answer carried: when each event with text arrived (monotonic ns), the text (its JSON
+    escapes still in: unescaped after the run, off the hot path), and the server's own token counts (its `usage`)."""
+
+    events_ns: list[int]
+    text: bytes
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    events: int = 0  # every data event, with or without text
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A server's answer: the status (200 = answered; HTTP codes or their gRPC equivalents), when its first and last
-    bytes arrived (monotonic ns), the server's stage timings in ns if it sent any, and a short error text when not 200."""
+    bytes arrived (monotonic ns), the server's stage timings in ns if it sent any, a short error text when not 200,
+    and for a language model what its stream carried."""
 
     status: int
     first_ns: int
     done_ns: int
     stages: Mapping[str, Any] | None = None
     error: str | None = None
+    stream: Stream | None = None
 
 
 class Reply(Protocol):

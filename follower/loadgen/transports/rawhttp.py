@@ -24,6 +24,55 @@ class HttpError(ConnectionError):
     """A malformed or truncated HTTP answer (counted as a transport error, like aiohttp's ClientError)."""
 
 
+Head = tuple[int, int, int, bool, bool]  # status, body offset, Content-Length (-1: none), chunked, close after
+
+
+def parse_head(buf: bytearray) -> Head | None:
+    """The response head at the start of `buf` (1xx interim answers dropped from it); None until it is complete.
+    Raises HttpError for a malformed or over-long head."""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > 65536:
+                raise HttpError("HTTP response head over 64 KiB")
+            return None
+        head = bytes(buf[:end])
+        line_end = head.find(b"\r\n")
+        status_line = head if line_end < 0 else head[:line_end]
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise HttpError(f"malformed HTTP status line {status_line[:80]!r}")
+        status = int(parts[1])
+        if 100 <= status < 200:  # interim answer (100 Continue): skip it, the real one follows
+            del buf[: end + 4]
+            continue
+        length, chunked, close_after = -1, False, parts[0] == b"HTTP/1.0"
+        if line_end >= 0:
+            for line in head[line_end + 2 :].split(b"\r\n"):
+                name, sep, value = line.partition(b":")
+                if not sep:
+                    continue
+                name = name.strip().lower()
+                if name == b"content-length":
+                    try:
+                        length = int(value)
+                    except ValueError:
+                        raise HttpError(f"bad Content-Length {value[:40]!r}") from None
+                elif name == b"transfer-encoding":
+                    chunked = b"chunked" in value.lower()
+                elif name == b"connection":
+                    v = value.strip().lower()
+                    if v == b"close":
+                        close_after = True
+                    elif v == b"keep-alive":
+                        close_after = False
+        if chunked:
+            length = -1
+        elif length < 0 and status in (204, 304):
+            length = 0
+        return status, end + 4, length, chunked, close_after
+
+
 class _Conn(asyncio.Protocol):
     __slots__ = (
         "pool",
@@ -93,50 +142,15 @@ class _Conn(asyncio.Protocol):
 
     def _parse(self) -> None:
         buf = self.buf
-        while self.body_at < 0:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > 65536:
-                    self._fail("HTTP response head over 64 KiB")
+        if self.body_at < 0:
+            try:
+                head = parse_head(buf)
+            except HttpError as exc:
+                self._fail(str(exc))
                 return
-            head = bytes(buf[:end])
-            line_end = head.find(b"\r\n")
-            status_line = head if line_end < 0 else head[:line_end]
-            parts = status_line.split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-                self._fail(f"malformed HTTP status line {status_line[:80]!r}")
+            if head is None:
                 return
-            status = int(parts[1])
-            if 100 <= status < 200:  # interim answer (100 Continue): skip it, the real one follows
-                del buf[: end + 4]
-                continue
-            self.status = status
-            self.body_at = end + 4
-            self.close_after = parts[0] == b"HTTP/1.0"
-            if line_end >= 0:
-                for line in head[line_end + 2 :].split(b"\r\n"):
-                    name, sep, value = line.partition(b":")
-                    if not sep:
-                        continue
-                    name = name.strip().lower()
-                    if name == b"content-length":
-                        try:
-                            self.length = int(value)
-                        except ValueError:
-                            self._fail(f"bad Content-Length {value[:40]!r}")
-                            return
-                    elif name == b"transfer-encoding":
-                        self.chunked = b"chunked" in value.lower()
-                    elif name == b"connection":
-                        v = value.strip().lower()
-                        if v == b"close":
-                            self.close_after = True
-                        elif v == b"keep-alive":
-                            self.close_after = False
-            if self.chunked:
-                self.length = -1
-            elif self.length < 0 and status in (204, 304):
-                self.length = 0
+            self.status, self.body_at, self.length, self.chunked, self.close_after = head
         if self.length >= 0:
             end = self.body_at + self.length
             if len(buf) < end:
@@ -199,7 +213,7 @@ class RawHttpSession:
     is idle and never has more open than requests ever were in flight at once.
     """
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, conn_factory: Any = None) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"RawHttpSession speaks plain http:// only, not {url!r}")
@@ -209,6 +223,8 @@ class RawHttpSession:
         netloc = parts.netloc.rsplit("@", 1)[-1]
         self.host_header = netloc
         self.timeout_s = timeout_s
+        # The protocol of each connection (one that completes its waiter with its own kind of result, e.g. a stream).
+        self.conn_factory = conn_factory or _Conn
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._closed = False
@@ -223,12 +239,13 @@ class RawHttpSession:
 
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
+        _, conn = await loop.create_connection(lambda: self.conn_factory(self), self.host, self.port)
         self._all.add(conn)
         return conn
 
-    async def fetch(self, wire: bytes) -> tuple[int, int, bytes]:
-        """Send one request; (status, monotonic ns of the answer's first byte, body). Raises OSError / TimeoutError."""
+    async def fetch(self, wire: bytes) -> Any:
+        """Send one request; (status, monotonic ns of the answer's first byte, body), or what the connection protocol
+        completes with. Raises OSError / TimeoutError."""
         if self._closed:
             raise HttpError("session closed")
         idle = self._idle
@@ -314,17 +331,22 @@ class RawHttpTransport(Transport):
     delivered through the connection's callbacks (no task per request: the dispatcher -> task hop was measured at p99
     0.65-12 ms of send lag at 2,000-5,000 req/s, and is 0.01-0.02 ms this way; bench/send_lag_causes.py)."""
 
+    conn_factory: Any = None  # the connection protocol (None: plain answers, read whole)
+
     def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
         super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
-        self.session = RawHttpSession(url, timeout_s)
+        self.session = RawHttpSession(url, timeout_s, self.conn_factory)
         self._waiters: set[_Waiter] = set()
 
     def encode(self, body: bytes) -> bytes:
         return self.session.wire(body)
 
+    def answer_of(self, result: Any) -> Answer:
+        """The Answer of what a connection completed with: (status, first byte ns, body) read whole just now."""
+        return http_answer(*result)
+
     async def request(self, encoded: Any) -> Answer:
-        status, first_ns, payload = await self.session.fetch(encoded)
-        return http_answer(status, first_ns, payload)
+        return self.answer_of(await self.session.fetch(encoded))
 
     def begin(self, encoded: Any, reply: Reply) -> None:
         """Write the request on an idle connection now, or open one in a task; the answer comes to the waiter."""
@@ -384,10 +406,10 @@ class _Waiter:
     def done(self) -> bool:
         return self.finished
 
-    def set_result(self, result: tuple[int, int, bytes]) -> None:
+    def set_result(self, result: Any) -> None:
         if not self.finished:
             self.finish()
-            self.reply.answered(http_answer(*result))
+            self.reply.answered(self.transport.answer_of(result))
 
     def set_exception(self, exc: BaseException) -> None:
         if not self.finished:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Query, Request
 
@@ -13,6 +13,7 @@ from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobV
 from common.loadspec import TraceRef
 from common.repeats import summarize_repeats
 from common.signature import input_mismatches
+from common.spec import LLM_BACKENDS, BackendName
 from common.specparse import load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
@@ -67,6 +68,12 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
+    # A language model is served over an OpenAI-compatible API by an LLM server; a tensor model over KServe v2.
+    wrong = [b for b in spec.backends if (b in LLM_BACKENDS) != model.is_llm]
+    if wrong:
+        kind = "a language model (format hf)" if model.is_llm else f"a tensor model (format {model.format})"
+        serve = ", ".join(b for b in get_args(BackendName) if (b in LLM_BACKENDS) == model.is_llm)
+        raise InvalidSpec(f"{', '.join(wrong)} cannot serve {model.ref}, {kind}; use {serve}", field="backends")
     data_meta = None
     if spec.data.id is not None:
         try:

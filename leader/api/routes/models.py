@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from typing import BinaryIO, NoReturn, cast, get_args
+from typing import BinaryIO, NamedTuple, NoReturn, cast, get_args
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
+from common import hfbundle
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
-from common.models import CanonicalParams, ModelFormat, ModelMeta, TensorSpec
+from common.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
@@ -51,28 +52,39 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         # The multipart parser has spooled the file (1 MiB in memory, the rest on disk) while the byte limit was
         # enforced as it arrived; the format check reads it from there, before a single byte reaches GridFS.
         spool = upload.file
-        size, sha256, inputs, outputs, canonical = await anyio.to_thread.run_sync(
+        checked = await anyio.to_thread.run_sync(
             _check_spooled, spool, str(model_format), declared if isinstance(declared, str) else None, settings.max_upload_bytes
         )
         meta = ModelMeta(
             name=name,
             version=version,
             format=cast(ModelFormat, model_format),  # one of FORMATS, checked above
-            inputs=inputs,
-            outputs=outputs,
-            sha256=sha256,
-            size_bytes=size,
+            inputs=checked.inputs,
+            outputs=checked.outputs,
+            sha256=checked.sha256,
+            size_bytes=checked.size,
             created_at=utcnow(),
             owner=principal.user,
-            canonical=canonical,
+            canonical=checked.canonical,
+            llm=checked.llm,
         )
         return await models_store.insert_model_stream(db, meta=meta, chunks=spooled_chunks(spool))
 
 
-def _check_spooled(
-    spool: BinaryIO, model_format: str, declared: str | None, limit: int
-) -> tuple[int, str, list[TensorSpec], list[TensorSpec], CanonicalParams | None]:
-    """Size, sha256, signature and (bundles) canonical params of the spooled file (a worker thread: CPU work)."""
+class Checked(NamedTuple):
+    """What the leader found in an upload."""
+
+    size: int
+    sha256: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    canonical: CanonicalParams | None
+    llm: LlmParams | None
+
+
+def _check_spooled(spool: BinaryIO, model_format: str, declared: str | None, limit: int) -> Checked:
+    """Size, sha256, signature, (bundles) canonical params and (hf) the LLM's description of the spooled file (a
+    worker thread: CPU work)."""
     spool.seek(0)
     digest = hashlib.sha256()
     size = 0
@@ -86,9 +98,17 @@ def _check_spooled(
         # ONNX is a protobuf: its parser needs the whole message in memory (formats never opened here skip this).
         spool.seek(0)
         data = spool.read()
+    if model_format == "hf":
+        # A language model has no tensor signature: its interface is text (OpenAI-compatible completions).
+        spool.seek(0)
+        try:
+            llm = hfbundle.describe(spool, limit_bytes=2 * limit)
+        except hfbundle.HfBundleError as exc:
+            raise InvalidSpec(str(exc), field="file") from None
+        return Checked(size, digest.hexdigest(), [], [], None, llm)
     inputs, outputs = model_signature(model_format, data, declared)
     canonical = canonical_params(data) if model_format == "bundle" else None
-    return size, digest.hexdigest(), inputs, outputs, canonical
+    return Checked(size, digest.hexdigest(), inputs, outputs, canonical, None)
 
 
 def raise_too_large(limit: int) -> NoReturn:

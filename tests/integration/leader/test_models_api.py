@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.unit.leader.onnx_models import identity_model, linear_model
@@ -87,3 +88,52 @@ def test_model_in_use_cannot_be_deleted(leader: Leader) -> None:
     assert leader.client.delete("/api/v1/models/ident/1", headers=ADMIN).status_code == 409
     leader.client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=ADMIN)
     assert leader.client.delete("/api/v1/models/ident/1", headers=ADMIN).status_code == 204
+
+
+def test_a_language_model_directory_is_stored_described_and_checked(leader: Leader) -> None:
+    """An "hf" upload (the canonical LLM) is described from its config and weight headers; one carrying code is a 422
+    naming the file, and nothing of it is stored."""
+    import io
+    import zipfile
+
+    from common.llmgen import LlamaSpec, generate
+
+    data, generated = generate(LlamaSpec(layers=2, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=512))
+
+    def upload(name: str, content: bytes) -> Any:
+        return leader.client.post("/api/v1/models", headers=ADMIN, data={"name": name, "version": "1", "format": "hf"},
+                                  files={"file": ("model.zip", content, "application/zip")})  # fmt: skip
+
+    response = upload("tiny-llama", data)
+    assert response.status_code == 201, response.text
+    meta = response.json()
+    assert meta["format"] == "hf" and meta["inputs"] == [] and meta["sha256"] == hashlib.sha256(data).hexdigest()
+    assert meta["llm"] == {"architecture": "LlamaForCausalLM", "model_type": "llama", "parameters": generated["parameters"],
+                           "context_length": 512, "vocab_size": generated["vocab_size"], "layers": 2, "hidden": 64,
+                           "dtype": "float16"}  # fmt: skip
+    assert leader.client.get("/api/v1/models/tiny-llama/1/file", headers=ADMIN).content == data
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info))
+        dst.writestr("modeling_llama.py", "import os; os.system('id')")
+    refused = upload("evil-llama", out.getvalue())
+    assert refused.status_code == 422 and refused.json()["field"] == "file", refused.text
+    assert "code and pickled weights" in refused.json()["message"]
+    assert leader.client.get("/api/v1/models/evil-llama/1", headers=ADMIN).status_code == 404
+
+
+def test_a_language_model_needs_an_llm_server_and_a_tensor_model_a_tensor_server(leader: Leader) -> None:
+    from common.llmgen import LlamaSpec, generate
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
+    stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},
+                                files={"file": ("lm.zip", data, "application/zip")})  # fmt: skip
+    assert stored.status_code == 201, stored.text
+    leader.upload_model("ident", "1")
+    yaml = {"Content-Type": "application/yaml"}
+    for model, backends, named in (("lm:1", "[onnxruntime, vllm]", "onnxruntime"), ("ident:1", "[vllm]", "vllm")):
+        spec = f"name: j\nmodel: {model}\nbackends: {backends}\nload: {{rate: 10, duration: 1s}}\n"
+        refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml}, content=spec)
+        assert refused.status_code == 422 and refused.json()["field"] == "backends", refused.text
+        assert refused.json()["message"].startswith(f"{named} cannot serve {model}")

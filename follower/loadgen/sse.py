@@ -1,0 +1,125 @@
+"""Server-sent events off the wire, incrementally: the bytes of a streamed HTTP answer go in as they arrive, each
+with its arrival time, and every event comes out stamped with the time of the bytes that completed it.
+
+The OpenAI-compatible streaming APIs (vLLM, SGLang, TensorRT-LLM, llama.cpp) send one `data: {json}` event per
+engine step and end with `data: [DONE]`. An event's JSON is not decoded here: a token event costs a scan for its
+blank-line terminator and a slice (the hot path of a generator sustaining tens of thousands of events a second);
+the events a caller needs to read (the usage at the end) it decodes itself.
+
+Chunked transfer encoding is undone on the way in (a chunk boundary may fall anywhere, even inside a chunk's size
+line), and an event may span any number of network reads.
+"""
+
+from __future__ import annotations
+
+DONE = b"[DONE]"
+
+
+class StreamError(ValueError):
+    """The stream's framing is broken (a bad chunk size, an over-long event)."""
+
+
+class Dechunker:
+    """Undoes chunked transfer encoding incrementally: `feed` returns the payload bytes the input completes."""
+
+    __slots__ = ("_buf", "_left", "finished")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._left = -1  # payload bytes left in the current chunk (-1: expecting a size line; -2: its CRLF)
+        self.finished = False  # the zero-size last chunk (and the blank line after it) arrived
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._buf
+        buf += data
+        out = bytearray()
+        at = 0
+        while not self.finished:
+            if self._left == -1:
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    if len(buf) - at > 1024:
+                        raise StreamError("chunk size line over 1 KiB")
+                    break
+                try:
+                    size = int(bytes(buf[at:end]).split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise StreamError(f"malformed chunk size {bytes(buf[at:end])[:40]!r}") from None
+                at = end + 2
+                if size == 0:
+                    self.finished = True  # trailers (none expected) and the final CRLF are not payload
+                    break
+                self._left = size
+            elif self._left == -2:
+                if len(buf) - at < 2:
+                    break
+                if buf[at : at + 2] != b"\r\n":
+                    raise StreamError("chunk not followed by CRLF")
+                at += 2
+                self._left = -1
+            else:
+                take = min(self._left, len(buf) - at)
+                if take == 0:
+                    break
+                out += buf[at : at + take]
+                at += take
+                self._left -= take
+                if self._left == 0:
+                    self._left = -2
+        del buf[:at]
+        return bytes(out)
+
+
+class SseParser:
+    """Splits a server-sent event stream into the `data` of each event, stamped with its completing bytes' time."""
+
+    __slots__ = ("_buf", "_scan", "max_event")
+
+    def __init__(self, max_event: int = 1 << 20) -> None:
+        self._buf = bytearray()
+        self._scan = 0  # where to resume looking for an event's end
+        self.max_event = max_event
+
+    def feed(self, data: bytes, ns: int) -> list[tuple[int, bytes]]:
+        """The events `data` completes, as (ns, data field) in order; comments and other fields are skipped."""
+        buf = self._buf
+        buf += data
+        events: list[tuple[int, bytes]] = []
+        start = 0
+        while True:
+            end, sep = _event_end(buf, max(start, self._scan - 3))
+            if end < 0:
+                break
+            payload = _data_field(bytes(buf[start:end]))
+            if payload is not None:
+                events.append((ns, payload))
+            start = end + sep
+            self._scan = start
+        if start:
+            del buf[:start]
+            self._scan = 0
+        self._scan = max(self._scan, len(buf))
+        if len(buf) > self.max_event:
+            raise StreamError(f"an event longer than {self.max_event} bytes")
+        return events
+
+
+def _event_end(buf: bytearray, at: int) -> tuple[int, int]:
+    """The offset of the first blank line (event terminator) at or after `at`, and its length; (-1, 0) if none."""
+    at = max(at, 0)
+    best, size = -1, 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buf.find(sep, at)
+        if i >= 0 and (best < 0 or i < best):
+            best, size = i, len(sep)
+    return best, size
+
+
+def _data_field(event: bytes) -> bytes | None:
+    """The event's data (its `data:` lines joined by newlines), None when it has none (a comment or keep-alive)."""
+    if event.startswith(b"data: ") and b"\n" not in event and b"\r" not in event:
+        return event[6:]  # the common case: one data line
+    lines = [line for line in event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n") if line.startswith(b"data:")]
+    if not lines:
+        return None
+    return b"\n".join(line[6:] if line.startswith(b"data: ") else line[5:] for line in lines)

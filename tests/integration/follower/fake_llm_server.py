@@ -1,0 +1,65 @@
+"""A fake OpenAI-compatible completions server with no model: each request gets `max_tokens` tokens (one word each)
+`--gap-ms` apart after `--ttft-ms`, streamed as server-sent events with a final usage event, or as one JSON answer.
+Events are written in deliberately odd pieces (an event split across writes, two events in one) so the client's
+framing is exercised. For the streaming transport's tests and bench/llm.py's client ceiling."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from aiohttp import web
+
+
+# Texts whose JSON escapes the client must get right: a quote, a trailing backslash (an escaped backslash right before
+# the closing quote), a newline, a non-ASCII letter.
+WORDS = (' say "hi"', " c\\", "\n", " é")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ttft-ms", type=float, default=5.0)
+    parser.add_argument("--gap-ms", type=float, default=2.0)
+    args = parser.parse_args()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n = int(body.get("max_tokens", 16))
+        prompt_tokens = len(str(body.get("prompt", "")).split()) + 1
+        words = [WORDS[i % len(WORDS)] if i % 5 == 0 else f" w{i}" for i in range(n)]
+        if not body.get("stream"):
+            await asyncio.sleep((args.ttft_ms + args.gap_ms * max(n - 1, 0)) / 1000)
+            return web.json_response({"choices": [{"index": 0, "text": "".join(words), "finish_reason": "length"}],
+                                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})  # fmt: skip
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await asyncio.sleep(args.ttft_ms / 1000)
+        for i, word in enumerate(words):
+            chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": word, "finish_reason": None}]}
+            event = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+            if i % 3 == 1:  # an event split across two writes
+                await response.write(event[:7])
+                await response.write(event[7:])
+            else:
+                await response.write(event)
+            if i < n - 1:
+                await asyncio.sleep(args.gap_ms / 1000)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        tail = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+        await response.write(tail)  # two events in one write
+        await response.write_eof()
+        return response
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None, backlog=4096)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The streaming transport against a fake OpenAI-compatible server of known timing: every token event is caught with
+its arrival time, the text survives its JSON escapes, the server's usage is read, a non-streamed answer and an error
+come back as such, and the connection is reused between requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.procs import SupervisedProcess, free_port, http_ready
+from follower.loadgen.transports.base import Answer
+from follower.loadgen.transports.openai_stream import OpenAiStreamTransport
+
+pytestmark = pytest.mark.integration
+
+SERVER = Path(__file__).with_name("fake_llm_server.py")
+TTFT_MS, GAP_MS = 20.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, str(SERVER), "--port", str(port), "--ttft-ms", str(TTFT_MS), "--gap-ms", str(GAP_MS)]
+    log = tmp_path_factory.mktemp("fake-llm") / "server.log"
+    with SupervisedProcess(argv, name="fake LLM server", log_path=log) as proc:
+        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/v1/models"), timeout_s=30)
+        yield f"http://127.0.0.1:{port}/v1/completions"
+
+
+def _body(tokens: int, *, stream: bool = True, **extra: object) -> bytes:
+    return json.dumps({"model": "fake", "prompt": "a b c", "max_tokens": tokens, "stream": stream,
+                       "stream_options": {"include_usage": True}, **extra}).encode()  # fmt: skip
+
+
+async def _requests(url: str, bodies: list[bytes]) -> tuple[list[Answer], int]:
+    async with OpenAiStreamTransport(url, max_concurrency=4, timeout_s=30) as transport:
+        answers = [await transport.request(transport.encode(b)) for b in bodies]
+        return answers, len(transport.session._all)
+
+
+def test_each_token_event_arrives_stamped_and_the_text_and_usage_come_through(url: str) -> None:
+    answers, connections = asyncio.run(_requests(url, [_body(24), _body(3)]))
+    first, short = answers
+    assert first.status == 200 and first.stream is not None, first.error
+    stream = first.stream
+    assert len(stream.events_ns) == 24 and stream.events == 25  # 24 with text, then the usage event
+    assert (stream.prompt_tokens, stream.completion_tokens) == (4, 24)
+    gaps_ms = np.diff(stream.events_ns) / 1e6
+    # The server sleeps GAP_MS between tokens: the client sees each token when it arrives, not all at the end.
+    assert np.median(gaps_ms) == pytest.approx(GAP_MS, abs=3.0) and gaps_ms.min() > 0.3 * GAP_MS, gaps_ms
+    assert first.first_ns <= stream.events_ns[0] <= stream.events_ns[-1] <= first.done_ns
+    text = json.loads(b'"' + stream.text + b'"')
+    assert text.startswith(' say "hi" w1 w2') and ' c\\ w6' in text and "\n w11" in text and " é w16" in text
+    assert short.stream is not None and len(short.stream.events_ns) == 3 and short.stream.completion_tokens == 3
+    assert connections == 1  # the keep-alive connection carried both
+
+
+def test_a_non_streamed_answer_and_an_error_come_back_as_such(url: str) -> None:
+    (plain, bad), _ = asyncio.run(_requests(url, [_body(6, stream=False), b"{not json"]))
+    assert plain.status == 200 and plain.stream is not None
+    assert plain.stream.completion_tokens == 6 and len(plain.stream.events_ns) == 1
+    assert plain.stream.events_ns[0] == plain.done_ns  # its text came with its last byte
+    assert bad.status >= 400 and bad.stream is None and bad.error is not None and bad.error.startswith(f"HTTP {bad.status}")
