@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn, cast
+from typing import Annotated, NoReturn
 
 import httpx
 import typer
@@ -370,38 +370,19 @@ def models_generate(
 ) -> None:
     """Generate a canonical model: a tensor model (ONNX + TorchScript bundle, both checked against PyTorch; needs the
     torch extra), or `llama`, a small decoder with seeded random weights and its own tokenizer (format hf)."""
-    if kind == "llama":
-        from common.llmgen import LlamaSpec
-        from common.llmgen import generate as generate_llm
+    from benchfleet import generate
 
-        try:
-            llm = LlamaSpec(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
-                            intermediate=intermediate or 2 * hidden, vocab=vocab, context=context, seed=seed)  # fmt: skip
-        except ValueError as exc:
-            console.print(f"[red]{exc}[/red]")
-            raise typer.Exit(EXIT_USAGE) from None
-        bundle, meta = generate_llm(llm)
-        name, model_format = name or llm.name, "hf"
-        path = out or Path(f"{name}.zip")
-        path.write_bytes(bundle)
-        console.print(f"{path}: LlamaForCausalLM, {meta['parameters']} parameters, vocabulary {meta['vocab_size']}, "
-                      f"context {context}")  # fmt: skip
-    else:
-        from follower.convert.canonical import CanonicalSpec, Kind, default_name, generate  # torch loads only here
-
-        try:
-            # CanonicalSpec checks the kind itself (a ValueError naming the known ones).
-            spec = CanonicalSpec(cast(Kind, kind), depth=depth, width=width, input_size=input_size, seed=seed)
-        except ValueError as exc:
-            console.print(f"[red]{exc}[/red]")
-            raise typer.Exit(EXIT_USAGE) from None
-        bundle, canon = generate(spec)
-        name, model_format = name or default_name(spec), "bundle"
-        path = out or Path(f"{name}.zip")
-        path.write_bytes(bundle)
-        cost = canon["cost_per_inference"]
-        checks = ", ".join(f"{c['target']} max|diff| {c['max_abs_diff']:.2g} (atol {c['atol']:g})" for c in canon["checks"])
-        console.print(f"{path}: {cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}")
+    try:
+        made = (generate.llama(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate,
+                               vocab=vocab, context=context, seed=seed) if kind == "llama"
+                else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed))  # fmt: skip
+    except ValueError as exc:  # a shape or kind that cannot be made, named
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_USAGE) from None
+    name, model_format = name or made.name, made.format
+    path = out or Path(f"{name}.zip")
+    path.write_bytes(made.data)
+    console.print(f"{path}: {made.summary}")
     if push:
         with _client(url, token) as client:
             stored = _call(client.upload_model, path, name=name, version=version, format=model_format)

@@ -35,7 +35,31 @@ def results_table(results: JobResults) -> RenderableType:
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,
         )
-    return Group(table, repeats_table(results)) if results.repeats else table
+    extra = [t for t in (llm_table(results), repeats_table(results) if results.repeats else None) if t is not None]
+    return Group(table, *extra) if extra else table
+
+
+def llm_table(results: JobResults) -> Table | None:
+    """Per language-model point: time to first token (from the intended time, and from the send), inter-token
+    latency, time per output token, token throughput, goodput and the token counts; None for a tensor model's job."""
+    points = [r for r in results.points if r.llm is not None]
+    if not points:
+        return None
+    table = Table(title="language model: latencies in ms (from the intended time; 'sent': from the send)", title_justify="left")
+    for column in ("#", "load", "TTFT p50", "TTFT p99", "sent p99", "ITL p50", "ITL p99", "TPOT p50", "out tok/s",
+                   "goodput/s", "tokens asked/server/client"):
+        table.add_column(column, justify="right")
+    for r in points:
+        llm = r.llm
+        assert llm is not None
+        goodput = f"{llm.goodput_rps:.2f}" if llm.goodput_rps is not None else "-"
+        table.add_row(
+            str(r.point.index), r.point.load_label(), _ms(llm.ttft_ms, "p50"), _ms(llm.ttft_ms, "p99"),
+            _ms(llm.ttft_sent_ms, "p99"), _ms(llm.itl_ms, "p50"), _ms(llm.itl_ms, "p99"), _ms(llm.tpot_ms, "p50"),
+            f"{llm.output_tokens_per_s:.1f}", goodput,
+            f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
+        )  # fmt: skip
+    return table
 
 
 def _pct(value: float | None) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from common.llmspec import LlmWorkload
 from common.loadspec import TraceRef
-from common.spec import JobSpec, PointSpec, ServerOptions
+from common.spec import LLM_BACKENDS, JobSpec, PointSpec, ServerOptions
 
 # What starting one backend's server costs a job before its first point (start, load, first answer), in seconds:
 # the part of an estimate that does not scale with the points.
@@ -21,6 +22,13 @@ DRAIN_MAX_S = 30.0
 def drain_bound_s(duration_s: float) -> float:
     """How long a point of this measured duration waits, after its schedule, for answers still outstanding."""
     return min(DRAIN_MAX_S, max(DRAIN_MIN_S, duration_s))
+
+
+def _workload(spec: JobSpec, backend: str) -> LlmWorkload | None:
+    """A point's language-model requests: the spec's, or the default ones for an LLM backend; None otherwise."""
+    if backend not in LLM_BACKENDS:
+        return None
+    return spec.llm or LlmWorkload()
 
 
 def _served(spec: JobSpec) -> ServerOptions:
@@ -66,7 +74,7 @@ def expand(spec: JobSpec) -> list[PointSpec]:
         points.append(PointSpec(
             index=index, backend=backend, batch_size=batch, rate=rate, concurrency=concurrency,
             seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
-            server=server, config=config, repeat=repeat, **shared,
+            server=server, config=config, repeat=repeat, llm=_workload(spec, backend), **shared,
         ))  # fmt: skip
     return points
 

@@ -26,6 +26,13 @@ MAX_MEMBERS = 512
 MAX_JSON_BYTES = 64 * 1024 * 1024  # a tokenizer.json is a few MiB; a config far less
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a safetensors header lists tensor names and shapes
+# A directory may unpack to at most this many times its upload's size (weights do not compress; a zip bomb does).
+UNPACK_FACTOR = 2
+
+
+def unpack_limit(path: Path) -> int:
+    """The most a stored upload at `path` may unpack to."""
+    return UNPACK_FACTOR * max(path.stat().st_size, 1)
 
 
 class HfBundleError(ValueError):
@@ -149,6 +156,16 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
             layers=number("num_hidden_layers"), hidden=number("hidden_size"),
             dtype=dtype if isinstance(dtype, str) else None,
         )  # fmt: skip
+
+
+def tokenizer_json(source: IO[bytes] | Path, limit_bytes: int) -> str:
+    """The directory's tokenizer.json (a fast tokenizer's whole definition: the client counts tokens with it)."""
+    with zipfile.ZipFile(source) as archive:
+        prefix, infos = _members(archive, limit_bytes)
+        for info in infos:
+            if info.filename[len(prefix):] == "tokenizer.json":
+                return _read(archive, info, MAX_JSON_BYTES).decode("utf-8")
+    raise HfBundleError("the directory has no tokenizer.json (a fast tokenizer is needed to count tokens)")
 
 
 def extract(source: IO[bytes] | Path, dest: Path, limit_bytes: int) -> Path:

@@ -145,8 +145,35 @@ ReasonCode = Literal[
     "unstable",  # a stability rule was set and the windows did not agree
     "unsteady",  # one window stood out from the others (a stall), with or without a stability rule
     "search_failed",  # no rate of a search was valid and met the SLO
+    "token_mismatch",  # a language model's token counts (asked, the server's, the client tokenizer's) disagree
+    "buffered_stream",  # streamed answers whose token events all arrived at once (time to first token is not there)
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
+
+
+class LlmFigures(BaseModel):
+    """A language-model point's figures over its measured, answered requests. Each latency is from the intended time
+    (what a user waited) and, as `_sent`, from the send (what the peer tools report); the gap is the generator's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: Percentiles | None  # first token event - intended time
+    ttft_sent_ms: Percentiles | None  # first token event - send
+    itl_ms: Percentiles | None  # gaps between successive token events, every request's pooled
+    itl_request_ms: Percentiles | None  # each request's mean gap
+    tpot_ms: Percentiles | None  # per request: (last token - first token) / (output tokens - 1)
+    e2e_sent_ms: Percentiles | None  # done - send (done - intended is the point's latency_ms)
+    output_tokens_per_s: float  # the server's output token count over the measured window
+    input_tokens_per_s: float
+    user_tokens_per_s_p50: float | None  # per request: output tokens / (done - first token), its median
+    goodput_rps: float | None = None  # requests meeting the SLO's ttft_ms and tpot_ms, per second (None: no such SLO)
+    goodput_share: float | None = None
+    output_tokens_asked: int = 0
+    output_tokens_server: int = 0  # the server's usage counts, summed
+    output_tokens_client: int = 0  # the client tokenizer's count of the text received, summed
+    token_events: int = 0  # stream events that carried text
+    mismatched_requests: int = 0  # requests whose counts disagree (see follower/loadgen/llmstats.py)
+    buffered_requests: int = 0  # streams whose token events all arrived in one read
 
 
 class Reason(BaseModel):
@@ -251,3 +278,4 @@ class PointResult(BaseModel):
     generator_run_queue_share: float | None = None
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)
+    llm: LlmFigures | None = None  # a language model's point

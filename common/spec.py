@@ -13,6 +13,7 @@ from pydantic import (
 )
 
 from common.devices import GPU_PROVIDERS
+from common.llmspec import LlmWorkload
 from common.loadspec import LoadSpec, Pattern, SearchSpec, Stability, StrictModel
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -60,10 +61,13 @@ class ModelRef(StrictModel):
 
 
 class SLO(StrictModel):
-    """Latency objectives a point must meet (measured from the intended send time)."""
+    """Latency objectives a point must meet (measured from the intended send time); for a language model also what a
+    request must meet to count toward goodput: its time to first token and its time per output token."""
 
     p50_ms: Annotated[float, Field(gt=0)] | None = None
     p99_ms: Annotated[float, Field(gt=0)] | None = None
+    ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    tpot_ms: Annotated[float, Field(gt=0)] | None = None
 
 
 class DynamicBatching(StrictModel):
@@ -207,6 +211,7 @@ class JobSpec(StrictModel):
     requires: Requires = Requires()
     split: SplitSpec | None = None  # opt-in: the grid's points split into parts run by several followers
     repeats: RepeatSpec = RepeatSpec()
+    llm: LlmWorkload | None = None  # a language model's requests (an LLM backend; default LlmWorkload() there)
 
     @model_validator(mode="before")
     @classmethod
@@ -252,6 +257,15 @@ class JobSpec(StrictModel):
     def _search_needs_slo(self) -> JobSpec:
         if self.load.search is not None and (self.slo is None or (self.slo.p50_ms is None and self.slo.p99_ms is None)):
             raise ValueError("load.search needs an slo (p50_ms or p99_ms) to search against")
+        return self
+
+    @model_validator(mode="after")
+    def _llm_needs_llm_backend(self) -> JobSpec:
+        if self.llm is not None and not any(b in LLM_BACKENDS for b in self.backends):
+            named = ", ".join(sorted(LLM_BACKENDS))
+            raise ValueError(f"llm describes a language model's requests: it needs an LLM backend ({named})")
+        if self.load.pattern == "closed" and any(b in LLM_BACKENDS for b in self.backends):
+            raise ValueError("a language model's point runs an open loop (a closed loop of LLM requests is not built yet)")
         return self
 
     @model_validator(mode="after")
@@ -302,6 +316,7 @@ class PointSpec(StrictModel):
     # configuration differ only in their run and seed) and which run it is, from 0. Without: its index, and 0.
     config: int | None = None
     repeat: int = 0
+    llm: LlmWorkload | None = None  # a language model's requests (the job's)
 
     @property
     def config_index(self) -> int:

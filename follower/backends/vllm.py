@@ -23,8 +23,6 @@ from follower.backends.onnxruntime import SOURCE_ROOT
 from follower.backends.process import ProcessBackend
 
 DEFAULT_PYTHON = SOURCE_ROOT / ".benchfleet" / "vllm" / "bin" / "python"
-# The model directory may unpack to at most this many times its upload (weights do not compress).
-UNPACK_FACTOR = 2
 CPU_KVCACHE_GB_DEFAULT = 1.0  # the CPU build reserves this much for the KV cache unless the spec says otherwise
 _METRIC = re.compile(r"^(vllm:[a-z_:]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN|\+Inf)$")
 
@@ -126,8 +124,8 @@ class VllmBackend(ProcessBackend):
             raise RuntimeError(f"the vllm backend serves language models (format hf), not {model.format}")
         if not self.python.exists():
             raise RuntimeError(why_no_vllm())
-        limit = UNPACK_FACTOR * max(Path(model_path).stat().st_size, 1)
-        model_dir = hfbundle.extract(Path(model_path), Path(workdir) / "model", limit_bytes=limit)
+        source = Path(model_path)
+        model_dir = hfbundle.extract(source, Path(workdir) / "model", limit_bytes=hfbundle.unpack_limit(source))
         port = self._new_port()
         self._spawn(self.argv(model_dir, model, port), workdir, model, env=self.environment())
 

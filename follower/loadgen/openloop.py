@@ -23,6 +23,7 @@ import numpy as np
 
 from follower.loadgen import timing
 from follower.loadgen.cap import CapRule
+from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, UNANSWERED, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
 from follower.loadgen.transports import Answer, Transport, open_transport
@@ -91,6 +92,10 @@ class _Driver:
                     stages[stage][i] = value
         if answer.error is not None and rec.error_sample is None:
             rec.error_sample = answer.error
+        if answer.stream is not None:
+            if rec.llm is None:
+                rec.llm = LlmColumns.allocate(len(rec))
+            rec.llm.add(i, answer.stream)
         self._release(slot)
 
     def failed(self, slot: _Slot, exc: BaseException) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from common import records as fmt
 from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR, UNANSWERED
+from follower.loadgen.llmrecords import LlmColumns
 
 __all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "UNANSWERED", "LoadRecords",
            "encode_records"]
@@ -39,6 +40,8 @@ class LoadRecords:
     scheduling: str | None = None
     # The in-flight cap in force at the end of the run (it may have followed the load after warm-up).
     cap: int | None = None
+    # A language model's token records (None: the answers carried no stream).
+    llm: LlmColumns | None = None
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -99,6 +102,7 @@ class LoadRecords:
             run_queue_share=self.run_queue_share,
             scheduling=self.scheduling,
             cap=self.cap,
+            llm=self.llm.subset(mask) if self.llm is not None else None,
         )
 
 

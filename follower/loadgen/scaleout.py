@@ -20,6 +20,7 @@ import numpy as np
 
 from common.results import GeneratorPlan
 from follower.host.cpuplan import isolate_generator_thread
+from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
 
@@ -115,7 +116,25 @@ def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
         timer=parts[0].timer,
         capped=cat([p.capped for p in parts]),
         scheduling=_merged_scheduling([p.scheduling for p in parts]),
+        llm=_merged_llm(parts, order),
     )
+
+
+def _merged_llm(parts: Sequence[LoadRecords], order: np.ndarray) -> LlmColumns | None:
+    """The processes' token records in the merged order (None when no process had any)."""
+    if all(p.llm is None for p in parts):
+        return None
+    each = [p.llm if p.llm is not None else LlmColumns.allocate(len(p)) for p in parts]
+    listed = [order.tolist()]
+
+    def pick(items: list[Any]) -> list[Any]:
+        return [items[i] for i in listed[0]]
+
+    return LlmColumns(
+        np.concatenate([c.prompt_tokens for c in each])[order], np.concatenate([c.completion_tokens for c in each])[order],
+        np.concatenate([c.events for c in each])[order], pick([t for c in each for t in c.token_times]),
+        pick([t for c in each for t in c.texts]),
+    )  # fmt: skip
 
 
 def _merged_scheduling(each: list[str | None]) -> str | None:

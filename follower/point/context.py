@@ -14,6 +14,7 @@ from follower.backends import Backend
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import WakeupHold
 from follower.loadgen.bodies import Samples
+from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.timing import Timer
 from follower.loadgen.verdict import WindowSummary
@@ -43,6 +44,7 @@ class PointContext:
     forced_generators: int | None = None
     wakeup: WakeupHold | None = None
     max_in_flight: int = 4096  # the bound of a cap that follows the load (the follower's setting)
+    prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
 
     @property
     def wire(self) -> str:

@@ -21,6 +21,7 @@ from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_sha
 from follower.host.sampler import ResourceSampler, Samples
 from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.closedloop import drive_closed
+from follower.loadgen.llmprompts import request_url
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge
@@ -90,16 +91,17 @@ async def drive_point(plan: PointPlan, ctx: PointContext) -> Driven:
 async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Event,
                           monitor_factory: Callable[[int], WindowMonitor]) -> LoadRecords:  # fmt: skip
     point, cores = plan.point, plan.generator_cores
+    url = request_url(ctx.url, point.llm)
     if plan.processes > 1:
         parts = await asyncio.to_thread(
-            drive_processes, ctx.url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
+            drive_processes, url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
             timer=ctx.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s,
         )  # fmt: skip
         return merge(parts, min(p.start_ns for p in parts))
     if plan.closed:
         return await asyncio.to_thread(
-            _drive_closed_isolated, cores, ctx.url, plan.bodies, point.concurrency or 1,
+            _drive_closed_isolated, cores, url, plan.bodies, point.concurrency or 1,
             plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S,
         )  # fmt: skip
     # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
@@ -107,7 +109,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
     if plan.follow_load and plan.warmup_ns > 0:
         rule = CapRule(plan.warmup_ns, functools.partial(little_cap, rate=point.rate, bound=plan.cap))
     return await asyncio.to_thread(
-        _drive_isolated, cores, ctx.url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
+        _drive_isolated, cores, url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
         monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
         drain_s=plan.drain_s,

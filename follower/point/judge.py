@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.results import Reason, Resources, WindowStat
+from common.results import LlmFigures, Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
+from follower.loadgen.llmstats import llm_figures
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
 from follower.loadgen.windows import is_stable, stall, window_stats
 from follower.point.context import PointContext
@@ -27,6 +28,7 @@ class Judgement:
     stable: bool | None
     reasons: list[Reason]
     resources: Resources | None
+    llm: LlmFigures | None = None  # a language model's point
 
 
 def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
@@ -39,8 +41,9 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
         measured_ns = int(round(plan.max_s * 1e9))
     measured_start = records.start_ns + plan.warmup_ns
     measured_end = measured_start + measured_ns
+    measured = records.window(measured_start, measured_end)
     summary = summarize_window(
-        records.window(measured_start, measured_end), measured_ns / 1e9,
+        measured, measured_ns / 1e9,
         delivered_rate=delivered_rate(records, measured_start, measured_end),
         backlog=None if plan.closed else backlog(records, measured_start, measured_end, plan.window_ns),
     )  # fmt: skip
@@ -55,10 +58,17 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
             f"not stable: the last {point.stability.windows} windows did not agree within "
             f"{100 * point.stability.tolerance:g}% on throughput and p99 within {plan.max_s:g}s"
         )))  # fmt: skip
+    llm = None
+    if point.llm is not None and plan.asked_tokens is not None:
+        inside = (records.intended_ns >= measured_start) & (records.intended_ns < measured_end)
+        tokens = llm_figures(measured, measured_ns / 1e9, plan.asked_tokens[inside], point.llm, ctx.slo, ctx.prompts)
+        if tokens is not None:
+            llm = tokens.figures
+            reasons += tokens.reasons
     resources = None
     if driven.samples is not None:
         resources = summarize(driven.samples, Window(measured_start, measured_start + measured_ns, summary.ok), plan.sampling)
-    return Judgement(measured_ns, summary, windows, stable, _with_send_lag_causes(reasons, driven, ctx), resources)
+    return Judgement(measured_ns, summary, windows, stable, _with_send_lag_causes(reasons, driven, ctx), resources, llm)
 
 
 def _with_send_lag_causes(reasons: list[Reason], driven: Driven, ctx: PointContext) -> list[Reason]:

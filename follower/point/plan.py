@@ -15,6 +15,7 @@ from common.traces import Trace
 from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.loadgen.bodies import build_bodies, build_row_bodies
+from follower.loadgen.llmprompts import llm_bodies
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
 from follower.point.context import PointContext
@@ -40,6 +41,7 @@ class PointPlan:
     cap: int  # in-flight cap to start with: the spec's, or (following the load) the follower's bound
     follow_load: bool  # the cap follows the load once warm-up has shown the latency (no cap in the spec)
     drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.grid.drain_bound_s)
+    asked_tokens: np.ndarray | None = None  # a language model's point: the output tokens each request asks for
 
     @property
     def processes(self) -> int:
@@ -57,7 +59,8 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         # The nominal rate of an uploaded trace is known only here: the entries inside the run over its duration.
         point = point.model_copy(update={"rate": max(len(replay.within(point.duration_s)), 1) / point.duration_s})
     model, wire = ctx.model, ctx.wire
-    bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=wire, samples=ctx.samples)
+    bodies = [] if point.llm is not None else build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=wire,
+                                                            samples=ctx.samples)  # fmt: skip
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
     warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))
@@ -78,6 +81,12 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
             # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
             warm = point_offsets_ns(point, point.warmup_s, point.seed + 2**32)
             offsets = np.concatenate([warm, offsets])
+    asked = None
+    if point.llm is not None:
+        # A language model: one body per request, its prompt and output lengths drawn per request.
+        if ctx.prompts is None or closed:
+            raise ValueError(f"point {point.index} is a language model's: it needs the model's tokenizer and an open loop")
+        bodies, body_index, asked = llm_bodies(point.llm, model.name, ctx.prompts, len(offsets), point.seed)
     sampling = ctx.sampling
     if sampling.gpu_indices is None:
         # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
@@ -98,7 +107,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
         sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
         cap=point.max_concurrency or ctx.max_in_flight, follow_load=point.max_concurrency is None,
-        drain_s=drain_bound_s(point.duration_s),
+        drain_s=drain_bound_s(point.duration_s), asked_tokens=asked,
     )  # fmt: skip
 
 

@@ -57,6 +57,7 @@ def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointC
         host_steal_share=driven.steal,
         generator_run_queue_share=records.run_queue_share,
         in_flight_cap=records.cap if not plan.closed else None,
+        llm=judged.llm,
     )
 
 

@@ -9,6 +9,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from common import hfbundle
+from common.llmspec import LlmWorkload
 from common.models import ModelMeta
 from common.results import ColdStart, PointResult
 from common.spec import SLO, PointSpec
@@ -18,6 +22,7 @@ from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.bodies import Samples, build_bodies
+from follower.loadgen.llmprompts import PromptMaker, request_body
 from follower.loadgen.timing import Timer
 from follower.loadgen.transports import open_transport
 from follower.point.context import PointContext, ProgressSink, RecordsSink, backend_wire
@@ -68,8 +73,13 @@ async def run_backend(
             to_ready_s = await asyncio.to_thread(backend.wait_ready, ready_timeout_s)
             ready_at_ns = time.monotonic_ns()
             url = backend.infer_url(model)
-            first_batch = points[0].batch_size if points else 1
-            probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=backend_wire(backend), samples=samples)[0]
+            prompts = await asyncio.to_thread(prompt_maker, model, model_path) if model.is_llm else None
+            if prompts is not None:
+                probe = request_body(LlmWorkload(stream=False), model.name, prompts.prompt(4, np.random.default_rng(0)), 1)
+            else:
+                first_batch = points[0].batch_size if points else 1
+                probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=backend_wire(backend),
+                                     samples=samples)[0]  # fmt: skip
             await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
             cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
             log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
@@ -77,13 +87,18 @@ async def run_backend(
                 backend=backend, url=url, model=model, env_base=env_base, slo=slo, backend_version=backend.version(),
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
-                max_in_flight=max_in_flight,
+                max_in_flight=max_in_flight, prompts=prompts,
             )  # fmt: skip
             for i, point in enumerate(points):
                 yield await measure_point(point, ctx, cold if i == 0 else None)
         finally:
             # Shielded: a second cancellation while stopping must not leave the server running.
             await asyncio.shield(asyncio.to_thread(backend.stop))
+
+
+def prompt_maker(model: ModelMeta, model_path: Path) -> PromptMaker:
+    """The language model's own tokenizer, read from its upload (checked as the leader checked it)."""
+    return PromptMaker(hfbundle.tokenizer_json(Path(model_path), limit_bytes=hfbundle.unpack_limit(Path(model_path))))
 
 
 async def first_answer(url: str, body: bytes, timeout_s: float) -> None:

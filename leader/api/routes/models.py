@@ -102,7 +102,7 @@ def _check_spooled(spool: BinaryIO, model_format: str, declared: str | None, lim
         # A language model has no tensor signature: its interface is text (OpenAI-compatible completions).
         spool.seek(0)
         try:
-            llm = hfbundle.describe(spool, limit_bytes=2 * limit)
+            llm = hfbundle.describe(spool, limit_bytes=hfbundle.UNPACK_FACTOR * limit)
         except hfbundle.HfBundleError as exc:
             raise InvalidSpec(str(exc), field="file") from None
         return Checked(size, digest.hexdigest(), [], [], None, llm)

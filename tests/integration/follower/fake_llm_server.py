@@ -11,7 +11,6 @@ import json
 
 from aiohttp import web
 
-
 # Texts whose JSON escapes the client must get right: a quote, a trailing backslash (an escaped backslash right before
 # the closing quote), a newline, a non-ASCII letter.
 WORDS = (' say "hi"', " c\\", "\n", " é")

@@ -6,6 +6,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
+
+import httpx
 
 from benchfleet.cli import running_points, watch_job
 from benchfleet.client import BenchfleetClient
@@ -16,6 +19,19 @@ from leader.jobplan import split_points
 from tests.integration.leader.conftest import ADMIN, Leader, point_result
 from tests.integration.leader.test_metrics_book import gauge
 from tests.integration.leader.test_scheduling import claim, post_as
+
+
+class ViaTestClient(httpx.BaseTransport):
+    """The SDK's httpx requests answered by the in-process app through its TestClient (which starlette builds on
+    httpx2 when that is installed, as huggingface_hub, a dependency of tokenizers, installs it)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self.client.request(request.method, str(request.url), headers=dict(request.headers), content=request.read())
+        headers = [(k, v) for k, v in answer.headers.items() if k.lower() not in ("content-encoding", "transfer-encoding")]
+        return httpx.Response(answer.status_code, headers=headers, content=answer.content)
 
 SPLIT_YAML = """\
 name: sweep
@@ -197,7 +213,7 @@ def test_split_job_views_show_the_parts_aggregate_and_metrics_count_parts_once(m
     assert listed[p0["id"]]["part_start"] == 0 and listed[f"{job['id']}-p1"]["part_start"] == 2
 
     # The CLI's bars: one running point per running part, numbered in the split job's grid.
-    with BenchfleetClient("http://testserver", "unused", transport=leader.client._transport) as client:
+    with BenchfleetClient("http://testserver", "unused", transport=ViaTestClient(leader.client)) as client:
         client._http.headers.update(ADMIN)
         split = client.job(job["id"])
         assert running_points(client, split, {0}, [1, 2, 3]) == [(1, p0["id"], 1), (2, f"{job['id']}-p1", 0)]

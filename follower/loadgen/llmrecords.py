@@ -1,0 +1,59 @@
+"""A language-model run's per-request token records, beside the request records (follower/loadgen/records.py): when
+each event with text arrived, the text, and the server's own token counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from follower.loadgen.transports.base import Stream
+
+
+@dataclass
+class LlmColumns:
+    """One entry per scheduled request; -1 (or None) where the request had no such answer."""
+
+    prompt_tokens: np.ndarray  # the server's count (usage)
+    completion_tokens: np.ndarray  # the server's count (usage)
+    events: np.ndarray  # data events received (with or without text)
+    token_times: list[np.ndarray | None]  # arrival (monotonic ns) of each event with text
+    texts: list[bytes | None]  # the text, JSON-escaped as it came
+
+    @classmethod
+    def allocate(cls, n: int) -> LlmColumns:
+        return cls(np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                   [None] * n, [None] * n)  # fmt: skip
+
+    def add(self, i: int, stream: Stream) -> None:
+        """Request i's stream (on the event loop, as its answer completes)."""
+        self.prompt_tokens[i] = -1 if stream.prompt_tokens is None else stream.prompt_tokens
+        self.completion_tokens[i] = -1 if stream.completion_tokens is None else stream.completion_tokens
+        self.events[i] = stream.events
+        self.token_times[i] = np.asarray(stream.events_ns, dtype=np.int64)
+        self.texts[i] = stream.text
+
+    def subset(self, mask: np.ndarray) -> LlmColumns:
+        """The entries of the requests in `mask`."""
+        where = np.flatnonzero(mask)
+        return LlmColumns(self.prompt_tokens[mask], self.completion_tokens[mask], self.events[mask],
+                          [self.token_times[i] for i in where], [self.texts[i] for i in where])  # fmt: skip
+
+    def first_token_ns(self) -> np.ndarray:
+        """Each request's first event with text (-1: none)."""
+        return np.array([t[0] if t is not None and len(t) else -1 for t in self.token_times], dtype=np.int64)
+
+    def last_token_ns(self) -> np.ndarray:
+        """Each request's last event with text (-1: none)."""
+        return np.array([t[-1] if t is not None and len(t) else -1 for t in self.token_times], dtype=np.int64)
+
+    def text(self, i: int) -> str | None:
+        """Request i's text, unescaped (after the run: JSON decoding is kept off the hot path)."""
+        raw = self.texts[i]
+        if raw is None:
+            return None
+        try:
+            return str(orjson.loads(b'"' + raw + b'"'))
+        except orjson.JSONDecodeError:
+            return None

@@ -1,0 +1,128 @@
+"""A language-model point's figures from its measured requests' token records, and the rules its tokens must keep.
+
+Definitions (as MLPerf's and vLLM's benchmark use them, but from the intended time where a user waits):
+  - TTFT: the first event that carries text, from the intended time (`ttft_ms`) and from the send (`ttft_sent_ms`);
+  - ITL: the gap between successive events with text, every request's gaps pooled (`itl_ms`), and each request's
+    mean gap (`itl_request_ms`);
+  - TPOT: per request, (last token event - first token event) / (output tokens - 1), the output tokens the server's;
+  - goodput: requests per second meeting both the SLO's `ttft_ms` (from the intended time) and `tpot_ms`
+    (DistServe's definition), over the measured window.
+
+Token truth: every figure counts tokens by the server's own count (its usage), never the client's. Per request the
+asked output length, the server's count, the stream's events with text and the client tokenizer's count of the text
+are all kept. A request disagrees when its answer has no usage, when the server gave other than what was asked with
+the length enforced (ignore_eos), or when it streamed more text events than it says it generated tokens (fewer is
+normal: a token that ends inside a character arrives with the next). The client tokenizer's count is shown, not
+judged: re-tokenizing generated text does not give back the generated tokens (a byte-level BPE re-splits it; on the
+canonical LLM's random output by 10-15%), which is why tools that count on the client miscount. A point with more
+than MISMATCH_SHARE_MAX of its requests disagreeing is invalid, as is one whose streams arrive buffered (all events
+in one read: no time to first token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.llmspec import LlmWorkload
+from common.results import LlmFigures, Reason
+from common.spec import SLO
+from common.stats import summarize_ns
+from follower.loadgen.llmprompts import PromptMaker
+from follower.loadgen.records import LoadRecords
+
+MISMATCH_SHARE_MAX = 0.01
+BUFFERED_SHARE_MAX = 0.01
+MIN_BUFFER_EVENTS = 3  # a stream of fewer events cannot be told from a short answer
+
+
+@dataclass(frozen=True)
+class LlmJudgement:
+    figures: LlmFigures
+    reasons: list[Reason]
+
+
+def llm_figures(records: LoadRecords, duration_s: float, asked: np.ndarray, workload: LlmWorkload, slo: SLO | None,
+                maker: PromptMaker | None) -> LlmJudgement | None:  # fmt: skip
+    """The figures of a measured window (records cut to it; `asked` the output lengths asked, in the same order)."""
+    cols = records.llm
+    if cols is None:
+        return None
+    ok = records.ok
+    idx = np.flatnonzero(ok)
+    first, last = cols.first_token_ns(), cols.last_token_ns()
+    has_token = ok & (first >= 0)
+    intended, sent, done = records.intended_ns, records.sent_ns, records.done_ns
+    gaps = [np.diff(t) for i in idx if (t := cols.token_times[i]) is not None and len(t) > 1]
+    pooled = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+    per_request_gap = np.array([g.mean() for g in gaps if len(g)], dtype=np.float64)
+    out_tokens = cols.completion_tokens
+    multi = has_token & (out_tokens > 1)
+    tpot = (last[multi] - first[multi]) / (out_tokens[multi] - 1)
+    counted = has_token & (out_tokens > 0)
+    decode_s = (done[counted] - first[counted]) / 1e9
+    user_rate = out_tokens[counted][decode_s > 0] / decode_s[decode_s > 0]
+    client = np.array([_client_count(maker, cols.text(int(i))) for i in idx], dtype=np.int64)
+    server = out_tokens[idx]
+    wanted = asked[idx]
+    text_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
+    disagree = (server < 0) | (text_events > server)
+    if workload.ignore_eos:
+        disagree |= server != wanted
+    buffered = np.array([t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1]
+                         for t in (cols.token_times[i] for i in idx)], dtype=bool)  # fmt: skip
+    good_share, goodput = _goodput(slo, first, intended, tpot_of=(multi, tpot), has_token=has_token, duration_s=duration_s)
+    figures = LlmFigures(
+        ttft_ms=summarize_ns(first[has_token] - intended[has_token]),
+        ttft_sent_ms=summarize_ns(first[has_token] - sent[has_token]),
+        itl_ms=summarize_ns(pooled), itl_request_ms=summarize_ns(per_request_gap.astype(np.int64)),
+        tpot_ms=summarize_ns(tpot.astype(np.int64)), e2e_sent_ms=summarize_ns(done[ok] - sent[ok]),
+        output_tokens_per_s=float(np.maximum(server, 0).sum()) / duration_s,
+        input_tokens_per_s=float(np.maximum(cols.prompt_tokens[idx], 0).sum()) / duration_s,
+        user_tokens_per_s_p50=float(np.median(user_rate)) if len(user_rate) else None,
+        goodput_rps=goodput, goodput_share=good_share, output_tokens_asked=int(wanted.sum()),
+        output_tokens_server=int(np.maximum(server, 0).sum()), output_tokens_client=int(np.maximum(client, 0).sum()),
+        token_events=int(text_events.sum()),
+        mismatched_requests=int(disagree.sum()), buffered_requests=int(buffered.sum()),
+    )  # fmt: skip
+    return LlmJudgement(figures, _reasons(figures, len(idx), workload))
+
+
+def _client_count(maker: PromptMaker | None, text: str | None) -> int:
+    return -1 if maker is None or text is None else maker.count_output(text)
+
+
+def _goodput(slo: SLO | None, first: np.ndarray, intended: np.ndarray, *, tpot_of: tuple[np.ndarray, np.ndarray],
+             has_token: np.ndarray, duration_s: float) -> tuple[float | None, float | None]:  # fmt: skip
+    """(share of answered requests meeting the TTFT and TPOT objectives, such requests per second); None without."""
+    if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
+        return None, None
+    good = has_token.copy()
+    if slo.ttft_ms is not None:
+        good &= (first - intended) <= slo.ttft_ms * 1e6
+    if slo.tpot_ms is not None:
+        multi, tpot = tpot_of
+        tpot_full = np.zeros(len(first))
+        tpot_full[multi] = tpot
+        good &= tpot_full <= slo.tpot_ms * 1e6
+    answered = int(has_token.sum())
+    return (float(good.sum()) / answered if answered else 0.0), float(good.sum()) / duration_s
+
+
+def _reasons(figures: LlmFigures, answered: int, workload: LlmWorkload) -> list[Reason]:
+    reasons = []
+    if answered and figures.mismatched_requests / answered > MISMATCH_SHARE_MAX:
+        reasons.append(Reason(code="token_mismatch", text=(
+            f"token counts disagree on {figures.mismatched_requests} of {answered} requests: asked "
+            f"{figures.output_tokens_asked} output tokens, the server counted {figures.output_tokens_server} and "
+            f"streamed {figures.token_events} events with text (the client's tokenizer finds "
+            f"{figures.output_tokens_client} in the text)"
+            + ("" if workload.ignore_eos else " (lengths not enforced: ignore_eos is off)")
+        )))  # fmt: skip
+    if workload.stream and answered and figures.buffered_requests / answered > BUFFERED_SHARE_MAX:
+        reasons.append(Reason(code="buffered_stream", text=(
+            f"{figures.buffered_requests} of {answered} streamed answers arrived with all their token events at once "
+            "(a buffering proxy or server): their time to first token is their whole answer's"
+        )))  # fmt: skip
+    return reasons

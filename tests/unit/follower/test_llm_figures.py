@@ -1,0 +1,91 @@
+"""A language-model point's inputs and figures: drawn lengths hit their token targets exactly by the model's own
+tokenizer, and TTFT, ITL, TPOT, goodput and the token rules come out as defined on records of known timing."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import orjson
+import pytest
+
+from common import hfbundle
+from common.llmgen import LlamaSpec, generate
+from common.llmspec import LlmWorkload, TokenLengths
+from common.spec import SLO
+from follower.loadgen.llmprompts import PromptMaker, llm_bodies
+from follower.loadgen.llmrecords import LlmColumns
+from follower.loadgen.llmstats import llm_figures
+from follower.loadgen.records import LoadRecords
+from follower.loadgen.transports.base import Stream
+
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def maker() -> PromptMaker:
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=2048, context=512))
+    return PromptMaker(hfbundle.tokenizer_json(io.BytesIO(data), limit_bytes=10**8))
+
+
+@pytest.mark.parametrize("lengths", [
+    TokenLengths(mean=40), TokenLengths(dist="uniform", min=5, max=300), TokenLengths(dist="normal", mean=100, std=30),
+    TokenLengths(dist="lognormal", mean=120, sigma=0.8, max=1000),
+])  # fmt: skip
+def test_drawn_prompt_lengths_are_exact_by_the_models_tokenizer(maker: PromptMaker, lengths: TokenLengths) -> None:
+    workload = LlmWorkload(prompt_tokens=lengths, output_tokens=TokenLengths(dist="uniform", min=1, max=64))
+    bodies, index, asked = llm_bodies(workload, "m", maker, 200, seed=4)
+    drawn = lengths.draw(200, np.random.default_rng(4))  # the same stream the bodies drew from
+    docs = [orjson.loads(b) for b in bodies]
+    assert [maker.count(d["prompt"]) for d in docs] == [max(int(n), maker.added + 1) for n in drawn]
+    assert list(index) == list(range(200)) and [d["max_tokens"] for d in docs] == list(asked)
+    assert all(d["min_tokens"] == d["max_tokens"] and d["ignore_eos"] and d["stream"] for d in docs)
+    assert drawn.min() >= lengths.min and drawn.max() <= lengths.upper
+    if lengths.dist in ("fixed", "normal", "lognormal"):
+        assert abs(drawn.mean() - lengths.mean) < 0.15 * lengths.mean
+
+
+def _records(streams: list[tuple[int, int, list[int], int]], asked: int) -> tuple[LoadRecords, np.ndarray]:
+    """Requests (intended ms, sent ms, token event ms, server's output tokens), each done 1 ms after its last event."""
+    offsets = np.array([s[0] * MS for s in streams], dtype=np.int64)
+    rec = LoadRecords.allocate(0, offsets)
+    rec.llm = LlmColumns.allocate(len(streams))
+    for i, (_, sent, events, tokens) in enumerate(streams):
+        rec.sent_ns[i] = sent * MS
+        rec.first_byte_ns[i] = events[0] * MS
+        rec.done_ns[i] = (events[-1] + 1) * MS
+        rec.status[i] = 200
+        rec.llm.add(i, Stream([e * MS for e in events], b" w" * len(events), 10, tokens, events=len(events) + 1))
+    return rec, np.full(len(streams), asked, dtype=np.int64)
+
+
+def test_ttft_itl_tpot_and_goodput_are_as_defined() -> None:
+    # Request 0: intended 0, sent at 2, tokens at 10, 14, 18, 22 (4 tokens). Request 1: intended 100, sent 100 (on
+    # time), tokens at 150, 160, 170, 180. Request 2: intended 200, sent 201, tokens at 205, 206, 207, 208.
+    streams = [(0, 2, [10, 14, 18, 22], 4), (100, 100, [150, 160, 170, 180], 4), (200, 201, [205, 206, 207, 208], 4)]
+    rec, asked = _records(streams, 4)
+    slo = SLO(ttft_ms=20, tpot_ms=5)
+    judged = llm_figures(rec, 1.0, asked, LlmWorkload(), slo, None)
+    assert judged is not None and judged.reasons == []
+    f = judged.figures
+    assert f.ttft_ms is not None and f.ttft_sent_ms is not None
+    assert sorted([f.ttft_ms.p50, f.ttft_ms.max]) == pytest.approx([10, 50], rel=1e-3)  # 10, 50, 5 from intended
+    assert f.ttft_sent_ms.max == pytest.approx(50, rel=1e-3) and f.ttft_sent_ms.p50 == pytest.approx(8, rel=1e-3)
+    assert f.itl_ms is not None and f.itl_ms.count == 9 and f.itl_ms.max == pytest.approx(10, rel=1e-3)
+    # TPOT: (last - first) / (tokens - 1) = 12/3 = 4, 30/3 = 10, 3/3 = 1 ms.
+    assert f.tpot_ms is not None and f.tpot_ms.max == pytest.approx(10, rel=1e-3) and f.tpot_ms.p50 == pytest.approx(4, rel=1e-3)
+    # Goodput: request 0 (ttft 10, tpot 4) and request 2 (5, 1) meet both; request 1 (50, 10) meets neither.
+    assert (f.goodput_rps, f.goodput_share) == (2.0, pytest.approx(2 / 3))
+    assert (f.output_tokens_asked, f.output_tokens_server, f.token_events) == (12, 12, 12)
+    assert f.output_tokens_per_s == 12.0 and f.input_tokens_per_s == 30.0
+
+
+def test_counts_that_disagree_and_buffered_streams_invalidate_the_point() -> None:
+    # The server gave 3 tokens where 4 were asked; another streamed 5 text events for 4 counted tokens.
+    streams = [(0, 0, [5, 6, 7], 3), (10, 10, [15, 16, 17, 18, 19], 4)] + [(20 + i, 20 + i, [30 + i] * 4, 4) for i in range(3)]
+    rec, asked = _records(streams, 4)
+    judged = llm_figures(rec, 1.0, asked, LlmWorkload(), None, None)
+    assert judged is not None and judged.figures.goodput_rps is None  # no TTFT/TPOT objective: no goodput
+    codes = [r.code for r in judged.reasons]
+    assert codes == ["token_mismatch", "buffered_stream"], judged.reasons
+    assert judged.figures.mismatched_requests == 2 and judged.figures.buffered_requests == 3
