@@ -158,14 +158,18 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
         )  # fmt: skip
 
 
-def tokenizer_json(source: IO[bytes] | Path, limit_bytes: int) -> str:
-    """The directory's tokenizer.json (a fast tokenizer's whole definition: the client counts tokens with it)."""
+def tokenizer_files(source: IO[bytes] | Path, limit_bytes: int) -> tuple[str, dict[str, Any]]:
+    """The directory's tokenizer.json (a fast tokenizer's whole definition: the client counts tokens with it) and its
+    tokenizer_config.json ({} when absent: it holds the chat template and the special tokens' names)."""
     with zipfile.ZipFile(source) as archive:
         prefix, infos = _members(archive, limit_bytes)
-        for info in infos:
-            if info.filename[len(prefix):] == "tokenizer.json":
-                return _read(archive, info, MAX_JSON_BYTES).decode("utf-8")
-    raise HfBundleError("the directory has no tokenizer.json (a fast tokenizer is needed to count tokens)")
+        by_name = {i.filename[len(prefix):]: i for i in infos}
+        if "tokenizer.json" not in by_name:
+            raise HfBundleError("the directory has no tokenizer.json (a fast tokenizer is needed to count tokens)")
+        config_info = by_name.get("tokenizer_config.json")
+        config = _json(archive, config_info, MAX_JSON_BYTES) if config_info is not None else {}
+        text = _read(archive, by_name["tokenizer.json"], MAX_JSON_BYTES).decode("utf-8")
+        return text, config if isinstance(config, dict) else {}
 
 
 def extract(source: IO[bytes] | Path, dest: Path, limit_bytes: int) -> Path:

@@ -151,6 +151,26 @@ ReasonCode = Literal[
 ]
 
 
+class LlmServerView(BaseModel):
+    """What an LLM server itself measured over the point's run (warm-up included), from its Prometheus metrics:
+    means in ms of its own histograms, and its counters' increase."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: int  # requests it finished
+    prompt_tokens: int
+    generation_tokens: int
+    ttft_ms_mean: float | None = None  # its time to first token (from the request's arrival in the engine)
+    itl_ms_mean: float | None = None  # its inter-token latency
+    e2e_ms_mean: float | None = None
+    queue_ms_mean: float | None = None  # waiting for the scheduler
+    prefill_ms_mean: float | None = None
+    decode_ms_mean: float | None = None
+    preemptions: int = 0
+    prefix_cache_hit_share: float | None = None  # prefix-cache hits over queries, in tokens
+    kv_cache_usage: float | None = None  # the KV cache's fill at the end of the point (0..1)
+
+
 class LlmFigures(BaseModel):
     """A language-model point's figures over its measured, answered requests. Each latency is from the intended time
     (what a user waited) and, as `_sent`, from the send (what the peer tools report); the gap is the generator's."""
@@ -174,6 +194,7 @@ class LlmFigures(BaseModel):
     token_events: int = 0  # stream events that carried text
     mismatched_requests: int = 0  # requests whose counts disagree (see follower/loadgen/llmstats.py)
     buffered_requests: int = 0  # streams whose token events all arrived in one read
+    server: LlmServerView | None = None  # the server's own view of the same run (vLLM's metrics)
 
 
 class Reason(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.results import ServerStats
+from common.results import LlmServerView, ServerStats
 
 
 def _counters(stats: dict[str, Any]) -> dict[str, float] | None:
@@ -60,3 +60,44 @@ def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerS
         preprocess_ms_mean=processing_ms("preprocess_ns"),
         postprocess_ms_mean=processing_ms("postprocess_ns"),
     )
+
+
+# vLLM's histograms (seconds) whose mean over the run the server view reports: field <- metric name(s), the first
+# the server has (names moved between vLLM versions).
+_LLM_HISTOGRAMS = {
+    "ttft_ms_mean": ("vllm:time_to_first_token_seconds",),
+    "itl_ms_mean": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e_ms_mean": ("vllm:e2e_request_latency_seconds",),
+    "queue_ms_mean": ("vllm:request_queue_time_seconds",),
+    "prefill_ms_mean": ("vllm:request_prefill_time_seconds",),
+    "decode_ms_mean": ("vllm:request_decode_time_seconds",),
+}
+
+
+def _total(metrics: dict[str, float], name: str) -> float:
+    """A counter summed over its label sets (vllm:request_success_total{finished_reason=...})."""
+    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+
+
+def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServerView | None:
+    """What an LLM server measured between two snapshots of its metrics (VllmBackend.stats); None without them."""
+    a, b = before.get("metrics"), after.get("metrics")
+    if not isinstance(a, dict) or not isinstance(b, dict) or "vllm:request_success_total" not in "".join(b):
+        return None
+
+    def delta(name: str) -> float:
+        return _total(b, name) - _total(a, name)
+
+    means: dict[str, float | None] = {}
+    for field, names in _LLM_HISTOGRAMS.items():
+        name = next((n for n in names if f"{n}_count" in b), None)
+        count = delta(f"{name}_count") if name else 0.0
+        means[field] = 1e3 * delta(f"{name}_sum") / count if name and count > 0 else None
+    queries = delta("vllm:prefix_cache_queries_total")
+    usage = b.get("vllm:kv_cache_usage_perc")
+    return LlmServerView(
+        requests=int(delta("vllm:request_success_total")), prompt_tokens=int(delta("vllm:prompt_tokens_total")),
+        generation_tokens=int(delta("vllm:generation_tokens_total")), preemptions=int(delta("vllm:num_preemptions_total")),
+        prefix_cache_hit_share=delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else None,
+        kv_cache_usage=float(usage) if usage is not None else None, **means,
+    )  # fmt: skip

@@ -11,8 +11,9 @@ Definitions (as MLPerf's and vLLM's benchmark use them, but from the intended ti
 Token truth: every figure counts tokens by the server's own count (its usage), never the client's. Per request the
 asked output length, the server's count, the stream's events with text and the client tokenizer's count of the text
 are all kept. A request disagrees when its answer has no usage, when the server gave other than what was asked with
-the length enforced (ignore_eos), or when it streamed more text events than it says it generated tokens (fewer is
-normal: a token that ends inside a character arrives with the next). The client tokenizer's count is shown, not
+the length enforced (ignore_eos), when it streamed more text events than it says it generated tokens (fewer is
+normal: a token that ends inside a character arrives with the next), or when its count of the prompt is not the
+length the prompt was built to. The client tokenizer's count is shown, not
 judged: re-tokenizing generated text does not give back the generated tokens (a byte-level BPE re-splits it; on the
 canonical LLM's random output by 10-15%), which is why tools that count on the client miscount. A point with more
 than MISMATCH_SHARE_MAX of its requests disagreeing is invalid, as is one whose streams arrive buffered (all events
@@ -43,9 +44,10 @@ class LlmJudgement:
     reasons: list[Reason]
 
 
-def llm_figures(records: LoadRecords, duration_s: float, asked: np.ndarray, workload: LlmWorkload, slo: SLO | None,
-                maker: PromptMaker | None) -> LlmJudgement | None:  # fmt: skip
-    """The figures of a measured window (records cut to it; `asked` the output lengths asked, in the same order)."""
+def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray, np.ndarray], workload: LlmWorkload,
+                slo: SLO | None, maker: PromptMaker | None) -> LlmJudgement | None:  # fmt: skip
+    """The figures of a measured window (records cut to it; `asked` each request's prompt tokens and the output
+    tokens it asked for, in the same order)."""
     cols = records.llm
     if cols is None:
         return None
@@ -65,9 +67,10 @@ def llm_figures(records: LoadRecords, duration_s: float, asked: np.ndarray, work
     user_rate = out_tokens[counted][decode_s > 0] / decode_s[decode_s > 0]
     client = np.array([_client_count(maker, cols.text(int(i))) for i in idx], dtype=np.int64)
     server = out_tokens[idx]
-    wanted = asked[idx]
+    held, wanted = asked[0][idx], asked[1][idx]
     text_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
-    disagree = (server < 0) | (text_events > server)
+    # The prompt was built to its length by the model's tokenizer: the server must count the same.
+    disagree = (server < 0) | (text_events > server) | (cols.prompt_tokens[idx] != held)
     if workload.ignore_eos:
         disagree |= server != wanted
     buffered = np.array([t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1]

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from common.results import Reason, ServerStats
+from common.results import LlmServerView, Reason, ServerStats
 from follower.backends import Backend
-from follower.backends.stats import server_stats_delta
+from follower.backends.stats import llm_server_delta, server_stats_delta
 from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
 from follower.host.sampler import ResourceSampler, Samples
 from follower.loadgen.cap import CapRule, little_cap
@@ -43,6 +43,7 @@ class Driven:
     stopped_ns: int | None = None  # when the window monitor ended the run (its windows agreed)
     steal: float | None = None  # hypervisor steal over the run (share of all CPU time)
     server_stats: ServerStats | None = None
+    llm_server: LlmServerView | None = None  # an LLM server's own view of the run (its metrics)
     samples: Samples | None = None  # the resource sampler's series; None where it did not run
 
 
@@ -84,7 +85,9 @@ async def drive_point(plan: PointPlan, ctx: PointContext) -> Driven:
     if not backend.alive():
         driven.reasons.append(Reason(code="server_died", text=f"server process died during the point{log_tail(backend)}"))
     else:
-        driven.server_stats = server_stats_delta(stats_before, await asyncio.to_thread(backend.stats))
+        stats_after = await asyncio.to_thread(backend.stats)
+        driven.server_stats = server_stats_delta(stats_before, stats_after)
+        driven.llm_server = llm_server_delta(stats_before, stats_after)
     return driven
 
 

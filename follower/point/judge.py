@@ -59,11 +59,12 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
             f"{100 * point.stability.tolerance:g}% on throughput and p99 within {plan.max_s:g}s"
         )))  # fmt: skip
     llm = None
-    if point.llm is not None and plan.asked_tokens is not None:
+    if point.llm is not None and plan.asked_tokens is not None and plan.prompt_tokens is not None:
         inside = (records.intended_ns >= measured_start) & (records.intended_ns < measured_end)
-        tokens = llm_figures(measured, measured_ns / 1e9, plan.asked_tokens[inside], point.llm, ctx.slo, ctx.prompts)
+        tokens = llm_figures(measured, measured_ns / 1e9, (plan.prompt_tokens[inside], plan.asked_tokens[inside]),
+                             point.llm, ctx.slo, ctx.prompts)  # fmt: skip
         if tokens is not None:
-            llm = tokens.figures
+            llm = tokens.figures.model_copy(update={"server": driven.llm_server})
             reasons += tokens.reasons
     resources = None
     if driven.samples is not None:

@@ -42,6 +42,7 @@ class PointPlan:
     follow_load: bool  # the cap follows the load once warm-up has shown the latency (no cap in the spec)
     drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.grid.drain_bound_s)
     asked_tokens: np.ndarray | None = None  # a language model's point: the output tokens each request asks for
+    prompt_tokens: np.ndarray | None = None  # ... and the tokens each request's prompt holds
 
     @property
     def processes(self) -> int:
@@ -81,12 +82,12 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
             # Warm-up has its own stream (seed + 2**32, never a point's seed) so the measured window keeps its exact count.
             warm = point_offsets_ns(point, point.warmup_s, point.seed + 2**32)
             offsets = np.concatenate([warm, offsets])
-    asked = None
+    asked = held = None
     if point.llm is not None:
         # A language model: one body per request, its prompt and output lengths drawn per request.
         if ctx.prompts is None or closed:
             raise ValueError(f"point {point.index} is a language model's: it needs the model's tokenizer and an open loop")
-        bodies, body_index, asked = llm_bodies(point.llm, model.name, ctx.prompts, len(offsets), point.seed)
+        bodies, body_index, held, asked = llm_bodies(point.llm, model.name, ctx.prompts, len(offsets), point.seed)
     sampling = ctx.sampling
     if sampling.gpu_indices is None:
         # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
@@ -107,7 +108,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
         sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
         cap=point.max_concurrency or ctx.max_in_flight, follow_load=point.max_concurrency is None,
-        drain_s=drain_bound_s(point.duration_s), asked_tokens=asked,
+        drain_s=drain_bound_s(point.duration_s), asked_tokens=asked, prompt_tokens=held,
     )  # fmt: skip
 
 

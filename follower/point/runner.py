@@ -98,7 +98,7 @@ async def run_backend(
 
 def prompt_maker(model: ModelMeta, model_path: Path) -> PromptMaker:
     """The language model's own tokenizer, read from its upload (checked as the leader checked it)."""
-    return PromptMaker(hfbundle.tokenizer_json(Path(model_path), limit_bytes=hfbundle.unpack_limit(Path(model_path))))
+    return PromptMaker(*hfbundle.tokenizer_files(Path(model_path), limit_bytes=hfbundle.unpack_limit(Path(model_path))))
 
 
 async def first_answer(url: str, body: bytes, timeout_s: float) -> None:

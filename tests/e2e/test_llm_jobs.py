@@ -1,7 +1,8 @@
 """A language-model job end to end against a real vLLM (its CPU build): the canonical LLM generated and pushed by the
 CLI, a YAML job submitted through the leader, run by a follower that starts vLLM, and the answer's figures: time to
 first token, inter-token latency, time per output token and goodput, with the server's token counts matching what
-was asked. One vLLM start for the whole suite (about a minute on 2 cores): this module is its only user."""
+was asked, and the server's own view of the run from its metrics. One vLLM start for the whole suite (about a
+minute on 2 cores): this module is its only user."""
 
 from __future__ import annotations
 
@@ -76,6 +77,11 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert llm.goodput_rps is not None and llm.goodput_share is not None
     assert llm.goodput_rps == pytest.approx(llm.goodput_share * point.ok / point.measured_s)
     assert point.valid == (not point.reasons)
+    # vLLM's own view of the run (warm-up included): every request it finished carried exactly the asked lengths.
+    server = llm.server
+    assert server is not None and server.requests >= point.ok, server
+    assert (server.prompt_tokens, server.generation_tokens) == (PROMPT_TOKENS * server.requests, OUTPUT_TOKENS * server.requests)
+    assert server.ttft_ms_mean is not None and server.ttft_ms_mean > 0
     out = io.StringIO()
     Console(file=out, width=200).print(results_table(results))
     assert "language model" in out.getvalue() and f"{llm.output_tokens_asked}/{llm.output_tokens_server}/" in out.getvalue()

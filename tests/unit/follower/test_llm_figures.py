@@ -25,7 +25,7 @@ MS = 1_000_000
 @pytest.fixture(scope="module")
 def maker() -> PromptMaker:
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=2048, context=512))
-    return PromptMaker(hfbundle.tokenizer_json(io.BytesIO(data), limit_bytes=10**8))
+    return PromptMaker(*hfbundle.tokenizer_files(io.BytesIO(data), limit_bytes=10**8))
 
 
 @pytest.mark.parametrize("lengths", [
@@ -34,10 +34,10 @@ def maker() -> PromptMaker:
 ])  # fmt: skip
 def test_drawn_prompt_lengths_are_exact_by_the_models_tokenizer(maker: PromptMaker, lengths: TokenLengths) -> None:
     workload = LlmWorkload(prompt_tokens=lengths, output_tokens=TokenLengths(dist="uniform", min=1, max=64))
-    bodies, index, asked = llm_bodies(workload, "m", maker, 200, seed=4)
+    bodies, index, held, asked = llm_bodies(workload, "m", maker, 200, seed=4)
     drawn = lengths.draw(200, np.random.default_rng(4))  # the same stream the bodies drew from
     docs = [orjson.loads(b) for b in bodies]
-    assert [maker.count(d["prompt"]) for d in docs] == [max(int(n), maker.added + 1) for n in drawn]
+    assert [maker.count(d["prompt"]) for d in docs] == [max(int(n), maker.added + 1) for n in drawn] == list(held)
     assert list(index) == list(range(200)) and [d["max_tokens"] for d in docs] == list(asked)
     assert all(d["min_tokens"] == d["max_tokens"] and d["ignore_eos"] and d["stream"] for d in docs)
     assert drawn.min() >= lengths.min and drawn.max() <= lengths.upper
@@ -45,7 +45,20 @@ def test_drawn_prompt_lengths_are_exact_by_the_models_tokenizer(maker: PromptMak
         assert abs(drawn.mean() - lengths.mean) < 0.15 * lengths.mean
 
 
-def _records(streams: list[tuple[int, int, list[int], int]], asked: int) -> tuple[LoadRecords, np.ndarray]:
+def test_a_chat_request_is_exact_with_the_templates_own_tokens(maker: PromptMaker) -> None:
+    workload = LlmWorkload(api="chat", prompt_tokens=TokenLengths(dist="uniform", min=2, max=120), output_tokens=8)
+    bodies, _, held, _ = llm_bodies(workload, "m", maker, 50, seed=9)
+    docs = [orjson.loads(b) for b in bodies]
+    assert all("prompt" not in d and [m["role"] for m in d["messages"]] == ["user"] for d in docs)
+    rendered = [maker.render_chat(d["messages"][0]["content"]) for d in docs]
+    assert all(r.startswith("<s><|user|> ") and r.endswith("<|assistant|> ") for r in rendered)
+    counts = [len(maker.tokenizer.encode(r, add_special_tokens=False).ids) for r in rendered]
+    drawn = TokenLengths(dist="uniform", min=2, max=120).draw(50, np.random.default_rng(9))
+    assert counts == list(held) == [max(int(n), maker.chat_overhead() + 1) for n in drawn]
+    assert maker.chat_overhead() >= 3  # <s>, <|user|> and <|assistant|> at least
+
+
+def _records(streams: list[tuple[int, int, list[int], int]], asked: int) -> tuple[LoadRecords, tuple[np.ndarray, np.ndarray]]:
     """Requests (intended ms, sent ms, token event ms, server's output tokens), each done 1 ms after its last event."""
     offsets = np.array([s[0] * MS for s in streams], dtype=np.int64)
     rec = LoadRecords.allocate(0, offsets)
@@ -56,7 +69,7 @@ def _records(streams: list[tuple[int, int, list[int], int]], asked: int) -> tupl
         rec.done_ns[i] = (events[-1] + 1) * MS
         rec.status[i] = 200
         rec.llm.add(i, Stream([e * MS for e in events], b" w" * len(events), 10, tokens, events=len(events) + 1))
-    return rec, np.full(len(streams), asked, dtype=np.int64)
+    return rec, (np.full(len(streams), 10, dtype=np.int64), np.full(len(streams), asked, dtype=np.int64))
 
 
 def test_ttft_itl_tpot_and_goodput_are_as_defined() -> None:
@@ -81,11 +94,14 @@ def test_ttft_itl_tpot_and_goodput_are_as_defined() -> None:
 
 
 def test_counts_that_disagree_and_buffered_streams_invalidate_the_point() -> None:
-    # The server gave 3 tokens where 4 were asked; another streamed 5 text events for 4 counted tokens.
+    # The server gave 3 tokens where 4 were asked; another streamed 5 text events for 4 counted tokens; three arrive
+    # with all their events in one read.
     streams = [(0, 0, [5, 6, 7], 3), (10, 10, [15, 16, 17, 18, 19], 4)] + [(20 + i, 20 + i, [30 + i] * 4, 4) for i in range(3)]
     rec, asked = _records(streams, 4)
+    assert rec.llm is not None
+    rec.llm.prompt_tokens[2] = 11  # and one the server counted a prompt token more than the prompt was built to hold
     judged = llm_figures(rec, 1.0, asked, LlmWorkload(), None, None)
     assert judged is not None and judged.figures.goodput_rps is None  # no TTFT/TPOT objective: no goodput
     codes = [r.code for r in judged.reasons]
     assert codes == ["token_mismatch", "buffered_stream"], judged.reasons
-    assert judged.figures.mismatched_requests == 2 and judged.figures.buffered_requests == 3
+    assert judged.figures.mismatched_requests == 3 and judged.figures.buffered_requests == 3
