@@ -72,12 +72,18 @@ def run_ours(url: str, maker: PromptMaker, rate: float, duration_s: float, token
     span_s = (rec.done_ns[ok].max() - rec.start_ns) / 1e9 if ok.any() else duration_s
     return {"events_per_s": events / span_s, "cpu_us_per_event": 1e6 * rec.cpu_s / max(events, 1),
             "send_lag_p99_ms": _pct(lag, 99), "ok": float(ok.sum()), "requests": float(len(rec)), "whole": float(whole),
-            "cpu_share": rec.cpu_share}  # fmt: skip
+            "cpu_share": rec.cpu_share, "cpu_s": rec.cpu_s, "events": float(events)}  # fmt: skip
 
 
 def run_vllm_client(python: Path, base_url: str, tokenizer_dir: Path, rate: float, n: int, tokens: int,
                     core: int | None) -> tuple[float, dict[str, float]]:  # fmt: skip
-    """vLLM's benchmark client in its own environment: (CPU seconds it used, its reported figures)."""
+    """vLLM's benchmark client in its own environment: (CPU seconds of its sending phase, its reported figures).
+
+    Its CPU time is read from /proc (psutil) when it announces its traffic and again when it prints its results:
+    start-up, imports and its tokenizer's loading stay out of the figure.
+    """
+    import psutil
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         args = ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", "fake",
@@ -86,17 +92,24 @@ def run_vllm_client(python: Path, base_url: str, tokenizer_dir: Path, rate: floa
                 "--seed", "1", "--save-result", "--result-filename", str(out)]  # fmt: skip
         code = ("import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
                 "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")  # fmt: skip
-        argv = [str(python), "-c", code, *args]
+        argv = [str(python), "-u", "-c", code, *args]
         if core is not None:
             argv = ["taskset", "-c", str(core), *argv]
-        before = os.times()
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-        after = os.times()
-        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-        if done.returncode != 0 or not out.exists():
-            print(f"  vLLM's client failed ({done.returncode}): {(done.stderr or done.stdout)[-600:]}")
-            return cpu, {}
-        return cpu, json.loads(out.read_text())
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        watched = psutil.Process(proc.pid)
+        marks: list[float] = []
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = [*tail[-20:], line]
+            if ("Traffic request rate" in line and not marks) or ("Serving Benchmark Result" in line and len(marks) == 1):
+                times = watched.cpu_times()
+                marks.append(times.user + times.system)
+        proc.wait(timeout=900)
+        if proc.returncode != 0 or not out.exists() or len(marks) != 2:
+            print(f"  vLLM's client failed ({proc.returncode}): {''.join(tail)[-600:]}")
+            return float("nan"), {}
+        return marks[1] - marks[0], json.loads(out.read_text())
 
 
 def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, results: dict[str, float]) -> None:
@@ -121,25 +134,36 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
                   f"{r['ok']:6.0f} {int(r['whole']):>5}{'' if valid else '  (not valid)'}")  # fmt: skip
             if valid and r["events_per_s"] > best:
                 best, top = r["events_per_s"], rate
-                results["ours_cpu_us_per_event"] = r["cpu_us_per_event"]
         results["ours_max_events_per_s"] = best
-        results["ours_events_per_cpu_s"] = 1e6 / results.get("ours_cpu_us_per_event", float("inf"))
-        python = Path(os.environ.get("BENCHFLEET_FOLLOWER_VLLM_PYTHON", ROOT / ".benchfleet" / "vllm" / "bin" / "python"))
-        if not python.exists() or top == 0:
-            print("  vLLM's client: not run (no vLLM environment, or no valid rate of ours)")
+        if top == 0:
             return
-        n = int(top * args.duration)
-        base_cpu, _ = run_vllm_client(python, f"http://127.0.0.1:{port}", model_dir, top, 1, args.tokens, gen_core)
+        # CPU per token event as the marginal cost at the top valid rate: runs of D and 2D seconds, the difference of
+        # their CPU over the difference of their events. Start-up, and what a client burns per second whatever it
+        # sends, cancel out; the same for both clients.
+        short = run_ours(url, maker, top, args.duration, args.tokens, gen_core)
+        long = run_ours(url, maker, top, 2 * args.duration, args.tokens, gen_core)
+        ours_us = 1e6 * (long["cpu_s"] - short["cpu_s"]) / max(long["events"] - short["events"], 1)
+        results["ours_cpu_us_per_event"] = ours_us
+        results["ours_events_per_cpu_s"] = 1e6 / ours_us if ours_us > 0 else float("nan")
+        print(f"  benchfleet at {top:g} req/s: {ours_us:.2f} CPU us per token event (marginal: {args.duration:g} s "
+              f"and {2 * args.duration:g} s runs) -> {results['ours_events_per_cpu_s']:.0f} token events per CPU second")
+        python = Path(os.environ.get("BENCHFLEET_FOLLOWER_VLLM_PYTHON", ROOT / ".benchfleet" / "vllm" / "bin" / "python"))
+        if not python.exists():
+            print("  vLLM's client: not run (no vLLM environment)")
+            return
+        n = int(top * 2 * args.duration)
         cpu, figures = run_vllm_client(python, f"http://127.0.0.1:{port}", model_dir, top, n, args.tokens, gen_core)
         if figures:
-            events = n * args.tokens
-            peer_us = 1e6 * max(cpu - base_cpu, 1e-9) / events
+            peer_us = 1e6 * cpu / (n * args.tokens)
             ttft, itl = figures.get("p99_ttft_ms", float("nan")), figures.get("p99_itl_ms", float("nan"))
-            print(f"  vLLM's client at {top:g} req/s, {n} requests: {cpu - base_cpu:.2f} CPU s beyond its start-up "
-                  f"({base_cpu:.2f} s) -> {peer_us:.2f} CPU us per token event (ours "
-                  f"{results['ours_cpu_us_per_event']:.2f}); its TTFT p99 {ttft:.2f} ms, ITL p99 {itl:.2f} ms")
+            print(f"  vLLM's client at {top:g} req/s, {n} requests: {cpu:.2f} CPU s while sending -> {peer_us:.2f} CPU "
+                  f"us per token event; its TTFT p99 {ttft:.2f} ms, ITL p99 {itl:.2f} ms")  # fmt: skip
+            ours_whole = 1e6 * long["cpu_s"] / max(long["events"], 1)
+            print(f"  benchfleet's whole {2 * args.duration:g} s run at the same rate: {ours_whole:.2f} CPU us per token "
+                  "event (the like-for-like figure: both clients' CPU over their sending phase)")
+            results["ours_cpu_us_per_event_run"] = ours_whole
             results["vllm_client_cpu_us_per_event"] = peer_us
-            results["ours_vs_vllm_client_per_core"] = peer_us / results["ours_cpu_us_per_event"]
+            results["ours_vs_vllm_client_per_core"] = peer_us / ours_whole if ours_whole > 0 else float("nan")
 
 
 def stall(args: argparse.Namespace, data: bytes, maker: PromptMaker, results: dict[str, float]) -> None:
