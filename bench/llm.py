@@ -4,11 +4,12 @@ Sections (figures printed, nothing asserted):
   1. ceiling: a fake OpenAI-compatible server (tests/integration/follower/fake_llm_server.py: each request gets
      --tokens tokens, --gap-ms apart, after 1 ms) on its own core; benchfleet's open loop (the follower's generator
      and streaming transport) on the other, at a Poisson ladder of request rates. Per rate: the token events/s
-     received, the generator's CPU µs per token event, send-lag p99, and whether every stream came through whole.
-     Then vLLM's own benchmark client (`vllm.benchmarks.serve`, in vLLM's environment, never benchfleet's) at the
-     top rate against the same server, with its CPU time (less its start-up, measured on a 1-request run): the
-     peer's CPU µs per token event beside ours. On a 2-core VM the fake server (Python, aiohttp) runs out of core
-     before either client does: the figures are the clients' cost per event, the ceiling is the server's.
+     received, the generator's CPU µs per token event over the run, send-lag p99, and whether every stream came
+     through whole. At the top valid rate: benchfleet's marginal CPU per event (runs of D and 2D seconds), and vLLM's
+     own benchmark client (`vllm.benchmarks.serve`, in vLLM's environment, never benchfleet's) at the same rate
+     against the same server, its CPU read from /proc over its sending phase only, beside benchfleet's over its run.
+     On a 2-core VM the fake server (Python, aiohttp) runs out of core before either client does: the figures are
+     the clients' cost per event; the highest event rate reached is the server's ceiling, not the clients'.
   2. stall: a real vLLM (the canonical LLM, CPU build) at a steady rate; SIGSTOP for --stall-s in the middle of
      the run, then SIGCONT. TTFT p50/p99 from the intended time (benchfleet's) beside the same from the send (what
      the peer tools report). Our open loop sends on time through the pause, so here both include it; a client that

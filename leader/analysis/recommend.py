@@ -6,8 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.analysis import Recommendation, RecommendResponse
-from common.spec import load_label
-from leader.analysis.leaderboard import samples_per_s, to_row
+from leader.analysis.leaderboard import run_key, samples_per_s, to_row
 
 TOP = 3
 
@@ -15,12 +14,6 @@ TOP = 3
 def config_key(row: dict[str, Any]) -> tuple[str, str, str, int]:
     """A configuration: the same model on the same backend and hardware at the same batch size."""
     return (row["model"], row["backend"], row["hardware"], row["batch_size"])
-
-
-def run_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The runs of one point of one job: the same configuration at the same load (they differ in `repeat` only)."""
-    load = row.get("load") or load_label(str(row.get("pattern", "")), float(row.get("rate") or 0.0), row.get("concurrency"))
-    return (row.get("job_id"), row["model"], row["backend"], row["hardware"], row["batch_size"], load)
 
 
 def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:

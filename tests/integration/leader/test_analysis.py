@@ -165,6 +165,9 @@ def test_a_point_run_several_times_is_recommended_only_if_every_run_qualifies(le
     answer = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
     assert [(r["batch_size"], r["throughput"], r["candidates"]) for r in answer["recommendations"]] == [(1, 480.0, 2)]
     assert answer["recommendations"][0]["evidence"]["repeat"] == 1 and answer["considered"] == 2
+    # The leaderboard's best under the job's SLO (20 ms) is the same point, by the same run, not batch 8's lucky one.
+    rows = get(leader, "/api/v1/leaderboard", filter=f"job_id={job}", limit=10)["rows"]
+    assert [(r["batch_size"], r["repeat"]) for r in rows if r["best"]] == [(1, 1)]
     loose = get(leader, "/api/v1/recommend", p99_ms=30, filter=f"job_id={job}")["recommendations"]
     assert [(r["batch_size"], r["samples_per_s"]) for r in loose] == [(8, 8 * 190.0), (1, 480.0)]
 
