@@ -25,6 +25,13 @@ STAGES = ("queue_ns", "infer_ns", "decode_ns", "encode_ns", "preprocess_ns", "po
 # Stages only a server running processors reports (data.processing: server); -1 elsewhere, which means "none ran".
 OPTIONAL_STAGES = ("preprocess_ns", "postprocess_ns")
 
+# A language model's records beside the columns: per request (LLM_COLUMNS: the server's prompt and output token
+# counts, -1 unknown; the data events received), and every event with text, its arrival in request order (LLM_TOKENS,
+# flat) with LLM_OFFSETS (n + 1 entries: request i's events are LLM_TOKENS[offsets[i]:offsets[i + 1]]).
+LLM_COLUMNS = ("llm_prompt_tokens", "llm_completion_tokens", "llm_events")
+LLM_TOKENS, LLM_OFFSETS = "llm_token_ns", "llm_token_offsets"
+RAGGED = (LLM_TOKENS, LLM_OFFSETS)  # not one entry per request: kept out of per-request tables
+
 # Status codes: HTTP statuses (gRPC codes mapped to them), and beside them: never sent (stopped before its time),
 # failed without an answer, dropped because the in-flight cap was full at its time (cap_policy "drop"), and sent but
 # still unanswered when the run ended (its point's drain bound ran out, or the run was cancelled).
@@ -35,8 +42,9 @@ DROPPED = -2
 UNANSWERED = -3
 
 
-def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], start_ns: int) -> bytes:
-    """The blob of one point's records (every column of COLUMNS, stage columns by name)."""
+def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], start_ns: int,
+           llm: Mapping[str, np.ndarray] | None = None) -> bytes:  # fmt: skip
+    """The blob of one point's records (every column of COLUMNS, stage columns by name, a language model's by theirs)."""
     missing = [name for name in COLUMNS if name not in columns]
     if missing:
         raise ValueError(f"records lack column(s) {', '.join(missing)}")
@@ -44,6 +52,10 @@ def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], 
     arrays[START] = np.asarray([start_ns], dtype=np.int64)
     for stage, values in stages.items():
         arrays[f"{STAGE_PREFIX}{stage}"] = np.asarray(values).astype(np.int64)
+    for name, values in (llm or {}).items():
+        if name not in (*LLM_COLUMNS, *RAGGED):
+            raise ValueError(f"unknown language-model column {name!r}")
+        arrays[name] = np.asarray(values).astype(np.int64)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as ArrayLike
     return buffer.getvalue()
@@ -70,7 +82,8 @@ def per_request(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A decoded blob as a table of one row per request: its columns and stage columns, with the run's start repeated
     on every row (it is stored once)."""
     n = len(arrays["intended_ns"])
-    table = {name: values for name, values in arrays.items() if name != START and np.ndim(values) == 1 and len(values) == n}
+    table = {name: values for name, values in arrays.items()
+             if name != START and name not in RAGGED and np.ndim(values) == 1 and len(values) == n}  # fmt: skip
     if START in arrays:
         table[START] = np.full(n, int(np.asarray(arrays[START]).ravel()[0]), dtype=np.int64)
     return table

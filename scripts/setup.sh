@@ -47,5 +47,3 @@ fi
 .venv/bin/python -c "import skimage" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "scikit-image>=0.22" 2>&1 | tail -1 || true
 # A real tritonserver extracted from the nvidia-pytriton wheel (idempotent, cached under .benchfleet/; fails soft).
 bash scripts/install_triton.sh || true
-# vLLM's CPU build in its own environment, cached outside the clone by version (fails soft, except under CI).
-bash scripts/install_vllm.sh

@@ -113,4 +113,11 @@ def encode_records(records: LoadRecords) -> bytes:
         "intended_ns": records.intended_ns, "sent_ns": records.sent_ns, "first_byte_ns": records.first_byte_ns,
         "done_ns": records.done_ns, "status": records.status, "capped": capped,
     }  # fmt: skip
-    return fmt.encode(columns, records.stages_ns, records.start_ns)
+    llm = None
+    if records.llm is not None:
+        cols = records.llm
+        times = [t if t is not None else np.zeros(0, dtype=np.int64) for t in cols.token_times]
+        llm = {"llm_prompt_tokens": cols.prompt_tokens, "llm_completion_tokens": cols.completion_tokens,
+               "llm_events": cols.events, fmt.LLM_TOKENS: np.concatenate(times) if times else np.zeros(0, dtype=np.int64),
+               fmt.LLM_OFFSETS: np.concatenate([[0], np.cumsum([len(t) for t in times])])}  # fmt: skip
+    return fmt.encode(columns, records.stages_ns, records.start_ns, llm)

@@ -12,11 +12,12 @@ import pytest
 from common import hfbundle
 from common.llmgen import LlamaSpec, generate
 from common.llmspec import LlmWorkload, TokenLengths
+from common.records import LLM_OFFSETS, LLM_TOKENS, decode, per_request
 from common.spec import SLO
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.llmstats import llm_figures
-from follower.loadgen.records import LoadRecords
+from follower.loadgen.records import LoadRecords, encode_records
 from follower.loadgen.transports.base import Stream
 
 MS = 1_000_000
@@ -105,3 +106,17 @@ def test_counts_that_disagree_and_buffered_streams_invalidate_the_point() -> Non
     codes = [r.code for r in judged.reasons]
     assert codes == ["token_mismatch", "buffered_stream"], judged.reasons
     assert judged.figures.mismatched_requests == 3 and judged.figures.buffered_requests == 3
+
+
+def test_a_language_models_records_are_stored_and_exported_per_request() -> None:
+    streams = [(0, 0, [5, 6, 7], 3), (10, 11, [15], 1), (20, 20, [30, 31], 2)]
+    rec, _ = _records(streams, 3)
+    arrays = decode(encode_records(rec))
+    assert list(arrays["llm_completion_tokens"]) == [3, 1, 2] and list(arrays["llm_prompt_tokens"]) == [10, 10, 10]
+    offsets, tokens = arrays[LLM_OFFSETS], arrays[LLM_TOKENS]
+    assert [list(tokens[offsets[i] : offsets[i + 1]] // MS) for i in range(3)] == [[5, 6, 7], [15], [30, 31]]
+    assert len(per_request(arrays)["llm_events"]) == 3
+    # One token event each: the flat array is as long as a column, and still stays out of the per-request table.
+    one, _ = _records([(0, 0, [5], 1), (10, 10, [15], 1), (20, 20, [25], 1)], 1)
+    table = per_request(decode(encode_records(one)))
+    assert LLM_TOKENS not in table and LLM_OFFSETS not in table and list(table["llm_completion_tokens"]) == [1, 1, 1]
