@@ -129,9 +129,9 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
         weights = [i for n, i in by_name.items() if n.endswith(".safetensors")]
         if not weights:
             raise HfBundleError("the directory has no .safetensors weights")
-        for name, info in by_name.items():
-            if name.endswith(".json") and name != CONFIG:
-                _json(archive, info, MAX_JSON_BYTES)  # every JSON file parses, so the server's loader gets JSON
+        docs = {name: _json(archive, info, MAX_JSON_BYTES)  # every JSON file parses, so the server's loader gets JSON
+                for name, info in by_name.items() if name.endswith(".json") and name != CONFIG}  # fmt: skip
+        tokenizer_config = docs.get("tokenizer_config.json")
         cfg = _json(archive, by_name[CONFIG], MAX_CONFIG_BYTES)
         if not isinstance(cfg, dict):
             raise HfBundleError(f"{CONFIG} must be an object")
@@ -155,6 +155,7 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
             parameters=sum(_tensor_count(archive, i) for i in weights), context_length=context, vocab_size=vocab,
             layers=number("num_hidden_layers"), hidden=number("hidden_size"),
             dtype=dtype if isinstance(dtype, str) else None,
+            chat_template=isinstance(tokenizer_config, dict) and isinstance(tokenizer_config.get("chat_template"), str),
         )  # fmt: skip
 
 

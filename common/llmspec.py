@@ -21,7 +21,7 @@ class TokenLengths(StrictModel):
     dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
     mean: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 64
     min: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
-    max: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None  # None: 4 x mean (uniform: needed)
+    max: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None  # None: the mean if fixed, else 4 x mean (uniform: needed)
     std: Annotated[float, Field(ge=0)] = 0.0
     sigma: Annotated[float, Field(ge=0, le=4)] = 0.5
 
@@ -40,8 +40,10 @@ class TokenLengths(StrictModel):
 
     @property
     def upper(self) -> int:
-        """The longest draw."""
-        return self.max if self.max is not None else max(self.min, 4 * self.mean)
+        """The longest draw: `max`, else the mean itself for a fixed length and 4 x mean for the others."""
+        if self.max is not None:
+            return self.max
+        return max(self.min, self.mean if self.dist == "fixed" else 4 * self.mean)
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """`n` lengths (int64), within [min, upper]."""

@@ -54,6 +54,7 @@ class LlmParams(BaseModel):
     layers: int | None = None
     hidden: int | None = None
     dtype: str | None = None  # the config's torch_dtype
+    chat_template: bool = False  # its tokenizer_config.json holds a chat template (api: chat needs one)
 
 
 class ModelMeta(BaseModel):

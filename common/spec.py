@@ -22,6 +22,7 @@ VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
 # Upper bounds of the grid and the document (the load's are common.loadspec's).
 MAX_BATCH = 4_096
 MAX_POINTS = 512
+DEFAULT_MAX_MODEL_LEN = 4096  # an LLM server's sequence length unless server.llm.max_model_len says otherwise
 MAX_SPEC_BYTES = 256 * 1024
 
 BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm"]
@@ -87,6 +88,11 @@ class LlmServerOptions(StrictModel):
     kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None  # KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)
     prefix_caching: bool | None = None  # reuse the KV cache of a shared prompt prefix
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+
+    def model_len(self, context_length: int) -> int:
+        """Tokens a sequence may hold on the server: the set max_model_len, else the model's context up to 4,096
+        (what a server reserves KV-cache room for; the CPU build's default space holds that)."""
+        return self.max_model_len or min(context_length, DEFAULT_MAX_MODEL_LEN)
 
 
 class ServerOptions(StrictModel):

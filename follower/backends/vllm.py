@@ -90,12 +90,12 @@ class VllmBackend(ProcessBackend):
         llm = self.server.llm
         argv = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", model.name, "--host", self.host, "--port", str(port),
+                # The CPU build has no float16 kernels worth measuring: "auto" means bfloat16 there (VLLM.md).
                 "--dtype", llm.dtype if llm.dtype != "auto" or self.server.uses_gpu else "bfloat16"]  # fmt: skip
-        # The CPU build has no float16 kernels worth measuring: "auto" means bfloat16 there (VLLM.md).
-        if llm.max_model_len is not None:
+        if model.llm is not None:
+            argv += ["--max-model-len", str(llm.model_len(model.llm.context_length))]
+        elif llm.max_model_len is not None:
             argv += ["--max-model-len", str(llm.max_model_len)]
-        elif model.llm is not None:
-            argv += ["--max-model-len", str(min(model.llm.context_length, 4096))]
         if llm.max_num_batched_tokens is not None:
             argv += ["--max-num-batched-tokens", str(llm.max_num_batched_tokens)]
         if llm.max_num_seqs is not None:

@@ -10,7 +10,6 @@ over (follower/loadgen/llmtruth.py counts its tokens then).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import Any, cast
@@ -19,7 +18,7 @@ import orjson
 
 from follower.loadgen.sse import DONE, Dechunker, SseParser, StreamError
 from follower.loadgen.transports.base import Answer, Stream
-from follower.loadgen.transports.rawhttp import HttpError, RawHttpSession, RawHttpTransport, parse_head
+from follower.loadgen.transports.rawhttp import ConnBase, HttpError, RawHttpSession, RawHttpTransport, parse_head
 
 _monotonic_ns = time.monotonic_ns
 TEXT_KEYS = (b'"text":', b'"content":')  # completions, chat completions (delta)
@@ -58,13 +57,11 @@ def usage_of(doc: Any) -> tuple[int | None, int | None]:
     return (prompt if isinstance(prompt, int) else None), (completion if isinstance(completion, int) else None)
 
 
-class _StreamConn(asyncio.Protocol):
+class _StreamConn(ConnBase):
     """One keep-alive connection whose answers are read as they stream."""
 
-    __slots__ = ("pool", "transport", "buf", "waiter", "first_ns", "closed", "head", "dechunker", "parser", "events_ns",
-                 "texts", "events", "usage", "body", "done_seen", "sse", "received")  # fmt: skip
-
-    transport: asyncio.Transport
+    __slots__ = ("buf", "first_ns", "head", "dechunker", "parser", "events_ns", "texts", "events", "usage", "body",
+                 "done_seen", "sse", "received")  # fmt: skip
 
     def __init__(self, pool: RawHttpSession) -> None:
         self.pool = pool
@@ -87,9 +84,6 @@ class _StreamConn(asyncio.Protocol):
         self.sse: bool | None = None  # whether the answer is an event stream (decided by its first payload bytes)
         self.received = 0  # payload bytes so far (a Content-Length answer ends at its length)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
@@ -97,16 +91,6 @@ class _StreamConn(asyncio.Protocol):
                 self._complete()
             else:
                 self._fail(f"server closed the connection mid-answer ({exc or 'EOF'})")
-
-    def eof_received(self) -> bool:
-        return False
-
-    def _fail(self, message: str) -> None:
-        waiter, self.waiter = self.waiter, None
-        self.closed = True
-        self.transport.close()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(HttpError(message))
 
     def data_received(self, data: bytes) -> None:
         ns = _monotonic_ns()

@@ -73,14 +73,33 @@ def parse_head(buf: bytearray) -> Head | None:
         return status, end + 4, length, chunked, close_after
 
 
-class _Conn(asyncio.Protocol):
+class ConnBase(asyncio.Protocol):
+    """What every keep-alive connection of the pool shares: its transport, and failing the request it carries."""
+
+    __slots__ = ("pool", "transport", "waiter", "closed")
+    transport: asyncio.Transport
+    waiter: Any  # the request on the wire's future (or future-like waiter); None between requests
+    closed: bool
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
+        self.transport = cast(asyncio.Transport, transport)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost completes an answer framed by the close
+
+    def _fail(self, message: str) -> None:
+        waiter, self.waiter = self.waiter, None
+        self.closed = True
+        self.transport.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(HttpError(message))
+
+
+class _Conn(ConnBase):
     __slots__ = (
-        "pool",
-        "transport",
         "buf",
-        "waiter",
         "first_ns",
-        "closed",
         "status",
         "body_at",
         "length",
@@ -94,7 +113,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self, pool: RawHttpSession) -> None:
         self.pool = pool
         self.buf = bytearray()
-        self.waiter: asyncio.Future[tuple[int, int, bytes]] | None = None
+        self.waiter = None
         self.first_ns = 0
         self.closed = False
         self._reset()
@@ -105,10 +124,6 @@ class _Conn(asyncio.Protocol):
         self.length = -1  # Content-Length, or -1 (chunked / until close)
         self.chunked = False
         self.close_after = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
-        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -129,16 +144,6 @@ class _Conn(asyncio.Protocol):
             self.first_ns = _monotonic_ns()
         self.buf += data
         self._parse()
-
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost completes a body framed by the close
-
-    def _fail(self, message: str) -> None:
-        waiter, self.waiter = self.waiter, None
-        self.closed = True
-        self.transport.close()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(HttpError(message))
 
     def _parse(self) -> None:
         buf = self.buf

@@ -10,10 +10,12 @@ from fastapi import APIRouter, Query, Request
 from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.llmspec import LlmWorkload
 from common.loadspec import TraceRef
+from common.models import LlmParams
 from common.repeats import summarize_repeats
 from common.signature import input_mismatches
-from common.spec import LLM_BACKENDS, BackendName
+from common.spec import LLM_BACKENDS, BackendName, JobSpec
 from common.specparse import load_yaml, parse_spec
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
@@ -52,6 +54,20 @@ def _decode(content_type: str, body: bytes) -> Any:
     return load_yaml(body)
 
 
+def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
+    """What a language model's server would refuse request by request, refused at submission naming the field."""
+    workload = spec.llm or LlmWorkload()
+    if workload.api == "chat" and not llm.chat_template:
+        raise InvalidSpec(f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions",
+                          field="llm.api")  # fmt: skip
+    longest = workload.prompt_tokens.upper + workload.output_tokens.upper
+    room = spec.server.llm.model_len(llm.context_length)
+    if longest > room:
+        raise InvalidSpec(f"the longest prompt plus the longest output ({longest} tokens) exceed the {room} tokens a "
+                          f"sequence of {ref} may hold on the server (server.llm.max_model_len, at most its context "
+                          f"{llm.context_length})", field="llm")  # fmt: skip
+
+
 @router.post("", status_code=201, response_model=JobView, openapi_extra=_SPEC_BODY)
 async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep, principal: Submitter) -> JobView:
     """Submit a job spec (YAML or JSON); it is stored as queued before the reply."""
@@ -74,6 +90,8 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         kind = "a language model (format hf)" if model.is_llm else f"a tensor model (format {model.format})"
         serve = ", ".join(b for b in get_args(BackendName) if (b in LLM_BACKENDS) == model.is_llm)
         raise InvalidSpec(f"{', '.join(wrong)} cannot serve {model.ref}, {kind}; use {serve}", field="backends")
+    if model.llm is not None:
+        check_llm_workload(spec, model.ref, model.llm)
     data_meta = None
     if spec.data.id is not None:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,22 @@ def server(leader: Leader) -> Iterator[dict[str, Any]]:
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def job_page(url: str, job_id: str) -> Iterator[Any]:
+    """Chromium logged in as the admin, on a job's page."""
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(url + "/login")
+            page.fill("#token", ADMIN_TOKEN)
+            page.click("#login-submit")
+            page.goto(f"{url}/jobs/{job_id}")
+            yield page
+        finally:
+            browser.close()
 
 
 def svg_marks(page: Any, selector: str) -> int:
@@ -179,23 +196,14 @@ def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server:
 
     job = seed_job(leader, name="web-repeats", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=30,
                    follower_id="host-r", metrics=metrics, extra="repeats: 3\n")  # fmt: skip
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(server["url"] + "/login")
-            page.fill("#token", ADMIN_TOKEN)
-            page.click("#login-submit")
-            page.goto(f"{server['url']}/jobs/{job}")
-            page.wait_for_selector("#repeats tbody tr")
-            rows = page.locator("#repeats tr.repeat")
-            assert rows.count() == 2 and page.locator("#points tbody tr").count() == 6
-            verdicts = dict(zip(rows.locator("td:nth-child(3)").all_inner_texts(),
-                                rows.locator("td.verdict b").all_inner_texts(), strict=True))  # fmt: skip
-            assert verdicts == {"50 req/s": "machine changed", "100 req/s": "repeatable"}, verdicts
-            assert "10.00 [9.70–10.30], 10.20 [9.89–10.51], 14.00 [13.58–14.42]" in rows.nth(0).inner_text()
-        finally:
-            browser.close()
+    with job_page(server["url"], job) as page:
+        page.wait_for_selector("#repeats tbody tr")
+        rows = page.locator("#repeats tr.repeat")
+        assert rows.count() == 2 and page.locator("#points tbody tr").count() == 6
+        verdicts = dict(zip(rows.locator("td:nth-child(3)").all_inner_texts(),
+                            rows.locator("td.verdict b").all_inner_texts(), strict=True))  # fmt: skip
+        assert verdicts == {"50 req/s": "machine changed", "100 req/s": "repeatable"}, verdicts
+        assert "10.00 [9.70–10.30], 10.20 [9.89–10.51], 14.00 [13.58–14.42]" in rows.nth(0).inner_text()
 
 
 def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], leader: Leader) -> None:
@@ -210,17 +218,8 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
                    follower_id="host-l", metrics=metrics)  # fmt: skip
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(server["url"] + "/login")
-            page.fill("#token", ADMIN_TOKEN)
-            page.click("#login-submit")
-            page.goto(f"{server['url']}/jobs/{job}")
-            page.wait_for_selector("#llm tbody tr.llm-point")
-            rows = page.locator("#llm tr.llm-point").all_inner_texts()
-            assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "12.50" in rows[0], rows
-            assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s
-        finally:
-            browser.close()
+    with job_page(server["url"], job) as page:
+        page.wait_for_selector("#llm tbody tr.llm-point")
+        rows = page.locator("#llm tr.llm-point").all_inner_texts()
+        assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "12.50" in rows[0], rows
+        assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s

@@ -110,7 +110,7 @@ def test_a_language_model_directory_is_stored_described_and_checked(leader: Lead
     assert meta["format"] == "hf" and meta["inputs"] == [] and meta["sha256"] == hashlib.sha256(data).hexdigest()
     assert meta["llm"] == {"architecture": "LlamaForCausalLM", "model_type": "llama", "parameters": generated["parameters"],
                            "context_length": 512, "vocab_size": generated["vocab_size"], "layers": 2, "hidden": 64,
-                           "dtype": "float16"}  # fmt: skip
+                           "dtype": "float16", "chat_template": True}  # fmt: skip
     assert leader.client.get("/api/v1/models/tiny-llama/1/file", headers=ADMIN).content == data
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
@@ -137,3 +137,38 @@ def test_a_language_model_needs_an_llm_server_and_a_tensor_model_a_tensor_server
         refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml}, content=spec)
         assert refused.status_code == 422 and refused.json()["field"] == "backends", refused.text
         assert refused.json()["message"].startswith(f"{named} cannot serve {model}")
+    # What the server would refuse request by request is refused at submission: a chat API on a model with no chat
+    # template (this one has one: the generator writes it), and lengths past what a sequence may hold.
+    assert stored.json()["llm"]["chat_template"] is True
+    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\n"
+    for extra, field in (("llm: {prompt_tokens: 200, output_tokens: 100}\n", "llm"),
+                         ("llm: {output_tokens: 8}\nserver: {llm: {max_model_len: 64}}\n", "llm")):  # fmt: skip
+        refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml}, content=base + extra)
+        assert refused.status_code == 422 and refused.json()["field"] == field, refused.text
+        assert "may hold on the server" in refused.json()["message"]
+    fits = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml},
+                              content=base + "llm: {prompt_tokens: 32, output_tokens: 16}\n")  # fmt: skip
+    assert fits.status_code == 201, fits.text
+
+
+def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
+    import io
+    import json
+    import zipfile
+
+    from common.llmgen import LlamaSpec, generate
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            content = src.read(info)
+            if info.filename == "tokenizer_config.json":
+                content = json.dumps({k: v for k, v in json.loads(content).items() if k != "chat_template"}).encode()
+            dst.writestr(info, content)
+    stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "plain", "version": "1", "format": "hf"},
+                                files={"file": ("plain.zip", out.getvalue(), "application/zip")})  # fmt: skip
+    assert stored.status_code == 201 and stored.json()["llm"]["chat_template"] is False, stored.text
+    spec = "name: j\nmodel: plain:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\nllm: {api: chat, prompt_tokens: 16}\n"
+    refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/yaml"}, content=spec)
+    assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
