@@ -83,6 +83,9 @@ def _live_fraction(progress: dict | None, index: int, *, warmup_s: float, run_s:
             elapsed = warmup_s + float(last.get("t_s", 0.0)) + float(last.get("duration_s", 0.0))
             p99 = last.get("p99_ms")
             note = f" · {last.get('throughput', 0):.0f} req/s" + (f" · p99 {p99:.1f} ms" if p99 is not None else "")
+            if last.get("tokens_per_s") is not None:  # a language model's window: its token rate and TTFT
+                ttft = last.get("ttft_p99_ms")
+                note += f" · {last['tokens_per_s']:.0f} tokens/s" + (f" · TTFT p99 {ttft:.1f} ms" if ttft is not None else "")
             return elapsed / (warmup_s + run_s), note
     return None
 
@@ -317,11 +320,12 @@ def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", to
 def data_push(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     name: Annotated[str, typer.Option()],
-    format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip) or trace")],
+    format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip), trace, or prompts (a language model's)")],
     url: UrlOpt = "http://127.0.0.1:8700",
     token: TokenOpt = "",
 ) -> None:
-    """Upload a request-data set; jobs name it with `data: {source: upload, id: ID}`."""
+    """Upload a data set; jobs name request data with `data: {source: upload, id: ID}`, a trace with
+    `load.trace: {dataset: ID}` and a prompt set with `llm: {dataset: ID}`."""
     with _client(url, token) as client:
         meta = _call(client.upload_data, file, name=name, format=format)
     console.print(f"{meta.id} name={meta.name} format={meta.format} samples={meta.samples} sha256={meta.sha256}")

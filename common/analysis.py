@@ -50,6 +50,12 @@ class LeaderboardRow(BaseModel):
     input_size: int | None = None
     flops_per_inference: float | None = None
     bytes_per_inference: float | None = None
+    # A language model's figures (None for tensor models and for older rows).
+    ttft_p99_ms: float | None = None  # time to first token, from the intended time
+    tpot_p99_ms: float | None = None  # time per output token
+    itl_p99_ms: float | None = None  # inter-token latency
+    tokens_per_s: float | None = None  # output tokens the server counted, per second
+    goodput_rps: float | None = None  # requests/s meeting the TTFT and TPOT SLOs
     best: bool = False  # the valid point of its model serving the most samples/s that meets its SLO
 
     @model_validator(mode="after")

@@ -2,7 +2,8 @@
 
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
-follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.traces).
+follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.traces); a fifth,
+`prompts`, is a language model's prompts, chats, conversations or prompt lengths (common.llmdata).
 The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
 
@@ -17,11 +18,12 @@ from typing import IO, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.llmdata import BadPrompts, parse_lines
 from common.spec import NAME_PATTERN
 from common.traces import BadTrace, inspect_trace
 
-DataFormat = Literal["npz", "jsonl", "images", "trace"]
-DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace")
+DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
+DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace", "prompts")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
@@ -39,8 +41,8 @@ class DataSetMeta(BaseModel):
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     format: DataFormat
-    samples: int  # rows (npz first axis, JSONL lines, images)
-    fields: list[str]  # npz/jsonl: the input names present; images: ["image"]
+    samples: int  # rows (npz first axis, JSONL lines, images; prompts: requests, a conversation's turns each)
+    fields: list[str]  # npz/jsonl: the input names present; images: ["image"]; prompts: the row kinds present
     sha256: str
     size_bytes: int
     created_at: datetime
@@ -53,9 +55,8 @@ class DataSetMeta(BaseModel):
 def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
     """(samples, fields) of a data set read from `fp`, or BadData saying why it is not one of `data_format`."""
     fp.seek(0)
-    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images, "trace": _inspect_trace}.get(
-        data_format
-    )
+    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images, "trace": _inspect_trace,
+               "prompts": _inspect_prompts}.get(data_format)  # fmt: skip
     if inspect is None:
         raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
     try:
@@ -71,6 +72,17 @@ def _inspect_trace(fp: IO[bytes]) -> tuple[int, list[str]]:
         return inspect_trace(fp)
     except BadTrace as exc:
         raise BadData(str(exc)) from None
+
+
+def _inspect_prompts(fp: IO[bytes]) -> tuple[int, list[str]]:
+    text = io.TextIOWrapper(fp, encoding="utf-8", errors="strict")
+    try:
+        rows, kinds = parse_lines(text)
+    except BadPrompts as exc:
+        raise BadData(str(exc)) from None
+    finally:
+        text.detach()
+    return len(rows), kinds
 
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:

@@ -1,5 +1,6 @@
 """What a language-model job sends: the API, streaming or not, and the prompt and output lengths in tokens, each
-drawn per request from a distribution and made exact by the model's own tokenizer (follower/loadgen/llmprompts.py).
+drawn per request from a distribution and made exact by the model's own tokenizer (follower/loadgen/llmprompts.py);
+or prompts from an uploaded prompt set (common.llmdata); and a shared prefix for a share of the requests.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from pydantic import Field, model_validator
 from common.loadspec import StrictModel
 
 MAX_TOKENS = 131_072
+MAX_EMPIRICAL = 100_000  # lengths an empirical distribution may list inline
 
 
 class TokenLengths(StrictModel):
-    """A length in tokens per request: `fixed` (mean), `uniform` (min..max), `normal` (mean, std) or `lognormal`
-    (mean, sigma of its log); every draw is rounded and clipped to [min, max]. A number is short for fixed."""
+    """A length in tokens per request: `fixed` (mean), `uniform` (min..max), `normal` (mean, std), `lognormal`
+    (mean, sigma of its log) or `empirical` (drawn from `values`, observed lengths; a file of them is an uploaded
+    prompt set of {"prompt_tokens": N} lines, llm.dataset); every draw is rounded and clipped to [min, max]. A number
+    is short for fixed."""
 
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical"] = "fixed"
     mean: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 64
     min: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
     max: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None  # None: the mean if fixed, else 4 x mean (uniform: needed)
     std: Annotated[float, Field(ge=0)] = 0.0
     sigma: Annotated[float, Field(ge=0, le=4)] = 0.5
+    values: Annotated[list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]], Field(max_length=MAX_EMPIRICAL)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -34,6 +39,8 @@ class TokenLengths(StrictModel):
     def _bounds(self) -> TokenLengths:
         if self.dist == "uniform" and self.max is None:
             raise ValueError("uniform needs max (and min)")
+        if (self.dist == "empirical") != bool(self.values):
+            raise ValueError("empirical needs values (the observed lengths), and only empirical takes them")
         if self.max is not None and self.max < self.min:
             raise ValueError("max must be >= min")
         return self
@@ -43,6 +50,8 @@ class TokenLengths(StrictModel):
         """The longest draw: `max`, else the mean itself for a fixed length and 4 x mean for the others."""
         if self.max is not None:
             return self.max
+        if self.values:
+            return max(self.min, max(self.values))
         return max(self.min, self.mean if self.dist == "fixed" else 4 * self.mean)
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -51,12 +60,24 @@ class TokenLengths(StrictModel):
             values = np.full(n, float(self.mean))
         elif self.dist == "uniform":
             values = rng.integers(self.min, self.upper + 1, size=n).astype(np.float64)
+        elif self.values:
+            values = rng.choice(np.asarray(self.values, dtype=np.float64), size=n)
         elif self.dist == "normal":
             values = rng.normal(self.mean, self.std, size=n)
         else:
             # The lognormal whose mean is `mean`: mu = ln(mean) - sigma^2 / 2.
             values = rng.lognormal(np.log(self.mean) - self.sigma**2 / 2, self.sigma, size=n)
         return np.clip(np.rint(values), self.min, self.upper).astype(np.int64)
+
+
+class SharedPrefix(StrictModel):
+    """A system prompt of `tokens` tokens that a `share` of the requests start with (one of `count` such prefixes,
+    each request's drawn at random): what prefix caching saves. A request's prompt is its prefix plus its own
+    prompt_tokens (or prompt set row)."""
+
+    tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    count: Annotated[int, Field(ge=1, le=1000)] = 1
 
 
 class LlmWorkload(StrictModel):
@@ -69,9 +90,20 @@ class LlmWorkload(StrictModel):
     # Random weights never stop on their own terms and real ones stop early: either way the asked length is enforced
     # (vLLM: ignore_eos and min_tokens) and checked against the server's count.
     ignore_eos: bool = True
+    # An uploaded prompt set (format prompts, its id): each request takes a row (prompts, chats, conversation turns or
+    # lengths), at random or in order; a row without output_tokens draws it from output_tokens.
+    dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")] | None = None
+    order: Literal["random", "sequential"] = "random"
+    shared_prefix: SharedPrefix | None = None
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:
-        if self.prompt_tokens.upper + self.output_tokens.upper > MAX_TOKENS:
+        if self.longest_prompt + self.output_tokens.upper > MAX_TOKENS:
             raise ValueError(f"the longest prompt plus the longest output exceed {MAX_TOKENS} tokens")
         return self
+
+    @property
+    def longest_prompt(self) -> int:
+        """The longest prompt drawn from prompt_tokens, with its shared prefix (a prompt set's rows are measured on the
+        follower)."""
+        return self.prompt_tokens.upper + (self.shared_prefix.tokens if self.shared_prefix else 0)

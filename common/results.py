@@ -63,6 +63,10 @@ class WindowStat(BaseModel):
     p50_ms: float | None = None
     p99_ms: float | None = None  # latency from the intended time; in-flight requests count with their age so far
     send_lag_p99_ms: float | None = None
+    # A language model's window: output tokens of its answered requests per second (the server's counts), and time
+    # to first token p99 from the intended time (requests still waiting for their first token count with their age).
+    tokens_per_s: float | None = None
+    ttft_p99_ms: float | None = None
 
 
 class SearchStep(BaseModel):
@@ -114,14 +118,17 @@ class ServerStats(BaseModel):
 
 
 class GeneratorPlan(BaseModel):
-    """How many generator processes a point ran and why: needed cores = target rate x CPU per request."""
+    """How many generator processes a point ran and why: needed cores = target rate x CPU per request (for a streamed
+    answer, the request's own CPU plus its token events' CPU)."""
 
     model_config = ConfigDict(extra="forbid")
 
     processes: int
-    cores_needed: float  # rate x the follower's learned CPU seconds per request
+    cores_needed: float  # rate x the follower's learned CPU seconds per request (with its token events)
     cores_available: int  # cores given to the generator (follower.host.cpuplan)
     cpu_per_request_us: float
+    cpu_per_token_event_us: float | None = None  # a streamed answer's CPU per token event (LLM points)
+    token_events_per_s: float | None = None  # the token events the point's rate will bring, at its asked lengths
     forced: bool = False  # the operator's follower setting `generators` chose the count
     saturated: bool = False  # more cores were needed than available: the point is invalid
     reason: str
@@ -151,9 +158,24 @@ ReasonCode = Literal[
 ]
 
 
+class ServerQuantile(BaseModel):
+    """A quantile of a server's own histogram over the run: the estimate (linear inside its bucket, as Prometheus'
+    histogram_quantile) and the bucket's edges, which bound the true value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ms: float
+    low_ms: float
+    high_ms: float | None  # None: the quantile fell in the +Inf bucket
+
+    def holds(self, value_ms: float) -> bool:
+        """Whether a value lies within what the histogram allows for this quantile."""
+        return self.low_ms <= value_ms and (self.high_ms is None or value_ms <= self.high_ms)
+
+
 class LlmServerView(BaseModel):
     """What an LLM server itself measured over the point's run (warm-up included), from its Prometheus metrics:
-    means in ms of its own histograms, and its counters' increase."""
+    means in ms of its own histograms, their p50 and p99 within their buckets, and its counters' increase."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -169,6 +191,7 @@ class LlmServerView(BaseModel):
     preemptions: int = 0
     prefix_cache_hit_share: float | None = None  # prefix-cache hits over queries, in tokens
     kv_cache_usage: float | None = None  # the KV cache's fill at the end of the point (0..1)
+    quantiles: dict[str, ServerQuantile] = {}  # ttft_p50, ttft_p99, itl_p50, itl_p99 where the server exports buckets
 
 
 class LlmFigures(BaseModel):
@@ -178,6 +201,8 @@ class LlmFigures(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ttft_ms: Percentiles | None  # first token event - intended time
+    ttft_ci_ms: dict[str, tuple[float, float]] | None = None  # 95% CIs of its p50/p99 (block bootstrap)
+    ttft_hdr: str | None = None  # its HDR histogram (ns), common.stats.encode; mergeable across runs and shards
     ttft_sent_ms: Percentiles | None  # first token event - send
     itl_ms: Percentiles | None  # gaps between successive token events, every request's pooled
     itl_request_ms: Percentiles | None  # each request's mean gap
@@ -194,7 +219,7 @@ class LlmFigures(BaseModel):
     token_events: int = 0  # stream events that carried text
     mismatched_requests: int = 0  # requests whose counts disagree (see follower/loadgen/llmstats.py)
     buffered_requests: int = 0  # streams whose token events all arrived in one read
-    server: LlmServerView | None = None  # the server's own view of the same run (vLLM's metrics)
+    server: LlmServerView | None = None  # the server's own view of the same run (its Prometheus metrics)
 
 
 class Reason(BaseModel):

@@ -25,9 +25,9 @@ MAX_POINTS = 512
 DEFAULT_MAX_MODEL_LEN = 4096  # an LLM server's sequence length unless server.llm.max_model_len says otherwise
 MAX_SPEC_BYTES = 256 * 1024
 
-BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm"]
+BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"]
 # Backends that serve language models (format "hf") over an OpenAI-compatible API; the others serve tensors (KServe v2).
-LLM_BACKENDS = frozenset({"vllm"})
+LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 class ModelRef(StrictModel):
@@ -109,7 +109,7 @@ class ServerOptions(StrictModel):
     # Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider
     # (unless execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU.
     device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$")] = "cpu"
-    llm: LlmServerOptions = LlmServerOptions()  # LLM servers (vllm) only
+    llm: LlmServerOptions = LlmServerOptions()  # LLM servers (vllm, sglang, triton-openai) only
 
     @property
     def uses_gpu(self) -> bool:
@@ -270,8 +270,9 @@ class JobSpec(StrictModel):
         if self.llm is not None and not any(b in LLM_BACKENDS for b in self.backends):
             named = ", ".join(sorted(LLM_BACKENDS))
             raise ValueError(f"llm describes a language model's requests: it needs an LLM backend ({named})")
-        if self.load.pattern == "closed" and any(b in LLM_BACKENDS for b in self.backends):
-            raise ValueError("a language model's point runs an open loop (a closed loop of LLM requests is not built yet)")
+        if "sglang" in self.backends and self.server.llm.kv_cache_gb is not None:
+            raise ValueError("server.llm.kv_cache_gb sizes vLLM's KV cache in bytes; SGLang sizes its own as a memory share "
+                             "(leave it unset for sglang)")
         return self
 
     @model_validator(mode="after")

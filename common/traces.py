@@ -4,12 +4,14 @@ One documented format, three spellings (detected from the first non-blank, non-`
 
 * plain text: one send offset in **seconds** per line (`0.0`, `0.0125`, ...);
 * CSV with a header row: a column `t` (seconds) or `t_ms` (milliseconds), optionally a column `input`: the row
-  of the job's uploaded request data set that request sends (whole numbers from 0; other columns are ignored);
-* JSONL: one object per line with `t` or `t_ms`, optionally `input`.
+  of the job's uploaded request data set that request sends (whole numbers from 0), and for a language model's job
+  optionally `prompt_tokens` and `output_tokens`: that request's lengths (other columns are ignored);
+* JSONL: one object per line with `t` or `t_ms`, optionally `input`, `prompt_tokens` and `output_tokens`.
 
 Offsets are from the start of the measured run; they must be finite, non-negative, at most MAX_DURATION_S and
 never decrease (a trace is a recording, not a set: it is refused, not sorted, so a shuffled file is noticed).
-Either every entry names an `input` or none does. Parsing only reads numbers: no user code runs anywhere.
+Either every entry names an `input` or none does, and the same for the lengths (both or neither). Parsing only reads
+numbers: no user code runs anywhere.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ from common.loadspec import MAX_DURATION_S
 
 # One trace feeds one run; a million arrivals is ~3 min at 5k req/s, far more than one point ever sends.
 MAX_TRACE_FILE_ENTRIES = 1_000_000
-TRACE_FIELDS_PLAIN = ["t"]
-TRACE_FIELDS_INPUT = ["input", "t"]
+MAX_TRACE_TOKENS = 131_072
 
 
 class BadTrace(ValueError):
@@ -37,10 +38,20 @@ class BadTrace(ValueError):
 
 @dataclass(frozen=True)
 class Trace:
-    """A parsed trace: send offsets (int64 ns, non-decreasing) and, optionally, the request-data row of each."""
+    """A parsed trace: send offsets (int64 ns, non-decreasing) and, optionally, the request-data row of each and a
+    language model's prompt and output tokens of each."""
 
     offsets_ns: np.ndarray
     inputs: np.ndarray | None = None
+    prompt_tokens: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None
+
+    @property
+    def fields(self) -> list[str]:
+        """What each entry gives, for the data set's metadata."""
+        named = ["input"] if self.inputs is not None else []
+        named += ["output_tokens", "prompt_tokens"] if self.prompt_tokens is not None else []
+        return sorted([*named, "t"])
 
     def __len__(self) -> int:
         return len(self.offsets_ns)
@@ -59,7 +70,11 @@ class Trace:
         """The entries whose offset lies in [0, duration_s): what a run of that length replays."""
         end_ns = int(round(duration_s * 1e9))
         keep = int(np.searchsorted(self.offsets_ns, end_ns, side="left"))
-        return Trace(self.offsets_ns[:keep], None if self.inputs is None else self.inputs[:keep])
+
+        def cut(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else values[:keep]
+
+        return Trace(self.offsets_ns[:keep], cut(self.inputs), cut(self.prompt_tokens), cut(self.output_tokens))
 
 
 def _number(text: str, where: str, column: str) -> float:
@@ -70,20 +85,32 @@ def _number(text: str, where: str, column: str) -> float:
     return value
 
 
-def _input_index(value: object, where: str) -> int:
+def _whole(value: object, where: str, column: str = "input", least: int = 0, most: int | None = None) -> int:
+    bound = f"in {least}..{most}" if most is not None else f">= {least}"
     if isinstance(value, bool):
-        raise BadTrace(f"{where}: input must be a whole number >= 0, got {value!r}")
+        raise BadTrace(f"{where}: {column} must be a whole number {bound}, got {value!r}")
     if isinstance(value, str):
         text = value.strip()
         try:
             value = int(text)
         except ValueError:
-            raise BadTrace(f"{where}: input must be a whole number >= 0, got {text[:40]!r}") from None
+            raise BadTrace(f"{where}: {column} must be a whole number {bound}, got {text[:40]!r}") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or value < 0:
-        raise BadTrace(f"{where}: input must be a whole number >= 0, got {value!r}")
+    if not isinstance(value, int) or value < least or (most is not None and value > most):
+        raise BadTrace(f"{where}: {column} must be a whole number {bound}, got {value!r}")
     return value
+
+
+def _lengths(get: dict[str, object], where: str) -> tuple[int, int] | None:
+    """An entry's (prompt_tokens, output_tokens), None when it gives neither."""
+    has = [k for k in ("prompt_tokens", "output_tokens") if get.get(k) not in (None, "")]
+    if not has:
+        return None
+    if len(has) == 1:
+        raise BadTrace(f"{where}: give both prompt_tokens and output_tokens, or neither")
+    return (_whole(get["prompt_tokens"], where, "prompt_tokens", 1, MAX_TRACE_TOKENS),
+            _whole(get["output_tokens"], where, "output_tokens", 1, MAX_TRACE_TOKENS))  # fmt: skip
 
 
 class _Builder:
@@ -92,9 +119,11 @@ class _Builder:
     def __init__(self) -> None:
         self.seconds: list[float] = []
         self.inputs: list[int] = []
+        self.lengths: list[tuple[int, int]] = []
         self.with_input: bool | None = None
+        self.with_lengths: bool | None = None
 
-    def add(self, t: float, input_index: int | None, where: str) -> None:
+    def add(self, t: float, input_index: int | None, where: str, lengths: tuple[int, int] | None = None) -> None:
         if not math.isfinite(t) or t < 0:
             raise BadTrace(f"{where}: offset {t!r} must be a finite number of seconds >= 0")
         if t > MAX_DURATION_S:
@@ -107,18 +136,27 @@ class _Builder:
             self.with_input = has
         elif self.with_input != has:
             raise BadTrace(f"{where}: either every entry names an input or none does")
+        if self.with_lengths is None:
+            self.with_lengths = lengths is not None
+        elif self.with_lengths != (lengths is not None):
+            raise BadTrace(f"{where}: either every entry gives prompt_tokens and output_tokens or none does")
         if len(self.seconds) >= MAX_TRACE_FILE_ENTRIES:
             raise BadTrace(f"more than {MAX_TRACE_FILE_ENTRIES} entries")
         self.seconds.append(t)
         if input_index is not None:
             self.inputs.append(input_index)
+        if lengths is not None:
+            self.lengths.append(lengths)
 
     def build(self) -> Trace:
         if not self.seconds:
             raise BadTrace("no entries (one send offset per line, a CSV with a t or t_ms column, or JSONL)")
         offsets = np.round(np.asarray(self.seconds, dtype=np.float64) * 1e9).astype(np.int64)
         inputs = np.asarray(self.inputs, dtype=np.int64) if self.with_input else None
-        return Trace(offsets, inputs)
+        if not self.with_lengths:
+            return Trace(offsets, inputs)
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        return Trace(offsets, inputs, lengths[:, 0].copy(), lengths[:, 1].copy())
 
 
 def _time_column(names: list[str], where: str) -> tuple[str, float]:
@@ -159,7 +197,8 @@ def parse_trace(fp: IO[bytes]) -> Trace:
             value = doc[column]
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise BadTrace(f"{where}: {column} must be a number, got {value!r}")
-            builder.add(float(value) * scale, _input_index(doc["input"], where) if "input" in doc else None, where)
+            builder.add(float(value) * scale, _whole(doc["input"], where) if "input" in doc else None, where,
+                        _lengths(doc, where))  # fmt: skip
         return builder.build()
     if any(c.isalpha() for c in first.replace("e", "").replace("E", "")) or "," in first:
         header = [h.strip() for h in next(csv.reader([first]))]
@@ -172,7 +211,8 @@ def parse_trace(fp: IO[bytes]) -> Trace:
             if len(row) != len(header):
                 raise BadTrace(f"{where} has {len(row)} columns, the header has {len(header)}")
             t = _number(row[t_at], where, column) * scale
-            builder.add(t, _input_index(row[input_at], where) if input_at is not None else None, where)
+            builder.add(t, _whole(row[input_at], where) if input_at is not None else None, where,
+                        _lengths(dict(zip(header, row, strict=True)), where))  # fmt: skip
         return builder.build()
     for n, line in body:
         builder.add(_number(line, f"line {n}", "offset"), None, f"line {n}")
@@ -180,9 +220,10 @@ def parse_trace(fp: IO[bytes]) -> Trace:
 
 
 def inspect_trace(fp: IO[bytes]) -> tuple[int, list[str]]:
-    """(entries, fields) of a trace file for its data-set metadata: fields are ["t"] or ["input", "t"]."""
+    """(entries, fields) of a trace file for its data-set metadata: "t", and "input", "prompt_tokens" and
+    "output_tokens" where it gives them."""
     trace = parse_trace(fp)
-    return len(trace), TRACE_FIELDS_INPUT if trace.inputs is not None else TRACE_FIELDS_PLAIN
+    return len(trace), trace.fields
 
 
 def load_trace(path: str) -> Trace:

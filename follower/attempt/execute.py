@@ -14,6 +14,7 @@ from common.grid import server_runs
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
 from follower.attempt.model_cache import fetch_model
+from follower.attempt.prompt_data import resolve_prompt_set
 from follower.attempt.request_data import resolve_request_data, with_client_stages
 from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
@@ -71,13 +72,16 @@ async def _run_backends(
     )
     # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
     trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
+    # A language model's uploaded prompt set (llm.dataset: ID), the same way.
+    prompt_rows = await asyncio.to_thread(resolve_prompt_set, task.spec, client=client,
+                                          cache_dir=settings.work_dir / "data-cache")  # fmt: skip
     # One server start per run of points sharing it: a backend's points, or each round's with fresh servers.
     for points in server_runs(task.points, task.spec.repeats.fresh_server):
         async for result in run_backend(
             points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base,
             slo=task.spec.slo, records_sink=keep_records, sampling=sampling,
             progress_sink=reporter.sink if reporter is not None else None, samples=samples, trace=trace,
-            forced_generators=settings.generators,
+            prompt_rows=prompt_rows, forced_generators=settings.generators,
             wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
         ):
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"

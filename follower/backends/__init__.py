@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from follower.backends.base import Backend
 from follower.backends.onnxruntime import OnnxRuntimeBackend
+from follower.backends.sglang import SglangBackend
 from follower.backends.tfserving import TFServingBackend
 from follower.backends.torchscript import TorchScriptBackend
 from follower.backends.triton import TritonBackend
+from follower.backends.triton_openai import TritonOpenAiBackend
 from follower.backends.vllm import VllmBackend
 
 BACKENDS: dict[str, type[Backend]] = {
@@ -15,6 +17,8 @@ BACKENDS: dict[str, type[Backend]] = {
     "triton": TritonBackend,
     "tfserving": TFServingBackend,
     "vllm": VllmBackend,
+    "sglang": SglangBackend,
+    "triton-openai": TritonOpenAiBackend,
 }
 
 
@@ -45,6 +49,6 @@ def available_backends(names: list[str] | None = None) -> tuple[list[str], dict[
 
 
 __all__ = [
-    "BACKENDS", "Backend", "OnnxRuntimeBackend", "TFServingBackend", "TorchScriptBackend", "TritonBackend",
-    "VllmBackend", "available_backends", "get_backend",
+    "BACKENDS", "Backend", "OnnxRuntimeBackend", "SglangBackend", "TFServingBackend", "TorchScriptBackend",
+    "TritonBackend", "TritonOpenAiBackend", "VllmBackend", "available_backends", "get_backend",
 ]

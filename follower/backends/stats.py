@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from common.results import LlmServerView, ServerStats
+from common.results import LlmServerView, ServerQuantile, ServerStats
 
 
 def _counters(stats: dict[str, Any]) -> dict[str, float] | None:
@@ -62,16 +63,25 @@ def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerS
     )
 
 
-# vLLM's histograms (seconds) whose mean over the run the server view reports: field <- metric name(s), the first
-# the server has (names moved between vLLM versions).
+# The server's histograms (seconds) whose mean over the run the view reports: field <- metric names, the first the
+# server has (names moved between vLLM versions; SGLang's are its own).
 _LLM_HISTOGRAMS = {
-    "ttft_ms_mean": ("vllm:time_to_first_token_seconds",),
-    "itl_ms_mean": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "e2e_ms_mean": ("vllm:e2e_request_latency_seconds",),
-    "queue_ms_mean": ("vllm:request_queue_time_seconds",),
+    "ttft_ms_mean": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "itl_ms_mean": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+                    "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "e2e_ms_mean": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+    "queue_ms_mean": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
     "prefill_ms_mean": ("vllm:request_prefill_time_seconds",),
     "decode_ms_mean": ("vllm:request_decode_time_seconds",),
+}  # fmt: skip
+# Counters (their increase over the run) and gauges (their value at its end): field <- names, the first present.
+_LLM_COUNTERS = {
+    "requests": ("vllm:request_success_total", "sglang:num_requests_total"),
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+    "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
 }
+_KV_USAGE = ("vllm:kv_cache_usage_perc", "sglang:token_usage")
 
 
 def _total(metrics: dict[str, float], name: str) -> float:
@@ -79,25 +89,59 @@ def _total(metrics: dict[str, float], name: str) -> float:
     return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
 
 
+def histogram_quantile(before: dict[str, float], after: dict[str, float], name: str, q: float) -> ServerQuantile | None:
+    """Quantile q (0..1), in ms, of what a seconds histogram observed between two snapshots of its buckets
+    (`NAME_bucket{le="..."}`, cumulative); None where it has no buckets or observed nothing."""
+    prefix = f'{name}_bucket{{le="'
+    edges = sorted((float(k[len(prefix) : -2]), k) for k in after if k.startswith(prefix) and k.endswith('"}'))
+    if not edges:
+        return None
+    cumulative = [(le, after[k] - before.get(k, 0.0)) for le, k in edges]
+    total = cumulative[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    low, below = 0.0, 0.0
+    for le, count in cumulative:
+        if count >= rank and count > below:
+            if math.isinf(le):
+                return ServerQuantile(ms=1e3 * low, low_ms=1e3 * low, high_ms=None)
+            share = (rank - below) / (count - below)
+            return ServerQuantile(ms=1e3 * (low + (le - low) * share), low_ms=1e3 * low, high_ms=1e3 * le)
+        low, below = le, count
+    return None
+
+
 def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServerView | None:
-    """What an LLM server measured between two snapshots of its metrics (VllmBackend.stats); None without them."""
+    """What an LLM server measured between two snapshots of its metrics (its backend's stats()); None without them."""
     a, b = before.get("metrics"), after.get("metrics")
-    if not isinstance(a, dict) or not isinstance(b, dict) or "vllm:request_success_total" not in "".join(b):
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return None
+    keys = "".join(b)
+    counted = {field: next((n for n in names if n in keys), None) for field, names in _LLM_COUNTERS.items()}
+    if counted["requests"] is None:
         return None
 
-    def delta(name: str) -> float:
-        return _total(b, name) - _total(a, name)
+    def delta(name: str | None) -> float:
+        return _total(b, name) - _total(a, name) if name else 0.0
 
     means: dict[str, float | None] = {}
+    quantiles: dict[str, ServerQuantile] = {}
     for field, names in _LLM_HISTOGRAMS.items():
         name = next((n for n in names if f"{n}_count" in b), None)
         count = delta(f"{name}_count") if name else 0.0
         means[field] = 1e3 * delta(f"{name}_sum") / count if name and count > 0 else None
+        if name and field in ("ttft_ms_mean", "itl_ms_mean"):
+            for q in (50, 99):
+                found = histogram_quantile(a, b, name, q / 100)
+                if found is not None:
+                    quantiles[f"{field.split('_')[0]}_p{q}"] = found
     queries = delta("vllm:prefix_cache_queries_total")
-    usage = b.get("vllm:kv_cache_usage_perc")
+    hit_share = delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else b.get("sglang:cache_hit_rate")
+    usage = next((b[n] for n in _KV_USAGE if n in b), None)
     return LlmServerView(
-        requests=int(delta("vllm:request_success_total")), prompt_tokens=int(delta("vllm:prompt_tokens_total")),
-        generation_tokens=int(delta("vllm:generation_tokens_total")), preemptions=int(delta("vllm:num_preemptions_total")),
-        prefix_cache_hit_share=delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else None,
-        kv_cache_usage=float(usage) if usage is not None else None, **means,
+        requests=int(delta(counted["requests"])), prompt_tokens=int(delta(counted["prompt_tokens"])),
+        generation_tokens=int(delta(counted["generation_tokens"])), preemptions=int(delta(counted["preemptions"])),
+        prefix_cache_hit_share=float(hit_share) if hit_share is not None else None,
+        kv_cache_usage=float(usage) if usage is not None else None, quantiles=quantiles, **means,
     )  # fmt: skip

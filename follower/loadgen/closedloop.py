@@ -15,8 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from follower.loadgen import timing
+from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import STAGES, TRANSPORT_ERROR, LoadRecords
 from follower.loadgen.transports import Transport, open_transport
+from follower.loadgen.transports.base import Stream
 
 
 async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurrency: int, duration_ns: int) -> LoadRecords:
@@ -30,6 +32,8 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
     stages: dict[str, list[int]] = {s: [] for s in STAGES}
     lags: list[int] = []
     errors: list[str] = []
+    picked: list[int] = []
+    streams: list[Stream | None] = []
     start_ns = time.monotonic_ns()
     end_ns = start_ns + duration_ns
     counter = iter(range(1 << 62))
@@ -38,13 +42,14 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
 
     async def user() -> None:
         while time.monotonic_ns() < end_ns:
-            i = next(counter)
-            body = encoded[i % len(encoded)]
+            i = next(counter) % len(encoded)
+            body = encoded[i]
             t_sent = time.monotonic_ns()
-            t_first, t_done, code, params = -1, -1, TRANSPORT_ERROR, None
+            t_first, t_done, code, params, stream = -1, -1, TRANSPORT_ERROR, None, None
             try:
                 answer = await transport.request(body)
                 t_first, t_done, code, params = answer.first_ns, answer.done_ns, answer.status, answer.stages
+                stream = answer.stream
                 if answer.error is not None and not errors:
                     errors.append(answer.error)
             except transport.errors as exc:
@@ -56,6 +61,8 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
             first.append(t_first)
             done.append(t_done)
             status.append(code)
+            picked.append(i)
+            streams.append(stream)
             for stage in STAGES:
                 value = params.get(stage) if params else None
                 stages[stage].append(value if isinstance(value, int) else -1)
@@ -75,6 +82,12 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
     # Users append when answered, so sort by send time: windows cut the records by (sorted) intended time.
     order = np.argsort(sent_arr, kind="stable")
     sent_arr = sent_arr[order]
+    llm = None
+    if any(s is not None for s in streams):
+        llm = LlmColumns.allocate(len(streams))
+        for k, i in enumerate(order.tolist()):
+            if (stream := streams[i]) is not None:
+                llm.add(k, stream)
     return LoadRecords(
         intended_ns=sent_arr.copy(),  # closed loop: a request is due when its user is free
         sent_ns=sent_arr,
@@ -89,6 +102,8 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
         error_sample=errors[0] if errors else None,
         timer="closed",
         capped=np.zeros(len(sent), dtype=bool),
+        llm=llm,
+        body=np.asarray(picked, dtype=np.int64)[order],
     )
 
 

@@ -9,11 +9,13 @@ back in each answer's usage and is checked against this one after the run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
+from common.llmdata import PromptRow
 from common.llmspec import LlmWorkload
 
 MIN_POOL = 256  # words needed for prompts that do not repeat themselves
@@ -47,22 +49,33 @@ class PromptMaker:
         """Tokens of generated text (nothing added)."""
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def prompt(self, tokens: int, rng: np.random.Generator) -> str:
-        """A prompt of exactly `tokens` tokens (at least what the tokenizer adds, plus one word)."""
+    def prompt(self, tokens: int, rng: np.random.Generator, prefix: str = "") -> str:
+        """A prompt of exactly `tokens` tokens (at least what the tokenizer adds, plus one word) after `prefix` (whole
+        words from `words`, each one token more)."""
         words = max(tokens - self.added, 1)
-        text = "".join(rng.choice(self.pool, size=words))
+        text = prefix + "".join(rng.choice(self.pool, size=words))
         got = self.count(text)
-        if got != self.least(tokens):
+        if got != self.least(tokens) + self.words_in(prefix):
             raise ValueError(f"a prompt of {words} words came to {got} tokens, not {tokens}: this tokenizer merges words")
         return text
+
+    def words(self, tokens: int, rng: np.random.Generator) -> str:
+        """`tokens` pool words: a shared prefix of exactly that many tokens wherever it starts a built prompt."""
+        return "".join(rng.choice(self.pool, size=tokens))
+
+    @staticmethod
+    def words_in(prefix: str) -> int:
+        """Tokens of a prefix made by `words` (one per word)."""
+        return prefix.count(" ")
 
     def least(self, tokens: int, chat: bool = False) -> int:
         """The length a prompt asked to be `tokens` long gets: that, or the shortest one (what the tokenizer or the
         chat template adds, plus one word)."""
         return max(tokens, (self.chat_overhead() if chat else self.added) + 1)
 
-    def render_chat(self, content: str) -> str:
-        """The text the server tokenizes for one user message: the model's chat template, rendered in a sandbox."""
+    def render_chat(self, messages: str | Sequence[tuple[str, str]]) -> str:
+        """The text the server tokenizes for a chat request (one user message, or (role, content) messages): the
+        model's chat template, rendered in a sandbox."""
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         template = self.config.get("chat_template")
@@ -73,14 +86,15 @@ class PromptMaker:
             value = self.config.get(key)
             return str(value.get("content", "")) if isinstance(value, dict) else str(value or "")
 
+        listed = [("user", messages)] if isinstance(messages, str) else messages
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(template).render(messages=[{"role": "user", "content": content}],
+        return env.from_string(template).render(messages=[{"role": r, "content": c} for r, c in listed],
                                                 add_generation_prompt=True, bos_token=token("bos_token"),
                                                 eos_token=token("eos_token"))  # fmt: skip
 
-    def count_chat(self, content: str) -> int:
-        """Tokens of a chat request with one user message, as the server counts them (the template adds its own)."""
-        return len(self.tokenizer.encode(self.render_chat(content), add_special_tokens=False).ids)
+    def count_chat(self, messages: str | Sequence[tuple[str, str]]) -> int:
+        """Tokens of a chat request, as the server counts them (the template adds its own)."""
+        return len(self.tokenizer.encode(self.render_chat(messages), add_special_tokens=False).ids)
 
     def chat_overhead(self) -> int:
         """What the chat template adds around one message, in tokens."""
@@ -88,35 +102,69 @@ class PromptMaker:
             self._chat_overhead = self.count_chat(str(self.pool[0]).lstrip()) - 1
         return self._chat_overhead
 
-    def chat_prompt(self, tokens: int, rng: np.random.Generator) -> str:
-        """A user message whose chat request is exactly `tokens` tokens long (template included)."""
+    def chat_prompt(self, tokens: int, rng: np.random.Generator, prefix: str = "") -> str:
+        """A user message whose chat request is exactly `tokens` tokens long (template included) after `prefix`."""
         words = max(tokens - self.chat_overhead(), 1)
-        content = "".join(rng.choice(self.pool, size=words)).lstrip()
+        content = (prefix + "".join(rng.choice(self.pool, size=words))).lstrip()
         got = self.count_chat(content)
-        if got != self.least(tokens, chat=True):
+        if got != self.least(tokens, chat=True) + self.words_in(prefix):
             raise ValueError(f"a chat message of {words} words came to {got} tokens, not {tokens}: the template merges them")
         return content
 
 
-def llm_bodies(workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int,
-               seed: int) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """One request body per scheduled request (prompt and output lengths drawn per request), the body index, and the
-    prompt and output tokens each request holds and asks for."""
+Prompt = str | list[tuple[str, str]]  # a completion's text, or a chat request's (role, content) messages
+
+
+def llm_bodies(workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int, seed: int,
+               rows: Sequence[PromptRow] | None = None) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """One request body per scheduled request, the body index, and the prompt and output tokens each request holds
+    and asks for. Prompts are drawn lengths made exact, or rows of an uploaded prompt set (`rows`, at random or in
+    order); a shared prefix starts the share of requests the workload says."""
     rng = np.random.default_rng(seed)
-    prompts = workload.prompt_tokens.draw(n, rng)
+    drawn = workload.prompt_tokens.draw(n, rng) if not rows else np.zeros(n, dtype=np.int64)
     outputs = workload.output_tokens.draw(n, rng)
-    chat = workload.api == "chat"
-    make = maker.chat_prompt if chat else maker.prompt
-    bodies = [request_body(workload, model_name, make(int(p), rng), int(o)) for p, o in zip(prompts, outputs, strict=True)]
-    held = np.array([maker.least(int(p), chat=chat) for p in prompts], dtype=np.int64)
+    picks = np.zeros(n, dtype=np.int64)
+    if rows:
+        picks = np.arange(n) % len(rows) if workload.order == "sequential" else rng.integers(0, len(rows), size=n)
+    shared = workload.shared_prefix
+    prefixes = [maker.words(shared.tokens, rng) for _ in range(shared.count)] if shared else [""]
+    prefixed = rng.random(n) < shared.share if shared else np.zeros(n, dtype=bool)
+    which = rng.integers(0, len(prefixes), size=n)
+    bodies: list[bytes] = []
+    held = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        prefix = prefixes[which[i]] if prefixed[i] else ""
+        row = rows[picks[i]] if rows else None
+        if row is not None and row.output_tokens is not None:
+            outputs[i] = row.output_tokens
+        prompt, held[i] = _prompt(workload, maker, rng, row, int(drawn[i]), prefix)
+        bodies.append(request_body(workload, model_name, prompt, int(outputs[i])))
     return bodies, np.arange(n, dtype=np.int64), held, outputs
 
 
-def request_body(workload: LlmWorkload, model_name: str, prompt: str, output_tokens: int) -> bytes:
+def _prompt(workload: LlmWorkload, maker: PromptMaker, rng: np.random.Generator, row: PromptRow | None, drawn: int,
+            prefix: str) -> tuple[Prompt, int]:  # fmt: skip
+    """One request's prompt and its length in tokens as the server counts it."""
+    chat = workload.api == "chat"
+    if row is None or row.prompt_tokens is not None:
+        length = row.prompt_tokens if row is not None and row.prompt_tokens is not None else drawn
+        text = maker.chat_prompt(length, rng, prefix) if chat else maker.prompt(length, rng, prefix)
+        return text, maker.least(length, chat=chat) + maker.words_in(prefix)
+    if row.prompt is not None:
+        text = prefix.lstrip() + "\n" + row.prompt if prefix else row.prompt
+        return text, maker.count_chat(text) if chat else maker.count(text)
+    messages = list(row.messages or ())
+    if prefix:
+        messages.insert(0, ("system", prefix.lstrip()))
+    return messages, maker.count_chat(messages)
+
+
+def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_tokens: int) -> bytes:
     """The JSON of one completions (or chat completions) request asking for exactly `output_tokens` tokens."""
     body: dict[str, Any] = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}
     if workload.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        listed = [("user", prompt)] if isinstance(prompt, str) else prompt
+        body["messages"] = [{"role": role, "content": content} for role, content in listed]
     else:
         body["prompt"] = prompt
     if workload.ignore_eos:

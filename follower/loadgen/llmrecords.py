@@ -40,6 +40,10 @@ class LlmColumns:
         return LlmColumns(self.prompt_tokens[mask], self.completion_tokens[mask], self.events[mask],
                           [self.token_times[i] for i in where], [self.texts[i] for i in where])  # fmt: skip
 
+    def token_events(self) -> int:
+        """Data events received over every request: what the generator parsed."""
+        return int(self.events.sum())
+
     def first_token_ns(self) -> np.ndarray:
         """Each request's first event with text (-1: none)."""
         return np.array([t[0] if t is not None and len(t) else -1 for t in self.token_times], dtype=np.int64)

@@ -42,6 +42,9 @@ class LoadRecords:
     cap: int | None = None
     # A language model's token records (None: the answers carried no stream).
     llm: LlmColumns | None = None
+    # The body each request sent, where that is decided during the run (a closed loop cycles its bodies); None: the
+    # schedule's own (bodies[i % n], or its body_index).
+    body: np.ndarray | None = None
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:

@@ -26,6 +26,9 @@ from follower.loadgen.records import LoadRecords
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
 DEFAULT_CPU_PER_REQUEST_S = 140e-6
+# CPU per token event of a streamed answer before anything is measured (the streaming transport on one core of a
+# 2-vCPU VM: 9-15 us at 30,000-45,000 events/s in bench/llm.py; the prior errs high).
+DEFAULT_CPU_PER_TOKEN_EVENT_S = 20e-6
 # Plan for each generator process to use at most this share of its core, leaving headroom for bursts.
 TARGET_CPU_SHARE = 0.5
 # Spawning a process and importing numpy/aiohttp/uvloop takes about a second on a small VM; start after that.
@@ -35,36 +38,57 @@ MIN_SHARE_TO_LEARN = 0.5
 
 
 class CpuCost:
-    """A running estimate of generator CPU seconds per request, from the runs this follower has measured."""
+    """Running estimates of generator CPU seconds per request and per token event of a streamed answer, from the
+    runs this follower has measured."""
 
-    def __init__(self, prior_s: float = DEFAULT_CPU_PER_REQUEST_S, weight: float = 0.3) -> None:
+    def __init__(self, prior_s: float = DEFAULT_CPU_PER_REQUEST_S, weight: float = 0.3,
+                 event_prior_s: float = DEFAULT_CPU_PER_TOKEN_EVENT_S) -> None:  # fmt: skip
         self.estimate_s = prior_s
+        self.event_estimate_s = event_prior_s
         self.weight = weight
 
     def observe(self, records: LoadRecords) -> None:
-        """Fold in one run's CPU per sent request (runs with too few requests say little and are skipped)."""
+        """Fold in one run's CPU per sent request, or for a streamed run per token event (its CPU less the requests'
+        estimated share); runs with too few requests say little and are skipped."""
         sent = int(records.sent.sum())
         # A mostly idle generator's CPU is its timer spin between sparse sends, not a cost per request: learning from
         # it would predict saturation at rates the loop handles (its spin shrinks as the sends get denser).
-        if sent >= 200 and records.cpu_s > 0 and records.cpu_share >= MIN_SHARE_TO_LEARN:
+        if sent < 200 or records.cpu_s <= 0 or records.cpu_share < MIN_SHARE_TO_LEARN:
+            return
+        events = records.llm.token_events() if records.llm is not None else 0
+        if events >= 10 * sent:
+            per_event = max(records.cpu_s - sent * self.estimate_s, 0.0) / events
+            self.event_estimate_s = (1 - self.weight) * self.event_estimate_s + self.weight * per_event
+        elif events == 0:
             self.estimate_s = (1 - self.weight) * self.estimate_s + self.weight * records.cpu_s / sent
+
+    def per_request_s(self, tokens_per_request: float = 0.0) -> float:
+        """The CPU one request costs, with its answer's token events where it streams `tokens_per_request`."""
+        return self.estimate_s + tokens_per_request * self.event_estimate_s
 
 
 COST = CpuCost()
 
 
-def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: int | None = None) -> GeneratorPlan:
-    """How many generator processes a point at `rate` runs on `cores` generator cores, and why.
+def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: int | None = None,
+                    tokens_per_request: float = 0.0, cpu_per_event_s: float = 0.0) -> GeneratorPlan:  # fmt: skip
+    """How many generator processes a point at `rate` runs on `cores` generator cores, and why. A streamed answer's
+    `tokens_per_request` token events cost `cpu_per_event_s` each on top of the request's own cost.
 
     By default: enough that each stays under TARGET_CPU_SHARE of a core, at most one per core. `forced` (the
     follower setting `generators`) runs exactly that many, sharing cores if need be. Either way the plan is
     `saturated` when the rate needs more cores than the generator has: such a point is invalid, not reported.
     """
     cores = max(cores, 1)
-    needed = rate * cpu_per_request_s
-    processes = forced if forced is not None else generator_count(rate, cpu_per_request_s, cores)
+    per_request = cpu_per_request_s + tokens_per_request * cpu_per_event_s
+    needed = rate * per_request
+    processes = forced if forced is not None else generator_count(rate, per_request, cores)
     saturated = needed > cores
-    why = f"needs {needed:.2f} cores at {rate:g} req/s x {cpu_per_request_s * 1e6:.0f} us CPU per request, {cores} available"
+    cost = f"{cpu_per_request_s * 1e6:.0f} us CPU per request"
+    if tokens_per_request > 0:
+        cost = (f"({cost} + {tokens_per_request:.0f} token events x {cpu_per_event_s * 1e6:.1f} us = "
+                f"{per_request * 1e6:.0f} us per request; {rate * tokens_per_request:,.0f} token events/s)")  # fmt: skip
+    why = f"needs {needed:.2f} cores at {rate:g} req/s x {cost}, {cores} available"
     if forced is not None:
         why += f"; {processes} processes set by the follower setting generators"
     elif processes > 1:
@@ -74,6 +98,8 @@ def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: i
     return GeneratorPlan(
         processes=processes, cores_needed=round(needed, 3), cores_available=cores,
         cpu_per_request_us=round(cpu_per_request_s * 1e6, 1), forced=forced is not None, saturated=saturated, reason=why,
+        cpu_per_token_event_us=round(cpu_per_event_s * 1e6, 2) if tokens_per_request > 0 else None,
+        token_events_per_s=round(rate * tokens_per_request, 1) if tokens_per_request > 0 else None,
     )  # fmt: skip
 
 

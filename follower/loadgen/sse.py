@@ -30,6 +30,10 @@ class Dechunker:
         self.finished = False  # the zero-size last chunk (and the blank line after it) arrived
 
     def feed(self, data: bytes) -> bytes:
+        if not self._buf and self._left == -1 and not self.finished:
+            fast = self._whole_chunks(data)
+            if fast is not None:
+                return fast
         buf = self._buf
         buf += data
         out = bytearray()
@@ -41,10 +45,7 @@ class Dechunker:
                     if len(buf) - at > 1024:
                         raise StreamError("chunk size line over 1 KiB")
                     break
-                try:
-                    size = int(bytes(buf[at:end]).split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise StreamError(f"malformed chunk size {bytes(buf[at:end])[:40]!r}") from None
+                size = _chunk_size(bytes(buf[at:end]))
                 at = end + 2
                 if size == 0:
                     self.finished = True  # trailers (none expected) and the final CRLF are not payload
@@ -69,6 +70,35 @@ class Dechunker:
         del buf[:at]
         return bytes(out)
 
+    def _whole_chunks(self, data: bytes) -> bytes | None:
+        """The fast path of a read that starts at a chunk boundary and holds only whole chunks (the usual read of a
+        streamed token: one chunk, one event): their payload, or None to take the general path."""
+        parts: list[bytes] = []
+        at, n = 0, len(data)
+        while at < n:
+            end = data.find(b"\r\n", at, at + 1026)
+            if end < 0:
+                return None
+            size = _chunk_size(data[at:end])
+            if size == 0:
+                if data[end + 2 :] not in (b"\r\n", b""):
+                    return None
+                self.finished = True
+                break
+            stop = end + 2 + size
+            if stop + 2 > n or data[stop : stop + 2] != b"\r\n":
+                return None
+            parts.append(data[end + 2 : stop])
+            at = stop + 2
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        return int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        raise StreamError(f"malformed chunk size {line[:40]!r}") from None
+
 
 class SseParser:
     """Splits a server-sent event stream into the `data` of each event, stamped with its completing bytes' time."""
@@ -82,9 +112,17 @@ class SseParser:
 
     def feed(self, data: bytes, ns: int) -> list[tuple[int, bytes]]:
         """The events `data` completes, as (ns, data field) in order; comments and other fields are skipped."""
+        if not self._buf and data.endswith(b"\n\n") and b"\r" not in data:
+            # The usual read: whole events with LF line ends and nothing held back.
+            events: list[tuple[int, bytes]] = []
+            for event in data[:-2].split(b"\n\n"):
+                payload = event[6:] if event.startswith(b"data: ") and b"\n" not in event else _data_field(event)
+                if payload is not None:
+                    events.append((ns, payload))
+            return events
         buf = self._buf
         buf += data
-        events: list[tuple[int, bytes]] = []
+        events = []
         start = 0
         while True:
             end, sep = _event_end(buf, max(start, self._scan - 3))
@@ -107,6 +145,8 @@ class SseParser:
 def _event_end(buf: bytearray, at: int) -> tuple[int, int]:
     """The offset of the first blank line (event terminator) at or after `at`, and its length; (-1, 0) if none."""
     at = max(at, 0)
+    if buf.find(b"\r", at) < 0:  # the usual stream: LF line ends only
+        return buf.find(b"\n\n", at), 2
     best, size = -1, 0
     for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
         i = buf.find(sep, at)

@@ -39,6 +39,15 @@ def window_stats(
         in_flight = (sent >= 0) & (done < 0)
         lat = np.concatenate([done[ok] - intended[lo:hi][ok], now_ns - intended[lo:hi][in_flight]])
         lag = sent[sent >= 0] - intended[lo:hi][sent >= 0]
+        tokens_per_s = ttft_p99 = None
+        if records.llm is not None:
+            served = records.llm.completion_tokens[lo:hi][ok]
+            tokens_per_s = float(np.maximum(served, 0).sum()) / (window_ns / 1e9)
+            first = np.array([t[0] if t is not None and len(t) else -1 for t in records.llm.token_times[lo:hi]],
+                             dtype=np.int64)  # fmt: skip
+            waiting = (sent >= 0) & (first < 0) & (done < 0)
+            ttft = np.concatenate([first[first >= 0] - intended[lo:hi][first >= 0], now_ns - intended[lo:hi][waiting]])
+            ttft_p99 = float(np.percentile(ttft, 99)) / 1e6 if len(ttft) else None
         out.append(
             WindowStat(
                 t_s=(a - origin_ns) / 1e9,
@@ -49,6 +58,7 @@ def window_stats(
                 p50_ms=float(np.percentile(lat, 50)) / 1e6 if len(lat) else None,
                 p99_ms=float(np.percentile(lat, 99)) / 1e6 if len(lat) else None,
                 send_lag_p99_ms=float(np.percentile(np.maximum(lag, 0), 99)) / 1e6 if len(lag) else None,
+                tokens_per_s=tokens_per_s, ttft_p99_ms=ttft_p99,
             )
         )
     return out

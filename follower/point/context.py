@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.llmdata import PromptRow
 from common.models import ModelMeta
 from common.results import WindowStat
 from common.spec import SLO, PointSpec
@@ -45,6 +46,7 @@ class PointContext:
     wakeup: WakeupHold | None = None
     max_in_flight: int = 4096  # the bound of a cap that follows the load (the follower's setting)
     prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
+    prompt_rows: list[PromptRow] | None = None  # an uploaded prompt set's rows (llm.dataset)
 
     @property
     def wire(self) -> str:

@@ -61,8 +61,11 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     llm = None
     if point.llm is not None and plan.asked_tokens is not None and plan.prompt_tokens is not None:
         inside = (records.intended_ns >= measured_start) & (records.intended_ns < measured_end)
-        tokens = llm_figures(measured, measured_ns / 1e9, (plan.prompt_tokens[inside], plan.asked_tokens[inside]),
-                             point.llm, ctx.slo, ctx.prompts)  # fmt: skip
+        held, asked = plan.prompt_tokens, plan.asked_tokens
+        if records.body is not None:  # a closed loop: each request's lengths are those of the body it sent
+            held, asked = held[records.body], asked[records.body]
+        tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.slo,
+                             ctx.prompts)  # fmt: skip
         if tokens is not None:
             llm = tokens.figures.model_copy(update={"server": driven.llm_server})
             reasons += tokens.reasons

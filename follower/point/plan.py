@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.grid import drain_bound_s
+from common.llmdata import PromptRow
 from common.results import GeneratorPlan, Reason
 from common.spec import PointSpec
 from common.traces import Trace
@@ -19,6 +20,10 @@ from follower.loadgen.llmprompts import llm_bodies
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
 from follower.point.context import PointContext
+
+# Bodies a closed loop of language-model requests cycles through: distinct prompts (a prefix cache sees no more repeats
+# than the workload has) for runs of thousands of requests, built in about a second.
+CLOSED_LLM_BODIES = 2048
 
 
 @dataclass(frozen=True)
@@ -70,9 +75,11 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     closed = point.pattern == "closed"
     offsets = np.zeros(0, dtype=np.int64)
     body_index: np.ndarray | None = None
+    replayed: Trace | None = None
     if replay is not None:
-        offsets, rows = trace_schedule(replay, point.warmup_s, max_s)
-        if rows is not None:
+        replayed = trace_schedule(replay, point.warmup_s, max_s)
+        offsets, rows = replayed.offsets_ns, replayed.inputs
+        if rows is not None and point.llm is None:
             if ctx.samples is None:
                 raise ValueError(f"trace {point.trace_dataset} names request-data rows but the job has no uploaded data")
             bodies, body_index = build_row_bodies(model.inputs, point.batch_size, ctx.samples, rows, wire=wire)
@@ -85,9 +92,24 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     asked = held = None
     if point.llm is not None:
         # A language model: one body per request, its prompt and output lengths drawn per request.
-        if ctx.prompts is None or closed:
-            raise ValueError(f"point {point.index} is a language model's: it needs the model's tokenizer and an open loop")
-        bodies, body_index, held, asked = llm_bodies(point.llm, model.name, ctx.prompts, len(offsets), point.seed)
+        if ctx.prompts is None:
+            raise ValueError(f"point {point.index} is a language model's: it needs the model's tokenizer")
+        # A closed loop has no schedule: its users cycle through a pool of bodies (each request's lengths follow it).
+        count = CLOSED_LLM_BODIES if closed else len(offsets)
+        workload, prompt_rows = point.llm, ctx.prompt_rows
+        if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
+            # A trace that gives each request's lengths: request i takes entry i's.
+            prompt_rows = [PromptRow(prompt_tokens=int(p), output_tokens=int(o))
+                           for p, o in zip(replayed.prompt_tokens, replayed.output_tokens, strict=True)]  # fmt: skip
+            workload = workload.model_copy(update={"order": "sequential"})
+        bodies, body_index, held, asked = llm_bodies(workload, model.name, ctx.prompts, count, point.seed, prompt_rows)
+        if closed:
+            body_index = None
+        room = point.server.llm.model_len(model.llm.context_length) if model.llm is not None else None
+        if room is not None and len(held) and int((held + asked).max()) > room:
+            worst = int(np.argmax(held + asked))
+            raise ValueError(f"a request of {int(held[worst])} prompt tokens and {int(asked[worst])} output tokens "
+                             f"exceeds the {room} tokens a sequence may hold on the server (server.llm.max_model_len)")
     sampling = ctx.sampling
     if sampling.gpu_indices is None:
         # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
@@ -100,7 +122,9 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     gen_plan = None
     reasons: list[Reason] = []
     if not closed:
-        gen_plan = plan_generators(point.rate, COST.estimate_s, len(generator_cores or ()), ctx.forced_generators)
+        tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
+        gen_plan = plan_generators(point.rate, COST.estimate_s, len(generator_cores or ()), ctx.forced_generators,
+                                   tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
         if gen_plan.saturated:
             reasons.append(Reason(code="generator_capacity", text=f"load generator {gen_plan.reason}"))
     return PointPlan(
@@ -112,13 +136,17 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     )  # fmt: skip
 
 
-def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> tuple[np.ndarray, np.ndarray | None]:
-    """(offsets, request-data rows) of a replayed trace: its first `warmup_s` as warm-up, then the trace itself.
+def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> Trace:
+    """A replayed trace as the run's schedule: its first `warmup_s` as warm-up, then the trace itself, with each
+    entry's request-data row and lengths where it gives them.
 
     The measured part starts at warmup_s, so each measured request's intended time is its trace offset exactly.
     """
     measured, warm = trace.within(max_s), trace.within(warmup_s)
+
+    def cat(first: np.ndarray | None, then: np.ndarray | None) -> np.ndarray | None:
+        return None if first is None or then is None else np.concatenate([first, then])
+
     offsets = np.concatenate([warm.offsets_ns, measured.offsets_ns + int(round(warmup_s * 1e9))])
-    if measured.inputs is None or warm.inputs is None:
-        return offsets, None
-    return offsets, np.concatenate([warm.inputs, measured.inputs])
+    return Trace(offsets, cat(warm.inputs, measured.inputs), cat(warm.prompt_tokens, measured.prompt_tokens),
+                 cat(warm.output_tokens, measured.output_tokens))  # fmt: skip

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import common
-from common.results import ColdStart, Environment, PointResult
+from common.results import ColdStart, Environment, LlmFigures, PointResult
 from follower.loadgen.verdict import slo_met
 from follower.point.context import PointContext
 from follower.point.drive import Driven
@@ -43,7 +43,7 @@ def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointC
         latency_ci_ms=summary.latency_ci_ms,
         latency_hdr=summary.latency_hdr,
         service_hdr=summary.service_hdr,
-        stages_ms=summary.stage_means_ms,
+        stages_ms=summary.stage_means_ms if judged.llm is None else llm_stages(judged.llm),
         capped=summary.capped,
         dropped=summary.dropped,
         windows=judged.windows,
@@ -59,6 +59,23 @@ def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointC
         in_flight_cap=records.cap if not plan.closed else None,
         llm=judged.llm,
     )
+
+
+def llm_stages(figures: LlmFigures) -> dict[str, float] | None:
+    """A language model's stage breakdown (ms): the server's own mean queue, prefill and decode time per request (its
+    metrics), and `transmission`, what the client's mean time from send to the last byte adds to the server's mean
+    end-to-end (network, HTTP and streaming framing, tokenizing and detokenizing outside the engine). The server's means
+    cover the whole run (warm-up included), the client's the measured window: close, not identical. None where the
+    server exports no such histograms."""
+    server = figures.server
+    if server is None or figures.e2e_sent_ms is None:
+        return None
+    parts = {"queue": server.queue_ms_mean, "prefill": server.prefill_ms_mean, "decode": server.decode_ms_mean}
+    if any(v is None for v in parts.values()) or server.e2e_ms_mean is None:
+        return None
+    service = figures.e2e_sent_ms.mean
+    return {**{k: float(v) for k, v in parts.items() if v is not None}, "transmission": service - server.e2e_ms_mean,
+            "service": service}  # fmt: skip
 
 
 def environment(env_base: Mapping[str, Any], *, backend_version: str, seed: int) -> Environment:

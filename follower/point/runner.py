@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from common import hfbundle
+from common.llmdata import PromptRow
 from common.llmspec import LlmWorkload
 from common.models import ModelMeta
 from common.results import ColdStart, PointResult
@@ -52,6 +53,7 @@ async def run_backend(
     sampling: SamplerConfig | None = None,
     samples: Samples | None = None,
     trace: Trace | None = None,
+    prompt_rows: list[PromptRow] | None = None,
     forced_generators: int | None = None,
     wakeup_latency_us: int | None = 0,
     max_in_flight: int = 4096,
@@ -87,7 +89,7 @@ async def run_backend(
                 backend=backend, url=url, model=model, env_base=env_base, slo=slo, backend_version=backend.version(),
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
-                max_in_flight=max_in_flight, prompts=prompts,
+                max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows,
             )  # fmt: skip
             for i, point in enumerate(points):
                 yield await measure_point(point, ctx, cold if i == 0 else None)

@@ -47,6 +47,11 @@ NUMERIC = (
     "input_size",
     "flops_per_inference",
     "bytes_per_inference",
+    "ttft_p99_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "tokens_per_s",
+    "goodput_rps",
 )
 TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at", "kind")
 BOOL = ("valid", "slo_met")
@@ -62,6 +67,11 @@ ALIASES = {
     "job": "job_id",
     "follower": "follower_id",
     "throughput_rps": "throughput",
+    "ttft": "ttft_p99_ms",
+    "tpot": "tpot_p99_ms",
+    "itl": "itl_p99_ms",
+    "tokens": "tokens_per_s",
+    "goodput": "goodput_rps",
 }
 MAX_LIMIT = 1000
 # A row is stamped before its write commits; re-read a margin of recent stamps (idempotent by _id).

@@ -113,6 +113,13 @@ def row_from_result(
         "co2_g_per_1m": _num(result, "resources.co2_g_per_1m_requests"),
         "gpu_util": _num(result, "resources.gpu_util_percent_mean"),
         "started_at": str(started) if started is not None else None,
+        # A language model's figures (None for tensor models): TTFT from the intended time, per-token time, the
+        # server's output tokens/s and goodput (requests/s meeting the TTFT and TPOT SLOs).
+        "ttft_p99_ms": _num(result, "llm.ttft_ms.p99"),
+        "tpot_p99_ms": _num(result, "llm.tpot_ms.p99"),
+        "itl_p99_ms": _num(result, "llm.itl_ms.p99"),
+        "tokens_per_s": _num(result, "llm.output_tokens_per_s"),
+        "goodput_rps": _num(result, "llm.goodput_rps"),
         # A canonical model's hyper-parameters (None for other models) so the heat map can group by them.
         "kind": canon.get("kind"),
         "depth": canon.get("depth"),

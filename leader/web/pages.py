@@ -42,6 +42,8 @@ COLUMNS = [
     ("cost_usd_per_1m", "cost /1M"),
     ("energy_wh_per_1m", "Wh /1M"),
 ]
+# Shown when a row on the page is a language model's.
+LLM_COLUMNS = [("ttft_p99_ms", "TTFT p99 ms"), ("tokens_per_s", "tokens/s")]
 HEAT_METRICS = heatmap.METRICS
 HEAT_PARAMS = heatmap.PARAMS
 
@@ -118,10 +120,12 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
         flip = "desc" if page.sort == col and page.order == "asc" else "asc"
         return link(sort=col, order=flip)
 
+    llm = any(r.ttft_p99_ms is not None for r in page.rows)
     html = render(
         "leaderboard.html",
         page=page,
-        columns=COLUMNS,
+        columns=COLUMNS + LLM_COLUMNS if llm else COLUMNS,
+        llm=llm,
         filter_values=values,
         sort_link=sort_link,
         page_link=lambda off: link(offset=max(0, off)),

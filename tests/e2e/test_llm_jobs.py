@@ -16,7 +16,8 @@ from rich.console import Console
 
 from benchfleet.render import results_table
 from common.jobs import JobResults
-from follower.backends.vllm import VllmBackend, why_no_vllm
+from common.stats import decode
+from follower.backends.vllm import VllmBackend
 from tests.e2e.test_walking_skeleton import _wait_done
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +32,7 @@ def llm_model(fleet, tmp_path_factory: pytest.TempPathFactory) -> str:  # type: 
     if not ok:
         # CI installs vLLM (scripts/install_vllm.sh) and must run this module, not skip it.
         if os.environ.get("CI"):
-            pytest.fail(f"vLLM is required under CI: {why_no_vllm()}")
+            pytest.fail(f"vLLM is required under CI: {why}")
         pytest.skip(why)
     fleet.start_follower("llm-host")
     out = tmp_path_factory.mktemp("llm") / "tiny-llama.zip"
@@ -55,9 +56,14 @@ llm: {{prompt_tokens: {PROMPT_TOKENS}, output_tokens: {OUTPUT_TOKENS}}}
 slo: {{ttft_ms: 2000, tpot_ms: 500}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=420)
+        board = client.leaderboard(sort="ttft", filters=[f"job_id={job.id}"])
     (point,) = results.points
     llm = point.llm
     assert llm is not None and point.environment.backend_version.startswith("vllm"), point.environment
+    # The leaderboard carries the language model's own columns, sortable by their short names.
+    (row,) = board["rows"]
+    assert row["ttft_p99_ms"] == llm.ttft_ms.p99 and row["tokens_per_s"] == llm.output_tokens_per_s  # type: ignore[union-attr]
+    assert row["goodput_rps"] == llm.goodput_rps and board["sort"] == "ttft_p99_ms"
     codes = [r.code for r in point.reasons]
     assert point.requests == RATE * DURATION_S and point.ok == point.requests, (point.error_sample, codes)
     # The server generated exactly what was asked, as it counted it; every text event was a token it counted.
@@ -72,6 +78,11 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     # Every latency from the intended time is at least the same latency from the send, and they nest as defined.
     assert llm.ttft_ms is not None and llm.ttft_sent_ms is not None and llm.ttft_ms.count == point.ok
     assert llm.ttft_ms.p50 >= llm.ttft_sent_ms.p50 - 0.01
+    # As for tensor models: block-bootstrap CIs that hold the estimate, and a mergeable HDR histogram of every TTFT.
+    assert llm.ttft_ci_ms is not None and set(llm.ttft_ci_ms) == {"p50", "p99"}
+    low, high = llm.ttft_ci_ms["p99"]
+    assert 0.99 * low <= llm.ttft_ms.p99 <= 1.01 * high  # the HDR estimate (3 significant digits) within its CI
+    assert llm.ttft_hdr is not None and decode(llm.ttft_hdr).get_total_count() == point.ok
     assert llm.itl_ms is not None and llm.tpot_ms is not None and llm.tpot_ms.count == point.ok
     assert point.latency_ms is not None and llm.ttft_ms.p50 <= point.latency_ms.p50
     assert llm.goodput_rps is not None and llm.goodput_share is not None
@@ -82,6 +93,86 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert server is not None and server.requests >= point.ok, server
     assert (server.prompt_tokens, server.generation_tokens) == (PROMPT_TOKENS * server.requests, OUTPUT_TOKENS * server.requests)
     assert server.ttft_ms_mean is not None and server.ttft_ms_mean > 0
+    assert set(server.quantiles) == {"ttft_p50", "ttft_p99", "itl_p50", "itl_p99"}  # its histograms' own percentiles
+    assert server.quantiles["ttft_p50"].low_ms <= server.quantiles["ttft_p99"].ms
+    # The stage breakdown joins the server's queue, prefill and decode to what the client saw beyond them.
+    assert point.stages_ms is not None and set(point.stages_ms) == {"queue", "prefill", "decode", "transmission", "service"}
+    assert llm.e2e_sent_ms is not None and point.stages_ms["service"] == pytest.approx(llm.e2e_sent_ms.mean)
     out = io.StringIO()
     Console(file=out, width=200).print(results_table(results))
     assert "language model" in out.getvalue() and f"{llm.output_tokens_asked}/{llm.output_tokens_server}/" in out.getvalue()
+
+
+def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    conversation = [{"role": "user", "content": "Hello, who are you?"}, {"role": "assistant", "content": "A small model."},
+                    {"role": "user", "content": "What can you do?"}]  # fmt: skip
+    lines = [{"conversation": conversation, "output_tokens": 6}, {"prompt": "Write a short poem about the sea."},
+             {"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Why?"}]},
+             {"prompt_tokens": 40, "output_tokens": 12}]  # fmt: skip
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    with fleet.client() as client:
+        prompts = client.upload_data(content, name="chat-set", format="prompts")
+        assert (prompts.samples, prompts.fields) == (5, ["messages", "prompt", "prompt_tokens"])
+        job = client.submit_yaml(f"""
+name: llm-prompt-set
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
+llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
+    # Every prompt the server counted (chat template, history, system prefix) is the length the follower built or
+    # counted by the model's own tokenizer, and every answer had the length its row or the distribution asked.
+    assert llm.mismatched_requests == 0, llm
+    assert "token_mismatch" not in [r.code for r in point.reasons]
+    assert llm.output_tokens_asked == llm.output_tokens_server
+    server = llm.server
+    assert server is not None and server.requests >= point.ok
+    # Half the requests start with one 160-token prefix: the server's prefix cache finds it.
+    assert server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0, server
+
+
+def test_a_closed_loop_of_llm_users_reports_per_request_tokens(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-closed
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: closed, concurrency: 4, duration: 3s, warmup: 1s}}
+llm: {{prompt_tokens: {{dist: uniform, min: 8, max: 64}}, output_tokens: {{dist: uniform, min: 2, max: 12}}}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    # Four users cycling through bodies of different lengths: each request is checked against the body it sent.
+    assert llm.mismatched_requests == 0 and llm.output_tokens_asked == llm.output_tokens_server, llm
+    # No schedule: a request is due when its user is free, so TTFT from the intended time is TTFT from the send.
+    assert llm.ttft_ms is not None and llm.ttft_sent_ms is not None and llm.ttft_ms.p50 == llm.ttft_sent_ms.p50
+
+
+def test_a_trace_replays_each_requests_recorded_lengths(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    entries = [(100 * k, 8 + 4 * k, 2 + k % 5) for k in range(20)]  # t_ms, prompt_tokens, output_tokens
+    content = ("t_ms,prompt_tokens,output_tokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in entries)).encode()
+    with fleet.client() as client:
+        trace = client.upload_data(content, name="llm-trace", format="trace")
+        job = client.submit_yaml(f"""
+name: llm-trace
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: trace, trace: {{dataset: {trace.id}}}, duration: 2s}}
+llm: {{output_tokens: 64}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests == len(entries) and point.ok == point.requests, (point.error_sample,)
+    # Each request asked for its entry's output length (not the workload's 64) and the server agreed on every prompt.
+    assert llm.output_tokens_asked == llm.output_tokens_server == sum(o for _, _, o in entries), llm
+    assert llm.mismatched_requests == 0
+    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(sum(p for _, p, _ in entries), rel=1e-6)

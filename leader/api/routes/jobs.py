@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.llmdata import KINDS_FOR_API
 from common.llmspec import LlmWorkload
 from common.loadspec import TraceRef
 from common.models import LlmParams
@@ -60,7 +61,7 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
     if workload.api == "chat" and not llm.chat_template:
         raise InvalidSpec(f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions",
                           field="llm.api")  # fmt: skip
-    longest = workload.prompt_tokens.upper + workload.output_tokens.upper
+    longest = workload.longest_prompt + workload.output_tokens.upper
     room = spec.server.llm.model_len(llm.context_length)
     if longest > room:
         raise InvalidSpec(f"the longest prompt plus the longest output ({longest} tokens) exceed the {room} tokens a "
@@ -100,6 +101,11 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
             raise InvalidSpec(f"data set {spec.data.id} does not exist", field="data.id") from None
         if data_meta.format == "trace":
             raise InvalidSpec(f"data set {spec.data.id} is a trace (send times), not request data", field="data.id")
+        if data_meta.format == "prompts":
+            raise InvalidSpec(f"data set {spec.data.id} is a language model's prompt set: name it in llm.dataset",
+                              field="data.id")  # fmt: skip
+    if spec.llm is not None and spec.llm.dataset is not None:
+        await _check_prompt_set(db, spec.llm)
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta)
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
@@ -107,6 +113,21 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user)
     placer.nudge()
     return job
+
+
+async def _check_prompt_set(db: Db, workload: LlmWorkload) -> None:
+    """An uploaded prompt set must exist, be one, and hold only rows the job's api can send (422 naming the field)."""
+    field = "llm.dataset"
+    try:
+        meta = await data_store.get(db, data_id=str(workload.dataset))
+    except NotFound:
+        raise InvalidSpec(f"data set {workload.dataset} does not exist", field=field) from None
+    if meta.format != "prompts":
+        raise InvalidSpec(f"data set {workload.dataset} is {meta.format} data, not a prompt set (upload it with format "
+                          "prompts)", field=field)  # fmt: skip
+    if wrong := [k for k in meta.fields if k not in KINDS_FOR_API[workload.api]]:
+        raise InvalidSpec(f"prompt set {workload.dataset} holds {', '.join(wrong)} rows, which api {workload.api} cannot "
+                          "send (chat messages and conversations need api: chat)", field=field)  # fmt: skip
 
 
 async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None) -> None:

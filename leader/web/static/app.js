@@ -27,8 +27,10 @@
         const last = windows[windows.length - 1] || {};
         if (!windows.length) { metrics.textContent = "waiting for the first window…"; setTimeout(tick, 1000); return; }
         const fmt = (v, unit) => (v === null || v === undefined) ? "—" : `${Number(v).toFixed(1)} ${unit}`;
-        metrics.textContent = `point ${point.index}: rate ${fmt(last.throughput, "req/s")} · p99 ${fmt(last.p99_ms, "ms")} · ` +
-          `GPU ${fmt(last.gpu_util_percent, "%")}`;
+        const tokens = (last.tokens_per_s === null || last.tokens_per_s === undefined) ? "" :
+          ` · ${fmt(last.tokens_per_s, "tokens/s")} · TTFT p99 ${fmt(last.ttft_p99_ms, "ms")}`;
+        metrics.textContent = `point ${point.index}: rate ${fmt(last.throughput, "req/s")} · p99 ${fmt(last.p99_ms, "ms")}` +
+          `${tokens} · GPU ${fmt(last.gpu_util_percent, "%")}`;
       }
     } catch (e) {
       metrics.textContent = "leader unreachable; retrying";

@@ -208,12 +208,15 @@ def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server:
 
 def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], leader: Leader) -> None:
     def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
-        figures = {"ttft_ms": pct(40.0), "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0), "itl_request_ms": pct(4.0),
+        figures = {"ttft_ms": pct(40.0), "ttft_ci_ms": {"p99": [38.0, 43.5]}, "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0),
+                   "itl_request_ms": pct(4.0),
                    "tpot_ms": pct(4.5), "e2e_sent_ms": pct(200.0), "output_tokens_per_s": 16 * rate,
                    "input_tokens_per_s": 48 * rate, "user_tokens_per_s_p50": 200.0, "goodput_rps": rate * 0.9,
                    "goodput_share": 0.9, "output_tokens_asked": 3200, "output_tokens_server": 3200,
                    "output_tokens_client": 3550, "token_events": 3100,
-                   "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5}}
+                   "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5,
+                              "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
+                                            "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
         return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures}
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
@@ -221,5 +224,6 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
     with job_page(server["url"], job) as page:
         page.wait_for_selector("#llm tbody tr.llm-point")
         rows = page.locator("#llm tr.llm-point").all_inner_texts()
-        assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "12.50" in rows[0], rows
+        assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "11.25 / 31.50" in rows[0], rows
+        assert "[38.00–43.50]" in rows[0]  # the TTFT p99's CI beside it
         assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s

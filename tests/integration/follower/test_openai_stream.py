@@ -67,3 +67,19 @@ def test_a_non_streamed_answer_and_an_error_come_back_as_such(url: str) -> None:
     assert plain.stream.completion_tokens == 6 and len(plain.stream.events_ns) == 1
     assert plain.stream.events_ns[0] == plain.done_ns  # its text came with its last byte
     assert bad.status >= 400 and bad.stream is None and bad.error is not None and bad.error.startswith(f"HTTP {bad.status}")
+
+
+def test_a_closed_loop_of_streamed_requests_keeps_each_requests_tokens_and_body(url: str) -> None:
+    from follower.loadgen.closedloop import drive_closed
+
+    lengths = [3, 7, 12]
+    records = drive_closed(url, [_body(n) for n in lengths], concurrency=3, duration_ns=600_000_000, timeout_s=30)
+    assert records.llm is not None and records.body is not None and len(records) >= 6
+    assert np.all(np.diff(records.sent_ns) >= 0)  # sorted by send, with their tokens and bodies in the same order
+    ok = records.ok
+    assert ok.all(), records.error_sample
+    # Every request's stream carried the length its own body asked for: the columns follow the send order.
+    asked = np.array(lengths)[records.body]
+    assert np.array_equal(records.llm.completion_tokens, asked)
+    assert [len(t) for t in records.llm.token_times if t is not None] == list(asked)
+    assert set(records.body.tolist()) == {0, 1, 2}

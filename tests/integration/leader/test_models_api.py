@@ -172,3 +172,45 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
     spec = "name: j\nmodel: plain:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\nllm: {api: chat, prompt_tokens: 16}\n"
     refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/yaml"}, content=spec)
     assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
+
+
+def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(leader: Leader) -> None:
+    import json
+
+    from common.llmgen import LlamaSpec, generate
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
+    assert leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},
+                              files={"file": ("lm.zip", data, "application/zip")}).status_code == 201  # fmt: skip
+
+    def upload(name: str, lines: list[object], fmt: str = "prompts") -> dict:  # type: ignore[type-arg]
+        content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        response = leader.client.post("/api/v1/data", headers=ADMIN, data={"name": name, "format": fmt},
+                                      files={"file": ("p.jsonl", content, "application/jsonl")})  # fmt: skip
+        return {"status": response.status_code, **response.json()}
+
+    chats = upload("chats", [{"conversation": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"},
+                                               {"role": "user", "content": "Why?"}]}, {"prompt": "Once"}])  # fmt: skip
+    assert (chats["status"], chats["samples"], chats["fields"]) == (201, 3, ["messages", "prompt"]), chats
+    lengths = upload("lengths", [{"prompt_tokens": 12, "output_tokens": 4}, {"prompt_tokens": 40}])
+    assert lengths["status"] == 201 and lengths["fields"] == ["prompt_tokens"]
+    bad = upload("bad", [{"prompt": "ok"}, {"messages": "not a list"}])
+    assert bad["status"] == 422 and bad["field"] == "file" and "line 2: messages must be a list" in bad["message"], bad
+    request_data = upload("tensors", [{"x": [1.0]}], fmt="jsonl")
+
+    yaml = {**ADMIN, "Content-Type": "application/yaml"}
+    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\n"
+    for extra, field, needle in (
+        (f"llm: {{dataset: {chats['id']}}}\n", "llm.dataset", "holds messages rows, which api completions cannot send"),
+        (f"llm: {{dataset: {request_data['id']}}}\n", "llm.dataset", "is jsonl data, not a prompt set"),
+        ("llm: {dataset: nosuch}\n", "llm.dataset", "does not exist"),
+        (f"data: {{source: upload, id: {lengths['id']}}}\n", "data.id", "name it in llm.dataset"),
+        ("llm: {prompt_tokens: 100, shared_prefix: {tokens: 150}}\n", "llm", "may hold on the server"),
+    ):  # fmt: skip
+        refused = leader.client.post("/api/v1/jobs", headers=yaml, content=base + extra)
+        assert refused.status_code == 422 and refused.json()["field"] == field, refused.text
+        assert needle in refused.json()["message"], refused.text
+    for extra in (f"llm: {{api: chat, dataset: {chats['id']}, order: sequential}}\n",
+                  f"llm: {{dataset: {lengths['id']}, shared_prefix: {{tokens: 16, share: 0.5}}}}\n"):  # fmt: skip
+        accepted = leader.client.post("/api/v1/jobs", headers=yaml, content=base + extra)
+        assert accepted.status_code == 201, accepted.text

@@ -73,3 +73,27 @@ def test_within_cuts_at_the_run_length_keeping_inputs_aligned() -> None:
     assert cut.offsets_ns.tolist() == [0, 10_000_000, 20_000_000] and cut.inputs is not None
     assert cut.inputs.tolist() == [5, 6, 7]
     assert len(trace.within(0.0)) == 0 and trace.span_s == 0.03 and trace.max_input == 8
+
+
+@pytest.mark.parametrize("text", [
+    "t_ms,prompt_tokens,output_tokens\n0,100,20\n5,30,4\n",
+    '{"t_ms": 0, "prompt_tokens": 100, "output_tokens": 20}\n{"t_ms": 5, "prompt_tokens": 30, "output_tokens": 4}\n',
+])  # fmt: skip
+def test_a_trace_may_give_each_requests_token_lengths(text: str) -> None:
+    trace = _parse(text)
+    assert trace.prompt_tokens is not None and trace.prompt_tokens.tolist() == [100, 30]
+    assert trace.output_tokens is not None and trace.output_tokens.tolist() == [20, 4]
+    assert trace.fields == ["output_tokens", "prompt_tokens", "t"]
+    assert inspect_data(io.BytesIO(text.encode()), "trace") == (2, ["output_tokens", "prompt_tokens", "t"])
+    assert trace.within(0.001).prompt_tokens is not None and trace.within(0.001).prompt_tokens.tolist() == [100]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("t,prompt_tokens\n0,5\n", "line 2: give both prompt_tokens and output_tokens, or neither"),
+    ("t,prompt_tokens,output_tokens\n0,5,0\n", "line 2: output_tokens must be a whole number in 1..131072"),
+    ('{"t": 0, "prompt_tokens": 5, "output_tokens": 2}\n{"t": 1}\n', "line 2: either every entry gives prompt_tokens"),
+])  # fmt: skip
+def test_bad_token_lengths_in_a_trace_are_refused_naming_the_line(text: str, needle: str) -> None:
+    with pytest.raises(BadTrace) as caught:
+        _parse(text)
+    assert needle in str(caught.value)

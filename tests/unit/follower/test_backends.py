@@ -19,10 +19,10 @@ def test_unknown_backend_lists_known_names() -> None:
     with pytest.raises(ValueError, match="onnxruntime") as info:
         get_backend("tensorrt-llm")
     assert "tensorrt-llm" in str(info.value)
-    assert set(BACKENDS) == {"onnxruntime", "torchscript", "triton", "tfserving", "vllm"}
+    assert set(BACKENDS) == {"onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"}
 
 
-@pytest.mark.parametrize("name", ["onnxruntime", "torchscript", "triton", "tfserving"])
+@pytest.mark.parametrize("name", ["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"])
 def test_every_backend_satisfies_the_protocol(name: str) -> None:
     backend = get_backend(name)
     members = [m for m in dir(Backend) if not m.startswith("_")] + ["name"]

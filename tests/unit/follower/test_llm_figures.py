@@ -120,3 +120,37 @@ def test_a_language_models_records_are_stored_and_exported_per_request() -> None
     one, _ = _records([(0, 0, [5], 1), (10, 10, [15], 1), (20, 20, [25], 1)], 1)
     table = per_request(decode(encode_records(one)))
     assert LLM_TOKENS not in table and LLM_OFFSETS not in table and list(table["llm_completion_tokens"]) == [1, 1, 1]
+
+
+def test_a_live_window_of_a_language_model_shows_its_token_rate_and_ttft() -> None:
+    from follower.loadgen.windows import window_stats
+
+    # Window [0, 1 s): three requests intended at 0, 100 and 200 ms. The first two answered (10 and 6 tokens; first
+    # tokens 50 and 400 ms after their intended times); the third still waits for its first token at 1 s.
+    rec = LoadRecords.allocate(0, np.array([0, 100 * MS, 200 * MS], dtype=np.int64))
+    rec.llm = LlmColumns.allocate(3)
+    for i, (first_ms, tokens) in enumerate([(50, 10), (500, 6)]):
+        rec.sent_ns[i], rec.first_byte_ns[i], rec.done_ns[i], rec.status[i] = i * 100 * MS, first_ms * MS, 600 * MS, 200
+        rec.llm.add(i, Stream([first_ms * MS, (first_ms + 5) * MS], b"x", 4, tokens, events=3))
+    rec.sent_ns[2] = 200 * MS
+    (window,) = window_stats(rec, 0, 1000 * MS, 1000 * MS)
+    assert window.tokens_per_s == 16.0  # the server's counts of the answered requests, per second of window
+    # TTFTs: 50 ms, 400 ms and the waiting request's age (800 ms): p99 close to the largest.
+    assert window.ttft_p99_ms == pytest.approx(float(np.percentile([50, 400, 800], 99)))
+    tensor = LoadRecords.allocate(0, np.array([0], dtype=np.int64))
+    (plain,) = window_stats(tensor, 0, 1000 * MS, 1000 * MS)
+    assert plain.tokens_per_s is None and plain.ttft_p99_ms is None
+
+
+def test_a_language_models_stage_breakdown_joins_the_servers_stages_to_the_clients_time() -> None:
+    from common.results import LlmFigures, LlmServerView, Percentiles
+    from follower.point.result import llm_stages
+
+    e2e = Percentiles(count=10, mean=100.0, p50=100.0, p90=100.0, p95=100.0, p99=100.0, p999=100.0, max=100.0)
+    server = LlmServerView(requests=10, prompt_tokens=100, generation_tokens=100, queue_ms_mean=5.0, prefill_ms_mean=15.0,
+                           decode_ms_mean=70.0, e2e_ms_mean=92.0)  # fmt: skip
+    figures = LlmFigures(ttft_ms=None, ttft_sent_ms=None, itl_ms=None, itl_request_ms=None, tpot_ms=None, e2e_sent_ms=e2e,
+                         output_tokens_per_s=0.0, input_tokens_per_s=0.0, user_tokens_per_s_p50=None, server=server)  # fmt: skip
+    assert llm_stages(figures) == {"queue": 5.0, "prefill": 15.0, "decode": 70.0, "transmission": 8.0, "service": 100.0}
+    assert llm_stages(figures.model_copy(update={"server": server.model_copy(update={"prefill_ms_mean": None})})) is None
+    assert llm_stages(figures.model_copy(update={"server": None})) is None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import CpuCost, generator_count, merge, plan_generators, split
 
@@ -59,3 +61,26 @@ def test_plan_says_how_many_processes_and_why() -> None:
     assert (forced.processes, forced.forced, forced.saturated) == (2, True, False)
     assert "2 processes set by the follower setting generators" in forced.reason
     assert plan_generators(100, 140e-6, 0).cores_available == 1  # an unpinned generator still has one core
+
+
+def test_a_streamed_runs_cpu_teaches_the_cost_per_token_event() -> None:
+    cost = CpuCost(prior_s=100e-6, weight=1.0, event_prior_s=50e-6)
+    rec = LoadRecords.allocate(0, np.arange(1000))
+    rec.sent_ns[:] = 0
+    rec.llm = LlmColumns.allocate(1000)
+    rec.llm.events[:] = 64  # 64,000 token events
+    rec.cpu_s, rec.wall_s = 0.1 + 64_000 * 10e-6, 1.0  # 100 us per request and 10 us per event
+    cost.observe(rec)
+    assert cost.event_estimate_s == pytest.approx(10e-6) and cost.estimate_s == 100e-6  # the request cost stays
+    assert cost.per_request_s(64) == pytest.approx(100e-6 + 640e-6)
+
+
+def test_an_llm_points_plan_counts_its_token_events() -> None:
+    # 500 req/s x 64 tokens = 32,000 events/s at 20 us each: 0.64 cores of events + 0.05 of requests.
+    plan = plan_generators(500, 100e-6, 2, tokens_per_request=64, cpu_per_event_s=20e-6)
+    assert plan.cores_needed == pytest.approx(0.69) and plan.processes == 2 and not plan.saturated
+    assert plan.token_events_per_s == 32_000 and plan.cpu_per_token_event_us == 20.0
+    assert "64 token events x 20.0 us" in plan.reason and "32,000 token events/s" in plan.reason
+    over = plan_generators(2000, 100e-6, 1, tokens_per_request=64, cpu_per_event_s=20e-6)
+    assert over.saturated and over.cores_needed == pytest.approx(2.76)  # refused with the figures, not run
+    assert plan_generators(500, 100e-6, 2).token_events_per_s is None  # a tensor model's point has none

@@ -138,10 +138,14 @@ def test_uploaded_trace_schedule_keeps_offsets_exact_after_the_warm_up() -> None
     from common.traces import Trace
     from follower.point.plan import trace_schedule as _trace_schedule
 
-    trace = Trace(np.array([0, 100, 250, 900, 1500], dtype=np.int64) * 1_000_000, np.array([4, 3, 2, 1, 0]))
-    offsets, rows = _trace_schedule(trace, warmup_s=0.3, max_s=1.0)
+    trace = Trace(np.array([0, 100, 250, 900, 1500], dtype=np.int64) * 1_000_000, np.array([4, 3, 2, 1, 0]),
+                  np.array([10, 20, 30, 40, 50]), np.array([1, 2, 3, 4, 5]))  # fmt: skip
+    run = _trace_schedule(trace, warmup_s=0.3, max_s=1.0)
     # Warm-up replays the trace's first 0.3 s; the measured part is the trace itself, shifted by the warm-up.
-    assert offsets.tolist() == [0, 100_000_000, 250_000_000, 300_000_000, 400_000_000, 550_000_000, 1_200_000_000]
-    assert rows is not None and rows.tolist() == [4, 3, 2, 4, 3, 2, 1]
-    plain, none = _trace_schedule(Trace(trace.offsets_ns), warmup_s=0.0, max_s=2.0)
-    assert plain.tolist() == trace.offsets_ns.tolist() and none is None
+    assert run.offsets_ns.tolist() == [0, 100_000_000, 250_000_000, 300_000_000, 400_000_000, 550_000_000, 1_200_000_000]
+    assert run.inputs is not None and run.inputs.tolist() == [4, 3, 2, 4, 3, 2, 1]
+    # A language model's per-request lengths follow their entries the same way.
+    assert run.prompt_tokens is not None and run.prompt_tokens.tolist() == [10, 20, 30, 10, 20, 30, 40]
+    assert run.output_tokens is not None and run.output_tokens.tolist() == [1, 2, 3, 1, 2, 3, 4]
+    plain = _trace_schedule(Trace(trace.offsets_ns), warmup_s=0.0, max_s=2.0)
+    assert plain.offsets_ns.tolist() == trace.offsets_ns.tolist() and plain.inputs is None and plain.prompt_tokens is None

@@ -1,0 +1,114 @@
+"""Uploaded prompt sets for language-model jobs: the `prompts` data format (JSON lines) and its rows.
+
+Each line is one object of one of these kinds, with an optional `output_tokens` (the length to ask for; else the job's
+`output_tokens` distribution draws it):
+  {"prompt": "text"}                                   a completion prompt (or one user message under api: chat)
+  {"messages": [{"role": "user", "content": "..."}]}   one chat request (api: chat)
+  {"conversation": [{"role": "user", ...}, {"role": "assistant", ...}, ...]}
+                                                       a multi-turn conversation (api: chat): one request per user
+                                                       turn, each carrying the turns before it with the recorded replies
+  {"prompt_tokens": 512}                               a length only: the follower builds an exact prompt of it (an
+                                                       empirical length distribution from a file)
+Parsing is plain JSON with bounds on sizes; nothing in a row is executed or rendered here (chat templates render on
+the follower, in a sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MAX_TOKENS = 131_072
+MAX_TEXT_CHARS = 1_000_000  # one prompt or message
+MAX_TURNS = 256
+ROLES = ("system", "user", "assistant")
+KINDS = ("prompt", "messages", "conversation", "prompt_tokens")
+# The row kinds an api can send: messages (and conversations) need chat; a prompt text or a length go to either.
+KINDS_FOR_API = {"completions": ("prompt", "prompt_tokens"), "chat": ("prompt", "messages", "prompt_tokens")}
+
+
+class BadPrompts(ValueError):
+    """A line that is not a prompt row (the message names the line and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    """One request's prompt: text, chat messages or a length in tokens; and the output length it asks for (None: the
+    job's distribution draws it)."""
+
+    prompt: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "prompt" if self.prompt is not None else "messages" if self.messages is not None else "prompt_tokens"
+
+
+def _tokens(value: object, what: str, number: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TOKENS:
+        raise BadPrompts(f"line {number}: {what} must be a whole number of tokens in 1..{MAX_TOKENS}")
+    return value
+
+
+def _text(value: object, what: str, number: int) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT_CHARS:
+        raise BadPrompts(f"line {number}: {what} must be non-empty text of at most {MAX_TEXT_CHARS:,} characters")
+    return value
+
+
+def _messages(value: object, what: str, number: int) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not value or len(value) > MAX_TURNS:
+        raise BadPrompts(f"line {number}: {what} must be a list of 1..{MAX_TURNS} messages")
+    out = []
+    for k, message in enumerate(value):
+        if not isinstance(message, dict) or set(message) != {"role", "content"} or message["role"] not in ROLES:
+            raise BadPrompts(f"line {number}: {what}[{k}] must be {{role: {'|'.join(ROLES)}, content: text}}")
+        out.append((message["role"], _text(message["content"], f"{what}[{k}].content", number)))
+    return out
+
+
+def parse_row(doc: object, number: int) -> list[PromptRow]:
+    """The requests one line makes (a conversation makes one per user turn)."""
+    if not isinstance(doc, dict):
+        raise BadPrompts(f"line {number}: must be a JSON object")
+    kinds = [k for k in KINDS if k in doc]
+    unknown = set(doc) - set(KINDS) - {"output_tokens"}
+    if len(kinds) != 1 or unknown:
+        raise BadPrompts(f"line {number}: must hold exactly one of {', '.join(KINDS)} (and optionally output_tokens)"
+                         + (f"; unknown fields {sorted(unknown)}" if unknown else ""))  # fmt: skip
+    output = _tokens(doc["output_tokens"], "output_tokens", number) if "output_tokens" in doc else None
+    kind = kinds[0]
+    if kind == "prompt":
+        return [PromptRow(prompt=_text(doc["prompt"], "prompt", number), output_tokens=output)]
+    if kind == "prompt_tokens":
+        return [PromptRow(prompt_tokens=_tokens(doc["prompt_tokens"], "prompt_tokens", number), output_tokens=output)]
+    messages = _messages(doc[kind], kind, number)
+    if messages[-1][0] != "user" and kind == "messages":
+        raise BadPrompts(f"line {number}: messages must end with a user message")
+    if kind == "messages":
+        return [PromptRow(messages=tuple(messages), output_tokens=output)]
+    # A conversation: one request per user turn, with everything before it (the recorded replies included).
+    rows = [PromptRow(messages=tuple(messages[: k + 1]), output_tokens=output)
+            for k, (role, _) in enumerate(messages) if role == "user"]  # fmt: skip
+    if not rows:
+        raise BadPrompts(f"line {number}: conversation has no user turn")
+    return rows
+
+
+def parse_lines(lines: Iterable[str | bytes]) -> tuple[list[PromptRow], list[str]]:
+    """Every row of a prompts file, and the kinds it holds (sorted); BadPrompts naming the first bad line."""
+    rows: list[PromptRow] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadPrompts(f"line {number} is not JSON: {exc}") from None
+        rows.extend(parse_row(doc, number))
+    if not rows:
+        raise BadPrompts("no prompt rows")
+    return rows, sorted({r.kind for r in rows})  # a conversation's rows are messages

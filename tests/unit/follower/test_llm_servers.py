@@ -1,0 +1,90 @@
+"""The LLM servers besides vLLM: SGLang and Triton's OpenAI frontend. Their command lines and model repository carry
+the spec's server options in each server's own words; their metrics become the same server view as vLLM's. Where a
+server's environment is not installed (here: both need CUDA builds or NVIDIA's containers), it says why, and a job
+naming it is checked at submission and its run skipped with that reason."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from common.models import LlmParams, ModelMeta
+from common.spec import JobSpec, LlmServerOptions, ServerOptions
+from follower.backends import BACKENDS, SglangBackend, TritonOpenAiBackend, available_backends
+from follower.backends.llmserver import parse_metrics
+from follower.backends.stats import llm_server_delta
+
+MODEL = ModelMeta(name="tiny", version="1", format="hf", inputs=[], outputs=[], sha256="-", size_bytes=1,
+                  created_at=datetime.now(UTC), llm=LlmParams(architecture="LlamaForCausalLM", model_type="llama",
+                                                              parameters=1, context_length=2048, vocab_size=2048))  # fmt: skip
+OPTIONS = ServerOptions(llm=LlmServerOptions(max_num_batched_tokens=512, max_num_seqs=8, prefix_caching=False,
+                                             dtype="bfloat16"))  # fmt: skip
+
+
+def test_sglangs_command_line_says_the_spec_in_its_own_words(tmp_path: Path) -> None:
+    argv = SglangBackend(server=OPTIONS).argv(tmp_path / "model", MODEL, 4321, tmp_path)
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    pairs = dict(zip(argv[3::1], argv[4::1], strict=False))
+    assert pairs["--model-path"] == str(tmp_path / "model") and pairs["--served-model-name"] == "tiny"
+    assert (pairs["--port"], pairs["--host"], pairs["--dtype"]) == ("4321", "127.0.0.1", "bfloat16")
+    assert (pairs["--chunked-prefill-size"], pairs["--max-running-requests"]) == ("512", "8")
+    assert pairs["--context-length"] == "2048" and pairs["--device"] == "cpu"
+    assert "--disable-radix-cache" in argv and "--enable-metrics" in argv
+    gpu = SglangBackend(server=ServerOptions(device="cuda:1")).argv(tmp_path, MODEL, 1, tmp_path)
+    assert "--device" not in gpu and "--disable-radix-cache" not in gpu
+
+
+def test_sglang_refuses_a_kv_cache_size_in_bytes_at_submission() -> None:
+    spec = {"name": "j", "model": "tiny:1", "backends": ["sglang"], "server": {"llm": {"kv_cache_gb": 2}},
+            "load": {"rate": 10, "duration": "1s"}}
+    with pytest.raises(ValueError, match="SGLang sizes its own as a memory share"):
+        JobSpec.model_validate(spec)
+    JobSpec.model_validate({**spec, "backends": ["vllm"]})
+
+
+def test_triton_openai_gets_a_vllm_backend_repository_and_its_frontends_command_line(tmp_path: Path) -> None:
+    backend = TritonOpenAiBackend(server=OPTIONS)
+    argv = backend.argv(tmp_path / "model", MODEL, 9100, tmp_path)
+    repository = Path(argv[argv.index("--model-repository") + 1])
+    engine = json.loads((repository / "tiny" / "1" / "model.json").read_text())
+    assert engine == {"model": str(tmp_path / "model"), "served_model_name": "tiny", "dtype": "bfloat16",
+                      "disable_log_stats": False, "trust_remote_code": False, "max_model_len": 2048,
+                      "max_num_batched_tokens": 512, "max_num_seqs": 8, "enable_prefix_caching": False}  # fmt: skip
+    config = (repository / "tiny" / "config.pbtxt").read_text()
+    assert 'backend: "vllm"' in config and "REPORT_CUSTOM_METRICS" in config
+    assert argv[argv.index("--openai-port") + 1] == "9100" and argv[argv.index("--tokenizer") + 1] == str(tmp_path / "model")
+    assert argv[argv.index("--backend") + 1] == "vllm"
+
+
+SGLANG = """
+sglang:num_requests_total{model_name="tiny"} %(n)s
+sglang:prompt_tokens_total{model_name="tiny"} %(p)s
+sglang:generation_tokens_total{model_name="tiny"} %(g)s
+sglang:time_to_first_token_seconds_count{model_name="tiny"} %(n)s
+sglang:time_to_first_token_seconds_sum{model_name="tiny"} %(ttft)s
+sglang:time_to_first_token_seconds_bucket{le="0.02",model_name="tiny"} %(n)s
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="tiny"} %(n)s
+sglang:cache_hit_rate{model_name="tiny"} 0.25
+sglang:token_usage{model_name="tiny"} 0.5
+"""
+
+
+def test_sglangs_metrics_make_the_same_server_view() -> None:
+    before = parse_metrics(SGLANG % {"n": 10, "p": 100, "g": 50, "ttft": 0.1})
+    after = parse_metrics(SGLANG % {"n": 30, "p": 400, "g": 250, "ttft": 0.3})
+    view = llm_server_delta({"metrics": before}, {"metrics": after})
+    assert view is not None and (view.requests, view.prompt_tokens, view.generation_tokens) == (20, 300, 200)
+    assert view.ttft_ms_mean == pytest.approx(10.0) and view.quantiles["ttft_p50"].high_ms == 20.0
+    assert (view.prefix_cache_hit_share, view.kv_cache_usage) == (0.25, 0.5)
+
+
+@pytest.mark.parametrize("name", ["sglang", "triton-openai"])
+def test_a_server_not_installed_here_says_why_and_is_not_offered(name: str) -> None:
+    ok, why = BACKENDS[name].available()
+    if ok:
+        pytest.skip(f"{name} is installed on this host ({why}): its absence cannot be checked here")
+    usable, missing = available_backends([name])
+    assert usable == [] and missing[name] == why and ("environment" in why or "frontend" in why)
