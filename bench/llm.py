@@ -6,9 +6,10 @@ Sections (figures printed, nothing asserted; the peers run from their own enviro
      after 1 ms) on its own core; benchfleet's open loop (the follower's generator and streaming transport) on the
      other, at a Poisson ladder of request rates, three runs per rate. Per rate: the token events/s received, the
      generator's CPU us per token event, send-lag p99 (the median run's; a rate is valid when it is < 1 ms and every
-     stream came through whole). At the top valid rate (else the top whole one): benchfleet's marginal CPU per event
-     (runs of D and 2D seconds: start-up cancels out), and each installed peer (`vllm bench serve`, AIPerf, GuideLLM)
-     at the same rate pinned to the same core, its CPU per event by the same method (its whole process tree).
+     stream came through whole; CPU wake-up latency held at 0, as the follower holds it). At the top valid rate, at
+     most --peer-rate: benchfleet's marginal CPU per event (runs of D and 2D seconds: start-up cancels out), and each
+     installed peer (`vllm bench serve`, AIPerf, GuideLLM) at the same rate pinned to the same core, its CPU per event
+     by the same method (its whole process tree).
   2. stall: a real vLLM (the canonical LLM, CPU build) at a steady rate; SIGSTOP for --stall-s in the middle of the
      run (timed from the server's first answer, so each client gets the same stall), then SIGCONT. Benchfleet's TTFT
      p50/p99 from the intended time (and from the send), and each peer's as it reports it, under the same stall.
@@ -16,7 +17,7 @@ Sections (figures printed, nothing asserted; the peers run from their own enviro
      and ITL p50/p99 side by side, each beside vLLM's own histograms over that client's run (the quantile's estimate
      within its bucket: the edges bound the true value).
 
-Usage: .venv/bin/python bench/llm.py [--sections 1 2 3] [--tokens 64] [--gap-ms 2] [--rates 100 300 500 700]
+Usage: .venv/bin/python bench/llm.py [--sections 1 2 3] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
 Peers: bench/install_peers.sh (AIPerf, GuideLLM; vLLM's comes with scripts/install_vllm.sh).
 Ends with one line: RESULT llm key=value ...
 """
@@ -51,6 +52,7 @@ from common.models import ModelMeta  # noqa: E402
 from common.procs import SupervisedProcess, free_port, http_ready  # noqa: E402
 from follower.backends.stats import llm_server_delta  # noqa: E402
 from follower.backends.vllm import VllmBackend  # noqa: E402
+from follower.host.wakeup import hold_wakeup_latency  # noqa: E402
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies  # noqa: E402
 from follower.loadgen.llmstats import llm_figures  # noqa: E402
 from follower.loadgen.openloop import drive  # noqa: E402
@@ -89,12 +91,14 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
     argv = [sys.executable, str(FAKE), "--port", str(port), "--ttft-ms", "1", "--gap-ms", str(args.gap_ms)]
     if srv_core is not None:
         argv = ["taskset", "-c", str(srv_core), *argv]
-    with tempfile.TemporaryDirectory() as tmp, SupervisedProcess(argv, name="fake LLM", log_path=Path(tmp) / "fake.log") as srv:
+    # As the follower does while it measures (follower/host/wakeup.py): idle CPUs wake at once, not after a deep sleep.
+    with tempfile.TemporaryDirectory() as tmp, SupervisedProcess(argv, name="fake LLM", log_path=Path(tmp) / "fake.log") as srv, \
+            hold_wakeup_latency(0) as wakeup:  # fmt: skip
         srv.wait_ready(http_ready(f"http://127.0.0.1:{port}/v1/models"), timeout_s=30)
         url = f"http://127.0.0.1:{port}/v1/completions"
         print(
             f"1. ceiling: fake server, {args.tokens} tokens per answer {args.gap_ms:g} ms apart; benchfleet on core "
-            f"{gen_core}, the server on core {srv_core}"
+            f"{gen_core}, the server on core {srv_core}; CPU wake-up latency {wakeup.describe()}"
         )
         print(f"{'rate':>7} {'events/s':>9} {'cpu us/ev':>9} {'lag p99':>8} {'ok':>6} {'whole':>5}")
         best = 0.0
@@ -116,15 +120,19 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
             if whole:
                 whole_top = rate
         results["ours_max_events_per_s"] = best
+        results["ours_max_rate"] = top
         if top == 0:
             # No rate met the send-lag bound: the clients' CPU per event is still compared at the top whole rate.
             top = whole_top
             print(f"  no rate had send-lag p99 < 1 ms; CPU per event compared at {top:g} req/s")
         if top == 0:
             return
-        # CPU per token event as the marginal cost at the top valid rate: runs of D and 2D seconds, the difference of
-        # their CPU over the difference of their events. Start-up, and what a client burns per second whatever it
-        # sends, cancel out; the same for both clients.
+        # The clients are compared at one rate each of them can at least run (the peers' clients saturate a core far
+        # below ours): the top valid rate, at most --peer-rate.
+        top = min(top, args.peer_rate)
+        # CPU per token event as the marginal cost at that rate: runs of D and 2D seconds, the difference of their CPU
+        # over the difference of their events. Start-up, and what a client burns per second whatever it sends, cancel
+        # out; the same for every client.
         short = run_ours(url, maker, top, args.duration, args.tokens, gen_core)
         long = run_ours(url, maker, top, 2 * args.duration, args.tokens, gen_core)
         ours_us = 1e6 * (long["cpu_s"] - short["cpu_s"]) / max(long["events"] - short["events"], 1)
@@ -134,16 +142,9 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
             f"  benchfleet at {top:g} req/s: {ours_us:.2f} CPU us per token event (marginal: {args.duration:g} s "
             f"and {2 * args.duration:g} s runs) -> {results['ours_events_per_cpu_s']:.0f} token events per CPU second"
         )
-        peers_at(
-            f"http://127.0.0.1:{port}",
-            model_dir,
-            top,
-            n=int(top * args.duration),
-            tokens=args.tokens,
-            core=gen_core,
-            ours_us=ours_us,
-            results=results,
-        )
+        if not args.skip_peers:
+            peers_at(f"http://127.0.0.1:{port}", model_dir, top, n=int(top * args.duration), tokens=args.tokens,
+                     core=gen_core, ours_us=ours_us, results=results)  # fmt: skip
 
 
 def peers_at(base_url: str, model_dir: Path, rate: float, n: int, tokens: int, core: int | None, ours_us: float,
@@ -310,7 +311,9 @@ def main() -> None:
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--gap-ms", type=float, default=2.0)
-    parser.add_argument("--rates", type=float, nargs="+", default=[100, 300, 500, 700])
+    parser.add_argument("--rates", type=float, nargs="+", default=[100, 300, 700, 1100, 1300, 1500])
+    parser.add_argument("--peer-rate", type=float, default=700.0, help="the most at which the clients are compared")
+    parser.add_argument("--skip-peers", action="store_true", help="benchfleet alone (the peers take minutes)")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--stall-rate", type=float, default=10.0)
     parser.add_argument("--stall-duration", type=float, default=10.0)

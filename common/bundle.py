@@ -11,11 +11,13 @@ import json
 import zipfile
 from typing import Any
 
+from common.ziplimits import ArchiveTooLarge, check_member
+
 ONNX_MEMBER = "model.onnx"
 TORCHSCRIPT_MEMBER = "model.pt"
 META_MEMBER = "meta.json"
-# A member larger than this is refused rather than inflated (zip bombs).
-MAX_MEMBER_BYTES = 2 * 1024**3
+# A member larger than this is refused rather than inflated (zip bombs; common.ziplimits bounds its ratio too).
+MAX_MEMBER_BYTES = 1024**3
 
 
 class BundleError(ValueError):
@@ -40,13 +42,14 @@ def read_member(data: bytes, name: str, *, limit: int = MAX_MEMBER_BYTES) -> byt
                 info = zf.getinfo(name)
             except KeyError:
                 raise BundleError(f"bundle has no {name}; members: {sorted(zf.namelist())[:20]}") from None
-            if info.file_size > limit:
-                raise BundleError(f"bundle member {name} is {info.file_size} bytes, over the limit of {limit}")
+            check_member(info, limit)
             with zf.open(info) as fh:
                 out = fh.read(limit + 1)
             if len(out) > limit:
                 raise BundleError(f"bundle member {name} inflates past the limit of {limit} bytes")
             return out
+    except ArchiveTooLarge as exc:
+        raise BundleError(f"bundle {exc}") from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise BundleError(f"not a valid bundle zip: {exc}") from None
 

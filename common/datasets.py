@@ -21,12 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.llmdata import BadPrompts, parse_lines
 from common.spec import NAME_PATTERN
 from common.traces import BadTrace, inspect_trace
+from common.ziplimits import ArchiveTooLarge, check_archive
 
 DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
 DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace", "prompts")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
+# What an archived data set (npz, images) may inflate to, besides the ratio bound of common.ziplimits.
+MAX_INFLATED_BYTES = 2 * 1024**3
 
 
 class BadData(ValueError):
@@ -63,6 +66,8 @@ def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
         return inspect(fp)
     except BadData:
         raise
+    except ArchiveTooLarge as exc:
+        raise BadData(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - parsers raise many types on hostile bytes; each is the user's bad file
         raise BadData(f"unreadable as {data_format}: {type(exc).__name__}: {exc}") from None
 
@@ -86,19 +91,21 @@ def _inspect_prompts(fp: IO[bytes]) -> tuple[int, list[str]]:
 
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
+    """Samples and fields from each array's .npy header alone: nothing is inflated past the headers, and the archive's
+    directory is checked against the inflation bounds first (common.ziplimits)."""
     try:
-        with np.load(fp, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise BadData("not an .npz archive (a single .npy array?)")
+        with zipfile.ZipFile(fp) as npz:
+            check_archive(npz, MAX_INFLATED_BYTES)
             counts = {}
-            for key in npz.files:
-                array = npz[key]
-                if not isinstance(array, np.ndarray):  # NpzFile hands back non-.npy members as raw bytes
-                    raise BadData(f"member {key!r} is not a .npy array")
-                if array.ndim < 1 or array.dtype.hasobject:
+            for info in npz.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise BadData(f"member {info.filename!r} is not a .npy array")
+                shape, dtype = _npy_header(npz, info)
+                key = info.filename.removesuffix(".npy")
+                if len(shape) < 1 or dtype.hasobject:
                     raise BadData(f"array {key!r} must have a sample axis and a numeric dtype")
-                counts[key] = int(array.shape[0])
-    except BadData:
+                counts[key] = int(shape[0])
+    except (BadData, ArchiveTooLarge):
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise BadData(f"not a readable .npz archive of plain arrays: {exc}") from None
@@ -107,6 +114,23 @@ def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
     if len(set(counts.values())) != 1:
         raise BadData(f"arrays disagree on the number of samples: {counts}")
     return next(iter(counts.values())), sorted(counts)
+
+
+def _npy_header(npz: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
+    """An .npy member's shape and dtype from its header; its declared data must be what the member holds."""
+    with npz.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise BadData(f"member {info.filename!r}: .npy format {version} is not accepted (1.0 or 2.0)")
+        header = member.tell()
+    data = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if header + data != info.file_size:
+        raise BadData(f"member {info.filename!r} declares {data:,} bytes of data but holds {info.file_size - header:,}")
+    return tuple(shape), dtype
 
 
 def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
@@ -151,6 +175,7 @@ def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
 
     try:
         with zipfile.ZipFile(fp) as zf:
+            check_archive(zf, MAX_INFLATED_BYTES)
             names = [n for n in zf.namelist() if not n.endswith("/")]
             images = [n for n in names if n.lower().endswith(IMAGE_SUFFIXES)]
             if not images:
@@ -158,7 +183,7 @@ def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
             for name in images:
                 with zf.open(name) as member, Image.open(member) as img:
                     img.verify()  # headers and structure only; decoding happens on the follower
-    except BadData:
+    except (BadData, ArchiveTooLarge):
         raise
     except (zipfile.BadZipFile, UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise BadData(f"not a zip of readable images: {exc}") from None
@@ -167,6 +192,9 @@ def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
 
 def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | list[bytes]:
     """The samples of a stored data set: per field a list of arrays (npz, jsonl), or the encoded images (images)."""
+    if data_format in ("npz", "images"):
+        with zipfile.ZipFile(path) as archive:
+            check_archive(archive, MAX_INFLATED_BYTES)  # again where it is inflated: the follower
     if data_format == "npz":
         with np.load(path, allow_pickle=False) as npz:
             return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files}

@@ -21,11 +21,13 @@ class BenchfleetError(Exception):
         if code is not None:
             cls.code = code
 
-    def __init__(self, message: str, *, field: str | None = None, details: Any = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, details: Any = None,
+                 retry_after_s: int | None = None) -> None:  # fmt: skip
         super().__init__(message)
         self.message = message
         self.field = field
         self.details = details
+        self.retry_after_s = retry_after_s  # sent as Retry-After: when trying again may succeed
 
     def to_dict(self) -> dict[str, Any]:
         """Render as the API's error body: {"error", "message", "field", "details"}."""

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from common.models import LlmParams
+from common.ziplimits import ArchiveTooLarge, check_ratio
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
@@ -58,6 +59,10 @@ def _members(archive: zipfile.ZipFile, limit_bytes: int) -> tuple[str, list[zipf
             raise HfBundleError(f"{info.filename!r}: code and pickled weights are not accepted (weights as .safetensors)")
         if suffix not in ALLOWED_SUFFIXES:
             raise HfBundleError(f"{info.filename!r}: not a model file ({', '.join(ALLOWED_SUFFIXES)})")
+        try:
+            check_ratio(info)
+        except ArchiveTooLarge as exc:
+            raise HfBundleError(str(exc)) from None
         total += info.file_size
         if total > limit_bytes:
             raise HfBundleError(f"the files unpack to more than {limit_bytes} bytes")

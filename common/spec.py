@@ -45,9 +45,9 @@ class ModelRef(StrictModel):
     @classmethod
     def _check_ref(cls, value: str) -> str:
         name, _, version = value.partition(":")
-        if not re.match(NAME_PATTERN, name):
+        if not re.fullmatch(NAME_PATTERN, name):
             raise ValueError("must be name or name:version (letters, digits, . _ -)")
-        if version and not re.match(VERSION_PATTERN, version):
+        if version and not re.fullmatch(VERSION_PATTERN, version):
             raise ValueError("version must be letters, digits, . _ -")
         return value
 
@@ -227,8 +227,10 @@ class JobSpec(StrictModel):
         if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
             return data
         server = data["server"]
-        device = server.get("device", "cpu")
-        if not (isinstance(device, str) and device.startswith("cuda")) and server.get("execution_provider") not in GPU_PROVIDERS:
+        device, provider = server.get("device", "cpu"), server.get("execution_provider")
+        # Either may be of any type here (the fields' own validation names what is wrong with them later).
+        if not (isinstance(device, str) and device.startswith("cuda")) and not (isinstance(provider, str) and
+                                                                               provider in GPU_PROVIDERS):  # fmt: skip
             return data
         requires = data.get("requires") if data.get("requires") is not None else {}
         if not isinstance(requires, dict):

@@ -33,6 +33,7 @@ def load_yaml(text: str | bytes) -> Any:
         except UnicodeDecodeError:
             raise InvalidSpec("spec is not UTF-8 text", field="(body)") from None
     try:
+        _check_depth(text)
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
@@ -46,6 +47,26 @@ def load_yaml(text: str | bytes) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InvalidSpec(f"malformed YAML{where}: {problem}", field="(body)") from None
+
+
+# No job spec nests deeper than a dozen levels; the YAML composer recurses per level and would overflow Python's stack
+# near 300, so nesting is counted first, on the scanner's tokens (which it produces without recursion).
+MAX_DEPTH = 64
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+         yaml.FlowSequenceStartToken)  # fmt: skip
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = token.start_mark.line + 1 if token.start_mark is not None else 0
+                raise InvalidSpec(f"spec nests deeper than {MAX_DEPTH} levels (line {line})", field="(body)")
+        elif isinstance(token, _CLOSE):
+            depth -= 1
 
 
 def _count_nodes(node: yaml.Node, budget: int) -> int:

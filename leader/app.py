@@ -11,10 +11,12 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
 from pymongo import AsyncMongoClient
 
+from leader import dbhealth
 from leader.api import API_PREFIX, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import data, followers, health, jobs, models, progress, records, tokens
+from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
 from leader.scheduler.monitor import Monitor
@@ -24,6 +26,7 @@ from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
+from leader.store import orphans as orphans_store
 from leader.store import results as results_store
 from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
@@ -58,6 +61,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             db=db, missing_after_s=settings.missing_after_s, interval_s=settings.monitor_interval_s, on_requeue=placer.nudge
         )
         resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer)
+        db_health = DbHealth(settings.mongo_uri)
+        app.state.dbhealth = db_health
         tasks: list[asyncio.Task[None]] = []
         telemetry = None
         app.state.telemetry_address = None
@@ -70,6 +75,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 host = "" if settings.grpc_host in ("0.0.0.0", "::") else settings.grpc_host
                 app.state.telemetry_address = settings.grpc_advertise or f"{host}:{telemetry[1]}"
             tasks = [
+                asyncio.create_task(db_health.run(), name="perfdb-probe"),
+                asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
                 asyncio.create_task(metrics.run(db, book=lambda: placer.book), name="metrics"),
@@ -84,10 +91,12 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 await telemetry[0].stop(grace=1.0)
             queue.close()
             await redis.aclose()
+            await db_health.close()
             await client.close()
 
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
     errors.install(app)
+    dbhealth.install(app)  # a fast 503 with Retry-After while PerfDB is unreachable
     metrics = LeaderMetrics()
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics

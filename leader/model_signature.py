@@ -31,7 +31,7 @@ def model_signature(model_format: str, data: bytes, declared: str | None) -> tup
         doc = json.loads(declared)
         inputs = [TensorSpec.model_validate(t) for t in doc["inputs"]]
         outputs = [TensorSpec.model_validate(t) for t in doc["outputs"]]
-    except (ValueError, KeyError, TypeError, ValidationError) as exc:
+    except (ValueError, KeyError, TypeError, ValidationError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidSpec(f"must be JSON {{'inputs': [...], 'outputs': [...]}}: {reason}", field="signature") from None
     if not inputs or not outputs:

@@ -79,7 +79,8 @@ def run_agent(settings: FollowerSettings) -> None:
     set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
     METRICS.start(settings.metrics_host, settings.metrics_port)
     incarnation = uuid.uuid4().hex
-    client = LeaderClient(settings.leader_url, settings.token.get_secret_value())
+    client = LeaderClient(settings.leader_url, settings.token.get_secret_value(),
+                          credential_path=settings.work_dir / "credential")  # fmt: skip
     info = follower_info(settings, incarnation)
     client.register(info)
     log.info(

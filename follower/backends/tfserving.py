@@ -19,7 +19,11 @@ from typing import Any
 
 from common.models import ModelMeta
 from common.procs import free_port
+from common.ziplimits import check_archive
 from follower.backends.process import ProcessBackend
+
+# A zipped SavedModel may unpack to at most this many times its upload (weights barely compress; graphs do a little).
+UNPACK_FACTOR = 4
 
 BINARY = "tensorflow_model_server"
 
@@ -45,6 +49,8 @@ def unpack_savedmodel(model_path: Path, dest: Path) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     version_dir.mkdir(parents=True)
     with zipfile.ZipFile(model_path) as zf:
+        # What a SavedModel may inflate to: the ratio bound, and at most UNPACK_FACTOR x its upload.
+        check_archive(zf, UNPACK_FACTOR * max(Path(model_path).stat().st_size, 1))
         names = zf.namelist()
         pb = [n for n in names if n.endswith("saved_model.pb")]
         if not pb:
@@ -54,7 +60,7 @@ def unpack_savedmodel(model_path: Path, dest: Path) -> Path:
             if not name.startswith(prefix) or name.endswith("/"):
                 continue
             target = (version_dir / name[len(prefix):]).resolve()
-            if not str(target).startswith(str(version_dir.resolve())):
+            if not target.is_relative_to(version_dir.resolve()):  # a path test, not a prefix test (../1evil/)
                 raise RuntimeError(f"zip member {name!r} would leave the model directory")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(name))

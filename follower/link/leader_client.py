@@ -6,6 +6,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 # How long a report keeps being retried while the leader is unreachable before the attempt gives up.
 RETRY_FOR_S = 120.0
+# How long a restarted agent waits, in all, for the leader to see its previous incarnation go missing.
+TAKEOVER_WAIT_S = 120.0
 
 
 class StaleAttempt(Exception):
@@ -28,6 +31,33 @@ class StaleAttempt(Exception):
 
 class LeaderRejected(Exception):
     """The leader refused a request for a reason retrying will not fix."""
+
+
+def _read_credential(path: Path | None) -> str | None:
+    try:
+        return path.read_text().strip() or None if path is not None else None
+    except OSError:
+        return None
+
+
+def _write_credential(path: Path | None, credential: str) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(credential)
+    except OSError as exc:
+        log.warning("could not keep this agent's credential at %s: %s", path, exc)
+
+
+class _WaitToTakeOver(Exception):
+    """Registration refused for now: this id's previous incarnation still counts as live at the leader."""
+
+    def __init__(self, seconds: float, text: str) -> None:
+        super().__init__(f"register: HTTP 409: {text}")
+        self.seconds = min(max(seconds, 0.5), 60.0)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -47,10 +77,13 @@ _retrying = retry(
 class LeaderClient:
     """Thread-safe client for the follower routes of the leader's REST API."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
-        # `token` is the join token: it only registers; registration returns this agent's own credential.
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0, credential_path: Path | None = None) -> None:
+        # `token` is the join token: it only registers; registration returns this agent's own credential, kept at
+        # `credential_path` (owner-only) so that a restarted agent proves it is the same follower and takes its id
+        # back at once (the join token alone cannot take over a live id).
         self._join_token = token
-        self._credential: str | None = None
+        self._credential_path = credential_path
+        self._credential: str | None = _read_credential(credential_path)
         self._info: FollowerInfo | None = None
         self.telemetry_address: str | None = None  # the leader's live-progress gRPC address, from registration
         self._lock = threading.Lock()
@@ -76,7 +109,7 @@ class LeaderClient:
             self._credential = None
             info = self._info
         log.warning("leader refused this agent's credential; joining again")
-        self._register_once(info)
+        self.register(info)  # waits, as told, while the leader still counts this id as live
         return True
 
     def _post(self, path: str, body: str) -> httpx.Response:
@@ -97,6 +130,14 @@ class LeaderClient:
             content=info.model_dump_json(),
             headers={"Content-Type": "application/json", **self._auth()},
         )
+        if response.status_code == 401 and self._credential is not None:
+            # A kept credential this leader does not know (revoked, or another leader's): join with the join token.
+            with self._lock:
+                self._credential = None
+            log.warning("leader refused this agent's kept credential; joining with the join token")
+            return self._register_once(info)
+        if response.status_code == 409 and "retry-after" in response.headers:
+            raise _WaitToTakeOver(float(response.headers["retry-after"]), response.text[:300])
         if 400 <= response.status_code < 500:
             raise LeaderRejected(f"register: HTTP {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
@@ -105,13 +146,27 @@ class LeaderClient:
             self._info = info
             if reply.credential is not None:
                 self._credential = reply.credential
+                _write_credential(self._credential_path, reply.credential)
             self.telemetry_address = reply.telemetry_address
         return FollowerView.model_validate(reply.model_dump(exclude={"credential"}))
 
     @_retrying
     def register(self, info: FollowerInfo) -> FollowerView:
-        """Register (or re-register) this agent; keeps the credential the leader returns for every later call."""
-        return self._register_once(info)
+        """Register (or re-register) this agent; keeps the credential the leader returns for every later call.
+
+        A restarted agent whose previous incarnation still counts as live is told to wait (409 with Retry-After)
+        until the leader has seen it go missing: it waits as told, for at most TAKEOVER_WAIT_S in all.
+        """
+        deadline = time.monotonic() + TAKEOVER_WAIT_S
+        while True:
+            try:
+                return self._register_once(info)
+            except _WaitToTakeOver as wait:
+                if time.monotonic() + wait.seconds > deadline:
+                    raise LeaderRejected(str(wait)) from None
+                log.info("follower id %s still live at the leader; registering again in %.0f s", info.follower_id,
+                         wait.seconds)  # fmt: skip
+                time.sleep(wait.seconds)
 
     def heartbeat(self, follower_id: str, beat: Heartbeat) -> HeartbeatReply:
         """One heartbeat; not retried (the next one is seconds away)."""

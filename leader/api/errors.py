@@ -41,7 +41,10 @@ def validation_details(exc: RequestValidationError) -> list[dict[str, str]]:
 
 async def _benchfleet_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BenchfleetError)
-    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=_auth_header(exc.status))
+    headers = _auth_header(exc.status) or {}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers or None)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

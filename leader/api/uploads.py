@@ -39,7 +39,7 @@ def text_field(value: str | UploadFile | None, name: str, pattern: str | None = 
     """A required text field of the form, matching `pattern` when given (422 naming the field otherwise)."""
     if not isinstance(value, str) or not value:
         raise InvalidSpec("field required", field=name)
-    if pattern is not None and not re.match(pattern, value):
+    if pattern is not None and not re.fullmatch(pattern, value):
         raise InvalidSpec("must be letters, digits, . _ - (starting with a letter or digit)", field=name)
     return value
 

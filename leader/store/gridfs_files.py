@@ -9,6 +9,9 @@ from typing import Any
 from gridfs import AsyncGridFSBucket
 from pymongo.asynchronous.database import AsyncDatabase
 
+# GridFS ids of the uploads this leader is streaming now: the orphan sweep (leader/store/orphans.py) leaves them alone.
+IN_PROGRESS: set[Any] = set()
+
 
 async def store_then_publish(
     db: AsyncDatabase,
@@ -29,6 +32,7 @@ async def store_then_publish(
     and a refused insert (e.g. a duplicate key, re-raised for the caller) deletes the stored file.
     """
     grid_in = bucket.open_upload_stream(filename, metadata={"sha256": sha256})
+    IN_PROGRESS.add(grid_in._id)
     size = 0
     try:
         async for chunk in chunks:
@@ -38,6 +42,7 @@ async def store_then_publish(
             raise ValueError(f"{what}: {size} bytes streamed, {size_bytes} expected")
         await grid_in.close()
     except BaseException:
+        IN_PROGRESS.discard(grid_in._id)
         # Shielded: a cancelled request (client gone) must still remove what it wrote.
         await asyncio.shield(grid_in.abort())
         raise
@@ -46,6 +51,8 @@ async def store_then_publish(
     except BaseException:
         await asyncio.shield(bucket.delete(grid_in._id))
         raise
+    finally:
+        IN_PROGRESS.discard(grid_in._id)
 
 
 async def read_chunks(bucket: AsyncGridFSBucket, gridfs_id: Any) -> AsyncIterator[bytes]:

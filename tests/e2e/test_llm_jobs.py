@@ -176,3 +176,26 @@ llm: {{output_tokens: 64}}
     assert llm.output_tokens_asked == llm.output_tokens_server == sum(o for _, _, o in entries), llm
     assert llm.mismatched_requests == 0
     assert llm.input_tokens_per_s * point.measured_s == pytest.approx(sum(p for _, p, _ in entries), rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "triton-openai"])
+def test_an_llm_job_on_the_other_servers(fleet, llm_model: str, backend: str) -> None:  # type: ignore[no-untyped-def]
+    from follower.backends import BACKENDS
+
+    ok, why = BACKENDS[backend].available()
+    if not ok:
+        pytest.skip(f"{backend} cannot run on this host: {why}")
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-{backend}
+model: {llm_model}
+backends: [{backend}]
+load: {{pattern: poisson, rate: 5, duration: 4s, warmup: 1s}}
+llm: {{prompt_tokens: 32, output_tokens: 8}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=600)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
+    assert llm.mismatched_requests == 0 and llm.output_tokens_asked == llm.output_tokens_server
+    assert llm.server is not None and llm.server.requests >= point.ok

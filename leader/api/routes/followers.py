@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from datetime import timedelta
 
 from fastapi import APIRouter, Request
+from pymongo.asynchronous.database import AsyncDatabase
 
+from common.errors import Conflict
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import JobState
 from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep, SettingsDep, ViewerAuth, check_follower
@@ -31,7 +34,7 @@ async def list_followers(db: Db) -> list[FollowerView]:
 
 @router.post("/register", response_model=FollowerRegistration)
 async def register(
-    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request
+    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request, settings: SettingsDep
 ) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
 
@@ -39,6 +42,8 @@ async def register(
     """
     if principal.role == "follower":
         check_follower(principal, info.follower_id)
+    elif principal.role == "join":
+        await _refuse_live_takeover(db, info, settings.missing_after_s)
     view, previous = await followers_store.register(db, info=info)
     if previous is not None and previous != info.incarnation:
         requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
@@ -56,6 +61,22 @@ async def register(
     placer.nudge()
     telemetry = getattr(request.app.state, "telemetry_address", None)
     return FollowerRegistration(**view.model_dump(), credential=credential, telemetry_address=telemetry)
+
+
+async def _refuse_live_takeover(db: AsyncDatabase, info: FollowerInfo, missing_after_s: float) -> None:
+    """The join token does not take over a live follower's id (whatever incarnation it names: those are listed): it is
+    refused (409 with Retry-After) until the live one has been silent for `missing_after_s`. The follower itself
+    re-registers with its own credential, and an admin may take any id over."""
+    current = await followers_store.get_follower(db, follower_id=info.follower_id)
+    if current is None or current.state == "missing":
+        return
+    age_s = (utcnow() - current.last_seen).total_seconds()
+    if age_s >= missing_after_s:
+        return
+    wait = max(1, math.ceil(missing_after_s - age_s))
+    raise Conflict(f"follower {info.follower_id} is live (seen {age_s:.1f} s ago): the join token cannot take its id "
+                   f"over; a restarted agent may retry in {wait} s, once the old one is missing", field="follower_id",
+                   retry_after_s=wait)  # fmt: skip
 
 
 @router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)

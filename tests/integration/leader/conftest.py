@@ -112,11 +112,16 @@ class Leader:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def register(self, follower_id: str, incarnation: str | None = None, backends: list[str] | None = None) -> dict[str, Any]:
+    def register(self, follower_id: str, incarnation: str | None = None, backends: list[str] | None = None, *,
+                 as_self: bool = False) -> dict[str, Any]:  # fmt: skip
+        """Register with the join token, or (`as_self`) with the follower's own credential, as a restarted agent that
+        kept it does."""
         info = follower_info(follower_id, incarnation or uuid.uuid4().hex, backends)
-        response = self.client.post("/api/v1/followers/register", headers=FOLLOWER, json=info)
+        headers = self.as_follower(follower_id) if as_self else FOLLOWER
+        response = self.client.post("/api/v1/followers/register", headers=headers, json=info)
         assert response.status_code == 200, response.text
-        self.credentials[follower_id] = response.json()["credential"]
+        if response.json()["credential"] is not None:
+            self.credentials[follower_id] = response.json()["credential"]
         return response.json()
 
     def heartbeat(self, follower_id: str, incarnation: str, state: str = "ready") -> bool:

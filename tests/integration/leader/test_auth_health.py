@@ -77,3 +77,44 @@ def test_bad_bodies_are_422_naming_the_field(leader: Leader) -> None:
     assert missing.status_code == 422 and missing.json()["field"] == "body.attempt"
     unknown_route = leader.client.get("/api/v1/nothing-here", headers=ADMIN)
     assert unknown_route.status_code == 404 and unknown_route.json()["error"] == "not_found"
+
+
+def test_a_database_outage_is_a_fast_503_with_retry_after_and_ends_when_it_does(
+    make_leader: Callable[..., Leader], mongo_service: object
+) -> None:
+    import time
+    from urllib.parse import urlsplit
+
+    from tests.faults.proxy import CuttableProxy
+
+    target = urlsplit(str(mongo_service.url)).port  # type: ignore[attr-defined]
+    assert target is not None
+    proxy = CuttableProxy(target).start()
+    try:
+        leader = make_leader(mongo_uri=f"mongodb://127.0.0.1:{proxy.port}/?directConnection=true")
+        leader.register("f1", incarnation="incarnation-1")
+        assert leader.client.get("/api/v1/jobs", headers=ADMIN).status_code == 200
+        proxy.cut()
+        # Once the leader knows (its probe, or the first request that ran into the outage), every request is answered
+        # at once: not after pymongo's 5 s server selection, and not as a 500.
+        deadline, took = time.monotonic() + 20, 99.0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            response = leader.client.get("/api/v1/jobs", headers=ADMIN)
+            took = time.monotonic() - started
+            assert response.status_code == 503, response.text
+            if took < 1.0:
+                break
+        assert took < 1.0 and response.headers["Retry-After"] == "5" and response.json()["field"] == "mongo"
+        beat = leader.client.post("/api/v1/followers/f1/heartbeat", headers=leader.as_follower("f1"),
+                                  json={"incarnation": "incarnation-1", "state": "ready"})  # fmt: skip
+        assert beat.status_code == 503 and beat.headers["Retry-After"] == "5"  # a follower keeps its work and retries
+        assert leader.client.get("/healthz").status_code == 503  # health still reports on the database itself
+        proxy.restore()
+        deadline = time.monotonic() + 20
+        while leader.client.get("/api/v1/jobs", headers=ADMIN).status_code != 200:
+            assert time.monotonic() < deadline, "the leader did not come back after the database did"
+            time.sleep(0.2)
+        assert leader.heartbeat("f1", "incarnation-1") is True
+    finally:
+        proxy.stop()

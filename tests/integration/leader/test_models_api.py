@@ -55,6 +55,9 @@ def test_invalid_uploads_store_nothing(leader: Leader) -> None:
         ({"name": "m", "version": "1"}, b"not an onnx model", 422, "file"),
         ({"name": "bad name!", "version": "1"}, identity_model(), 422, "name"),
         ({"name": "m", "version": "../1"}, identity_model(), 422, "version"),
+        # A trailing newline once passed the name check (re.match's $ matches before it) and failed later as a 500.
+        ({"name": "m\n", "version": "1"}, identity_model(), 422, "name"),
+        ({"name": "m", "version": "1\n"}, identity_model(), 422, "version"),
         ({"version": "1"}, identity_model(), 422, "name"),
         ({"name": "m", "version": "1", "format": "tensorflow"}, identity_model(), 422, "format"),
     ]

@@ -60,8 +60,8 @@ def test_roles_and_ownership(leader: Leader, caplog: pytest.LogCaptureFixture) -
 
 
 def test_follower_joins_then_uses_its_own_credential(leader: Leader) -> None:
-    fid, other = f"f-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
-    reply = leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=follower_info(fid, uuid.uuid4().hex))
+    fid, other, incarnation = f"f-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    reply = leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=follower_info(fid, incarnation))
     credential = reply.json()["credential"]
     assert credential and credential != FOLLOWER_TOKEN
     beat = {"incarnation": "x" * 8, "state": "ready"}
@@ -72,8 +72,13 @@ def test_follower_joins_then_uses_its_own_credential(leader: Leader) -> None:
     # a credential acts only for its own follower, and never as a user
     assert leader.client.post(f"/api/v1/followers/{other}/heartbeat", headers=bearer(credential), json=beat).status_code == 403
     assert leader.client.get("/api/v1/jobs", headers=bearer(credential)).status_code == 401
-    # rejoining with the join token revokes the old credential
-    leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=follower_info(fid, uuid.uuid4().hex))
+    # the join token cannot take the live id over, under any incarnation (they are listed): its credential stands
+    for claimed in (uuid.uuid4().hex, incarnation):
+        taken = leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=follower_info(fid, claimed))
+        assert taken.status_code == 409 and "Retry-After" in taken.headers
+    assert leader.client.post(f"/api/v1/followers/{fid}/heartbeat", headers=bearer(credential), json=beat).status_code == 200
+    # an admin registering the id (taking it over) revokes the old credential
+    leader.client.post("/api/v1/followers/register", headers=ADMIN, json=follower_info(fid, uuid.uuid4().hex))
     assert leader.client.post(f"/api/v1/followers/{fid}/heartbeat", headers=bearer(credential), json=beat).status_code == 401
     # the credential is never listed
     assert credential not in leader.client.get("/api/v1/followers", headers=ADMIN).text

@@ -15,7 +15,15 @@ from pymongo import MongoClient
 from common.jobs import JobTask
 from common.messaging import RUN_JOB_TASK
 from leader.app import create_app
-from tests.integration.leader.conftest import ADMIN, Leader, SettingsFactory, point_result, queued_messages
+from tests.integration.leader.conftest import (
+    ADMIN,
+    FOLLOWER,
+    Leader,
+    SettingsFactory,
+    follower_info,
+    point_result,
+    queued_messages,
+)
 
 
 def fid() -> str:
@@ -134,7 +142,7 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert claim(leader, job["id"], 1, follower, first).status_code == 200
 
     second = uuid.uuid4().hex
-    leader.register(follower, second)
+    leader.register(follower, second, as_self=True)  # restarted, with the credential it kept
     # Requeued as attempt 2, then placed again on the (only) follower's new incarnation.
     again = leader.wait_dispatched(job["id"], attempt=2)
     reasons = [h["reason"] for h in again["history"]]
@@ -148,6 +156,31 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert claim(leader, job["id"], 2, follower, second).status_code == 200
     attempts = sorted(JobTask.model_validate(m["args"][0]).attempt for m in queued_messages(redis_client, follower))
     assert attempts == [1, 2]
+
+
+def test_the_join_token_cannot_take_over_a_live_followers_id(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(missing_after_s=2.0)
+    leader.upload_model()
+    job = leader.submit()
+    follower, first = fid(), uuid.uuid4().hex
+    leader.register(follower, first)
+    leader.wait_state(job["id"], "assigned")
+    assert claim(leader, job["id"], 1, follower, first).status_code == 200
+    # Anyone with the fleet's join token, claiming the live id under another incarnation: refused, nothing changes.
+    info = follower_info(follower, uuid.uuid4().hex)
+    taken = leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=info)
+    assert taken.status_code == 409 and taken.json()["field"] == "follower_id", taken.text
+    assert 1 <= int(taken.headers["Retry-After"]) <= 2
+    assert leader.heartbeat(follower, first) is True  # its credential and incarnation still stand
+    assert leader.job(job["id"])["attempt"] == 1  # its running job was not requeued
+    # Once the live one has gone missing, the id is free to join again; an admin may take it over at any time.
+    deadline = time.monotonic() + 15
+    while (again := leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=info)).status_code == 409:
+        assert time.monotonic() < deadline, again.text
+        time.sleep(0.2)
+    assert again.status_code == 200 and again.json()["credential"]
+    admin = leader.client.post("/api/v1/followers/register", headers=ADMIN, json=follower_info(follower, uuid.uuid4().hex))
+    assert admin.status_code == 200
 
 
 def test_silent_follower_goes_missing_and_loses_its_job(make_leader: Callable[..., Leader]) -> None:

@@ -83,6 +83,15 @@ def test_failed_format_check_stores_nothing(leader: Leader, fmt: str, content: b
            f"422 naming `{field}`; no model, no GridFS file or chunk stored")
 
 
+def test_a_signature_nested_past_the_parsers_stack_is_a_refusal(leader: Leader) -> None:
+    deep = '{"inputs": ' + "[" * 100_000 + "]" * 100_000 + ', "outputs": []}'  # was a RecursionError: a 500
+    response = leader.client.post("/api/v1/models", headers=ADMIN,
+                                  data={"name": "deep", "version": "1", "format": "torchscript", "signature": deep},
+                                  files={"file": ("m.pt", b"x" * 100)})  # fmt: skip
+    assert response.status_code == 422 and response.json()["field"] == "signature", response.text
+    _clean(leader.db)
+
+
 def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mongo_client) -> None:  # type: ignore[no-untyped-def]
     db_name = f"upload_{uuid.uuid4().hex[:8]}"
     payload = secrets.token_bytes(1024 * 1024)
@@ -161,3 +170,48 @@ def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: t
     assert db["models.chunks"].count_documents({}) == 2
     record("fault", "client disconnects midway through a model upload (3 of 8 MiB sent)",
            "no model visible, no GridFS file or chunk left; the same name:version uploads fine afterwards")
+
+
+def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_service: Service) -> None:
+    from datetime import timedelta
+
+    from bson import ObjectId
+    from gridfs import AsyncGridFSBucket
+
+    from leader.store.gridfs_files import IN_PROGRESS
+    from leader.store.orphans import collect_orphans
+
+    db_name = f"orphans_{uuid.uuid4().hex[:8]}"
+    now = utcnow()
+    old, recent, busy, unpublished, published = (ObjectId.from_datetime(now - timedelta(hours=h)) for h in (3, 0, 5, 2, 4))
+
+    async def scenario() -> tuple[dict[str, int], dict[str, int], set[str]]:
+        client: AsyncMongoClient = AsyncMongoClient(mongo_service.url)
+        db = client[db_name]
+        try:
+            chunk = {"n": 0, "data": b"x" * 1024}
+            # A model upload killed mid-stream (chunks, no file), one still streaming (recent), one this leader is
+            # streaming now however old; a data set stored but never published; a published one.
+            await db["models.chunks"].insert_many([{**chunk, "files_id": old}, {**chunk, "files_id": recent},
+                                                  {**chunk, "files_id": busy}])  # fmt: skip
+            data = AsyncGridFSBucket(db, bucket_name="data")
+            await data.upload_from_stream_with_id(unpublished, "lost.npz", b"lost")
+            await data.upload_from_stream_with_id(published, "kept.npz", b"kept")
+            await db["datasets"].insert_one({"_id": "d1", "gridfs_id": published})
+            IN_PROGRESS.add(busy)
+            try:
+                removed = await collect_orphans(db, older_than=now - timedelta(hours=1))
+                again = await collect_orphans(db, older_than=now - timedelta(hours=1))
+                left = {str(d["files_id"]) async for d in db["models.chunks"].find({}, {"files_id": 1})}
+                left |= {str(d["_id"]) async for d in db["data.files"].find({}, {"_id": 1})}
+            finally:
+                IN_PROGRESS.discard(busy)
+            return removed, again, left
+        finally:
+            await client.drop_database(db_name)
+            await client.close()
+
+    removed, again, left = asyncio.run(scenario())
+    assert removed == {"models": 1, "data": 1, "records": 0}, removed
+    assert again == {"models": 0, "data": 0, "records": 0}  # nothing more, and the sweep is idempotent
+    assert left == {str(recent), str(busy), str(published)}  # recent, in progress and published stay

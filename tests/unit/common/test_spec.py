@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from common.errors import InvalidSpec
@@ -188,3 +190,57 @@ def test_server_side_processing_places_the_processors_on_the_server() -> None:
     assert {(p.server.preprocess, p.server.postprocess) for p in points} == {("image_imagenet", "topk")}
     client = expand(parse_spec(_base(data={**SERVER_IMAGES, "processing": "client"})))
     assert (client[0].server.preprocess, client[0].server.postprocess) == (None, None)
+
+
+@pytest.mark.parametrize("deep", [
+    "name: x\nload: " + "[" * 500 + "]" * 500 + "\n",  # flow style
+    "name: x\nload:\n" + "".join("  " * (k + 1) + f"k{k}:\n" for k in range(500)) + "  " * 501 + "v\n",  # block style
+])  # fmt: skip
+def test_yaml_nested_past_any_spec_is_refused_naming_its_depth(deep: str) -> None:
+    # 500 levels once overflowed the YAML composer's recursion (a 500, the connection dropped): now a clear refusal.
+    with pytest.raises(InvalidSpec, match=r"nests deeper than 64 levels \(line \d+\)") as caught:
+        parse_spec_yaml(deep)
+    assert caught.value.field == "(body)"
+
+
+def _paths(schema: dict, defs: dict, prefix: str = "", depth: int = 0) -> list[str]:  # type: ignore[type-arg]
+    """Every field path of a JSON schema (objects followed through $ref, anyOf and their properties)."""
+    out: list[str] = []
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        for option in [sub, *sub.get("anyOf", []), *sub.get("allOf", [])]:
+            ref = option.get("$ref") or option.get("items", {}).get("$ref") if isinstance(option, dict) else None
+            if ref and depth < 3:
+                out += _paths(defs[ref.split("/")[-1]], defs, path + ".", depth + 1)
+    return sorted(set(out))
+
+
+def test_any_value_of_any_type_in_any_field_is_a_refusal_naming_a_field_never_a_crash() -> None:
+    from common.spec import JobSpec
+
+    schema = JobSpec.model_json_schema()
+    paths = _paths(schema, schema.get("$defs", {}))
+    assert len(paths) > 60 and "server.execution_provider" in paths and "llm.shared_prefix.tokens" in paths
+    base = {"name": "x", "model": "m:1", "load": {"rate": 10, "duration": "1s"}}
+    odd: list[object] = [[], {}, "x\n", -1, 1e309, True, None, [{}], {"a": []}, "\u0000", 10**30]
+    for path in paths:
+        for value in odd:
+            doc = json.loads(json.dumps(base))
+            parts = path.split(".")
+            node = doc
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[parts[-1]] = value
+            try:
+                parse_spec(doc)
+            except InvalidSpec as exc:
+                assert exc.field, (path, value)
+
+
+def test_a_model_reference_ending_in_a_newline_is_refused() -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml('name: x\nmodel: "m:1\\n"\nload: {rate: 10, duration: 1s}\n')
+    assert caught.value.field.startswith("model")

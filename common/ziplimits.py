@@ -1,0 +1,47 @@
+"""Bounds on what an uploaded archive may inflate to, checked from its directory before any member is read.
+
+A zip declares each member's compressed and uncompressed size, and Python's zipfile never reads past the declared
+size (a member that lies fails its CRC check), so these checks bound what reading costs: no member and no archive
+may inflate past a total, and no large member may inflate by more than MAX_RATIO (model weights and measured arrays
+barely compress; a decompression bomb inflates a thousand-fold). The leader applies them to every upload it opens
+and the follower again to every archive it unpacks, each with its own total.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+# A member may inflate to at most this many times its compressed size, once it is larger than RATIO_FLOOR bytes.
+MAX_RATIO = 100
+RATIO_FLOOR = 1024 * 1024
+
+
+class ArchiveTooLarge(ValueError):
+    """An archive (or one member) inflates past a bound; the message names the member and the figures."""
+
+
+def check_member(info: zipfile.ZipInfo, limit: int) -> None:
+    """One member within `limit` bytes inflated and the ratio bound."""
+    if info.file_size > limit:
+        raise ArchiveTooLarge(f"member {info.filename!r} inflates to {info.file_size:,} bytes, over the limit of "
+                              f"{limit:,}")  # fmt: skip
+    check_ratio(info)
+
+
+def check_ratio(info: zipfile.ZipInfo) -> None:
+    """One member within the ratio bound."""
+    if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        raise ArchiveTooLarge(f"member {info.filename!r} inflates {info.file_size / max(info.compress_size, 1):,.0f}-fold "
+                              f"({info.compress_size:,} to {info.file_size:,} bytes): at most {MAX_RATIO}-fold is "
+                              "accepted (a decompression bomb?)")  # fmt: skip
+
+
+def check_archive(archive: zipfile.ZipFile, total_limit: int, member_limit: int | None = None) -> int:
+    """Every member within the bounds and all of them within `total_limit` bytes inflated; the total."""
+    total = 0
+    for info in archive.infolist():
+        check_member(info, member_limit if member_limit is not None else total_limit)
+        total += info.file_size
+        if total > total_limit:
+            raise ArchiveTooLarge(f"the archive inflates past {total_limit:,} bytes (at member {info.filename!r})")
+    return total

@@ -1,0 +1,93 @@
+"""Whether PerfDB answers, known at all times: a probe every second on a client of its own with a one-second budget.
+
+While the database is down, every request that needs it is answered at once with 503 and Retry-After (the middleware
+below) instead of waiting out pymongo's server selection and failing as a 500; a request that runs into a connection
+failure itself marks the database down and gets the same answer. Followers take a 5xx as "retry later" and keep
+their results on disk until the leader takes them (follower/link/outbox.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pymongo import AsyncMongoClient
+from pymongo.errors import ConnectionFailure, PyMongoError
+
+log = logging.getLogger(__name__)
+
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_MS = 1000
+RETRY_AFTER_S = 5
+# Paths answered without the database (or that report on it themselves).
+EXEMPT = ("/healthz", "/metrics", "/static/", "/docs", "/openapi.json", "/login", "/favicon")
+
+
+class DbHealth:
+    """The database's state as the last probe (or a failed request) saw it."""
+
+    def __init__(self, uri: str) -> None:
+        self.client: AsyncMongoClient = AsyncMongoClient(
+            uri, serverSelectionTimeoutMS=PROBE_TIMEOUT_MS, connectTimeoutMS=PROBE_TIMEOUT_MS,
+            socketTimeoutMS=PROBE_TIMEOUT_MS,
+        )  # fmt: skip
+        self.down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def mark_down(self, why: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            log.warning("PerfDB unreachable (%s): answering 503 until it is back", why)
+
+    async def probe(self) -> bool:
+        try:
+            await self.client.admin.command("ping")
+        except PyMongoError as exc:
+            self.mark_down(type(exc).__name__)
+            return False
+        if self.down_since is not None:
+            log.info("PerfDB reachable again after %.1f s", time.monotonic() - self.down_since)
+            self.down_since = None
+        return True
+
+    async def run(self) -> None:
+        while True:
+            await self.probe()
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+
+def unavailable() -> JSONResponse:
+    body = {"error": "unavailable", "message": "PerfDB (the results database) is unreachable; retry later",
+            "field": "mongo"}  # fmt: skip
+    return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def install(app: FastAPI) -> None:
+    """The fast 503 while the database is down, and the same answer for a request that finds it down."""
+
+    @app.middleware("http")
+    async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        health: DbHealth | None = getattr(request.app.state, "dbhealth", None)
+        if health is not None and health.down and not request.url.path.startswith(EXEMPT):
+            return unavailable()
+        return await call_next(request)
+
+    async def _connection_failure(request: Request, exc: Exception) -> JSONResponse:
+        health: DbHealth | None = getattr(request.app.state, "dbhealth", None)
+        if health is not None:
+            health.mark_down(type(exc).__name__)
+        return unavailable()
+
+    app.add_exception_handler(ConnectionFailure, _connection_failure)
