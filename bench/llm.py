@@ -13,9 +13,9 @@ Sections (figures printed, nothing asserted; the peers run from their own enviro
   2. stall: a real vLLM (the canonical LLM, CPU build) at a steady rate; SIGSTOP for --stall-s in the middle of the
      run (timed from the server's first answer, so each client gets the same stall), then SIGCONT. Benchfleet's TTFT
      p50/p99 from the intended time (and from the send), and each peer's as it reports it, under the same stall.
-  3. agreement: every client against that vLLM at the same Poisson rate, count and lengths, one after the other; TTFT
-     and ITL p50/p99 side by side, each beside vLLM's own histograms over that client's run (the quantile's estimate
-     within its bucket: the edges bound the true value).
+  3. agreement: every client against that vLLM at the same Poisson rate, count and lengths, one after the other;
+     TTFT and ITL p50/p99 side by side, each beside vLLM's own histograms over that client's run (the quantile's
+     estimate within its bucket: the edges bound the true value). CPU wake-up latency is held at 0 here and in 2 too.
 
 Usage: .venv/bin/python bench/llm.py [--sections 1 2 3] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
 Peers: bench/install_peers.sh (AIPerf, GuideLLM; vLLM's comes with scripts/install_vllm.sh).
@@ -333,7 +333,8 @@ def main() -> None:
             if not ok:
                 print(f"2, 3: not run ({why})")
             else:
-                with vllm_server(data) as (backend, meta):
+                # Every client measured as the follower measures: idle CPUs held out of deep sleep (wake-up latency 0).
+                with vllm_server(data) as (backend, meta), hold_wakeup_latency(0):
                     if 3 in args.sections:
                         agreement(args, backend, meta, model_dir, maker, results)
                     if 2 in args.sections:
