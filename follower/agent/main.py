@@ -80,7 +80,7 @@ def run_agent(settings: FollowerSettings) -> None:
     METRICS.start(settings.metrics_host, settings.metrics_port)
     incarnation = uuid.uuid4().hex
     client = LeaderClient(settings.leader_url, settings.token.get_secret_value(),
-                          credential_path=settings.work_dir / "credential")  # fmt: skip
+                          credential_path=settings.work_dir / f"credential-{settings.follower_id}")  # fmt: skip
     info = follower_info(settings, incarnation)
     client.register(info)
     log.info(

@@ -46,6 +46,7 @@ def _write_credential(path: Path | None, credential: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a file already there keeps its mode through O_CREAT: owner-only whatever it was
         with os.fdopen(fd, "w") as fh:
             fh.write(credential)
     except OSError as exc:
@@ -130,8 +131,9 @@ class LeaderClient:
             content=info.model_dump_json(),
             headers={"Content-Type": "application/json", **self._auth()},
         )
-        if response.status_code == 401 and self._credential is not None:
-            # A kept credential this leader does not know (revoked, or another leader's): join with the join token.
+        if response.status_code in (401, 403) and self._credential is not None:
+            # A kept credential this leader does not take (revoked, another leader's, another follower's): join with
+            # the join token.
             with self._lock:
                 self._credential = None
             log.warning("leader refused this agent's kept credential; joining with the join token")

@@ -145,3 +145,31 @@ def test_split_sweep_runs_on_two_real_followers_and_merges_into_one_result(fleet
     assert [(p.point.index, p.point.batch_size) for p in results.points] == [(0, 1), (1, 2), (2, 4), (3, 8)]
     ran = {p.point.batch_size: p.environment.follower_id for p in results.points}
     assert ran[1] == ran[2] == parts[0].follower_id and ran[4] == ran[8] == parts[1].follower_id
+
+
+def test_a_restarted_agent_takes_its_id_back_with_the_credential_it_kept(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import stat
+    import uuid
+
+    from common.followers import FollowerInfo
+    from follower.link.leader_client import LeaderClient
+    from tests.integration.leader.conftest import follower_info
+
+    follower_id = f"kept-{uuid.uuid4().hex[:6]}"
+    kept = tmp_path / f"credential-{follower_id}"
+    kept.write_text("bf_not_a_credential_this_leader_knows")  # another leader's, or a revoked one
+
+    def agent(incarnation: str) -> LeaderClient:
+        client = LeaderClient(fleet.url, fleet.follower_token, credential_path=kept)
+        client.register(FollowerInfo.model_validate(follower_info(follower_id, incarnation)))
+        return client
+
+    first = agent(uuid.uuid4().hex)  # the unknown credential is dropped for the join token
+    credential = kept.read_text()
+    assert credential == first.credential() and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    # Restarted while the first still counts as live: it registers with its own credential (the join token would be
+    # refused until the first went missing, and then be issued a new credential).
+    second = agent(uuid.uuid4().hex)
+    assert second.credential() == credential
+    first.close()
+    second.close()
