@@ -158,14 +158,20 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert attempts == [1, 2]
 
 
-def test_the_join_token_cannot_take_over_a_live_followers_id(make_leader: Callable[..., Leader]) -> None:
-    leader = make_leader(missing_after_s=2.0)
+def _running_job(leader: Leader) -> tuple[dict[str, Any], str, str]:
+    """A job claimed by a newly registered follower: (the job, the follower's id, its incarnation)."""
     leader.upload_model()
     job = leader.submit()
-    follower, first = fid(), uuid.uuid4().hex
-    leader.register(follower, first)
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
     leader.wait_state(job["id"], "assigned")
-    assert claim(leader, job["id"], 1, follower, first).status_code == 200
+    assert claim(leader, job["id"], 1, follower, incarnation).status_code == 200
+    return job, follower, incarnation
+
+
+def test_the_join_token_cannot_take_over_a_live_followers_id(make_leader: Callable[..., Leader]) -> None:
+    leader = make_leader(missing_after_s=2.0)
+    job, follower, first = _running_job(leader)
     # Anyone with the fleet's join token, claiming the live id under another incarnation: refused, nothing changes.
     info = follower_info(follower, uuid.uuid4().hex)
     taken = leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=info)
@@ -185,12 +191,7 @@ def test_the_join_token_cannot_take_over_a_live_followers_id(make_leader: Callab
 
 def test_silent_follower_goes_missing_and_loses_its_job(make_leader: Callable[..., Leader]) -> None:
     leader = make_leader(missing_after_s=1.0)
-    leader.upload_model()
-    job = leader.submit()
-    silent, incarnation = fid(), uuid.uuid4().hex
-    leader.register(silent, incarnation)
-    leader.wait_state(job["id"], "assigned")
-    assert claim(leader, job["id"], 1, silent, incarnation).status_code == 200
+    job, silent, incarnation = _running_job(leader)
 
     requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2, timeout=10.0)
     assert requeued["state"] == "queued"
