@@ -1,6 +1,7 @@
-"""The two-tier scheduler measured: a discrete-event simulation of the InferBench experiment, the placement
-decision's cost with 1,000 followers and 100,000 queued jobs (plus what the Mongo round trips cost), and a live
-run on this machine with several follower processes and short real jobs.
+"""The two-tier scheduler measured: a discrete-event simulation of the InferBench experiment; a table of bounded
+waits over job mixes (heavy-tailed, bimodal, uniform; 2 and 8 followers; loads 0.7 and 0.95; estimate errors 20% and
+60%; Poisson and bursty arrivals); the placement decision's cost with 1,000 followers and 100,000 queued jobs (plus
+what the Mongo round trips cost); and a live run on this machine with several follower processes and short real jobs.
 
 Usage: .venv/bin/python -m bench.scheduler [--skip-live] [--skip-mongo] [--sim-jobs 2000] [--seeds 5]
 
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchfleet.stack import LocalStack
-from follower.agent.holding import HeldEntry, HoldingQueue
+from follower.agent.holding import HeldEntry, HoldingQueue, work_ahead
+from follower.settings import WAIT_BOUND
 from leader.domain import Candidate, Gpu, Load, Needs, QueuedJob
 from leader.scheduler.placement import PlacementIndex, Policy
 
@@ -48,17 +50,40 @@ class SimJob:
     end: float = math.nan
 
 
-def job_mix(n: int, followers: int, load: float, rng: random.Random) -> list[SimJob]:
-    """A stream of benchmark jobs with mixed durations: 60% short (1-5 min), 30% medium (10-30), 10% long (60-120)."""
-    sizes = []
-    for _ in range(n):
-        u = rng.random()
-        sizes.append(rng.uniform(1, 5) if u < 0.6 else rng.uniform(10, 30) if u < 0.9 else rng.uniform(60, 120))
-    rate = load * followers / statistics.fmean(sizes)  # Poisson arrivals at the offered utilisation
-    t, jobs = 0.0, []
+MIXES = ("mixed", "heavy", "bimodal", "uniform")
+
+
+def job_sizes(mix: str, n: int, rng: random.Random) -> list[float]:
+    """Job run times in minutes. mixed: 60% 1-5 min, 30% 10-30, 10% 60-120 (the InferBench experiment); heavy: Pareto
+    (shape 1.2) from 1 min, capped at 8 h; bimodal: 90% 1 min, 10% 60 min; uniform: 1-30 min."""
+    if mix == "mixed":
+        out = []
+        for _ in range(n):
+            u = rng.random()
+            out.append(rng.uniform(1, 5) if u < 0.6 else rng.uniform(10, 30) if u < 0.9 else rng.uniform(60, 120))
+        return out
+    if mix == "heavy":
+        return [min(480.0, rng.paretovariate(1.2)) for _ in range(n)]
+    if mix == "bimodal":
+        return [1.0 if rng.random() < 0.9 else 60.0 for _ in range(n)]
+    if mix == "uniform":
+        return [rng.uniform(1, 30) for _ in range(n)]
+    raise ValueError(f"unknown mix {mix!r}")
+
+
+def job_mix(n: int, followers: int, load: float, rng: random.Random, *, mix: str = "mixed", error: float = 0.2,
+            bursty: bool = False) -> list[SimJob]:  # fmt: skip
+    """A stream of benchmark jobs at the offered utilisation `load`: Poisson arrivals, or (`bursty`) bursts of 1-20
+    jobs at once at the same mean rate; estimates off by a log-normal factor of spread `error` (0.2: ~20%)."""
+    sizes = job_sizes(mix, n, rng)
+    rate = load * followers / statistics.fmean(sizes)  # arrivals per minute at the offered utilisation
+    t, jobs, burst = 0.0, [], 0
     for i, size in enumerate(sizes):
-        t += rng.expovariate(rate)
-        jobs.append(SimJob(i, t, size, size * rng.lognormvariate(0.0, 0.2)))
+        if burst == 0:
+            burst = rng.randint(1, 20) if bursty else 1
+            t += rng.expovariate(rate / burst) if bursty else rng.expovariate(rate)
+        burst -= 1
+        jobs.append(SimJob(i, t, size, size * rng.lognormvariate(0.0, error)))
     return jobs
 
 
@@ -67,14 +92,18 @@ class SimFollower:
     fid: str
     held: list[HeldEntry] = field(default_factory=list)
     running: SimJob | None = None
+    running_entry: HeldEntry | None = None
 
 
-def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, ageing_per_s: float) -> list[SimJob]:
-    """Tier 1 at arrival with the leader's own PlacementIndex; tier 2 with the follower's own HoldingQueue ordering."""
+def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, ageing_per_s: float,
+             wait_bound: float = WAIT_BOUND) -> list[SimJob]:  # fmt: skip
+    """Tier 1 at arrival with the leader's own PlacementIndex; tier 2 with the follower's own HoldingQueue ordering
+    (its sort key and its `work_ahead`, the FCFS wait each job records at acceptance; minutes throughout)."""
     clock = [0.0]
     with tempfile.TemporaryDirectory() as tmp:
         # Only its ordering function is used (no files): the exact key the follower's run loop sorts by.
-        ordering = HoldingQueue(Path(tmp), order=order, ageing_per_s=ageing_per_s / 60.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+        ordering = HoldingQueue(Path(tmp), order=order, ageing_per_s=ageing_per_s / 60.0, wait_bound=wait_bound,  # type: ignore[arg-type]
+                                clock=lambda: clock[0])  # fmt: skip
     followers = [SimFollower(f"f{i:02d}") for i in range(n_followers)]
     by_id = {f.fid: f for f in followers}
     candidates = [Candidate(f.fid, frozenset({"onnxruntime"})) for f in followers]
@@ -87,15 +116,16 @@ def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, a
         if f.running is None and f.held:
             best = min(f.held, key=lambda e: ordering.priority(e, now))
             f.held.remove(best)
+            best.running, best.started_at = True, now
             job = sim[int(best.job_id)]
-            job.start, f.running = now, job
+            job.start, f.running, f.running_entry = now, job, best
             heapq.heappush(done, (now + job.size, job.id, f.fid))
 
     for job in jobs:
         while done and done[0][0] <= job.arrival:
             t, jid, fid = heapq.heappop(done)
             sim[jid].end = t
-            by_id[fid].running = None
+            by_id[fid].running = by_id[fid].running_entry = None
             start_next(by_id[fid], t)
         # The leader's load: the summed estimates of each follower's assigned and running jobs, and their count.
         loads = {
@@ -109,12 +139,14 @@ def simulate(jobs: list[SimJob], n_followers: int, policy: Policy, order: str, a
         fid = index.choose(QueuedJob(str(job.id), 1, frozenset({"onnxruntime"}), job.estimate))
         assert fid is not None
         rr_last = fid
-        by_id[fid].held.append(HeldEntry(str(job.id), 1, job.estimate, job.arrival, job.id, {}, Path()))
+        target = by_id[fid]
+        ahead = work_ahead([*target.held, *([target.running_entry] if target.running_entry else [])], job.arrival)
+        target.held.append(HeldEntry(str(job.id), 1, job.estimate, job.arrival, job.id, {}, Path(), ahead_s=ahead))
         start_next(by_id[fid], job.arrival)
     while done:
         t, jid, fid = heapq.heappop(done)
         sim[jid].end = t
-        by_id[fid].running = None
+        by_id[fid].running = by_id[fid].running_entry = None
         start_next(by_id[fid], t)
     return jobs
 
@@ -124,19 +156,65 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(math.ceil(q * len(ordered))) - 1)]
 
 
-def run_simulation(n_jobs: int, seeds: int, followers: int, load: float, ageing: float) -> dict[str, dict[str, float]]:
+def run_simulation(n_jobs: int, seeds: int, followers: int, load: float, ageing: float,
+                   wait_bound: float = WAIT_BOUND) -> dict[str, dict[str, float]]:  # fmt: skip
     """Mean JCT, p95 JCT and the longest wait per configuration, averaged over seeds (the same job streams for all)."""
     out: dict[str, dict[str, float]] = {}
     for name, policy, order in CONFIGS:
         means, p95s, waits = [], [], []
         for seed in range(seeds):
-            jobs = simulate(job_mix(n_jobs, followers, load, random.Random(seed)), followers, policy, order, ageing)
+            jobs = simulate(job_mix(n_jobs, followers, load, random.Random(seed)), followers, policy, order, ageing, wait_bound)
             jct = [j.end - j.arrival for j in jobs]
             means.append(statistics.fmean(jct))
             p95s.append(pct(jct, 0.95))
             waits.append(max(j.start - j.arrival for j in jobs))
         out[name] = {"mean": statistics.fmean(means), "p95": statistics.fmean(p95s), "max_wait": max(waits)}
     return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    mix: str
+    followers: int
+    load: float
+    error: float
+    bursty: bool
+
+    @property
+    def label(self) -> str:
+        arrivals = "bursty " if self.bursty else "poisson"
+        return f"{self.mix:8s} {self.followers:2d}f load {self.load:.2f} err {self.error:.0%} {arrivals}"
+
+
+def wait_table(n_jobs: int, seeds: int, ageing: float, wait_bound: float) -> list[tuple[Cell, dict[str, float]]]:
+    """Over every mix: mean JCT and longest wait of QA+SJF (with the wait bound) against RR+FCFS on the same streams."""
+    rows = []
+    for mix in ("heavy", "bimodal", "uniform", "mixed"):
+        for followers in (2, 8):
+            for load in (0.7, 0.95):
+                for error in (0.2, 0.6):
+                    for bursty in (False, True):
+                        cell = Cell(mix, followers, load, error, bursty)
+                        means: dict[str, list[float]] = {"rr": [], "qa": [], "qa_nobound": []}
+                        waits: dict[str, list[float]] = {"rr": [], "qa": [], "qa_nobound": []}
+                        for seed in range(seeds):
+                            for key, policy, order, bound in (("rr", "round_robin", "fcfs", 0.0),
+                                                              ("qa", "queue_aware", "sjf", wait_bound),
+                                                              ("qa_nobound", "queue_aware", "sjf", 0.0)):  # fmt: skip
+                                stream = job_mix(n_jobs, followers, load, random.Random(seed), mix=mix, error=error,
+                                                 bursty=bursty)  # fmt: skip
+                                done = simulate(stream, followers, policy, order, ageing, bound)  # type: ignore[arg-type]
+                                means[key].append(statistics.fmean(j.end - j.arrival for j in done))
+                                waits[key].append(max(j.start - j.arrival for j in done))
+                        rr_mean, rr_wait = statistics.fmean(means["rr"]), statistics.fmean(waits["rr"])
+                        rows.append((cell, {
+                            "mean_win": rr_mean / statistics.fmean(means["qa"]),
+                            "wait_ratio": statistics.fmean(waits["qa"]) / rr_wait,
+                            "worst_wait_ratio": max(q / r for q, r in zip(waits["qa"], waits["rr"], strict=True)),
+                            "nobound_mean_win": rr_mean / statistics.fmean(means["qa_nobound"]),
+                            "nobound_wait_ratio": statistics.fmean(waits["qa_nobound"]) / rr_wait,
+                        }))  # fmt: skip
+    return rows
 
 
 # --- 2. placement decision cost ------------------------------------------------------------------------------
@@ -625,6 +703,9 @@ def main() -> None:
     parser.add_argument("--sim-followers", type=int, default=4)
     parser.add_argument("--sim-load", type=float, default=0.85)
     parser.add_argument("--ageing", type=float, default=0.01, help="seconds of estimate forgiven per second waited")
+    parser.add_argument("--wait-bound", type=float, default=WAIT_BOUND, help="the follower's wait bound (x FCFS turnaround)")
+    parser.add_argument("--wait-jobs", type=int, default=2000, help="jobs per seed in each cell of the bounded-wait table")
+    parser.add_argument("--wait-seeds", type=int, default=3)
     parser.add_argument("--followers", type=int, default=1000)
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--decisions", type=int, default=20_000)
@@ -644,7 +725,7 @@ def main() -> None:
         "60% 1-5 min / 30% 10-30 min / 10% 60-120 min, estimates with ~20% error",
         flush=True,
     )
-    sim = run_simulation(args.sim_jobs, args.seeds, args.sim_followers, args.sim_load, args.ageing)
+    sim = run_simulation(args.sim_jobs, args.seeds, args.sim_followers, args.sim_load, args.ageing, args.wait_bound)
     for name, row in sim.items():
         print(
             f"  sim {name:8s} mean JCT {row['mean']:8.1f} min  p95 {row['p95']:8.1f} min  longest wait {row['max_wait']:8.1f} min"
@@ -660,6 +741,34 @@ def main() -> None:
         sim_qa_max_wait_min=f"{sim['qa_sjf']['max_wait']:.1f}",
         sim_rr_max_wait_min=f"{sim['rr_fcfs']['max_wait']:.1f}",
         sim_floor_met=str(ratio_rr >= 1.43).lower(),
+    )
+
+    print(
+        f"1b. bounded waits: QA+SJF with the follower's wait bound ({args.wait_bound:g} x the FCFS turnaround) against "
+        f"RR+FCFS on the same streams ({args.wait_jobs} jobs x {args.wait_seeds} seeds per cell); `no bound` is QA+SJF "
+        "without it. Ratios: mean JCT RR/QA (the win) and longest wait QA/RR (worst seed; the bound's target is <= 2)",
+        flush=True,
+    )
+    table = wait_table(args.wait_jobs, args.wait_seeds, args.ageing, args.wait_bound)
+    print(f"  {'mix, followers, load, estimate error, arrivals':48s} {'mean win':>9s} {'wait':>6s} {'worst':>6s} "
+          f"{'no bound: win':>14s} {'wait':>6s}")  # fmt: skip
+    for cell, row in table:
+        print(f"  {cell.label:48s} {row['mean_win']:8.2f}x {row['wait_ratio']:6.2f} {row['worst_wait_ratio']:6.2f} "
+              f"{row['nobound_mean_win']:13.2f}x {row['nobound_wait_ratio']:6.2f}")  # fmt: skip
+    worst = max(row["worst_wait_ratio"] for _, row in table)
+    nobound = max(row["nobound_wait_ratio"] for _, row in table)
+    mixed_wins = [row["mean_win"] for cell, row in table if cell.mix == "mixed"]
+    uniform_wins = [row["mean_win"] for cell, row in table if cell.mix == "uniform"]
+    print(f"  longest wait at most {worst:.2f}x RR+FCFS's over all {len(table)} cells (without the bound: {nobound:.2f}x); "
+          f"mean-JCT win on the InferBench mix {min(mixed_wins):.2f}-{max(mixed_wins):.2f}x, on uniform sizes "
+          f"{min(uniform_wins):.2f}-{max(uniform_wins):.2f}x")  # fmt: skip
+    result.update(
+        waits_cells=str(len(table)),
+        waits_worst_ratio=f"{worst:.2f}",
+        waits_bound_met=str(worst <= 2.0).lower(),
+        waits_nobound_worst_ratio=f"{nobound:.2f}",
+        waits_mixed_win_min=f"{min(mixed_wins):.2f}",
+        waits_uniform_win_min=f"{min(uniform_wins):.2f}",
     )
 
     print(

@@ -6,61 +6,40 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import httpx
 import typer
-from rich.console import Console
 
+from benchfleet.cli_common import (
+    EXIT_CODES_HELP,
+    EXIT_JOB_FAILED,
+    EXIT_USAGE,
+    TokenOpt,
+    UrlOpt,
+    call,
+    client_for,
+    console,
+    err_console,
+    fail,
+)
+from benchfleet.cli_repo import data_app, models_app
 from benchfleet.client import EXPORT_FORMATS, ApiError, BenchfleetClient
 from benchfleet.render import jobs_table, point_label, results_table, rows_table, simple_table
 from common.jobs import TERMINAL_STATES, JobState, JobView
-from common.models import TensorSpec
 from common.results import PointResult
-
-# Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable."
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.",
                   epilog=EXIT_CODES_HELP)
-models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 app.add_typer(models_app, name="models")
-data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")
 app.add_typer(data_app, name="data")
-console = Console()
-err_console = Console(stderr=True)
-
-UrlOpt = Annotated[str, typer.Option("--url", envvar="BENCHFLEET_URL", help="Leader base URL.")]
-TokenOpt = Annotated[str, typer.Option("--token", envvar="BENCHFLEET_TOKEN", help="API token.", show_default=False)]
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)  # one line, never wrapped
-    raise typer.Exit(code)
-
-
-def _client(url: str, token: str) -> BenchfleetClient:
-    if not token:
-        _fail("no API token: pass --token or set BENCHFLEET_TOKEN", EXIT_USAGE)
-    return BenchfleetClient(url, token)
-
-
-def _call(fn, *args, **kwargs):
-    """Run a client call, turning API and connection errors into one line and an exit code."""
-    try:
-        return fn(*args, **kwargs)
-    except ApiError as exc:
-        _fail(str(exc), EXIT_API)
-    except httpx.TransportError as exc:
-        _fail(f"cannot reach the leader: {exc}", EXIT_UNREACHABLE)
 
 
 def _parse_filters(filters: list[str] | None) -> list[str]:
     """Filter expressions (`backend=triton`, `p99<20`) go to the leader as given; an empty one is a usage error."""
     for item in filters or []:
         if not item.strip() or not any(op in item for op in ("=", ":", "<", ">")):
-            _fail(f"--filter: expected an expression such as backend=triton or p99<20, got {item!r}", EXIT_USAGE)
+            fail(f"--filter: expected an expression such as backend=triton or p99<20, got {item!r}", EXIT_USAGE)
     return list(filters or [])
 
 
@@ -107,7 +86,7 @@ def running_points(client: BenchfleetClient, job: JobView, done: set[int], pendi
         return [(pending[0], job.id, pending[0])] if pending else []
     out = []
     for part_id in job.parts:
-        part = _call(client.job, part_id)
+        part = call(client.job, part_id)
         if part.state != JobState.running or part.part_start is None:
             continue
         start = part.part_start
@@ -133,12 +112,12 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
         header = bars.add_task(f"[bold]{job.name}[/] {job.state}", total=None)
         tasks = {p.index: bars.add_task(f"  point {p.index}: {point_label(p)}", total=100, start=False) for p in points}
         while True:
-            job = _call(client.job, job.id)
+            job = call(client.job, job.id)
             # A split job's points_done is its parts' sum (the leader adds them up).
             split = f", {len(job.parts)} parts" if job.parts else ""
             bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total}{split})")
             if job.state not in (JobState.queued, JobState.assigned):
-                finished = {r.point.index: r for r in _call(client.results, job.id).points}
+                finished = {r.point.index: r for r in call(client.results, job.id).points}
                 for index in finished.keys() - done:
                     bars.start_task(tasks[index])
                     # The point's own figures, not its last live window's (which an overloaded point ends with 0 in).
@@ -204,29 +183,29 @@ def submit(
     watch: Annotated[bool, typer.Option("--watch", help="Follow progress and print the results.")] = False,
 ) -> None:
     """Submit a job written in YAML."""
-    with _client(url, token) as client:
-        job = _call(client.submit_yaml, file.read_text())
+    with client_for(url, token) as client:
+        job = call(client.submit_yaml, file.read_text())
         console.print(f"{job.id}")
         if not watch:
             return
         job = watch_job(client, job)
-        console.print(results_table(_call(client.results, job.id)))
+        console.print(results_table(call(client.results, job.id)))
         if job.state != JobState.succeeded:
-            _fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
+            fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
 
 
 @app.command()
 def jobs(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", state: str | None = None, limit: int = 50) -> None:
     """List jobs, newest first."""
-    with _client(url, token) as client:
-        console.print(jobs_table(_call(client.jobs, state=state, limit=limit)))
+    with client_for(url, token) as client:
+        console.print(jobs_table(call(client.jobs, state=state, limit=limit)))
 
 
 @app.command("job")
 def job_cmd(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
     """Show one job as JSON."""
-    with _client(url, token) as client:
-        console.print_json(_call(client.job, job_id).model_dump_json())
+    with client_for(url, token) as client:
+        console.print_json(call(client.job, job_id).model_dump_json())
 
 
 @app.command()
@@ -239,15 +218,15 @@ def results(
 ) -> None:
     """Show or export a job's results."""
     if format not in ("table", *EXPORT_FORMATS):
-        _fail(f"--format: unknown format {format!r} (table, {', '.join(EXPORT_FORMATS)})", EXIT_USAGE)
+        fail(f"--format: unknown format {format!r} (table, {', '.join(EXPORT_FORMATS)})", EXIT_USAGE)
     if format == "parquet" and output is None and sys.stdout.isatty():
-        _fail("--format parquet is binary: pass --output FILE or redirect stdout", EXIT_USAGE)
-    with _client(url, token) as client:
+        fail("--format parquet is binary: pass --output FILE or redirect stdout", EXIT_USAGE)
+    with client_for(url, token) as client:
         if format in ("table", "json"):
-            res = _call(client.results, job_id)
+            res = call(client.results, job_id)
             data = res.model_dump_json(indent=2).encode() + b"\n"
         else:
-            data = _call(client.export, job_id, format)
+            data = call(client.export, job_id, format)
     if format == "table":
         console.print(results_table(res))
     elif output is not None:
@@ -261,136 +240,22 @@ def results(
 @app.command()
 def cancel(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
     """Cancel a job that has not ended."""
-    with _client(url, token) as client:
-        job = _call(client.cancel, job_id)
+    with client_for(url, token) as client:
+        job = call(client.cancel, job_id)
     console.print(f"{job.id} {job.state}")
 
 
 @app.command()
 def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
     """List followers and their state."""
-    with _client(url, token) as client:
-        rows = _call(client.followers)
+    with client_for(url, token) as client:
+        rows = call(client.followers)
     console.print(simple_table(
         ("id", "state", "host", "cpus", "memory MiB", "GPUs", "backends", "last seen", "running"),
         ((f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
           ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"),
           f.running_job or "-") for f in rows),
     ))  # fmt: skip
-
-
-@models_app.command("push")
-def models_push(
-    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
-    name: Annotated[str, typer.Option()],
-    version: Annotated[str, typer.Option()],
-    format: str = "onnx",
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-) -> None:
-    """Upload a model file."""
-    with _client(url, token) as client:
-        meta = _call(client.upload_model, file, name=name, version=version, format=format)
-    console.print(f"{meta.ref} sha256={meta.sha256} size={meta.size_bytes}")
-
-
-@models_app.command("ls")
-def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
-    """List models."""
-    with _client(url, token) as client:
-        rows = _call(client.models)
-    def sig(tensors: list[TensorSpec]) -> str:
-        return ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in tensors)
-
-    console.print(simple_table(
-        ("name", "version", "format", "inputs", "outputs", "size", "sha256"),
-        ((m.name, m.version, m.format, sig(m.inputs), sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
-    ))  # fmt: skip
-
-
-@models_app.command("rm")
-def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
-    """Delete a model version."""
-    with _client(url, token) as client:
-        _call(client.delete_model, name, version)
-    console.print(json.dumps({"deleted": f"{name}:{version}"}))
-
-
-@data_app.command("push")
-def data_push(
-    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
-    name: Annotated[str, typer.Option()],
-    format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip), trace, or prompts (a language model's)")],
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-) -> None:
-    """Upload a data set; jobs name request data with `data: {source: upload, id: ID}`, a trace with
-    `load.trace: {dataset: ID}` and a prompt set with `llm: {dataset: ID}`."""
-    with _client(url, token) as client:
-        meta = _call(client.upload_data, file, name=name, format=format)
-    console.print(f"{meta.id} name={meta.name} format={meta.format} samples={meta.samples} sha256={meta.sha256}")
-
-
-@data_app.command("ls")
-def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
-    """List request-data sets."""
-    with _client(url, token) as client:
-        rows = _call(client.data_sets)
-    console.print(simple_table(
-        ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"),
-        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
-         for d in rows),
-    ))  # fmt: skip
-
-
-@data_app.command("rm")
-def data_rm(data_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
-    """Delete a request-data set (its owner or an admin)."""
-    with _client(url, token) as client:
-        _call(client.delete_data, data_id)
-    console.print(json.dumps({"deleted": data_id}))
-
-
-@models_app.command("generate")
-def models_generate(
-    kind: Annotated[str, typer.Argument(help="fc, conv, lstm or attention (tensor models); llama (a language model)")],
-    depth: int = 2,
-    width: int = 64,
-    input_size: int = 32,
-    layers: Annotated[int, typer.Option(help="llama: decoder layers")] = 4,
-    hidden: Annotated[int, typer.Option(help="llama: hidden size")] = 256,
-    heads: Annotated[int, typer.Option(help="llama: attention heads")] = 4,
-    kv_heads: Annotated[int | None, typer.Option(help="llama: key/value heads (default: heads)")] = None,
-    intermediate: Annotated[int | None, typer.Option(help="llama: MLP size (default: 2 x hidden)")] = None,
-    vocab: Annotated[int, typer.Option(help="llama: tokenizer vocabulary, trained on the spot")] = 4096,
-    context: Annotated[int, typer.Option(help="llama: context length in tokens")] = 2048,
-    seed: int = 0,
-    out: Annotated[Path | None, typer.Option(help="where to write the bundle (default: NAME.zip)")] = None,
-    push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
-    name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS, llama-lL-hH-vV-sS)")] = None,
-    version: str = "1",
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-) -> None:
-    """Generate a canonical model: a tensor model (ONNX + TorchScript bundle, both checked against PyTorch; needs the
-    torch extra), or `llama`, a small decoder with seeded random weights and its own tokenizer (format hf)."""
-    from benchfleet import generate
-
-    try:
-        made = (generate.llama(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate,
-                               vocab=vocab, context=context, seed=seed) if kind == "llama"
-                else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed))  # fmt: skip
-    except ValueError as exc:  # a shape or kind that cannot be made, named
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(EXIT_USAGE) from None
-    name, model_format = name or made.name, made.format
-    path = out or Path(f"{name}.zip")
-    path.write_bytes(made.data)
-    console.print(f"{path}: {made.summary}")
-    if push:
-        with _client(url, token) as client:
-            stored = _call(client.upload_model, path, name=name, version=version, format=model_format)
-        console.print(f"{stored.ref} sha256={stored.sha256} size={stored.size_bytes}")
 
 
 @app.command()
@@ -404,8 +269,8 @@ def leaderboard(
 ) -> None:
     """The best configurations measured so far."""
     filters = _parse_filters(filter)
-    with _client(url, token) as client:
-        rows = _call(client.leaderboard, sort=sort, filters=filters, limit=limit)
+    with client_for(url, token) as client:
+        rows = call(client.leaderboard, sort=sort, filters=filters, limit=limit)
     _print_rows(rows, as_json=as_json, title="leaderboard")
 
 
@@ -422,8 +287,8 @@ def recommend(
 ) -> None:
     """The configurations serving the most samples/s that meet the SLO."""
     filters = _parse_filters(filter)
-    with _client(url, token) as client:
-        answer = _call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
+    with client_for(url, token) as client:
+        answer = call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
     _print_rows(answer, as_json=as_json, title=f"recommendation (p99 <= {p99_ms:g} ms)" if p99_ms else "recommendation")
 
 
@@ -436,8 +301,8 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
 ) -> None:
     """Compare two jobs point by point."""
-    with _client(url, token) as client:
-        answer = _call(client.compare, job_a, job_b)
+    with client_for(url, token) as client:
+        answer = call(client.compare, job_a, job_b)
     _print_rows(answer, as_json=as_json, title=f"{job_a} vs {job_b}")
 
 

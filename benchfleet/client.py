@@ -157,6 +157,10 @@ class _Calls:
         return _Call("DELETE", f"{API}/models/{name}/{version}", _none)
 
     @staticmethod
+    def trust_model(name: str, version: str, trusted: bool) -> _Call[ModelMeta]:
+        return _Call("PUT", f"{API}/models/{name}/{version}/trusted", _MODEL, kwargs={"json": {"trusted": trusted}})
+
+    @staticmethod
     def upload_data(content: bytes, name: str, format: str, filename: str) -> _Call[DataSetMeta]:
         return _upload(f"{API}/data", _DATASET, content, filename, name=name, format=format)
 
@@ -263,6 +267,10 @@ class BenchfleetClient:
     def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
         self._do(_Calls.delete_model(name, version))
+
+    def trust_model(self, name: str, version: str, trusted: bool = True) -> ModelMeta:
+        """Mark a model trusted (admins): followers that cannot sandbox its server run its code anyway."""
+        return self._do(_Calls.trust_model(name, version, trusted))
 
     def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
         """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""
@@ -371,6 +379,10 @@ class AsyncBenchfleetClient:
     async def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
         await self._do(_Calls.delete_model(name, version))
+
+    async def trust_model(self, name: str, version: str, trusted: bool = True) -> ModelMeta:
+        """Mark a model trusted (admins): followers that cannot sandbox its server run its code anyway."""
+        return await self._do(_Calls.trust_model(name, version, trusted))
 
     async def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
         """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""

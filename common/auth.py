@@ -24,6 +24,8 @@ class TokenCreate(BaseModel):
     user: Annotated[str, Field(pattern=NAME_PATTERN)]
     role: UserRole
     label: Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+    # Seconds the token lives (at most a year); None: the leader's token_ttl_s (0 there: tokens do not expire).
+    expires_in_s: Annotated[int, Field(ge=60, le=366 * 86400)] | None = None
 
 
 class TokenView(BaseModel):
@@ -36,6 +38,7 @@ class TokenView(BaseModel):
     follower_id: str | None = None
     created_at: datetime
     revoked: bool = False
+    expires_at: datetime | None = None  # after it the token is refused (401); None: it does not expire
 
 
 class TokenIssued(TokenView):

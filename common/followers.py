@@ -37,6 +37,9 @@ class FollowerInfo(BaseModel):
     gpus: list[GpuInfo]  # empty: no GPU (NVML absent or no device), never faked
     backends: list[str]
     version: str
+    # Backends this agent runs only for models an admin marked trusted: those that run a model's code
+    # (common.spec.MODEL_CODE_BACKENDS), on a host where model servers cannot be sandboxed.
+    trusted_only: list[str] = []
 
 
 class HeldJob(BaseModel):

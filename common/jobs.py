@@ -81,6 +81,9 @@ class FinishReport(BaseModel):
     follower_id: Annotated[str, Field(pattern=NAME_PATTERN)]
     state: Literal["succeeded", "failed"]
     error: str | None = None
+    # The attempt's run time by the follower's monotonic clock (what the leader learns estimates from: a step of
+    # either wall clock changes nothing). None from agents that do not send it: the leader's wall clock, if sane.
+    elapsed_s: Annotated[float, Field(ge=0, le=30 * 86400)] | None = None
 
 
 class JobView(BaseModel):

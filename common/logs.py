@@ -89,4 +89,6 @@ def setup_logging(process: str, *, log_format: str | None = None, level: str | N
     root.setLevel((level or os.environ.get(LOG_LEVEL_ENV) or "INFO").upper())
     # uvicorn's access log would repeat every request; the API latency metric covers it.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # httpx logs every request at INFO: a follower's heartbeats were three quarters of its log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     return fmt

@@ -74,6 +74,9 @@ class ModelMeta(BaseModel):
     # Parsed from a canonical bundle's meta.json at upload (never executed); None for every other model.
     canonical: CanonicalParams | None = None
     llm: LlmParams | None = None  # an "hf" model: what its config and weights say it is
+    # Set by an admin: a follower that cannot sandbox model servers still runs this model's own code (TorchScript,
+    # SavedModel); elsewhere every model server is sandboxed whatever this says (follower/host/sandbox.py).
+    trusted: bool = False
 
     @property
     def is_llm(self) -> bool:

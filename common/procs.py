@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import socket
@@ -92,6 +94,7 @@ class SupervisedProcess:
         """Spawn the process with stdout and stderr appended to the log file."""
         if self._proc is not None:
             raise RuntimeError(f"{self.name}: already started")
+        become_subreaper()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.started_at_ns = time.monotonic_ns()
@@ -208,11 +211,12 @@ class SupervisedProcess:
 
 
 def _wait_group_gone(pgid: int, timeout_s: float) -> None:
-    """Poll until every process of the group is dead or a zombie, at most timeout_s."""
+    """Poll until every process of the group is dead or a zombie, at most timeout_s; reap the zombies that are ours."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        _reap_group(pgid)
         alive = []
         for p in psutil.process_iter(["pid", "status"]):
             with contextlib.suppress(psutil.Error):
@@ -221,3 +225,27 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> None:
         if not alive:
             return
         time.sleep(0.01)
+
+
+def _reap_group(pgid: int) -> None:
+    """Collect the exit status of every dead child of ours in the group (orphans reparented to us included)."""
+    while True:
+        try:
+            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
+                return
+        except ChildProcessError:
+            return
+
+
+@functools.cache
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux PR_SET_CHILD_SUBREAPER), so that stop() can reap them.
+
+    A sandboxed server runs under bubblewrap's own init; when the group is killed, that init may outlive its parent
+    for a moment and would otherwise end as a zombie of the host's init, keeping the group alive.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -28,6 +29,23 @@ MAX_SPEC_BYTES = 256 * 1024
 BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"]
 # Backends that serve language models (format "hf") over an OpenAI-compatible API; the others serve tensors (KServe v2).
 LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
+# Backends whose servers run code a model carries (a TorchScript forward(), a SavedModel's graph): a follower runs
+# them sandboxed, or only for models an admin marked trusted (follower/host/sandbox.py).
+MODEL_CODE_BACKENDS = frozenset({"torchscript", "tfserving"})
+TRUSTED_ONLY = "@trusted"  # "<backend>@trusted": a placement need that a follower without the sandbox also meets
+
+
+def placement_backends(backends: Iterable[str], *, trusted: bool) -> frozenset[str]:
+    """What a job's backends need of a follower: a trusted model's code-running backends are met by
+    `<backend>@trusted` (any follower offering the backend), an untrusted one's only by a sandboxing follower."""
+    return frozenset(f"{b}{TRUSTED_ONLY}" if trusted and b in MODEL_CODE_BACKENDS else b for b in backends)
+
+
+def offered_backends(backends: Iterable[str], trusted_only: Iterable[str]) -> frozenset[str]:
+    """What a follower meets: its backends (each code-running one also for trusted models), and the backends it
+    runs only for trusted models (no sandbox there)."""
+    names = set(backends)
+    return frozenset(names | {f"{b}{TRUSTED_ONLY}" for b in names | set(trusted_only) if b in MODEL_CODE_BACKENDS})
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 class ModelRef(StrictModel):

@@ -18,6 +18,11 @@ def default_follower_id() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64] or "follower"
 
 
+# A held job that has waited as long as its FCFS turnaround (it would have finished under FCFS) runs before any job
+# not so overdue (follower/agent/holding.py); bench/scheduler.py measured 1.0 against round-robin + FCFS.
+WAIT_BOUND = 1.0
+
+
 class FollowerSettings(BaseSettings):
     """Where the leader and the broker are, who this follower is, where it keeps its files."""
 
@@ -26,6 +31,9 @@ class FollowerSettings(BaseSettings):
     )
 
     leader_url: str = "http://127.0.0.1:8700"
+    # With an https:// leader: the CA (PEM) its certificate is checked against (unset: the system's); the live-progress
+    # gRPC channel then uses TLS too, checked against the same CA.
+    leader_ca_file: Path | None = None
     token: SecretStr = Field(min_length=16)
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
@@ -40,6 +48,8 @@ class FollowerSettings(BaseSettings):
     # ageing rate: seconds of estimate forgiven per second waited (a job waiting estimate/ageing seconds runs next).
     order: Literal["sjf", "fcfs"] = "sjf"
     ageing_per_s: float = Field(default=0.01, ge=0)
+    # A held job that has waited this many times its FCFS turnaround runs next (0: no bound; follower/agent/holding.py).
+    wait_bound: float = Field(default=WAIT_BOUND, ge=0)
     # Do not start a job while a foreign process uses a GPU, or while host CPU is above this percentage (None: off).
     wait_for_gpu: bool = True
     max_host_cpu_percent: float | None = Field(default=None, gt=0, le=100)

@@ -25,7 +25,10 @@ def main() -> int:
         # Secrets are hidden from the error (hide_input_in_errors); only field names and reasons are shown.
         print(f"benchfleet leader: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1, log_config=None)
+    # Forwarded headers are read by the app itself, from the proxies its settings trust (leader/app.py).
+    tls = {"ssl_certfile": str(settings.tls_certfile), "ssl_keyfile": str(settings.tls_keyfile)} if settings.tls_certfile else {}
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1, log_config=None, proxy_headers=False,
+                **tls)  # type: ignore[arg-type]  # fmt: skip
     return 0
 
 

@@ -10,24 +10,29 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
 from pymongo import AsyncMongoClient
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from leader import dbhealth
-from leader.api import API_PREFIX, errors
+from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
+from leader.api.routes import audit as audit_routes
 from leader.api.routes import data, followers, health, jobs, models, progress, records, tokens
+from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
 from leader.queue import TaskQueue
 from leader.scheduler.monitor import Monitor
 from leader.scheduler.placement import Placer
 from leader.settings import LeaderSettings
+from leader.store import audit as audit_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import orphans as orphans_store
 from leader.store import results as results_store
+from leader.store import sessions as sessions_store
 from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
 from leader.web import pages as web_pages
@@ -40,7 +45,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
-    for store in (jobs_store, models_store, followers_store, results_store, users_store):
+    for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
 
@@ -50,17 +55,20 @@ def create_app(settings: LeaderSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # journal=True: a write is acknowledged once it is in the database's journal, so what the leader acknowledged
+        # survives a crash of the database (SecantusDB as launched lost every acknowledged insert to SIGKILL without
+        # it; bench/dbdurability.py measures the cost).
         client: AsyncMongoClient = AsyncMongoClient(
-            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
+            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS, journal=True
         )
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         queue = TaskQueue(settings.redis_url)
         db = client[settings.db_name]
         placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s, policy=settings.placement_policy)
-        monitor = Monitor(
-            db=db, missing_after_s=settings.missing_after_s, interval_s=settings.monitor_interval_s, on_requeue=placer.nudge
-        )
-        resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer)
+        heard = Ages()
+        monitor = Monitor(db=db, heard=heard, missing_after_s=settings.missing_after_s,
+                          interval_s=settings.monitor_interval_s, on_requeue=placer.nudge)  # fmt: skip
+        resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer, heard=heard)
         db_health = DbHealth(settings.mongo_uri)
         app.state.dbhealth = db_health
         tasks: list[asyncio.Task[None]] = []
@@ -70,7 +78,10 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             await ensure_indexes(resources)
             app.state.resources = resources
             if settings.grpc_port:
-                telemetry = await start_telemetry(resources, settings.grpc_host, settings.grpc_port)
+                tls = None
+                if settings.tls_certfile is not None and settings.tls_keyfile is not None:
+                    tls = (settings.tls_certfile.read_bytes(), settings.tls_keyfile.read_bytes())
+                telemetry = await start_telemetry(resources, settings.grpc_host, settings.grpc_port, tls)
             if telemetry is not None:
                 host = "" if settings.grpc_host in ("0.0.0.0", "::") else settings.grpc_host
                 app.state.telemetry_address = settings.grpc_advertise or f"{host}:{telemetry[1]}"
@@ -96,15 +107,19 @@ def create_app(settings: LeaderSettings) -> FastAPI:
 
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
     errors.install(app)
+    audit.install(app)  # who changed what (after the database guard: a 503 while it is down is not stored)
     dbhealth.install(app)  # a fast 503 with Retry-After while PerfDB is unreachable
     metrics = LeaderMetrics()
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, tokens, records, progress, data):
+    for module in (jobs, models, followers, tokens, records, progress, data, audit_routes):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)
     app.include_router(analysis_routes.router, prefix=API_PREFIX)
     web_pages.install(app)  # the web pages, their login and static assets
+    errors.document(app, API_PREFIX)  # every operation's error statuses, in the one error shape
+    # Outermost: a trusted proxy's forwarded scheme and client address are what every layer below sees.
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[h.strip() for h in settings.trusted_proxies.split(",")])
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import weakref
 from collections.abc import AsyncIterator
 
@@ -48,6 +49,8 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
         )
 
 
+RETRY_AFTER_IDLE_S = 30  # the queue cap's Retry-After when nothing runs (jobs are being placed)
+
 # One lock per (event loop, user): the count and the insert of a submission happen under it, so two concurrent
 # submissions of one user cannot both pass the check. The leader is one process (uvicorn workers=1), so an
 # in-process lock makes admission atomic; weak values drop a user's lock once no submission holds it.
@@ -87,9 +90,13 @@ async def check_queue_limit(db: AsyncDatabase, settings: LeaderSettings, princip
     waiting = await jobs_store.count_waiting(db, owner=principal.user)
     if waiting + adding > limit:
         what = f"this job splits into {adding} parts, each a waiting job; " if adding > 1 else ""
+        # Retry-After: when the first running job should end and a waiting one start (a hint, clamped to [5, 600] s).
+        soonest = await jobs_store.soonest_finish_s(db)
+        retry_after = RETRY_AFTER_IDLE_S if soonest is None else min(600, max(5, math.ceil(soonest)))
         raise TooManyRequests(
             f"{what}user {principal.user} already has {waiting} jobs waiting to run; this leader allows {limit} per user "
             "(max_waiting_per_user): submit again when some have started"
             + (" (or ask for fewer parts: split.max_parts)" if adding > 1 else ""),
             field="max_waiting_per_user",
+            retry_after_s=retry_after,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -34,6 +35,10 @@ class LeaderSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(default=8701, ge=0, lt=65536)
     grpc_advertise: str | None = None
+    # TLS for the API and the live-progress gRPC server (both, with one certificate and key, PEM); unset: plaintext
+    # (keep it on loopback, or behind a TLS proxy for the API).
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
     admin_token: SecretStr
     follower_token: SecretStr
     missing_after_s: float = Field(default=10.0, gt=0)
@@ -55,6 +60,11 @@ class LeaderSettings(BaseSettings):
     max_waiting_per_user: int = Field(default=100, ge=0)
     # Whether admins are held to that cap too (by default they are exempt: they drain and requeue for everyone).
     limit_admins: bool = False
+    # Reverse proxies whose X-Forwarded-For/-Proto are believed (comma-separated addresses or networks; "*": any).
+    # Behind a TLS proxy listed here the login cookie is marked Secure and the audit log names the real client.
+    trusted_proxies: str = "127.0.0.1"
+    # How long a user token issued over the API lives unless its request says (0: never expires). 90 days by default.
+    token_ttl_s: int = Field(default=90 * 86400, ge=0)
 
     @field_validator("admin_token", "follower_token")
     @classmethod

@@ -87,8 +87,10 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServicer):
         return telemetry_pb2.ReportReply(accepted=True)
 
 
-async def start_server(resources: Resources, host: str, port: int) -> tuple[grpc.aio.Server, int] | None:
-    """Serve Telemetry on host:port; None (live progress off, the leader still serves) when the port cannot be bound."""
+async def start_server(resources: Resources, host: str, port: int, tls: tuple[bytes, bytes] | None = None
+                       ) -> tuple[grpc.aio.Server, int] | None:  # fmt: skip
+    """Serve Telemetry on host:port, over TLS with `tls` (certificate chain, private key: PEM); None (live progress
+    off, the leader still serves) when the port cannot be bound."""
     server = grpc.aio.server(
         options=[
             # gRPC sets SO_REUSEPORT by default: a second leader on the same port would silently share its calls.
@@ -98,7 +100,11 @@ async def start_server(resources: Resources, host: str, port: int) -> tuple[grpc
     )
     telemetry_pb2_grpc.add_TelemetryServicer_to_server(TelemetryServicer(resources), server)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is not None:
+            chain, key = tls
+            bound = server.add_secure_port(f"{host}:{port}", grpc.ssl_server_credentials([(key, chain)]))
+        else:
+            bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:
         log.warning("telemetry gRPC server not started on %s:%d: %s", host, port, exc)
         return None

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install what benchfleet needs on a fresh Debian machine: redis-server (apt) and the Python environment (.venv).
+# Install what benchfleet needs on a fresh Debian machine: redis-server, chromium and the sandbox tools (apt) and the
+# Python environment (.venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,12 @@ apt_packages=()
 command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
 # The browser tests drive Debian's chromium through Playwright (no browser download).
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+# Model servers run sandboxed (follower/host/sandbox.py): bubblewrap, a network namespace (iproute2), a firewall
+# rule (nftables) and setpriv (util-linux).
+command -v bwrap >/dev/null 2>&1 || apt_packages+=(bubblewrap)
+command -v ip >/dev/null 2>&1 || apt_packages+=(iproute2)
+command -v nft >/dev/null 2>&1 || apt_packages+=(nftables)
+command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
 for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_packages+=("$pkg")
 done

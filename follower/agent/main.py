@@ -13,12 +13,14 @@ from common import __version__
 from common.followers import FollowerInfo
 from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
+from common.spec import MODEL_CODE_BACKENDS
 from follower.agent.heartbeat import Heartbeater
 from follower.agent.holding import HoldingQueue
 from follower.agent.runloop import RunLoop
 from follower.attempt.execute import execute
 from follower.backends import available_backends
 from follower.host import hostinfo
+from follower.host import sandbox as sandboxes
 from follower.host.gate import Gate
 from follower.link.leader_client import LeaderClient
 from follower.link.metrics import METRICS
@@ -35,6 +37,11 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     backends, missing = available_backends(settings.backends)
     for name, why in missing.items():
         log.warning("backend %s not offered: %s", name, why)
+    # Backends that run a model's code are offered for every model only where their servers can be sandboxed.
+    sandbox = sandboxes.support()
+    trusted_only = [] if sandbox.ok else [b for b in backends if b in MODEL_CODE_BACKENDS]
+    if trusted_only:
+        log.warning("backends %s offered for trusted models only: %s", ", ".join(trusted_only), sandbox.reason)
     return FollowerInfo(
         follower_id=settings.follower_id,
         incarnation=incarnation,
@@ -43,7 +50,8 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
         cpu_count=facts["cpu_count"],
         memory_mb=facts["memory_mb"],
         gpus=hostinfo.gpus(),
-        backends=backends,
+        backends=[b for b in backends if b not in trusted_only],
+        trusted_only=trusted_only,
         version=__version__,
     )
 
@@ -80,14 +88,16 @@ def run_agent(settings: FollowerSettings) -> None:
     METRICS.start(settings.metrics_host, settings.metrics_port)
     incarnation = uuid.uuid4().hex
     client = LeaderClient(settings.leader_url, settings.token.get_secret_value(),
-                          credential_path=settings.work_dir / f"credential-{settings.follower_id}")  # fmt: skip
+                          credential_path=settings.work_dir / f"credential-{settings.follower_id}",
+                          ca_file=settings.leader_ca_file)  # fmt: skip
     info = follower_info(settings, incarnation)
     client.register(info)
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",
         settings.follower_id, incarnation[:8], ",".join(info.backends), len(info.gpus), platform.node(),
     )
-    holding = HoldingQueue(settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s)
+    holding = HoldingQueue(settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s,
+                           wait_bound=settings.wait_bound)  # fmt: skip
     gate = Gate(check_gpu=settings.wait_for_gpu, max_host_cpu_percent=settings.max_host_cpu_percent)
     env_base = env_base_for(settings, info)
 

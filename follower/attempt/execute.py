@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
     reporter = None
     if address is not None:
         reporter = ProgressReporter(
-            address, client.credential, job_id=task.job_id, attempt=task.attempt, follower_id=settings.follower_id
+            address, client.credential, job_id=task.job_id, attempt=task.attempt, follower_id=settings.follower_id,
+            tls=settings.leader_url.startswith("https://"), ca_file=settings.leader_ca_file,
         )
     try:
         await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter)
@@ -139,6 +141,7 @@ def execute(
         log.info("job %s attempt %d is no longer ours (%s); dropping the message", task.job_id, task.attempt, exc)
         return "stale"
     log.info("job %s attempt %d claimed: %d points", task.job_id, task.attempt, len(task.points))
+    claimed_at = time.monotonic()  # the attempt's run time is monotonic: a step of the wall clock does not change it
     METRICS.job_started(task)
     outcome = "failed"
     try:
@@ -148,7 +151,8 @@ def execute(
             log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
             outcome = "cancelled"
             return outcome
-        done = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded")
+        done = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded",
+                            elapsed_s=time.monotonic() - claimed_at)  # fmt: skip
         client.finish(task.job_id, done)
         log.info("job %s attempt %d succeeded", task.job_id, task.attempt)
         outcome = "succeeded"
@@ -160,7 +164,8 @@ def execute(
     except Exception as exc:  # the attempt fails with its reason; the agent lives on
         reason = f"{type(exc).__name__}: {exc}"
         log.exception("job %s attempt %d failed", task.job_id, task.attempt)
-        failed = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="failed", error=reason[:2000])
+        failed = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="failed", error=reason[:2000],
+                              elapsed_s=time.monotonic() - claimed_at)  # fmt: skip
         with contextlib.suppress(StaleAttempt, LeaderRejected):
             client.finish(task.job_id, failed)
         return "failed"

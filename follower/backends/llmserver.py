@@ -19,8 +19,7 @@ from typing import Any
 
 from common import hfbundle
 from common.models import ModelMeta
-from follower.backends.onnxruntime import SOURCE_ROOT
-from follower.backends.process import ProcessBackend
+from follower.backends.process import SOURCE_ROOT, ProcessBackend
 
 _METRIC = re.compile(r"^((?:vllm|sglang):[a-zA-Z0-9_:]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN|\+Inf)$")
 
@@ -89,12 +88,23 @@ class OpenAiServerBackend(ProcessBackend):
         raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: the follower's, without benchfleet's packages on the path."""
-        env = dict(os.environ)
-        env.pop("PYTHONPATH", None)  # the server's environment has its own packages; benchfleet's must not shadow them
+        """The scrubbed environment (no PYTHONPATH: the server's environment has its own packages), its GPU named."""
+        env = super().environment()
         if self.server.uses_gpu:
             env["CUDA_VISIBLE_DEVICES"] = str(self.server.gpu_index)
         return env
+
+    def runtime_paths(self) -> list[Path]:
+        """The server's environment and the Python it was made from (pyvenv.cfg's `home`)."""
+        venv = self.python.parent.parent
+        paths = [venv]
+        cfg = venv / "pyvenv.cfg"
+        if cfg.is_file():
+            for line in cfg.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    paths.append(Path(value.strip()).parent)
+        return paths
 
     def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
         """Unpack the model directory (checked again) and spawn the server on a free loopback port."""

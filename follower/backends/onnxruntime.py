@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -11,15 +10,13 @@ from common.models import ModelMeta
 from common.procs import free_port
 from common.spec import ServerOptions
 from follower.backends.artifacts import artifact
-from follower.backends.process import ProcessBackend
-
-# Where `python -m follower...` must run from: the directory that holds the `follower` and `common` packages.
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
-_SOURCE_ROOT = SOURCE_ROOT
+from follower.backends.process import SOURCE_ROOT, ProcessBackend
+from follower.host.sandbox import Sandbox
 
 
 def kserve_server_argv(module: str, model_file: Path, model: ModelMeta, host: str, port: int,
-                       cpus: frozenset[int] | None, server: ServerOptions, grpc_port: int | None = None) -> list[str]:
+                       cpus: frozenset[int] | None, server: ServerOptions, grpc_port: int | None = None,
+                       parent_pid: int | None = None) -> list[str]:  # fmt: skip
     """The command line shared by benchfleet's own model servers (module = follower.servers.<x>)."""
     argv = [sys.executable, "-m", module, "--model", str(model_file), "--name", model.name]
     argv += ["--version", model.version, "--host", host, "--port", str(port), "--instances", str(server.instances)]
@@ -35,8 +32,8 @@ def kserve_server_argv(module: str, model_file: Path, model: ModelMeta, host: st
         argv += ["--postprocess", server.postprocess]
     if cpus:
         argv += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
-    # The server exits by itself if this process dies, even by SIGKILL.
-    argv += ["--parent-pid", str(os.getpid())]
+    if parent_pid is not None:  # the server exits by itself if this process dies, even by SIGKILL
+        argv += ["--parent-pid", str(parent_pid)]
     return argv
 
 
@@ -53,8 +50,9 @@ class OnnxRuntimeBackend(ProcessBackend):
         host: str = "127.0.0.1",
         cpus: frozenset[int] | None = None,
         server: ServerOptions | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
-        super().__init__(host=host, cpus=cpus, server=server)
+        super().__init__(host=host, cpus=cpus, server=server, sandbox=sandbox)
         self.intra_op_threads = intra_op_threads if intra_op_threads is not None else self.server.threads
         self.provider = provider or self.server.ort_provider
 
@@ -77,7 +75,7 @@ class OnnxRuntimeBackend(ProcessBackend):
         port = self._new_port()
         self.grpc_port = free_port() if self.server.protocol == "grpc" else None
         argv = kserve_server_argv("follower.servers.ort_server", onnx_file, model, self.host, port, self.cpus, self.server,
-                                  self.grpc_port)
+                                  self.grpc_port, self.parent_pid)  # fmt: skip
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":
             argv += ["--device-id", str(self.server.gpu_index)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -11,6 +13,9 @@ from typing import Any
 from common.models import ModelMeta
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import ServerOptions
+from follower.host.sandbox import Sandbox, server_environment
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ProcessBackend:
@@ -18,9 +23,16 @@ class ProcessBackend:
 
     name = "process"
 
-    def __init__(self, *, host: str = "127.0.0.1", cpus: frozenset[int] | None = None,
-                 server: ServerOptions | None = None) -> None:
-        self.host = host
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        cpus: frozenset[int] | None = None,
+        server: ServerOptions | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.host = sandbox.host if sandbox is not None else host
         self.cpus = cpus
         self.server = server or ServerOptions()
         self.port: int | None = None
@@ -28,11 +40,39 @@ class ProcessBackend:
         self.process: SupervisedProcess | None = None
         self._model_name: str | None = None
 
-    def _spawn(self, argv: list[str], workdir: Path, model: ModelMeta, **kwargs: Any) -> None:
+    def environment(self) -> dict[str, str]:
+        """The server's environment: the follower's, scrubbed of everything serving does not need (no credentials)."""
+        return server_environment()
+
+    def runtime_paths(self) -> list[Path]:
+        """What the server reads besides its model and work directory (here: benchfleet's Python and its code)."""
+        return [Path(sys.prefix), Path(sys.base_prefix), *(SOURCE_ROOT / p for p in ("common", "follower", "protos"))]
+
+    @property
+    def parent_pid(self) -> int | None:
+        """The pid a benchfleet server watches to exit with the follower (in a sandbox, bubblewrap does that)."""
+        return None if self.sandbox is not None else os.getpid()
+
+    def _spawn(
+        self,
+        argv: list[str],
+        workdir: Path,
+        model: ModelMeta,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        grace_s: float = 10.0,
+    ) -> None:
+        """Start the server: in the sandbox when there is one, always with the scrubbed environment."""
         if self.process is not None:
             raise RuntimeError(f"{self.name} backend already started")
         self._model_name = model.name
-        self.process = SupervisedProcess(argv, name=f"{self.name} server", log_path=Path(workdir) / f"{self.name}.log", **kwargs)
+        env = env if env is not None else self.environment()
+        if self.sandbox is not None:
+            self.sandbox.allow_read(self.runtime_paths())
+            argv, cwd = self.sandbox.command(argv, cwd=cwd), None
+        self.process = SupervisedProcess(argv, name=f"{self.name} server", log_path=Path(workdir) / f"{self.name}.log",
+                                         env=env, cwd=cwd, grace_s=grace_s)  # fmt: skip
         self.process.start()
 
     def ready_url(self) -> str:

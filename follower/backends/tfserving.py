@@ -123,6 +123,10 @@ class TFServingBackend(ProcessBackend):
             argv = ["taskset", "-c", ",".join(str(c) for c in sorted(self.cpus)), *argv]
         self._spawn(argv, workdir, model)
 
+    def runtime_paths(self) -> list[Path]:
+        """The tensorflow_model_server binary (it links only system libraries)."""
+        return [self.binary] if self.binary is not None else []
+
     def ready_url(self) -> str:
         """TF Serving's model status URL."""
         return f"{self.endpoint}/v1/models/{self._model_name}"

@@ -9,8 +9,8 @@ from pathlib import Path
 from common.models import ModelMeta
 from common.procs import free_port
 from follower.backends.artifacts import artifact
-from follower.backends.onnxruntime import SOURCE_ROOT, kserve_server_argv
-from follower.backends.process import ProcessBackend
+from follower.backends.onnxruntime import kserve_server_argv
+from follower.backends.process import SOURCE_ROOT, ProcessBackend
 
 
 def torch_available() -> str | None:
@@ -45,8 +45,8 @@ class TorchScriptBackend(ProcessBackend):
         ts_file = artifact(model_path, model, "torchscript", workdir)
         port = self._new_port()
         self.grpc_port = free_port() if self.server.protocol == "grpc" else None
-        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus,
-                                  self.server, self.grpc_port)
+        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus, self.server,
+                                  self.grpc_port, self.parent_pid)  # fmt: skip
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature), "--device", self.server.device]
         if self.server.threads is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import sysconfig
 import urllib.error
 import urllib.request
@@ -21,8 +22,7 @@ from typing import Any
 from common.models import ModelMeta
 from common.procs import free_port
 from follower.backends.artifacts import artifact
-from follower.backends.onnxruntime import SOURCE_ROOT
-from follower.backends.process import ProcessBackend
+from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.convert.triton_repo import write_repository
 
 EXTRACTED_HOME = SOURCE_ROOT / ".benchfleet" / "triton"
@@ -150,13 +150,27 @@ class TritonBackend(ProcessBackend):
         if self.cpus:
             # taskset pins Triton and everything it spawns (python backend stubs) to the server's cores.
             argv = ["taskset", "-c", ",".join(str(c) for c in sorted(self.cpus)), *argv]
-        env = dict(os.environ)
-        if self.install.model_env_bin is not None:
+        self._spawn(argv, workdir, model, grace_s=8.0)
+
+    def environment(self) -> dict[str, str]:
+        """The scrubbed environment; the extracted install's python backend also needs its venv and libpython."""
+        env = super().environment()
+        if self.install is not None and self.install.model_env_bin is not None:
             # The backend stub links libpython of this interpreter's version and runs the first python3 on PATH.
             env["PATH"] = f"{self.install.model_env_bin}{os.pathsep}{env.get('PATH', '')}"
             libdir = sysconfig.get_config_var("LIBDIR") or ""
             env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
-        self._spawn(argv, workdir, model, env=env, grace_s=8.0)
+        return env
+
+    def runtime_paths(self) -> list[Path]:
+        """Triton's install (binary, backends, the python backend's venv) and the Python its stub links."""
+        if self.install is None:
+            return []
+        paths = [self.install.binary.parent.parent, Path(sys.base_prefix)]
+        if self.install.model_env_bin is not None:  # the extracted install: its libraries lie beside pytriton/
+            paths.append(self.install.model_env_bin.parent.parent)
+        paths += [p for p in (self.install.backend_dir, self.install.cache_dir) if p is not None]
+        return paths
 
     def metrics(self) -> dict[str, float]:
         """Triton's Prometheus counters (nv_inference_*, benchfleet_*), summed over labels; {} when unreachable."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -78,7 +79,8 @@ _retrying = retry(
 class LeaderClient:
     """Thread-safe client for the follower routes of the leader's REST API."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0, credential_path: Path | None = None) -> None:
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0, credential_path: Path | None = None,
+                 ca_file: Path | None = None) -> None:  # fmt: skip
         # `token` is the join token: it only registers; registration returns this agent's own credential, kept at
         # `credential_path` (owner-only) so that a restarted agent proves it is the same follower and takes its id
         # back at once (the join token alone cannot take over a live id).
@@ -88,7 +90,9 @@ class LeaderClient:
         self._info: FollowerInfo | None = None
         self.telemetry_address: str | None = None  # the leader's live-progress gRPC address, from registration
         self._lock = threading.Lock()
-        self._http = httpx.Client(base_url=base_url, timeout=timeout_s)
+        # https: the leader's certificate is checked (against `ca_file` when given, else the system's CAs).
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else True
+        self._http = httpx.Client(base_url=base_url, timeout=timeout_s, verify=verify)
 
     def close(self) -> None:
         self._http.close()

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,7 +57,8 @@ class ProgressReporter:
     """Sends one attempt's windows to the leader's Telemetry service from its own thread."""
 
     def __init__(
-        self, address: str, credential: Callable[[], str | None], *, job_id: str, attempt: int, follower_id: str
+        self, address: str, credential: Callable[[], str | None], *, job_id: str, attempt: int, follower_id: str,
+        tls: bool = False, ca_file: Path | None = None,
     ) -> None:
         self.address = address
         self.credential = credential
@@ -64,7 +66,12 @@ class ProgressReporter:
         self.sent = 0
         self.dropped = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_SIZE)
-        self._channel = grpc.insecure_channel(address, options=[("grpc.enable_retries", 0)])
+        options = [("grpc.enable_retries", 0)]
+        if tls:  # the bearer credential travels in each call's metadata: never in the clear to a TLS leader
+            roots = ca_file.read_bytes() if ca_file is not None else None
+            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=roots), options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self._stub = telemetry_pb2_grpc.TelemetryStub(self._channel)
         self._thread = threading.Thread(target=self._run, name="progress-reporter", daemon=True)
         self._thread.start()

@@ -16,9 +16,10 @@ from common.llmdata import PromptRow
 from common.llmspec import LlmWorkload
 from common.models import ModelMeta
 from common.results import ColdStart, PointResult
-from common.spec import SLO, PointSpec
+from common.spec import MODEL_CODE_BACKENDS, SLO, PointSpec
 from common.traces import Trace
-from follower.backends import get_backend
+from follower.backends import Backend, get_backend
+from follower.host import sandbox as sandboxes
 from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import hold_wakeup_latency
@@ -64,9 +65,16 @@ async def run_backend(
     receives each point's raw per-request records and window summary. While the server runs, the CPUs' wake-up
     latency is held at `wakeup_latency_us` (follower/host/wakeup.py; None leaves the host alone).
     """
-    backend = get_backend(backend_name, cpus=plan_cpus().server, server=points[0].server if points else None)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    sandbox = await asyncio.to_thread(
+        sandboxes.for_server, workdir, runs_model_code=backend_name in MODEL_CODE_BACKENDS,
+        trusted=model.trusted, what=f"{backend_name} serving model {model.ref}",
+    )  # fmt: skip
+    if sandbox is not None:
+        sandbox.allow_read([Path(model_path)])
+    backend = get_backend(backend_name, cpus=plan_cpus().server, server=points[0].server if points else None,
+                          sandbox=sandbox)  # fmt: skip
     with hold_wakeup_latency(wakeup_latency_us) as wakeup:
         if wakeup.held_us is None:
             log.warning("CPU wake-up latency %s: idle CPUs may halt between requests", wakeup.describe())
@@ -94,8 +102,16 @@ async def run_backend(
             for i, point in enumerate(points):
                 yield await measure_point(point, ctx, cold if i == 0 else None)
         finally:
-            # Shielded: a second cancellation while stopping must not leave the server running.
-            await asyncio.shield(asyncio.to_thread(backend.stop))
+            # Shielded: a second cancellation while stopping must not leave the server (or its sandbox) behind.
+            await asyncio.shield(asyncio.to_thread(_stop, backend, sandbox))
+
+
+def _stop(backend: Backend, sandbox: sandboxes.Sandbox | None) -> None:
+    try:
+        backend.stop()
+    finally:
+        if sandbox is not None:
+            sandbox.close()
 
 
 def prompt_maker(model: ModelMeta, model_path: Path) -> PromptMaker:

@@ -14,8 +14,10 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Forbidden, Unauthorized
 from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
+from leader.clock import Ages
 from leader.scheduler.placement import Placer
 from leader.settings import LeaderSettings
+from leader.store import sessions as sessions_store
 from leader.store import users as users_store
 
 
@@ -28,6 +30,7 @@ class Resources:
     db: AsyncDatabase
     redis: aioredis.Redis
     placer: Placer
+    heard: Ages  # monotonic age of each follower's last word (registration, heartbeat): liveness decisions
 
 
 def get_resources(request: Request) -> Resources:
@@ -45,6 +48,11 @@ def get_db(request: Request) -> AsyncDatabase:
     return get_resources(request).db
 
 
+def get_heard(request: Request) -> Ages:
+    """When each follower was last heard, by monotonic time."""
+    return get_resources(request).heard
+
+
 def get_placer(request: Request) -> Placer:
     """The placement loop (to nudge it)."""
     return get_resources(request).placer
@@ -54,6 +62,7 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 SettingsDep = Annotated[LeaderSettings, Depends(get_settings)]
 Db = Annotated[AsyncDatabase, Depends(get_db)]
 PlacerDep = Annotated[Placer, Depends(get_placer)]
+HeardDep = Annotated[Ages, Depends(get_heard)]
 
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.
 _bearer = HTTPBearer(auto_error=False)
@@ -75,14 +84,22 @@ async def authenticate(resources: Resources, token: str) -> Principal | None:
     return await users_store.principal_for(resources.db, token=token)
 
 
+async def session_principal(resources: Resources, session_id: str) -> Principal | None:
+    """Who a web session (the login cookie) stands for, while it and its token live."""
+    admin = resources.settings.admin_token.get_secret_value()
+    return await sessions_store.principal_for(resources.db, session_id=session_id, admin_token=admin)
+
+
 async def get_principal(request: Request, resources: ResourcesDep, credentials: Credentials) -> Principal:
-    """The caller, from the bearer token (or, for reads, the web login's HttpOnly cookie); 401 otherwise."""
-    token = credentials.credentials if credentials is not None else None
-    if token is None and request.method in _COOKIE_METHODS:
-        token = request.cookies.get(SESSION_COOKIE)
-    principal = await authenticate(resources, token) if token else None
+    """The caller, from the bearer token (or, for reads, the web login's session cookie); 401 otherwise."""
+    principal = None
+    if credentials is not None:
+        principal = await authenticate(resources, credentials.credentials)
+    elif request.method in _COOKIE_METHODS and (session_id := request.cookies.get(SESSION_COOKIE)):
+        principal = await session_principal(resources, session_id)
     if principal is None:
         raise Unauthorized("missing or wrong bearer token")
+    request.state.principal = principal  # for the audit log
     return principal
 
 
@@ -135,6 +152,7 @@ FollowerAuth = Depends(require_follower)
 ReaderAuth = Depends(require_reader)
 Viewer = Annotated[Principal, Depends(require_viewer)]
 Submitter = Annotated[Principal, Depends(require_submitter)]
+Admin = Annotated[Principal, Depends(require_admin)]
 FollowerPrincipal = Annotated[Principal, Depends(require_follower)]
 Joining = Annotated[Principal, Depends(require_joining)]
 

@@ -77,6 +77,56 @@ def _auth_header(status: int) -> dict[str, str] | None:
     return {"WWW-Authenticate": "Bearer"} if status == 401 else None
 
 
+# The statuses an operation may answer with the error body, documented in the OpenAPI (every operation under the API
+# prefix): any may be refused (401, 403), fail validation (400, 422), not find what it names (404) or find the
+# database down (503); one that changes something may conflict (409), be too large (413), of a type not taken (415),
+# or over a queue cap (429, with Retry-After).
+_WHY = {400: "Bad request", 401: "No or unknown bearer token", 403: "The token's role may not do this",
+        404: "Not found", 409: "Conflict with the current state", 413: "Too large", 415: "Unsupported media type",
+        422: "Invalid input (the field is named)", 429: "Too many waiting jobs (see Retry-After)",
+        503: "The database is unreachable (see Retry-After)"}  # fmt: skip
+_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "message", "field"],
+    "properties": {
+        "error": {"type": "string"},
+        "message": {"type": "string"},
+        "field": {"type": ["string", "null"]},
+        "details": {},
+    },
+}
+
+
+def _statuses(method: str) -> list[int]:
+    statuses = [400, 401, 403, 404, 422, 503]  # 404: a resource named in the path, the query or the body
+    if method in ("post", "put", "patch", "delete"):
+        statuses += [409, 413, 415, 429]
+    return statuses
+
+
+def document(app: FastAPI, prefix: str) -> None:
+    """Add the error body and each operation's error statuses to the app's OpenAPI document."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+        ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for path, operations in schema.get("paths", {}).items():
+            if not path.startswith(prefix):
+                continue
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
+                for status in _statuses(method):
+                    responses[str(status)] = {"description": _WHY[status], "content": ref}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on the app."""
     app.add_exception_handler(BenchfleetError, _benchfleet_error)

@@ -16,7 +16,7 @@ from common.auth import ROLE_RANK
 
 TOKEN_PREFIX = "bf_"
 TOKEN_BYTES = 32
-# The name of the cookie the web login sets (HttpOnly); it holds an API token like the bearer header does.
+# The name of the cookie the web login sets (HttpOnly): a server-side session's id (leader/store/sessions.py).
 SESSION_COOKIE = "benchfleet_session"
 
 

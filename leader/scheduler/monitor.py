@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timedelta
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from leader.clock import utcnow
+from leader.clock import Ages
 from leader.store import followers as followers_store
 from leader.store import placement as placement_store
 
@@ -23,29 +23,38 @@ STALL_S = 0.5
 
 
 class Monitor:
-    """Checks heartbeats every interval; requeued jobs nudge placement."""
+    """Checks heartbeats every interval by monotonic time (a wall-clock step changes nothing); requeued jobs nudge
+    placement."""
 
     def __init__(
-        self, *, db: AsyncDatabase, missing_after_s: float, interval_s: float, on_requeue: Callable[[], None]
+        self,
+        *,
+        db: AsyncDatabase,
+        heard: Ages,
+        missing_after_s: float,
+        interval_s: float,
+        on_requeue: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
-        self._missing_after = timedelta(seconds=missing_after_s)
+        self._heard = heard
+        self._missing_after_s = missing_after_s
         self._interval_s = interval_s
         self._on_requeue = on_requeue
-        self._started_at = utcnow()
-        self._last_tick: datetime | None = None
-        self._stalls: deque[tuple[datetime, float]] = deque()  # (tick that saw it, seconds the leader lagged)
+        self._clock = clock
+        self._last_tick: float | None = None
+        self._stalls: deque[tuple[float, float]] = deque()  # (tick that saw it, seconds the leader lagged)
 
-    def allowance_s(self, now: datetime) -> float:
+    def allowance_s(self, now: float) -> float:
         """Seconds the leader lagged within the last timeout: added to it, so only silence the leader could hear counts."""
         if self._last_tick is not None:
-            lag = (now - self._last_tick).total_seconds() - self._interval_s
+            lag = now - self._last_tick - self._interval_s
             if lag > STALL_S:
                 self._stalls.append((now, lag))
                 log.warning("leader lagged %.1fs (liveness tick late): heartbeat timeout extended by it", lag)
         self._last_tick = now
-        # A stall matters while beats stamped before it can still look old: for one timeout after it ended.
-        while self._stalls and now - self._stalls[0][0] > self._missing_after:
+        # A stall matters while beats heard before it can still look old: for one timeout after it ended.
+        while self._stalls and now - self._stalls[0][0] > self._missing_after_s:
             self._stalls.popleft()
         return sum(lag for _, lag in self._stalls)
 
@@ -58,15 +67,15 @@ class Monitor:
                 log.exception("liveness tick failed; retrying")
             await asyncio.sleep(self._interval_s)
 
-    async def tick(self, now: datetime | None = None) -> list[str]:
+    async def tick(self) -> list[str]:
         """Mark silent followers missing and requeue the jobs of every missing follower; returns the requeued job ids."""
-        now = now or utcnow()
-        allowance = timedelta(seconds=self.allowance_s(now))
-        # A leader that was down saw no heartbeats: give followers one full timeout after startup before judging them.
-        if now - self._started_at >= self._missing_after:
-            seen_before = now - self._missing_after - allowance
-            for follower_id in await followers_store.mark_missing(self._db, seen_before=seen_before):
-                log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after.total_seconds())
+        timeout_s = self._missing_after_s + self.allowance_s(self._clock())
+        # Followers not heard since this leader started count from its start (Ages): one full timeout to speak up.
+        for follower_id, seen in await followers_store.live_ids(self._db):
+            if self._heard.age_s(follower_id) > timeout_s and await followers_store.mark_missing(
+                self._db, follower_id=follower_id, last_seen=seen
+            ):
+                log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after_s)
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
         missing = await followers_store.missing_ids(self._db)
         requeued = await placement_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)

@@ -15,7 +15,8 @@ from typing import Literal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobTask
-from leader.clock import utcnow
+from common.spec import TRUSTED_ONLY
+from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.queue import TaskQueue
 from leader.scheduler.book import JobBook
@@ -47,7 +48,12 @@ def unable_reason(job: QueuedJob | Needs, candidate: Candidate, backends: frozen
     else:
         needs = job
     if not backends <= candidate.backends:
-        return f"needs backends {', '.join(sorted(backends))}"
+        missing = backends - candidate.backends
+        unsandboxed = sorted(b for b in missing if f"{b}{TRUSTED_ONLY}" in candidate.backends)
+        if unsandboxed and len(unsandboxed) == len(missing):
+            return (f"needs a follower that sandboxes {', '.join(unsandboxed)} (the model's code runs in its server), "
+                    "or the model marked trusted by an admin")  # fmt: skip
+        return f"needs backends {', '.join(sorted(b.removesuffix(TRUSTED_ONLY) for b in backends))}"
     if not needs.gpu and needs.gpu_model is None and needs.min_gpu_memory_mb is None:
         return None
     if not candidate.gpus:
@@ -194,6 +200,8 @@ class Placer:
         self.book: JobBook | None = None  # None until the first full load from PerfDB
         self._loaded_at = 0.0
         self._since: datetime | None = None
+        self._steps = WallSteps()
+        self.sent = Ages()  # monotonic age of each (job, attempt) sent to a follower: lost messages are judged by it
         self.last_tick: dict[str, float] = {}  # what the last tick cost (ms per part, counts): for the bench and logs
 
     def nudge(self) -> None:
@@ -215,7 +223,11 @@ class Placer:
     async def sync(self) -> JobBook:
         """Bring the book up to date: a full load at first (and every resync interval), else the change feed."""
         started = utcnow()
-        if self.book is None or time.monotonic() - self._loaded_at >= self._resync_s:
+        stepped_s = self._steps.stepped_s()
+        if stepped_s:
+            # The feed reads by `updated_at`: after a step back, new writes sort before what was seen. Read it all again.
+            log.warning("the wall clock stepped %+.1fs: the job book is read again in full", stepped_s)
+        if self.book is None or stepped_s or time.monotonic() - self._loaded_at >= self._resync_s:
             book = JobBook()
             book.apply_all(await placement_store.unfinished_jobs(self._db))
             self.book, self._loaded_at = book, time.monotonic()
@@ -326,6 +338,7 @@ class Placer:
             )
             return False
         self._backoff_s = 0.0
+        self.sent.mark((task.job_id, task.attempt))
         await placement_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
         if self.book is not None:
             self.book.dispatched(task.job_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -10,6 +9,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
 from common.followers import FollowerInfo, FollowerView, Heartbeat
+from common.spec import offered_backends
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu
 
@@ -116,31 +116,32 @@ async def candidates(db: AsyncDatabase) -> list[Candidate]:
     """Followers that may take work (not missing, not draining) with their backends and GPUs."""
     docs = (
         await db[COLLECTION]
-        .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}}, {"info.backends": 1, "info.gpus": 1})
+        .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}},
+              {"info.backends": 1, "info.trusted_only": 1, "info.gpus": 1})  # fmt: skip
         .to_list(None)
     )
     return [
         Candidate(
             doc["_id"],
-            frozenset(doc["info"]["backends"]),
+            offered_backends(doc["info"]["backends"], doc["info"].get("trusted_only") or ()),
             tuple(Gpu(g["name"], int(g["memory_mb"])) for g in doc["info"].get("gpus") or []),
         )
         for doc in docs
     ]
 
 
-async def mark_missing(db: AsyncDatabase, *, seen_before: datetime) -> list[str]:
-    """Followers not heard from since `seen_before` become missing; returns the ones that just did."""
-    stale = await db[COLLECTION].find({"state": {"$ne": MISSING}, "last_seen": {"$lt": seen_before}}, {"_id": 1}).to_list(None)
-    marked = []
-    for doc in stale:
-        # The same condition again: a heartbeat that lands in between keeps the follower alive.
-        result = await db[COLLECTION].update_one(
-            {"_id": doc["_id"], "state": {"$ne": MISSING}, "last_seen": {"$lt": seen_before}}, {"$set": {"state": MISSING}}
-        )
-        if result.modified_count:
-            marked.append(doc["_id"])
-    return marked
+async def live_ids(db: AsyncDatabase) -> list[tuple[str, Any]]:
+    """(id, last_seen) of every follower not missing; last_seen only as a token that a heartbeat changes."""
+    docs = await db[COLLECTION].find({"state": {"$ne": MISSING}}, {"_id": 1, "last_seen": 1}).to_list(None)
+    return [(doc["_id"], doc.get("last_seen")) for doc in docs]
+
+
+async def mark_missing(db: AsyncDatabase, *, follower_id: str, last_seen: Any) -> bool:
+    """The follower becomes missing unless a heartbeat landed since `last_seen` was read; whether it did."""
+    result = await db[COLLECTION].update_one(
+        {"_id": follower_id, "state": {"$ne": MISSING}, "last_seen": last_seen}, {"$set": {"state": MISSING}}
+    )
+    return result.modified_count > 0
 
 
 async def missing_ids(db: AsyncDatabase) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 from common.grid import overload_allowance_s
 from common.jobs import JobState, JobTask, JobView, StateChange
 from common.models import ModelMeta
-from common.spec import JobSpec
+from common.spec import JobSpec, placement_backends
 from leader.clock import as_utc, utcnow
 from leader.domain import JobChange, Needs, QueuedJob
 
@@ -65,6 +65,7 @@ BOOK_FIELDS = {
     for key in (
         "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
         "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of", "measured_s",
+        "model.trusted",
     )
 }  # fmt: skip
 
@@ -75,7 +76,7 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
     return QueuedJob(
         doc["_id"],
         int(doc["attempt"]),
-        frozenset(spec.get("backends") or ()),
+        placement_backends(spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted"))),
         float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
         Needs(**(spec.get("requires") or {})),
         doc.get("waiting_reason"),

@@ -5,6 +5,7 @@ transitions are leader/store/placement.py's."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
@@ -113,9 +114,13 @@ async def get_job(db: AsyncDatabase, *, job_id: str) -> JobView:
     return job_view(doc)
 
 
-async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int) -> list[JobView]:
-    """Jobs newest first, optionally of one state."""
-    query = {"state": state.value} if state is not None else {}
+async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None
+                    ) -> list[JobView]:  # fmt: skip
+    """Jobs newest first, optionally of one state; with `after` (created_at, id), those that come after it."""
+    query: dict[str, Any] = {"state": state.value} if state is not None else {}
+    if after is not None:
+        at, job_id = after
+        query["$or"] = [{"created_at": {"$lt": at}}, {"created_at": at, "_id": {"$lt": job_id}}]
     docs = await db[COLLECTION].find(query).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(limit).to_list(limit)
     # A split job shows its parts' progress, as get_job does: one read for every split job on the page.
     part_ids = [part for doc in docs for part in doc.get("parts") or []]
@@ -131,6 +136,14 @@ async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int) ->
 async def model_in_use(db: AsyncDatabase, *, model_ref: str) -> bool:
     """Whether a job that is not finished refers to the model."""
     return await db[COLLECTION].count_documents({"model_ref": model_ref, "state": {"$nin": TERMINAL}}, limit=1) > 0
+
+
+async def set_model_trusted(db: AsyncDatabase, *, model_ref: str, trusted: bool) -> int:
+    """Carry a model's `trusted` mark into the unfinished jobs that hold a copy of its metadata; how many changed."""
+    # updated_at moves too: the placer's change feed reads the job again (a trusted model's job may go elsewhere).
+    done = await db[COLLECTION].update_many({"model_ref": model_ref, "state": {"$nin": TERMINAL}},
+                                            {"$set": {"model.trusted": trusted, "updated_at": utcnow()}})  # fmt: skip
+    return int(done.modified_count)
 
 
 async def cancel_job(db: AsyncDatabase, *, job_id: str) -> JobView:
@@ -230,7 +243,12 @@ async def finish_job(db: AsyncDatabase, *, job_id: str, report: FinishReport) ->
     before = await db[COLLECTION].find_one({"_id": job_id}, {"history": 1})
     history = (before or {}).get("history", [])
     started = [h["at"] for h in history if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
-    actual_s = round((now - as_utc(started[-1])).total_seconds(), 3) if started and state == JobState.succeeded else None
+    actual_s = None
+    if state == JobState.succeeded:
+        if report.elapsed_s is not None:
+            actual_s = round(report.elapsed_s, 3)
+        elif started and (wall_s := (now - as_utc(started[-1])).total_seconds()) >= 0:
+            actual_s = round(wall_s, 3)  # an older agent: the leader's wall clock (a step back would make it negative)
     doc = await update_then_read(
         db,
         {"_id": job_id, "state": JobState.running.value, "attempt": report.attempt, "follower_id": report.follower_id},
@@ -316,9 +334,18 @@ async def stale_held(db: AsyncDatabase, *, follower_id: str, held: list[tuple[st
     return sorted({job_id for job_id, attempt in held if (job_id, attempt) not in wanted})
 
 
+async def soonest_finish_s(db: AsyncDatabase) -> float | None:
+    """Estimated seconds until the first running job ends (its estimate less its time running); None if none runs."""
+    now = utcnow()
+    remaining = []
+    async for doc in db[COLLECTION].find({"state": JobState.running.value}, {"estimate_s": 1, "history": 1}):
+        started = [h["at"] for h in doc.get("history", []) if h["state"] == JobState.running.value]
+        ran_s = (now - as_utc(started[-1])).total_seconds() if started else 0.0
+        remaining.append(max(0.0, float(doc.get("estimate_s", 0.0)) - max(0.0, ran_s)))
+    return min(remaining) if remaining else None
+
+
 async def count_waiting(db: AsyncDatabase, *, owner: str) -> int:
     """How many of the owner's jobs wait to run (queued at the leader, or assigned to a follower and not started)."""
     query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}, "parts": {"$exists": False}}
     return await db[COLLECTION].count_documents(query)
-
-

@@ -142,9 +142,16 @@ async def job_rows(db: AsyncDatabase, *, job_id: str) -> list[dict[str, Any]]:
     return await db[COLLECTION].find({"job_id": job_id}).sort("index", ASCENDING).to_list(None)
 
 
-async def set_baseline(db: AsyncDatabase, *, name: str, job_id: str) -> None:
-    """Pin a job as the named baseline."""
-    await db[BASELINES].replace_one({"_id": name}, {"_id": name, "job_id": job_id}, upsert=True)
+async def baseline_owner(db: AsyncDatabase, *, name: str) -> str | None:
+    """Who pinned the named baseline (baselines pinned before owners were kept: "admin"); None if there is none."""
+    doc = await db[BASELINES].find_one({"_id": name}, {"owner": 1})
+    return None if doc is None else str(doc.get("owner", "admin"))
+
+
+async def set_baseline(db: AsyncDatabase, *, name: str, job_id: str, owner: str) -> None:
+    """Pin a job as the named baseline, owned by whoever pinned it first."""
+    await db[BASELINES].update_one({"_id": name}, {"$set": {"job_id": job_id}, "$setOnInsert": {"owner": owner}},
+                                   upsert=True)  # fmt: skip
 
 
 async def get_baseline(db: AsyncDatabase, *, name: str) -> str | None:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gridfs import AsyncGridFSBucket
-from pymongo import DESCENDING
+from pymongo import DESCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
@@ -46,8 +46,15 @@ async def insert_model_stream(db: AsyncDatabase, *, meta: ModelMeta, chunks: Asy
     """Write the bytes to GridFS chunk by chunk, then the metadata; a failure leaves no chunk and no model (409 on duplicates)."""
     try:
         await store_then_publish(
-            db, bucket_for(db), filename=meta.ref, sha256=meta.sha256, size_bytes=meta.size_bytes, chunks=chunks,
-            collection=COLLECTION, doc={"_id": meta.ref, **meta.model_dump()}, what=f"model {meta.ref}",
+            db,
+            bucket_for(db),
+            filename=meta.ref,
+            sha256=meta.sha256,
+            size_bytes=meta.size_bytes,
+            chunks=chunks,
+            collection=COLLECTION,
+            doc={"_id": meta.ref, **meta.model_dump()},
+            what=f"model {meta.ref}",
         )
     except DuplicateKeyError:
         raise Conflict(f"model {meta.ref} already exists", field="version") from None
@@ -78,6 +85,16 @@ async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: 
     if doc is None:
         raise NotFound(f"model {shown} does not exist", field=field)
     return doc
+
+
+async def set_trusted(db: AsyncDatabase, *, name: str, version: str, trusted: bool) -> ModelMeta:
+    """Mark a model trusted (or not) by an admin; NotFound naming `version`."""
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": f"{name}:{version}"}, {"$set": {"trusted": trusted}}, return_document=ReturnDocument.AFTER
+    )
+    if doc is None:
+        raise NotFound(f"model {name}:{version} does not exist", field="version")
+    return _meta(doc)
 
 
 async def list_models(db: AsyncDatabase) -> list[ModelMeta]:

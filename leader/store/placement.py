@@ -3,7 +3,7 @@ dispatch, unassign, requeue). Every transition is a conditional update that appe
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 from pymongo import ASCENDING
@@ -179,19 +179,20 @@ UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost 
 
 
 async def requeue_undelivered(
-    db: AsyncDatabase, *, follower_id: str, held: set[str], sent_before: datetime
+    db: AsyncDatabase, *, follower_id: str, held: set[str], sent_age_s: Callable[[tuple[str, int]], float], after_s: float
 ) -> list[str]:
-    """Jobs sent to this follower before `sent_before` that its heartbeat does not hold: requeued as a new attempt.
+    """Jobs sent to this follower at least `after_s` ago (`sent_age_s((job_id, attempt))`, monotonic) that its heartbeat
+    does not hold: requeued as a new attempt.
 
     The old attempt's message, should it turn up after all, is refused at claim and dropped on the next heartbeat.
     """
     docs = (
         await db[COLLECTION]
         .find(
-            {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True,
-             "dispatched_at": {"$lt": sent_before}},
+            {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True, "_id": {"$nin": list(held)}},
             {"attempt": 1, "state": 1, "follower_id": 1},
         )
         .to_list(None)
     )
+    docs = [doc for doc in docs if sent_age_s((doc["_id"], doc["attempt"])) >= after_s]
     return [doc["_id"] for doc in docs if doc["_id"] not in held and await _requeue(db, doc, UNDELIVERED_REASON)]

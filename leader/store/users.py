@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from pymongo import ASCENDING
@@ -31,14 +32,17 @@ def _view(doc: dict[str, Any]) -> TokenView:
         follower_id=doc.get("follower_id"),
         created_at=as_utc(doc["created_at"]),
         revoked=doc.get("revoked_at") is not None,
+        expires_at=as_utc(doc["expires_at"]) if doc.get("expires_at") else None,
     )
 
 
 async def create_token(
-    db: AsyncDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None
+    db: AsyncDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None,
+    expires_in_s: float | None = None,
 ) -> TokenIssued:
-    """Store a new token's hash (acknowledged before the secret is returned, once)."""
+    """Store a new token's hash (acknowledged before the secret is returned, once); it expires after `expires_in_s`."""
     token = new_token()
+    now = utcnow()
     doc = {
         "_id": uuid.uuid4().hex,
         "hash": hash_token(token),
@@ -46,19 +50,30 @@ async def create_token(
         "role": role,
         "label": label,
         "follower_id": follower_id,
-        "created_at": utcnow(),
+        "created_at": now,
         "revoked_at": None,
+        "expires_at": now + timedelta(seconds=expires_in_s) if expires_in_s else None,
     }
     await db[COLLECTION].insert_one(doc)
     return TokenIssued(**_view(doc).model_dump(), token=token)
 
 
 async def principal_for(db: AsyncDatabase, *, token: str) -> Principal | None:
-    """The principal a live (not revoked) token stands for, or None."""
+    """The principal a live (not revoked, not expired) token stands for, or None."""
     doc = await db[COLLECTION].find_one({"hash": hash_token(token), "revoked_at": None})
-    if doc is None:
+    if doc is None or _expired(doc):
         return None
     return Principal(user=doc["user"], role=doc["role"], follower_id=doc.get("follower_id"), token_id=doc["_id"])
+
+
+def _expired(doc: dict[str, Any]) -> bool:
+    return doc.get("expires_at") is not None and as_utc(doc["expires_at"]) <= utcnow()
+
+
+async def token_live(db: AsyncDatabase, *, token_id: str) -> bool:
+    """Whether the stored token exists, is not revoked and has not expired."""
+    doc = await db[COLLECTION].find_one({"_id": token_id, "revoked_at": None}, {"expires_at": 1})
+    return doc is not None and not _expired(doc)
 
 
 async def list_tokens(db: AsyncDatabase) -> list[TokenView]:

@@ -1,4 +1,5 @@
-"""The pages' login: a user token pasted once, kept as an HttpOnly, SameSite=Strict session cookie."""
+"""The pages' login: a user token pasted once opens a server-side session; the browser keeps only the session's id,
+in an HttpOnly, SameSite=Strict cookie (Secure over HTTPS, a trusted proxy's forwarded scheme included)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from leader.api import deps
-from leader.auth.tokens import SESSION_COOKIE
+from leader.auth.tokens import SESSION_COOKIE, Principal
+from leader.store import sessions as sessions_store
 from leader.web.render import render
 
 COOKIE_MAX_AGE_S = 8 * 3600
@@ -16,9 +18,8 @@ COOKIE_MAX_AGE_S = 8 * 3600
 router = APIRouter(include_in_schema=False)
 
 
-async def _principal_ok(request: Request, token: str) -> bool:
-    """Whether a token may read the pages: a user token (never an agent credential)."""
-    principal = await deps.authenticate(deps.get_resources(request), token)
+def _page_user(principal: Principal | None) -> bool:
+    """Whether a principal may read the pages: a user (never an agent credential)."""
     return principal is not None and principal.role not in ("follower", "join")
 
 
@@ -28,8 +29,8 @@ class LoginRequired(Exception):
 
 async def require_login(request: Request) -> None:
     """Pages redirect to /login without a valid session cookie."""
-    token = request.cookies.get(SESSION_COOKIE)
-    if not token or not await _principal_ok(request, token):
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if not session_id or not _page_user(await deps.session_principal(deps.get_resources(request), session_id)):
         raise LoginRequired()
 
 
@@ -46,13 +47,17 @@ async def login_page(next: str = "/leaderboard") -> HTMLResponse:  # noqa: A002
 
 @router.post("/login")
 async def login(request: Request, token: str = Form(""), next: str = Form("/leaderboard")) -> Response:  # noqa: A002
-    """Check the token and set it as an HttpOnly, SameSite=Strict cookie."""
-    if not token or not await _principal_ok(request, token):
+    """Check the token, open a session, and set its id as an HttpOnly, SameSite=Strict cookie."""
+    resources = deps.get_resources(request)
+    principal = await deps.authenticate(resources, token) if token else None
+    if principal is None or not _page_user(principal):
         return HTMLResponse(render("login.html", next=_safe_next(next), error="unknown token"), status_code=401)
+    request.state.principal = principal  # the audit log names who logged in
+    session_id = await sessions_store.start(resources.db, principal=principal, token=token, ttl_s=COOKIE_MAX_AGE_S)
     response = RedirectResponse(_safe_next(next), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        token,
+        session_id,
         max_age=COOKIE_MAX_AGE_S,
         httponly=True,
         samesite="strict",
@@ -63,8 +68,10 @@ async def login(request: Request, token: str = Form(""), next: str = Form("/lead
 
 
 @router.post("/logout")
-async def logout() -> Response:
-    """Forget the session cookie."""
+async def logout(request: Request) -> Response:
+    """End the session at the leader and forget its cookie."""
+    if session_id := request.cookies.get(SESSION_COOKIE):
+        await sessions_store.end(deps.get_resources(request).db, session_id=session_id)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

@@ -170,3 +170,19 @@ def test_data_push_ls_rm(fleet, tmp_path: Path) -> None:  # type: ignore[no-unty
     assert bad.returncode == 3 and "format" in bad.stderr
     again = _cli(fleet, "data", "rm", data_id)
     assert again.returncode == 3 and again.stderr.startswith("error:")
+
+
+def test_models_trust_marks_and_unmarks_a_model(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`benchfleet models trust NAME VERSION [--untrust]` (admins): the mark shows in the model's metadata."""
+    from common.modelgen import mlp_onnx
+
+    path = tmp_path / "trust.onnx"
+    path.write_bytes(mlp_onnx())
+    assert _cli(fleet, "models", "push", str(path), "--name", "cli-trust", "--version", "1").returncode == 0
+    marked = _cli(fleet, "models", "trust", "cli-trust", "1")
+    assert marked.returncode == 0, marked.stderr
+    assert json.loads(marked.stdout) == {"model": "cli-trust:1", "trusted": True}
+    unmarked = _cli(fleet, "models", "trust", "cli-trust", "1", "--untrust")
+    assert json.loads(unmarked.stdout) == {"model": "cli-trust:1", "trusted": False}
+    missing = _cli(fleet, "models", "trust", "cli-trust", "9")
+    assert missing.returncode == 3 and "version" in missing.stderr

@@ -9,12 +9,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
-from common.errors import NotFound
+from common.errors import Forbidden, NotFound
 from leader.analysis import compare as compare_mod
 from leader.analysis import export, heatmap, queries, records
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import recommend as recommend_rows
-from leader.api.deps import Db, SubmitterAuth, ViewerAuth
+from leader.api.deps import Db, Submitter, ViewerAuth
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
 
@@ -89,11 +89,15 @@ class BaselineBody(BaseModel):
     job_id: str
 
 
-@router.put("/baselines/{name}", dependencies=[SubmitterAuth])
-async def pin_baseline(name: str, body: BaselineBody, db: Db) -> dict[str, str]:
-    """Pin a job as the named baseline (compare with `a=baseline:NAME`)."""
+@router.put("/baselines/{name}")
+async def pin_baseline(name: str, body: BaselineBody, db: Db, principal: Submitter) -> dict[str, str]:
+    """Pin a job as the named baseline (compare with `a=baseline:NAME`); a baseline someone else pinned is theirs to
+    repoint (or an admin's): 403 otherwise."""
     await jobs_store.get_job(db, job_id=body.job_id)  # 404 for an unknown job
-    await store.set_baseline(db, name=name, job_id=body.job_id)
+    owner = await store.baseline_owner(db, name=name)
+    if owner is not None and not principal.may_manage(owner):
+        raise Forbidden(f"baseline {name} was pinned by {owner}; only they or an admin may repoint it", field="name")
+    await store.set_baseline(db, name=name, job_id=body.job_id, owner=principal.user)
     return {"name": name, "job_id": body.job_id}
 
 

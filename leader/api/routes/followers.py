@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import timedelta
 
 from fastapi import APIRouter, Request
 from pymongo.asynchronous.database import AsyncDatabase
@@ -12,8 +11,17 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.errors import Conflict
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import JobState
-from leader.api.deps import AdminAuth, Db, FollowerPrincipal, Joining, PlacerDep, SettingsDep, ViewerAuth, check_follower
-from leader.clock import utcnow
+from leader.api.deps import (
+    AdminAuth,
+    Db,
+    FollowerPrincipal,
+    HeardDep,
+    Joining,
+    PlacerDep,
+    SettingsDep,
+    ViewerAuth,
+    check_follower,
+)
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import placement as placement_store
@@ -34,7 +42,8 @@ async def list_followers(db: Db) -> list[FollowerView]:
 
 @router.post("/register", response_model=FollowerRegistration)
 async def register(
-    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request, settings: SettingsDep
+    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request, settings: SettingsDep,
+    heard: HeardDep,
 ) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
 
@@ -43,8 +52,9 @@ async def register(
     if principal.role == "follower":
         check_follower(principal, info.follower_id)
     elif principal.role == "join":
-        await _refuse_live_takeover(db, info, settings.missing_after_s)
+        await _refuse_live_takeover(db, info, settings.missing_after_s, heard.age_s(info.follower_id))
     view, previous = await followers_store.register(db, info=info)
+    heard.mark(info.follower_id)
     if previous is not None and previous != info.incarnation:
         requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
         if requeued:
@@ -63,14 +73,13 @@ async def register(
     return FollowerRegistration(**view.model_dump(), credential=credential, telemetry_address=telemetry)
 
 
-async def _refuse_live_takeover(db: AsyncDatabase, info: FollowerInfo, missing_after_s: float) -> None:
+async def _refuse_live_takeover(db: AsyncDatabase, info: FollowerInfo, missing_after_s: float, age_s: float) -> None:
     """The join token does not take over a live follower's id (whatever incarnation it names: those are listed): it is
     refused (409 with Retry-After) until the live one has been silent for `missing_after_s`. The follower itself
-    re-registers with its own credential, and an admin may take any id over."""
+    re-registers with its own credential, and an admin may take any id over. `age_s`: monotonic, since last heard."""
     current = await followers_store.get_follower(db, follower_id=info.follower_id)
     if current is None or current.state == "missing":
         return
-    age_s = (utcnow() - current.last_seen).total_seconds()
     if age_s >= missing_after_s:
         return
     wait = max(1, math.ceil(missing_after_s - age_s))
@@ -81,19 +90,22 @@ async def _refuse_live_takeover(db: AsyncDatabase, info: FollowerInfo, missing_a
 
 @router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)
 async def heartbeat(
-    follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal, placer: PlacerDep, settings: SettingsDep
+    follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal, placer: PlacerDep, settings: SettingsDep,
+    heard: HeardDep,
 ) -> HeartbeatReply:
     """Record a heartbeat; known=False asks the agent to register again."""
     check_follower(principal, follower_id)
     known = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
+    if known:
+        heard.mark(follower_id)
     # Jobs the agent holds or runs that the leader withdrew (cancelled, requeued): it drops them and stops the running one.
     held = [(h.job_id, h.attempt) for h in beat.held]
     cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []
     if known:
-        # Sent long enough ago, yet not among what the agent holds: the message was lost on the way; place it again.
-        sent_before = utcnow() - timedelta(seconds=settings.undelivered_after_s)
+        # Sent long enough ago (by the placer's monotonic clock), yet not among what the agent holds: the message was
+        # lost on the way; place it again.
         lost = await placement_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
-                                                    sent_before=sent_before)
+                                                         sent_age_s=placer.sent.age_s, after_s=settings.undelivered_after_s)
         if lost:
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
             placer.nudge()

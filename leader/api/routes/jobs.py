@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, get_args
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
@@ -18,6 +18,7 @@ from common.repeats import summarize_repeats
 from common.signature import input_mismatches
 from common.spec import LLM_BACKENDS, BackendName, JobSpec
 from common.specparse import load_yaml, parse_spec
+from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
 from leader.jobplan import plan_job
@@ -152,10 +153,14 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None)
 
 @router.get("", response_model=list[JobView], dependencies=[ViewerAuth])
 async def list_jobs(
-    db: Db, state: JobState | None = None, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100
+    request: Request, response: Response, db: Db, state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100, cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[JobView]:
-    """Jobs newest first, optionally of one state."""
-    return await jobs_store.list_jobs(db, state=state, limit=limit)
+    """Jobs newest first, optionally of one state, a page of `limit` at a time: a full page names the next one in its
+    `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
+    jobs = await jobs_store.list_jobs(db, state=state, limit=limit, after=paging.decode(cursor))
+    paging.link_next(request, response, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
+    return jobs
 
 
 @router.get("/{job_id}", response_model=JobView, dependencies=[ViewerAuth])

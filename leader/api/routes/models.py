@@ -1,19 +1,21 @@
-"""Model repository routes: upload (multipart), list, metadata, download and delete."""
+"""Model repository routes: upload (multipart), list, metadata, download, delete, and an admin's trust mark."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import BinaryIO, NamedTuple, NoReturn, cast, get_args
 
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, StrictBool
 
 from common import hfbundle
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
 from common.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
-from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.api.deps import Admin, Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
@@ -22,6 +24,7 @@ from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 
 router = APIRouter(prefix="/models", tags=["models"])
+log = logging.getLogger(__name__)
 
 FORMATS: tuple[str, ...] = get_args(ModelFormat)
 # Formats whose signature the leader parses from the bytes (the others declare it and are never opened here).
@@ -139,6 +142,24 @@ async def download_model(name: str, version: str, db: Db) -> StreamingResponse:
         "Content-Disposition": f'attachment; filename="{meta.name}-{meta.version}.{meta.format}"',
     }
     return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
+
+
+class TrustBody(BaseModel):
+    """Whether the model may run its own code on a follower that cannot sandbox model servers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trusted: StrictBool
+
+
+@router.put("/{name}/{version}/trusted", response_model=ModelMeta)
+async def set_trusted(name: str, version: str, body: TrustBody, db: Db, principal: Admin) -> ModelMeta:
+    """Mark a model trusted (admins only): followers that cannot sandbox a server still run its TorchScript or
+    SavedModel code. Sandboxing followers sandbox every model whatever the mark. Unfinished jobs take the mark too."""
+    meta = await models_store.set_trusted(db, name=name, version=version, trusted=body.trusted)
+    changed = await jobs_store.set_model_trusted(db, model_ref=meta.ref, trusted=body.trusted)
+    log.info("model %s marked trusted=%s by %s (%d unfinished jobs updated)", meta.ref, body.trusted, principal.user, changed)
+    return meta
 
 
 @router.delete("/{name}/{version}", status_code=204, response_class=Response)

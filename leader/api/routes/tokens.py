@@ -7,7 +7,7 @@ import logging
 from fastapi import APIRouter
 
 from common.auth import TokenCreate, TokenIssued, TokenView
-from leader.api.deps import AdminAuth, Db
+from leader.api.deps import AdminAuth, Db, SettingsDep
 from leader.store import users as users_store
 
 log = logging.getLogger(__name__)
@@ -16,9 +16,11 @@ router = APIRouter(prefix="/tokens", tags=["tokens"], dependencies=[AdminAuth])
 
 
 @router.post("", status_code=201, response_model=TokenIssued)
-async def create_token(body: TokenCreate, db: Db) -> TokenIssued:
-    """Issue a token for a user with a role; the reply holds the secret, which is never shown again."""
-    issued = await users_store.create_token(db, user=body.user, role=body.role, label=body.label)
+async def create_token(body: TokenCreate, db: Db, settings: SettingsDep) -> TokenIssued:
+    """Issue a token for a user with a role; the reply holds the secret, which is never shown again. It expires after
+    `expires_in_s` (default: the leader's token_ttl_s; 0 there means never)."""
+    ttl = body.expires_in_s if body.expires_in_s is not None else (settings.token_ttl_s or None)
+    issued = await users_store.create_token(db, user=body.user, role=body.role, label=body.label, expires_in_s=ttl)
     # The id identifies the token in logs; the secret never appears there.
     log.info("token %s issued to %s (%s)", issued.id, issued.user, issued.role)
     return issued

@@ -126,6 +126,7 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
             page.wait_for_selector("#leaderboard tbody tr")
             cookie = next(c for c in page.context.cookies() if c["name"] == "benchfleet_session")
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert ADMIN_TOKEN not in cookie["value"]  # a server-side session's id, never the API token itself
             assert page.locator("#leaderboard tbody tr").count() == 12
             page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
 

@@ -236,6 +236,14 @@ def test_planted_regression_is_flagged_and_unchanged_rerun_is_not(leader: Leader
     assert verdicts["b1"]["verdict"] == "unchanged" and flagged["regressions"] == 1
     missing = leader.client.get("/api/v1/compare", headers=ADMIN, params={"a": "baseline:none", "b": a})
     assert missing.status_code == 404 and missing.json()["field"] == "a"
+    # A shared baseline is its pinner's: another submitter cannot repoint it (they may pin their own).
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "mal", "role": "submitter"}).json()
+    mal = {"Authorization": f"Bearer {made['token']}"}
+    hijack = leader.client.put("/api/v1/baselines/reg", headers=mal, json={"job_id": slower})
+    assert hijack.status_code == 403 and hijack.json()["field"] == "name"
+    assert get(leader, "/api/v1/compare", a="baseline:reg", b=rerun)["regressions"] == 0  # still pinned to `a`
+    assert leader.client.put("/api/v1/baselines/mine", headers=mal, json={"job_id": slower}).status_code == 200
+    assert leader.client.put("/api/v1/baselines/mine", headers=mal, json={"job_id": a}).status_code == 200
 
 
 def test_outlier_follower_is_flagged(leader: Leader) -> None:

@@ -124,6 +124,7 @@ def test_per_user_queue_limit_is_429_naming_the_setting(make_leader) -> None:  #
     over = leader.client.post("/api/v1/jobs", headers=uma, content=_spec("u2", 1.0))
     assert over.status_code == 429
     assert over.json()["field"] == "max_waiting_per_user" and "allows 2 per user" in over.json()["message"]
+    assert over.headers["Retry-After"] == "30"  # nothing runs yet: jobs are being placed, try again in 30 s
     assert leader.db.jobs.count_documents({"owner": "uma"}) == 2  # nothing stored
     leader.submit(text=_spec("admin-exempt", 1.0))  # admins are exempt by default
     assert leader.client.post(f"/api/v1/jobs/{ids[0]}/cancel", headers=uma).status_code == 200

@@ -217,3 +217,24 @@ def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(lea
                   f"llm: {{dataset: {lengths['id']}, shared_prefix: {{tokens: 16, share: 0.5}}}}\n"):  # fmt: skip
         accepted = leader.client.post("/api/v1/jobs", headers=yaml, content=base + extra)
         assert accepted.status_code == 201, accepted.text
+
+
+def test_only_an_admin_marks_a_model_trusted_and_unfinished_jobs_take_the_mark(leader: Leader) -> None:
+    leader.upload_model("ident", "1")
+    assert leader.client.get("/api/v1/models/ident/1", headers=ADMIN).json()["trusted"] is False
+    job = leader.submit("ident:1")
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "sue", "role": "submitter"})
+    submitter = {"Authorization": f"Bearer {made.json()['token']}"}
+
+    refused = leader.client.put("/api/v1/models/ident/1/trusted", headers=submitter, json={"trusted": True})
+    assert refused.status_code == 403
+    bad = leader.client.put("/api/v1/models/ident/1/trusted", headers=ADMIN, json={"trusted": "yes"})
+    assert bad.status_code == 422 and "trusted" in bad.text
+    missing = leader.client.put("/api/v1/models/ident/9/trusted", headers=ADMIN, json={"trusted": True})
+    assert missing.status_code == 404 and missing.json()["field"] == "version"
+
+    marked = leader.client.put("/api/v1/models/ident/1/trusted", headers=ADMIN, json={"trusted": True})
+    assert marked.status_code == 200 and marked.json()["trusted"] is True
+    assert leader.client.get("/api/v1/models/ident/1", headers=ADMIN).json()["trusted"] is True
+    # The queued job's copy of the model (what its follower receives) carries the mark too.
+    assert leader.db["jobs"].find_one({"_id": job["id"]})["model"]["trusted"] is True

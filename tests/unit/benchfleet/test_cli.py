@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from benchfleet.cli import EXIT_UNREACHABLE, EXIT_USAGE, app
+from benchfleet.cli import app
+from benchfleet.cli_common import EXIT_UNREACHABLE, EXIT_USAGE
 from common.procs import free_port
 
 

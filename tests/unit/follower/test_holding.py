@@ -49,7 +49,7 @@ def test_fcfs_baseline_runs_in_arrival_order(tmp_path: Path) -> None:
 
 def test_ageing_lets_a_long_job_overtake_newcomers(tmp_path: Path) -> None:
     clock = Clock()
-    queue = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.1, clock=clock)
+    queue = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.1, wait_bound=0.0, clock=clock)  # ageing alone
     queue.accept(payload("long", 100.0))
     # A stream of short jobs keeps arriving; without ageing the long one would wait forever.
     ran = []
@@ -90,3 +90,48 @@ def test_withdrawn_jobs_are_dropped_but_not_the_running_one(tmp_path: Path) -> N
     assert queue.drop(["run", "held"]) == ["held-1"]
     snap = queue.snapshot()
     assert [(s.job_id, s.running) for s in snap] == [("run", True)]
+
+
+def test_a_job_overdue_by_its_fcfs_turnaround_runs_next_first_come_first_served(tmp_path: Path) -> None:
+    clock = Clock()
+    queue = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, wait_bound=1.5, clock=clock)
+    queue.accept(payload("first", 10.0))
+    first = queue.peek()
+    assert first is not None and queue.start(first)
+    clock.now += 4.0
+    queue.accept(payload("long", 100.0))  # 6 s of the running job left ahead of it: overdue after 1.5 x 106 s
+    assert queue.snapshot()[1].job_id == "long"
+    [entry] = [e for e in queue._entries.values() if e.job_id == "long"]
+    assert entry.ahead_s == 6.0
+    queue.done(first)
+    ran = []
+    for step in range(400):  # short jobs keep arriving, each 1 s apart; one runs per second
+        clock.now += 1.0
+        queue.accept(payload(f"s{step}", 5.0))
+        entry = queue.peek()
+        assert entry is not None and queue.start(entry)
+        ran.append((entry.job_id, clock.now - entry.accepted_at))
+        queue.done(entry)
+        if entry.job_id == "long":
+            break
+    long_wait = dict(ran)["long"]
+    assert 159.0 <= long_wait <= 160.0, long_wait  # 1.5 x (6 + 100) s, then the next free start
+    # It survives a restart with what was ahead of it.
+    late = queue.accept(payload("late", 50.0))
+    again = HoldingQueue(tmp_path, wait_bound=1.5, clock=clock)
+    assert [e.ahead_s for e in again._entries.values() if e.job_id == "late"] == [late.ahead_s]
+
+
+def test_a_wall_clock_step_changes_no_order_and_a_restart_keeps_the_wait(tmp_path: Path) -> None:
+    mono, wall = Clock(), Clock()
+    queue = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, wait_bound=1.0, clock=mono, wall=wall)
+    queue.accept(payload("long", 100.0))
+    mono.now += 10.0
+    wall.now += 10.0
+    queue.accept(payload("short", 1.0))
+    wall.now += 4 * 3600.0  # the wall clock steps 4 h forward: by it, "long" would be far overdue
+    assert [s.job_id for s in queue.snapshot()] == ["short", "long"]
+    # A restarted agent measures what was waited before the restart by the wall clock once, then by its own clock.
+    mono.now = 5.0
+    again = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, wait_bound=1.0, clock=mono, wall=wall)
+    assert [s.job_id for s in again.snapshot()] == ["long", "short"]  # now 4 h overdue by the (restart-time) wall clock

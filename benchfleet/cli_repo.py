@@ -1,0 +1,142 @@
+"""The CLI's repository commands: models (push, ls, rm, trust, generate) and request-data sets (push, ls, rm)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benchfleet.cli_common import EXIT_USAGE, TokenOpt, UrlOpt, call, client_for, console
+from benchfleet.render import simple_table
+from common.models import TensorSpec
+
+models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
+data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")
+
+
+@models_app.command("push")
+def models_push(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    name: Annotated[str, typer.Option()],
+    version: Annotated[str, typer.Option()],
+    format: str = "onnx",
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Upload a model file."""
+    with client_for(url, token) as client:
+        meta = call(client.upload_model, file, name=name, version=version, format=format)
+    console.print(f"{meta.ref} sha256={meta.sha256} size={meta.size_bytes}")
+
+
+@models_app.command("ls")
+def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """List models."""
+    with client_for(url, token) as client:
+        rows = call(client.models)
+    def sig(tensors: list[TensorSpec]) -> str:
+        return ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in tensors)
+
+    console.print(simple_table(
+        ("name", "version", "format", "inputs", "outputs", "size", "sha256"),
+        ((m.name, m.version, m.format, sig(m.inputs), sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
+    ))  # fmt: skip
+
+
+@models_app.command("rm")
+def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """Delete a model version."""
+    with client_for(url, token) as client:
+        call(client.delete_model, name, version)
+    console.print(json.dumps({"deleted": f"{name}:{version}"}))
+
+
+@models_app.command("trust")
+def models_trust(
+    name: str, version: str,
+    untrust: Annotated[bool, typer.Option("--untrust", help="take the mark away")] = False,
+    url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "",
+) -> None:
+    """Mark a model trusted (admins only): a follower that cannot sandbox model servers runs its code anyway."""
+    with client_for(url, token) as client:
+        meta = call(client.trust_model, name, version, not untrust)
+    console.print(json.dumps({"model": f"{meta.name}:{meta.version}", "trusted": meta.trusted}))
+
+
+@data_app.command("push")
+def data_push(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    name: Annotated[str, typer.Option()],
+    format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip), trace, or prompts (a language model's)")],
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Upload a data set; jobs name request data with `data: {source: upload, id: ID}`, a trace with
+    `load.trace: {dataset: ID}` and a prompt set with `llm: {dataset: ID}`."""
+    with client_for(url, token) as client:
+        meta = call(client.upload_data, file, name=name, format=format)
+    console.print(f"{meta.id} name={meta.name} format={meta.format} samples={meta.samples} sha256={meta.sha256}")
+
+
+@data_app.command("ls")
+def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """List request-data sets."""
+    with client_for(url, token) as client:
+        rows = call(client.data_sets)
+    console.print(simple_table(
+        ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"),
+        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
+         for d in rows),
+    ))  # fmt: skip
+
+
+@data_app.command("rm")
+def data_rm(data_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """Delete a request-data set (its owner or an admin)."""
+    with client_for(url, token) as client:
+        call(client.delete_data, data_id)
+    console.print(json.dumps({"deleted": data_id}))
+
+
+@models_app.command("generate")
+def models_generate(
+    kind: Annotated[str, typer.Argument(help="fc, conv, lstm or attention (tensor models); llama (a language model)")],
+    depth: int = 2,
+    width: int = 64,
+    input_size: int = 32,
+    layers: Annotated[int, typer.Option(help="llama: decoder layers")] = 4,
+    hidden: Annotated[int, typer.Option(help="llama: hidden size")] = 256,
+    heads: Annotated[int, typer.Option(help="llama: attention heads")] = 4,
+    kv_heads: Annotated[int | None, typer.Option(help="llama: key/value heads (default: heads)")] = None,
+    intermediate: Annotated[int | None, typer.Option(help="llama: MLP size (default: 2 x hidden)")] = None,
+    vocab: Annotated[int, typer.Option(help="llama: tokenizer vocabulary, trained on the spot")] = 4096,
+    context: Annotated[int, typer.Option(help="llama: context length in tokens")] = 2048,
+    seed: int = 0,
+    out: Annotated[Path | None, typer.Option(help="where to write the bundle (default: NAME.zip)")] = None,
+    push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
+    name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS, llama-lL-hH-vV-sS)")] = None,
+    version: str = "1",
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Generate a canonical model: a tensor model (ONNX + TorchScript bundle, both checked against PyTorch; needs the
+    torch extra), or `llama`, a small decoder with seeded random weights and its own tokenizer (format hf)."""
+    from benchfleet import generate
+
+    try:
+        made = (generate.llama(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate,
+                               vocab=vocab, context=context, seed=seed) if kind == "llama"
+                else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed))  # fmt: skip
+    except ValueError as exc:  # a shape or kind that cannot be made, named
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_USAGE) from None
+    name, model_format = name or made.name, made.format
+    path = out or Path(f"{name}.zip")
+    path.write_bytes(made.data)
+    console.print(f"{path}: {made.summary}")
+    if push:
+        with client_for(url, token) as client:
+            stored = call(client.upload_model, path, name=name, version=version, format=model_format)
+        console.print(f"{stored.ref} sha256={stored.sha256} size={stored.size_bytes}")
