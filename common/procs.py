@@ -211,7 +211,8 @@ class SupervisedProcess:
 
 
 def _wait_group_gone(pgid: int, timeout_s: float) -> None:
-    """Poll until every process of the group is dead or a zombie, at most timeout_s; reap the zombies that are ours."""
+    """Poll until every process of the group is dead or a zombie, then until the zombies that become ours are reaped
+    too (a sandbox's init is reparented to us only once its parent is gone): at most timeout_s in all."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
@@ -219,10 +220,20 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> None:
         _reap_group(pgid)
         alive = []
         for p in psutil.process_iter(["pid", "status"]):
-            with contextlib.suppress(psutil.Error):
+            # A process may be gone (reaped) between the listing and the question: that is not a failure to stop.
+            with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(p.info["pid"]) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
                     alive.append(p.info["pid"])
         if not alive:
+            break
+        time.sleep(0.01)
+    # Zombies left in the group: ours to reap once reparented to this subreaper (others' parents reap their own).
+    reap_until = min(deadline, time.monotonic() + 1.0)
+    while time.monotonic() < reap_until:
+        _reap_group(pgid)
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
             return
         time.sleep(0.01)
 

@@ -75,6 +75,13 @@ class FollowerSettings(BaseSettings):
     grid_g_co2_per_kwh: float | None = Field(default=None, ge=0)
     instance_price_per_hour: float | None = Field(default=None, ge=0)
 
+    @field_validator("leader_ca_file")
+    @classmethod
+    def _ca_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no file at {value}")
+        return value
+
     @field_validator("leader_url")
     @classmethod
     def _http_url(cls, value: str) -> str:

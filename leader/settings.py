@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
@@ -65,6 +65,17 @@ class LeaderSettings(BaseSettings):
     trusted_proxies: str = "127.0.0.1"
     # How long a user token issued over the API lives unless its request says (0: never expires). 90 days by default.
     token_ttl_s: int = Field(default=90 * 86400, ge=0)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> LeaderSettings:
+        # Both or neither: a certificate without its key (or the reverse) would serve nothing, or plaintext by mistake.
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: set both (PEM files) or neither")
+        for name in ("tls_certfile", "tls_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: no file at {path}")
+        return self
 
     @field_validator("admin_token", "follower_token")
     @classmethod

@@ -49,3 +49,14 @@ def test_explicit_values() -> None:
     assert (settings.mongo_uri, settings.redis_url, settings.missing_after_s) == ("mongodb://x/", "redis://y/0", 1.0)
     assert settings.max_upload_bytes == 512 * 1024 * 1024
     assert settings.max_body_bytes == 1024 * 1024
+
+
+def test_tls_needs_its_certificate_and_key_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("cert")
+    with pytest.raises(ValidationError, match="tls_certfile and tls_keyfile go together"):
+        LeaderSettings(**GOOD, tls_certfile=cert)
+    with pytest.raises(ValidationError, match="tls_keyfile: no file at"):
+        LeaderSettings(**GOOD, tls_certfile=cert, tls_keyfile=key)
+    key.write_text("key")
+    assert LeaderSettings(**GOOD, tls_certfile=cert, tls_keyfile=key).tls_keyfile == key
