@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # Fail a request within seconds when PerfDB is unreachable rather than hang for pymongo's default 30 s.
 SERVER_SELECTION_TIMEOUT_MS = 5000
+# The longest one shutdown step (stopping the loops, gRPC, a client) may take before the leader goes on without it.
+SHUTDOWN_STEP_S = 5.0
 
 
 async def ensure_indexes(resources: Resources) -> None:
@@ -48,6 +50,14 @@ async def ensure_indexes(resources: Resources) -> None:
     for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
+
+
+async def _bounded(what: str, step: Awaitable[object]) -> None:
+    """One shutdown step, given SHUTDOWN_STEP_S: a client library that never returns does not hold the leader up."""
+    try:
+        await asyncio.wait_for(step, timeout=SHUTDOWN_STEP_S)
+    except TimeoutError:
+        log.warning("shutdown: %s did not stop within %.0f s; going on without it", what, SHUTDOWN_STEP_S)
 
 
 def create_app(settings: LeaderSettings) -> FastAPI:
@@ -97,13 +107,13 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _bounded("background loops", asyncio.gather(*tasks, return_exceptions=True))
             if telemetry is not None:
-                await telemetry[0].stop(grace=1.0)
+                await _bounded("telemetry gRPC", telemetry[0].stop(grace=1.0))
             queue.close()
-            await redis.aclose()
-            await db_health.close()
-            await client.close()
+            await _bounded("redis", redis.aclose())
+            await _bounded("database probe", db_health.close())
+            await _bounded("database", client.close())
 
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
     errors.install(app)

@@ -72,6 +72,7 @@ def make_settings(mongo_service: Service, redis_service: Service) -> SettingsFac
             "follower_token": FOLLOWER_TOKEN,
             "place_interval_s": 0.2,
             "monitor_interval_s": 0.2,
+            "grpc_port": 0,  # live progress off: no test here uses it (tests/e2e/test_progress.py does, on real processes)
         }
         values.update(overrides)
         return LeaderSettings(**values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.integration.leader.test_scheduling import fid
@@ -50,7 +51,8 @@ def test_jobs_list_pages_with_a_cursor_through_more_than_one_page(leader: Leader
         url = link[1:link.index(">")].split("://", 1)[1].split("/", 1)[1] if link else ""
         url = "/" + url if url else ""
     assert pages == 3 and sorted(seen) == sorted(submitted) and len(seen) == len(set(seen)) == 7
-    created = [leader.job(job_id)["created_at"] for job_id in seen]
+    # Compared as instants: the JSON drops a zero fraction ("…:47Z" beside "…:47.030000Z"), which sorts wrongly as text.
+    created = [datetime.fromisoformat(leader.job(job_id)["created_at"]) for job_id in seen]
     assert created == sorted(created, reverse=True)  # newest first across pages
     bad = leader.client.get("/api/v1/jobs?cursor=bm90LWEtY3Vyc29y", headers=ADMIN)
     assert bad.status_code in (400, 422) and bad.json()["field"] == "cursor"
