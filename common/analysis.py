@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, model_validator
 
+from common.auth import DEFAULT_TEAM
 from common.spec import load_label
 
 
@@ -57,6 +58,7 @@ class LeaderboardRow(BaseModel):
     tokens_per_s: float | None = None  # output tokens the server counted, per second
     goodput_rps: float | None = None  # requests/s meeting the TTFT and TPOT SLOs
     best: bool = False  # the valid point of its model serving the most samples/s that meets its SLO
+    team: str = DEFAULT_TEAM  # the job's team (only it and admins see the row)
 
     @model_validator(mode="after")
     def _label_the_load(self) -> LeaderboardRow:

@@ -14,6 +14,11 @@ UserRole = Literal["viewer", "submitter", "admin"]
 # follower: an agent's own credential, bound to its follower id (issued at registration, never by hand).
 Role = Literal["viewer", "submitter", "admin", "follower"]
 ROLE_RANK: dict[str, int] = {"viewer": 1, "submitter": 2, "admin": 3}
+# Teams scope what a user sees and changes: a viewer or submitter reads only its team's jobs, models, data sets,
+# results and baselines (another team's answer 404, as if absent); admins and follower agents see every team. Data
+# stored before teams, and tokens issued without one, are the default team's.
+DEFAULT_TEAM = "default"
+Team = Annotated[str, Field(pattern=NAME_PATTERN, description="A team: it scopes what the token's user sees")]
 
 
 class TokenCreate(BaseModel):
@@ -23,6 +28,7 @@ class TokenCreate(BaseModel):
 
     user: Annotated[str, Field(pattern=NAME_PATTERN)]
     role: UserRole
+    team: Team = DEFAULT_TEAM  # an admin token sees every team whatever this says
     label: Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
     # Seconds the token lives (at most a year); None: the leader's token_ttl_s (0 there: tokens do not expire).
     expires_in_s: Annotated[int, Field(ge=60, le=366 * 86400)] | None = None
@@ -34,6 +40,7 @@ class TokenView(BaseModel):
     id: str
     user: str
     role: Role
+    team: str = DEFAULT_TEAM
     label: str = ""
     follower_id: str | None = None
     created_at: datetime

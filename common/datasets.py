@@ -18,6 +18,7 @@ from typing import IO, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.auth import DEFAULT_TEAM
 from common.llmdata import BadPrompts, parse_lines
 from common.spec import NAME_PATTERN
 from common.traces import BadTrace, inspect_trace
@@ -50,6 +51,7 @@ class DataSetMeta(BaseModel):
     size_bytes: int
     created_at: datetime
     owner: str = "admin"
+    team: str = DEFAULT_TEAM  # the uploader's team: only it (and admins) sees the data
     # trace (common.traces): the last send offset, and the largest request-data row it names (None: names none).
     span_s: float | None = None
     max_input: int | None = None

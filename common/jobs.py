@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.auth import DEFAULT_TEAM
 from common.models import ModelMeta
 from common.repeats import RepeatSummary
 from common.results import PointResult
@@ -106,6 +107,7 @@ class JobView(BaseModel):
     error: str | None = None
     history: list[StateChange]
     owner: str = "admin"  # the submitting token's user; only they (or an admin) may cancel it
+    team: str = DEFAULT_TEAM  # the model's team, which is the submitter's
     waiting_reason: str | None = None  # why a queued job is not placed, or why its follower has not started it
     actual_s: float | None = None  # measured run time of the finished attempt (the estimate's error is reported from it)
     queue_position: int | None = None  # 1 = next on its follower (or in the leader's queue)

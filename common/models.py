@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.auth import DEFAULT_TEAM
 from common.spec import NAME_PATTERN, VERSION_PATTERN
 
 # KServe v2 / Open Inference Protocol datatype names.
@@ -71,6 +72,7 @@ class ModelMeta(BaseModel):
     size_bytes: int
     created_at: datetime
     owner: str = "admin"  # the uploading token's user; only they (or an admin) may delete it
+    team: str = DEFAULT_TEAM  # the uploader's team: only it (and admins) sees the model
     # Parsed from a canonical bundle's meta.json at upload (never executed); None for every other model.
     canonical: CanonicalParams | None = None
     llm: LlmParams | None = None  # an "hf" model: what its config and weights say it is

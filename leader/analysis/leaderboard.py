@@ -19,6 +19,7 @@ import numpy as np
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.analysis import LeaderboardPage, LeaderboardRow
+from common.auth import DEFAULT_TEAM
 from common.errors import InvalidRequest
 from common.spec import load_label
 from leader.store import leaderboard as store
@@ -53,7 +54,7 @@ NUMERIC = (
     "tokens_per_s",
     "goodput_rps",
 )
-TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at", "kind")
+TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at", "kind", "team")
 BOOL = ("valid", "slo_met")
 COLUMNS = NUMERIC + TEXT + BOOL
 # Short names people type (`sort=p99`).
@@ -112,6 +113,11 @@ def parse_filter(text: str) -> tuple[str, str, Any]:
     if op not in {"=", "!="}:
         raise InvalidRequest(f"filter on {col} takes : or !=, not {op}", field="filter")
     return col, op, (_as_bool(raw) if col in BOOL else raw)
+
+
+def _scoped(parsed: list[tuple[str, str, Any]], team: str | None) -> list[tuple[str, str, Any]]:
+    """The filters, and the caller's team (its scope: None for every team) as one more."""
+    return parsed if team is None else [*parsed, ("team", "=", team)]
 
 
 _MISSING = "\uffff"  # sorts after any real text
@@ -260,6 +266,7 @@ class LeaderboardIndex:
     def add(self, doc: dict[str, Any]) -> None:
         """Insert or replace one row (a route that just stored it calls this too)."""
         doc["samples_per_s"] = samples_per_s(doc)
+        doc.setdefault("team", DEFAULT_TEAM)  # rows stored before teams are the default team's
         old = self.rows.get(doc["_id"])
         if old is None or old.get("updated_ns", 0) <= doc.get("updated_ns", 0):
             self.rows[doc["_id"]] = doc
@@ -278,16 +285,17 @@ class LeaderboardIndex:
             self._columns = _Columns(list(self.rows.values()))
         return self._columns
 
-    def select(self, filters: list[str]) -> list[dict[str, Any]]:
-        """Rows matching every filter."""
-        parsed = [parse_filter(text) for text in filters]
+    def select(self, filters: list[str], team: str | None = None) -> list[dict[str, Any]]:
+        """Rows matching every filter (of `team`, when given)."""
+        parsed = _scoped([parse_filter(text) for text in filters], team)
         if not parsed:
             return list(self.rows.values())
         cols = self.columns()
         return [cols.docs[i] for i in np.flatnonzero(cols.mask(parsed))]
 
-    def query(self, *, sort: str, order: str, filters: list[str], limit: int, offset: int) -> LeaderboardPage:
-        """One sorted, filtered page and the total count."""
+    def query(self, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
+              ) -> LeaderboardPage:  # fmt: skip
+        """One sorted, filtered page (of `team`'s rows, when given) and the total count."""
         col = column(sort, "sort")
         if order not in {"asc", "desc"}:
             raise InvalidRequest("order must be asc or desc", field="order")
@@ -295,7 +303,7 @@ class LeaderboardIndex:
             raise InvalidRequest(f"limit must be in [1, {MAX_LIMIT}]", field="limit")
         if offset < 0:
             raise InvalidRequest("offset must be >= 0", field="offset")
-        parsed = [parse_filter(text) for text in filters]
+        parsed = _scoped([parse_filter(text) for text in filters], team)
         cols = self.columns()
         mask = cols.mask(parsed)
         page = [cols.docs[i] for i in cols.top(mask, col, order == "desc", offset + limit)[offset:]]

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from common.analysis import CompareResponse
+from common.auth import DEFAULT_TEAM
 from common.errors import BenchfleetError, NotFound
 from common.results import PointResult
 from leader.analysis import compare, flops, records
@@ -32,15 +33,21 @@ async def synced_index(state: Any, db: Any) -> LeaderboardIndex:
     return index
 
 
-async def job_rows(db: Any, job_ref: str, field: str) -> list[dict[str, Any]]:
-    """The rows of a job id, or of the job pinned as baseline `baseline:NAME`; NotFound naming `field`."""
+async def job_rows(db: Any, job_ref: str, field: str, team: str | None = None) -> list[dict[str, Any]]:
+    """The rows of a job id, or of the job pinned as baseline `baseline:NAME` (the caller's team's; an admin's
+    `baseline:TEAM/NAME` names another team's), seen from `team` (None: every team); NotFound naming `field`."""
     job_id = job_ref
     if job_ref.startswith("baseline:"):
-        pinned = await leaderboard_store.get_baseline(db, name=job_ref.removeprefix("baseline:"))
+        ref = job_ref.removeprefix("baseline:")
+        owner_team, _, name = ref.rpartition("/")
+        owner_team = owner_team or team or DEFAULT_TEAM
+        pinned = None
+        if team is None or owner_team == team:
+            pinned = await leaderboard_store.get_baseline(db, team=owner_team, name=name)
         if pinned is None:
-            raise NotFound(f"no baseline named {job_ref.removeprefix('baseline:')!r}", field=field)
+            raise NotFound(f"no baseline named {ref!r}", field=field)
         job_id = pinned
-    rows = await leaderboard_store.job_rows(db, job_id=job_id)
+    rows = await leaderboard_store.job_rows(db, job_id=job_id, team=team)
     if not rows:
         raise NotFound(f"job {job_id} has no results", field=field)
     return rows
@@ -58,9 +65,9 @@ def latency_loader(db: Any) -> compare.LatencyLoader:
     return load
 
 
-async def compare_jobs(db: Any, a: str, b: str, threshold: float) -> CompareResponse:
-    """Job (or baseline) b against a, point by point."""
-    a_rows, b_rows = await job_rows(db, a, "a"), await job_rows(db, b, "b")
+async def compare_jobs(db: Any, a: str, b: str, threshold: float, team: str | None = None) -> CompareResponse:
+    """Job (or baseline) b against a, point by point, as `team` sees them (None: every team)."""
+    a_rows, b_rows = await job_rows(db, a, "a", team), await job_rows(db, b, "b", team)
     return await compare.compare_rows(a_rows, b_rows, a=a, b=b, load_latencies=latency_loader(db), threshold=threshold)
 
 

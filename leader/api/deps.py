@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -12,7 +13,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.errors import Forbidden, Unauthorized
+from common.auth import DEFAULT_TEAM
+from common.errors import Forbidden, InvalidSpec, Unauthorized
+from common.spec import NAME_PATTERN
 from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
 from leader.clock import Ages
 from leader.scheduler.placement import Placer
@@ -151,10 +154,24 @@ AdminAuth = Depends(require_admin)
 FollowerAuth = Depends(require_follower)
 ReaderAuth = Depends(require_reader)
 Viewer = Annotated[Principal, Depends(require_viewer)]
+Reader = Annotated[Principal, Depends(require_reader)]
 Submitter = Annotated[Principal, Depends(require_submitter)]
 Admin = Annotated[Principal, Depends(require_admin)]
 FollowerPrincipal = Annotated[Principal, Depends(require_follower)]
 Joining = Annotated[Principal, Depends(require_joining)]
+
+
+def team_of_upload(principal: Principal, asked: object) -> str:
+    """The team an upload goes to: the uploader's own; an admin names one (`team`, default: the default team)."""
+    if not asked:
+        return principal.team if not principal.is_admin else DEFAULT_TEAM
+    if not isinstance(asked, str) or not re.fullmatch(NAME_PATTERN, asked):
+        raise InvalidSpec(f"team must match {NAME_PATTERN}", field="team")
+    if principal.is_admin:
+        return asked
+    if asked != principal.team:
+        raise Forbidden(f"this token is of team {principal.team}; it cannot upload for team {asked}", field="team")
+    return principal.team
 
 
 def check_follower(principal: Principal, follower_id: str) -> None:

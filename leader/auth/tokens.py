@@ -12,7 +12,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from common.auth import ROLE_RANK
+from common.auth import DEFAULT_TEAM, ROLE_RANK
 
 TOKEN_PREFIX = "bf_"
 TOKEN_BYTES = 32
@@ -43,6 +43,12 @@ class Principal:
     role: str  # viewer | submitter | admin | follower | join
     follower_id: str | None = None
     token_id: str | None = None
+    team: str = DEFAULT_TEAM  # a user's team (admins and agents see every team: `scope` is None for them)
+
+    @property
+    def scope(self) -> str | None:
+        """The one team whose jobs, models, data and results this caller sees; None: every team."""
+        return None if self.role in ("admin", "follower") else self.team
 
     @property
     def is_admin(self) -> bool:

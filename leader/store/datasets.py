@@ -11,7 +11,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.datasets import DataSetMeta
 from common.errors import NotFound
 from leader.store.gridfs_files import read_chunks, store_then_publish
-from leader.store.lookup import by_id
+from leader.store.lookup import by_id, team_query
 
 COLLECTION = "datasets"
 BUCKET = "data"
@@ -35,23 +35,24 @@ async def insert_stream(db: AsyncDatabase, *, meta: DataSetMeta, chunks: AsyncIt
     return meta
 
 
-async def _doc(db: AsyncDatabase, data_id: str) -> dict[str, Any]:
-    return await by_id(db, COLLECTION, data_id, what="data set")
+async def _doc(db: AsyncDatabase, data_id: str, team: str | None, field: str = "id") -> dict[str, Any]:
+    return await by_id(db, COLLECTION, data_id, what="data set", team=team, field=field)
 
 
-async def get(db: AsyncDatabase, *, data_id: str) -> DataSetMeta:
-    """One data set's metadata; NotFound naming `id`."""
-    return _meta(await _doc(db, data_id))
+async def get(db: AsyncDatabase, *, data_id: str, team: str | None = None, field: str = "id") -> DataSetMeta:
+    """One data set's metadata (of `team`, when given); NotFound naming `field`."""
+    return _meta(await _doc(db, data_id, team, field))
 
 
-async def list_all(db: AsyncDatabase) -> list[DataSetMeta]:
-    """Every data set, newest first."""
-    return [_meta(d) for d in await db[COLLECTION].find({}).sort([("created_at", -1)]).to_list(None)]
+async def list_all(db: AsyncDatabase, *, team: str | None = None) -> list[DataSetMeta]:
+    """Every data set (of `team`, when given), newest first."""
+    return [_meta(d) for d in await db[COLLECTION].find(team_query(team)).sort([("created_at", -1)]).to_list(None)]
 
 
-async def open_file(db: AsyncDatabase, *, data_id: str) -> tuple[DataSetMeta, AsyncIterator[bytes]]:
-    """The metadata and an iterator over the bytes, read from GridFS chunk by chunk."""
-    doc = await _doc(db, data_id)
+async def open_file(db: AsyncDatabase, *, data_id: str, team: str | None = None
+                    ) -> tuple[DataSetMeta, AsyncIterator[bytes]]:  # fmt: skip
+    """The metadata (of `team`, when given) and an iterator over the bytes, read from GridFS chunk by chunk."""
+    doc = await _doc(db, data_id, team)
     return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.auth import DEFAULT_TEAM
 from common.grid import overload_allowance_s
 from common.jobs import JobState, JobTask, JobView, StateChange
 from common.models import ModelMeta
@@ -38,6 +39,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
         error=doc.get("error"),
         history=history,
         owner=doc.get("owner", "admin"),
+        team=doc.get("team") or DEFAULT_TEAM,
         waiting_reason=doc.get("waiting_reason"),
         actual_s=doc.get("actual_s"),
         parts=doc.get("parts") or [],

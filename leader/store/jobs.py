@@ -18,7 +18,7 @@ from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store
 from leader.store.jobdocs import history_entry, job_task, job_view
-from leader.store.lookup import by_id
+from leader.store.lookup import by_id, team_query
 
 COLLECTION = "jobs"
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
@@ -34,9 +34,11 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     # The placer's change feed reads jobs by the time of their last transition; the queue limit counts per owner.
     await jobs.create_index([("updated_at", ASCENDING)])
     await jobs.create_index([("owner", ASCENDING), ("state", ASCENDING)])
+    await jobs.create_index([("team", ASCENDING), ("created_at", DESCENDING)])  # a team's job list, newest first
 
 
 async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owner: str = "admin") -> JobView:
+    # The job is its model's team's: a submitter uses only its own team's models, an admin any team's.
     """Store a planned job as queued (attempt 1), its parts first when it splits; acknowledged before returning."""
     now, spec = utcnow(), plan.spec
     doc: dict[str, Any] = {
@@ -62,6 +64,7 @@ async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owne
         "updated_at": now,
         "error": None,
         "owner": owner,
+        "team": model.team,
         "history": [history_entry(JobState.queued, 1, reason="submitted")],
     }
     if not plan.parts:
@@ -105,19 +108,22 @@ async def _get_doc(db: AsyncDatabase, job_id: str) -> dict[str, Any]:
     return await by_id(db, COLLECTION, job_id, what="job")
 
 
-async def get_job(db: AsyncDatabase, *, job_id: str) -> JobView:
-    """One job; NotFound if unknown. A split job counts the points its parts have done."""
-    doc = await _get_doc(db, job_id)
+async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, field: str = "id") -> JobView:
+    """One job (of `team`, when given); NotFound naming `field` if unknown. A split job counts its parts' points."""
+    doc = await by_id(db, COLLECTION, job_id, what="job", team=team, field=field)
     if doc.get("parts"):
         parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"points_done": 1}).to_list(None)
         doc["points_done"] = sum(int(p.get("points_done", 0)) for p in parts)
     return job_view(doc)
 
 
-async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None
-                    ) -> list[JobView]:  # fmt: skip
-    """Jobs newest first, optionally of one state; with `after` (created_at, id), those that come after it."""
-    query: dict[str, Any] = {"state": state.value} if state is not None else {}
+async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None,
+                    team: str | None = None) -> list[JobView]:  # fmt: skip
+    """Jobs newest first (of `team`, when given), optionally of one state; with `after` (created_at, id), those that
+    come after it."""
+    query: dict[str, Any] = team_query(team)
+    if state is not None:
+        query["state"] = state.value
     if after is not None:
         at, job_id = after
         query["$or"] = [{"created_at": {"$lt": at}}, {"created_at": at, "_id": {"$lt": job_id}}]

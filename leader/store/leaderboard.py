@@ -12,7 +12,9 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common.auth import DEFAULT_TEAM
 from common.spec import ServerOptions, load_label
+from leader.store.lookup import team_query
 
 COLLECTION = "leaderboard"
 BASELINES = "baselines"
@@ -68,6 +70,7 @@ def row_from_result(
     job_id: str,
     job_name: str,
     model: str,
+    team: str = DEFAULT_TEAM,
     slo_p99_ms: float | None,
     attempt: int,
     result: dict[str, Any],
@@ -83,6 +86,7 @@ def row_from_result(
         "_id": f"{job_id}:{index}",
         "job_id": job_id,
         "job_name": job_name,
+        "team": team,
         "attempt": attempt,
         "index": index,
         "model": model,
@@ -137,38 +141,45 @@ async def rows_since(db: AsyncDatabase, *, updated_ns: int) -> list[dict[str, An
     return await db[COLLECTION].find(query).batch_size(10_000).to_list(None)
 
 
-async def job_rows(db: AsyncDatabase, *, job_id: str) -> list[dict[str, Any]]:
-    """The rows of one job by point index."""
-    return await db[COLLECTION].find({"job_id": job_id}).sort("index", ASCENDING).to_list(None)
+async def job_rows(db: AsyncDatabase, *, job_id: str, team: str | None = None) -> list[dict[str, Any]]:
+    """The rows of one job (of `team`, when given) by point index."""
+    return await db[COLLECTION].find({"job_id": job_id, **team_query(team)}).sort("index", ASCENDING).to_list(None)
 
 
-async def baseline_owner(db: AsyncDatabase, *, name: str) -> str | None:
-    """Who pinned the named baseline (baselines pinned before owners were kept: "admin"); None if there is none."""
-    doc = await db[BASELINES].find_one({"_id": name}, {"owner": 1})
+def _baseline_id(team: str, name: str) -> str:
+    """Each team names its own baselines. The default team's keep their bare name (as pinned before teams); another
+    team's are "team/name" ("/" is in no name, so the two never meet)."""
+    return name if team == DEFAULT_TEAM else f"{team}/{name}"
+
+
+async def baseline_owner(db: AsyncDatabase, *, team: str, name: str) -> str | None:
+    """Who pinned the team's named baseline (baselines pinned before owners were kept: "admin"); None if none."""
+    doc = await db[BASELINES].find_one({"_id": _baseline_id(team, name)}, {"owner": 1})
     return None if doc is None else str(doc.get("owner", "admin"))
 
 
-async def set_baseline(db: AsyncDatabase, *, name: str, job_id: str, owner: str) -> None:
-    """Pin a job as the named baseline, owned by whoever pinned it first."""
-    await db[BASELINES].update_one({"_id": name}, {"$set": {"job_id": job_id}, "$setOnInsert": {"owner": owner}},
-                                   upsert=True)  # fmt: skip
+async def set_baseline(db: AsyncDatabase, *, team: str, name: str, job_id: str, owner: str) -> None:
+    """Pin a job as the team's named baseline, owned by whoever pinned it first."""
+    update = {"$set": {"job_id": job_id}, "$setOnInsert": {"owner": owner, "team": team, "name": name}}
+    await db[BASELINES].update_one({"_id": _baseline_id(team, name)}, update, upsert=True)
 
 
-async def get_baseline(db: AsyncDatabase, *, name: str) -> str | None:
-    """The job pinned as the named baseline, if any."""
-    doc = await db[BASELINES].find_one({"_id": name})
+async def get_baseline(db: AsyncDatabase, *, team: str, name: str) -> str | None:
+    """The job pinned as the team's named baseline, if any."""
+    doc = await db[BASELINES].find_one({"_id": _baseline_id(team, name)})
     return doc["job_id"] if doc else None
 
 
 async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
     """Write the leaderboard row of a point just stored (the job supplies name, model and SLO)."""
-    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1})
+    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1, "team": 1})
     if job is None:
         return
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
     model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1})
     row = row_from_result(
         job_id=job_id, job_name=job.get("name", ""), model=job.get("model_ref", ""), slo_p99_ms=slo, attempt=attempt,
+        team=job.get("team") or DEFAULT_TEAM,
         result=result, canonical=(model or {}).get("canonical"),
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -6,12 +6,23 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common.auth import DEFAULT_TEAM
 from common.errors import NotFound
 
 
-async def by_id(db: AsyncDatabase, collection: str, doc_id: str, *, what: str, field: str = "id") -> dict[str, Any]:
-    """The document with this _id; NotFound naming `field` ("{what} {doc_id} does not exist") otherwise."""
-    doc = await db[collection].find_one({"_id": doc_id})
+def team_query(team: str | None) -> dict[str, Any]:
+    """The filter for documents of one team (None: every team). Documents stored before teams have none and are the
+    default team's (`{"team": None}` matches a missing field)."""
+    if team is None:
+        return {}
+    return {"team": {"$in": [team, None]}} if team == DEFAULT_TEAM else {"team": team}
+
+
+async def by_id(db: AsyncDatabase, collection: str, doc_id: str, *, what: str, field: str = "id",
+                team: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The document with this _id (of `team`, when given); NotFound naming `field` ("{what} {doc_id} does not exist")
+    otherwise: another team's document is answered as if it did not exist."""
+    doc = await db[collection].find_one({"_id": doc_id, **team_query(team)})
     if doc is None:
         raise NotFound(f"{what} {doc_id} does not exist", field=field)
     return doc

@@ -14,6 +14,7 @@ from common.errors import Conflict, NotFound
 from common.models import ModelMeta
 from leader.clock import as_utc
 from leader.store.gridfs_files import read_chunks, store_then_publish
+from leader.store.lookup import team_query
 
 COLLECTION = "models"
 BUCKET = "models"
@@ -67,20 +68,23 @@ async def orphan_chunks(db: AsyncDatabase) -> int:
     return await db[f"{BUCKET}.chunks"].count_documents({"files_id": {"$nin": known}})
 
 
-async def get_model(db: AsyncDatabase, *, name: str, version: str | None, field: str = "version") -> ModelMeta:
-    """name:version, or the newest version of name when version is None or `latest`; NotFound naming `field`."""
-    return _meta(await _get_doc(db, name=name, version=version, field=field))
+async def get_model(db: AsyncDatabase, *, name: str, version: str | None, field: str = "version",
+                    team: str | None = None) -> ModelMeta:  # fmt: skip
+    """name:version, or the newest version of name when version is None or `latest` (of `team`, when given: another
+    team's model does not exist for it); NotFound naming `field`."""
+    return _meta(await _get_doc(db, name=name, version=version, field=field, team=team))
 
 
-async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: str) -> dict[str, Any]:
+async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: str, team: str | None = None
+                   ) -> dict[str, Any]:  # fmt: skip
+    scope = team_query(team)
     if version is None or version == LATEST:
-        docs = (
-            await db[COLLECTION].find({"name": name}).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(1).to_list(1)
-        )
+        newest = [("created_at", DESCENDING), ("_id", DESCENDING)]
+        docs = await db[COLLECTION].find({"name": name, **scope}).sort(newest).limit(1).to_list(1)
         doc = docs[0] if docs else None
         shown = f"{name} (latest)"
     else:
-        doc = await db[COLLECTION].find_one({"_id": f"{name}:{version}"})
+        doc = await db[COLLECTION].find_one({"_id": f"{name}:{version}", **scope})
         shown = f"{name}:{version}"
     if doc is None:
         raise NotFound(f"model {shown} does not exist", field=field)
@@ -97,15 +101,16 @@ async def set_trusted(db: AsyncDatabase, *, name: str, version: str, trusted: bo
     return _meta(doc)
 
 
-async def list_models(db: AsyncDatabase) -> list[ModelMeta]:
-    """Every stored model, by name then newest first."""
-    docs = await db[COLLECTION].find({}).sort([("name", 1), ("created_at", DESCENDING)]).to_list(None)
+async def list_models(db: AsyncDatabase, *, team: str | None = None) -> list[ModelMeta]:
+    """Every stored model (of `team`, when given), by name then newest first."""
+    docs = await db[COLLECTION].find(team_query(team)).sort([("name", 1), ("created_at", DESCENDING)]).to_list(None)
     return [_meta(doc) for doc in docs]
 
 
-async def open_model_file(db: AsyncDatabase, *, name: str, version: str) -> tuple[ModelMeta, AsyncIterator[bytes]]:
-    """The model's metadata and an iterator over its bytes, read from GridFS chunk by chunk."""
-    doc = await _get_doc(db, name=name, version=version, field="version")
+async def open_model_file(db: AsyncDatabase, *, name: str, version: str, team: str | None = None
+                          ) -> tuple[ModelMeta, AsyncIterator[bytes]]:  # fmt: skip
+    """The model's metadata (of `team`, when given) and an iterator over its bytes, read from GridFS chunk by chunk."""
+    doc = await _get_doc(db, name=name, version=version, field="version", team=team)
     return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])
 
 

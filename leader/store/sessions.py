@@ -13,6 +13,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common.auth import DEFAULT_TEAM
 from leader.auth.tokens import Principal, hash_token, new_token, same_secret
 from leader.clock import as_utc, utcnow
 from leader.store import users as users_store
@@ -34,6 +35,7 @@ async def start(db: AsyncDatabase, *, principal: Principal, token: str, ttl_s: f
         "_id": hash_token(session_id),
         "user": principal.user,
         "role": principal.role,
+        "team": principal.team,
         "token_id": principal.token_id,
         # The bootstrap admin token has no stored record to revoke: remember which secret it was.
         "static_hash": hash_token(token) if principal.token_id is None else None,
@@ -53,7 +55,8 @@ async def principal_for(db: AsyncDatabase, *, session_id: str, admin_token: str)
             return None
     elif not same_secret(doc.get("static_hash") or "", hash_token(admin_token)):
         return None
-    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"))
+    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"),
+                     team=doc.get("team", DEFAULT_TEAM))  # fmt: skip
 
 
 async def end(db: AsyncDatabase, *, session_id: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import TokenIssued, TokenView
+from common.auth import DEFAULT_TEAM, TokenIssued, TokenView
 from common.errors import NotFound
 from leader.auth.tokens import Principal, hash_token, new_token
 from leader.clock import as_utc, utcnow
@@ -28,6 +28,7 @@ def _view(doc: dict[str, Any]) -> TokenView:
         id=doc["_id"],
         user=doc["user"],
         role=doc["role"],
+        team=doc.get("team", DEFAULT_TEAM),
         label=doc.get("label", ""),
         follower_id=doc.get("follower_id"),
         created_at=as_utc(doc["created_at"]),
@@ -38,7 +39,7 @@ def _view(doc: dict[str, Any]) -> TokenView:
 
 async def create_token(
     db: AsyncDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None,
-    expires_in_s: float | None = None,
+    expires_in_s: float | None = None, team: str = DEFAULT_TEAM,
 ) -> TokenIssued:
     """Store a new token's hash (acknowledged before the secret is returned, once); it expires after `expires_in_s`."""
     token = new_token()
@@ -48,6 +49,7 @@ async def create_token(
         "hash": hash_token(token),
         "user": user,
         "role": role,
+        "team": team,
         "label": label,
         "follower_id": follower_id,
         "created_at": now,
@@ -63,7 +65,8 @@ async def principal_for(db: AsyncDatabase, *, token: str) -> Principal | None:
     doc = await db[COLLECTION].find_one({"hash": hash_token(token), "revoked_at": None})
     if doc is None or _expired(doc):
         return None
-    return Principal(user=doc["user"], role=doc["role"], follower_id=doc.get("follower_id"), token_id=doc["_id"])
+    return Principal(user=doc["user"], role=doc["role"], follower_id=doc.get("follower_id"), token_id=doc["_id"],
+                     team=doc.get("team", DEFAULT_TEAM))  # fmt: skip
 
 
 def _expired(doc: dict[str, Any]) -> bool:

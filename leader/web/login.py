@@ -27,11 +27,13 @@ class LoginRequired(Exception):
     """The page needs the login cookie."""
 
 
-async def require_login(request: Request) -> None:
-    """Pages redirect to /login without a valid session cookie."""
+async def require_login(request: Request) -> Principal:
+    """The logged-in user; pages redirect to /login without a valid session cookie."""
     session_id = request.cookies.get(SESSION_COOKIE)
-    if not session_id or not _page_user(await deps.session_principal(deps.get_resources(request), session_id)):
+    principal = await deps.session_principal(deps.get_resources(request), session_id) if session_id else None
+    if principal is None or not _page_user(principal):
         raise LoginRequired()
+    return principal
 
 
 def _safe_next(target: str) -> str:

@@ -89,20 +89,20 @@ def _float_arg(params: dict[str, str], name: str) -> float | None:
 @router.get("/leaderboard", response_class=HTMLResponse)
 async def leaderboard_page(request: Request) -> HTMLResponse:
     """Every point as a row; sortable and filterable per column; best under SLO highlighted; the recommender above."""
-    await require_login(request)
+    team = (await require_login(request)).scope
     params = dict(request.query_params)
     index = await queries.synced_index(request.app.state, deps.get_db(request))
     filters, values = _filters_from_form(params)
     filters += request.query_params.getlist("filter")
     sort, order = params.get("sort", "p99_ms"), params.get("order", "asc")
     offset = int(params.get("offset", "0") or 0) if params.get("offset", "0").isdigit() else 0
-    page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset)
+    page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset, team=team)
     rec_args = {k: _float_arg(params, k) for k in ("p99_ms", "min_throughput", "min_samples_per_s", "max_cost")}
     rec_confident = params.get("confident") == "true"
     rec = None
     if rec_args["p99_ms"] is not None:
         rec = recommend(
-            index.select(filters),
+            index.select(filters, team=team),
             p99_ms=rec_args["p99_ms"],
             min_throughput=rec_args["min_throughput"],
             min_samples_per_s=rec_args["min_samples_per_s"],
@@ -136,8 +136,8 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     return HTMLResponse(html)
 
 
-async def _job_context(db: Any, job_id: str) -> dict[str, Any]:
-    job = await jobs_store.get_job(db, job_id=job_id)
+async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]:
+    job = await jobs_store.get_job(db, job_id=job_id, team=team)
     points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "repeats": summarize_repeats(points),
@@ -147,23 +147,24 @@ async def _job_context(db: Any, job_id: str) -> dict[str, Any]:
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     """A job: live progress while it runs, then its points and plots."""
-    await require_login(request)
-    context = await _job_context(deps.get_db(request), job_id)
+    team = (await require_login(request)).scope
+    context = await _job_context(deps.get_db(request), job_id, team)
     return HTMLResponse(render("job.html", report=False, **context))
 
 
-async def render_report(db: Any, *, job_id: str) -> str:
-    """The job page as one self-contained HTML file (inline CSS, inline SVG, no script, no links out)."""
-    context = await _job_context(db, job_id)
+async def render_report(db: Any, *, job_id: str, team: str | None = None) -> str:
+    """The job page as one self-contained HTML file (inline CSS, inline SVG, no script, no links out), as `team` sees
+    it (None: every team)."""
+    context = await _job_context(db, job_id, team)
     return render("job.html", report=True, inline_css=(HERE / "static" / "app.css").read_text(), **context)
 
 
 @router.get("/jobs/{job_id}/points/{index}", response_class=HTMLResponse)
 async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     """One point: its CDF and every recorded field."""
-    await require_login(request)
+    team = (await require_login(request)).scope
     db = deps.get_db(request)
-    job = await jobs_store.get_job(db, job_id=job_id)
+    job = await jobs_store.get_job(db, job_id=job_id, team=team)
     points = [p for p in await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt) if p.point.index == index]
     if not points:
         raise InvalidRequest(f"job {job_id} has no point {index}", field="index")
@@ -181,11 +182,11 @@ async def analysis_page(
     request: Request, metric: str = "p99_ms", x: str = "batch_size", y: str = "rate", filter: str = ""
 ) -> HTMLResponse:  # noqa: A002
     """Heat map over two hyper-parameters, roofline, cost comparison and the hardware table."""
-    await require_login(request)
+    team = (await require_login(request)).scope
     heatmap.check_args(metric, x, y)
     db = deps.get_db(request)
     index = await queries.synced_index(request.app.state, db)
-    rows = [r for r in index.select([filter] if filter else []) if r.get("valid")]
+    rows = [r for r in index.select([filter] if filter else [], team=team) if r.get("valid")]
     cost_rows = cost_by_hardware(rows)
     charts = [
         draw.heatmap_chart(heatmap.heat_map(rows, metric=metric, x=x, y=y), metric, x, y),
@@ -209,12 +210,12 @@ async def compare_page(
     request: Request, a: str = "", b: str = "", threshold: float = compare_mod.DEFAULT_THRESHOLD
 ) -> HTMLResponse:
     """Two jobs (or a job against a pinned baseline) point by point."""
-    await require_login(request)
+    team = (await require_login(request)).scope
     result, error = None, None
     if a and b:
         db = deps.get_db(request)
         try:
-            result = await queries.compare_jobs(db, a, b, threshold)
+            result = await queries.compare_jobs(db, a, b, threshold, team=team)
         except BenchfleetError as exc:
             error = exc.message
     return HTMLResponse(render("compare.html", a=a, b=b, threshold=threshold, result=result, error=error))
@@ -224,10 +225,10 @@ async def compare_page(
 report_router = APIRouter(tags=["analysis"])
 
 
-@report_router.get(API_PREFIX + "/jobs/{job_id}/report.html", response_class=HTMLResponse, dependencies=[deps.ViewerAuth])
-async def job_report(job_id: str, request: Request) -> HTMLResponse:
+@report_router.get(API_PREFIX + "/jobs/{job_id}/report.html", response_class=HTMLResponse)
+async def job_report(job_id: str, request: Request, viewer: deps.Viewer) -> HTMLResponse:
     """A self-contained HTML report of the job (inline CSS and SVG; opens offline)."""
-    html = await render_report(deps.get_db(request), job_id=job_id)
+    html = await render_report(deps.get_db(request), job_id=job_id, team=viewer.scope)
     return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{job_id}-report.html"'})
 
 

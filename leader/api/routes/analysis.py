@@ -4,42 +4,46 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from common.errors import Forbidden, NotFound
+from common.spec import NAME_PATTERN
 from leader.analysis import compare as compare_mod
 from leader.analysis import export, heatmap, queries, records
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import recommend as recommend_rows
-from leader.api.deps import Db, Submitter, ViewerAuth
+from leader.api.deps import Db, Submitter, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
 
 router = APIRouter(tags=["analysis"])
 
 
-@router.get("/leaderboard", response_model=LeaderboardPage, dependencies=[ViewerAuth])
+@router.get("/leaderboard", response_model=LeaderboardPage)
 async def leaderboard(
     request: Request,
     db: Db,
+    viewer: Viewer,
     sort: str = "p99_ms",
     order: str = "asc",
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002 - the API's parameter name
     limit: int = 50,
     offset: int = 0,
 ) -> LeaderboardPage:
-    """Every point as a row, sorted and filtered server-side (`filter=backend:triton`, `filter=p99<20`)."""
+    """Every point of the caller's team (every team's for an admin) as a row, sorted and filtered server-side
+    (`filter=backend:triton`, `filter=p99<20`, `filter=team:x`)."""
     index = await queries.synced_index(request.app.state, db)
-    return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset)
+    return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset, team=viewer.scope)
 
 
-@router.get("/heatmap", response_model=heatmap.HeatMap, dependencies=[ViewerAuth])
+@router.get("/heatmap", response_model=heatmap.HeatMap)
 async def heat_map(
     request: Request,
     db: Db,
+    viewer: Viewer,
     metric: str = "p99_ms",
     x: str = "batch_size",
     y: str = "rate",
@@ -48,13 +52,14 @@ async def heat_map(
     """The analysis page's heat map as data: mean `metric` of valid points over two axes (depth/width/kind too)."""
     heatmap.check_args(metric, x, y)
     index = await queries.synced_index(request.app.state, db)
-    return heatmap.heat_map(index.select(filter or []), metric=metric, x=x, y=y)
+    return heatmap.heat_map(index.select(filter or [], team=viewer.scope), metric=metric, x=x, y=y)
 
 
-@router.get("/recommend", response_model=RecommendResponse, dependencies=[ViewerAuth])
+@router.get("/recommend", response_model=RecommendResponse)
 async def recommend(
     request: Request,
     db: Db,
+    viewer: Viewer,
     p99_ms: Annotated[float, Query(gt=0)],
     min_throughput: Annotated[float | None, Query(ge=0)] = None,
     min_samples_per_s: Annotated[float | None, Query(ge=0)] = None,
@@ -70,17 +75,18 @@ async def recommend(
     """
     index = await queries.synced_index(request.app.state, db)
     return recommend_rows(
-        index.select(filter or []), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
-        confident=confident, min_samples_per_s=min_samples_per_s,
+        index.select(filter or [], team=viewer.scope), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost,
+        model=model, confident=confident, min_samples_per_s=min_samples_per_s,
     )  # fmt: skip
 
 
-@router.get("/compare", response_model=CompareResponse, dependencies=[ViewerAuth])
+@router.get("/compare", response_model=CompareResponse)
 async def compare(
-    db: Db, a: str, b: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD
+    db: Db, viewer: Viewer, a: str, b: str,
+    threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD,
 ) -> CompareResponse:
     """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney."""
-    return await queries.compare_jobs(db, a, b, threshold)
+    return await queries.compare_jobs(db, a, b, threshold, team=viewer.scope)
 
 
 class BaselineBody(BaseModel):
@@ -90,34 +96,37 @@ class BaselineBody(BaseModel):
 
 
 @router.put("/baselines/{name}")
-async def pin_baseline(name: str, body: BaselineBody, db: Db, principal: Submitter) -> dict[str, str]:
-    """Pin a job as the named baseline (compare with `a=baseline:NAME`); a baseline someone else pinned is theirs to
-    repoint (or an admin's): 403 otherwise."""
-    await jobs_store.get_job(db, job_id=body.job_id)  # 404 for an unknown job
-    owner = await store.baseline_owner(db, name=name)
+async def pin_baseline(
+    name: Annotated[str, Path(pattern=NAME_PATTERN)], body: BaselineBody, db: Db, principal: Submitter
+) -> dict[str, str]:
+    """Pin a job as its team's named baseline (compare with `a=baseline:NAME`); a baseline someone else pinned is
+    theirs to repoint (or an admin's): 403 otherwise."""
+    job = await jobs_store.get_job(db, job_id=body.job_id, team=principal.scope, field="job_id")  # 404: unknown to us
+    owner = await store.baseline_owner(db, team=job.team, name=name)
     if owner is not None and not principal.may_manage(owner):
         raise Forbidden(f"baseline {name} was pinned by {owner}; only they or an admin may repoint it", field="name")
-    await store.set_baseline(db, name=name, job_id=body.job_id, owner=principal.user)
-    return {"name": name, "job_id": body.job_id}
+    await store.set_baseline(db, team=job.team, name=name, job_id=body.job_id, owner=principal.user)
+    return {"name": name, "job_id": body.job_id, "team": job.team}
 
 
-@router.get("/outliers", response_model=OutlierResponse, dependencies=[ViewerAuth])
+@router.get("/outliers", response_model=OutlierResponse)
 async def outliers(
-    request: Request, db: Db, name: str, threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.OUTLIER_THRESHOLD
+    request: Request, db: Db, viewer: Viewer, name: str,
+    threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.OUTLIER_THRESHOLD,
 ) -> OutlierResponse:
     """Jobs named `name` run on several followers: flag the follower whose p99 stands out from the class median."""
     index = await queries.synced_index(request.app.state, db)
-    rows = index.select([f"job_name:{name}"])
+    rows = index.select([f"job_name:{name}"], team=viewer.scope)
     if not rows:
         raise NotFound(f"no results of jobs named {name!r}", field="name")
     return compare_mod.follower_outliers(rows, name=name, threshold=threshold)
 
 
-@router.get("/jobs/{job_id}/export", dependencies=[ViewerAuth])
-async def export_job(job_id: str, db: Db, format: str = "csv") -> Response:  # noqa: A002
+@router.get("/jobs/{job_id}/export")
+async def export_job(job_id: str, db: Db, viewer: Viewer, format: str = "csv") -> Response:  # noqa: A002
     """The job's points as CSV, JSON or Parquet (one flat row per point)."""
     fmt = export.check_format(format)
-    await jobs_store.get_job(db, job_id=job_id)
+    await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     rows = [to_row(doc).model_dump() for doc in await store.job_rows(db, job_id=job_id)]
     return Response(
         export.table_bytes(rows, fmt),
@@ -126,11 +135,12 @@ async def export_job(job_id: str, db: Db, format: str = "csv") -> Response:  # n
     )
 
 
-@router.get("/jobs/{job_id}/points/{index}/records/export", dependencies=[ViewerAuth])
-async def export_records(job_id: str, index: int, db: Db, format: str = "parquet", attempt: int | None = None) -> Response:  # noqa: A002
+@router.get("/jobs/{job_id}/points/{index}/records/export")
+async def export_records(job_id: str, index: int, db: Db, viewer: Viewer, format: str = "parquet",  # noqa: A002
+                         attempt: int | None = None) -> Response:  # fmt: skip
     """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet."""
     fmt = export.check_format(format)
-    job = await jobs_store.get_job(db, job_id=job_id)
+    job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     blob = await records.load_records(db, job_id=job_id, attempt=attempt or job.attempt, index=index)
     if blob is None:
         raise NotFound(f"no raw records for point {index} of job {job_id}", field="index")

@@ -14,7 +14,7 @@ from common.datasets import DATA_FORMATS, BadData, DataFormat, DataSetMeta, insp
 from common.errors import Forbidden, InvalidSpec, PayloadTooLarge
 from common.spec import NAME_PATTERN
 from common.traces import trace_facts
-from leader.api.deps import Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.clock import utcnow
 from leader.store import datasets as data_store
@@ -24,6 +24,7 @@ router = APIRouter(prefix="/data", tags=["data"])
 _UPLOAD_BODY = multipart_body(["name", "format"], {
     "name": {"type": "string", "pattern": NAME_PATTERN},
     "format": {"type": "string", "enum": list(DATA_FORMATS)},
+    "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
 })  # fmt: skip
 
 
@@ -69,27 +70,28 @@ async def upload_data(request: Request, db: Db, settings: SettingsDep, principal
             id=uuid.uuid4().hex, name=name, format=cast(DataFormat, data_format),  # checked above
             samples=samples, fields=fields, sha256=sha256,
             size_bytes=size, created_at=utcnow(), owner=principal.user, span_s=span_s, max_input=max_input,
+            team=team_of_upload(principal, form.get("team")),
         )  # fmt: skip
         return await data_store.insert_stream(db, meta=meta, chunks=spooled_chunks(upload.file))
 
 
-@router.get("", response_model=list[DataSetMeta], dependencies=[ViewerAuth])
-async def list_data(db: Db) -> list[DataSetMeta]:
-    """Every stored data set."""
-    return await data_store.list_all(db)
+@router.get("", response_model=list[DataSetMeta])
+async def list_data(db: Db, viewer: Viewer) -> list[DataSetMeta]:
+    """Every stored data set of the caller's team (every team's for an admin)."""
+    return await data_store.list_all(db, team=viewer.scope)
 
 
 # Followers fetch the data of their tasks, so metadata and bytes also accept the follower token.
-@router.get("/{data_id}", response_model=DataSetMeta, dependencies=[ReaderAuth])
-async def get_data(data_id: str, db: Db) -> DataSetMeta:
+@router.get("/{data_id}", response_model=DataSetMeta)
+async def get_data(data_id: str, db: Db, reader: Reader) -> DataSetMeta:
     """One data set's metadata."""
-    return await data_store.get(db, data_id=data_id)
+    return await data_store.get(db, data_id=data_id, team=reader.scope)
 
 
-@router.get("/{data_id}/file", response_class=StreamingResponse, dependencies=[ReaderAuth])
-async def download_data(data_id: str, db: Db) -> StreamingResponse:
+@router.get("/{data_id}/file", response_class=StreamingResponse)
+async def download_data(data_id: str, db: Db, reader: Reader) -> StreamingResponse:
     """The data set's bytes, streamed from GridFS, with their sha256 in X-Benchfleet-Sha256."""
-    meta, chunks = await data_store.open_file(db, data_id=data_id)
+    meta, chunks = await data_store.open_file(db, data_id=data_id, team=reader.scope)
     headers = {"X-Benchfleet-Sha256": meta.sha256, "Content-Length": str(meta.size_bytes)}
     return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
 
@@ -97,7 +99,7 @@ async def download_data(data_id: str, db: Db) -> StreamingResponse:
 @router.delete("/{data_id}", status_code=204, response_class=Response)
 async def delete_data(data_id: str, db: Db, principal: Submitter) -> Response:
     """Delete a data set; only its owner or an admin may (403)."""
-    meta = await data_store.get(db, data_id=data_id)
+    meta = await data_store.get(db, data_id=data_id, team=principal.scope)
     if not principal.may_manage(meta.owner):
         raise Forbidden(f"data set {meta.id} belongs to {meta.owner}; only they or an admin may delete it", field="owner")
     await data_store.delete(db, data_id=data_id)

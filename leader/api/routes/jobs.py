@@ -20,7 +20,7 @@ from common.spec import LLM_BACKENDS, BackendName, JobSpec
 from common.specparse import load_yaml, parse_spec
 from leader.api import paging
 from leader.api.body import read_limited
-from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, ViewerAuth, check_follower
+from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
 from leader.jobplan import plan_job
 from leader.limits import check_spec_limits, queue_admission
 from leader.scheduler.queueinfo import with_queue_info
@@ -83,7 +83,10 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     spec = parse_spec(_decode(content_type, body))
     plan = plan_job(spec)
     check_spec_limits(plan, settings)
-    model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref")
+    # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.
+    team = principal.scope
+    model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref",
+                                         team=team)  # fmt: skip
     if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
     # A language model is served over an OpenAI-compatible API by an LLM server; a tensor model over KServe v2.
@@ -97,7 +100,7 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     data_meta = None
     if spec.data.id is not None:
         try:
-            data_meta = await data_store.get(db, data_id=spec.data.id)  # refused now, not when a follower fetches it
+            data_meta = await data_store.get(db, data_id=spec.data.id, team=team)  # refused now, not by a follower
         except NotFound:
             raise InvalidSpec(f"data set {spec.data.id} does not exist", field="data.id") from None
         if data_meta.format == "trace":
@@ -106,9 +109,9 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
             raise InvalidSpec(f"data set {spec.data.id} is a language model's prompt set: name it in llm.dataset",
                               field="data.id")  # fmt: skip
     if spec.llm is not None and spec.llm.dataset is not None:
-        await _check_prompt_set(db, spec.llm)
+        await _check_prompt_set(db, spec.llm, team)
     if isinstance(spec.load.trace, TraceRef):
-        await _check_trace_ref(db, spec.load.trace, data_meta)
+        await _check_trace_ref(db, spec.load.trace, data_meta, team)
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
     async with queue_admission(db, settings, principal, adding=plan.jobs_created):
         job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user)
@@ -116,11 +119,11 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     return job
 
 
-async def _check_prompt_set(db: Db, workload: LlmWorkload) -> None:
+async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None) -> None:
     """An uploaded prompt set must exist, be one, and hold only rows the job's api can send (422 naming the field)."""
     field = "llm.dataset"
     try:
-        meta = await data_store.get(db, data_id=str(workload.dataset))
+        meta = await data_store.get(db, data_id=str(workload.dataset), team=team)
     except NotFound:
         raise InvalidSpec(f"data set {workload.dataset} does not exist", field=field) from None
     if meta.format != "prompts":
@@ -131,11 +134,11 @@ async def _check_prompt_set(db: Db, workload: LlmWorkload) -> None:
                           "send (chat messages and conversations need api: chat)", field=field)  # fmt: skip
 
 
-async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None) -> None:
+async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None, team: str | None) -> None:
     """An uploaded trace must exist, be a trace, and name only rows the job's request data has (422 naming the field)."""
     field = "load.trace.dataset"
     try:
-        meta = await data_store.get(db, data_id=ref.dataset)
+        meta = await data_store.get(db, data_id=ref.dataset, team=team)
     except NotFound:
         raise InvalidSpec(f"data set {ref.dataset} does not exist", field=field) from None
     if meta.format != "trace":
@@ -151,28 +154,29 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None)
                           f"{data_meta.samples} rows (0..{data_meta.samples - 1})", field=field)  # fmt: skip
 
 
-@router.get("", response_model=list[JobView], dependencies=[ViewerAuth])
+@router.get("", response_model=list[JobView])
 async def list_jobs(
-    request: Request, response: Response, db: Db, state: JobState | None = None,
+    request: Request, response: Response, db: Db, viewer: Viewer, state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100, cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[JobView]:
-    """Jobs newest first, optionally of one state, a page of `limit` at a time: a full page names the next one in its
-    `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
-    jobs = await jobs_store.list_jobs(db, state=state, limit=limit, after=paging.decode(cursor))
+    """The caller's team's jobs (every team's for an admin) newest first, optionally of one state, a page of `limit`
+    at a time: a full page names the next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as
+    `cursor`)."""
+    jobs = await jobs_store.list_jobs(db, state=state, limit=limit, after=paging.decode(cursor), team=viewer.scope)
     paging.link_next(request, response, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
     return jobs
 
 
-@router.get("/{job_id}", response_model=JobView, dependencies=[ViewerAuth])
-async def get_job(job_id: str, db: Db, placer: PlacerDep) -> JobView:
+@router.get("/{job_id}", response_model=JobView)
+async def get_job(job_id: str, db: Db, placer: PlacerDep, viewer: Viewer) -> JobView:
     """One job; a waiting one with its queue position and estimated start."""
-    return await with_queue_info(db, placer.book, await jobs_store.get_job(db, job_id=job_id))
+    return await with_queue_info(db, placer.book, await jobs_store.get_job(db, job_id=job_id, team=viewer.scope))
 
 
-@router.get("/{job_id}/results", response_model=JobResults, dependencies=[ViewerAuth])
-async def get_results(job_id: str, db: Db) -> JobResults:
+@router.get("/{job_id}/results", response_model=JobResults)
+async def get_results(job_id: str, db: Db, viewer: Viewer) -> JobResults:
     """The job and the point results of its current attempt, by point index."""
-    job = await jobs_store.get_job(db, job_id=job_id)
+    job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     if job.parts:  # a split job: the points its parts ran, merged back into one result
         points = await results_store.merged_points(db, parts=await jobs_store.part_attempts(db, job_id=job_id))
     else:
@@ -183,7 +187,7 @@ async def get_results(job_id: str, db: Db) -> JobResults:
 @router.post("/{job_id}/cancel", response_model=JobView)
 async def cancel_job(job_id: str, db: Db, principal: Submitter) -> JobView:
     """Cancel a job that has not finished (409 if it has); only its owner or an admin may (403)."""
-    job = await jobs_store.get_job(db, job_id=job_id)
+    job = await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
     if not principal.may_manage(job.owner):
         raise Forbidden(f"job {job_id} belongs to {job.owner}; only they or an admin may cancel it", field="owner")
     return await jobs_store.cancel_job(db, job_id=job_id)

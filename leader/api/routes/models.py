@@ -15,7 +15,7 @@ from common import hfbundle
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
 from common.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
 from common.spec import NAME_PATTERN, VERSION_PATTERN
-from leader.api.deps import Admin, Db, ReaderAuth, SettingsDep, Submitter, ViewerAuth
+from leader.api.deps import Admin, Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
@@ -34,6 +34,7 @@ _UPLOAD_BODY = multipart_body(["name", "version"], {
     "name": {"type": "string", "pattern": NAME_PATTERN},
     "version": {"type": "string", "pattern": VERSION_PATTERN},
     "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
+    "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
 })  # fmt: skip
 
 
@@ -68,6 +69,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
             size_bytes=checked.size,
             created_at=utcnow(),
             owner=principal.user,
+            team=team_of_upload(principal, form.get("team")),
             canonical=checked.canonical,
             llm=checked.llm,
         )
@@ -119,23 +121,23 @@ def raise_too_large(limit: int) -> NoReturn:
     raise PayloadTooLarge(f"model file exceeds the limit of {limit} bytes", field="file")
 
 
-@router.get("", response_model=list[ModelMeta], dependencies=[ViewerAuth])
-async def list_models(db: Db) -> list[ModelMeta]:
-    """Every stored model."""
-    return await models_store.list_models(db)
+@router.get("", response_model=list[ModelMeta])
+async def list_models(db: Db, viewer: Viewer) -> list[ModelMeta]:
+    """Every stored model of the caller's team (every team's for an admin)."""
+    return await models_store.list_models(db, team=viewer.scope)
 
 
 # Followers fetch the models of their tasks, so metadata and bytes also accept the follower token.
-@router.get("/{name}/{version}", response_model=ModelMeta, dependencies=[ReaderAuth])
-async def get_model(name: str, version: str, db: Db) -> ModelMeta:
+@router.get("/{name}/{version}", response_model=ModelMeta)
+async def get_model(name: str, version: str, db: Db, reader: Reader) -> ModelMeta:
     """One model's metadata; version `latest` names the newest."""
-    return await models_store.get_model(db, name=name, version=version)
+    return await models_store.get_model(db, name=name, version=version, team=reader.scope)
 
 
-@router.get("/{name}/{version}/file", response_class=StreamingResponse, dependencies=[ReaderAuth])
-async def download_model(name: str, version: str, db: Db) -> StreamingResponse:
+@router.get("/{name}/{version}/file", response_class=StreamingResponse)
+async def download_model(name: str, version: str, db: Db, reader: Reader) -> StreamingResponse:
     """The model's bytes, streamed from GridFS, with their sha256 in X-Benchfleet-Sha256."""
-    meta, chunks = await models_store.open_model_file(db, name=name, version=version)
+    meta, chunks = await models_store.open_model_file(db, name=name, version=version, team=reader.scope)
     headers = {
         "X-Benchfleet-Sha256": meta.sha256,
         "Content-Length": str(meta.size_bytes),
@@ -165,7 +167,7 @@ async def set_trusted(name: str, version: str, body: TrustBody, db: Db, principa
 @router.delete("/{name}/{version}", status_code=204, response_class=Response)
 async def delete_model(name: str, version: str, db: Db, principal: Submitter) -> Response:
     """Delete a model no unfinished job uses (409 otherwise); only its owner or an admin may (403)."""
-    meta = await models_store.get_model(db, name=name, version=version)
+    meta = await models_store.get_model(db, name=name, version=version, team=principal.scope)
     if not principal.may_manage(meta.owner):
         raise Forbidden(f"model {meta.ref} belongs to {meta.owner}; only they or an admin may delete it", field="owner")
     if await jobs_store.model_in_use(db, model_ref=f"{name}:{version}"):

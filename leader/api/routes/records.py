@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from common.errors import InvalidSpec, NotFound
 from common.records import missing_columns
 from leader.api.body import read_limited
-from leader.api.deps import Db, FollowerPrincipal, ViewerAuth, check_follower
+from leader.api.deps import Db, FollowerPrincipal, Viewer, check_follower
 from leader.store import jobs as jobs_store
 from leader.store import records as records_store
 
@@ -51,12 +51,12 @@ async def upload_records(
     return Response(status_code=204)
 
 
-@router.get("/{job_id}/points/{index}/records", dependencies=[ViewerAuth])
+@router.get("/{job_id}/points/{index}/records")
 async def download_records(
-    job_id: str, index: int, db: Db, attempt: Annotated[int | None, Query(ge=1)] = None
+    job_id: str, index: int, db: Db, viewer: Viewer, attempt: Annotated[int | None, Query(ge=1)] = None
 ) -> Response:
     """The records blob of a point (of the job's current attempt unless `attempt` is given); 404 when none."""
-    job = await jobs_store.get_job(db, job_id=job_id)
+    job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     chosen = attempt or job.attempt
     data = await records_store.load_records(db, job_id=job_id, attempt=chosen, index=index)
     if data is None:
