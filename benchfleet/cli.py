@@ -2,53 +2,54 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
+from rich.console import Console
 
+from benchfleet import cli_admin, cli_analysis
+from benchfleet.calls import EXPORT_FORMATS
 from benchfleet.cli_common import (
     EXIT_CODES_HELP,
     EXIT_JOB_FAILED,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
+    JsonOpt,
     TokenOpt,
     UrlOpt,
+    WideOpt,
     call,
     client_for,
     console,
     err_console,
     fail,
+    show,
 )
 from benchfleet.cli_repo import data_app, models_app
-from benchfleet.client import EXPORT_FORMATS, ApiError, BenchfleetClient
-from benchfleet.render import jobs_table, point_label, results_table, rows_table, simple_table
+from benchfleet.client import ApiError, BenchfleetClient
+from benchfleet.render import jobs_sheet, point_label, print_results
 from common.jobs import TERMINAL_STATES, JobState, JobView
 from common.results import PointResult
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.",
-                  epilog=EXIT_CODES_HELP)
-app.add_typer(models_app, name="models")
-app.add_typer(data_app, name="data")
+app = typer.Typer(no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.", epilog=EXIT_CODES_HELP)
 
 
-def _parse_filters(filters: list[str] | None) -> list[str]:
-    """Filter expressions (`backend=triton`, `p99<20`) go to the leader as given; an empty one is a usage error."""
-    for item in filters or []:
-        if not item.strip() or not any(op in item for op in ("=", ":", "<", ">")):
-            fail(f"--filter: expected an expression such as backend=triton or p99<20, got {item!r}", EXIT_USAGE)
-    return list(filters or [])
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"benchfleet {package_version('benchfleet')}", markup=False, highlight=False)
+        raise typer.Exit()
 
 
-def _print_rows(data: object, *, as_json: bool, title: str) -> None:
-    """A list of rows (or an object holding one) as a table, or the raw JSON."""
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-        return
-    console.print(rows_table(data, title=title))
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Benchmark inference serving across a fleet of GPU hosts."""
 
 
 def _live_fraction(progress: dict | None, index: int, *, warmup_s: float, run_s: float) -> tuple[float, str] | None:
@@ -96,6 +97,15 @@ def running_points(client: BenchfleetClient, job: JobView, done: set[int], pendi
     return out
 
 
+# The width of progress lines written to a log (not a terminal): wide enough for a point's label and its figures.
+LOG_WIDTH = 240
+
+
+def _progress_console() -> Console:
+    """Where the bars go: the terminal as it is, or (a log) a console wide enough that no point's line is cut."""
+    return err_console if err_console.is_terminal else Console(stderr=True, width=LOG_WIDTH, highlight=False)
+
+
 def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) -> JobView:
     """Show one progress bar per point until the job ends (a split job's parts side by side); returns the final job."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -108,7 +118,7 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
     done: set[int] = set()
     running_since: dict[int, float] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=False) as bars:
+                  console=_progress_console(), transient=False) as bars:
         header = bars.add_task(f"[bold]{job.name}[/] {job.state}", total=None)
         tasks = {p.index: bars.add_task(f"  point {p.index}: {point_label(p)}", total=100, start=False) for p in points}
         while True:
@@ -175,6 +185,37 @@ def demo(
     raise typer.Exit(run_demo(job_yaml=job.read_text() if job else DEMO_JOB, workdir=workdir, console=console))
 
 
+FleetDirOpt = Annotated[Path, typer.Option("--workdir", help="Where the local fleet keeps its data, logs and token.")]
+
+
+@app.command()
+def up(workdir: FleetDirOpt = Path(".benchfleet/fleet"), port: Annotated[int, typer.Option(help="The leader's port.")] = 8700
+       ) -> None:  # fmt: skip
+    """Start a local fleet that stays up (the embedded database, Redis, a leader, one follower) until `down`."""
+    from benchfleet import up as local_fleet
+
+    try:
+        state = local_fleet.up(workdir, port)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_UNREACHABLE)
+    token_file = (workdir / local_fleet.TOKEN).resolve()
+    console.print(f"fleet up: leader {state['url']}, follower {local_fleet.FOLLOWER_ID!r}, data in {workdir}", markup=False)
+    console.print(f"export BENCHFLEET_URL={state['url']} BENCHFLEET_TOKEN=$(cat {token_file})  # the admin token",
+                  markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+
+@app.command()
+def down(workdir: FleetDirOpt = Path(".benchfleet/fleet")) -> None:
+    """Stop the local fleet `up` started (its data stays for the next `up`)."""
+    from benchfleet import up as local_fleet
+
+    try:
+        stopped = local_fleet.down(workdir)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_UNREACHABLE)
+    console.print("fleet stopped" if stopped else f"no fleet running from {workdir}", markup=False)
+
+
 @app.command()
 def submit(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Job YAML.")],
@@ -189,16 +230,18 @@ def submit(
         if not watch:
             return
         job = watch_job(client, job)
-        console.print(results_table(call(client.results, job.id)))
+        print_results(console, call(client.results, job.id))
         if job.state != JobState.succeeded:
             fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
 
 
 @app.command()
-def jobs(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", state: str | None = None, limit: int = 50) -> None:
+def jobs(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", state: str | None = None, limit: int = 50,
+         as_json: JsonOpt = False, wide: WideOpt = False) -> None:  # fmt: skip
     """List jobs, newest first."""
     with client_for(url, token) as client:
-        console.print(jobs_table(call(client.jobs, state=state, limit=limit)))
+        rows = call(client.jobs, state=state, limit=limit)
+    show(rows, jobs_sheet, as_json=as_json, wide=wide)
 
 
 @app.command("job")
@@ -215,6 +258,7 @@ def results(
     token: TokenOpt = "",
     format: Annotated[str, typer.Option(help="table, json (the typed results), csv or parquet (the leader's export)")] = "table",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    wide: WideOpt = False,
 ) -> None:
     """Show or export a job's results."""
     if format not in ("table", *EXPORT_FORMATS):
@@ -228,7 +272,7 @@ def results(
         else:
             data = call(client.export, job_id, format)
     if format == "table":
-        console.print(results_table(res))
+        print_results(console, res, wide=wide)
     elif output is not None:
         output.write_bytes(data)
         err_console.print(f"wrote {len(data)} bytes to {output}", markup=False)
@@ -245,65 +289,11 @@ def cancel(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt =
     console.print(f"{job.id} {job.state}")
 
 
-@app.command()
-def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
-    """List followers and their state."""
-    with client_for(url, token) as client:
-        rows = call(client.followers)
-    console.print(simple_table(
-        ("id", "state", "host", "cpus", "memory MiB", "GPUs", "backends", "last seen", "running"),
-        ((f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
-          ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"),
-          f.running_job or "-") for f in rows),
-    ))  # fmt: skip
-
-
-@app.command()
-def leaderboard(
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-    sort: Annotated[str | None, typer.Option(help="Column to sort by, e.g. p99 or throughput.")] = None,
-    filter: Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
-) -> None:
-    """The best configurations measured so far."""
-    filters = _parse_filters(filter)
-    with client_for(url, token) as client:
-        rows = call(client.leaderboard, sort=sort, filters=filters, limit=limit)
-    _print_rows(rows, as_json=as_json, title="leaderboard")
-
-
-@app.command()
-def recommend(
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-    p99_ms: Annotated[float | None, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")] = None,
-    filter: Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")] = None,
-    confident: Annotated[
-        bool, typer.Option("--confident", help="Hold the SLO against the upper end of each p99's 95% CI.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
-) -> None:
-    """The configurations serving the most samples/s that meet the SLO."""
-    filters = _parse_filters(filter)
-    with client_for(url, token) as client:
-        answer = call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
-    _print_rows(answer, as_json=as_json, title=f"recommendation (p99 <= {p99_ms:g} ms)" if p99_ms else "recommendation")
-
-
-@app.command()
-def compare(
-    job_a: str,
-    job_b: str,
-    url: UrlOpt = "http://127.0.0.1:8700",
-    token: TokenOpt = "",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the leader's JSON.")] = False,
-) -> None:
-    """Compare two jobs point by point."""
-    with client_for(url, token) as client:
-        answer = call(client.compare, job_a, job_b)
-    _print_rows(answer, as_json=as_json, title=f"{job_a} vs {job_b}")
+# After the job commands, in the order `--help` lists them: the repository, analysis, the fleet and its tokens.
+app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
+cli_analysis.register(app)
+cli_admin.register(app)
 
 
 def main() -> None:

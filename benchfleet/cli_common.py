@@ -3,23 +3,49 @@ leader that turns its refusals and absence into one line on stderr and an exit c
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 
 from benchfleet.client import ApiError, BenchfleetClient
+from benchfleet.tables import Sheet, print_sheet
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable."
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE, EXIT_REGRESSION = 0, 1, 2, 3, 4, 5
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable, "
+                   "5 compare found a regression.")  # fmt: skip
 
-console = Console()
+# soft_wrap: a message is one line in a log, whatever width a pipe is given (a terminal wraps it itself).
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="BENCHFLEET_URL", help="Leader base URL.")]
 TokenOpt = Annotated[str, typer.Option("--token", envvar="BENCHFLEET_TOKEN", help="API token.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the leader's JSON instead of a table.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Show every column, however wide the terminal.")]
+
+
+def show(data: Any, sheet: Callable[[Any], Sheet], *, as_json: bool, wide: bool = False) -> None:
+    """A read command's answer: the leader's JSON (`--json`), or its sheet (the columns that fit; all with --wide)."""
+    if as_json:
+        print_json(data)
+    else:
+        print_sheet(console, sheet(data), wide=wide)
+
+
+def print_json(data: Any) -> None:
+    """A typed answer (or a list of them) as indented JSON on stdout."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, list):
+        data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def fail(message: str, code: int) -> NoReturn:

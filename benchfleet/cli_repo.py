@@ -8,9 +8,11 @@ from typing import Annotated
 
 import typer
 
-from benchfleet.cli_common import EXIT_USAGE, TokenOpt, UrlOpt, call, client_for, console
-from benchfleet.render import simple_table
-from common.models import TensorSpec
+from benchfleet.cli_common import EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, WideOpt, call, client_for, console, show
+from benchfleet.render import simple_sheet
+from benchfleet.tables import Col, Sheet
+from common.datasets import DataSetMeta
+from common.models import ModelMeta, TensorSpec
 
 models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")
@@ -31,18 +33,28 @@ def models_push(
     console.print(f"{meta.ref} sha256={meta.sha256} size={meta.size_bytes}")
 
 
+def _sig(tensors: list[TensorSpec]) -> str:
+    return ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in tensors)
+
+
+def models_sheet(rows: list[ModelMeta]) -> Sheet:
+    """One row per model version: format, team, signature, size."""
+    return simple_sheet(
+        (Col("name", right=False), Col("version", right=False), Col("format", right=False), Col("team", right=False, rank=4),
+         Col("inputs", right=False, rank=1), Col("outputs", right=False, rank=2), Col("size", rank=3),
+         Col("sha256", right=False, rank=5)),
+        ((m.name, m.version, m.format, m.team, _sig(m.inputs), _sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
+        title="models",
+    )  # fmt: skip
+
+
 @models_app.command("ls")
-def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+              wide: WideOpt = False) -> None:  # fmt: skip
     """List models."""
     with client_for(url, token) as client:
         rows = call(client.models)
-    def sig(tensors: list[TensorSpec]) -> str:
-        return ", ".join(f"{t.name}:{t.datatype}{t.shape}" for t in tensors)
-
-    console.print(simple_table(
-        ("name", "version", "format", "inputs", "outputs", "size", "sha256"),
-        ((m.name, m.version, m.format, sig(m.inputs), sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
-    ))  # fmt: skip
+    show(rows, models_sheet, as_json=as_json, wide=wide)
 
 
 @models_app.command("rm")
@@ -80,16 +92,25 @@ def data_push(
     console.print(f"{meta.id} name={meta.name} format={meta.format} samples={meta.samples} sha256={meta.sha256}")
 
 
+def data_sheet(rows: list[DataSetMeta]) -> Sheet:
+    """One row per data set: its id (what jobs name), format, size and owner."""
+    return simple_sheet(
+        (Col("id", right=False), Col("name", right=False), Col("format", right=False), Col("samples"),
+         Col("fields", right=False, rank=2), Col("size", rank=3), Col("sha256", right=False, rank=5),
+         Col("owner", right=False, rank=1), Col("team", right=False, rank=4)),
+        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner, d.team)
+         for d in rows),
+        title="data sets",
+    )  # fmt: skip
+
+
 @data_app.command("ls")
-def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+            wide: WideOpt = False) -> None:  # fmt: skip
     """List request-data sets."""
     with client_for(url, token) as client:
         rows = call(client.data_sets)
-    console.print(simple_table(
-        ("id", "name", "format", "samples", "fields", "size", "sha256", "owner"),
-        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner)
-         for d in rows),
-    ))  # fmt: skip
+    show(rows, data_sheet, as_json=as_json, wide=wide)
 
 
 @data_app.command("rm")
@@ -135,7 +156,7 @@ def models_generate(
     name, model_format = name or made.name, made.format
     path = out or Path(f"{name}.zip")
     path.write_bytes(made.data)
-    console.print(f"{path}: {made.summary}")
+    console.print(f"{path}: {made.summary}", markup=False, soft_wrap=True)
     if push:
         with client_for(url, token) as client:
             stored = call(client.upload_model, path, name=name, version=version, format=model_format)

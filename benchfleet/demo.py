@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchfleet.client import ApiError, BenchfleetClient
-from benchfleet.render import results_table
+from benchfleet.render import print_results
 from benchfleet.stack import LocalStack
 from common.jobs import TERMINAL_STATES, JobResults, JobState
 from common.modelgen import mlp_onnx
@@ -75,7 +75,7 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                 console.print(f"submitted job {job.id} ({job.points_total} points, estimated {job.estimate_s:.0f}s, "
                               f"at most {most:.0f}s if the server falls behind)")  # fmt: skip
                 results = _watch(client, job.id, console, timeout_s=most * 2 + 120)
-            console.print(results_table(results))
+            print_results(console, results)
             if results.job.state != JobState.succeeded:
                 console.print(f"[red]job {results.job.state}: {results.job.error}[/]")
                 return 1
@@ -86,4 +86,4 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                 console.print(f"[dim]--- {name} log tail ---[/]\n{tail}")
             return 1
         finally:
-            console.print("[dim]stopping follower, leader, Redis and the database…[/]")
+            console.print("[dim]stopping follower, leader, Redis and the database[/]")

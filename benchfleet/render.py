@@ -1,13 +1,12 @@
-"""Rich tables of jobs and results, shared by the CLI and the demo."""
+"""Sheets (benchfleet/tables.py) of jobs and results, shared by the CLI and the demo."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.console import Console
 
+from benchfleet.tables import Col, Sheet, print_sheet
 from common.jobs import JobResults, JobView
 from common.results import Percentiles
 from common.spec import PointSpec
@@ -17,85 +16,104 @@ def _ms(p: Percentiles | None, attr: str) -> str:
     return f"{getattr(p, attr):.2f}" if p is not None else "-"
 
 
-def results_table(results: JobResults) -> RenderableType:
-    """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict; then, for
-    a job with repeats, one row per configuration: its runs' spread and the verdict on it."""
+def results_sheets(results: JobResults) -> list[Sheet]:
+    """The job's point table, then (a language model's job) its token table, then (with repeats) the runs' spread."""
+    sheets = [points_sheet(results)]
+    if (llm := llm_sheet(results)) is not None:
+        sheets.append(llm)
+    if results.repeats:
+        sheets.append(repeats_sheet(results))
+    return sheets
+
+
+def print_results(console: Console, results: JobResults, *, wide: bool = False) -> None:
+    """Every sheet of a job's results (each shows the columns that fit; see benchfleet/tables.py)."""
+    for sheet in results_sheets(results):
+        print_sheet(console, sheet, wide=wide)
+
+
+def points_sheet(results: JobResults) -> Sheet:
+    """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict (an invalid
+    point's reasons are numbered notes under the table)."""
     job = results.job
-    table = Table(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", title_justify="left")
-    for column in ("#", "backend", "batch", "load", "achieved/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max",
-                   "svc p99", "lag p99", "cold s", "SLO", "valid"):
-        table.add_column(column, justify="right" if column not in {"backend", "valid", "SLO"} else "left")
+    sheet = Sheet(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", columns=[
+        Col("#"), Col("backend", right=False), Col("batch"), Col("load"), Col("req/s", rank=1), Col("req", rank=4),
+        Col("err", rank=2), Col("p50 ms", rank=1), Col("p90", rank=4), Col("p99"), Col("p99.9", rank=3),
+        Col("max", rank=5), Col("svc p99", rank=3), Col("lag p99", rank=4), Col("cold s", rank=5),
+        Col("SLO", right=False, rank=2), Col("valid", right=False),
+    ])  # fmt: skip
     for r in results.points:
         slo = "-" if r.slo_met is None else ("met" if r.slo_met else "missed")
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
-        verdict = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
-        table.add_row(
+        verdict = "yes" if r.valid else "NO " + sheet.note(f"point {r.point.index}: " + "; ".join(r.invalid_reasons))
+        sheet.rows.append([
             str(r.point.index), r.point.backend, str(r.point.batch_size), r.point.load_label(), f"{r.achieved_rate:.1f}",
             str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,
-        )
-    extra = [t for t in (llm_table(results), repeats_table(results) if results.repeats else None) if t is not None]
-    return Group(table, *extra) if extra else table
+        ])  # fmt: skip
+    sheet.footer = "latencies in ms from the intended send time; svc: from the actual send; lag: send delay"
+    return sheet
 
 
-def llm_table(results: JobResults) -> Table | None:
+def llm_sheet(results: JobResults) -> Sheet | None:
     """Per language-model point: time to first token (from the intended time, and from the send), inter-token
     latency, time per output token, token throughput, goodput and the token counts; None for a tensor model's job."""
     points = [r for r in results.points if r.llm is not None]
     if not points:
         return None
-    table = Table(title="language model: latencies in ms (from the intended time; 'sent': from the send)", title_justify="left")
-    for column in ("#", "load", "TTFT p50", "TTFT p99", "sent p99", "ITL p50", "ITL p99", "TPOT p50", "out tok/s",
-                   "goodput/s", "tokens asked/server/client"):
-        table.add_column(column, justify="right")
+    sheet = Sheet(title="language model: latencies in ms (from the intended time; 'sent': from the send)", columns=[
+        Col("#"), Col("load"), Col("TTFT p50", rank=1), Col("TTFT p99"), Col("sent p99", rank=3), Col("ITL p50", rank=2),
+        Col("ITL p99", rank=1), Col("TPOT p50", rank=2), Col("out tok/s"), Col("goodput/s", rank=1),
+        Col("tokens asked/server/client", rank=3),
+    ])  # fmt: skip
     for r in points:
         llm = r.llm
         assert llm is not None
         goodput = f"{llm.goodput_rps:.2f}" if llm.goodput_rps is not None else "-"
-        table.add_row(
+        sheet.rows.append([
             str(r.point.index), r.point.load_label(), _ms(llm.ttft_ms, "p50"), _ms(llm.ttft_ms, "p99"),
             _ms(llm.ttft_sent_ms, "p99"), _ms(llm.itl_ms, "p50"), _ms(llm.itl_ms, "p99"), _ms(llm.tpot_ms, "p50"),
             f"{llm.output_tokens_per_s:.1f}", goodput,
             f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
-        )  # fmt: skip
-    return table
+        ])  # fmt: skip
+    return sheet
 
 
 def _pct(value: float | None) -> str:
     return f"{100 * value:.1f}%" if value is not None else "-"
 
 
-def repeats_table(results: JobResults) -> Table:
-    """Per configuration run more than once: its runs' p99s, the spread (CV) of p50, p99 and req/s, the verdict."""
-    table = Table(title="repeats: spread across runs (CV flagged above 5%) against each run's 95% CI", title_justify="left")
-    for column in ("backend", "batch", "load", "runs", "p99 ms per run", "p50 CV", "p99 CV", "req/s CV", "verdict"):
-        table.add_column(column, justify="left" if column in {"backend", "verdict", "p99 ms per run"} else "right")
+def repeats_sheet(results: JobResults) -> Sheet:
+    """Per configuration run more than once: its runs' p99s, the spread (CV) of p50, p99 and req/s, the verdict (its
+    explanation a numbered note)."""
+    sheet = Sheet(title="repeats: spread across runs (CV flagged ! above 5%) against each run's 95% CI", columns=[
+        Col("backend", right=False), Col("batch"), Col("load"), Col("runs"), Col("p99 ms per run", right=False, rank=2),
+        Col("p50 CV", rank=1), Col("p99 CV"), Col("req/s CV", rank=1), Col("verdict", right=False),
+    ])  # fmt: skip
     for r in results.repeats:
         p50, p99, throughput = r.metrics
         runs = f"{len(r.runs)}" + (f" ({len(r.invalid_runs)} invalid)" if r.invalid_runs else "")
-        table.add_row(
+        sheet.rows.append([
             r.backend, str(r.batch_size), r.load, runs, ", ".join(f"{v:.2f}" if v is not None else "-" for v in p99.values),
             *(_pct(m.cv) + ("!" if m.cv_flagged else "") for m in (p50, p99, throughput)),
-            f"{r.verdict.replace('_', ' ')}: {r.text}",
-        )
-    return table
+            f"{r.verdict.replace('_', ' ')} {sheet.note(r.text)}",
+        ])  # fmt: skip
+    return sheet
 
 
-def simple_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
-    """A plain table of text cells under the given column names."""
-    table = Table()
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*row)
-    return table
+def simple_sheet(columns: Sequence[str | Col], rows: Iterable[Sequence[str]], *, title: str = "") -> Sheet:
+    """A sheet of text cells under the given columns (a bare name: left-aligned, always shown)."""
+    cols = [c if isinstance(c, Col) else Col(c, right=False) for c in columns]
+    return Sheet(columns=cols, title=title, rows=[list(row) for row in rows])
 
 
-def jobs_table(jobs: list[JobView]) -> Table:
+def jobs_sheet(jobs: list[JobView]) -> Sheet:
     """One row per job."""
-    return simple_table(
-        ("id", "name", "model", "state", "attempt", "follower", "points", "created"),
+    return simple_sheet(
+        (Col("id", right=False), Col("name", right=False), Col("model", right=False, rank=2),
+         Col("state", right=False), Col("attempt", rank=3), Col("follower", right=False, rank=2), Col("points", rank=1),
+         Col("created", right=False, rank=1)),
         ((job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
           f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S")) for job in jobs),
     )  # fmt: skip
@@ -104,37 +122,3 @@ def jobs_table(jobs: list[JobView]) -> Table:
 def point_label(point: PointSpec) -> str:
     """A short name of a point: backend, batch and load."""
     return f"{point.backend} b{point.batch_size} @ {point.load_label()}"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict | list):
-        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if isinstance(value, dict) else ", ".join(map(_cell, value))
-    return "-" if value is None else str(value)
-
-
-def rows_table(data: Any, *, title: str = "") -> Table:
-    """A table of JSON rows: a list of objects, an object holding one list of objects, or one object (key, value)."""
-    rows: Any = data
-    if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list) and all(isinstance(x, dict) for x in v)]
-        rows = lists[0] if len(lists) == 1 else None
-        if rows is None:  # one object: two columns
-            table = Table(title=title, title_justify="left")
-            table.add_column("field")
-            table.add_column("value")
-            for key, value in data.items():
-                table.add_row(str(key), _cell(value))
-            return table
-    table = Table(title=title, title_justify="left")
-    columns: list[str] = []
-    for row in rows or []:
-        for key in row if isinstance(row, dict) else []:
-            if key not in columns:
-                columns.append(key)
-    for column in columns:
-        table.add_column(column)
-    for row in rows or []:
-        table.add_row(*(_cell(row.get(c)) if isinstance(row, dict) else _cell(row) for c in columns))
-    return table

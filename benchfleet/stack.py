@@ -60,12 +60,14 @@ class LocalStack:
         db_name: str | None = None,
         base_env: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
+        leader_port: int | None = None,
+        admin_token: str | None = None,
     ) -> None:
-        self.workdir = Path(workdir)
+        self.workdir = Path(workdir).absolute()  # the processes' paths hold wherever they run
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.admin_token, self.follower_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        self.admin_token, self.follower_token = admin_token or secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         self.mongo_uri, self.redis_url = mongo_uri, redis_url
-        self.leader_port = free_port()
+        self.leader_port = leader_port or free_port()
         self.url = f"http://127.0.0.1:{self.leader_port}"
         self._ports: dict[str, int] = {}
         self._runs: dict[str, int] = {}

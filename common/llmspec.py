@@ -23,12 +23,19 @@ class TokenLengths(StrictModel):
     is short for fixed."""
 
     dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical"] = "fixed"
+    """The distribution of lengths."""
     mean: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 64
+    """The mean length (fixed: the length)."""
     min: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
-    max: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None  # None: the mean if fixed, else 4 x mean (uniform: needed)
+    """The shortest length drawn."""
+    max: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None
+    """The longest length drawn; unset: the mean for fixed, else 4 x the mean (uniform needs it)."""
     std: Annotated[float, Field(ge=0)] = 0.0
+    """normal: the standard deviation."""
     sigma: Annotated[float, Field(ge=0, le=4)] = 0.5
+    """lognormal: the standard deviation of the length's logarithm."""
     values: Annotated[list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]], Field(max_length=MAX_EMPIRICAL)] | None = None
+    """empirical: the observed lengths drawn from."""
 
     @model_validator(mode="before")
     @classmethod
@@ -76,25 +83,34 @@ class SharedPrefix(StrictModel):
     prompt_tokens (or prompt set row)."""
 
     tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    """The prefix's length in tokens."""
     share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    """The share of requests that start with a prefix."""
     count: Annotated[int, Field(ge=1, le=1000)] = 1
+    """How many different prefixes there are (each request's drawn at random)."""
 
 
 class LlmWorkload(StrictModel):
     """The requests of a language-model job (model format hf, an LLM backend)."""
 
     api: Literal["completions", "chat"] = "completions"
+    """The OpenAI-compatible API: completions, or chat (the model's chat template applies)."""
     stream: bool = True
+    """Stream the answer (server-sent events): needed for time to first token and inter-token latency."""
     prompt_tokens: TokenLengths = TokenLengths(mean=128)
+    """Prompt lengths in tokens."""
     output_tokens: TokenLengths = TokenLengths(mean=64)
-    # Random weights never stop on their own terms and real ones stop early: either way the asked length is enforced
-    # (vLLM: ignore_eos and min_tokens) and checked against the server's count.
+    """Output lengths in tokens: what each request asks the server to generate."""
     ignore_eos: bool = True
-    # An uploaded prompt set (format prompts, its id): each request takes a row (prompts, chats, conversation turns or
-    # lengths), at random or in order; a row without output_tokens draws it from output_tokens.
+    """Generate exactly the asked length (vLLM: ignore_eos and min_tokens): random weights never stop on their own
+    terms and real ones stop early; the server's count is checked against it."""
     dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")] | None = None
+    """An uploaded prompt set (format prompts, its id): each request takes a row (a prompt, chat, conversation turn or
+    length), at random or in order; a row without output_tokens draws it from `output_tokens`."""
     order: Literal["random", "sequential"] = "random"
+    """How a prompt set's rows are taken: at random or in order."""
     shared_prefix: SharedPrefix | None = None
+    """A system prompt a share of the requests start with (what prefix caching saves)."""
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:

@@ -47,7 +47,7 @@ Seconds = Annotated[float, BeforeValidator(parse_duration)]
 class StrictModel(BaseModel):
     """The base of every spec model: unknown fields are errors, a validated spec never changes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 Pattern = Literal["poisson", "constant", "gamma", "ramp", "step", "spike", "onoff", "trace", "closed"]
@@ -80,9 +80,13 @@ class SearchSpec(StrictModel):
     """Binary search for the highest rate that is valid and meets the SLO, between `low` and `high` req/s."""
 
     low: Annotated[float, Field(gt=0, le=MAX_RATE)] = 10.0
+    """The lowest rate tried, in req/s."""
     high: Annotated[float, Field(gt=0, le=MAX_RATE)] = 1000.0
-    precision: Annotated[float, Field(gt=0, lt=1)] = 0.05  # stop when (high - low) / high falls below this
+    """The highest rate tried, in req/s."""
+    precision: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    """Stop when (high - low) / high falls below this."""
     max_steps: Annotated[int, Field(ge=1, le=20)] = 8
+    """The most rates tried."""
 
     @model_validator(mode="after")
     def _ordered(self) -> SearchSpec:
@@ -94,7 +98,8 @@ class SearchSpec(StrictModel):
 class TraceRef(StrictModel):
     """A trace file uploaded as a data set of format `trace` (common.traces), replayed as the arrival schedule."""
 
-    dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]  # the data set's id (POST /api/v1/data)
+    dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]
+    """The data set's id (POST /api/v1/data)."""
 
 
 # A p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen): a point's minimum, and a stability window's.
@@ -112,38 +117,58 @@ class Stability(StrictModel):
     """Accept a point when its last `windows` windows agree within `tolerance`; extend the run up to `max_duration`."""
 
     windows: Annotated[int, Field(ge=2, le=20)] = 3
+    """How many of the last windows must agree."""
     tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.10
+    """The largest relative difference between them (0.1: 10%)."""
     max_duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 60.0
+    """The longest the measured part is extended to, in seconds."""
 
 
 class LoadSpec(StrictModel):
     """How load is offered: an open-loop arrival process (one rate, a ladder, or a search) or a closed loop."""
 
     pattern: Pattern = "poisson"
+    """The arrival process: poisson, constant, gamma, ramp, step, spike, onoff or trace (open loops), or closed (a closed
+    loop of users)."""
     search: SearchSpec | None = None
-    # A scalar in YAML becomes a one-entry list (a ladder when several). Not used by trace, closed or search.
+    """Search for the highest valid rate that meets the SLO, instead of fixed rates."""
     rate: Annotated[list[float] | None, Field(validate_default=True)] = None
+    """Offered rates in req/s, one point each (a ladder when several); a number is one rate. Not for trace, closed or
+    search."""
     duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 10.0
+    """The measured part of each point, in seconds (after the warm-up)."""
     warmup: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] = 2.0
-    # Requests in flight at most. Unset: the cap follows the load (Little's law: the rate times the latency seen in
-    # warm-up, with headroom, bounded by the follower's max_in_flight); a number: exactly that cap.
+    """Load before measuring, in seconds; its answers are not counted."""
     max_concurrency: Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)] | None = None
-    # What an open-loop request due while max_concurrency are in flight does: wait (its wait counts as latency
-    # from the intended time) or be dropped (counted and reported, and against the achieved rate).
+    """Requests in flight at most. Unset: the cap follows the load (Little's law: the rate times the latency seen in
+    warm-up, with headroom, bounded by the follower's max_in_flight); a number: exactly that cap."""
     cap_policy: Literal["wait", "drop"] = "wait"
-    cv: Annotated[float, Field(gt=0, le=20)] = 1.0  # gamma: coefficient of variation of the gaps (1 = Poisson)
-    rate_end: Annotated[float | None, Field(validate_default=True)] = None  # ramp/step: the rate at the end
-    steps: Annotated[int, Field(ge=1, le=100)] = 4  # step: how many equal steps from rate to rate_end
-    spike_rate: Annotated[float | None, Field(validate_default=True)] = None  # spike: the rate during the spike
-    spike_at: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] | None = None  # default: the middle of the run
+    """What an open-loop request due while max_concurrency are in flight does: wait (its wait counts as latency from the
+    intended time) or be dropped (counted and reported, and against the achieved rate)."""
+    cv: Annotated[float, Field(gt=0, le=20)] = 1.0
+    """gamma: coefficient of variation of the gaps (1 = Poisson)."""
+    rate_end: Annotated[float | None, Field(validate_default=True)] = None
+    """ramp/step: the rate at the end."""
+    steps: Annotated[int, Field(ge=1, le=100)] = 4
+    """step: how many equal steps from rate to rate_end."""
+    spike_rate: Annotated[float | None, Field(validate_default=True)] = None
+    """spike: the rate during the spike."""
+    spike_at: Annotated[Seconds, Field(ge=0, le=MAX_DURATION_S)] | None = None
+    """spike: when the spike starts, in seconds into the run; unset: the middle of the run."""
     spike_duration: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0
-    on: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # onoff: sending at `rate` for `on`...
-    off: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0  # ...then silent for `off`
-    # trace: send offsets in seconds inline, or {dataset: ID} naming an uploaded trace file (checked at submission).
+    """spike: how long the spike lasts."""
+    on: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0
+    """onoff: seconds of sending at `rate`, then `off` seconds of silence, repeated."""
+    off: Annotated[Seconds, Field(gt=0, le=MAX_DURATION_S)] = 1.0
+    """onoff: seconds of silence after each `on`."""
     trace: Annotated[list[float] | TraceRef | None, Field(validate_default=True)] = None
-    concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None  # closed: a ladder of users
-    window: Annotated[Seconds, Field(gt=0, le=MAX_WINDOW_S)] = 1.0  # measurement window: stability, live progress
+    """trace: send offsets in seconds inline, or {dataset: ID} naming an uploaded trace file (checked at submission)."""
+    concurrency: Annotated[list[int] | None, Field(validate_default=True)] = None
+    """closed: users, each sending its next request when its last is answered; a list is a ladder of points."""
+    window: Annotated[Seconds, Field(gt=0, le=MAX_WINDOW_S)] = 1.0
+    """The measurement window in seconds: what the stability rule compares and live progress shows."""
     stability: Stability | None = None
+    """Run each point until its last windows agree (see Stability), up to its max_duration."""
 
     @field_validator("stability")
     @classmethod

@@ -52,6 +52,7 @@ class ModelRef(StrictModel):
     """A model in the repository: `name:version`, or `name` for the latest version."""
 
     ref: str
+    """`name:version`, or `name` for the latest version."""
 
     @model_validator(mode="before")
     @classmethod
@@ -84,28 +85,41 @@ class SLO(StrictModel):
     request must meet to count toward goodput: its time to first token and its time per output token."""
 
     p50_ms: Annotated[float, Field(gt=0)] | None = None
+    """The p50 latency limit in ms, from the intended send time."""
     p99_ms: Annotated[float, Field(gt=0)] | None = None
+    """The p99 latency limit in ms, from the intended send time."""
     ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    """A language-model request's time-to-first-token limit in ms: goodput counts the requests meeting it and `tpot_ms`."""
     tpot_ms: Annotated[float, Field(gt=0)] | None = None
+    """A language-model request's time-per-output-token limit in ms (goodput)."""
 
 
 class DynamicBatching(StrictModel):
     """Server-side dynamic batching: requests wait up to `max_queue_delay_us` to be merged into one run."""
 
     max_batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 32
+    """The largest batch the server forms."""
     preferred_batch_sizes: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = []
+    """Batch sizes the server prefers to form (Triton's preferred_batch_size)."""
     max_queue_delay_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100
+    """How long a request may wait, in microseconds, to be batched with others."""
 
 
 class LlmServerOptions(StrictModel):
     """An LLM server's engine settings, under vLLM's names (SGLang gets its equivalents); unset: the server's default."""
 
-    max_model_len: Annotated[int, Field(gt=0, le=1_048_576)] | None = None  # tokens a sequence may hold
-    max_num_batched_tokens: Annotated[int, Field(gt=0, le=1_048_576)] | None = None  # tokens per engine step
-    max_num_seqs: Annotated[int, Field(gt=0, le=65_536)] | None = None  # sequences per engine step
-    kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None  # KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)
-    prefix_caching: bool | None = None  # reuse the KV cache of a shared prompt prefix
+    max_model_len: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
+    """Tokens a sequence may hold."""
+    max_num_batched_tokens: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
+    """Tokens per engine step."""
+    max_num_seqs: Annotated[int, Field(gt=0, le=65_536)] | None = None
+    """Sequences per engine step."""
+    kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None
+    """KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)."""
+    prefix_caching: bool | None = None
+    """Reuse the KV cache of a shared prompt prefix."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """The data type the server computes in."""
 
     def model_len(self, context_length: int) -> int:
         """Tokens a sequence may hold on the server: the set max_model_len, else the model's context up to 4,096
@@ -117,17 +131,25 @@ class ServerOptions(StrictModel):
     """How the serving system is configured (each backend applies what it supports; defaults keep old YAML valid)."""
 
     dynamic_batching: DynamicBatching | None = None
+    """Server-side dynamic batching; unset: off."""
     instances: Annotated[int, Field(gt=0, le=64)] = 1
+    """Model instances the server runs (Triton's instance group count)."""
     threads: Annotated[int, Field(gt=0, le=256)] | None = None
+    """Threads per instance for the model's operators; unset: the server's default."""
     execution_provider: Annotated[str, Field(pattern=r"^[A-Za-z]{1,64}$")] = "CPUExecutionProvider"
+    """onnxruntime's execution provider."""
     protocol: Literal["http", "grpc"] = "http"
-    # Server-side processors (follower.servers.processing), filled from `data` by expand() when `data.processing: server`.
+    """KServe v2 over HTTP or gRPC."""
     preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    """The processor the server runs on each request (follower.servers.processing); set from `data` when
+    `data.processing: server`."""
     postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
-    # Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider
-    # (unless execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU.
+    """The processor the server runs on each answer; set from `data` like `preprocess`."""
     device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$")] = "cpu"
-    llm: LlmServerOptions = LlmServerOptions()  # LLM servers (vllm, sglang, triton-openai) only
+    """Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider (unless
+    execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU."""
+    llm: LlmServerOptions = LlmServerOptions()
+    """The engine settings of LLM servers (vllm, sglang, triton-openai)."""
 
     @property
     def uses_gpu(self) -> bool:
@@ -151,10 +173,16 @@ class DataRef(StrictModel):
     """Request data: synthetic from the signature, a sample image shipped with scikit-image, or an uploaded set."""
 
     source: Literal["synthetic", "sample_images", "upload"] = "synthetic"
-    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")] | None = None  # the uploaded data set's id
-    preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None  # a registered processor name
+    """Where request bodies come from: synthetic tensors from the model's signature, scikit-image's sample images, or an
+    uploaded data set."""
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")] | None = None
+    """The uploaded data set's id."""
+    preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    """A registered processor name, run on each request's data (`processing` says where)."""
     postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
+    """A registered processor name, run on each answer."""
     processing: Literal["client", "server"] = "client"
+    """Where the processors run: on the follower before the run (client) or in the server, per request (server)."""
 
     @model_validator(mode="after")
     def _server_side_needs(self) -> DataRef:
@@ -178,16 +206,22 @@ class ExpectedTensor(StrictModel):
     """An input the job expects the model to take; checked against the model before any server starts."""
 
     name: str
+    """The input's name."""
     datatype: str
+    """Its KServe datatype, e.g. FP32."""
     shape: list[int]
+    """Its shape; -1 for a dynamic dimension."""
 
 
 class Requires(StrictModel):
     """Hardware a follower must have to run the job; a job nobody can run stays queued with the reason."""
 
     gpu: bool = False
-    gpu_model: Annotated[str, Field(min_length=1, max_length=128)] | None = None  # case-insensitive substring of the name
+    """Only a follower with a GPU runs the job (implied by a GPU server configuration)."""
+    gpu_model: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """Only a GPU whose name holds this (case-insensitive), e.g. H100."""
     min_gpu_memory_mb: Annotated[int, Field(gt=0)] | None = None
+    """At least this much GPU memory, in MiB."""
 
     @property
     def needs_gpu(self) -> bool:
@@ -198,8 +232,10 @@ class Requires(StrictModel):
 class SplitSpec(StrictModel):
     """Run a large grid as parts on several followers of one hardware class, merged back into one result."""
 
-    max_parts: Annotated[int, Field(ge=2, le=64)]  # at most this many parts (fewer when there are fewer points)
-    min_points: Annotated[int, Field(ge=1)] = 1  # points per part at least; a grid below 2 x min_points is not split
+    max_parts: Annotated[int, Field(ge=2, le=64)]
+    """At most this many parts (fewer when there are fewer points)."""
+    min_points: Annotated[int, Field(ge=1)] = 1
+    """Points per part at least; a grid below 2 x min_points is not split."""
 
 
 MAX_REPEATS = 20
@@ -211,7 +247,9 @@ class RepeatSpec(StrictModel):
     `repeats: 3` is short for `repeats: {count: 3}`."""
 
     count: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 1
+    """Runs of every point."""
     fresh_server: bool = False
+    """Restart each backend's server for every round, so every run includes its cold start."""
 
     @model_validator(mode="before")
     @classmethod
@@ -223,19 +261,34 @@ class JobSpec(StrictModel):
     """A benchmark submission; lists in it form a grid of benchmark points."""
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    """The job's name."""
     model: ModelRef
+    """The model in the repository: `name:version`, or `name` for its latest version."""
     backends: Annotated[list[BackendName], Field(min_length=1)] = ["onnxruntime"]
+    """The serving systems to run; each gets every point of the grid."""
     batch_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_BATCH)]], Field(min_length=1)] = [1]
+    """Inputs per request; one point per batch size."""
     load: LoadSpec
+    """How load is offered."""
     slo: SLO | None = None
+    """The latency objectives every point is judged against."""
     seed: Annotated[int, Field(ge=0, lt=2**32)] = 0
+    """The seed of every random draw (arrival times, synthetic data, sampled lengths): the same seed gives the same
+    schedule."""
     server: ServerOptions = ServerOptions()
+    """How the serving system is configured."""
     data: DataRef = DataRef()
+    """The request data."""
     inputs: list[ExpectedTensor] | None = None
+    """Inputs the model must take, checked against the stored model at submission."""
     requires: Requires = Requires()
-    split: SplitSpec | None = None  # opt-in: the grid's points split into parts run by several followers
+    """Hardware a follower must have."""
+    split: SplitSpec | None = None
+    """Opt-in: the grid's points split into parts run by several followers."""
     repeats: RepeatSpec = RepeatSpec()
-    llm: LlmWorkload | None = None  # a language model's requests (an LLM backend; default LlmWorkload() there)
+    """Run every point this many times (a number, or `{count, fresh_server}`)."""
+    llm: LlmWorkload | None = None
+    """A language model's requests (an LLM backend; default LlmWorkload() there)."""
 
     @model_validator(mode="before")
     @classmethod

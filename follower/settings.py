@@ -82,6 +82,12 @@ class FollowerSettings(BaseSettings):
             raise ValueError(f"no file at {value}")
         return value
 
+    @field_validator("work_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Model servers run in another directory (the sandbox's): every path handed to them must be absolute.
+        return value.absolute()
+
     @field_validator("leader_url")
     @classmethod
     def _http_url(cls, value: str) -> str:

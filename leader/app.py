@@ -35,6 +35,7 @@ from leader.store import results as results_store
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
+from leader.web import apidocs
 from leader.web import pages as web_pages
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             await _bounded("database probe", db_health.close())
             await _bounded("database", client.close())
 
-    app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan)
+    # /docs is served from the package's own Swagger UI (leader/web/apidocs.py); FastAPI's default pages use a CDN.
+    app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     errors.install(app)
     audit.install(app)  # who changed what (after the database guard: a 503 while it is down is not stored)
     dbhealth.install(app)  # a fast 503 with Retry-After while PerfDB is unreachable
@@ -129,6 +131,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(analysis_routes.router, prefix=API_PREFIX)
     web_pages.install(app)  # the web pages, their login and static assets
+    apidocs.install(app)  # /docs, offline
     errors.document(app, API_PREFIX)  # every operation's error statuses, in the one error shape
     # Outermost: a trusted proxy's forwarded scheme and client address are what every layer below sees.
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[h.strip() for h in settings.trusted_proxies.split(",")])

@@ -46,13 +46,28 @@ def _table(name: str, schema: dict[str, Any]) -> list[str]:
     lines = [f"### {name}", ""]
     if schema.get("description"):
         lines += [schema["description"].strip(), ""]
-    lines += ["| field | type | default | constraints |", "|---|---|---|---|"]
+    lines += ["| field | what it is | type | default | constraints |", "|---|---|---|---|---|"]
     required = set(schema.get("required", []))
     for field, prop in schema.get("properties", {}).items():
         default = "**required**" if field in required else (
-            f"`{json.dumps(prop['default'])}`" if "default" in prop else "—")
-        lines.append(f"| `{field}` | {_type(prop)} | {default} | {_limits(prop)} |")
+            "its fields' defaults" if isinstance(prop.get("default"), dict) else
+            f"`{json.dumps(prop['default'])}`" if "default" in prop else "—")  # fmt: skip
+        what = " ".join(description(prop).split()).replace("|", "\\|")
+        lines.append(f"| `{field}` | {what} | {_type(prop)} | {default} | {_limits(prop)} |")
     return [*lines, ""]
+
+
+def description(prop: dict[str, Any]) -> str:
+    """A field's description (its docstring in the spec models), wherever the schema put it."""
+    return str(prop.get("description") or next((p["description"] for p in prop.get("allOf", []) if "description" in p), ""))
+
+
+def undescribed() -> list[str]:
+    """Fields of the job YAML without a description (each must have one)."""
+    schema = JobSpec.model_json_schema()
+    tables = {"JobSpec": schema, **schema.get("$defs", {})}
+    return [f"{name}.{field}" for name, sub in tables.items() for field, prop in sub.get("properties", {}).items()
+            if not description(prop)]
 
 
 def render() -> str:

@@ -17,6 +17,9 @@ command -v bwrap >/dev/null 2>&1 || apt_packages+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || apt_packages+=(iproute2)
 command -v nft >/dev/null 2>&1 || apt_packages+=(nftables)
 command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
+# tmux: the CLI's tables are tested in a real 80-column terminal; npm: the browser assets are vendored from npm.
+command -v tmux >/dev/null 2>&1 || apt_packages+=(tmux)
+command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_packages+=("$pkg")
 done
@@ -52,5 +55,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
         || echo "setup: torch unavailable or not the CPU build; TorchScript tests will skip"
 fi
 .venv/bin/python -c "import skimage" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "scikit-image>=0.22" 2>&1 | tail -1 || true
+# Swagger UI for /docs, copied into the package from npm (pinned); /docs answers 503 naming this step without it.
+bash scripts/vendor_web.sh || echo "setup: Swagger UI not vendored (npm unreachable?): /docs will answer 503"
 # A real tritonserver extracted from the nvidia-pytriton wheel (idempotent, cached under .benchfleet/; fails soft).
 bash scripts/install_triton.sh || true

@@ -16,6 +16,7 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[t
     series = []
     for p in points:
         label = f"#{p.point.index} {p.point.backend} b{p.point.batch_size} {p.point.load_label()}"
+        label += "" if p.valid else " INVALID"
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
             qs = np.linspace(0, 1, 200)
@@ -44,12 +45,13 @@ def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[st
     ladders: dict[str, list[PointResult]] = {}
     for p in points:
         ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}", []).append(p)
-    curve = [
-        (k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v])
-        for k, v in ((k, sorted(v, key=lambda p: p.point.rate)) for k, v in ladders.items())
-    ]
+    ordered = {k: sorted(v, key=lambda p: p.point.rate) for k, v in ladders.items()}
+    curve = [(k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v])
+             for k, v in ordered.items()]  # fmt: skip
     charts.append(
-        svg.line_chart("p99 latency vs throughput (rate ladder)", curve, xlabel="achieved throughput (req/s)", ylabel="p99 ms")
+        svg.line_chart("p99 latency vs throughput (rate ladder; hollow: invalid)", curve,
+                       xlabel="achieved throughput (req/s)", ylabel="p99 ms",
+                       flagged=[[not p.valid for p in v] for v in ordered.values()])  # fmt: skip
     )
     timeline = [(f"#{p.point.index} p99", [w.t_s for w in p.windows], [w.p99_ms for w in p.windows]) for p in points if p.windows]
     charts.append(

@@ -6,6 +6,7 @@ Pages read analysis data (leader/analysis) and draw it (leader/web/charts.py); t
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 from urllib.parse import urlencode
 
@@ -161,7 +162,8 @@ async def render_report(db: Any, *, job_id: str, team: str | None = None) -> str
 
 @router.get("/jobs/{job_id}/points/{index}", response_class=HTMLResponse)
 async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
-    """One point: its CDF and every recorded field."""
+    """One point: its verdict and reasons, latency table with CIs, load, stages, windows, charts, where it ran, and
+    the raw document folded away."""
     team = (await require_login(request)).scope
     db = deps.get_db(request)
     job = await jobs_store.get_job(db, job_id=job_id, team=team)
@@ -172,24 +174,29 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     every = draw.job_charts(points, raw)
     charts = every[:1] + every[2:3]
     result_json = json.dumps(points[0].model_dump(mode="json", exclude={"latency_hdr", "service_hdr"}), indent=1)
-    return HTMLResponse(
-        render("point.html", job=job, index=index, charts=charts, has_records=index in raw, result_json=result_json)
-    )
+    return HTMLResponse(render("point.html", job=job, index=index, point=points[0], charts=charts,
+                               has_records=index in raw, result_json=result_json))  # fmt: skip
 
 
 @router.get("/analysis", response_class=HTMLResponse)
 async def analysis_page(
-    request: Request, metric: str = "p99_ms", x: str = "batch_size", y: str = "rate", filter: str = ""
-) -> HTMLResponse:  # noqa: A002
-    """Heat map over two hyper-parameters, roofline, cost comparison and the hardware table."""
+    request: Request, metric: str = "p99_ms", x: str = "batch_size", y: str = "rate", filter: str = "",  # noqa: A002
+    model: str | None = None,
+) -> HTMLResponse:
+    """Heat map over two hyper-parameters (of one model unless `model=*` or an axis is the model: averaging different
+    models' latencies says nothing), roofline, cost comparison and the hardware table."""
     team = (await require_login(request)).scope
     heatmap.check_args(metric, x, y)
     db = deps.get_db(request)
     index = await queries.synced_index(request.app.state, db)
     rows = [r for r in index.select([filter] if filter else [], team=team) if r.get("valid")]
+    counts = Counter(str(r["model"]) for r in rows)
+    if model is None:  # by default the model with the most valid points, unless the map is over models
+        model = "*" if "model" in (x, y) or not counts else counts.most_common(1)[0][0]
+    mapped = rows if model == "*" else [r for r in rows if r["model"] == model]
     cost_rows = cost_by_hardware(rows)
     charts = [
-        draw.heatmap_chart(heatmap.heat_map(rows, metric=metric, x=x, y=y), metric, x, y),
+        draw.heatmap_chart(heatmap.heat_map(mapped, metric=metric, x=x, y=y), metric, x, y),
         draw.roofline_chart(await roofline(db, rows)),
         draw.cost_chart(cost_rows),
     ]
@@ -199,7 +206,8 @@ async def analysis_page(
         cost=cost_rows,
         metrics=HEAT_METRICS,
         params=HEAT_PARAMS,
-        args={"metric": metric, "x": x, "y": y, "filter": filter},
+        args={"metric": metric, "x": x, "y": y, "filter": filter, "model": model},
+        models=sorted(counts),
         hardware=sorted(hardware.HARDWARE.items()) + [("CPU (generic)", hardware.CPU_DEFAULT)],
     )
     return HTMLResponse(html)

@@ -44,10 +44,40 @@ def _empty(title: str, message: str) -> str:
     )
 
 
-def _frame(title: str, xlabel: str, ylabel: str) -> list[str]:
+def _style(i: int) -> tuple[str, str]:
+    """Series i's colour and dash: the palette's ten colours solid, then dashed, then dotted (30 distinct)."""
+    return PALETTE[i % len(PALETTE)], ("", "6 3", "2 2")[(i // len(PALETTE)) % 3]
+
+
+LEGEND_ROW = 14
+
+
+def _legend(labels: Sequence[str], *, swatch: str = "line") -> tuple[str, int]:
+    """The legend under the plot (never over it): columns of (swatch, label), a long label cut with its full text
+    on hover; returns the SVG and the height it adds."""
+    if not labels:
+        return "", 0
+    cols = 1 if max(len(label) for label in labels) > 44 else 2 if max(len(label) for label in labels) > 26 else 3
+    col_w = (W - ML - MR) / cols
+    fits = max(8, int((col_w - 26) / 6.2))
+    out = []
+    for i, label in enumerate(labels):
+        color, dash = _style(i)
+        x, y = ML + (i % cols) * col_w, H + 6 + (i // cols) * LEGEND_ROW
+        mark = (f'<rect x="{x:.1f}" y="{y - 8}" width="14" height="9" fill="{color}"/>' if swatch == "box" else
+                f'<line x1="{x:.1f}" y1="{y - 4}" x2="{x + 16:.1f}" y2="{y - 4}" stroke="{color}" stroke-width="2"'
+                + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")  # fmt: skip
+        shown = label if len(label) <= fits else label[: fits - 1] + "…"
+        out.append(f'<g class="legend">{mark}<text x="{x + 20:.1f}" y="{y}"><title>{escape(label)}</title>'
+                   f"{escape(shown)}</text></g>")  # fmt: skip
+    rows = math.ceil(len(labels) / cols)
+    return "".join(out), rows * LEGEND_ROW + 8
+
+
+def _frame(title: str, xlabel: str, ylabel: str, extra_h: int = 0) -> list[str]:
     return [
-        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" font-size="11" '
-        'font-family="sans-serif">',
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H + extra_h}" role="img" '
+        'font-size="11" font-family="sans-serif">',
         f"<title>{escape(title)}</title>",
         f'<text x="{W / 2}" y="16" text-anchor="middle" font-weight="bold">{escape(title)}</text>',
         f'<text x="{W / 2}" y="{H - 6}" text-anchor="middle">{escape(xlabel)}</text>',
@@ -69,9 +99,14 @@ class _Scale:
         return self.a + (v - self.low) / (self.high - self.low) * (self.b - self.a)
 
     def ticks(self) -> list[float]:
-        if self.log:
-            return [10.0**e for e in range(math.floor(self.low), math.ceil(self.high) + 1)]
-        return _ticks(self.low, self.high)
+        if not self.log:
+            return _ticks(self.low, self.high)
+        decades = range(math.floor(self.low), math.ceil(self.high) + 1)
+        inside = [v for v in (m * 10.0**e for e in decades for m in (1, 2, 5)) if self.low <= math.log10(v) <= self.high]
+        if len([v for v in inside if math.log10(v) % 1 == 0]) >= 2:
+            return [v for v in inside if math.log10(v) % 1 == 0]  # whole decades when the range spans two or more
+        # Within about a decade: 1-2-5 steps, or plain steps when even those leave fewer than two ticks.
+        return inside if len(inside) >= 2 else _ticks(10**self.low, 10**self.high)
 
 
 def line_chart(
@@ -85,16 +120,19 @@ def line_chart(
     markers: bool = True,
     lines: bool = True,
     empty: str = "no data",
+    flagged: Sequence[Sequence[bool]] | None = None,
 ) -> str:
-    """Lines (and/or markers) for each (label, xs, ys) series, with axes and a legend."""
+    """Lines (and/or markers) for each (label, xs, ys) series, with axes and a legend under the plot; a point
+    `flagged[series][i]` (an invalid measurement) is drawn as a hollow red-ringed marker."""
     pts = [(x, y) for _, xs, ys in series for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
     if not pts:
         return _empty(title, empty)
     xs_all, ys_all = [p[0] for p in pts], [p[1] for p in pts]
     sx = _Scale(min(xs_all), max(xs_all), ML, W - MR, logx)
     sy = _Scale(0 if not logy else min(ys_all), max(ys_all) * 1.05, H - MB, MT, logy)
-    out = _frame(title, xlabel, ylabel)
-    out.append(f'<rect x="{ML}" y="{MT}" width="{W - ML - MR}" height="{H - MT - MB}" fill="none" stroke="#999"/>')
+    legend, legend_h = _legend([label for label, _, _ in series] if len(series) > 1 else [])
+    out = _frame(title, xlabel, ylabel, legend_h)
+    out.append(f'<rect class="plot" x="{ML}" y="{MT}" width="{W - ML - MR}" height="{H - MT - MB}" fill="none" stroke="#999"/>')
     for t in sx.ticks():
         x = sx(t)
         if ML - 0.5 <= x <= W - MR + 0.5:
@@ -110,14 +148,22 @@ def line_chart(
                 f'<text x="{ML - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
             )
     for i, (label, xs, ys) in enumerate(series):
-        color = PALETTE[i % len(PALETTE)]
-        coords = [(sx(x), sy(y)) for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
+        color, dash = _style(i)
+        flags = list(flagged[i]) if flagged is not None else [False] * len(xs)
+        kept = [(x, y, f) for x, y, f in zip(xs, ys, flags, strict=False) if x is not None and y is not None]
+        coords = [(sx(x), sy(y)) for x, y, _ in kept]
         if lines and len(coords) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.6" points="{path}"/>')
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.6"{dashed} points="{path}">'
+                       f"<title>{escape(label)}</title></polyline>")  # fmt: skip
         if markers and len(coords) <= 400:
-            out.extend(f'<circle class="mark" cx="{x:.1f}" cy="{y:.1f}" r="2.6" fill="{color}"/>' for x, y in coords)
-        out.append(f'<text x="{W - MR - 4}" y="{MT + 14 + 13 * i}" text-anchor="end" fill="{color}">{escape(label)}</text>')
+            for (cx, cy), (x, y, bad) in zip(coords, kept, strict=True):
+                look = 'r="4" fill="#fff" stroke="#b71c1c" stroke-width="2"' if bad else f'r="2.6" fill="{color}"'
+                note = " (invalid)" if bad else ""
+                out.append(f'<circle class="mark{" invalid" if bad else ""}" cx="{cx:.1f}" cy="{cy:.1f}" {look}>'
+                           f"<title>{escape(label)}: {_fmt(x)}, {_fmt(y)}{note}</title></circle>")  # fmt: skip
+    out.append(legend)
     out.append("</svg>")
     return "".join(out)
 
@@ -130,8 +176,10 @@ def bar_chart(
     if not labels or not any(totals):
         return _empty(title, empty)
     sy = _Scale(0, max(totals) * 1.1, H - MB, MT, False)
-    out = _frame(title, "", ylabel)
+    legend, legend_h = _legend(list(stacks) if len(stacks) > 1 else [], swatch="box")
+    out = _frame(title, "", ylabel, legend_h)
     width = (W - ML - MR) / len(labels)
+    out.append(f'<rect class="plot" x="{ML}" y="{MT}" width="{W - ML - MR}" height="{H - MT - MB}" fill="none"/>')
     for t in sy.ticks():
         y = sy(t)
         out.append(
@@ -148,16 +196,11 @@ def bar_chart(
             y0, y1 = sy(base), sy(base + v)
             out.append(
                 f'<rect class="bar" x="{x:.1f}" y="{y1:.1f}" width="{width * 0.7:.1f}" height="{y0 - y1:.1f}" '
-                f'fill="{PALETTE[j % len(PALETTE)]}"><title>{escape(name)}: {_fmt(v)}</title></rect>'
+                f'fill="{_style(j)[0]}"><title>{escape(name)}: {_fmt(v)}</title></rect>'
             )
             base += v
         out.append(f'<text x="{x + width * 0.35:.1f}" y="{H - MB + 14}" text-anchor="middle">{escape(label[:14])}</text>')
-    if len(stacks) > 1:
-        for j, name in enumerate(stacks):
-            out.append(
-                f'<text x="{W - MR - 4}" y="{MT + 14 + 13 * j}" text-anchor="end" fill="{PALETTE[j % len(PALETTE)]}">'
-                f"{escape(name)}</text>"
-            )
+    out.append(legend)
     out.append("</svg>")
     return "".join(out)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,9 +32,13 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def _cli(fleet, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BENCHFLEET_URL": fleet.url, "BENCHFLEET_TOKEN": fleet.admin_token,
-           "COLUMNS": "200", "TERM": "dumb"}
+def _env(fleet, token: str | None = None) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BENCHFLEET_URL": fleet.url,
+            "BENCHFLEET_TOKEN": token or fleet.admin_token, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # fmt: skip
+
+
+def _cli(fleet, *args: str, timeout: float = 60, token: str | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    env = {**_env(fleet, token), "COLUMNS": "80", "TERM": "dumb"}  # a pipe: the width a terminal would have is moot
     return subprocess.run([sys.executable, "-m", "benchfleet", *args], capture_output=True, text=True, env=env,
                           timeout=timeout, check=False)
 
@@ -88,7 +93,7 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     for index, label in ((0, "onnxruntime b1 @ 100 req/s"), (1, "onnxruntime b4 @ 100 req/s")):
         assert re.search(rf"point {index}: {re.escape(label)}.*100%", watched.stderr), watched.stderr[-2000:]
     assert "my-first-job" in watched.stdout and "succeeded" in watched.stdout
-    assert re.search(r"│\s+1\s+│ onnxruntime\s+│\s+4\s+│", watched.stdout), watched.stdout
+    assert re.search(r"^\s*1\s+onnxruntime\s+4\s+100 req/s\s", watched.stdout, re.M), watched.stdout
 
     as_json = _cli(fleet, "results", job_id, "--format", "json")
     assert as_json.returncode == 0 and len(json.loads(as_json.stdout)["points"]) == 2
@@ -186,3 +191,89 @@ def test_models_trust_marks_and_unmarks_a_model(fleet, tmp_path: Path) -> None: 
     assert json.loads(unmarked.stdout) == {"model": "cli-trust:1", "trusted": False}
     missing = _cli(fleet, "models", "trust", "cli-trust", "9")
     assert missing.returncode == 3 and "version" in missing.stderr
+
+
+def _follower_up(fleet, follower_id: str) -> None:  # type: ignore[no-untyped-def]
+    """This module's follower (the first test starts it; a test run alone starts it here)."""
+    listed = httpx.get(f"{fleet.url}/api/v1/followers", headers={"Authorization": f"Bearer {fleet.admin_token}"}).json()
+    if not any(f["info"]["follower_id"] == follower_id for f in listed):
+        fleet.start_follower(follower_id)
+
+
+def _in_tmux(fleet, args: list[str], width: int, until: str) -> str:  # type: ignore[no-untyped-def]
+    """What `benchfleet ARGS` shows in a real terminal `width` columns wide (a tmux pane), once `until` is on it."""
+    server = f"bf-{os.getpid()}-{time.monotonic_ns()}"
+    env = _env(fleet)
+    command = " ".join([f"{k}={v!r}" for k, v in env.items()] + [sys.executable, "-m", "benchfleet", *args])
+    subprocess.run(["tmux", "-L", server, "-f", "/dev/null", "new-session", "-d", "-x", str(width), "-y", "80",
+                    f"{command}; sleep 60"], check=True, timeout=10)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            shown = subprocess.run(["tmux", "-L", server, "capture-pane", "-p", "-J", "-S", "-"], capture_output=True,
+                                   text=True, timeout=10).stdout  # fmt: skip
+            if until in shown or time.monotonic() > deadline:
+                return shown
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["tmux", "-L", server, "kill-server"], check=False, timeout=10)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A job's table piped to a file shows every column uncut; in an 80-column terminal, the columns that fit, uncut;
+    `compare` exits 5 on a regression (a CI gate); tokens, baselines and reports from the CLI."""
+    _follower_up(fleet, "f-cli")
+    jobs = {}
+    for name, hidden in (("light", 16), ("heavy", 2048)):
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(mlp_onnx(inputs=512, hidden=hidden, layers=3 if name == "heavy" else 1))
+        assert _cli(fleet, "models", "push", str(path), "--name", f"mlp-{name}", "--version", "1").returncode == 0
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(f"name: gate-{name}\nmodel: mlp-{name}:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
+                        "load: {pattern: poisson, rate: 40, duration: 3s, warmup: 0.5s}\nslo: {p99_ms: 500}\n")  # fmt: skip
+        watched = _cli(fleet, "submit", str(spec), "--watch", timeout=180)
+        assert watched.returncode == 0, watched.stderr[-2000:]
+        jobs[name] = watched.stdout.splitlines()[0].strip()
+
+    headers = ("#", "backend", "batch", "load", "req/s", "req", "err", "p50 ms", "p90", "p99", "p99.9", "max", "svc p99",
+               "lag p99", "cold s", "SLO", "valid")  # fmt: skip
+    piped = _cli(fleet, "results", jobs["light"])
+    assert piped.returncode == 0 and "…" not in piped.stdout, piped.stdout
+    header = next(line for line in piped.stdout.splitlines() if "backend" in line)
+    assert header.split() == [h for name in headers for h in name.split()], header
+    assert "not shown" not in piped.stdout
+
+    screen = _in_tmux(fleet, ["results", jobs["light"]], 80, until="not shown at this width")
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert "not shown at this width" in screen and "…" not in screen, screen
+    assert max(len(line) for line in lines) <= 80, screen
+    shown = next(line for line in lines if "backend" in line).split()
+    assert {"#", "backend", "load", "p99", "valid"} <= set(shown) and "max" not in shown, screen
+    assert re.search(r"^\s*0\s+onnxruntime\s+1\s+40 req/s\s", screen, re.M), screen
+
+    worse = _cli(fleet, "compare", jobs["light"], jobs["heavy"])
+    assert worse.returncode == 5 and "regression" in worse.stdout, (worse.returncode, worse.stdout, worse.stderr)
+    assert json.loads(_cli(fleet, "compare", jobs["light"], jobs["heavy"], "--json").stdout)["regressions"] == 1
+    better = _cli(fleet, "compare", jobs["heavy"], jobs["light"])
+    assert better.returncode == 0 and "improvement" in better.stdout, better.stdout
+    assert _cli(fleet, "baseline", "gate", jobs["light"]).returncode == 0
+    assert _cli(fleet, "compare", "baseline:gate", jobs["heavy"]).returncode == 5
+    report = tmp_path / "report.html"
+    assert _cli(fleet, "report", jobs["light"], "-o", str(report)).returncode == 0
+    assert "<svg" in report.read_text() and jobs["light"] in report.read_text()
+
+    made = _cli(fleet, "tokens", "create", "tia", "--role", "viewer", "--team", "other")
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip()
+    assert "tia" in made.stderr and "team other" in made.stderr and len(secret.splitlines()) == 1
+    listed = json.loads(_cli(fleet, "tokens", "ls", "--json").stdout)
+    mine = next(t for t in listed if t["user"] == "tia")
+    assert mine["team"] == "other" and "token" not in mine
+    assert _cli(fleet, "jobs", "--json", token=secret).stdout.strip() == "[]"  # another team's jobs are not its own
+    assert _cli(fleet, "tokens", "revoke", mine["id"]).returncode == 0
+    assert _cli(fleet, "jobs", token=secret).returncode == 3
+    drained = _cli(fleet, "drain", "f-cli")
+    assert drained.returncode == 0 and "draining" in drained.stdout, drained.stdout
+    resumed = _cli(fleet, "resume", "f-cli")
+    assert resumed.returncode == 0 and "draining" not in resumed.stdout, resumed.stdout

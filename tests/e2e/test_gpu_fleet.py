@@ -48,4 +48,4 @@ load: {{pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}}
     assert res is not None and res.gpu_power_w_mean is not None and res.gpu_power_w_mean > 10
     assert res.gpu_memory_mb_max is not None and res.gpu_memory_mb_max > 100
     assert res.energy_per_request_j is not None and res.energy_per_request_j > 0
-    assert [r["hardware"] for r in board["rows"]] == [GPUS[0].name]
+    assert [r.hardware for r in board.rows] == [GPUS[0].name]

@@ -14,7 +14,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from benchfleet.render import results_table
+from benchfleet.render import print_results
 from common.jobs import JobResults
 from common.stats import decode
 from follower.backends.vllm import VllmBackend
@@ -61,9 +61,9 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     llm = point.llm
     assert llm is not None and point.environment.backend_version.startswith("vllm"), point.environment
     # The leaderboard carries the language model's own columns, sortable by their short names.
-    (row,) = board["rows"]
-    assert row["ttft_p99_ms"] == llm.ttft_ms.p99 and row["tokens_per_s"] == llm.output_tokens_per_s  # type: ignore[union-attr]
-    assert row["goodput_rps"] == llm.goodput_rps and board["sort"] == "ttft_p99_ms"
+    (row,) = board.rows
+    assert row.ttft_p99_ms == llm.ttft_ms.p99 and row.tokens_per_s == llm.output_tokens_per_s  # type: ignore[union-attr]
+    assert row.goodput_rps == llm.goodput_rps and board.sort == "ttft_p99_ms"
     codes = [r.code for r in point.reasons]
     assert point.requests == RATE * DURATION_S and point.ok == point.requests, (point.error_sample, codes)
     # The server generated exactly what was asked, as it counted it; every text event was a token it counted.
@@ -99,7 +99,7 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert point.stages_ms is not None and set(point.stages_ms) == {"queue", "prefill", "decode", "transmission", "service"}
     assert llm.e2e_sent_ms is not None and point.stages_ms["service"] == pytest.approx(llm.e2e_sent_ms.mean)
     out = io.StringIO()
-    Console(file=out, width=200).print(results_table(results))
+    print_results(Console(file=out, width=200), results)
     assert "language model" in out.getvalue() and f"{llm.output_tokens_asked}/{llm.output_tokens_server}/" in out.getvalue()
 
 

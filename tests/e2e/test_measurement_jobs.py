@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from benchfleet.render import results_table
+from benchfleet.render import print_results
 from common.jobs import JobResults
 from common.modelgen import mlp_onnx
 from common.records import decode as decode_records
@@ -171,5 +171,5 @@ repeats: {{count: 2, fresh_server: true}}
         assert p99.q is not None and p99.exceeds_ci == (p99.p_value is not None and p99.p_value < 0.025)
         assert summary.load == f"{points[summary.runs[0]].point.rate:g} req/s"
     out = io.StringIO()
-    Console(file=out, width=250).print(results_table(results))
+    print_results(Console(file=out, width=250), results)
     assert "repeats: spread across runs" in out.getvalue() and by_config[0].verdict.replace("_", " ") in out.getvalue()

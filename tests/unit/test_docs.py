@@ -18,3 +18,5 @@ def test_job_yaml_reference_matches_the_schema() -> None:
     assert committed == gen_job_reference.render(), "docs/job-yaml.md is stale: run python scripts/gen_job_reference.py"
     for field in ("`batch_sizes`", "`load`", "### LoadSpec", "`p99_ms`"):
         assert field in committed
+    assert gen_job_reference.undescribed() == []  # every field says what it is (its docstring in the spec models)
+    assert "| `seed` | The seed of every random draw" in committed

@@ -228,3 +228,106 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "11.25 / 31.50" in rows[0], rows
         assert "[38.00–43.50]" in rows[0]  # the TTFT p99's CI beside it
         assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s
+
+
+def test_api_docs_render_offline(server: dict[str, Any], artifacts_dir: Path) -> None:
+    """/docs draws every operation with every request to anywhere but the leader refused (an air-gapped cluster)."""
+    from leader.web.apidocs import ASSETS, VENDOR
+
+    if not all((VENDOR / name).is_file() for name in ASSETS):
+        pytest.skip("Swagger UI is not vendored here (scripts/vendor_web.sh needs npm)")
+    outside: list[str] = []
+
+    def only_the_leader(route: Any) -> None:
+        if route.request.url.startswith(server["url"]) or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.route("**/*", only_the_leader)
+            page.goto(server["url"] + "/docs")
+            page.wait_for_selector("#swagger-ui .opblock")
+            assert page.locator("#swagger-ui .opblock").count() >= 30
+            page.screenshot(path=str(artifacts_dir / "web" / "docs.png"))
+        finally:
+            browser.close()
+    assert outside == [], outside
+
+
+OVERFLOW_JS = "() => document.documentElement.scrollWidth - window.innerWidth"
+# Legend entries whose box meets the plot area of their chart (they once covered the curves).
+LEGEND_OVER_PLOT_JS = """() => {
+  const bad = [];
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const plot = svg.querySelector('rect.plot');
+    if (!plot) continue;
+    const p = plot.getBoundingClientRect();
+    for (const g of svg.querySelectorAll('g.legend')) {
+      const r = g.getBoundingClientRect();
+      if (r.top < p.bottom && r.bottom > p.top && r.left < p.right && r.right > p.left) bad.push(g.textContent);
+    }
+  }
+  return bad;
+}"""
+
+
+def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, Any], leader: Leader,
+                                                            artifacts_dir: Path) -> None:  # fmt: skip
+    """At 1,400 × 1,000 no page scrolls sideways, no legend covers a plot, an invalid point is marked on the job page
+    and its chart, and the point page reads as a page (verdict, reasons, tables) with the raw document folded."""
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        if rate < 80:
+            return {"latency_ms": pct(4.0), "achieved_rate": rate}
+        reason = {"code": "rate_missed", "text": f"achieved 50 req/s, below 95% of the offered {rate:g} req/s"}
+        return {"latency_ms": pct(40.0), "achieved_rate": 50.0, "valid": False, "reasons": [reason]}
+
+    bad = seed_job(leader, name="half-invalid", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
+                   follower_id="host9", metrics=metrics)  # fmt: skip
+    good, other = server["jobs"]
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    pages = {
+        "leaderboard": "/leaderboard", "job": f"/jobs/{good}", "job-invalid": f"/jobs/{bad}",
+        "point-invalid": f"/jobs/{bad}/points/1", "point": f"/jobs/{good}/points/0", "compare": f"/compare?a={good}&b={other}",
+        "analysis": "/analysis",
+    }  # fmt: skip
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(server["url"] + "/login")
+            assert "benchfleet tokens create" in page.inner_text("#login-help")  # which token to paste
+            page.fill("#token", ADMIN_TOKEN)
+            page.click("#login-submit")
+            page.wait_for_selector("#leaderboard")
+            for name, path in pages.items():
+                page.goto(server["url"] + path)
+                page.wait_for_load_state("load")
+                page.screenshot(path=str(shots / f"fit-{name}.png"), full_page=True)
+                assert page.evaluate(OVERFLOW_JS) <= 0, f"{name} scrolls sideways"
+                assert page.evaluate(LEGEND_OVER_PLOT_JS) == [], name
+                if name == "job-invalid":
+                    assert page.locator("#points tr.invalid").count() == 1 and page.locator("#points tr.valid").count() == 1
+                    assert page.locator("#charts circle.mark.invalid").count() == 1  # hollow on the rate ladder
+                if name == "point-invalid":
+                    assert page.inner_text("#verdict").startswith("invalid")
+                    assert "below 95% of the offered 100 req/s" in page.inner_text("#reasons")
+                    assert page.locator("#latency tbody tr").count() >= 1 and "95% confidence" not in page.content()
+                    assert not page.is_visible("#point-json")  # the raw document is folded away
+                    page.click("#raw summary")
+                    assert page.is_visible("#point-json")
+                if name == "analysis":  # one model's map by default, never a mean over different models
+                    assert page.input_value("#heatmap-model") == "ident:1"
+                if name == "point":
+                    assert page.inner_text("#verdict").startswith("valid") and page.locator("#stages tbody tr").count() == 3
+                    assert "p99 " in page.inner_text("#cis")
+                    doc_height = page.evaluate("() => document.documentElement.scrollHeight")
+                    assert doc_height < 3000, doc_height  # the raw dump once made it 5,000 px
+        finally:
+            browser.close()

@@ -52,7 +52,11 @@ def test_admin_may_call_follower_routes(leader: Leader) -> None:
 def test_health_and_docs_are_open(leader: Leader) -> None:
     assert leader.client.get("/healthz").json() == {"status": "ok"}
     assert leader.client.get("/openapi.json").status_code == 200
-    assert leader.client.get("/docs").status_code == 200
+    from leader.web.apidocs import ASSETS, VENDOR
+
+    vendored = all((VENDOR / name).is_file() for name in ASSETS)
+    docs = leader.client.get("/docs")
+    assert docs.status_code == (200 if vendored else 503) and (vendored or "scripts/vendor_web.sh" in docs.text)
 
 
 def test_health_reports_redis_down(make_leader: Callable[..., Leader]) -> None:
@@ -118,3 +122,22 @@ def test_a_database_outage_is_a_fast_503_with_retry_after_and_ends_when_it_does(
         assert leader.heartbeat("f1", "incarnation-1") is True
     finally:
         proxy.stop()
+
+
+def test_docs_load_swagger_ui_from_the_package_not_a_cdn(leader: Leader) -> None:
+    """/docs names only the leader's own assets, and they are served (an air-gapped cluster gets a working page)."""
+    import re
+
+    from leader.web.apidocs import ASSETS, VENDOR
+
+    if not all((VENDOR / name).is_file() for name in ASSETS):
+        pytest.skip("Swagger UI is not vendored here (scripts/vendor_web.sh needs npm)")
+    page = leader.client.get("/docs")
+    assert page.status_code == 200
+    urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"]([^'"]+)['"]""", page.text)
+    assert urls and not [u for u in urls if u.startswith(("http:", "https:", "//"))], urls
+    assert '"validatorUrl": null' in page.text  # Swagger UI's validator badge would come from its own site
+    for name in ASSETS:
+        asset = leader.client.get(f"/static/vendor/swagger-ui/{name}")
+        assert asset.status_code == 200 and len(asset.content) > 100_000
+    assert leader.client.get("/redoc").status_code == 404  # FastAPI's CDN page is off

@@ -24,3 +24,12 @@ def test_usage_errors_are_exit_2_and_name_the_option() -> None:
     assert bad_filter.exit_code == EXIT_USAGE and "--filter" in bad_filter.output
     bad_format = runner.invoke(app, ["results", "j1", "--token", "x" * 20, "--format", "xml"])
     assert bad_format.exit_code == EXIT_USAGE and "--format" in bad_format.output
+
+
+def test_version_and_completion() -> None:
+    from importlib.metadata import version
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["--version"])
+    assert shown.exit_code == 0 and shown.output.strip() == f"benchfleet {version('benchfleet')}"
+    assert "--install-completion" in runner.invoke(app, ["--help"]).output

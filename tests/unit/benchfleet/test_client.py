@@ -9,12 +9,16 @@ import pytest
 
 from benchfleet.client import ApiError, AsyncBenchfleetClient, BenchfleetClient
 
+ROW = {"id": "j1:0", "job_id": "j1", "job_name": "j", "attempt": 1, "index": 0, "model": "m:1", "backend": "triton",
+       "hardware": "cpu", "follower_id": "f", "batch_size": 1, "pattern": "poisson", "rate": 10.0, "p99_ms": 3.5}
+PAGE = {"rows": [ROW], "total": 1, "sort": "p99_ms", "order": "asc", "filters": ["backend=triton"], "limit": 5, "offset": 0}
+
 
 def _handler(seen: list[httpx.Request]):  # type: ignore[no-untyped-def]
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         if request.url.path == "/api/v1/leaderboard":
-            return httpx.Response(200, json=[{"backend": "triton", "p99_ms": 3.5}])
+            return httpx.Response(200, json=PAGE)
         if request.url.path.endswith("/export"):
             return httpx.Response(200, content=b"index,p99\n0,3.5\n")
         if request.url.path == "/api/v1/jobs/missing":
@@ -36,7 +40,7 @@ def test_sync_and_async_send_identical_requests() -> None:
             return await c.leaderboard(sort="p99", filters={"backend": "triton"}, limit=5), await c.export("j1", "csv")
 
     async_rows, async_csv = asyncio.run(run())
-    assert rows == async_rows == [{"backend": "triton", "p99_ms": 3.5}]
+    assert rows == async_rows and rows.total == 1 and rows.rows[0].p99_ms == 3.5  # typed: a LeaderboardPage
     assert csv == async_csv == b"index,p99\n0,3.5\n"
     assert [str(r.url) for r in sync_seen] == [str(r.url) for r in async_seen]
     assert sync_seen[0].url.params.get_list("filter") == ["backend=triton"]

@@ -16,3 +16,10 @@ def test_the_leader_ca_file_must_exist(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     assert FollowerSettings(token="t" * 16, leader_ca_file=ca).leader_ca_file == ca  # type: ignore[call-arg]
+
+
+def test_a_relative_work_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Model servers run from another directory (the sandbox's): a relative work dir once made their model path miss."""
+    monkeypatch.chdir(tmp_path)
+    settings = FollowerSettings(token="t" * 16, work_dir=Path("rel/work"))  # type: ignore[call-arg]
+    assert settings.work_dir == tmp_path / "rel" / "work" and settings.jobs_dir.is_absolute()

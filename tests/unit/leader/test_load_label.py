@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from benchfleet.render import point_label, results_table
+from benchfleet.render import point_label, print_results
 from common.analysis import LeaderboardRow
 from common.grid import expand
 from common.jobs import JobResults, JobView
@@ -54,7 +54,7 @@ def test_the_cli_table_and_labels_show_users_not_rate_zero() -> None:
                   model_ref="m:1", points_total=2, points_done=2, estimate_s=10.0, created_at=datetime.now(UTC),
                   updated_at=datetime.now(UTC), history=[])  # fmt: skip
     out = io.StringIO()
-    Console(file=out, width=250).print(results_table(JobResults(job=job, points=[_result(p) for p in points])))
+    print_results(Console(file=out, width=250), JobResults(job=job, points=[_result(p) for p in points]))
     assert "16 users" in out.getvalue() and "4 users" in out.getvalue()
     assert point_label(points[1]) == "onnxruntime b1 @ 16 users"
 

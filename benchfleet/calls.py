@@ -1,0 +1,204 @@
+"""Every endpoint of the leader's REST API as a `Call`: the request to make and how to read its answer. The sync and
+async clients (benchfleet/client.py) both send these, so the two cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import TypeAdapter
+
+from common.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+from common.auth import TokenIssued, TokenView
+from common.datasets import DataSetMeta
+from common.followers import FollowerView
+from common.jobs import JobResults, JobView
+from common.models import ModelMeta
+from common.spec import JobSpec
+
+T = TypeVar("T")
+
+API = "/api/v1"
+EXPORT_FORMATS = ("csv", "json", "parquet")
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def _none(response: httpx.Response) -> None:
+    return None
+
+
+def _bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def _model(adapter: TypeAdapter[T]) -> Callable[[httpx.Response], T]:
+    return lambda response: adapter.validate_python(response.json())
+
+
+_JOB = _model(TypeAdapter(JobView))
+_JOBS = _model(TypeAdapter(list[JobView]))
+_RESULTS = _model(TypeAdapter(JobResults))
+_MODEL = _model(TypeAdapter(ModelMeta))
+_MODELS = _model(TypeAdapter(list[ModelMeta]))
+_DATASET = _model(TypeAdapter(DataSetMeta))
+_DATASETS = _model(TypeAdapter(list[DataSetMeta]))
+_FOLLOWERS = _model(TypeAdapter(list[FollowerView]))
+_FOLLOWER = _model(TypeAdapter(FollowerView))
+_LEADERBOARD = _model(TypeAdapter(LeaderboardPage))
+_RECOMMEND = _model(TypeAdapter(RecommendResponse))
+_COMPARE = _model(TypeAdapter(CompareResponse))
+_TOKEN = _model(TypeAdapter(TokenView))
+_TOKENS = _model(TypeAdapter(list[TokenView]))
+_ISSUED = _model(TypeAdapter(TokenIssued))
+_PINNED = _model(TypeAdapter(dict[str, str]))
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API request and how to read its answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def request_args(self) -> dict[str, Any]:
+        params = {k: v for k, v in self.params.items() if v is not None}
+        return {"params": params, **self.kwargs}
+
+
+def _filters(filters: Mapping[str, str] | Sequence[str] | None) -> list[str] | None:
+    """`{"backend": "triton"}` or raw expressions (`backend=triton`, `p99<20`) as repeated `filter` parameters."""
+    if not filters:
+        return None
+    if isinstance(filters, Mapping):
+        return [f"{key}={value}" for key, value in filters.items()]
+    return list(filters)
+
+
+def _upload(path: str, parse: Callable[[httpx.Response], T], content: bytes, filename: str, **fields: str) -> Call[T]:
+    """A multipart upload: the file's bytes beside its form fields."""
+    files = {"file": (filename, content, "application/octet-stream")}
+    return Call("POST", path, parse, kwargs={"data": fields, "files": files})
+
+
+class Calls:
+    """Every endpoint as a `Call`; shared by the sync and async clients."""
+
+    @staticmethod
+    def health() -> Call[dict[str, Any]]:
+        return Call("GET", "/healthz", _json)
+
+    @staticmethod
+    def submit_yaml(text: str) -> Call[JobView]:
+        headers = {"Content-Type": "application/yaml"}
+        return Call("POST", f"{API}/jobs", _JOB, kwargs={"content": text.encode(), "headers": headers})
+
+    @staticmethod
+    def submit(spec: JobSpec) -> Call[JobView]:
+        body = spec.model_dump_json()
+        return Call("POST", f"{API}/jobs", _JOB, kwargs={"content": body, "headers": {"Content-Type": "application/json"}})
+
+    @staticmethod
+    def jobs(state: str | None, limit: int) -> Call[list[JobView]]:
+        return Call("GET", f"{API}/jobs", _JOBS, params={"state": state, "limit": limit})
+
+    @staticmethod
+    def job(job_id: str) -> Call[JobView]:
+        return Call("GET", f"{API}/jobs/{job_id}", _JOB)
+
+    @staticmethod
+    def results(job_id: str) -> Call[JobResults]:
+        return Call("GET", f"{API}/jobs/{job_id}/results", _RESULTS)
+
+    @staticmethod
+    def progress(job_id: str) -> Call[dict[str, Any]]:
+        return Call("GET", f"{API}/jobs/{job_id}/progress", _json)
+
+    @staticmethod
+    def export(job_id: str, format: str) -> Call[bytes]:
+        return Call("GET", f"{API}/jobs/{job_id}/export", _bytes, params={"format": format})
+
+    @staticmethod
+    def cancel(job_id: str) -> Call[JobView]:
+        return Call("POST", f"{API}/jobs/{job_id}/cancel", _JOB)
+
+    @staticmethod
+    def upload_model(content: bytes, name: str, version: str, format: str) -> Call[ModelMeta]:
+        return _upload(f"{API}/models", _MODEL, content, f"{name}.{format}", name=name, version=version, format=format)
+
+    @staticmethod
+    def models() -> Call[list[ModelMeta]]:
+        return Call("GET", f"{API}/models", _MODELS)
+
+    @staticmethod
+    def delete_model(name: str, version: str) -> Call[None]:
+        return Call("DELETE", f"{API}/models/{name}/{version}", _none)
+
+    @staticmethod
+    def trust_model(name: str, version: str, trusted: bool) -> Call[ModelMeta]:
+        return Call("PUT", f"{API}/models/{name}/{version}/trusted", _MODEL, kwargs={"json": {"trusted": trusted}})
+
+    @staticmethod
+    def upload_data(content: bytes, name: str, format: str, filename: str) -> Call[DataSetMeta]:
+        return _upload(f"{API}/data", _DATASET, content, filename, name=name, format=format)
+
+    @staticmethod
+    def data_sets() -> Call[list[DataSetMeta]]:
+        return Call("GET", f"{API}/data", _DATASETS)
+
+    @staticmethod
+    def delete_data(data_id: str) -> Call[None]:
+        return Call("DELETE", f"{API}/data/{data_id}", _none)
+
+    @staticmethod
+    def followers() -> Call[list[FollowerView]]:
+        return Call("GET", f"{API}/followers", _FOLLOWERS)
+
+    @staticmethod
+    def leaderboard(sort: str | None, filters: Mapping[str, str] | Sequence[str] | None, limit: int | None,
+                    order: str | None = None, offset: int | None = None) -> Call[LeaderboardPage]:  # fmt: skip
+        params = {"sort": sort, "order": order, "filter": _filters(filters), "limit": limit, "offset": offset}
+        return Call("GET", f"{API}/leaderboard", _LEADERBOARD, params=params)
+
+    @staticmethod
+    def recommend(p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None, confident: bool
+                  ) -> Call[RecommendResponse]:  # fmt: skip
+        params = {"p99_ms": p99_ms, "filter": _filters(filters)} | ({"confident": "true"} if confident else {})
+        return Call("GET", f"{API}/recommend", _RECOMMEND, params=params)
+
+    @staticmethod
+    def compare(a: str, b: str, threshold: float | None) -> Call[CompareResponse]:
+        return Call("GET", f"{API}/compare", _COMPARE, params={"a": a, "b": b, "threshold": threshold})
+
+    @staticmethod
+    def pin_baseline(name: str, job_id: str) -> Call[dict[str, str]]:
+        return Call("PUT", f"{API}/baselines/{name}", _PINNED, kwargs={"json": {"job_id": job_id}})
+
+    @staticmethod
+    def report(job_id: str) -> Call[bytes]:
+        return Call("GET", f"{API}/jobs/{job_id}/report.html", _bytes)
+
+    @staticmethod
+    def drain(follower_id: str, draining: bool) -> Call[FollowerView]:
+        return Call("POST", f"{API}/followers/{follower_id}/{'drain' if draining else 'resume'}", _FOLLOWER)
+
+    @staticmethod
+    def create_token(user: str, role: str, team: str | None, label: str, expires_in_s: int | None) -> Call[TokenIssued]:
+        body: dict[str, Any] = {"user": user, "role": role, "label": label}
+        body |= ({"team": team} if team else {}) | ({"expires_in_s": expires_in_s} if expires_in_s is not None else {})
+        return Call("POST", f"{API}/tokens", _ISSUED, kwargs={"json": body})
+
+    @staticmethod
+    def tokens() -> Call[list[TokenView]]:
+        return Call("GET", f"{API}/tokens", _TOKENS)
+
+    @staticmethod
+    def revoke_token(token_id: str) -> Call[TokenView]:
+        return Call("DELETE", f"{API}/tokens/{token_id}", _TOKEN)

@@ -1,0 +1,118 @@
+"""Fleet and access commands: followers (list, drain, resume) and user tokens (create, ls, revoke; admins)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from benchfleet.cli_common import (
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    WideOpt,
+    call,
+    client_for,
+    console,
+    err_console,
+    print_json,
+    show,
+)
+from benchfleet.render import simple_sheet
+from benchfleet.tables import Col, Sheet
+from common.auth import TokenView
+from common.followers import FollowerView
+
+tokens_app = typer.Typer(no_args_is_help=True, help="User tokens (admins): create, list, revoke.")
+
+
+def followers_sheet(rows: list[FollowerView]) -> Sheet:
+    """One row per follower: its state, machine, backends and running job."""
+    return simple_sheet(
+        (Col("id", right=False), Col("state", right=False), Col("host", right=False, rank=3), Col("cpus", rank=2),
+         Col("memory MiB", rank=4), Col("GPUs", right=False, rank=1), Col("backends", right=False, rank=2),
+         Col("last seen", right=False, rank=1), Col("running", right=False)),
+        ([f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
+          ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"),
+          f.running_job or "-"] for f in rows),
+        title="followers",
+    )  # fmt: skip
+
+
+def tokens_sheet(rows: list[TokenView]) -> Sheet:
+    """One row per token: whose, which role and team, and whether it still opens anything (never the secret)."""
+    return simple_sheet(
+        (Col("id", right=False), Col("user", right=False), Col("role", right=False), Col("team", right=False),
+         Col("label", right=False, rank=3), Col("follower", right=False, rank=4), Col("created", right=False, rank=2),
+         Col("expires", right=False, rank=1), Col("revoked", right=False)),
+        ([t.id, t.user, t.role, t.team, t.label or "-", t.follower_id or "-", t.created_at.strftime("%Y-%m-%d %H:%M"),
+          t.expires_at.strftime("%Y-%m-%d %H:%M") if t.expires_at else "never", "yes" if t.revoked else "no"]
+         for t in rows),
+        title="tokens",
+    )  # fmt: skip
+
+
+@tokens_app.command("create")
+def tokens_create(
+    user: str,
+    role: Annotated[str, typer.Option(help="viewer, submitter or admin.")] = "viewer",
+    team: Annotated[str | None, typer.Option(help="The team whose jobs, models and data it sees (default: default).")] = None,
+    label: str = "",
+    expires_in_s: Annotated[int | None, typer.Option(help="Seconds it lives (default: the leader's token_ttl_s).")] = None,
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Issue a user token; the secret is printed once, on stdout (the rest goes to stderr)."""
+    with client_for(url, token) as client:
+        issued = call(client.create_token, user, role, team=team, label=label, expires_in_s=expires_in_s)
+    if as_json:
+        print_json(issued)
+        return
+    expires = issued.expires_at.isoformat() if issued.expires_at else "never"
+    err_console.print(f"token {issued.id} for {issued.user} ({issued.role}, team {issued.team}), expires {expires}:",
+                      markup=False, soft_wrap=True)  # fmt: skip
+    console.print(issued.token, markup=False, highlight=False)
+
+
+@tokens_app.command("ls")
+def tokens_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False) -> None:
+    """Every token (never the secrets)."""
+    with client_for(url, token) as client:
+        rows = call(client.tokens)
+    show(rows, tokens_sheet, as_json=as_json)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """Revoke a token at once."""
+    with client_for(url, token) as client:
+        view = call(client.revoke_token, token_id)
+    console.print(f"token {view.id} of {view.user} revoked", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the fleet and token commands to the CLI."""
+    app.add_typer(tokens_app, name="tokens")
+
+    @app.command()
+    def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+                  wide: WideOpt = False) -> None:  # fmt: skip
+        """List followers and their state."""
+        with client_for(url, token) as client:
+            rows = call(client.followers)
+        show(rows, followers_sheet, as_json=as_json, wide=wide)
+
+    @app.command()
+    def drain(follower_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+        """Drain a follower (admins): it finishes its running job and takes no new one; its held jobs are requeued."""
+        with client_for(url, token) as client:
+            view = call(client.drain, follower_id, draining=True)
+        console.print(f"follower {view.info.follower_id} {view.state}", markup=False)
+
+    @app.command()
+    def resume(follower_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+        """End a follower's drain: it takes jobs again."""
+        with client_for(url, token) as client:
+            view = call(client.drain, follower_id, draining=False)
+        console.print(f"follower {view.info.follower_id} {view.state}", markup=False)

@@ -1,0 +1,181 @@
+"""The analysis commands: leaderboard, recommend, compare (exit 5 on a regression, for CI gates), baseline, report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benchfleet.cli_common import (
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    WideOpt,
+    call,
+    client_for,
+    console,
+    err_console,
+    fail,
+    print_json,
+    show,
+)
+from benchfleet.tables import Col, Sheet
+from common.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+
+FilterOpt = Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")]
+
+
+def _parse_filters(filters: list[str] | None) -> list[str]:
+    """Filter expressions (`backend=triton`, `p99<20`) go to the leader as given; an empty one is a usage error."""
+    for item in filters or []:
+        if not item.strip() or not any(op in item for op in ("=", ":", "<", ">")):
+            fail(f"--filter: expected an expression such as backend=triton or p99<20, got {item!r}", EXIT_USAGE)
+    return list(filters or [])
+
+
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def leaderboard_sheet(page: LeaderboardPage) -> Sheet:
+    """The rows that matter to a reader, the best under SLO starred; a language model's columns when it has any."""
+    llm = any(r.ttft_p99_ms is not None for r in page.rows)
+    text = {"right": False}
+    cols = [Col("", **text), Col("model", **text), Col("backend", **text), Col("hardware", **text, rank=4),
+            Col("batch"), Col("load"), Col("p50 ms", rank=2), Col("p99 ms"), Col("req/s", rank=1),
+            Col("samples/s", rank=3), Col("valid", **text, rank=1), Col("cost/1M $", rank=5), Col("Wh/1M", rank=6)]  # fmt: skip
+    if llm:
+        cols += [Col("TTFT p99", rank=1), Col("tokens/s", rank=2)]
+    cols.append(Col("point", right=False, rank=3))
+    sheet = Sheet(columns=cols, title="leaderboard")
+    for r in page.rows:
+        row = ["*" if r.best else "", r.model, r.backend, r.hardware, str(r.batch_size), r.load, _num(r.p50_ms),
+               _num(r.p99_ms), _num(r.throughput, ".1f"), _num(r.samples_per_s, ".1f"), "yes" if r.valid else "no",
+               _num(r.cost_usd_per_1m, ".3g"), _num(r.energy_wh_per_1m, ".3g")]  # fmt: skip
+        if llm:
+            row += [_num(r.ttft_p99_ms), _num(r.tokens_per_s, ".1f")]
+        sheet.rows.append([*row, f"{r.job_id}:{r.index}"])
+    shown = f"rows {page.offset + 1}-{page.offset + len(page.rows)}" if page.rows else "no rows"
+    sheet.footer = (f"{shown} of {page.total}, sorted by {page.sort} {page.order}; * the best valid point of its model "
+                    "under its SLO (most samples/s)")  # fmt: skip
+    return sheet
+
+
+def recommend_sheet(answer: RecommendResponse) -> Sheet:
+    """One row per recommended configuration, with the point that backs it."""
+    held = " (held at the CI's upper end)" if answer.confident else ""
+    sheet = Sheet(title=f"recommendation: p99 <= {answer.p99_ms:g} ms{held}", columns=[
+        Col("#"), Col("model", right=False), Col("backend", right=False), Col("hardware", right=False, rank=3),
+        Col("batch"), Col("load"), Col("p99 ms"), Col("p99 CI high", rank=2), Col("req/s", rank=1), Col("samples/s"),
+        Col("cost/1M $", rank=4), Col("points", rank=5), Col("evidence", right=False, rank=2),
+    ])  # fmt: skip
+    for r in answer.recommendations:
+        sheet.rows.append([
+            str(r.rank), r.model, r.backend, r.hardware, str(r.batch_size), r.evidence.load, _num(r.p99_ms),
+            _num(r.p99_ci_high_ms), _num(r.throughput, ".1f"), _num(r.samples_per_s, ".1f"),
+            _num(r.cost_usd_per_1m, ".3g"), str(r.candidates), f"{r.evidence.job_id}:{r.evidence.index}",
+        ])  # fmt: skip
+    sheet.footer = f"{answer.considered} measured points met every constraint"
+    return sheet
+
+
+def compare_sheet(answer: CompareResponse) -> Sheet:
+    """One row per point of B against the same point of A, with the change, its CI and the verdict."""
+    sheet = Sheet(title=f"{answer.b} against {answer.a}", columns=[
+        Col("point", right=False), Col("A p99 ms"), Col("B p99 ms"), Col("change"), Col("95% CI of B-A ms", rank=1),
+        Col("p", rank=2), Col("test", right=False, rank=3), Col("verdict", right=False),
+    ])  # fmt: skip
+    for p in answer.points:
+        ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
+        change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
+        sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, p.verdict])
+    sheet.footer = f"{answer.regressions} regression(s) at a threshold of {100 * answer.threshold:g}%"
+    return sheet
+
+
+def register(app: typer.Typer) -> None:
+    """Add the analysis commands to the CLI."""
+
+    @app.command()
+    def leaderboard(
+        url: UrlOpt = "http://127.0.0.1:8700",
+        token: TokenOpt = "",
+        sort: Annotated[str | None, typer.Option(help="Column to sort by, e.g. p99 or throughput.")] = None,
+        order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
+        filter: FilterOpt = None,  # noqa: A002 - the option's name
+        limit: Annotated[int | None, typer.Option(min=1, help="Rows per page (the leader's default: 50).")] = None,
+        offset: Annotated[int | None, typer.Option(min=0, help="Rows to skip.")] = None,
+        as_json: JsonOpt = False,
+        wide: WideOpt = False,
+    ) -> None:
+        """The measured points, best first by p99 (one page; --offset for the next)."""
+        filters = _parse_filters(filter)
+        with client_for(url, token) as client:
+            page = call(client.leaderboard, sort=sort, filters=filters, limit=limit, order=order, offset=offset)
+        show(page, leaderboard_sheet, as_json=as_json, wide=wide)
+
+    @app.command()
+    def recommend(
+        p99_ms: Annotated[float, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")],
+        url: UrlOpt = "http://127.0.0.1:8700",
+        token: TokenOpt = "",
+        filter: FilterOpt = None,  # noqa: A002 - the option's name
+        confident: Annotated[bool, typer.Option("--confident", help="Hold the SLO at the upper end of each p99's CI.")] = False,
+        as_json: JsonOpt = False,
+        wide: WideOpt = False,
+    ) -> None:
+        """The configurations serving the most samples/s that meet the SLO."""
+        filters = _parse_filters(filter)
+        with client_for(url, token) as client:
+            answer = call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
+        show(answer, recommend_sheet, as_json=as_json, wide=wide)
+
+    @app.command()
+    def compare(
+        job_a: Annotated[str, typer.Argument(help="The reference: a job id or baseline:NAME.")],
+        job_b: Annotated[str, typer.Argument(help="The job judged against it.")],
+        url: UrlOpt = "http://127.0.0.1:8700",
+        token: TokenOpt = "",
+        threshold: Annotated[float | None, typer.Option(min=0.0, max=10.0, help="The p99 change that counts (0.05: 5%).")] = None,
+        as_json: JsonOpt = False,
+        wide: WideOpt = False,
+    ) -> None:
+        """Compare job B with job A point by point; exits 5 when a point regressed (a CI gate)."""
+        with client_for(url, token) as client:
+            answer = call(client.compare, job_a, job_b, threshold=threshold)
+        show(answer, compare_sheet, as_json=as_json, wide=wide)
+        if answer.regressions:
+            raise typer.Exit(EXIT_REGRESSION)
+
+    @app.command()
+    def baseline(
+        name: str, job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False
+    ) -> None:
+        """Pin a job as the team's named baseline (then: compare baseline:NAME JOB)."""
+        with client_for(url, token) as client:
+            pinned = call(client.pin_baseline, name, job_id)
+        if as_json:
+            print_json(pinned)
+        else:
+            console.print(f"baseline {name} is job {job_id}", markup=False)
+
+    @app.command()
+    def report(
+        job_id: str,
+        url: UrlOpt = "http://127.0.0.1:8700",
+        token: TokenOpt = "",
+        output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    ) -> None:
+        """The job's self-contained HTML report (opens offline)."""
+        with client_for(url, token) as client:
+            html = call(client.report, job_id)
+        if output is None:
+            sys.stdout.buffer.write(html)
+            sys.stdout.flush()
+        else:
+            output.write_bytes(html)
+            err_console.print(f"wrote {len(html)} bytes to {output}", markup=False)
