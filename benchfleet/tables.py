@@ -54,8 +54,8 @@ def _widths(sheet: Sheet) -> list[int]:
 
 
 def fit(sheet: Sheet, width: int | None) -> list[int]:
-    """The indexes of the columns to show within `width` characters (None: all): the lowest ranks first, columns of
-    one rank kept or left out together from the right, and rank 0 always."""
+    """The indexes of the columns to show within `width` characters (None: all): columns leave one at a time, the
+    highest rank first and, within a rank, the rightmost first; rank 0 always stays."""
     shown = list(range(len(sheet.columns)))
     if width is None:
         return shown

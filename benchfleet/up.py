@@ -2,8 +2,8 @@
 
 `up` starts a detached supervisor (`python -m benchfleet.up WORKDIR`, its own session, so closing the terminal does
 not stop it). The supervisor runs a `LocalStack` (the embedded database, Redis, a leader and one follower) until it
-gets SIGTERM, then stops them all. Once the leader answers, it writes `WORKDIR/fleet.json` (owner-only): the URL,
-the admin token and its own pid. `up` waits for that file and prints how to use the fleet. `down` sends SIGTERM to
+gets SIGTERM, then stops them all. Once the leader answers, it writes `WORKDIR/fleet.json` (owner-only): the URL
+and its own pid. `up` waits for that file and prints how to use the fleet. `down` sends SIGTERM to
 the supervisor and waits until it and its processes are gone. The database keeps its data under WORKDIR between
 runs, and so does the admin token (WORKDIR/admin-token, owner-only).
 """
@@ -61,7 +61,7 @@ def _alive(pid: int) -> bool:
 
 
 def read_state(workdir: Path) -> dict[str, Any] | None:
-    """The running fleet's state (url, token, pid), or None when no supervisor of it is alive."""
+    """The running fleet's state (url, pid), or None when no supervisor of it is alive."""
     try:
         state: dict[str, Any] = json.loads((workdir / STATE).read_text())
         pid = int(state["pid"])
@@ -86,7 +86,7 @@ def serve(workdir: Path, port: int) -> int:
         except (RuntimeError, TimeoutError) as exc:
             print(f"benchfleet up: {exc}", file=sys.stderr, flush=True)
             return 1
-        _private_write(workdir / STATE, json.dumps({"url": stack.url, "token": token, "pid": os.getpid()}))
+        _private_write(workdir / STATE, json.dumps({"url": stack.url, "pid": os.getpid()}))
         print(f"benchfleet up: leader on {stack.url}, follower {FOLLOWER_ID!r}", flush=True)
         while not stop.wait(1.0):
             if gone := [name for name, p in stack.procs.items() if not p.alive()]:

@@ -57,7 +57,8 @@ def _legend(labels: Sequence[str], *, swatch: str = "line") -> tuple[str, int]:
     on hover; returns the SVG and the height it adds."""
     if not labels:
         return "", 0
-    cols = 1 if max(len(label) for label in labels) > 44 else 2 if max(len(label) for label in labels) > 26 else 3
+    longest = max(len(label) for label in labels)
+    cols = 1 if longest > 44 else 2 if longest > 26 else 3
     col_w = (W - ML - MR) / cols
     fits = max(8, int((col_w - 26) / 6.2))
     out = []
