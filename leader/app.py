@@ -42,6 +42,12 @@ log = logging.getLogger(__name__)
 
 # Fail a request within seconds when PerfDB is unreachable rather than hang for pymongo's default 30 s.
 SERVER_SELECTION_TIMEOUT_MS = 5000
+# No database read waits without bound: a connection that stalls (a half-dead link, a server that never answers) fails
+# with a network error, which answers 503 and marks the database down, instead of holding the request forever. The
+# leader's longest single round trip (a journaled write, one batch of raw records) is far below it.
+SOCKET_TIMEOUT_MS = 15_000
+# Nor does a request wait without bound for a pooled connection.
+WAIT_QUEUE_TIMEOUT_MS = 10_000
 # The longest one shutdown step (stopping the loops, gRPC, a client) may take before the leader goes on without it.
 SHUTDOWN_STEP_S = 5.0
 
@@ -70,8 +76,9 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         # survives a crash of the database (SecantusDB as launched lost every acknowledged insert to SIGKILL without
         # it; bench/dbdurability.py measures the cost).
         client: AsyncMongoClient = AsyncMongoClient(
-            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS, journal=True
-        )
+            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS, journal=True,
+            socketTimeoutMS=SOCKET_TIMEOUT_MS, waitQueueTimeoutMS=WAIT_QUEUE_TIMEOUT_MS,
+        )  # fmt: skip
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         queue = TaskQueue(settings.redis_url)
         db = client[settings.db_name]
