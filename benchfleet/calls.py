@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
-from common.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+from common.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
 from common.auth import TokenIssued, TokenView
 from common.datasets import DataSetMeta
 from common.followers import FollowerView
@@ -41,6 +41,7 @@ def _model(adapter: TypeAdapter[T]) -> Callable[[httpx.Response], T]:
 
 
 _JOB = _model(TypeAdapter(JobView))
+_CHECK = _model(TypeAdapter(FleetCheckView))
 _JOBS = _model(TypeAdapter(list[JobView]))
 _RESULTS = _model(TypeAdapter(JobResults))
 _MODEL = _model(TypeAdapter(ModelMeta))
@@ -188,6 +189,15 @@ class Calls:
     @staticmethod
     def drain(follower_id: str, draining: bool) -> Call[FollowerView]:
         return Call("POST", f"{API}/followers/{follower_id}/{'drain' if draining else 'resume'}", _FOLLOWER)
+
+    @staticmethod
+    def start_fleet_check(model: str, hardware: str | None, rate: float, duration_s: float) -> Call[FleetCheckView]:
+        body = {"model": model, "rate": rate, "duration_s": duration_s} | ({"hardware": hardware} if hardware else {})
+        return Call("POST", f"{API}/fleet-checks", _CHECK, kwargs={"json": body})
+
+    @staticmethod
+    def fleet_check(check_id: str) -> Call[FleetCheckView]:
+        return Call("GET", f"{API}/fleet-checks/{check_id}", _CHECK)
 
     @staticmethod
     def create_token(user: str, role: str, team: str | None, label: str, expires_in_s: int | None) -> Call[TokenIssued]:

@@ -1,12 +1,14 @@
-"""Fleet and access commands: followers (list, drain, resume) and user tokens (create, ls, revoke; admins)."""
+"""Fleet and access commands: followers (list, drain, resume, fleet checks) and user tokens (create, ls, revoke)."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 
 from benchfleet.cli_common import (
+    EXIT_REGRESSION,
     JsonOpt,
     TokenOpt,
     UrlOpt,
@@ -20,6 +22,7 @@ from benchfleet.cli_common import (
 )
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
+from common.analysis import FleetCheckView
 from common.auth import TokenView
 from common.followers import FollowerView
 
@@ -27,16 +30,40 @@ tokens_app = typer.Typer(no_args_is_help=True, help="User tokens (admins): creat
 
 
 def followers_sheet(rows: list[FollowerView]) -> Sheet:
-    """One row per follower: its state, machine, backends and running job."""
-    return simple_sheet(
+    """One row per follower: its state, machine, backends, running job, and whether a fleet check found it anomalous
+    (the evidence as a numbered note under the table)."""
+    sheet = simple_sheet(
         (Col("id", right=False), Col("state", right=False), Col("host", right=False, rank=3), Col("cpus", rank=2),
          Col("memory MiB", rank=4), Col("GPUs", right=False, rank=1), Col("backends", right=False, rank=2),
-         Col("last seen", right=False, rank=1), Col("running", right=False)),
-        ([f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
-          ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends), f.last_seen.strftime("%H:%M:%S"),
-          f.running_job or "-"] for f in rows),
+         Col("last seen", right=False, rank=1), Col("running", right=False), Col("anomalous", right=False)),
+        [],
         title="followers",
     )  # fmt: skip
+    for f in rows:
+        anomalous = "-" if f.anomaly is None else f"YES {sheet.note(f'{f.info.follower_id}: {f.anomaly.evidence}')}"
+        sheet.rows.append([f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
+                           ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends),
+                           f.last_seen.strftime("%H:%M:%S"), f.running_job or "-", anomalous])  # fmt: skip
+    return sheet
+
+
+def fleet_check_sheet(check: FleetCheckView) -> Sheet:
+    """A fleet check: each follower's figure against its class (median, robust z) and whether it is an outlier."""
+    sheet = simple_sheet(
+        (Col("follower", right=False), Col("point", right=False, rank=2), Col("p50 ms"), Col("class median", rank=1),
+         Col("change"), Col("z"), Col("outlier", right=False)),
+        [],
+        title=f"fleet check {check.id} ({check.model_ref}, {check.state})",
+    )  # fmt: skip
+    for p in check.across.points if check.across else []:
+        sheet.rows.append([p.follower_id, p.key, f"{p.value_ms:.3f}", f"{p.median_ms:.3f}", f"{p.deviation:+.0%}",
+                           f"{p.z:.1f}", "YES" if p.outlier else "-"])  # fmt: skip
+    for h in check.history:
+        if h.outlier:
+            sheet.note(f"{h.follower_id}: {h.value_ms:.3g} ms against its own median {h.median_ms:.3g} ms over "
+                       f"{len(h.history)} earlier checks (z {h.z:.1f})")  # fmt: skip
+    sheet.footer = f"outliers: {', '.join(check.outliers) or 'none'}" if check.state == "done" else "still running"
+    return sheet
 
 
 def tokens_sheet(rows: list[TokenView]) -> Sheet:
@@ -102,6 +129,26 @@ def register(app: typer.Typer) -> None:
         with client_for(url, token) as client:
             rows = call(client.followers)
         show(rows, followers_sheet, as_json=as_json, wide=wide)
+
+    @app.command("fleet-check")
+    def fleet_check(
+        model: Annotated[str, typer.Argument(help="an ONNX model, name:version")],
+        hardware: Annotated[str | None, typer.Option(help="followers whose CPU or GPU name holds this")] = None,
+        rate: Annotated[float, typer.Option(help="constant requests/s")] = 50.0,
+        duration: Annotated[float, typer.Option(help="seconds each follower measures")] = 10.0,
+        url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False,
+    ) -> None:  # fmt: skip
+        """Run a fleet check (admins): the same benchmark pinned to every follower of a class; wait for it and show
+        who stands out (robust z-score over median and MAD). Exits 5 when a follower is anomalous."""
+        with client_for(url, token) as client:
+            check = call(client.start_fleet_check, model, hardware=hardware, rate=rate, duration_s=duration)
+            console.print(f"fleet check {check.id}: {len(check.jobs)} followers", markup=False)
+            while check.state != "done":
+                time.sleep(1.0)
+                check = call(client.fleet_check, check.id)
+        show(check, fleet_check_sheet, as_json=as_json, wide=wide)
+        if check.outliers:
+            raise typer.Exit(EXIT_REGRESSION)
 
     @app.command()
     def drain(follower_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:

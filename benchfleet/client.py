@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from benchfleet.calls import Call, Calls, T
-from common.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+from common.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
 from common.auth import TokenIssued, TokenView
 from common.datasets import DataSetMeta
 from common.followers import FollowerView
@@ -171,6 +171,15 @@ class BenchfleetClient:
         """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
         return self._do(Calls.drain(follower_id, draining))
 
+    def start_fleet_check(self, model: str, *, hardware: str | None = None, rate: float = 50.0,
+                          duration_s: float = 10.0) -> FleetCheckView:  # fmt: skip
+        """Start a fleet check (admins): the model's fixed benchmark pinned to every follower of the hardware class."""
+        return self._do(Calls.start_fleet_check(model, hardware, rate, duration_s))
+
+    def fleet_check(self, check_id: str) -> FleetCheckView:
+        """A fleet check: running, or done with its outliers and their evidence."""
+        return self._do(Calls.fleet_check(check_id))
+
     def create_token(self, user: str, role: str, *, team: str | None = None, label: str = "",
                      expires_in_s: int | None = None) -> TokenIssued:  # fmt: skip
         """Issue a user token (admins); the secret is in the answer only."""
@@ -308,6 +317,15 @@ class AsyncBenchfleetClient:
     async def drain(self, follower_id: str, *, draining: bool = True) -> FollowerView:
         """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
         return await self._do(Calls.drain(follower_id, draining))
+
+    async def start_fleet_check(self, model: str, *, hardware: str | None = None, rate: float = 50.0,
+                          duration_s: float = 10.0) -> FleetCheckView:  # fmt: skip
+        """Start a fleet check (admins): the model's fixed benchmark pinned to every follower of the hardware class."""
+        return await self._do(Calls.start_fleet_check(model, hardware, rate, duration_s))
+
+    async def fleet_check(self, check_id: str) -> FleetCheckView:
+        """A fleet check: running, or done with its outliers and their evidence."""
+        return await self._do(Calls.fleet_check(check_id))
 
     async def create_token(self, user: str, role: str, *, team: str | None = None, label: str = "",
                      expires_in_s: int | None = None) -> TokenIssued:  # fmt: skip

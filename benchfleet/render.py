@@ -42,12 +42,16 @@ def points_sheet(results: JobResults) -> Sheet:
         Col("max", rank=5), Col("svc p99", rank=3), Col("lag p99", rank=4), Col("cold s", rank=5),
         Col("SLO", right=False, rank=2), Col("valid", right=False),
     ])  # fmt: skip
+    names = [job.model_ref, *job.spec.colocate.models] if job.spec.colocate else []
     for r in results.points:
         slo = "-" if r.slo_met is None else ("met" if r.slo_met else "missed")
+        backend: str = r.point.backend
+        if names:  # a co-location job: which model the point measured, and beside which
+            backend += f" {names[r.point.served]}" + "".join(f" beside {names[b]}" for b in r.point.beside)
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO " + sheet.note(f"point {r.point.index}: " + "; ".join(r.invalid_reasons))
         sheet.rows.append([
-            str(r.point.index), r.point.backend, str(r.point.batch_size), r.point.load_label(), f"{r.achieved_rate:.1f}",
+            str(r.point.index), backend, str(r.point.batch_size), r.point.load_label(), f"{r.achieved_rate:.1f}",
             str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
             _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
             cold, slo, verdict,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, model_validator
@@ -140,22 +141,64 @@ class CompareResponse(BaseModel):
 
 
 class FollowerOutlier(BaseModel):
-    """One follower's p99 for a point key against the median of its class."""
+    """One follower's figure for a point key against its class: the median, the median absolute deviation (MAD) and
+    the robust z-score 0.6745 · (value − median) / MAD (Iglewicz and Hoaglin's modified z-score)."""
 
     follower_id: str
     job_id: str
     key: str
-    p99_ms: float
-    median_p99_ms: float
-    deviation: float  # (p99 - median) / median
-    outlier: bool
+    metric: str  # p50_ms or p99_ms
+    value_ms: float
+    median_ms: float
+    mad_ms: float  # floored at MAD_FLOOR of the median: equal machines are never infinitely far apart
+    z: float
+    deviation: float  # (value - median) / median
+    outlier: bool  # z beyond the z limit and slower than the median by more than the threshold
 
 
 class OutlierResponse(BaseModel):
-    """The same job run on several followers: which follower is anomalous."""
+    """The same job run on several followers: which follower is anomalous, with the evidence."""
 
     name: str
-    threshold: float
+    metric: str
+    threshold: float  # the least relative slowdown that counts
+    z_limit: float
     followers: list[str]
     points: list[FollowerOutlier]
     outliers: list[str]
+
+
+class HistoryOutlier(BaseModel):
+    """A follower against its own past fleet checks: its latest figure, the median and MAD of the ones before."""
+
+    follower_id: str
+    key: str
+    value_ms: float
+    history: list[float]  # the earlier checks' figures, oldest first
+    median_ms: float
+    z: float
+    outlier: bool
+
+
+class Anomaly(BaseModel):
+    """Why a follower is marked anomalous: the fleet check that found it and its evidence, in words and figures."""
+
+    check_id: str
+    since: datetime
+    evidence: str
+    drained: bool = False  # drained for it (the leader's fleetcheck_drain setting)
+
+
+class FleetCheckView(BaseModel):
+    """A fleet check: one fixed benchmark pinned to every follower of a hardware class, then a robust outlier test
+    across them and against each one's own history."""
+
+    id: str
+    created_at: datetime
+    model_ref: str
+    hardware: str | None  # the class filter given (a substring of the CPU model or GPU name); None: every follower
+    jobs: dict[str, str]  # follower id -> job id
+    state: Literal["running", "done"]
+    across: OutlierResponse | None = None  # when done
+    history: list[HistoryOutlier] = []
+    outliers: list[str] = []  # followers flagged by either test

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from common.analysis import Anomaly
 from common.spec import NAME_PATTERN
 
 FollowerState = Literal["ready", "busy", "draining", "missing"]
@@ -40,6 +41,10 @@ class FollowerInfo(BaseModel):
     # Backends this agent runs only for models an admin marked trusted: those that run a model's code
     # (common.spec.MODEL_CODE_BACKENDS), on a host where model servers cannot be sandboxed.
     trusted_only: list[str] = []
+    # The qdiscs this agent can shape its servers' links with ("netem": delay, jitter, loss; "tbf": rate), and why
+    # not where it cannot (follower/host/netshape.py); placement sends a job's `network` only where it can.
+    network_shaping: list[str] = []
+    network_shaping_note: str | None = None
 
 
 class HeldJob(BaseModel):
@@ -82,6 +87,7 @@ class FollowerView(BaseModel):
     running_job: str | None = None
     held: list[HeldJob] = []
     waiting_reason: str | None = None
+    anomaly: Anomaly | None = None  # marked by the last fleet check that found it anomalous (cleared by a clean one)
 
 
 class FollowerRegistration(FollowerView):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from common import colocate
 from common.llmspec import LlmWorkload
 from common.loadspec import TraceRef
 from common.spec import LLM_BACKENDS, JobSpec, PointSpec, ServerOptions
@@ -76,12 +77,24 @@ def expand(spec: JobSpec) -> list[PointSpec]:
             seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
             server=server, config=config, repeat=repeat, llm=_workload(spec, backend), **shared,
         ))  # fmt: skip
+    if spec.colocate is not None:  # one configuration: every model alone, then each pair at once (common/colocate.py)
+        base, n = points[0], len(spec.colocate.models) + 1
+        together = [(g, m, [o for o in run if o != m]) for g, run in enumerate(colocate.runs(n)) for m in run]
+        points = [base.model_copy(update={"index": i, "seed": (spec.seed * 1_000_003 + i) % 2**32, "served": m,
+                                          "beside": beside, "group": g})
+                  for i, (g, m, beside) in enumerate(together)]  # fmt: skip
     return points
 
 
 def server_runs(points: Sequence[PointSpec], fresh_server: bool) -> list[list[PointSpec]]:
     """The points in the runs of consecutive points that share one server start: a backend's points, or with fresh
-    servers a backend's points of one round. The follower starts a server per run; estimates count a start per run."""
+    servers a backend's points of one round, or a co-location group's points (each against a server of its own, all
+    at once). The follower starts a server per run (per point of a group); estimates count a start per run."""
+    if points and points[0].group is not None:
+        groups: dict[int, list[PointSpec]] = {}
+        for point in points:
+            groups.setdefault(point.group or 0, []).append(point)
+        return list(groups.values())
     runs: list[list[PointSpec]] = []
     for point in points:
         if runs and (runs[-1][-1].backend, runs[-1][-1].repeat if fresh_server else 0) == (
@@ -97,14 +110,20 @@ def _runs_per_point(spec: JobSpec) -> int:
 
 
 def server_starts(spec: JobSpec) -> int:
-    """How many times the job starts a server: once per backend, or once per backend and round with fresh servers."""
+    """How many times the job starts a server: once per backend, or once per backend and round with fresh servers,
+    or once per model of each co-location run."""
+    if spec.colocate is not None:
+        return colocate.server_starts(len(spec.colocate.models) + 1)
     return len(spec.backends) * (spec.repeats.count if spec.repeats.fresh_server else 1)
 
 
 def estimate_seconds(spec: JobSpec) -> float:
-    """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per server start."""
+    """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per server start
+    (a co-location group's points run at once: one point's time per group)."""
     per_point = (spec.load.warmup + spec.load.max_run_s) * _runs_per_point(spec)
     n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates) * spec.repeats.count
+    if spec.colocate is not None:
+        n_points = len(colocate.runs(len(spec.colocate.models) + 1))
     return n_points * per_point + START_COST_S * server_starts(spec)
 
 

@@ -51,6 +51,7 @@ class JobTask(BaseModel):
     points: list[PointSpec]
     model: ModelMeta
     estimate_s: float
+    colocated: list[ModelMeta] = []  # a co-location job's other models (spec.colocate.models, resolved), in order
 
 
 class Claim(BaseModel):

@@ -257,6 +257,18 @@ def legacy_reason(text: str) -> Reason:
     return Reason(code=code, text=text)
 
 
+class NetworkResult(BaseModel):
+    """The network conditions a point ran under (a job's `network`) and what was measured under them."""
+
+    profile: str
+    delay_ms: float  # each way
+    jitter_ms: float
+    loss_pct: float  # each way
+    rate_mbit: float | None  # each way; None: not limited
+    rtt_ms: float | None  # median TCP handshake to the server under the conditions (None: not measured)
+    tcp_retransmits: int = 0  # segments retransmitted during the point, both ends (the follower's side host-wide)
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
@@ -325,3 +337,4 @@ class PointResult(BaseModel):
     resources: Resources | None = None
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)
     llm: LlmFigures | None = None  # a language model's point
+    network: NetworkResult | None = None  # the shaped link it ran over (a job's `network`); None: the plain link

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -13,9 +13,11 @@ from pydantic import (
     model_validator,
 )
 
+from common.colocate import ColocateSpec
 from common.devices import GPU_PROVIDERS
 from common.llmspec import LlmWorkload
 from common.loadspec import LoadSpec, Pattern, SearchSpec, Stability, StrictModel
+from common.netspec import NetworkSpec, shaping_needs
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
@@ -33,19 +35,22 @@ LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
 # them sandboxed, or only for models an admin marked trusted (follower/host/sandbox.py).
 MODEL_CODE_BACKENDS = frozenset({"torchscript", "tfserving"})
 TRUSTED_ONLY = "@trusted"  # "<backend>@trusted": a placement need that a follower without the sandbox also meets
-
-
-def placement_backends(backends: Iterable[str], *, trusted: bool) -> frozenset[str]:
+def placement_backends(backends: Iterable[str], *, trusted: bool, network: Mapping[str, Any] | None = None) -> frozenset[str]:
     """What a job's backends need of a follower: a trusted model's code-running backends are met by
-    `<backend>@trusted` (any follower offering the backend), an untrusted one's only by a sandboxing follower."""
-    return frozenset(f"{b}{TRUSTED_ONLY}" if trusted and b in MODEL_CODE_BACKENDS else b for b in backends)
+    `<backend>@trusted` (any follower offering the backend), an untrusted one's only by a sandboxing follower; a job
+    with network conditions needs a follower that can shape them (NETEM, TBF)."""
+    needs = {f"{b}{TRUSTED_ONLY}" if trusted and b in MODEL_CODE_BACKENDS else b for b in backends}
+    return frozenset(needs | shaping_needs(network))
 
 
-def offered_backends(backends: Iterable[str], trusted_only: Iterable[str]) -> frozenset[str]:
-    """What a follower meets: its backends (each code-running one also for trusted models), and the backends it
-    runs only for trusted models (no sandbox there)."""
+def offered_backends(backends: Iterable[str], trusted_only: Iterable[str], *, shaping: Iterable[str] = ()) -> frozenset[str]:
+    """What a follower meets: its backends (each code-running one also for trusted models), the backends it runs
+    only for trusted models (no sandbox there), and the qdiscs it can shape its servers' links with ("netem", "tbf")."""
     names = set(backends)
-    return frozenset(names | {f"{b}{TRUSTED_ONLY}" for b in names | set(trusted_only) if b in MODEL_CODE_BACKENDS})
+    offered = names | {f"{b}{TRUSTED_ONLY}" for b in names | set(trusted_only) if b in MODEL_CODE_BACKENDS}
+    return frozenset(offered | {f"@net:{q}" for q in shaping})
+
+
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 class ModelRef(StrictModel):
@@ -222,6 +227,8 @@ class Requires(StrictModel):
     """Only a GPU whose name holds this (case-insensitive), e.g. H100."""
     min_gpu_memory_mb: Annotated[int, Field(gt=0)] | None = None
     """At least this much GPU memory, in MiB."""
+    follower: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """Only this follower runs the job (a fleet check pins one job to each follower); it waits while that one is away."""
 
     @property
     def needs_gpu(self) -> bool:
@@ -289,6 +296,11 @@ class JobSpec(StrictModel):
     """Run every point this many times (a number, or `{count, fresh_server}`)."""
     llm: LlmWorkload | None = None
     """A language model's requests (an LLM backend; default LlmWorkload() there)."""
+    network: NetworkSpec | None = None
+    """Network conditions between the load generator and the server (a profile: lan, wifi, 4g, or custom figures)."""
+    colocate: ColocateSpec | None = None
+    """Other models served beside this one on the same host: each measured alone and beside each other (the
+    interference matrix)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -348,6 +360,13 @@ class JobSpec(StrictModel):
                              "(leave it unset for sglang)")
         return self
 
+    @field_validator("colocate")
+    @classmethod
+    def _colocation_measures_one_configuration(cls, value: ColocateSpec | None, info: ValidationInfo) -> ColocateSpec | None:
+        if value is not None:  # the fields before it, as validated (a field that failed is absent: its own error says why)
+            value.check_job(info.data, llm_backends=LLM_BACKENDS)
+        return value
+
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:
         n = len(self.backends) * len(self.batch_sizes) * len(self.load.rates) * self.repeats.count
@@ -380,6 +399,11 @@ class PointSpec(StrictModel):
     cv: float = 1.0
     rate_end: float | None = None
     steps: int = 4
+    # Co-location (common/colocate.py): the model this point measures (0: the job's, k: colocate.models[k - 1]), the
+    # models served at the same time, and the group of points that run at once (None: not co-located).
+    served: int = 0
+    beside: list[int] = []
+    group: int | None = None
     spike_rate: float | None = None
     spike_at_s: float | None = None
     spike_duration_s: float = 1.0

@@ -17,7 +17,7 @@ from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
-from leader.api.routes import data, followers, health, jobs, models, progress, records, tokens
+from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, tokens
 from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
@@ -26,6 +26,7 @@ from leader.scheduler.monitor import Monitor
 from leader.scheduler.placement import Placer
 from leader.settings import LeaderSettings
 from leader.store import audit as audit_store
+from leader.store import fleetchecks as fleetchecks_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
@@ -54,7 +55,8 @@ SHUTDOWN_STEP_S = 5.0
 
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
-    for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store):
+    for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store,
+                  fleetchecks_store):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
 
@@ -132,7 +134,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, tokens, records, progress, data, audit_routes):
+    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)

@@ -23,6 +23,7 @@ class Needs:
     gpu: bool = False
     gpu_model: str | None = None
     min_gpu_memory_mb: int | None = None
+    follower: str | None = None  # pinned to this follower (a fleet check's job)
 
 
 @dataclass(frozen=True)

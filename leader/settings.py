@@ -42,6 +42,8 @@ class LeaderSettings(BaseSettings):
     admin_token: SecretStr
     follower_token: SecretStr
     missing_after_s: float = Field(default=10.0, gt=0)
+    # Drain a follower a fleet check finds anomalous (it finishes what it runs; an admin resumes it).
+    fleetcheck_drain: bool = False
     # A job sent to a follower whose heartbeats still do not list it this long after the send is requeued: the broker
     # lost the message (a Redis restart can drop one the consumer was being handed).
     undelivered_after_s: float = Field(default=15.0, gt=0)

@@ -56,6 +56,6 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 .venv/bin/python -c "import skimage" >/dev/null 2>&1 || .venv/bin/python -m pip install -q "scikit-image>=0.22" 2>&1 | tail -1 || true
 # Swagger UI for /docs, copied into the package from npm (pinned); /docs answers 503 naming this step without it.
-bash scripts/vendor_web.sh || echo "setup: Swagger UI not vendored (npm unreachable?): /docs will answer 503"
+bash scripts/vendor_web.sh || echo "setup: browser assets not vendored (npm unreachable?): /docs answers 503 and pages show tables without charts"
 # A real tritonserver extracted from the nvidia-pytriton wheel (idempotent, cached under .benchfleet/; fails soft).
 bash scripts/install_triton.sh || true

@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # Vendor the browser assets the leader serves into the package, from npm at build time (pinned, integrity-checked
-# by npm): nothing is fetched when the leader runs, so /docs works in an air-gapped cluster.
+# by npm): nothing is fetched when the leader runs, so /docs and the charts work in an air-gapped cluster and the
+# HTML report (which inlines the chart library) opens offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SWAGGER_UI_VERSION=5.35.0
-dest=leader/web/static/vendor/swagger-ui
-if [ -f "$dest/VERSION" ] && [ "$(cat "$dest/VERSION")" = "$SWAGGER_UI_VERSION" ]; then
-    exit 0
-fi
-command -v npm >/dev/null 2>&1 || { echo "vendor_web: npm is needed (apt-get install npm)" >&2; exit 1; }
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-echo "vendor_web: swagger-ui-dist@$SWAGGER_UI_VERSION from npm"
-(cd "$tmp" && npm pack --silent "swagger-ui-dist@$SWAGGER_UI_VERSION" >/dev/null)
-tar -xzf "$tmp"/swagger-ui-dist-*.tgz -C "$tmp"
-mkdir -p "$dest"
-cp "$tmp/package/swagger-ui-bundle.js" "$tmp/package/swagger-ui.css" "$tmp/package/LICENSE" "$dest/"
-echo "$SWAGGER_UI_VERSION" > "$dest/VERSION"
+UPLOT_VERSION=1.6.32
+vendor=leader/web/static/vendor
+
+# vendor PACKAGE VERSION DIR FILE...: copy FILEs (paths inside the npm package) into $vendor/DIR, once per version.
+vendor() {
+    local package=$1 version=$2 dest=$vendor/$3
+    shift 3
+    if [ -f "$dest/VERSION" ] && [ "$(cat "$dest/VERSION")" = "$version" ]; then
+        return 0
+    fi
+    command -v npm >/dev/null 2>&1 || { echo "vendor_web: npm is needed (apt-get install npm)" >&2; return 1; }
+    local tmp
+    tmp="$(mktemp -d)"
+    echo "vendor_web: $package@$version from npm"
+    (cd "$tmp" && npm pack --silent "$package@$version" >/dev/null)
+    tar -xzf "$tmp"/*.tgz -C "$tmp"
+    mkdir -p "$dest"
+    for file in "$@" LICENSE; do
+        cp "$tmp/package/$file" "$dest/"
+    done
+    echo "$version" > "$dest/VERSION"
+    rm -rf "$tmp"
+}
+
+vendor swagger-ui-dist "$SWAGGER_UI_VERSION" swagger-ui swagger-ui-bundle.js swagger-ui.css
+vendor uplot "$UPLOT_VERSION" uplot dist/uPlot.iife.min.js dist/uPlot.min.css

@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 
 
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
-    """Poll until something accepts on 127.0.0.1:port (a server a test started in-process)."""
+def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
+    """Poll until something accepts on host:port (a server a test started)."""
     deadline = time.monotonic() + timeout
-    while not port_open(port):
+    while not port_open(port, host):
         if time.monotonic() > deadline:
             raise TimeoutError(f"nothing listened on port {port} within {timeout}s")
         time.sleep(0.05)

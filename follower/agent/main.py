@@ -19,7 +19,7 @@ from follower.agent.holding import HoldingQueue
 from follower.agent.runloop import RunLoop
 from follower.attempt.execute import execute
 from follower.backends import available_backends
-from follower.host import hostinfo
+from follower.host import hostinfo, netshape
 from follower.host import sandbox as sandboxes
 from follower.host.gate import Gate
 from follower.link.leader_client import LeaderClient
@@ -42,6 +42,9 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     trusted_only = [] if sandbox.ok else [b for b in backends if b in MODEL_CODE_BACKENDS]
     if trusted_only:
         log.warning("backends %s offered for trusted models only: %s", ", ".join(trusted_only), sandbox.reason)
+    shaping = netshape.support()
+    if shaping.note:
+        log.warning("network conditions: %s", shaping.note)
     return FollowerInfo(
         follower_id=settings.follower_id,
         incarnation=incarnation,
@@ -52,6 +55,8 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
         gpus=hostinfo.gpus(),
         backends=[b for b in backends if b not in trusted_only],
         trusted_only=trusted_only,
+        network_shaping=list(shaping.qdiscs),
+        network_shaping_note=shaping.note,
         version=__version__,
     )
 

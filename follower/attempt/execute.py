@@ -7,13 +7,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
 from common.grid import server_runs
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
+from common.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
 from follower.attempt.request_data import resolve_request_data, with_client_stages
@@ -25,6 +26,7 @@ from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.records import encode_records
+from follower.point.colocate import run_colocated
 from follower.point.runner import run_backend
 from follower.settings import FollowerSettings
 
@@ -77,15 +79,25 @@ async def _run_backends(
     # A language model's uploaded prompt set (llm.dataset: ID), the same way.
     prompt_rows = await asyncio.to_thread(resolve_prompt_set, task.spec, client=client,
                                           cache_dir=settings.work_dir / "data-cache")  # fmt: skip
-    # One server start per run of points sharing it: a backend's points, or each round's with fresh servers.
-    for points in server_runs(task.points, task.spec.repeats.fresh_server):
-        async for result in run_backend(
-            points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir, env_base=env_base,
-            slo=task.spec.slo, records_sink=keep_records, sampling=sampling,
-            progress_sink=reporter.sink if reporter is not None else None, samples=samples, trace=trace,
-            prompt_rows=prompt_rows, forced_generators=settings.generators,
-            wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
-        ):
+    options: dict[str, Any] = dict(
+        env_base=env_base, slo=task.spec.slo, records_sink=keep_records, sampling=sampling,
+        progress_sink=reporter.sink if reporter is not None else None, samples=samples, trace=trace,
+        prompt_rows=prompt_rows, forced_generators=settings.generators,
+        wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
+    )  # fmt: skip
+    sources: list[AsyncIterator[PointResult]]
+    if task.spec.colocate is not None:  # every model alone, then each pair at once (follower/point/colocate.py)
+        models = [(task.model, model_path)]
+        for other in task.colocated:
+            models.append((other, (await asyncio.to_thread(fetch_model, client, other, settings.cache_dir))[0]))
+        sources = [run_colocated(task.points[0].backend, task.points, models=models, colocate=task.spec.colocate,
+                                 workdir=workdir, **options)]  # fmt: skip
+    else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
+        sources = [run_backend(points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir,
+                               network=task.spec.network, **options)
+                   for points in server_runs(task.points, task.spec.repeats.fresh_server)]  # fmt: skip
+    for source in sources:
+        async for result in source:
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
                 "job %s point %d: %d requests, p99 %s ms, valid=%s %s",

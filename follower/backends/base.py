@@ -13,6 +13,7 @@ class Backend(Protocol):
     """A serving system the follower can start, wait for, point load at, and stop."""
 
     name: str
+    extra_env: dict[str, str]  # more environment for the server (e.g. MPS's pipe directory and thread share)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -39,10 +39,11 @@ class ProcessBackend:
         self.grpc_port: int | None = None  # set by start() when the server also speaks KServe v2 gRPC
         self.process: SupervisedProcess | None = None
         self._model_name: str | None = None
+        self.extra_env: dict[str, str] = {}
 
     def environment(self) -> dict[str, str]:
         """The server's environment: the follower's, scrubbed of everything serving does not need (no credentials)."""
-        return server_environment()
+        return server_environment(self.extra_env)
 
     def runtime_paths(self) -> list[Path]:
         """What the server reads besides its model and work directory (here: benchfleet's Python and its code)."""

@@ -133,8 +133,13 @@ def _ip(*args: str) -> None:
 def sweep_stale() -> None:
     """Delete network namespaces left by followers that died without closing their sandboxes."""
     for entry in Path("/run/netns").glob(f"{NETNS_PREFIX}*"):
-        pid = entry.name[len(NETNS_PREFIX) :].split("-")[0]
+        pid, _, slot = entry.name[len(NETNS_PREFIX) :].partition("-")
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            # Its veth pair first (bfh<slot> is unique on the host while the namespace holds its peer): at once,
+            # where the namespace's deletion alone would take it only later.
+            if slot.isdigit() and Path(f"/sys/class/net/bfh{slot}").exists():
+                with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                    _ip("link", "delete", f"bfh{slot}")
             with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
                 _ip("netns", "delete", entry.name)
 
@@ -147,9 +152,11 @@ class Sandbox:
         self.netns = netns
         self.host = host  # the server listens here; the follower connects here
         self.peer = peer  # the follower's end of the veth pair (the sandbox may answer it, never call it)
+        self.outer, self.inner = "", ""  # the veth pair's interfaces: the follower's side, the server's (in netns)
         self.root = workdir / "sandbox"
         self.home = self.root / "home"  # the server's only writable directory (and /tmp, a private tmpfs)
         self._readable: list[Path] = []
+        self._writable: list[Path] = []
 
     @classmethod
     def open(cls, workdir: Path) -> Sandbox:
@@ -182,6 +189,7 @@ class Sandbox:
                     _ip("netns", "delete", netns)
                 continue
             box = cls(Path(workdir), netns, str(base + 2), str(base + 1))
+            box.outer, box.inner = outer, inner
             box._make_home()
             return box
         raise RuntimeError(f"no free sandbox network slot: {last_error}")
@@ -201,6 +209,11 @@ class Sandbox:
     def allow_read(self, paths: Iterable[Path]) -> None:
         """Make these files or directories visible, read-only, at their own paths."""
         self._readable.extend(Path(p) for p in paths)
+
+    def allow_write(self, paths: Iterable[Path]) -> None:
+        """Make these directories visible and writable at their own paths (e.g. MPS's pipe directory, which its
+        clients connect through)."""
+        self._writable.extend(Path(p) for p in paths)
 
     def command(self, argv: list[str], *, cwd: Path | None = None) -> list[str]:
         """`argv` run inside the sandbox (the caller passes the environment: `server_environment`)."""
@@ -231,6 +244,12 @@ class Sandbox:
                     made.add(parent)
                     wrap += ["--perms", "0755", "--dir", str(parent)]
             wrap += ["--ro-bind", str(path), str(path)]
+        for path in self._writable:
+            for parent in reversed(path.parents):
+                if parent not in made:
+                    made.add(parent)
+                    wrap += ["--perms", "0755", "--dir", str(parent)]
+            wrap += ["--bind", str(path), str(path)]
         wrap += ["--bind", str(self.home), str(self.home), "--setenv", "HOME", str(self.home)]
         # Inside, setpriv becomes the real user nobody (not a user-namespace alias of root) with every capability
         # gone for good (bounding set cleared, no new privileges): the server starts as nobody.
@@ -239,7 +258,11 @@ class Sandbox:
         return wrap
 
     def close(self) -> None:
-        """Remove the network namespace (its veth pair goes with it); idempotent."""
+        """Remove the veth pair (both ends and their qdiscs, at once) and the network namespace; idempotent. (The
+        namespace's deletion alone would take the pair with it, but later, in the kernel's cleanup work.)"""
+        if self.outer:
+            with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                _ip("link", "delete", self.outer)
         with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
             _ip("netns", "delete", self.netns)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -15,10 +18,12 @@ from common import hfbundle
 from common.llmdata import PromptRow
 from common.llmspec import LlmWorkload
 from common.models import ModelMeta
+from common.netspec import NetworkSpec
 from common.results import ColdStart, PointResult
 from common.spec import MODEL_CODE_BACKENDS, SLO, PointSpec
 from common.traces import Trace
 from follower.backends import Backend, get_backend
+from follower.host import netshape
 from follower.host import sandbox as sandboxes
 from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
@@ -38,9 +43,35 @@ FIRST_ANSWER_TIMEOUT_S = 60.0
 DEFAULT_TIMER: Timer = "yield"
 
 
-async def run_backend(
+@dataclass
+class Served:
+    """A server that answers: the context its points read, its cold start, and its shaped link (a job's `network`)."""
+
+    ctx: PointContext
+    cold: ColdStart
+    shaped: netshape.Shaped | None = None
+
+    async def measure(self, point: PointSpec, *, first: bool) -> PointResult:
+        """One point against this server (the first carries the cold start; a shaped link's figures are recorded)."""
+        if self.shaped is None:
+            return await measure_point(point, self.ctx, self.cold if first else None)
+        await asyncio.to_thread(self.shaped.point_started)
+        result = await measure_point(point, self.ctx, self.cold if first else None)
+        return result.model_copy(update={"network": await asyncio.to_thread(self.shaped.result)})
+
+
+async def run_backend(backend_name: str, points: list[PointSpec], **options: Any) -> AsyncIterator[PointResult]:
+    """Serve a model with one backend and yield a PointResult per point; the server is always stopped at the end.
+    `options` are serving()'s."""
+    async with serving(backend_name, points[0] if points else None, **options) as served:
+        for i, point in enumerate(points):
+            yield await served.measure(point, first=i == 0)
+
+
+@contextlib.asynccontextmanager
+async def serving(
     backend_name: str,
-    points: list[PointSpec],
+    first: PointSpec | None,
     *,
     model: ModelMeta,
     model_path: Path,
@@ -58,12 +89,20 @@ async def run_backend(
     forced_generators: int | None = None,
     wakeup_latency_us: int | None = 0,
     max_in_flight: int = 4096,
-) -> AsyncIterator[PointResult]:
-    """Serve `model` with one backend and yield a PointResult per point; the server is always stopped at the end.
+    network: NetworkSpec | None = None,
+    cpus: frozenset[int] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    writable: Sequence[Path] = (),
+) -> AsyncIterator[Served]:
+    """Start `model` on one backend (configured like `first`, the first point it serves), wait until it answers, and
+    hold it while the caller measures; it is always stopped, and its sandbox removed, at the end.
 
     The arguments become one PointContext once the server answers, read by every point. `records_sink`, if given,
     receives each point's raw per-request records and window summary. While the server runs, the CPUs' wake-up
-    latency is held at `wakeup_latency_us` (follower/host/wakeup.py; None leaves the host alone).
+    latency is held at `wakeup_latency_us` (follower/host/wakeup.py; None leaves the host alone). With `network`, the
+    link to the server is shaped once it is ready (follower/host/netshape.py) and each point records the conditions.
+    `cpus`: the server's cores (default: every server core of the plan); `extra_env`: more environment for it;
+    `writable`: directories it may write besides its home (in its sandbox).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -71,25 +110,35 @@ async def run_backend(
         sandboxes.for_server, workdir, runs_model_code=backend_name in MODEL_CODE_BACKENDS,
         trusted=model.trusted, what=f"{backend_name} serving model {model.ref}",
     )  # fmt: skip
-    if sandbox is not None:
-        sandbox.allow_read([Path(model_path)])
-    backend = get_backend(backend_name, cpus=plan_cpus().server, server=points[0].server if points else None,
-                          sandbox=sandbox)  # fmt: skip
-    with hold_wakeup_latency(wakeup_latency_us) as wakeup:
-        if wakeup.held_us is None:
-            log.warning("CPU wake-up latency %s: idle CPUs may halt between requests", wakeup.describe())
-        try:
+    backend: Backend | None = None
+    try:
+        if sandbox is not None:
+            sandbox.allow_read([Path(model_path)])
+            sandbox.allow_write(writable)
+        elif network is not None:
+            raise RuntimeError(f"network conditions cannot be applied here: {netshape.support().note}")
+        backend = get_backend(backend_name, cpus=cpus if cpus is not None else plan_cpus().server,
+                              server=first.server if first else None, sandbox=sandbox)  # fmt: skip
+        backend.extra_env.update(extra_env or {})
+        with hold_wakeup_latency(wakeup_latency_us) as wakeup:
+            if wakeup.held_us is None:
+                log.warning("CPU wake-up latency %s: idle CPUs may halt between requests", wakeup.describe())
             await asyncio.to_thread(backend.start, Path(model_path), model, workdir)
             to_ready_s = await asyncio.to_thread(backend.wait_ready, ready_timeout_s)
-            ready_at_ns = time.monotonic_ns()
             url = backend.infer_url(model)
+            shaped = None
+            if network is not None and sandbox is not None:
+                shaped = netshape.Shaped(sandbox, network)
+                where = urlsplit(url)
+                await asyncio.to_thread(netshape.shape, sandbox, network)
+                await asyncio.to_thread(shaped.measure, where.hostname or sandbox.host, where.port or 80)
+            ready_at_ns = time.monotonic_ns()
             prompts = await asyncio.to_thread(prompt_maker, model, model_path) if model.is_llm else None
             if prompts is not None:
                 probe = request_body(LlmWorkload(stream=False), model.name, prompts.prompt(4, np.random.default_rng(0)), 1)
             else:
-                first_batch = points[0].batch_size if points else 1
-                probe = build_bodies(model.inputs, first_batch, seed=0, variants=1, wire=backend_wire(backend),
-                                     samples=samples)[0]  # fmt: skip
+                probe = build_bodies(model.inputs, first.batch_size if first else 1, seed=0, variants=1,
+                                     wire=backend_wire(backend), samples=samples)[0]  # fmt: skip
             await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
             cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
             log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
@@ -99,16 +148,16 @@ async def run_backend(
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
                 max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows,
             )  # fmt: skip
-            for i, point in enumerate(points):
-                yield await measure_point(point, ctx, cold if i == 0 else None)
-        finally:
-            # Shielded: a second cancellation while stopping must not leave the server (or its sandbox) behind.
-            await asyncio.shield(asyncio.to_thread(_stop, backend, sandbox))
+            yield Served(ctx, cold, shaped)
+    finally:
+        # Shielded: a second cancellation while stopping must not leave the server (or its sandbox) behind.
+        await asyncio.shield(asyncio.to_thread(_stop, backend, sandbox))
 
 
-def _stop(backend: Backend, sandbox: sandboxes.Sandbox | None) -> None:
+def _stop(backend: Backend | None, sandbox: sandboxes.Sandbox | None) -> None:
     try:
-        backend.stop()
+        if backend is not None:
+            backend.stop()
     finally:
         if sandbox is not None:
             sandbox.close()

@@ -1,20 +1,18 @@
-"""Comparisons and regressions: job B against job A point by point, and followers of one class against each other."""
+"""Comparisons and regressions: job B against job A point by point (followers against each other: anomalies.py)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from common.analysis import CompareResponse, FollowerOutlier, OutlierResponse, PointComparison, Verdict
+from common.analysis import CompareResponse, PointComparison, Verdict
 from common.spec import load_label
 from common.stats import block_bootstrap_diff_ci
 
 DEFAULT_THRESHOLD = 0.10
-OUTLIER_THRESHOLD = 0.25
 
 # A point's raw records as (intended ns, latency ms) of its answered requests; None when none were kept.
 LatencyLoader = Callable[[dict[str, Any]], Awaitable[tuple[np.ndarray, np.ndarray] | None]]
@@ -87,32 +85,3 @@ async def compare_rows(
             )
         )
     return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=sum(p.verdict == "regression" for p in out))
-
-
-def follower_outliers(rows: list[dict[str, Any]], *, name: str, threshold: float = OUTLIER_THRESHOLD) -> OutlierResponse:
-    """The same job on several followers: a follower whose p99 is beyond threshold above the class median is an outlier."""
-    by_key: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row.get("p99_ms") is not None:
-            by_key.setdefault(point_key(row), []).append(row)
-    points: list[FollowerOutlier] = []
-    for key, group in sorted(by_key.items()):
-        if len({row["follower_id"] for row in group}) < 3:
-            continue  # a median of two cannot say which one is odd
-        median = statistics.median(row["p99_ms"] for row in group)
-        for row in sorted(group, key=lambda r: r["follower_id"]):
-            deviation = (row["p99_ms"] - median) / median if median else 0.0
-            points.append(
-                FollowerOutlier(
-                    follower_id=row["follower_id"],
-                    job_id=row["job_id"],
-                    key=key,
-                    p99_ms=row["p99_ms"],
-                    median_p99_ms=median,
-                    deviation=deviation,
-                    outlier=deviation > threshold,
-                )
-            )
-    followers = sorted({row["follower_id"] for row in rows})
-    outliers = sorted({p.follower_id for p in points if p.outlier})
-    return OutlierResponse(name=name, threshold=threshold, followers=followers, points=points, outliers=outliers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import heapq
 import logging
 import time
@@ -15,6 +16,7 @@ from typing import Literal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobTask
+from common.netspec import NETEM, TBF
 from common.spec import TRUSTED_ONLY
 from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
@@ -47,13 +49,19 @@ def unable_reason(job: QueuedJob | Needs, candidate: Candidate, backends: frozen
         backends, needs = job.backends, job.needs
     else:
         needs = job
+    if needs.follower is not None and candidate.follower_id != needs.follower:
+        return f"is pinned to follower {needs.follower}"
     if not backends <= candidate.backends:
         missing = backends - candidate.backends
+        shaping = missing & {NETEM, TBF}
+        if shaping == missing:
+            what = " and ".join(("delay, jitter or loss (netem)",) * (NETEM in shaping) + ("a rate (tbf)",) * (TBF in shaping))
+            return f"needs a follower that can shape its servers' links with {what}"
         unsandboxed = sorted(b for b in missing if f"{b}{TRUSTED_ONLY}" in candidate.backends)
         if unsandboxed and len(unsandboxed) == len(missing):
             return (f"needs a follower that sandboxes {', '.join(unsandboxed)} (the model's code runs in its server), "
                     "or the model marked trusted by an admin")  # fmt: skip
-        return f"needs backends {', '.join(sorted(b.removesuffix(TRUSTED_ONLY) for b in backends))}"
+        return f"needs backends {', '.join(sorted(b.removesuffix(TRUSTED_ONLY) for b in backends - {NETEM, TBF}))}"
     if not needs.gpu and needs.gpu_model is None and needs.min_gpu_memory_mb is None:
         return None
     if not candidate.gpus:
@@ -116,10 +124,11 @@ class PlacementIndex:
 
     def eligible_groups(self, job: QueuedJob) -> list[int]:
         """Indexes of the capability groups that can run the job (cached per kind of job)."""
-        kind = (job.backends, job.needs)
+        needs = dataclasses.replace(job.needs, follower=None)  # a group's example stands for its followers, pin aside
+        kind = (job.backends, needs)
         found = self._eligible.get(kind)
         if found is None:
-            found = [i for i, example in enumerate(self.examples) if unable_reason(job, example) is None]
+            found = [i for i, example in enumerate(self.examples) if unable_reason(needs, example, job.backends) is None]
             self._eligible[kind] = found
         return found
 
@@ -143,6 +152,9 @@ class PlacementIndex:
         groups = self.eligible_groups(job)
         if not groups:
             return None
+        pinned = job.needs.follower
+        if pinned is not None:  # that follower, if it is available and capable; else the job waits for it
+            return pinned if self.group_of.get(pinned) in groups else None
         if same_class_as is not None and same_class_as in self.group_of:
             gpus = self.examples[self.group_of[same_class_as]].gpus
             groups = [g for g in groups if self.examples[g].gpus == gpus] or groups

@@ -35,6 +35,7 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
         "running_job": doc.get("running_job"),
         "held": doc.get("held") or [],
         "waiting_reason": doc.get("waiting_reason"),
+        "anomaly": doc.get("anomaly"),
     })
 
 
@@ -94,6 +95,11 @@ async def remove(db: AsyncDatabase, *, follower_id: str) -> None:
         raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
 
 
+async def available_docs(db: AsyncDatabase) -> list[dict[str, Any]]:
+    """The documents (id and info) of the followers that may take work: not missing, not draining."""
+    return await db[COLLECTION].find({"state": {"$ne": MISSING}, "draining": {"$ne": True}}, {"info": 1}).to_list(None)
+
+
 async def get_follower(db: AsyncDatabase, *, follower_id: str) -> FollowerView | None:
     """A follower as last registered and heard from, None if unknown."""
     doc = await db[COLLECTION].find_one({"_id": follower_id})
@@ -117,13 +123,14 @@ async def candidates(db: AsyncDatabase) -> list[Candidate]:
     docs = (
         await db[COLLECTION]
         .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}},
-              {"info.backends": 1, "info.trusted_only": 1, "info.gpus": 1})  # fmt: skip
+              {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1})  # fmt: skip
         .to_list(None)
     )
     return [
         Candidate(
             doc["_id"],
-            offered_backends(doc["info"]["backends"], doc["info"].get("trusted_only") or ()),
+            offered_backends(doc["info"]["backends"], doc["info"].get("trusted_only") or (),
+                             shaping=doc["info"].get("network_shaping") or ()),
             tuple(Gpu(g["name"], int(g["memory_mb"])) for g in doc["info"].get("gpus") or []),
         )
         for doc in docs

@@ -50,13 +50,16 @@ def job_view(doc: dict[str, Any]) -> JobView:
 
 def job_task(doc: dict[str, Any]) -> JobTask:
     """The Celery payload for the job's current attempt."""
-    model = {**doc["model"], "created_at": as_utc(doc["model"]["created_at"])}
+    def meta(snapshot: dict[str, Any]) -> ModelMeta:
+        return ModelMeta.model_validate({**snapshot, "created_at": as_utc(snapshot["created_at"])})
+
     return JobTask(
         job_id=doc["_id"],
         attempt=doc["attempt"],
         spec=JobSpec.model_validate(doc["spec"]),
         points=doc["points"],
-        model=ModelMeta.model_validate(model),
+        model=meta(doc["model"]),
+        colocated=[meta(m) for m in doc.get("colocated_models") or []],
         estimate_s=doc["estimate_s"],
     )
 
@@ -66,8 +69,8 @@ BOOK_FIELDS = {
     key: 1
     for key in (
         "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
-        "spec.backends", "spec.requires", "waiting_reason", "model_ref", "owner", "parts", "part_of", "measured_s",
-        "model.trusted",
+        "spec.backends", "spec.requires", "spec.network", "waiting_reason", "model_ref", "owner", "parts", "part_of",
+        "measured_s", "model.trusted",
     )
 }  # fmt: skip
 
@@ -78,7 +81,8 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
     return QueuedJob(
         doc["_id"],
         int(doc["attempt"]),
-        placement_backends(spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted"))),
+        placement_backends(spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted")),
+                           network=spec.get("network")),
         float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
         Needs(**(spec.get("requires") or {})),
         doc.get("waiting_reason"),

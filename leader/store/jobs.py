@@ -37,7 +37,8 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     await jobs.create_index([("team", ASCENDING), ("created_at", DESCENDING)])  # a team's job list, newest first
 
 
-async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owner: str = "admin") -> JobView:
+async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owner: str = "admin",
+                     colocated: list[ModelMeta] | None = None) -> JobView:  # fmt: skip
     # The job is its model's team's: a submitter uses only its own team's models, an admin any team's.
     """Store a planned job as queued (attempt 1), its parts first when it splits; acknowledged before returning."""
     now, spec = utcnow(), plan.spec
@@ -52,6 +53,7 @@ async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owne
         "model_ref": model.ref,
         # A snapshot of the model's metadata: the task sent later needs it, whatever happens to the repository.
         "model": model.model_dump(),
+        "colocated_models": [m.model_dump() for m in colocated or []],  # a co-location job's other models, the same way
         "points": [p.model_dump(mode="json") for p in plan.points],
         "points_total": len(plan.points),
         "points_done": 0,

@@ -1,1 +1,1 @@
-"""The leader's web pages: server-rendered HTML (Jinja2), server-side SVG charts, a little vanilla JS."""
+"""The leader's web pages: server-rendered HTML (Jinja2), charts drawn by the vendored uPlot, a little vanilla JS."""

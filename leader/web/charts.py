@@ -1,7 +1,14 @@
-"""The pages' charts, drawn from analysis data (leader/analysis) with leader.web.svg."""
+"""The pages' charts as data: each is a spec (a JSON-ready dict) that static/charts.js draws with uPlot (hover values,
+drag to zoom, double-click to reset, click a legend entry to hide its series). Here only what to draw is decided.
+
+Kinds: "line" (series of x/y pairs, optional log axes, invalid points marked), "bar" (stacked bars over categories)
+and "heatmap" (a value per cell of two hyper-parameters). A chart with nothing to draw carries `empty`, the reason.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -9,18 +16,68 @@ import numpy as np
 from common.results import PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
-from leader.web import svg
+
+Chart = dict[str, Any]
+Series = tuple[str, Sequence[float | None], Sequence[float | None]]
+
+CDF_QUANTILES = 200  # points per CDF curve: enough for a smooth curve, few enough for a page of 18 points
 
 
-def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[tuple[str, list[float], list[float]]]:
-    series = []
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def line(
+    title: str, series: Sequence[Series], *, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
+    lines: bool = True, empty: str = "no data", flagged: Sequence[Sequence[bool]] | None = None,
+) -> Chart:  # fmt: skip
+    """Lines through each (label, xs, ys) series; pairs with a missing value are left out, and a pair that cannot sit
+    on a log axis (≤ 0) too. `flagged[s][i]` marks series s's i-th pair as an invalid measurement."""
+    drawn = []
+    for s, (label, xs, ys) in enumerate(series):
+        flags = list(flagged[s]) if flagged is not None else [False] * len(xs)
+        kept = [(x, y, f) for x, y, f in zip(xs, ys, flags, strict=False)
+                if _finite(x) and _finite(y) and not (logx and x <= 0) and not (logy and y <= 0)]  # type: ignore[operator]  # fmt: skip
+        if kept:
+            drawn.append({"label": label, "x": [k[0] for k in kept], "y": [k[1] for k in kept],
+                          "invalid": [i for i, k in enumerate(kept) if k[2]]})  # fmt: skip
+    chart: Chart = {"kind": "line", "title": title, "x": {"label": xlabel, "log": logx},
+                    "y": {"label": ylabel, "log": logy}, "lines": lines, "series": drawn}  # fmt: skip
+    if not drawn:
+        chart["empty"] = empty
+    return chart
+
+
+def bars(title: str, labels: Sequence[str], stacks: Mapping[str, Sequence[float | None]], *, ylabel: str,
+         empty: str = "no data") -> Chart:  # fmt: skip
+    """Stacked bars: one bar per label, one colour per stack name (a missing value is no bar, not zero)."""
+    values = {name: [v if _finite(v) else None for v in vals] for name, vals in stacks.items()}
+    chart: Chart = {"kind": "bar", "title": title, "labels": list(labels), "y": {"label": ylabel, "log": False},
+                    "stacks": [{"label": name, "values": vals} for name, vals in values.items()]}  # fmt: skip
+    if not labels or not any(v for vals in values.values() for v in vals):
+        chart["empty"] = empty
+    return chart
+
+
+def heat(title: str, grid: HeatMap, *, xlabel: str, ylabel: str, empty: str = "no data") -> Chart:
+    """A value per (x, y) cell, coloured from the lowest to the highest."""
+    cells = [[c.x, c.y, c.value] for c in grid.cells if _finite(c.value)]
+    chart: Chart = {"kind": "heatmap", "title": title, "xs": list(grid.xs), "ys": list(grid.ys), "cells": cells,
+                    "x": {"label": xlabel}, "y": {"label": ylabel}}  # fmt: skip
+    if not cells:
+        chart["empty"] = empty
+    return chart
+
+
+def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Series]:
+    series: list[Series] = []
     for p in points:
         label = f"#{p.point.index} {p.point.backend} b{p.point.batch_size} {p.point.load_label()}"
         label += "" if p.valid else " INVALID"
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
-            qs = np.linspace(0, 1, 200)
-            series.append((label, np.quantile(lat, qs).tolist(), (qs * 100).tolist()))
+            qs = np.linspace(0, 1, CDF_QUANTILES)
+            series.append((label, np.quantile(lat, qs).round(4).tolist(), (qs * 100).round(3).tolist()))
         elif p.latency_ms is not None:
             pc = p.latency_ms
             series.append(
@@ -29,51 +86,26 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[t
     return series
 
 
-def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[str]:
-    """The job's plots as SVG: CDF, latency vs throughput, timeline, stages, resources, cold start."""
-    charts = [
-        svg.line_chart(
-            "Latency CDF per point",
-            _cdf_series(points, raw),
-            xlabel="latency from intended time (ms)",
-            ylabel="percent of requests",
-            markers=False,
-            logx=True,
-            empty="no latencies yet",
-        )
-    ]
+def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Chart]:
+    """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start."""
+    charts = [line("Latency CDF per point", _cdf_series(points, raw), xlabel="latency from intended time (ms)",
+                   ylabel="percent of requests", logx=True, empty="no latencies yet")]  # fmt: skip
     ladders: dict[str, list[PointResult]] = {}
     for p in points:
         ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}", []).append(p)
     ordered = {k: sorted(v, key=lambda p: p.point.rate) for k, v in ladders.items()}
     curve = [(k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v])
              for k, v in ordered.items()]  # fmt: skip
-    charts.append(
-        svg.line_chart("p99 latency vs throughput (rate ladder; hollow: invalid)", curve,
+    charts.append(line("p99 latency vs throughput (rate ladder; ringed red: invalid)", curve,
                        xlabel="achieved throughput (req/s)", ylabel="p99 ms",
-                       flagged=[[not p.valid for p in v] for v in ordered.values()])  # fmt: skip
-    )
+                       flagged=[[not p.valid for p in v] for v in ordered.values()]))  # fmt: skip
     timeline = [(f"#{p.point.index} p99", [w.t_s for w in p.windows], [w.p99_ms for w in p.windows]) for p in points if p.windows]
-    charts.append(
-        svg.line_chart(
-            "Timeline: p99 per window",
-            timeline,
-            xlabel="seconds into the measured part",
-            ylabel="p99 ms",
-            empty="no per-window metrics were reported",
-        )
-    )
+    charts.append(line("Timeline: p99 per window", timeline, xlabel="seconds into the measured part", ylabel="p99 ms",
+                       empty="no per-window metrics were reported"))  # fmt: skip
     labels = [f"#{p.point.index}" for p in points]
     stage_names = sorted({name for p in points for name in (p.stages_ms or {})})
-    charts.append(
-        svg.bar_chart(
-            "Stage breakdown (mean ms)",
-            labels,
-            {s: [(p.stages_ms or {}).get(s) for p in points] for s in stage_names},
-            ylabel="ms",
-            empty="no stage breakdown was measured",
-        )
-    )
+    stages = {s: [(p.stages_ms or {}).get(s) for p in points] for s in stage_names}
+    charts.append(bars("Stage breakdown (mean ms)", labels, stages, ylabel="ms", empty="no stage breakdown was measured"))
     res = [p.resources for p in points]
     resource_charts = [
         ("Server CPU (mean %)", "cpu %", [r.server_cpu_percent_mean if r else None for r in res], "% of one core",
@@ -82,39 +114,31 @@ def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[st
          "no GPU on this host (not measured, not zero)"),
     ]  # fmt: skip
     for title, name, values, ylabel, empty in resource_charts:
-        charts.append(svg.bar_chart(title, labels, {name: values}, ylabel=ylabel, empty=empty))
+        charts.append(bars(title, labels, {name: values}, ylabel=ylabel, empty=empty))
     cold = [p.cold_start for p in points]
-    charts.append(
-        svg.bar_chart(
-            "Cold start (s)",
-            labels,
-            {
-                "to ready": [c.to_ready_s if c else None for c in cold],
-                "ready → first answer": [(c.to_first_answer_s - c.to_ready_s) if c else None for c in cold],
-            },
-            ylabel="s",
-            empty="no cold start measured",
-        )
-    )
+    stacks = {
+        "to ready": [c.to_ready_s if c else None for c in cold],
+        "ready → first answer": [(c.to_first_answer_s - c.to_ready_s) if c else None for c in cold],
+    }
+    charts.append(bars("Cold start (s)", labels, stacks, ylabel="s", empty="no cold start measured"))
     return charts
 
 
-def roofline_chart(data: Roofline) -> str:
+def roofline_chart(data: Roofline) -> Chart:
     """The roofline on log-log axes, ceilings first."""
     if not data.measured:
-        return svg.line_chart("Roofline", [], xlabel="", ylabel="", empty="no valid points of models with countable dense layers")
-    return svg.line_chart("Roofline (FP32 ceilings)", data.ceilings + data.measured,
-                          xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s", logx=True, logy=True)  # fmt: skip
+        return line("Roofline", [], xlabel="", ylabel="", empty="no valid points of models with countable dense layers")
+    return line("Roofline (FP32 ceilings)", data.ceilings + data.measured, xlabel="arithmetic intensity (FLOP/byte)",
+                ylabel="FLOP/s", logx=True, logy=True)  # fmt: skip
 
 
-def heatmap_chart(grid: HeatMap, metric: str, x: str, y: str) -> str:
+def heatmap_chart(grid: HeatMap, metric: str, x: str, y: str) -> Chart:
     """The heat map of `metric` over two hyper-parameters."""
-    return svg.heatmap(f"{metric} over {x} × {y}", grid.xs, grid.ys, {(c.x, c.y): c.value for c in grid.cells},
-                       xlabel=x, ylabel=y, empty=f"no valid points with {metric}")  # fmt: skip
+    return heat(f"{metric} over {x} × {y}", grid, xlabel=x, ylabel=y, empty=f"no valid points with {metric}")
 
 
-def cost_chart(cost_rows: list[dict[str, Any]]) -> str:
+def cost_chart(cost_rows: list[dict[str, Any]]) -> Chart:
     """Cost per 1M requests by hardware class."""
-    return svg.bar_chart("Cost per 1M requests by hardware", [c["hardware"] for c in cost_rows],
-                         {"cost": [c["cost"] for c in cost_rows]}, ylabel="per 1M requests",
-                         empty="no cost measured (needs resource sampling and a configured price)")  # fmt: skip
+    return bars("Cost per 1M requests by hardware", [c["hardware"] for c in cost_rows],
+                {"cost": [c["cost"] for c in cost_rows]}, ylabel="per 1M requests",
+                empty="no cost measured (needs resource sampling and a configured price)")  # fmt: skip

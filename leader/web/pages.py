@@ -18,7 +18,7 @@ from common.errors import BenchfleetError, InvalidRequest
 from common.jobs import TERMINAL_STATES
 from common.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
-from leader.analysis import hardware, heatmap, queries
+from leader.analysis import hardware, heatmap, interference, queries
 from leader.analysis.leaderboard import NUMERIC, column
 from leader.analysis.recommend import recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
@@ -142,7 +142,7 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
     points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "repeats": summarize_repeats(points),
-            "running": job.state not in TERMINAL_STATES}  # fmt: skip
+            "running": job.state not in TERMINAL_STATES, "interference": interference.matrix(job, points)}  # fmt: skip
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -153,11 +153,24 @@ async def job_page(request: Request, job_id: str) -> HTMLResponse:
     return HTMLResponse(render("job.html", report=False, **context))
 
 
+def _report_assets() -> tuple[str, str]:
+    """The CSS and script a report inlines: the pages' own, and uPlot with its licence notice where it was vendored."""
+    static, uplot = HERE / "static", HERE / "static" / "vendor" / "uplot"
+    css, js = [(static / "app.css").read_text()], [(static / "charts.js").read_text()]
+    if (uplot / "uPlot.iife.min.js").is_file():
+        notice = "/*! uPlot " + (uplot / "VERSION").read_text().strip() + " (MIT) https://github.com/leeoniya/uPlot */\n"
+        js.insert(0, notice + (uplot / "uPlot.iife.min.js").read_text())
+        css.append((uplot / "uPlot.min.css").read_text())
+    # A script's text ends at the first "</": none of ours holds one, and a vendored file that did would be cut.
+    return "\n".join(css), ";\n".join(j.replace("</", "<\\/") for j in js)
+
+
 async def render_report(db: Any, *, job_id: str, team: str | None = None) -> str:
-    """The job page as one self-contained HTML file (inline CSS, inline SVG, no script, no links out), as `team` sees
-    it (None: every team)."""
+    """The job page as one self-contained HTML file (inline CSS, the chart library and the charts' data inline, no
+    links out: it opens offline), as `team` sees it (None: every team)."""
     context = await _job_context(db, job_id, team)
-    return render("job.html", report=True, inline_css=(HERE / "static" / "app.css").read_text(), **context)
+    css, js = _report_assets()
+    return render("job.html", report=True, inline_css=css, inline_js=js, **context)
 
 
 @router.get("/jobs/{job_id}/points/{index}", response_class=HTMLResponse)
@@ -235,7 +248,7 @@ report_router = APIRouter(tags=["analysis"])
 
 @report_router.get(API_PREFIX + "/jobs/{job_id}/report.html", response_class=HTMLResponse)
 async def job_report(job_id: str, request: Request, viewer: deps.Viewer) -> HTMLResponse:
-    """A self-contained HTML report of the job (inline CSS and SVG; opens offline)."""
+    """A self-contained HTML report of the job (inline CSS, chart library and data; opens offline)."""
     html = await render_report(deps.get_db(request), job_id=job_id, team=viewer.scope)
     return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{job_id}-report.html"'})
 

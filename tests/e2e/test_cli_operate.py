@@ -227,11 +227,13 @@ def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: P
     jobs = {}
     for name, hidden in (("light", 16), ("heavy", 2048)):
         path = tmp_path / f"{name}.onnx"
-        path.write_bytes(mlp_onnx(inputs=512, hidden=hidden, layers=3 if name == "heavy" else 1))
+        # The heavy model's p99 must exceed the light one's beyond the bootstrap CI even on a noisy 2-core CI machine:
+        # several ms of compute against a fraction of one, over 360 requests.
+        path.write_bytes(mlp_onnx(inputs=512, hidden=hidden, layers=4 if name == "heavy" else 1))
         assert _cli(fleet, "models", "push", str(path), "--name", f"mlp-{name}", "--version", "1").returncode == 0
         spec = tmp_path / f"{name}.yaml"
         spec.write_text(f"name: gate-{name}\nmodel: mlp-{name}:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
-                        "load: {pattern: poisson, rate: 40, duration: 3s, warmup: 0.5s}\nslo: {p99_ms: 500}\n")  # fmt: skip
+                        "load: {pattern: poisson, rate: 40, duration: 9s, warmup: 0.5s}\nslo: {p99_ms: 500}\n")  # fmt: skip
         watched = _cli(fleet, "submit", str(spec), "--watch", timeout=180)
         assert watched.returncode == 0, watched.stderr[-2000:]
         jobs[name] = watched.stdout.splitlines()[0].strip()
@@ -261,7 +263,7 @@ def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: P
     assert _cli(fleet, "compare", "baseline:gate", jobs["heavy"]).returncode == 5
     report = tmp_path / "report.html"
     assert _cli(fleet, "report", jobs["light"], "-o", str(report)).returncode == 0
-    assert "<svg" in report.read_text() and jobs["light"] in report.read_text()
+    assert 'id="chart-data"' in report.read_text() and jobs["light"] in report.read_text()
 
     made = _cli(fleet, "tokens", "create", "tia", "--role", "viewer", "--team", "other")
     assert made.returncode == 0, made.stderr

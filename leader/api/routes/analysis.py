@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from common.errors import Forbidden, NotFound
 from common.spec import NAME_PATTERN
+from leader.analysis import anomalies, export, heatmap, queries, records
 from leader.analysis import compare as compare_mod
-from leader.analysis import export, heatmap, queries, records
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import recommend as recommend_rows
 from leader.api.deps import Db, Submitter, Viewer
@@ -112,14 +112,16 @@ async def pin_baseline(
 @router.get("/outliers", response_model=OutlierResponse)
 async def outliers(
     request: Request, db: Db, viewer: Viewer, name: str,
-    threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.OUTLIER_THRESHOLD,
+    threshold: Annotated[float, Query(gt=0, lt=10)] = anomalies.THRESHOLD,
+    metric: Literal["p50_ms", "p99_ms"] = "p99_ms",
 ) -> OutlierResponse:
-    """Jobs named `name` run on several followers: flag the follower whose p99 stands out from the class median."""
+    """Jobs named `name` run on several followers: flag the follower whose figure stands out from its class (robust
+    z-score over the median and MAD beyond 3.5, and slower than the median by more than `threshold`)."""
     index = await queries.synced_index(request.app.state, db)
     rows = index.select([f"job_name:{name}"], team=viewer.scope)
     if not rows:
         raise NotFound(f"no results of jobs named {name!r}", field="name")
-    return compare_mod.follower_outliers(rows, name=name, threshold=threshold)
+    return anomalies.across_followers(rows, name=name, metric=metric, threshold=threshold)
 
 
 @router.get("/jobs/{job_id}/export")

@@ -13,11 +13,12 @@ from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobV
 from common.llmdata import KINDS_FOR_API
 from common.llmspec import LlmWorkload
 from common.loadspec import TraceRef
-from common.models import LlmParams
+from common.models import LlmParams, ModelMeta
 from common.repeats import summarize_repeats
 from common.signature import input_mismatches
 from common.spec import LLM_BACKENDS, BackendName, JobSpec
 from common.specparse import load_yaml, parse_spec
+from leader.analysis import fleetcheck
 from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
@@ -112,11 +113,30 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         await _check_prompt_set(db, spec.llm, team)
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta, team)
+    colocated = await _colocated_models(db, spec, model, team)
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
     async with queue_admission(db, settings, principal, adding=plan.jobs_created):
-        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user)
+        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated)
     placer.nudge()
     return job
+
+
+async def _colocated_models(db: Db, spec: JobSpec, model: ModelMeta, team: str | None) -> list[ModelMeta]:
+    """A co-location job's other models, resolved like its own: 404 naming colocate.models.K when one is missing,
+    422 when it is a language model or already served (the job's own, or named twice)."""
+    if spec.colocate is None:
+        return []
+    out: list[ModelMeta] = []
+    for k, ref in enumerate(spec.colocate.models):
+        name, _, version = ref.partition(":")
+        other = await models_store.get_model(db, name=name, version=version or None, field=f"colocate.models.{k}",
+                                             team=team)  # fmt: skip
+        if other.is_llm:
+            raise InvalidSpec(f"{other.ref} is a language model; colocate serves tensor models", field=f"colocate.models.{k}")
+        if other.ref == model.ref or other.ref in [m.ref for m in out]:
+            raise InvalidSpec(f"{other.ref} is already served in this co-location", field=f"colocate.models.{k}")
+        out.append(other)
+    return out
 
 
 async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None) -> None:
@@ -185,12 +205,14 @@ async def get_results(job_id: str, db: Db, viewer: Viewer) -> JobResults:
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)
-async def cancel_job(job_id: str, db: Db, principal: Submitter) -> JobView:
+async def cancel_job(job_id: str, db: Db, settings: SettingsDep, principal: Submitter) -> JobView:
     """Cancel a job that has not finished (409 if it has); only its owner or an admin may (403)."""
     job = await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
     if not principal.may_manage(job.owner):
         raise Forbidden(f"job {job_id} belongs to {job.owner}; only they or an admin may cancel it", field="owner")
-    return await jobs_store.cancel_job(db, job_id=job_id)
+    cancelled = await jobs_store.cancel_job(db, job_id=job_id)
+    await fleetcheck.job_ended(db, job_name=cancelled.name, drain=settings.fleetcheck_drain)
+    return cancelled
 
 
 @router.post("/{job_id}/claim", response_model=JobTask)
@@ -216,7 +238,10 @@ async def report_point(job_id: str, report: PointReport, db: Db, principal: Foll
 
 
 @router.post("/{job_id}/finish", response_model=JobView)
-async def finish_job(job_id: str, report: FinishReport, db: Db, principal: FollowerPrincipal) -> JobView:
+async def finish_job(job_id: str, report: FinishReport, db: Db, settings: SettingsDep,
+                     principal: FollowerPrincipal) -> JobView:  # fmt: skip
     """Close the running attempt as succeeded or failed (the same finish again is a no-op; 409 if stale)."""
     check_follower(principal, report.follower_id)
-    return await jobs_store.finish_job(db, job_id=job_id, report=report)
+    finished = await jobs_store.finish_job(db, job_id=job_id, report=report)
+    await fleetcheck.job_ended(db, job_name=finished.name, drain=settings.fleetcheck_drain)  # the last one settles it
+    return finished

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import uvicorn
 
 from common.procs import free_port
 from leader.app import create_app
+from leader.web.render import HERE
 from tests.conftest import wait_for_port
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN_TOKEN, Leader
@@ -28,6 +30,8 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+UPLOT = HERE / "static" / "vendor" / "uplot" / "uPlot.iife.min.js"  # vendored by scripts/vendor_web.sh
 
 pytestmark = [
     pytest.mark.e2e,
@@ -101,12 +105,23 @@ def job_page(url: str, job_id: str) -> Iterator[Any]:
             browser.close()
 
 
-def svg_marks(page: Any, selector: str) -> int:
-    """Drawn marks (lines, points, bars, cells) inside the SVG charts under selector."""
-    return page.eval_on_selector_all(
-        f"{selector} svg.chart",
-        "els => els.reduce((n, e) => n + e.querySelectorAll('polyline.series, circle.mark, rect.bar, rect.cell').length, 0)",
-    )
+# What each uPlot chart under a selector holds: its title, series labels, non-empty values and non-white pixels drawn.
+CHARTS_JS = """sel => (window.benchfleetCharts || []).filter(c => c.root.closest(sel)).map(c => {
+  const canvas = c.root.querySelector('canvas');
+  const px = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let inked = 0;
+  for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 0 && (px[i] < 240 || px[i + 1] < 240 || px[i + 2] < 240)) inked++;
+  return {title: c.benchfleetSpec.title, series: c.series.slice(1).map(s => s.label), inked,
+          values: c.data.slice(1).reduce((n, col) => n + col.filter(v => v !== null).length, 0)};
+})"""
+
+
+def drawn_charts(page: Any, selector: str) -> list[dict[str, Any]]:
+    """The charts drawn under selector (see CHARTS_JS); skips, with the reason, where uPlot was not vendored."""
+    if not UPLOT.is_file():
+        pytest.skip("uPlot is not vendored here (scripts/vendor_web.sh needs npm)")
+    page.wait_for_selector(f"{selector} .uplot canvas")
+    return list(page.evaluate(CHARTS_JS, selector))
 
 
 def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], artifacts_dir: Path) -> None:
@@ -165,16 +180,18 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
             assert page.is_checked("#rec-confident")
 
             page.goto(f"{server['url']}/jobs/{server['jobs'][0]}")
-            page.wait_for_selector("#charts svg.chart")
             assert page.locator("#points tbody tr").count() == 8
-            assert svg_marks(page, "#charts") > 20  # CDF, ladder, timeline, stages drawn
-            titles = page.locator("#charts svg.chart title").all_text_contents()
-            assert any("CDF" in t for t in titles) and any("throughput" in t for t in titles)
+            charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
+            # CDF, ladder, timeline and stage bars, each with its values and ink on its canvas.
+            for title in ("Latency CDF per point", "Timeline: p99 per window", "Stage breakdown (mean ms)"):
+                assert charts[title]["values"] >= 8 and charts[title]["inked"] > 500, charts[title]
+            ladder = next(c for t, c in charts.items() if "throughput" in t)
+            assert ladder["series"] == ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"] and ladder["values"] == 8
             page.screenshot(path=str(shots / "job.png"), full_page=True)
 
             page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate")
-            page.wait_for_selector("#analysis-charts svg.chart")
-            assert svg_marks(page, "#analysis-charts") >= 4  # heat-map cells
+            page.wait_for_selector("#analysis-charts table.heat")
+            assert page.locator("#analysis-charts table.heat td.cell").count() >= 4  # heat-map cells
             page.screenshot(path=str(shots / "analysis.png"), full_page=True)
 
             a, b = server["jobs"]
@@ -228,6 +245,7 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "11.25 / 31.50" in rows[0], rows
         assert "[38.00–43.50]" in rows[0]  # the TTFT p99's CI beside it
         assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s
+        assert page.evaluate(OVERFLOW_JS) <= 0  # the token table fits a 1,400 px window too
 
 
 def test_api_docs_render_offline(server: dict[str, Any], artifacts_dir: Path) -> None:
@@ -260,17 +278,18 @@ def test_api_docs_render_offline(server: dict[str, Any], artifacts_dir: Path) ->
 
 
 OVERFLOW_JS = "() => document.documentElement.scrollWidth - window.innerWidth"
-# Legend entries whose box meets the plot area of their chart (they once covered the curves).
+# Legend entries whose box meets the plot area of their chart (they once covered the curves), and charts wider than
+# their box.
 LEGEND_OVER_PLOT_JS = """() => {
   const bad = [];
-  for (const svg of document.querySelectorAll('svg.chart')) {
-    const plot = svg.querySelector('rect.plot');
-    if (!plot) continue;
-    const p = plot.getBoundingClientRect();
-    for (const g of svg.querySelectorAll('g.legend')) {
-      const r = g.getBoundingClientRect();
-      if (r.top < p.bottom && r.bottom > p.top && r.left < p.right && r.right > p.left) bad.push(g.textContent);
+  for (const chart of document.querySelectorAll('.uplot')) {
+    const p = chart.querySelector('.u-over').getBoundingClientRect();
+    for (const entry of chart.querySelectorAll('.u-legend .u-series')) {
+      const r = entry.getBoundingClientRect();
+      if (r.top < p.bottom && r.bottom > p.top && r.left < p.right && r.right > p.left) bad.push(entry.textContent);
     }
+    const box = chart.closest('figure').getBoundingClientRect();
+    if (p.right > box.right + 1) bad.push('plot wider than its figure: ' + chart.closest('figure').textContent.slice(0, 40));
   }
   return bad;
 }"""
@@ -314,7 +333,11 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
                 assert page.evaluate(LEGEND_OVER_PLOT_JS) == [], name
                 if name == "job-invalid":
                     assert page.locator("#points tr.invalid").count() == 1 and page.locator("#points tr.valid").count() == 1
-                    assert page.locator("#charts circle.mark.invalid").count() == 1  # hollow on the rate ladder
+                    if UPLOT.is_file():
+                        ladder = next(c for c in drawn_charts(page, "#charts") if "throughput" in c["title"])
+                        assert ladder["series"][-1] == "invalid point" and ladder["values"] == 2 + 1  # ringed red
+                    else:  # without the chart library the page says so, and the tables still hold every figure
+                        assert "chart library is not installed" in page.inner_text("#charts")
                 if name == "point-invalid":
                     assert page.inner_text("#verdict").startswith("invalid")
                     assert "below 95% of the offered 100 req/s" in page.inner_text("#reasons")
@@ -331,3 +354,89 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
                     assert doc_height < 3000, doc_height  # the raw dump once made it 5,000 px
         finally:
             browser.close()
+
+
+def test_charts_answer_hover_zoom_and_legend_clicks(server: dict[str, Any]) -> None:
+    """Hovering shows the values under the cursor in the legend, dragging zooms the x axis and a double click resets
+    it, and clicking a legend entry hides its series (and brings it back)."""
+    with job_page(server["url"], server["jobs"][0]) as page:
+        drawn_charts(page, "#charts")
+        ladder = page.locator("#charts figure.chart", has_text="throughput").locator(".uplot")
+        over = ladder.locator(".u-over").bounding_box()
+        assert over is not None
+        page.mouse.move(over["x"] + over["width"] * 0.5, over["y"] + over["height"] * 0.5)
+        values = ladder.locator(".u-legend .u-series .u-value").all_inner_texts()
+        assert re.fullmatch(r"[\d.]+", values[0]), values  # the x under the cursor: an achieved rate
+        assert any(re.fullmatch(r"[\d.]+", v) for v in values[1:]), values  # and a p99 of a series there
+
+        x_range = "i => [window.benchfleetCharts[i].scales.x.min, window.benchfleetCharts[i].scales.x.max]"
+        cdf = 0  # the first chart on the page
+        box = page.locator("#charts .uplot").nth(cdf).locator(".u-over").bounding_box()
+        assert box is not None
+        full = page.evaluate(x_range, cdf)
+        page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
+        page.mouse.up()
+        zoomed = page.evaluate(x_range, cdf)
+        assert full[0] < zoomed[0] < zoomed[1] < full[1], (full, zoomed)
+        page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        assert page.evaluate(x_range, cdf) == full
+
+        entry = ladder.locator(".u-legend .u-series").nth(1)  # entry 0 is the x value
+        shown = "() => window.benchfleetCharts[1].series[1].show"
+        entry.click()
+        assert "u-off" in (entry.get_attribute("class") or "") and page.evaluate(shown) is False
+        entry.click()
+        assert page.evaluate(shown) is True
+
+
+def test_the_html_report_draws_its_charts_offline(server: dict[str, Any], leader: Leader, tmp_path: Path) -> None:
+    """The downloaded report, opened from a file with every request refused, draws the same charts: the chart library
+    and the data are inside it."""
+    if not UPLOT.is_file():
+        pytest.skip("uPlot is not vendored here (scripts/vendor_web.sh needs npm)")
+    job = server["jobs"][0]
+    response = leader.client.get(f"/api/v1/jobs/{job}/report.html", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 200
+    report = tmp_path / "report.html"
+    report.write_text(response.text)
+    refused: list[str] = []
+
+    def nothing_but_the_file(route: Any) -> None:
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.route("**/*", nothing_but_the_file)
+            page.goto(report.as_uri())
+            charts = drawn_charts(page, "#charts")
+        finally:
+            browser.close()
+    assert refused == []
+    assert len(charts) >= 4 and all(c["inked"] > 500 for c in charts if c["values"]), charts
+
+
+def test_a_co_location_job_shows_its_interference_matrix(server: dict[str, Any], leader: Leader) -> None:
+    """Each model alone and beside the other: the job page's matrix has a row per model, its p99 and rate alone, and
+    beside the other with the ratio to alone."""
+    leader.upload_model(name="ident2", version="1")
+    p99s = iter([4.0, 2.0, 10.0, 3.0])  # a alone, b alone, a beside b, b beside a
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(next(p99s)), "achieved_rate": rate}
+
+    job = seed_job(leader, name="web-colocate", backends=["onnxruntime"], batches=[1], rates=[50], p99_slo=100,
+                   follower_id="host-c", metrics=metrics, extra="colocate: {models: [ident2:1], cpus: shared}\n")  # fmt: skip
+    with job_page(server["url"], job) as page:
+        page.wait_for_selector("#interference tbody tr")
+        rows = page.locator("#interference tbody tr").all_inner_texts()
+        assert len(rows) == 2 and rows[0].startswith("ident:1") and rows[1].startswith("ident2:1"), rows
+        assert "4.00 ms" in rows[0] and "10.00 ms" in rows[0] and "[×2.50, ×1.00]" in rows[0], rows[0]
+        assert "2.00 ms" in rows[1] and "[×1.50, ×1.00]" in rows[1], rows[1]

@@ -1,4 +1,4 @@
-"""The leaderboard index's sort, filter and paging against a brute-force Python sort; SVG charts render marks."""
+"""The leaderboard index's sort, filter and paging against a brute-force Python sort."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from common.errors import InvalidRequest
 from leader.analysis.leaderboard import LeaderboardIndex, parse_filter
-from leader.web import svg
 
 
 def rows(n: int) -> list[dict[str, Any]]:
@@ -81,15 +80,3 @@ def test_bad_filters_name_the_field() -> None:
         with pytest.raises(InvalidRequest) as info:
             parse_filter(text)
         assert info.value.field == "filter"
-
-
-def test_svg_charts_draw_marks_and_say_when_empty() -> None:
-    line = svg.line_chart("t", [("a", [1, 2, 3], [3, 1, 2])], xlabel="x", ylabel="y")
-    assert line.count("<circle") == 3 and "polyline" in line
-    assert "no data" in svg.line_chart("t", [], xlabel="x", ylabel="y")
-    assert svg.bar_chart("b", ["p0", "p1"], {"s": [1.0, None]}, ylabel="ms").count('class="bar"') == 1
-    assert (
-        svg.heatmap("h", ["1", "8"], ["50"], {("1", "50"): 2.0, ("8", "50"): 4.0}, xlabel="b", ylabel="r").count('class="cell"')
-        == 2
-    )
-    assert "<script" not in line and "&lt;b&gt;" in svg.line_chart("<b>", [("a", [1], [1])], xlabel="", ylabel="")

@@ -1,0 +1,163 @@
+"""Fleet checks: one fixed benchmark pinned to every follower of a hardware class, then the outlier tests
+(anomalies.py) across them and against each follower's earlier checks; outliers are marked on the follower (and
+drained, where the leader's settings say so).
+
+A check is settled once every one of its jobs has ended (on each job's finish or cancel, and when it is read), by a
+conditional update, so it is settled once however many of those race.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from common.analysis import Anomaly, FleetCheckView, HistoryOutlier, OutlierResponse
+from common.errors import InvalidRequest, NotFound
+from common.jobs import TERMINAL_STATES, JobState
+from common.models import ModelMeta
+from common.spec import JobSpec
+from leader.analysis import anomalies
+from leader.analysis.compare import point_key
+from leader.clock import utcnow
+from leader.jobplan import plan_job
+from leader.store import fleetchecks as store
+from leader.store import followers as followers_store
+from leader.store import jobs as jobs_store
+from leader.store import placement as placement_store
+from leader.store import results as results_store
+
+log = logging.getLogger(__name__)
+
+PREFIX = "fleetcheck-"  # the name of every fleet check job: fleetcheck-<check id>
+METRIC = "p50_ms"  # a fixed light load: the median is the machine's service time, and steadier than a tail
+HISTORY = 20  # earlier checks of the same model read for each follower's history
+DRAINED_REASON = "follower {follower_id} drained: anomalous in a fleet check"
+
+
+def check_spec(check_id: str, model_ref: str, follower_id: str, *, rate: float, duration_s: float) -> JobSpec:
+    """The canonical benchmark, the same on every follower: the model on ONNX Runtime at batch 1, a constant light
+    rate, a fixed seed, pinned to the follower."""
+    return JobSpec.model_validate({
+        "name": f"{PREFIX}{check_id}", "model": {"ref": model_ref}, "backends": ["onnxruntime"], "batch_sizes": [1],
+        "load": {"pattern": "constant", "rate": rate, "duration": f"{duration_s:g}s", "warmup": "2s"}, "seed": 0,
+        "requires": {"follower": follower_id},
+    })  # fmt: skip
+
+
+def _matches(doc: dict[str, Any], hardware: str | None) -> bool:
+    info = doc["info"]
+    if "onnxruntime" not in info.get("backends", []):
+        return False
+    if hardware is None:
+        return True
+    names = [info.get("cpu_model", "")] + [g.get("name", "") for g in info.get("gpus") or []]
+    return any(hardware.lower() in name.lower() for name in names)
+
+
+async def create(db: AsyncDatabase, *, model: ModelMeta, hardware: str | None, rate: float, duration_s: float,
+                 owner: str) -> FleetCheckView:  # fmt: skip
+    """One pinned job per available follower of the class (ONNX Runtime offered); InvalidRequest naming `hardware` when
+    fewer than MIN_FOLLOWERS match."""
+    followers = await followers_store.available_docs(db)
+    chosen = sorted(doc["_id"] for doc in followers if _matches(doc, hardware))
+    if len(chosen) < anomalies.MIN_FOLLOWERS:
+        where = f"matching {hardware!r}" if hardware else "available"
+        raise InvalidRequest(f"a fleet check needs at least {anomalies.MIN_FOLLOWERS} followers {where} with onnxruntime; "
+                             f"found {len(chosen)}", field="hardware")  # fmt: skip
+    check_id = uuid.uuid4().hex[:12]
+    jobs = {}
+    for follower_id in chosen:
+        plan = plan_job(check_spec(check_id, model.ref, follower_id, rate=rate, duration_s=duration_s))
+        jobs[follower_id] = (await jobs_store.insert_job(db, plan=plan, model=model, owner=owner)).id
+    doc = {"_id": check_id, "created_at": utcnow(), "model_ref": model.ref, "hardware": hardware, "jobs": jobs,
+           "state": "running"}  # fmt: skip
+    await store.insert(db, doc)
+    return _view(doc)
+
+
+def _view(doc: dict[str, Any]) -> FleetCheckView:
+    result = doc.get("result") or {}
+    return FleetCheckView(id=doc["_id"], created_at=doc["created_at"], model_ref=doc["model_ref"],
+                          hardware=doc.get("hardware"), jobs=doc["jobs"], state=doc["state"], **result)  # fmt: skip
+
+
+async def get(db: AsyncDatabase, *, check_id: str, drain: bool = False) -> FleetCheckView:
+    """A check, settled first if its jobs have all ended; NotFound if unknown."""
+    doc = await store.find(db, check_id)
+    if doc is None:
+        raise NotFound(f"fleet check {check_id} does not exist", field="check_id")
+    if doc["state"] == "running":
+        doc = await settle(db, doc, drain=drain) or doc
+    return _view(doc)
+
+
+async def job_ended(db: AsyncDatabase, *, job_name: str, drain: bool) -> None:
+    """A job ended: if it belongs to a fleet check, settle the check when it was the last."""
+    if job_name.startswith(PREFIX):
+        doc = await store.find(db, job_name[len(PREFIX) :], running=True)
+        if doc is not None:
+            await settle(db, doc, drain=drain)
+
+
+async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> list[dict[str, Any]] | None:
+    """The check's points as outlier rows, or None while a job has not ended."""
+    rows = []
+    for follower_id, job_id in jobs.items():
+        job = await jobs_store.get_job(db, job_id=job_id)
+        if job.state not in TERMINAL_STATES:
+            return None
+        if job.state != JobState.succeeded:
+            continue
+        for p in await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt):
+            if p.latency_ms is None:
+                continue
+            rows.append({"follower_id": follower_id, "job_id": job_id, "backend": p.point.backend,
+                         "batch_size": p.point.batch_size, "pattern": p.point.pattern, "rate": p.point.rate,
+                         "concurrency": p.point.max_concurrency, "repeat": p.point.repeat,
+                         "p50_ms": p.latency_ms.p50, "p99_ms": p.latency_ms.p99})  # fmt: skip
+    return rows
+
+
+async def settle(db: AsyncDatabase, doc: dict[str, Any], *, drain: bool) -> dict[str, Any] | None:
+    """Run the tests once every job has ended; store the result and mark (and maybe drain) the outliers."""
+    rows = await _rows(db, doc["jobs"])
+    if rows is None:
+        return None
+    across = anomalies.across_followers(rows, name=f"{PREFIX}{doc['_id']}", metric=METRIC)
+    figures = [[row["follower_id"], point_key(row), row[METRIC]] for row in rows]  # (keys may hold dots: a list)
+    earlier: dict[tuple[str, str], list[float]] = {}
+    for old in await store.earlier_figures(db, model_ref=doc["model_ref"], before=doc["_id"], limit=HISTORY):
+        for follower_id, key, value in old:
+            earlier.setdefault((follower_id, key), []).append(value)
+    history = anomalies.against_history({(f, k): v for f, k, v in figures}, earlier)
+    outliers = sorted(set(across.outliers) | {h.follower_id for h in history if h.outlier})
+    result = {"across": across.model_dump(), "history": [h.model_dump() for h in history], "outliers": outliers}
+    done = await store.settle(db, doc["_id"], result=result, figures=figures)
+    if done is None:
+        return await store.find(db, doc["_id"])  # settled by another caller meanwhile
+    await _mark(db, doc["_id"], list(doc["jobs"]), across, history, outliers, drain=drain)
+    return done
+
+
+async def _mark(db: AsyncDatabase, check_id: str, followers: list[str], across: OutlierResponse, history: list[HistoryOutlier],
+                outliers: list[str], *, drain: bool) -> None:  # fmt: skip
+    """Mark each outlier with its evidence (and drain it if asked); clear the mark of the check's other followers."""
+    now = utcnow()
+    for follower_id in followers:
+        if follower_id not in outliers:
+            await store.set_anomaly(db, follower_id=follower_id, anomaly=None)
+            continue
+        words = [f"{p.metric} {p.value_ms:.3g} ms vs class median {p.median_ms:.3g} ms ({p.deviation:+.0%}, z {p.z:.1f}) "
+                 f"at {p.key}" for p in across.points if p.follower_id == follower_id and p.outlier]  # fmt: skip
+        words += [f"{h.value_ms:.3g} ms vs its own median {h.median_ms:.3g} ms over {len(h.history)} earlier checks "
+                  f"(z {h.z:.1f}) at {h.key}" for h in history if h.follower_id == follower_id and h.outlier]  # fmt: skip
+        anomaly = Anomaly(check_id=check_id, since=now, evidence="; ".join(words), drained=drain)
+        await store.set_anomaly(db, follower_id=follower_id, anomaly=anomaly)
+        log.warning("fleet check %s: follower %s is anomalous: %s", check_id, follower_id, anomaly.evidence)
+        if drain:
+            await followers_store.set_draining(db, follower_id=follower_id, draining=True)
+            await placement_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=DRAINED_REASON,
+                                                        states=[JobState.assigned.value])  # fmt: skip
