@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.analysis import Anomaly
-from common.spec import NAME_PATTERN
+from common.spec import NAME_PATTERN, Labels
 
 FollowerState = Literal["ready", "busy", "draining", "missing"]
 
@@ -44,6 +44,7 @@ class FollowerInfo(BaseModel):
     # The qdiscs this agent can shape its servers' links with ("netem": delay, jitter, loss; "tbf": rate), and why
     # not where it cannot (follower/host/netshape.py); placement sends a job's `network` only where it can.
     network_shaping: list[str] = []
+    labels: Labels = {}  # what the operator says of this host (zone, network, host class); jobs ask for them
     network_shaping_note: str | None = None
 
 

@@ -20,6 +20,9 @@ from common.loadspec import LoadSpec, Pattern, SearchSpec, Stability, StrictMode
 from common.netspec import NetworkSpec, shaping_needs
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
+LabelText = Annotated[str, Field(pattern=NAME_PATTERN)]
+Labels = Annotated[dict[LabelText, LabelText], Field(max_length=32)]
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
 
 # Upper bounds of the grid and the document (the load's are common.loadspec's).
@@ -229,6 +232,9 @@ class Requires(StrictModel):
     """At least this much GPU memory, in MiB."""
     follower: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """Only this follower runs the job (a fleet check pins one job to each follower); it waits while that one is away."""
+    labels: Labels = {}
+    """Only a follower carrying every one of these labels, e.g. {zone: a, network: 25g} (a follower's labels are set
+    by BENCHFLEET_FOLLOWER_LABELS)."""
 
     @property
     def needs_gpu(self) -> bool:

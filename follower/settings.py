@@ -11,6 +11,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.messaging import HEARTBEAT_INTERVAL_S
+from common.spec import Labels
 
 
 def default_follower_id() -> str:
@@ -42,6 +43,8 @@ class FollowerSettings(BaseSettings):
     follower_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] = Field(default_factory=default_follower_id)
     work_dir: Path = Path(".benchfleet/follower")
     backends: list[str] | None = None  # None: every backend this host can run
+    # What this host is, for placement: BENCHFLEET_FOLLOWER_LABELS='{"zone": "a", "network": "25g"}' (JSON).
+    labels: Labels = {}
     heartbeat_interval_s: float = Field(default=HEARTBEAT_INTERVAL_S, gt=0)
     server_ready_timeout_s: float = Field(default=60.0, gt=0)
     # Tier 2: the order held jobs run in (sjf: shortest estimate first with ageing; fcfs: the baseline), and the

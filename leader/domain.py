@@ -24,6 +24,11 @@ class Needs:
     gpu_model: str | None = None
     min_gpu_memory_mb: int | None = None
     follower: str | None = None  # pinned to this follower (a fleet check's job)
+    labels: tuple[tuple[str, str], ...] = ()  # every one of these (name, value) labels, sorted
+
+    def __post_init__(self) -> None:
+        if isinstance(self.labels, dict):  # as the spec stores them; kept as sorted pairs so Needs stays hashable
+            object.__setattr__(self, "labels", tuple(sorted(self.labels.items())))
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Candidate:
     follower_id: str
     backends: frozenset[str]
     gpus: tuple[Gpu, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # the follower's (name, value) labels, sorted
 
 
 @dataclass(frozen=True)

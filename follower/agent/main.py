@@ -56,6 +56,7 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
         backends=[b for b in backends if b not in trusted_only],
         trusted_only=trusted_only,
         network_shaping=list(shaping.qdiscs),
+        labels=settings.labels,
         network_shaping_note=shaping.note,
         version=__version__,
     )

@@ -51,6 +51,8 @@ def unable_reason(job: QueuedJob | Needs, candidate: Candidate, backends: frozen
         needs = job
     if needs.follower is not None and candidate.follower_id != needs.follower:
         return f"is pinned to follower {needs.follower}"
+    if needs.labels and not set(needs.labels) <= set(candidate.labels):
+        return f"needs a follower labelled {', '.join(f'{k}={v}' for k, v in needs.labels)}"
     if not backends <= candidate.backends:
         missing = backends - candidate.backends
         shaping = missing & {NETEM, TBF}
@@ -104,10 +106,10 @@ class PlacementIndex:
         self.policy = policy
         self.loads = dict(loads)
         self.rr_last = rr_last
-        groups: dict[tuple[frozenset[str], tuple], list[str]] = {}
+        groups: dict[tuple[frozenset[str], tuple, tuple], list[str]] = {}
         self.examples: list[Candidate] = []
         for cand in candidates:
-            key = (cand.backends, cand.gpus)
+            key = (cand.backends, cand.gpus, cand.labels)
             if key not in groups:
                 groups[key] = []
                 self.examples.append(cand)

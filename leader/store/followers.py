@@ -123,7 +123,8 @@ async def candidates(db: AsyncDatabase) -> list[Candidate]:
     docs = (
         await db[COLLECTION]
         .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}},
-              {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1})  # fmt: skip
+              {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1,
+               "info.labels": 1})  # fmt: skip
         .to_list(None)
     )
     return [
@@ -132,6 +133,7 @@ async def candidates(db: AsyncDatabase) -> list[Candidate]:
             offered_backends(doc["info"]["backends"], doc["info"].get("trusted_only") or (),
                              shaping=doc["info"].get("network_shaping") or ()),
             tuple(Gpu(g["name"], int(g["memory_mb"])) for g in doc["info"].get("gpus") or []),
+            tuple(sorted((doc["info"].get("labels") or {}).items())),
         )
         for doc in docs
     ]

@@ -1,4 +1,4 @@
-"""Follower settings that name files are checked at start, with the field named."""
+"""Follower settings are checked at start, with the field named: files that must exist, the work dir, labels."""
 
 from __future__ import annotations
 
@@ -23,3 +23,11 @@ def test_a_relative_work_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     settings = FollowerSettings(token="t" * 16, work_dir=Path("rel/work"))  # type: ignore[call-arg]
     assert settings.work_dir == tmp_path / "rel" / "work" and settings.jobs_dir.is_absolute()
+
+
+def test_labels_come_from_json_and_bad_ones_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHFLEET_FOLLOWER_LABELS", '{"zone": "a", "network": "25g"}')
+    assert FollowerSettings(token="t" * 16).labels == {"zone": "a", "network": "25g"}  # type: ignore[call-arg]
+    monkeypatch.setenv("BENCHFLEET_FOLLOWER_LABELS", '{"zone": "a b"}')
+    with pytest.raises(ValidationError, match="labels"):
+        FollowerSettings(token="t" * 16)  # type: ignore[call-arg]

@@ -131,3 +131,19 @@ def test_a_split_jobs_part_stays_in_its_siblings_hardware_class() -> None:
     assert index.choose(part) == "h1"
     assert index.choose(part, same_class_as="a1") == "a2"  # the least loaded A100, as its sibling on a1
     assert index.choose(part, same_class_as="gone") == "h1"  # the sibling's follower left: any capable one
+
+
+def test_a_job_asking_for_labels_goes_only_to_followers_carrying_all_of_them() -> None:
+    from leader.scheduler.placement import unable_reason
+
+    zone_a = Candidate("fa", frozenset({"onnxruntime"}), labels=(("network", "25g"), ("zone", "a")))
+    zone_b = Candidate("fb", frozenset({"onnxruntime"}), labels=(("zone", "b"),))
+    bare = Candidate("f0", frozenset({"onnxruntime"}))
+    job = QueuedJob("j1", 1, frozenset({"onnxruntime"}), 10.0, Needs(labels={"zone": "a"}))  # type: ignore[arg-type]
+    assert job.needs.labels == (("zone", "a"),)  # stored sorted, so the kind of job stays hashable
+    index = PlacementIndex([zone_a, zone_b, bare], {"fa": Load(100.0, 5)})
+    assert index.choose(job) == "fa"  # the only one labelled zone=a, though the busiest
+    assert unable_reason(job, zone_b) == "needs a follower labelled zone=a"
+    assert "labelled zone=a" in explain_unplaceable(job, [zone_b, bare])
+    plain = QueuedJob("j2", 1, frozenset({"onnxruntime"}), 10.0)  # asking for none: any follower will do
+    assert choose_follower(job=plain, candidates=[zone_b, bare], loads={}) in {"fb", "f0"}
