@@ -24,11 +24,7 @@ class Needs:
     gpu_model: str | None = None
     min_gpu_memory_mb: int | None = None
     follower: str | None = None  # pinned to this follower (a fleet check's job)
-    labels: tuple[tuple[str, str], ...] = ()  # every one of these (name, value) labels, sorted
-
-    def __post_init__(self) -> None:
-        if isinstance(self.labels, dict):  # as the spec stores them; kept as sorted pairs so Needs stays hashable
-            object.__setattr__(self, "labels", tuple(sorted(self.labels.items())))
+    labels: tuple[tuple[str, str], ...] = ()  # every one of these (name, value) labels, sorted (Needs stays hashable)
 
 
 @dataclass(frozen=True)

@@ -43,14 +43,11 @@ class Shaping:
 
 
 def _tc(*args: str, netns: str | None = None) -> None:
-    argv = [sandboxes._need("ip"), "netns", "exec", netns, _tc_path(), *args] if netns else [_tc_path(), *args]
+    tc = sandboxes._need("tc")
+    argv = [sandboxes._need("ip"), "netns", "exec", netns, tc, *args] if netns else [tc, *args]
     done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"tc {' '.join(args)}: {done.stderr.decode(errors='replace').strip()}")
-
-
-def _tc_path() -> str:
-    return sandboxes._need("tc")
 
 
 @functools.cache

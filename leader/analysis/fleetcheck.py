@@ -26,8 +26,8 @@ from leader.jobplan import plan_job
 from leader.store import fleetchecks as store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
+from leader.store import leaderboard as leaderboard_store
 from leader.store import placement as placement_store
-from leader.store import results as results_store
 
 log = logging.getLogger(__name__)
 
@@ -103,21 +103,14 @@ async def job_ended(db: AsyncDatabase, *, job_name: str, drain: bool) -> None:
 
 
 async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> list[dict[str, Any]] | None:
-    """The check's points as outlier rows, or None while a job has not ended."""
+    """The check's leaderboard rows (one per point of each job that succeeded), or None while a job has not ended."""
     rows = []
-    for follower_id, job_id in jobs.items():
+    for job_id in jobs.values():
         job = await jobs_store.get_job(db, job_id=job_id)
         if job.state not in TERMINAL_STATES:
             return None
-        if job.state != JobState.succeeded:
-            continue
-        for p in await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt):
-            if p.latency_ms is None:
-                continue
-            rows.append({"follower_id": follower_id, "job_id": job_id, "backend": p.point.backend,
-                         "batch_size": p.point.batch_size, "pattern": p.point.pattern, "rate": p.point.rate,
-                         "concurrency": p.point.max_concurrency, "repeat": p.point.repeat,
-                         "p50_ms": p.latency_ms.p50, "p99_ms": p.latency_ms.p99})  # fmt: skip
+        if job.state == JobState.succeeded:
+            rows += [row for row in await leaderboard_store.job_rows(db, job_id=job_id) if row.get(METRIC) is not None]
     return rows
 
 

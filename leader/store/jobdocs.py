@@ -78,13 +78,14 @@ BOOK_FIELDS = {
 def queued_job(doc: dict[str, Any]) -> QueuedJob:
     """A job document (at least BOOK_FIELDS) as placement sees a queued job."""
     spec = doc.get("spec") or {}
+    requires = spec.get("requires") or {}  # labels as sorted (name, value) pairs: a job's needs stay hashable
     return QueuedJob(
         doc["_id"],
         int(doc["attempt"]),
         placement_backends(spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted")),
                            network=spec.get("network")),
         float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
-        Needs(**(spec.get("requires") or {})),
+        Needs(**{**requires, "labels": tuple(sorted((requires.get("labels") or {}).items()))}),
         doc.get("waiting_reason"),
         model_ref=str(doc.get("model_ref", "")),
         part_of=doc.get("part_of"),

@@ -135,11 +135,13 @@ def test_a_split_jobs_part_stays_in_its_siblings_hardware_class() -> None:
 
 def test_a_job_asking_for_labels_goes_only_to_followers_carrying_all_of_them() -> None:
     from leader.scheduler.placement import unable_reason
+    from leader.store.jobdocs import queued_job
 
     zone_a = Candidate("fa", frozenset({"onnxruntime"}), labels=(("network", "25g"), ("zone", "a")))
     zone_b = Candidate("fb", frozenset({"onnxruntime"}), labels=(("zone", "b"),))
     bare = Candidate("f0", frozenset({"onnxruntime"}))
-    job = QueuedJob("j1", 1, frozenset({"onnxruntime"}), 10.0, Needs(labels={"zone": "a"}))  # type: ignore[arg-type]
+    job = queued_job({"_id": "j1", "attempt": 1, "estimate_s": 10.0,
+                      "spec": {"backends": ["onnxruntime"], "requires": {"labels": {"zone": "a"}}}})
     assert job.needs.labels == (("zone", "a"),)  # stored sorted, so the kind of job stays hashable
     index = PlacementIndex([zone_a, zone_b, bare], {"fa": Load(100.0, 5)})
     assert index.choose(job) == "fa"  # the only one labelled zone=a, though the busiest
