@@ -17,6 +17,7 @@ from common.followers import FollowerView
 from common.jobs import JobResults, JobView
 from common.models import ModelMeta
 from common.spec import JobSpec
+from common.targetsecret import SecretView
 
 T = TypeVar("T")
 
@@ -55,6 +56,8 @@ _RECOMMEND = _model(TypeAdapter(RecommendResponse))
 _COMPARE = _model(TypeAdapter(CompareResponse))
 _TOKEN = _model(TypeAdapter(TokenView))
 _TOKENS = _model(TypeAdapter(list[TokenView]))
+_SECRET = _model(TypeAdapter(SecretView))
+_SECRETS = _model(TypeAdapter(list[SecretView]))
 _ISSUED = _model(TypeAdapter(TokenIssued))
 _PINNED = _model(TypeAdapter(dict[str, str]))
 
@@ -212,3 +215,16 @@ class Calls:
     @staticmethod
     def revoke_token(token_id: str) -> Call[TokenView]:
         return Call("DELETE", f"{API}/tokens/{token_id}", _TOKEN)
+
+    @staticmethod
+    def put_secret(name: str, value: str, kind: str, header: str) -> Call[SecretView]:
+        body = {"name": name, "value": value, "kind": kind, "header": header}
+        return Call("POST", f"{API}/secrets", _SECRET, kwargs={"json": body})
+
+    @staticmethod
+    def secrets() -> Call[list[SecretView]]:
+        return Call("GET", f"{API}/secrets", _SECRETS)
+
+    @staticmethod
+    def delete_secret(name: str) -> Call[SecretView]:
+        return Call("DELETE", f"{API}/secrets/{name}", _SECRET)

@@ -20,6 +20,7 @@ from common.followers import FollowerView
 from common.jobs import JobResults, JobView
 from common.models import ModelMeta
 from common.spec import JobSpec
+from common.targetsecret import SecretView
 
 
 class ApiError(Exception):
@@ -193,6 +194,18 @@ class BenchfleetClient:
         """Revoke a token at once (admins)."""
         return self._do(Calls.revoke_token(token_id))
 
+    def put_secret(self, name: str, value: str, *, kind: str = "header", header: str = "Authorization") -> SecretView:
+        """Store a target secret for your team (a header sent to the target, or a CA bundle); never shown again."""
+        return self._do(Calls.put_secret(name, value, kind, header))
+
+    def secrets(self) -> list[SecretView]:
+        """Your team's target secrets, without values."""
+        return self._do(Calls.secrets())
+
+    def delete_secret(self, name: str) -> SecretView:
+        """Remove one of your team's target secrets."""
+        return self._do(Calls.delete_secret(name))
+
 
 class AsyncBenchfleetClient:
     """Asyncio client with the same methods as `BenchfleetClient`, as coroutines."""
@@ -339,3 +352,15 @@ class AsyncBenchfleetClient:
     async def revoke_token(self, token_id: str) -> TokenView:
         """Revoke a token at once (admins)."""
         return await self._do(Calls.revoke_token(token_id))
+
+    async def put_secret(self, name: str, value: str, *, kind: str = "header", header: str = "Authorization") -> SecretView:
+        """Store a target secret for your team (a header sent to the target, or a CA bundle); never shown again."""
+        return await self._do(Calls.put_secret(name, value, kind, header))
+
+    async def secrets(self) -> list[SecretView]:
+        """Your team's target secrets, without values."""
+        return await self._do(Calls.secrets())
+
+    async def delete_secret(self, name: str) -> SecretView:
+        """Remove one of your team's target secrets."""
+        return await self._do(Calls.delete_secret(name))

@@ -62,6 +62,7 @@ class LocalStack:
         env: Mapping[str, str] | None = None,
         leader_port: int | None = None,
         admin_token: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         self.workdir = Path(workdir).absolute()  # the processes' paths hold wherever they run
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,8 @@ class LocalStack:
             "BENCHFLEET_LEADER_FOLLOWER_TOKEN": self.follower_token,
             "BENCHFLEET_FOLLOWER_LEADER_URL": self.url,
             "BENCHFLEET_FOLLOWER_TOKEN": self.follower_token,
+            # The key target secrets are sealed with (kept across leader restarts of this stack; `up` keeps one on disk).
+            "BENCHFLEET_LEADER_SECRET_KEY": secret_key or secrets.token_urlsafe(32),
         })  # fmt: skip
         if db_name is not None:
             self.env["BENCHFLEET_LEADER_DB_NAME"] = db_name
@@ -142,6 +145,7 @@ class LocalStack:
             "BENCHFLEET_FOLLOWER_WORK_DIR": str(self.workdir / follower_id),
             **(env or {}),
         }
+        follower_env.pop("BENCHFLEET_LEADER_SECRET_KEY", None)  # the leader's alone: a follower gets opened secrets
         proc = self._spawn(follower_id, [sys.executable, "-m", "follower"], env=follower_env)
         if wait:
             with self.client() as client:

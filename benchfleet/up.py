@@ -28,6 +28,7 @@ from benchfleet.stack import LocalStack, port_open
 
 STATE = "fleet.json"
 TOKEN = "admin-token"
+SECRET_KEY = "secret-key"
 FOLLOWER_ID = "local"
 DEFAULT_PORT = 8700
 START_TIMEOUT_S = 120.0
@@ -44,12 +45,20 @@ def _private_write(path: Path, text: str) -> None:
 
 def admin_token(workdir: Path) -> str:
     """The fleet's admin token, made once and kept (so a token handed out survives `down` and `up`)."""
-    path = workdir / TOKEN
+    return _kept(workdir / TOKEN, 24)
+
+
+def secret_key(workdir: Path) -> str:
+    """The key target secrets are sealed with, made once and kept (a stored secret opens after `down` and `up`)."""
+    return _kept(workdir / SECRET_KEY, 32)
+
+
+def _kept(path: Path, nbytes: int) -> str:
     if path.is_file():
         return path.read_text().strip()
-    token = secrets.token_urlsafe(24)
-    _private_write(path, token)
-    return token
+    value = secrets.token_urlsafe(nbytes)
+    _private_write(path, value)
+    return value
 
 
 def _alive(pid: int) -> bool:
@@ -76,7 +85,7 @@ def serve(workdir: Path, port: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     token = admin_token(workdir)
-    stack = LocalStack(workdir, leader_port=port, admin_token=token)
+    stack = LocalStack(workdir, leader_port=port, admin_token=token, secret_key=secret_key(workdir))
     with stack:
         try:
             stack.start_mongo()

@@ -16,7 +16,8 @@ Datatype = Literal[
 ]
 # "bundle": a zip the canonical generator writes (model.onnx + model.pt + meta.json); the leader reads only the ONNX.
 # "hf": a zip of a Hugging Face model directory (config, safetensors weights, tokenizer): an LLM (common/hfbundle.py).
-ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle", "hf"]
+# "endpoint": a model at an endpoint benchfleet does not run (a job's target): its signature, no files.
+ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle", "hf", "endpoint"]
 
 
 class TensorSpec(BaseModel):

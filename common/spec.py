@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -17,7 +16,8 @@ from common.colocate import ColocateSpec
 from common.devices import GPU_PROVIDERS
 from common.llmspec import LlmWorkload
 from common.loadspec import LoadSpec, Pattern, SearchSpec, Stability, StrictModel
-from common.netspec import NetworkSpec, shaping_needs
+from common.netspec import NetworkSpec
+from common.targetspec import ENDPOINT, TargetSpec, default_backends
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
@@ -31,29 +31,12 @@ MAX_POINTS = 512
 DEFAULT_MAX_MODEL_LEN = 4096  # an LLM server's sequence length unless server.llm.max_model_len says otherwise
 MAX_SPEC_BYTES = 256 * 1024
 
-BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"]
+BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai", "endpoint"]
 # Backends that serve language models (format "hf") over an OpenAI-compatible API; the others serve tensors (KServe v2).
 LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
 # Backends whose servers run code a model carries (a TorchScript forward(), a SavedModel's graph): a follower runs
 # them sandboxed, or only for models an admin marked trusted (follower/host/sandbox.py).
 MODEL_CODE_BACKENDS = frozenset({"torchscript", "tfserving"})
-TRUSTED_ONLY = "@trusted"  # "<backend>@trusted": a placement need that a follower without the sandbox also meets
-def placement_backends(backends: Iterable[str], *, trusted: bool, network: Mapping[str, Any] | None = None) -> frozenset[str]:
-    """What a job's backends need of a follower: a trusted model's code-running backends are met by
-    `<backend>@trusted` (any follower offering the backend), an untrusted one's only by a sandboxing follower; a job
-    with network conditions needs a follower that can shape them (NETEM, TBF)."""
-    needs = {f"{b}{TRUSTED_ONLY}" if trusted and b in MODEL_CODE_BACKENDS else b for b in backends}
-    return frozenset(needs | shaping_needs(network))
-
-
-def offered_backends(backends: Iterable[str], trusted_only: Iterable[str], *, shaping: Iterable[str] = ()) -> frozenset[str]:
-    """What a follower meets: its backends (each code-running one also for trusted models), the backends it runs
-    only for trusted models (no sandbox there), and the qdiscs it can shape its servers' links with ("netem", "tbf")."""
-    names = set(backends)
-    offered = names | {f"{b}{TRUSTED_ONLY}" for b in names | set(trusted_only) if b in MODEL_CODE_BACKENDS}
-    return frozenset(offered | {f"@net:{q}" for q in shaping})
-
-
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
 class ModelRef(StrictModel):
@@ -307,6 +290,13 @@ class JobSpec(StrictModel):
     colocate: ColocateSpec | None = None
     """Other models served beside this one on the same host: each measured alone and beside each other (the
     interference matrix)."""
+    target: TargetSpec | None = None
+    """An endpoint already running, benchmarked as it is (no server started; backends: [endpoint])."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_backend(cls, data: Any) -> Any:
+        return default_backends(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -358,6 +348,10 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _llm_needs_llm_backend(self) -> JobSpec:
+        if self.target is not None or (ENDPOINT in self.backends and self.target is None):
+            if self.target is None:
+                raise ValueError(f"backend {ENDPOINT} drives an endpoint already running: it needs a target")
+            return self
         if self.llm is not None and not any(b in LLM_BACKENDS for b in self.backends):
             named = ", ".join(sorted(LLM_BACKENDS))
             raise ValueError(f"llm describes a language model's requests: it needs an LLM backend ({named})")
@@ -371,6 +365,13 @@ class JobSpec(StrictModel):
     def _colocation_measures_one_configuration(cls, value: ColocateSpec | None, info: ValidationInfo) -> ColocateSpec | None:
         if value is not None:  # the fields before it, as validated (a field that failed is absent: its own error says why)
             value.check_job(info.data, llm_backends=LLM_BACKENDS)
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target_starts_nothing(cls, value: TargetSpec | None, info: ValidationInfo) -> TargetSpec | None:
+        if value is not None:
+            value.check_job(info.data)
         return value
 
     @model_validator(mode="after")

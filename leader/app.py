@@ -17,7 +17,7 @@ from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
-from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, tokens
+from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, secrets, tokens
 from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
@@ -134,8 +134,9 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes):
+    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets):
         api.include_router(module.router)
+    api.include_router(secrets.job_router)
     app.include_router(api)
     app.include_router(health.router)
     app.include_router(analysis_routes.router, prefix=API_PREFIX)

@@ -41,6 +41,9 @@ class LeaderSettings(BaseSettings):
     tls_keyfile: Path | None = None
     admin_token: SecretStr
     follower_token: SecretStr
+    # The key target secrets are sealed with at rest (leader/secretbox.py); unset: the secrets API answers 503.
+    # Changing it makes every stored secret unreadable (store them again).
+    secret_key: SecretStr | None = None
     missing_after_s: float = Field(default=10.0, gt=0)
     # Drain a follower a fleet check finds anomalous (it finishes what it runs; an admin resumes it).
     fleetcheck_drain: bool = False
@@ -79,10 +82,10 @@ class LeaderSettings(BaseSettings):
                 raise ValueError(f"{name}: no file at {path}")
         return self
 
-    @field_validator("admin_token", "follower_token")
+    @field_validator("admin_token", "follower_token", "secret_key")
     @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         # A short or empty token is an unsafe default; refuse to start rather than serve an open API.
-        if len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
             raise ValueError(f"must be at least {MIN_TOKEN_LENGTH} characters")
         return value

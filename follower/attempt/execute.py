@@ -18,6 +18,7 @@ from common.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
 from follower.attempt.request_data import resolve_request_data, with_client_stages
+from follower.attempt.target import resolve_target
 from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
 from follower.host.sampler import SamplerConfig
@@ -26,6 +27,7 @@ from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.records import encode_records
+from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.point.colocate import run_colocated
 from follower.point.runner import run_backend
 from follower.settings import FollowerSettings
@@ -40,8 +42,13 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
     workdir = settings.jobs_dir / f"{task.job_id}-{task.attempt}"
     workdir.mkdir(parents=True, exist_ok=True)
     outbox = Outbox(settings.work_dir / "outbox")
-    # Refuse a model that does not match the job (or its own metadata) before any server starts.
-    await asyncio.to_thread(check_before_serving, task.spec, task.model, model_path)
+    credentials = NO_CREDENTIALS
+    if task.spec.target is not None:  # an endpoint already running: its secrets and its signature (from its metadata)
+        model, credentials = await asyncio.to_thread(resolve_target, task, client, settings.follower_id)
+        task = task.model_copy(update={"model": model})
+    if task.model.format != "endpoint":
+        # Refuse a model that does not match the job (or its own metadata) before any server starts.
+        await asyncio.to_thread(check_before_serving, task.spec, task.model, model_path)
     blobs: dict[int, bytes] = {}  # raw records per point index (the last run of a search point)
     address = resolve_address(settings.telemetry_address or client.telemetry_address, settings.leader_url)
     reporter = None
@@ -51,7 +58,7 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
             tls=settings.leader_url.startswith("https://"), ca_file=settings.leader_ca_file,
         )
     try:
-        await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter)
+        await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter, credentials)
     finally:
         if reporter is not None:
             await asyncio.to_thread(reporter.close)
@@ -62,6 +69,7 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
 async def _run_backends(
     task: JobTask, client: LeaderClient, settings: FollowerSettings, workdir: Path, outbox: Outbox,
     blobs: dict[int, bytes], model_path: Path, env_base: dict, reporter: ProgressReporter | None,
+    credentials: Credentials,
 ) -> None:  # fmt: skip
     def keep_records(point: Any, records: Any, _summary: Any) -> None:
         blobs[point.index] = encode_records(records)
@@ -94,7 +102,7 @@ async def _run_backends(
                                  workdir=workdir, **options)]  # fmt: skip
     else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
         sources = [run_backend(points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir,
-                               network=task.spec.network, **options)
+                               network=task.spec.network, target=task.spec.target, credentials=credentials, **options)
                    for points in server_runs(task.points, task.spec.repeats.fresh_server)]  # fmt: skip
     for source in sources:
         async for result in source:
@@ -157,8 +165,11 @@ def execute(
     METRICS.job_started(task)
     outcome = "failed"
     try:
-        model_path, cached = fetch_model(client, task.model, settings.cache_dir)
-        log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
+        if task.model.format == "endpoint":  # a target's model: nothing to fetch
+            model_path = settings.work_dir
+        else:
+            model_path, cached = fetch_model(client, task.model, settings.cache_dir)
+            log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
         if not asyncio.run(_until_cancelled(_run_points(task, client, settings, model_path, env_base), cancel)):
             log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
             outcome = "cancelled"

@@ -17,6 +17,7 @@ from common.datasets import DataSetMeta
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.models import ModelMeta
+from common.targetsecret import TargetCredentials
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,18 @@ class LeaderClient:
         if 400 <= response.status_code < 500:
             raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
+
+    @_retrying
+    def target_credentials(self, job_id: str, attempt: int, follower_id: str) -> TargetCredentials:
+        """The opened secrets of the target of the attempt this follower runs (kept in memory, never logged)."""
+        path = f"/api/v1/jobs/{job_id}/target-credentials"
+        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
+        if response.status_code == 409:
+            raise StaleAttempt(response.text)
+        if 400 <= response.status_code < 500:
+            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        response.raise_for_status()
+        return TargetCredentials.model_validate_json(response.content)
 
     @_retrying
     def finish(self, job_id: str, report: FinishReport) -> None:

@@ -26,7 +26,7 @@ from follower.loadgen.cap import CapRule
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, UNANSWERED, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
-from follower.loadgen.transports import Answer, Transport, open_transport
+from follower.loadgen.transports import NO_CREDENTIALS, Answer, Credentials, Transport, open_transport
 
 __all__ = ["CapPolicy", "LoadRecords", "Timer", "drive", "run_open_loop"]
 
@@ -265,6 +265,7 @@ def drive(
     body_index: np.ndarray | None = None,
     cap_rule: CapRule | None = None,
     drain_s: float | None = None,
+    credentials: Credentials = NO_CREDENTIALS,
 ) -> LoadRecords:
     """Run a schedule to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread).
 
@@ -274,7 +275,8 @@ def drive(
     import uvloop
 
     async def main() -> LoadRecords:
-        async with open_transport(url, max_concurrency=max_concurrency, timeout_s=timeout_s) as transport:
+        async with open_transport(url, max_concurrency=max_concurrency, timeout_s=timeout_s,
+                                  credentials=credentials) as transport:  # fmt: skip
             return await run_open_loop(
                 transport, bodies, offsets_ns, start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
                 max_concurrency=max_concurrency, timer=timer, stop=stop, cap_policy=cap_policy, on_tick=on_tick,

@@ -18,6 +18,7 @@ from follower.loadgen.bodies import Samples
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.timing import Timer
+from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.loadgen.verdict import WindowSummary
 
 # Receives each point's raw per-request records and window summary (stage timings, generator CPU share).
@@ -47,6 +48,7 @@ class PointContext:
     max_in_flight: int = 4096  # the bound of a cap that follows the load (the follower's setting)
     prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
     prompt_rows: list[PromptRow] | None = None  # an uploaded prompt set's rows (llm.dataset)
+    credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (a job's target.secret, ca_bundle)
 
     @property
     def wire(self) -> str:

@@ -99,13 +99,13 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
         parts = await asyncio.to_thread(
             drive_processes, url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
-            timer=ctx.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s,
+            timer=ctx.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s, credentials=ctx.credentials,
         )  # fmt: skip
         return merge(parts, min(p.start_ns for p in parts))
     if plan.closed:
         return await asyncio.to_thread(
             _drive_closed_isolated, cores, url, plan.bodies, point.concurrency or 1,
-            plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S,
+            plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S, credentials=ctx.credentials,
         )  # fmt: skip
     # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
     rule = None
@@ -115,7 +115,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
         _drive_isolated, cores, url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
         monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
-        drain_s=plan.drain_s,
+        drain_s=plan.drain_s, credentials=ctx.credentials,
     )  # fmt: skip
 
 

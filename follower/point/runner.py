@@ -21,8 +21,10 @@ from common.models import ModelMeta
 from common.netspec import NetworkSpec
 from common.results import ColdStart, PointResult
 from common.spec import MODEL_CODE_BACKENDS, SLO, PointSpec
+from common.targetspec import TargetSpec
 from common.traces import Trace
 from follower.backends import Backend, get_backend
+from follower.backends.endpoint import EndpointBackend
 from follower.host import netshape
 from follower.host import sandbox as sandboxes
 from follower.host.cpuplan import plan_cpus
@@ -31,7 +33,7 @@ from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.bodies import Samples, build_bodies
 from follower.loadgen.llmprompts import PromptMaker, request_body
 from follower.loadgen.timing import Timer
-from follower.loadgen.transports import open_transport
+from follower.loadgen.transports import NO_CREDENTIALS, Credentials, open_transport
 from follower.point.context import PointContext, ProgressSink, RecordsSink, backend_wire
 from follower.point.drive import REQUEST_TIMEOUT_S
 from follower.point.measure import measure_point
@@ -48,7 +50,7 @@ class Served:
     """A server that answers: the context its points read, its cold start, and its shaped link (a job's `network`)."""
 
     ctx: PointContext
-    cold: ColdStart
+    cold: ColdStart | None  # None for a target: benchfleet started nothing, so it claims no cold start
     shaped: netshape.Shaped | None = None
 
     async def measure(self, point: PointSpec, *, first: bool) -> PointResult:
@@ -93,6 +95,8 @@ async def serving(
     cpus: frozenset[int] | None = None,
     extra_env: Mapping[str, str] | None = None,
     writable: Sequence[Path] = (),
+    target: TargetSpec | None = None,
+    credentials: Credentials = NO_CREDENTIALS,
 ) -> AsyncIterator[Served]:
     """Start `model` on one backend (configured like `first`, the first point it serves), wait until it answers, and
     hold it while the caller measures; it is always stopped, and its sandbox removed, at the end.
@@ -102,11 +106,12 @@ async def serving(
     latency is held at `wakeup_latency_us` (follower/host/wakeup.py; None leaves the host alone). With `network`, the
     link to the server is shaped once it is ready (follower/host/netshape.py) and each point records the conditions.
     `cpus`: the server's cores (default: every server core of the plan); `extra_env`: more environment for it;
-    `writable`: directories it may write besides its home (in its sandbox).
+    `writable`: directories it may write besides its home (in its sandbox). With `target` (backend `endpoint`) nothing
+    is started: the endpoint is driven with `credentials` and no cold start is claimed.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox = await asyncio.to_thread(
+    sandbox = None if target is not None else await asyncio.to_thread(
         sandboxes.for_server, workdir, runs_model_code=backend_name in MODEL_CODE_BACKENDS,
         trusted=model.trusted, what=f"{backend_name} serving model {model.ref}",
     )  # fmt: skip
@@ -117,8 +122,11 @@ async def serving(
             sandbox.allow_write(writable)
         elif network is not None:
             raise RuntimeError(f"network conditions cannot be applied here: {netshape.support().note}")
-        backend = get_backend(backend_name, cpus=cpus if cpus is not None else plan_cpus().server,
-                              server=first.server if first else None, sandbox=sandbox)  # fmt: skip
+        if target is not None:
+            backend = EndpointBackend(target, credentials)
+        else:
+            backend = get_backend(backend_name, cpus=cpus if cpus is not None else plan_cpus().server,
+                                  server=first.server if first else None, sandbox=sandbox)  # fmt: skip
         backend.extra_env.update(extra_env or {})
         with hold_wakeup_latency(wakeup_latency_us) as wakeup:
             if wakeup.held_us is None:
@@ -139,14 +147,18 @@ async def serving(
             else:
                 probe = build_bodies(model.inputs, first.batch_size if first else 1, seed=0, variants=1,
                                      wire=backend_wire(backend), samples=samples)[0]  # fmt: skip
-            await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S)
-            cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
-            log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
+            await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S, credentials)
+            cold = None
+            if target is None:
+                cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
+                log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
+            else:
+                log.info("endpoint %s answers (%s)", url, backend.version())
             ctx = PointContext(
                 backend=backend, url=url, model=model, env_base=env_base, slo=slo, backend_version=backend.version(),
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
-                max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows,
+                max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows, credentials=credentials,
             )  # fmt: skip
             yield Served(ctx, cold, shaped)
     finally:
@@ -168,11 +180,12 @@ def prompt_maker(model: ModelMeta, model_path: Path) -> PromptMaker:
     return PromptMaker(*hfbundle.tokenizer_files(Path(model_path), limit_bytes=hfbundle.unpack_limit(Path(model_path))))
 
 
-async def first_answer(url: str, body: bytes, timeout_s: float) -> None:
+async def first_answer(url: str, body: bytes, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
     """Send one inference request, retrying briefly, until the server answers 200 (the end of cold start)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    async with open_transport(url, max_concurrency=1, timeout_s=min(timeout_s, REQUEST_TIMEOUT_S), raw_http=False) as transport:
+    async with open_transport(url, max_concurrency=1, timeout_s=min(timeout_s, REQUEST_TIMEOUT_S), raw_http=False,
+                              credentials=credentials) as transport:  # fmt: skip
         encoded = transport.encode(body)
         while time.monotonic() < deadline:
             try:

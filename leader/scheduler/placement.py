@@ -16,8 +16,8 @@ from typing import Literal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.jobs import JobTask
+from common.needs import TRUSTED_ONLY
 from common.netspec import NETEM, TBF
-from common.spec import TRUSTED_ONLY
 from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.queue import TaskQueue

@@ -9,7 +9,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
 from common.followers import FollowerInfo, FollowerView, Heartbeat
-from common.spec import offered_backends
+from common.needs import offered_backends
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu
 

@@ -8,7 +8,8 @@ from common.auth import DEFAULT_TEAM
 from common.grid import overload_allowance_s
 from common.jobs import JobState, JobTask, JobView, StateChange
 from common.models import ModelMeta
-from common.spec import JobSpec, placement_backends
+from common.needs import placement_backends
+from common.spec import JobSpec
 from leader.clock import as_utc, utcnow
 from leader.domain import JobChange, Needs, QueuedJob
 

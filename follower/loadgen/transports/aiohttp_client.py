@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from follower.loadgen.transports.base import Answer, Transport, http_answer
+from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport, http_answer
 
 _HEADERS = {"Content-Type": "application/json"}
 
@@ -17,9 +17,12 @@ class AiohttpTransport(Transport):
 
     errors = (TimeoutError, aiohttp.ClientError, OSError)
 
-    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
-        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
-        connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False)
+    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
+        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+        tls = credentials.ssl_context() if url.startswith("https://") else None
+        connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False,
+                                         ssl=tls or True)  # fmt: skip
+        self.headers = {**_HEADERS, **dict(credentials.headers)}
         self.session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
@@ -30,7 +33,7 @@ class AiohttpTransport(Transport):
         )
 
     async def request(self, encoded: Any) -> Answer:
-        async with self.session.post(self.url, data=encoded, headers=_HEADERS) as response:
+        async with self.session.post(self.url, data=encoded, headers=self.headers) as response:
             first_ns = time.monotonic_ns()
             payload = await response.read()
             return http_answer(response.status, first_ns, payload)

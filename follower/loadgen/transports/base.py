@@ -10,6 +10,7 @@ subclass here, with no fork in the timing loop. Modelled on httpx's transports (
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -19,6 +20,30 @@ from typing import Any, Protocol
 import orjson
 
 _PARAMS_KEY = b'"parameters":'
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a target asks of every request: headers (a secret's, e.g. Authorization) and how its TLS certificate is
+    checked. Its repr names the headers, never their values (it travels in kwargs that a traceback may print)."""
+
+    headers: tuple[tuple[str, str], ...] = ()
+    verify: bool = True
+    ca_pem: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Credentials(headers={[h for h, _ in self.headers]}, verify={self.verify}, ca={self.ca_pem is not None})"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context for an https:// or grpcs:// target: the system's CAs or the bundle, checked unless told not."""
+        context = ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else ssl.create_default_context()
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+NO_CREDENTIALS = Credentials()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +88,9 @@ class Transport(ABC):
     #: The exceptions that mean "no answer" (refused, reset, malformed, timed out): recorded as transport errors.
     errors: tuple[type[BaseException], ...] = (TimeoutError, OSError)
 
-    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
+    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
         self.url, self.max_concurrency, self.timeout_s = url, max_concurrency, timeout_s
+        self.credentials = credentials
         self._tasks: set[asyncio.Task[None]] = set()
 
     def encode(self, body: bytes) -> Any:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from follower.loadgen.transports.base import Answer, Transport
+from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
 
@@ -41,10 +41,10 @@ def grpc_url(host: str, port: int, model: str) -> str:
 
 
 def parse_grpc_url(url: str) -> tuple[str, str]:
-    """(host:port, model name) of a grpc:// target."""
+    """(host:port, model name) of a grpc:// (or TLS grpcs://) target."""
     parts = urlsplit(url)
-    if parts.scheme != "grpc" or not parts.netloc or not parts.path.strip("/"):
-        raise ValueError(f"not a gRPC model target (grpc://HOST:PORT/MODEL): {url!r}")
+    if parts.scheme not in ("grpc", "grpcs") or not parts.netloc or not parts.path.strip("/"):
+        raise ValueError(f"not a gRPC model target (grpc[s]://HOST:PORT/MODEL): {url!r}")
     return parts.netloc, parts.path.strip("/")
 
 
@@ -60,11 +60,19 @@ def _identity(data: bytes) -> bytes:
 class GrpcTransport(Transport):
     """KServe v2 ModelInfer over one grpc.aio channel; a unary answer arrives whole (first byte = done)."""
 
-    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
-        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
+    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
+        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
         address, model = parse_grpc_url(url)
         options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
-        self.channel = grpc.aio.insecure_channel(address, options=options)
+        if url.startswith("grpcs://"):
+            if not credentials.verify:
+                raise ValueError("gRPC over TLS always checks the certificate: give its CA in target.ca_bundle instead")
+            roots = credentials.ca_pem.encode() if credentials.ca_pem else None
+            self.channel = grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots), options=options)
+        else:
+            self.channel = grpc.aio.insecure_channel(address, options=options)
+        # gRPC metadata keys are lower case; a secret's header travels as one.
+        self.metadata = tuple((name.lower(), value) for name, value in credentials.headers) or None
         self.stub = self.channel.unary_unary(INFER_METHOD, request_serializer=_identity,
                                              response_deserializer=pb.ModelInferResponse.FromString)  # fmt: skip
         self.prefix = model_prefix(model)
@@ -74,7 +82,7 @@ class GrpcTransport(Transport):
 
     async def request(self, encoded: Any) -> Answer:
         try:
-            response = await self.stub(encoded, timeout=self.timeout_s)
+            response = await self.stub(encoded, timeout=self.timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:

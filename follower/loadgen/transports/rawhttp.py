@@ -15,7 +15,7 @@ import time
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from follower.loadgen.transports.base import Answer, Reply, Transport, http_answer
+from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Reply, Transport, http_answer
 
 _monotonic_ns = time.monotonic_ns
 
@@ -218,8 +218,11 @@ class RawHttpSession:
     is idle and never has more open than requests ever were in flight at once.
     """
 
-    def __init__(self, url: str, timeout_s: float = 30.0, conn_factory: Any = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, conn_factory: Any = None,
+                 headers: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
         parts = urlsplit(url)
+        # A target's own headers (a secret's), written into every request; CR/LF were refused when it was stored.
+        self.extra_head = "".join(f"{name}: {value}\r\n" for name, value in headers)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"RawHttpSession speaks plain http:// only, not {url!r}")
         self.host = parts.hostname
@@ -238,7 +241,7 @@ class RawHttpSession:
         """The full request bytes for POSTing `body` (build once per body, reuse per request)."""
         head = (
             f"POST {self.path} HTTP/1.1\r\nHost: {self.host_header}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nAccept: */*\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nAccept: */*\r\n{self.extra_head}\r\n"
         )
         return head.encode("latin-1") + body
 
@@ -338,9 +341,9 @@ class RawHttpTransport(Transport):
 
     conn_factory: Any = None  # the connection protocol (None: plain answers, read whole)
 
-    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float) -> None:
-        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s)
-        self.session = RawHttpSession(url, timeout_s, self.conn_factory)
+    def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
+        super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+        self.session = RawHttpSession(url, timeout_s, self.conn_factory, headers=credentials.headers)
         self._waiters: set[_Waiter] = set()
 
     def encode(self, body: bytes) -> bytes:

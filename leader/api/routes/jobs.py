@@ -30,6 +30,7 @@ from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 from leader.store import results as results_store
+from leader.targets import target_model
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -86,12 +87,15 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     check_spec_limits(plan, settings)
     # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.
     team = principal.scope
-    model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref",
-                                         team=team)  # fmt: skip
-    if spec.inputs is not None and (problems := input_mismatches(spec.inputs, model.inputs)):
+    if spec.target is not None:  # an endpoint already running: its model need not be stored (leader/targets.py)
+        model = await target_model(db, spec, team=principal.team, owner=principal.user)
+    else:
+        model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref",
+                                             team=team)  # fmt: skip
+    if spec.inputs is not None and model.inputs and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
     # A language model is served over an OpenAI-compatible API by an LLM server; a tensor model over KServe v2.
-    wrong = [b for b in spec.backends if (b in LLM_BACKENDS) != model.is_llm]
+    wrong = [b for b in spec.backends if (b in LLM_BACKENDS) != model.is_llm and spec.target is None]
     if wrong:
         kind = "a language model (format hf)" if model.is_llm else f"a tensor model (format {model.format})"
         serve = ", ".join(b for b in get_args(BackendName) if (b in LLM_BACKENDS) == model.is_llm)

@@ -1,0 +1,137 @@
+"""An endpoint a team already runs, as a job's target: where it is, the protocol it speaks, the secret that opens it,
+and how many followers drive it at once (load shards)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from common.loadspec import StrictModel
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no server is started
+MAX_SHARDS = 64
+
+Protocol = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "openai"]
+# The request dialect (follower/loadgen/bodies.py) each tensor protocol speaks.
+WIRES: dict[str, str] = {"kserve-http": "kserve", "kserve-grpc": "grpc", "tfserving-rest": "tfserving"}
+SCHEMES: dict[str, tuple[str, ...]] = {
+    "kserve-http": ("http", "https"), "tfserving-rest": ("http", "https"), "openai": ("http", "https"),
+    "kserve-grpc": ("grpc", "grpcs"),
+}  # fmt: skip
+
+
+class ShardSpec(StrictModel):
+    """Several followers drive each point at once, each its own seeded share of the arrivals, all from one instant;
+    their records are merged into one point. `shards: 4` is short for `shards: {count: 4}`."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_SHARDS)] = 1
+    """Followers that drive every point together (1: one follower, no sharding)."""
+    labels: dict[Annotated[str, Field(pattern=NAME_PATTERN)], Annotated[str, Field(pattern=NAME_PATTERN)]] = {}
+    """Only followers carrying every one of these labels drive the shards, e.g. {zone: zone-a}."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, data: Any) -> Any:
+        return {"count": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+
+class TargetSpec(StrictModel):
+    """An endpoint benchmarked as it runs: nothing is started, so no cold start is claimed."""
+
+    url: Annotated[str, Field(min_length=8, max_length=2048)]
+    """The endpoint's base URL: http(s)://host:port for HTTP protocols, grpc(s)://host:port for gRPC ones."""
+    protocol: Protocol
+    """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST API, or an OpenAI-compatible
+    completions API."""
+    model_name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """The model's name at the endpoint (default: the job's model name)."""
+    model_version: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,32}$")] | None = None
+    """The model version the endpoint serves to ask for (KServe: /versions/V; TF Serving: /versions/V)."""
+    secret: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """A stored secret (POST /api/v1/secrets) sent as a header with every request, e.g. an API key."""
+    verify_tls: bool = True
+    """Check the endpoint's TLS certificate (https, grpcs)."""
+    ca_bundle: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
+    """A stored secret holding the PEM CA bundle the certificate is checked against (default: the system's)."""
+    shards: ShardSpec = ShardSpec()
+    """Followers that drive each point together (load shards)."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not hold credentials: store them as a secret and name it in target.secret")
+        if not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("must be scheme://host[:port][/path], with no query or fragment")
+        try:
+            parts.port  # noqa: B018 - a port out of range raises here
+        except ValueError as exc:
+            raise ValueError(f"has a bad port: {exc}") from None
+        if re.search(r"[\s\x00-\x1f]", value):
+            raise ValueError("must not hold spaces or control characters")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _scheme_fits_protocol(self) -> TargetSpec:
+        scheme = urlsplit(self.url).scheme
+        if scheme not in SCHEMES[self.protocol]:
+            raise ValueError(f"url: protocol {self.protocol} needs a {' or '.join(SCHEMES[self.protocol])}:// URL, not {scheme}://")
+        if self.ca_bundle is not None and scheme not in ("https", "grpcs"):
+            raise ValueError("ca_bundle checks a TLS certificate: it needs an https:// or grpcs:// url")
+        return self
+
+    @property
+    def is_llm(self) -> bool:
+        """An OpenAI-compatible endpoint serves a language model."""
+        return self.protocol == "openai"
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme in ("https", "grpcs")
+
+    def infer_url(self, model: str) -> str:
+        """The URL the load goes to for `model` (its name at the endpoint), in the form the transports take."""
+        name = quote(self.model_name or model, safe="")
+        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
+        if self.protocol == "kserve-http":
+            return f"{self.url}/v2/models/{name}{version}/infer"
+        if self.protocol == "tfserving-rest":
+            return f"{self.url}/v1/models/{name}{version}:predict"
+        if self.protocol == "openai":
+            return self.url if self.url.endswith(("/v1/completions", "/v1/chat/completions")) else f"{self.url}/v1/completions"
+        return f"{self.url}/{name}"  # gRPC: grpc(s)://host:port/model, the model named in each request
+
+    def metadata_url(self, model: str) -> str | None:
+        """Where the endpoint describes the model's signature over HTTP (None: gRPC or OpenAI, read from the spec)."""
+        name = quote(self.model_name or model, safe="")
+        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
+        if self.protocol == "kserve-http":
+            return f"{self.url}/v2/models/{name}{version}"
+        if self.protocol == "tfserving-rest":
+            return f"{self.url}/v1/models/{name}{version}/metadata"
+        return None
+
+    def check_job(self, fields: dict[str, Any]) -> None:
+        """What a job driving this target may not ask for (`fields`: the job's other fields, as validated)."""
+        if fields.get("backends") not in (None, [ENDPOINT]):
+            raise ValueError(f"a job with a target starts no server: its backends must be [{ENDPOINT}] (or left out)")
+        for name in ("colocate", "network", "split"):
+            if fields.get(name) is not None:
+                raise ValueError(f"{name} needs a server benchfleet starts; a target is one it does not")
+        repeats = fields.get("repeats")
+        if repeats is not None and repeats.fresh_server:
+            raise ValueError("repeats.fresh_server restarts a server benchfleet starts; a target is one it does not")
+        if (fields.get("llm") is not None) != self.is_llm and fields.get("llm") is not None:
+            raise ValueError("llm describes a language model's requests: it needs protocol: openai")
+
+
+def default_backends(data: Any) -> Any:
+    """A job with a target runs the `endpoint` backend unless it names backends (then checked by check_job)."""
+    if isinstance(data, dict) and data.get("target") is not None and "backends" not in data:
+        return {**data, "backends": [ENDPOINT]}
+    return data

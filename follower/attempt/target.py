@@ -1,0 +1,36 @@
+"""A target job's endpoint before its first point: its credentials fetched from the leader (for this attempt only,
+kept in memory), and the model's signature read from the endpoint's metadata where it has one."""
+
+from __future__ import annotations
+
+import logging
+
+from common.jobs import JobTask
+from common.models import ModelMeta
+from common.signature import input_mismatches
+from follower.backends.endpoint import read_signature
+from follower.link.leader_client import LeaderClient
+from follower.loadgen.transports import Credentials
+
+log = logging.getLogger(__name__)
+
+
+def resolve_target(task: JobTask, client: LeaderClient, follower_id: str) -> tuple[ModelMeta, Credentials]:
+    """(the model as the endpoint describes it, the credentials to drive it with); a RuntimeError naming the endpoint
+    when its signature cannot be read or differs from the job's `inputs`."""
+    target = task.spec.target
+    assert target is not None
+    opened = client.target_credentials(task.job_id, task.attempt, follower_id)
+    credentials = Credentials(headers=tuple(opened.headers), verify=target.verify_tls, ca_pem=opened.ca_pem)
+    model = task.model
+    if model.format != "endpoint":
+        return model, credentials  # a stored model's signature (and, for a language model, its tokenizer)
+    inputs = read_signature(target, model.name, credentials)
+    if inputs is None:
+        return model, credentials  # the spec's inputs, checked at submission
+    if task.spec.inputs is not None and (problems := input_mismatches(task.spec.inputs, inputs)):
+        raise RuntimeError(f"the endpoint's model {target.model_name or model.name} does not match the job's inputs: "
+                           f"{'; '.join(problems)}")  # fmt: skip
+    log.info("endpoint %s: model %s takes %s", target.url, target.model_name or model.name,
+             ", ".join(f"{t.name} {t.datatype}{t.shape}" for t in inputs))  # fmt: skip
+    return model.model_copy(update={"inputs": inputs}), credentials

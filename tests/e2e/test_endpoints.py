@@ -1,0 +1,178 @@
+"""Endpoint targets through the whole system (#19): a job drives an endpoint benchfleet did not start — the ORT server
+started by hand behind a gateway that wants an API key, and a Triton started outside benchfleet over HTTP and gRPC —
+with the key stored as a target secret that no answer, export or log line ever holds."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchfleet.client import BenchfleetClient
+from common.jobs import TERMINAL_STATES, JobState, JobView
+from common.modelgen import mlp_onnx
+from common.models import ModelMeta, TensorSpec
+from common.procs import SupervisedProcess, free_port, http_ready
+from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+LOAD = "{pattern: poisson, rate: 200, duration: 2.5s, warmup: 0.5s}"
+
+
+@pytest.fixture(scope="module")
+def follower(fleet) -> str:  # type: ignore[no-untyped-def]
+    fleet.start_follower("f-endpoint")
+    return "f-endpoint"
+
+
+@pytest.fixture(scope="module")
+def gated_ort(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """benchfleet's ORT server started by hand, behind a gateway that refuses requests without X-Api-Key: (the
+    gateway's URL, the key)."""
+    work = tmp_path_factory.mktemp("gated-ort")
+    model = work / "mlp.onnx"
+    model.write_bytes(mlp_onnx(inputs=16, hidden=32, outputs=4, seed=3))
+    key = "sk-" + secrets.token_urlsafe(24)
+    (work / "key").write_text(key)
+    ort_port, gate_port = free_port(), free_port()
+    ort_argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(model), "--name", "mlp-gated",
+                "--port", str(ort_port)]  # fmt: skip
+    gate_argv = [sys.executable, "-m", "tests.e2e.auth_proxy", "--port", str(gate_port), "--upstream",
+                 f"http://127.0.0.1:{ort_port}", "--header", "X-Api-Key", "--key-file", str(work / "key")]  # fmt: skip
+    with SupervisedProcess(ort_argv, name="ort by hand", log_path=work / "ort.log", cwd=ROOT) as ort:
+        ort.wait_ready(http_ready(f"http://127.0.0.1:{ort_port}/v2/health/ready"), timeout_s=30)
+        with SupervisedProcess(gate_argv, name="api gateway", log_path=work / "gate.log", cwd=ROOT) as gate:
+            gate.wait_ready(http_ready(f"http://127.0.0.1:{gate_port}/counts"), timeout_s=30)
+            yield f"http://127.0.0.1:{gate_port}", key
+
+
+def _counts(url: str) -> dict[str, int]:
+    return dict(httpx.get(f"{url}/counts").json())
+
+
+def test_a_job_drives_a_hand_started_server_with_a_secret_that_never_comes_back(fleet, follower: str, gated_ort) -> None:  # type: ignore[no-untyped-def]
+    url, key = gated_ort
+    with fleet.client() as client:
+        stored = client.put_secret("ort-key", key, header="X-Api-Key")
+        assert stored.name == "ort-key" and stored.header == "X-Api-Key"
+        listed = client.secrets()
+        before = _counts(url)
+        job = client.submit_yaml(f"""
+name: gated-endpoint
+model: mlp-gated
+load: {LOAD}
+target: {{url: "{url}", protocol: kserve-http, secret: ort-key}}
+""")
+        results = _wait_done(client, job.id, timeout_s=120)
+        (point,) = results.points
+        after = _counts(url)
+        # Everything a user or an operator can read afterwards.
+        readable = [
+            repr(stored), repr(listed), client.job(job.id).model_dump_json(), results.model_dump_json(),
+            *(client.export(job.id, fmt).decode("latin-1") for fmt in ("csv", "json")), client.report(job.id).decode(),
+            httpx.get(f"{fleet.url}/api/v1/audit", headers={"Authorization": f"Bearer {fleet.admin_token}"}).text,
+        ]
+        # Not the follower running it (it is not running it any more), not a user: nobody else opens the secret.
+        refused = httpx.get(f"{fleet.url}/api/v1/jobs/{job.id}/target-credentials",
+                            params={"attempt": 1, "follower_id": follower},
+                            headers={"Authorization": f"Bearer {fleet.admin_token}"})  # fmt: skip
+    assert point.point.backend == "endpoint"
+    assert point.valid, point.invalid_reasons
+    assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
+    assert point.cold_start is None  # benchfleet started nothing: no cold start is claimed
+    assert point.latency_ms is not None and point.latency_ms.p50 > 0
+    # Every request (the first answer and the metadata included) carried the key; none was refused.
+    assert after["refused"] == before["refused"]
+    assert after["authorized"] - before["authorized"] >= point.requests
+    assert refused.status_code == 403, refused.text
+    logs = [p.read_text(errors="replace") for p in fleet.workdir.rglob("*.log")]
+    assert logs, "the fleet's logs were read"
+    for text in readable + logs:
+        assert key not in text
+
+
+def test_a_job_without_the_secret_is_refused_by_the_gateway_and_says_so(fleet, follower: str, gated_ort) -> None:  # type: ignore[no-untyped-def]
+    url, _ = gated_ort
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: ungated-endpoint
+model: mlp-gated
+inputs: [{{name: input, datatype: FP32, shape: [-1, 16]}}]
+load: {LOAD}
+target: {{url: "{url}", protocol: kserve-http}}
+""")
+    # The metadata read is refused first: the attempt fails naming the endpoint's answer, nothing is measured.
+    ended = _wait_until(lambda: (j := _job(fleet, job.id)).state in TERMINAL_STATES and j, 120, "the job to end")
+    assert ended.state == JobState.failed, ended
+    assert "HTTP 401" in (ended.error or ""), ended.error
+
+
+def _job(fleet, job_id: str) -> JobView:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        return client.job(job_id)
+
+
+def test_submission_refuses_a_missing_secret_and_credentials_in_the_url(fleet, follower: str) -> None:  # type: ignore[no-untyped-def]
+    headers = {"Authorization": f"Bearer {fleet.admin_token}", "Content-Type": "application/yaml"}
+    cases = (('{url: "http://127.0.0.1:1", protocol: kserve-http, secret: nope}', "target.secret"),
+             ('{url: "http://u:p@127.0.0.1:1", protocol: kserve-http}', "target.url"))
+    for target, field in cases:
+        body = (f"name: bad-target\nmodel: m\ninputs: [{{name: x, datatype: FP32, shape: [-1, 2]}}]\n"
+                f"load: {LOAD}\ntarget: {target}\n")
+        answer = httpx.post(f"{fleet.url}/api/v1/jobs", content=body, headers=headers)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["field"].startswith(field), answer.json()
+        assert "u:p" not in answer.text
+
+
+@pytest.fixture(scope="module")
+def outside_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A real Triton started by the test, not by any follower: (its HTTP base URL, its gRPC port)."""
+    from common.spec import ServerOptions
+    from follower.backends.triton import TritonBackend, find_triton, why_no_triton
+
+    if find_triton() is None:
+        pytest.skip(f"Triton is not installed here: {why_no_triton()}")
+    work = tmp_path_factory.mktemp("outside-triton")
+    model = work / "model.onnx"
+    model.write_bytes(mlp_onnx(inputs=8, hidden=16, outputs=2, seed=5))
+    meta = ModelMeta(name="outside", version="1", format="onnx",
+                     inputs=[TensorSpec(name="input", datatype="FP32", shape=[-1, 8])],
+                     outputs=[TensorSpec(name="output", datatype="FP32", shape=[-1, 2])], sha256="0" * 64,
+                     size_bytes=model.stat().st_size, created_at="2026-01-01T00:00:00Z")  # type: ignore[arg-type]  # fmt: skip
+    triton = TritonBackend(cpus=None, server=ServerOptions(), sandbox=None)
+    try:
+        triton.start(model, meta, work)
+        triton.wait_ready(120)
+        assert triton.grpc_port is not None
+        yield triton.endpoint, triton.grpc_port
+    finally:
+        triton.stop()
+
+
+@pytest.mark.parametrize("protocol", ["kserve-http", "kserve-grpc"])
+def test_a_job_drives_a_triton_started_outside_benchfleet(fleet, follower: str, outside_triton, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    http_url, grpc_port = outside_triton
+    url = http_url if protocol == "kserve-http" else f"grpc://127.0.0.1:{grpc_port}"
+    # gRPC reads the signature with ModelMetadata; HTTP with GET /v2/models/outside: neither needs `inputs`.
+    with fleet.client() as client:
+        results = _run(client, f"""
+name: outside-triton-{protocol}
+model: outside
+load: {LOAD}
+target: {{url: "{url}", protocol: {protocol}}}
+""")
+    (point,) = results.points
+    assert point.valid, point.invalid_reasons
+    assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
+    assert point.cold_start is None
+    assert point.environment.backend_version.startswith(protocol)
+
+
+def _run(client: BenchfleetClient, yaml: str):  # type: ignore[no-untyped-def]
+    return _wait_done(client, client.submit_yaml(yaml).id, timeout_s=120)

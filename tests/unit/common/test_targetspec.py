@@ -1,0 +1,69 @@
+"""A job's target: URLs that fit the protocol and hold no credentials, the URLs the load goes to, what a target job
+may not ask for, and secrets that cannot inject a header."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from common.needs import offered_backends
+from common.spec import JobSpec
+from common.targetsecret import SecretCreate
+from common.targetspec import TargetSpec
+
+
+def _job(**extra: Any) -> JobSpec:
+    return JobSpec.model_validate({"name": "t", "model": "m", "load": {"rate": 10}, **extra})
+
+
+def test_urls_the_load_goes_to() -> None:
+    assert TargetSpec(url="http://h:8000/", protocol="kserve-http").infer_url("m") == "http://h:8000/v2/models/m/infer"
+    assert TargetSpec(url="https://h", protocol="tfserving-rest", model_version="3").infer_url("m") == \
+        "https://h/v1/models/m/versions/3:predict"
+    assert TargetSpec(url="grpc://h:8001", protocol="kserve-grpc", model_name="other").infer_url("m") == "grpc://h:8001/other"
+    assert TargetSpec(url="http://h:8000", protocol="openai").infer_url("m") == "http://h:8000/v1/completions"
+    assert TargetSpec(url="http://h/v1/chat/completions", protocol="openai").infer_url("m") == "http://h/v1/chat/completions"
+    assert TargetSpec(url="http://h:1", protocol="kserve-http").metadata_url("a b") == "http://h:1/v2/models/a%20b"
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    ({"url": "http://user:pw@h:1", "protocol": "kserve-http"}, "must not hold credentials"),
+    ({"url": "grpc://h:1", "protocol": "kserve-http"}, "needs a http or https"),
+    ({"url": "http://h:1", "protocol": "kserve-grpc"}, "needs a grpc or grpcs"),
+    ({"url": "http://h:1?x=1", "protocol": "kserve-http"}, "no query"),
+    ({"url": "http://h:1", "protocol": "kserve-http", "ca_bundle": "ca"}, "needs an https"),
+    ({"url": "http://h:99999", "protocol": "kserve-http"}, "bad port"),
+])  # fmt: skip
+def test_bad_targets_are_refused_naming_what_is_wrong(target: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValidationError, match=says):
+        _job(target=target)
+
+
+def test_a_target_job_runs_the_endpoint_backend_and_starts_nothing() -> None:
+    target = {"url": "http://h:1", "protocol": "kserve-http"}
+    assert _job(target=target).backends == ["endpoint"]
+    refused = (({"backends": ["onnxruntime"]}, "backends must be"), ({"network": {"profile": "4g"}}, "network"),
+               ({"split": {"max_parts": 2}}, "split"), ({"repeats": {"count": 2, "fresh_server": True}}, "fresh_server"))
+    for extra, says in refused:
+        with pytest.raises(ValidationError, match=says):
+            _job(target=target, **extra)
+    with pytest.raises(ValidationError, match="needs a target"):
+        _job(backends=["endpoint"])
+    assert "endpoint" in offered_backends([], [])  # every follower can drive one
+
+
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "tab\tok\n", "", "é"])
+def test_a_header_secret_cannot_break_the_request(value: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        SecretCreate(name="k", value=value)
+    assert value not in str(info.value) or not value  # the value is not echoed in the error
+
+
+def test_reserved_headers_and_ca_bundles() -> None:
+    with pytest.raises(ValidationError, match="set by the load generator"):
+        SecretCreate(name="k", header="Content-Length", value="1")
+    with pytest.raises(ValidationError, match="PEM certificates"):
+        SecretCreate(name="k", kind="ca_bundle", value="not a certificate")
+    assert SecretCreate(name="k", header="X-Api-Key", value="abc").header == "X-Api-Key"
