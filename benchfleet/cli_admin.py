@@ -1,7 +1,9 @@
-"""Fleet and access commands: followers (list, drain, resume, fleet checks) and user tokens (create, ls, revoke)."""
+"""Fleet and access commands: followers (list, drain, resume, fleet checks), user tokens (create, ls, revoke) and
+target secrets (set, ls, rm)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Annotated
 
@@ -27,6 +29,7 @@ from common.auth import TokenView
 from common.followers import FollowerView
 
 tokens_app = typer.Typer(no_args_is_help=True, help="User tokens (admins): create, list, revoke.")
+secrets_app = typer.Typer(no_args_is_help=True, help="Target secrets of your team: set (value read from stdin), ls, rm.")
 
 
 def followers_sheet(rows: list[FollowerView]) -> Sheet:
@@ -118,9 +121,47 @@ def tokens_revoke(token_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: T
     console.print(f"token {view.id} of {view.user} revoked", markup=False)
 
 
+@secrets_app.command("set")
+def secrets_set(
+    name: str,
+    header: Annotated[str, typer.Option(help="The header the target wants it in.")] = "Authorization",
+    ca_bundle: Annotated[bool, typer.Option("--ca-bundle", help="A PEM CA bundle, not a header.")] = False,
+    url: UrlOpt = "http://127.0.0.1:8700",
+    token: TokenOpt = "",
+) -> None:
+    """Store a target secret; its value is read from stdin (never an argument: argv shows in `ps` and shell history)."""
+    value = sys.stdin.read()
+    value = value if ca_bundle else value.strip("\r\n")
+    with client_for(url, token) as client:
+        view = call(client.put_secret, name, value, kind="ca_bundle" if ca_bundle else "header", header=header)
+    where = f", header {view.header}" if view.header else ""
+    console.print(f"secret {view.name} of team {view.team} stored ({view.kind}{where})", markup=False)
+
+
+@secrets_app.command("ls")
+def secrets_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False) -> None:
+    """Your team's target secrets (never their values)."""
+    with client_for(url, token) as client:
+        rows = call(client.secrets)
+    show(rows, lambda rs: simple_sheet(
+        (Col("name", right=False), Col("team", right=False), Col("kind", right=False), Col("header", right=False),
+         Col("created", right=False), Col("by", right=False)),
+        ([s.name, s.team, s.kind, s.header or "-", s.created_at.strftime("%Y-%m-%d %H:%M"), s.created_by] for s in rs),
+        title="secrets"), as_json=as_json)  # fmt: skip
+
+
+@secrets_app.command("rm")
+def secrets_rm(name: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    """Remove a target secret (jobs naming it fail to open it from then on)."""
+    with client_for(url, token) as client:
+        view = call(client.delete_secret, name)
+    console.print(f"secret {view.name} of team {view.team} removed", markup=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the fleet and token commands to the CLI."""
+    """Add the fleet, token and secret commands to the CLI."""
     app.add_typer(tokens_app, name="tokens")
+    app.add_typer(secrets_app, name="secrets")
 
     @app.command()
     def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,

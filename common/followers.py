@@ -46,6 +46,10 @@ class FollowerInfo(BaseModel):
     network_shaping: list[str] = []
     labels: Labels = {}  # what the operator says of this host (zone, network, host class); jobs ask for them
     network_shaping_note: str | None = None
+    # The load generator's capacity: its cores, and the CPU one request costs it (what it learned, else its prior);
+    # the leader sizes a sharded point's followers from them and refuses one the fleet cannot drive.
+    generator_cores: int = 1
+    cpu_per_request_us: float | None = None
 
 
 class HeldJob(BaseModel):

@@ -40,6 +40,17 @@ class StateChange(BaseModel):
     follower_id: str | None = None
 
 
+class ShardTask(BaseModel):
+    """Which share of a sharded job's load an attempt drives: shard `index` of `count`, of job `of` (the job the user
+    submitted; shard 0, the coordinator, merges every shard's records into the job's points)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: str
+    index: int
+    count: int
+
+
 class JobTask(BaseModel):
     """The Celery task argument: everything a follower needs to run one attempt of a job."""
 
@@ -52,6 +63,7 @@ class JobTask(BaseModel):
     model: ModelMeta
     estimate_s: float
     colocated: list[ModelMeta] = []  # a co-location job's other models (spec.colocate.models, resolved), in order
+    shard: ShardTask | None = None  # a shard of a sharded job (target.shards)
 
 
 class Claim(BaseModel):

@@ -154,6 +154,9 @@ ReasonCode = Literal[
     "search_failed",  # no rate of a search was valid and met the SLO
     "token_mismatch",  # a language model's token counts (asked, the server's, the client tokenizer's) disagree
     "buffered_stream",  # streamed answers whose token events all arrived at once (time to first token is not there)
+    "shard_lost",  # a shard of a sharded point started and its records never came (its follower died, say)
+    "shard_absent",  # a shard was not ready when the point started: its share went unsent
+    "shard_skew",  # the shards started further apart, or their clock offsets are less sure, than a merged point allows
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
 
@@ -257,6 +260,21 @@ def legacy_reason(text: str) -> Reason:
     return Reason(code=code, text=text)
 
 
+class ShardRun(BaseModel):
+    """One follower's share of a sharded point: its own seeded sub-stream of the arrivals, started at the common
+    instant. Its clock offset to the leader is the best of several round trips, with half that round trip as its
+    uncertainty; its start lag is how late its first request went out against its intended time."""
+
+    shard: int
+    follower_id: str | None
+    state: Literal["merged", "lost", "absent"]  # merged; lost mid-point (its records never came); absent at the start
+    requests: int  # the requests of its sub-stream
+    offset_ms: float | None = None
+    offset_uncertainty_ms: float | None = None
+    start_lag_ms: float | None = None
+    reason: str | None = None
+
+
 class NetworkResult(BaseModel):
     """The network conditions a point ran under (a job's `network`) and what was measured under them."""
 
@@ -338,3 +356,5 @@ class PointResult(BaseModel):
     server_stats: ServerStats | None = None  # the server's own counters (None: it keeps none, e.g. TF Serving)
     llm: LlmFigures | None = None  # a language model's point
     network: NetworkResult | None = None  # the shaped link it ran over (a job's `network`); None: the plain link
+    shards: list[ShardRun] | None = None  # a sharded point (target.shards): each follower's part of the load
+    shard_skew_ms: float | None = None  # the spread of the shards' start lags (a point past 1 ms is flagged)

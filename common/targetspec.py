@@ -128,6 +128,19 @@ class TargetSpec(StrictModel):
             raise ValueError("repeats.fresh_server restarts a server benchfleet starts; a target is one it does not")
         if (fields.get("llm") is not None) != self.is_llm and fields.get("llm") is not None:
             raise ValueError("llm describes a language model's requests: it needs protocol: openai")
+        if self.shards.count > 1:
+            self._check_shards(fields)
+
+    def _check_shards(self, fields: dict[str, Any]) -> None:
+        load = fields.get("load")
+        if self.is_llm:
+            raise ValueError("shards: an OpenAI-compatible target is driven by one follower (its streamed token records "
+                             "are not merged across followers yet)")  # fmt: skip
+        if load is not None and load.pattern == "closed":
+            raise ValueError("shards split an open loop's arrivals; a closed loop has none (use one follower)")
+        if load is not None and (load.search is not None or load.stability is not None):
+            raise ValueError("shards run each point for its set duration: load.search and load.stability are one "
+                             "follower's decisions")  # fmt: skip
 
 
 def default_backends(data: Any) -> Any:

@@ -17,7 +17,7 @@ from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
-from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, secrets, tokens
+from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, secrets, shards, tokens
 from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
@@ -33,7 +33,9 @@ from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import orphans as orphans_store
 from leader.store import results as results_store
+from leader.store import secrets as secrets_store
 from leader.store import sessions as sessions_store
+from leader.store import shards as shards_store
 from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
 from leader.web import apidocs
@@ -56,7 +58,7 @@ SHUTDOWN_STEP_S = 5.0
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
     for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store,
-                  fleetchecks_store):
+                  fleetchecks_store, shards_store, secrets_store):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
 
@@ -134,7 +136,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets):
+    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets, shards):
         api.include_router(module.router)
     api.include_router(secrets.job_router)
     app.include_router(api)

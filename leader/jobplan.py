@@ -21,13 +21,15 @@ class PartPlan:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """A submission's points and estimates; `parts` is empty unless it splits into two or more."""
+    """A submission's points and estimates; `parts` is empty unless it splits into two or more, or is driven by
+    several followers at once (`sharded`: every part holds every point, each drives its own share of the load)."""
 
     spec: JobSpec
     points: list[PointSpec]
     estimate_s: float  # spec estimate: every point's warm-up and run plus a start cost per server start
     measured_s: float  # the load's share of it, which the estimator's learned rate applies to
     parts: list[PartPlan]
+    sharded: bool = False
 
     @property
     def jobs_created(self) -> int:
@@ -52,7 +54,10 @@ def plan_job(spec: JobSpec) -> JobPlan:
             parts.append(PartPlan(renumbered, start, part_estimate, round(per_point * len(group), 3)))
             start += len(group)
     measured = round(max(0.0, estimate - starts_s), 3)
-    return JobPlan(spec=spec, points=points, estimate_s=estimate, measured_s=measured, parts=parts)
+    shards = spec.target.shards.count if spec.target is not None else 1
+    if shards > 1:  # every shard runs every point, at once: each part is the whole grid
+        parts = [PartPlan(points, 0, estimate, measured) for _ in range(shards)]
+    return JobPlan(spec=spec, points=points, estimate_s=estimate, measured_s=measured, parts=parts, sharded=shards > 1)
 
 
 def split_points(points: list[PointSpec], split: SplitSpec | None) -> list[list[PointSpec]]:

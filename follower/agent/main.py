@@ -21,10 +21,12 @@ from follower.attempt.execute import execute
 from follower.backends import available_backends
 from follower.host import hostinfo, netshape
 from follower.host import sandbox as sandboxes
+from follower.host.cpuplan import plan_cpus
 from follower.host.gate import Gate
 from follower.link.leader_client import LeaderClient
 from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
+from follower.loadgen.scaleout import COST
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
         network_shaping=list(shaping.qdiscs),
         labels=settings.labels,
         network_shaping_note=shaping.note,
+        generator_cores=max(len(plan_cpus().generator or ()), 1),
+        cpu_per_request_us=round(COST.estimate_s * 1e6, 1),
         version=__version__,
     )
 

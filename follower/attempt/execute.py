@@ -29,6 +29,7 @@ from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.records import encode_records
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.point.colocate import run_colocated
+from follower.point.context import ShardLink
 from follower.point.runner import run_backend
 from follower.settings import FollowerSettings
 
@@ -101,8 +102,12 @@ async def _run_backends(
         sources = [run_colocated(task.points[0].backend, task.points, models=models, colocate=task.spec.colocate,
                                  workdir=workdir, **options)]  # fmt: skip
     else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
+        shard = None
+        if task.shard is not None:  # this follower's share of every point, from the common start
+            shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
         sources = [run_backend(points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir,
-                               network=task.spec.network, target=task.spec.target, credentials=credentials, **options)
+                               network=task.spec.network, target=task.spec.target, credentials=credentials,
+                               shard=shard, **options)
                    for points in server_runs(task.points, task.spec.repeats.fresh_server)]  # fmt: skip
     for source in sources:
         async for result in source:

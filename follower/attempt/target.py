@@ -8,7 +8,7 @@ import logging
 from common.jobs import JobTask
 from common.models import ModelMeta
 from common.signature import input_mismatches
-from follower.backends.endpoint import read_signature
+from follower.backends.endpoint import EndpointError, EndpointRefused, read_signature
 from follower.link.leader_client import LeaderClient
 from follower.loadgen.transports import Credentials
 
@@ -25,7 +25,15 @@ def resolve_target(task: JobTask, client: LeaderClient, follower_id: str) -> tup
     model = task.model
     if model.format != "endpoint":
         return model, credentials  # a stored model's signature (and, for a language model, its tokenizer)
-    inputs = read_signature(target, model.name, credentials)
+    try:
+        inputs = read_signature(target, model.name, credentials)
+    except EndpointRefused:
+        raise
+    except EndpointError as exc:
+        if task.spec.inputs is None:
+            raise RuntimeError(f"the endpoint's signature could not be read ({exc}) and the job gives no `inputs`") from None
+        log.warning("endpoint %s: no signature from its metadata (%s); the job's inputs are used", target.url, exc)
+        inputs = None
     if inputs is None:
         return model, credentials  # the spec's inputs, checked at submission
     if task.spec.inputs is not None and (problems := input_mismatches(task.spec.inputs, inputs)):

@@ -31,21 +31,32 @@ class EndpointError(RuntimeError):
     """The endpoint did not answer as its protocol says it should (the reason names the URL and what came back)."""
 
 
+class EndpointRefused(EndpointError):
+    """The endpoint refused our credentials (401, 403): asking again will not help."""
+
+
 def _http(credentials: Credentials) -> httpx.Client:
     verify: Any = credentials.ssl_context()
     return httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, headers=dict(credentials.headers), follow_redirects=False)
 
 
-def _get_json(url: str, credentials: Credentials) -> Any:
+def _get(url: str, credentials: Credentials) -> httpx.Response:
+    """A 200 answer to GET `url`; EndpointRefused for 401/403, EndpointError for anything else."""
     try:
         with _http(credentials) as client:
             response = client.get(url)
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise EndpointRefused(f"{url}: HTTP {response.status_code} (check target.secret): {response.text[:200]}")
     if response.status_code != 200:
         raise EndpointError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+    return response
+
+
+def _get_json(url: str, credentials: Credentials) -> Any:
     try:
-        return response.json()
+        return _get(url, credentials).json()
     except ValueError:
         raise EndpointError(f"{url}: the answer is not JSON") from None
 
@@ -122,9 +133,11 @@ class EndpointBackend:
         url = self._ready_url()
         while url is not None and time.monotonic() - t0 < timeout_s:
             try:
-                meta = _get_json(url, self.credentials)
-                self._version = self._describe(meta)
+                _get(url, self.credentials)  # a 200 is the answer (KServe's readiness has no body to read)
+                self._version = self._describe()
                 return 0.0
+            except EndpointRefused:
+                raise
             except EndpointError as exc:
                 last = str(exc)
             time.sleep(0.2)
@@ -134,7 +147,7 @@ class EndpointBackend:
 
     def _ready_url(self) -> str | None:
         if self.target.protocol == "kserve-http":
-            return self.target.metadata_url(self._model)
+            return f"{self.target.url}/v2/health/ready"  # the protocol's own readiness (every model loaded)
         if self.target.protocol == "tfserving-rest":
             name = self.target.model_name or self._model
             return f"{self.target.url}/v1/models/{name}"
@@ -142,10 +155,16 @@ class EndpointBackend:
             return urlsplit(self.target.infer_url(self._model))._replace(path="/v1/models").geturl()
         return None
 
-    def _describe(self, meta: Any) -> str:
-        """The endpoint's self-description for the result (KServe: its platform and versions)."""
-        if self.target.protocol == "kserve-http" and isinstance(meta, dict):
-            return f"kserve-http endpoint ({meta.get('platform') or 'unknown platform'}; versions {meta.get('versions')})"[:200]
+    def _describe(self) -> str:
+        """The endpoint's self-description for the result (KServe: the server's name and version, GET /v2)."""
+        if self.target.protocol != "kserve-http":
+            return self._version
+        try:
+            server = _get_json(f"{self.target.url}/v2", self.credentials)
+        except EndpointError:
+            return self._version
+        if isinstance(server, dict) and server.get("name"):
+            return f"kserve-http endpoint ({server.get('name')} {server.get('version') or ''})".replace(" )", ")")[:200]
         return self._version
 
     @property

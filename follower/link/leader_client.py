@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import ssl
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
@@ -215,6 +217,58 @@ class LeaderClient:
             raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
         return TargetCredentials.model_validate_json(response.content)
+
+    def _checked(self, response: httpx.Response, path: str) -> httpx.Response:
+        if response.status_code == 409:
+            raise StaleAttempt(response.text)
+        if 400 <= response.status_code < 500:
+            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        response.raise_for_status()
+        return response
+
+    def clock_offset(self, samples: int = 16) -> tuple[int, int]:
+        """(the leader's clock minus ours, its uncertainty), in ns: of `samples` round trips the fastest is kept, the
+        leader's reading taken as half way through it, so the uncertainty is half that round trip."""
+        best: tuple[int, int] | None = None
+        for _ in range(samples):
+            t0 = time.time_ns()
+            response = self._http.get("/api/v1/clock")
+            t1 = time.time_ns()
+            leader_ns = int(self._checked(response, "/api/v1/clock").json()["now_ns"])
+            if best is None or t1 - t0 < best[1] * 2:
+                best = (leader_ns - (t0 + t1) // 2, (t1 - t0) // 2)
+        assert best is not None
+        return best
+
+    @_retrying
+    def shard_ready(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
+        """Say this shard is ready for point `index`: the barrier's answer (waiting, go with the start, or skip)."""
+        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/ready"
+        response = self._http.post(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
+        return dict(self._checked(response, path).json())
+
+    @_retrying
+    def put_shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str, blob: bytes,
+                          meta: dict[str, float]) -> None:  # fmt: skip
+        """Hand this shard's records of a point (and its run's figures) to the coordinator, through the leader."""
+        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records"
+        params: dict[str, str | int] = {"attempt": attempt, "follower_id": follower_id, "meta": json.dumps(meta)}
+        headers = {"Content-Type": "application/octet-stream", **self._auth()}
+        self._checked(self._http.post(path, params=params, content=blob, headers=headers), path)
+
+    @_retrying
+    def shard_status(self, job_id: str, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
+        """For the coordinator: each shard of a started point, uploaded, waiting, lost or absent."""
+        path = f"/api/v1/jobs/{job_id}/shards/points/{index}"
+        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
+        return dict(self._checked(response, path).json())
+
+    @_retrying
+    def shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> bytes:
+        """For the coordinator: a shard's records blob of a point."""
+        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records"
+        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
+        return self._checked(response, path).content
 
     @_retrying
     def finish(self, job_id: str, report: FinishReport) -> None:

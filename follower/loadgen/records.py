@@ -11,7 +11,7 @@ from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT
 from follower.loadgen.llmrecords import LlmColumns
 
 __all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "UNANSWERED", "LoadRecords",
-           "encode_records"]
+           "decode_records", "encode_records", "shifted"]
 
 
 @dataclass
@@ -107,6 +107,39 @@ class LoadRecords:
             cap=self.cap,
             llm=self.llm.subset(mask) if self.llm is not None else None,
         )
+
+
+def decode_records(blob: bytes, *, cpu_s: float = 0.0, wall_s: float = 0.0) -> LoadRecords:
+    """Records read back from their blob (a tensor run's: a language model's token columns are not read back); the
+    run's CPU and wall time travel beside the blob."""
+    arrays = fmt.decode(blob)
+    n = len(arrays["intended_ns"])
+
+    def column(name: str) -> np.ndarray:
+        return np.asarray(arrays[name], dtype=np.int64) if name in arrays else np.full(n, -1, dtype=np.int64)
+
+    return LoadRecords(
+        intended_ns=column("intended_ns"), sent_ns=column("sent_ns"), first_byte_ns=column("first_byte_ns"),
+        done_ns=column("done_ns"), status=np.asarray(arrays["status"]).astype(np.int32),
+        stages_ns={stage: column(f"{fmt.STAGE_PREFIX}{stage}") for stage in STAGES},
+        start_ns=int(np.asarray(arrays[fmt.START]).ravel()[0]), cpu_s=cpu_s, wall_s=wall_s,
+        capped=column("capped") > 0 if "capped" in arrays else np.zeros(n, dtype=bool),
+    )  # fmt: skip
+
+
+def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
+    """The records with every instant moved by `delta_ns` (onto another clock); durations and -1 stay as they are."""
+
+    def move(values: np.ndarray) -> np.ndarray:
+        return np.where(values >= 0, values + delta_ns, values)
+
+    return LoadRecords(
+        intended_ns=records.intended_ns + delta_ns, sent_ns=move(records.sent_ns), first_byte_ns=move(records.first_byte_ns),
+        done_ns=move(records.done_ns), status=records.status, stages_ns=records.stages_ns,
+        start_ns=records.start_ns + delta_ns, cpu_s=records.cpu_s, wall_s=records.wall_s, loop_lag_ns=records.loop_lag_ns,
+        error_sample=records.error_sample, timer=records.timer, capped=records.capped, scheduling=records.scheduling,
+        cap=records.cap,
+    )  # fmt: skip
 
 
 def encode_records(records: LoadRecords) -> bytes:

@@ -14,12 +14,27 @@ from common.traces import Trace
 from follower.backends import Backend
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import WakeupHold
+from follower.link.leader_client import LeaderClient
 from follower.loadgen.bodies import Samples
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.timing import Timer
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.loadgen.verdict import WindowSummary
+
+
+@dataclass(frozen=True)
+class ShardLink:
+    """A sharded job's attempt as its points see it: this follower drives shard `index` of `count` of job `job_id`
+    (its own attempt `attempt`), through the leader `client` (the barrier, the records, the clock)."""
+
+    client: LeaderClient
+    job_id: str
+    index: int
+    count: int
+    attempt: int
+    follower_id: str
+
 
 # Receives each point's raw per-request records and window summary (stage timings, generator CPU share).
 RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
@@ -49,6 +64,7 @@ class PointContext:
     prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
     prompt_rows: list[PromptRow] | None = None  # an uploaded prompt set's rows (llm.dataset)
     credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (a job's target.secret, ca_bundle)
+    shard: ShardLink | None = None  # a sharded job's share of every point (target.shards)
 
     @property
     def wire(self) -> str:

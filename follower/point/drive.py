@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from common.results import LlmServerView, Reason, ServerStats
+from common.results import LlmServerView, Reason, ServerStats, ShardRun
 from follower.backends import Backend
 from follower.backends.stats import llm_server_delta, server_stats_delta
 from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
@@ -45,10 +45,13 @@ class Driven:
     server_stats: ServerStats | None = None
     llm_server: LlmServerView | None = None  # an LLM server's own view of the run (its metrics)
     samples: Samples | None = None  # the resource sampler's series; None where it did not run
+    shards: list[ShardRun] | None = None  # a sharded point's shards, as its coordinator merged them
+    shard_skew_ms: float | None = None
 
 
-async def drive_point(plan: PointPlan, ctx: PointContext) -> Driven:
-    """Run the plan's schedule against ctx's server; a dead server gives records of unsent requests, not an exception."""
+async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | None = None) -> Driven:
+    """Run the plan's schedule against ctx's server; a dead server gives records of unsent requests, not an exception.
+    `start_ns`: the run's start (absolute monotonic ns), one generator then drives it (a shard's common start)."""
     backend, point = ctx.backend, plan.point
     if not backend.alive():
         records = unsent(plan.offsets_ns, "server process is not running")
@@ -73,7 +76,7 @@ async def drive_point(plan: PointPlan, ctx: PointContext) -> Driven:
     stats_before = await asyncio.to_thread(backend.stats)
     sampler = ResourceSampler(server_pid(backend), plan.sampling).start()
     try:
-        records = await _run_generators(plan, ctx, stop, monitor_factory)
+        records = await _run_generators(plan, ctx, stop, monitor_factory, start_ns)
     finally:
         stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
         samples = sampler.stop()
@@ -92,10 +95,10 @@ async def drive_point(plan: PointPlan, ctx: PointContext) -> Driven:
 
 
 async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Event,
-                          monitor_factory: Callable[[int], WindowMonitor]) -> LoadRecords:  # fmt: skip
+                          monitor_factory: Callable[[int], WindowMonitor], start_ns: int | None) -> LoadRecords:  # fmt: skip
     point, cores = plan.point, plan.generator_cores
     url = request_url(ctx.url, point.llm)
-    if plan.processes > 1:
+    if plan.processes > 1 and start_ns is None:
         parts = await asyncio.to_thread(
             drive_processes, url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
@@ -115,7 +118,7 @@ async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Ev
         _drive_isolated, cores, url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
         monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
-        drain_s=plan.drain_s, credentials=ctx.credentials,
+        drain_s=plan.drain_s, credentials=ctx.credentials, start_ns=start_ns,
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from follower.point.drive import drive_point
 from follower.point.judge import judge
 from follower.point.plan import plan_point
 from follower.point.result import point_result
+from follower.point.shard import drive_shard
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,10 @@ async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | 
     """Warm-up then measure one point against the running server."""
     started_at = datetime.now(UTC)
     plan = plan_point(point, ctx)
-    driven = await drive_point(plan, ctx)
+    if ctx.shard is not None:  # this follower's share, from the common start; shard 0 merges all (point/shard.py)
+        driven, plan = await drive_shard(plan, ctx)
+    else:
+        driven = await drive_point(plan, ctx)
     judged = judge(plan, driven, ctx)
     if ctx.records_sink is not None:
         ctx.records_sink(plan.point, driven.records, judged.summary)

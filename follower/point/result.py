@@ -50,6 +50,8 @@ def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointC
         stable=judged.stable,
         resources=judged.resources,
         server_stats=driven.server_stats,
+        shards=driven.shards,
+        shard_skew_ms=driven.shard_skew_ms,
         generators=plan.processes,
         generator_plan=plan.generator_plan,
         generator_scheduling=records.scheduling,

@@ -34,7 +34,7 @@ from follower.loadgen.bodies import Samples, build_bodies
 from follower.loadgen.llmprompts import PromptMaker, request_body
 from follower.loadgen.timing import Timer
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials, open_transport
-from follower.point.context import PointContext, ProgressSink, RecordsSink, backend_wire
+from follower.point.context import PointContext, ProgressSink, RecordsSink, ShardLink, backend_wire
 from follower.point.drive import REQUEST_TIMEOUT_S
 from follower.point.measure import measure_point
 
@@ -97,6 +97,7 @@ async def serving(
     writable: Sequence[Path] = (),
     target: TargetSpec | None = None,
     credentials: Credentials = NO_CREDENTIALS,
+    shard: ShardLink | None = None,
 ) -> AsyncIterator[Served]:
     """Start `model` on one backend (configured like `first`, the first point it serves), wait until it answers, and
     hold it while the caller measures; it is always stopped, and its sandbox removed, at the end.
@@ -107,7 +108,8 @@ async def serving(
     link to the server is shaped once it is ready (follower/host/netshape.py) and each point records the conditions.
     `cpus`: the server's cores (default: every server core of the plan); `extra_env`: more environment for it;
     `writable`: directories it may write besides its home (in its sandbox). With `target` (backend `endpoint`) nothing
-    is started: the endpoint is driven with `credentials` and no cold start is claimed.
+    is started: the endpoint is driven with `credentials` and no cold start is claimed; `shard`: this follower drives
+    its share of every point of a sharded job (follower/point/shard.py).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -159,6 +161,7 @@ async def serving(
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
                 max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows, credentials=credentials,
+                shard=shard,
             )  # fmt: skip
             yield Served(ctx, cold, shaped)
     finally:

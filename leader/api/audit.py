@@ -23,7 +23,8 @@ log = logging.getLogger("benchfleet.audit")
 
 CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A follower's own routine traffic (it acts for the fleet, many times a second): not audited.
-ROUTINE = re.compile(r"^/api/v1/(followers/[^/]+/heartbeat|jobs/[^/]+/(points|progress|records|finish|claim))$")
+ROUTINE = re.compile(r"^/api/v1/(followers/[^/]+/heartbeat|jobs/[^/]+/(points|progress|records|finish|claim)"
+                     r"|jobs/[^/]+/shards/\d+/points/\d+/(ready|records))$")
 
 
 def install(app: FastAPI) -> None:

@@ -62,6 +62,7 @@ def job_task(doc: dict[str, Any]) -> JobTask:
         model=meta(doc["model"]),
         colocated=[meta(m) for m in doc.get("colocated_models") or []],
         estimate_s=doc["estimate_s"],
+        shard=doc.get("shard"),
     )
 
 

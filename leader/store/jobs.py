@@ -4,6 +4,7 @@ transitions are leader/store/placement.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import datetime
 from typing import Any
@@ -38,9 +39,10 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
 
 
 async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owner: str = "admin",
-                     colocated: list[ModelMeta] | None = None) -> JobView:  # fmt: skip
+                     colocated: list[ModelMeta] | None = None, shard_followers: list[str] | None = None) -> JobView:  # fmt: skip
     # The job is its model's team's: a submitter uses only its own team's models, an admin any team's.
-    """Store a planned job as queued (attempt 1), its parts first when it splits; acknowledged before returning."""
+    """Store a planned job as queued (attempt 1), its parts first when it splits or is sharded; acknowledged before
+    returning. A sharded job's parts are pinned one to each of `shard_followers` (the first, shard 0, coordinates)."""
     now, spec = utcnow(), plan.spec
     doc: dict[str, Any] = {
         "_id": uuid.uuid4().hex,
@@ -93,6 +95,17 @@ async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owne
     ]
     doc["parts"] = [c["_id"] for c in children]
     doc["history"] = [history_entry(JobState.queued, 1, reason=f"submitted; split into {n} parts")]
+    if plan.sharded:
+        assert shard_followers is not None and len(shard_followers) == n
+        doc["shards"] = n
+        doc["history"] = [history_entry(JobState.queued, 1, reason=f"submitted; driven by {n} followers at once "
+                                                                    f"({', '.join(shard_followers)})")]  # fmt: skip
+        for k, (child, follower) in enumerate(zip(children, shard_followers, strict=True)):
+            # Each shard waits for its own follower (as a pinned job does); shard 0 merges the others' records.
+            requires = {**(child["spec"].get("requires") or {}), "follower": follower}
+            child.update(spec={**child["spec"], "requires": requires}, shard={"of": doc["_id"], "index": k, "count": n},
+                         history=[history_entry(JobState.queued, 1, reason=f"shard {k} of {n} of job {doc['_id']}, "
+                                                                           f"on follower {follower}")])  # fmt: skip
     # The parts first: a reader that sees the split job finds every part it names.
     await db[COLLECTION].insert_many(children, ordered=True)
     await db[COLLECTION].insert_one(doc)
@@ -100,9 +113,10 @@ async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owne
 
 
 async def part_attempts(db: AsyncDatabase, *, job_id: str) -> list[tuple[str, int, int]]:
-    """(part id, its current attempt, index of its first point in the split job's grid) for each part, in order."""
+    """(part id, its current attempt, index of its first point in the split job's grid) for each part whose points
+    are the job's (counted_parts), in order."""
     doc = await _get_doc(db, job_id)
-    parts = await db[COLLECTION].find({"_id": {"$in": doc.get("parts") or []}}, {"attempt": 1, "part_start": 1}).to_list(None)
+    parts = await db[COLLECTION].find({"_id": {"$in": counted_parts(doc)}}, {"attempt": 1, "part_start": 1}).to_list(None)
     return sorted((p["_id"], int(p["attempt"]), int(p["part_start"])) for p in parts)
 
 
@@ -114,9 +128,16 @@ async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, fi
     """One job (of `team`, when given); NotFound naming `field` if unknown. A split job counts its parts' points."""
     doc = await by_id(db, COLLECTION, job_id, what="job", team=team, field=field)
     if doc.get("parts"):
-        parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"points_done": 1}).to_list(None)
+        parts = await db[COLLECTION].find({"_id": {"$in": counted_parts(doc)}}, {"points_done": 1}).to_list(None)
         doc["points_done"] = sum(int(p.get("points_done", 0)) for p in parts)
     return job_view(doc)
+
+
+def counted_parts(doc: dict[str, Any]) -> list[str]:
+    """The parts whose points are the job's: every part of a split job; a sharded job's coordinator (shard 0) only,
+    which merged every shard's records into its points."""
+    parts: list[str] = doc.get("parts") or []
+    return parts[:1] if doc.get("shards") else parts
 
 
 async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None,
@@ -137,7 +158,7 @@ async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, af
         done = {p["_id"]: int(p.get("points_done", 0)) for p in parts}
         for doc in docs:
             if doc.get("parts"):
-                doc["points_done"] = sum(done.get(part, 0) for part in doc["parts"])
+                doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
     return [job_view(doc) for doc in docs]
 
 
@@ -154,7 +175,7 @@ async def set_model_trusted(db: AsyncDatabase, *, model_ref: str, trusted: bool)
     return int(done.modified_count)
 
 
-async def cancel_job(db: AsyncDatabase, *, job_id: str) -> JobView:
+async def cancel_job(db: AsyncDatabase, *, job_id: str, reason: str = "cancelled by user") -> JobView:
     """Cancel a job that has not finished; Conflict if it has. A follower holding it learns on its next report."""
     current = await _get_doc(db, job_id)
     if current["state"] in TERMINAL:
@@ -164,20 +185,25 @@ async def cancel_job(db: AsyncDatabase, *, job_id: str) -> JobView:
         {"_id": job_id, "state": current["state"], "attempt": current["attempt"]},
         {
             "$set": {"state": JobState.cancelled.value, "updated_at": utcnow()},
-            "$push": {"history": history_entry(JobState.cancelled, current["attempt"], reason="cancelled by user")},
+            "$push": {"history": history_entry(JobState.cancelled, current["attempt"], reason=reason)},
         },
     )
     if doc is None:
         # It moved between the read and the update; judge it again on its new state.
-        return await cancel_job(db, job_id=job_id)
-    for part_id in doc.get("parts") or []:
-        # Each part stops like any cancelled job (its follower learns on the next heartbeat); finished parts stay.
-        part = await db[COLLECTION].find_one({"_id": part_id}, {"state": 1})
-        if part is not None and part["state"] not in TERMINAL:
-            await cancel_job(db, job_id=part_id)
+        return await cancel_job(db, job_id=job_id, reason=reason)
+    await _cancel_parts(db, doc.get("parts") or [], reason=reason)
     if doc.get("part_of"):
         await settle_split(db, job_id=doc["part_of"])
     return job_view(doc)
+
+
+async def _cancel_parts(db: AsyncDatabase, part_ids: list[str], *, reason: str) -> None:
+    """Each part stops like any cancelled job (its follower learns on the next heartbeat); finished parts stay."""
+    for part_id in part_ids:
+        part = await db[COLLECTION].find_one({"_id": part_id}, {"state": 1})
+        if part is not None and part["state"] not in TERMINAL:
+            with contextlib.suppress(Conflict):  # it finished meanwhile
+                await cancel_job(db, job_id=part_id, reason=reason)
 
 
 async def update_then_read(db: AsyncDatabase, query: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:
@@ -268,6 +294,10 @@ async def finish_job(db: AsyncDatabase, *, job_id: str, report: FinishReport) ->
     if doc is not None:
         if actual_s is not None:
             await _record_actual(doc, report, actual_s, db)
+        if (doc.get("shard") or {}).get("index") == 0:
+            # The coordinator is done: the other shards have nothing left to drive (a lost one may still wait).
+            parent = await db[COLLECTION].find_one({"_id": doc["part_of"]}, {"parts": 1})
+            await _cancel_parts(db, (parent or {}).get("parts", [])[1:], reason=f"shard 0 (the coordinator) {state.value}")
         if doc.get("part_of"):
             await settle_split(db, job_id=doc["part_of"])
         return job_view(doc)
@@ -289,13 +319,17 @@ async def settle_split(db: AsyncDatabase, *, job_id: str) -> None:
     Idempotent (the final write is conditional on the split job not being finished), so two parts finishing at
     once, or a retried finish report, settle it exactly once.
     """
-    doc = await db[COLLECTION].find_one({"_id": job_id}, {"parts": 1, "state": 1, "points_total": 1})
+    doc = await db[COLLECTION].find_one({"_id": job_id}, {"parts": 1, "state": 1, "points_total": 1, "shards": 1})
     if doc is None or doc["state"] in TERMINAL or not doc.get("parts"):
         return
     parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"state": 1, "points_done": 1, "error": 1}).to_list(None)
     if len(parts) < len(doc["parts"]) or any(p["state"] not in TERMINAL for p in parts):
         return
     bad = [p for p in parts if p["state"] != JobState.succeeded.value]
+    if doc.get("shards"):
+        # A sharded job is its coordinator's points: it ends as shard 0 did (a lost shard made points invalid).
+        parts = [p for p in parts if p["_id"] == doc["parts"][0]]
+        bad = [p for p in parts if p["state"] != JobState.succeeded.value]
     if not bad:
         state, error = JobState.succeeded, None
     elif all(p["state"] == JobState.cancelled.value for p in bad):

@@ -172,9 +172,9 @@ async def get_baseline(db: AsyncDatabase, *, team: str, name: str) -> str | None
 
 async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
     """Write the leaderboard row of a point just stored (the job supplies name, model and SLO)."""
-    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1, "team": 1})
-    if job is None:
-        return
+    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1, "team": 1, "shard": 1})
+    if job is None or (job.get("shard") or {}).get("index", 0) > 0:
+        return  # a shard's own share of a point is not a row: its coordinator's merged point is
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
     model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1})
     row = row_from_result(

@@ -7,8 +7,10 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common.jobs import JobView
 from common.results import PointResult
 from leader.clock import as_utc
+from leader.store import jobs as jobs_store
 from leader.store import leaderboard
 
 COLLECTION = "results"
@@ -46,6 +48,13 @@ async def attempt_points(db: AsyncDatabase, *, job_id: str, attempt: int) -> lis
     """The stored points of one attempt, by point index."""
     docs = await db[COLLECTION].find({"job_id": job_id, "attempt": attempt}).sort("index", ASCENDING).to_list(None)
     return [_result(doc) for doc in docs]
+
+
+async def job_points(db: AsyncDatabase, job: JobView) -> list[PointResult]:
+    """A job's points: its current attempt's, or a split job's parts' merged back (a sharded job's coordinator's)."""
+    if job.parts:
+        return await merged_points(db, parts=await jobs_store.part_attempts(db, job_id=job.id))
+    return await attempt_points(db, job_id=job.id, attempt=job.attempt)
 
 
 async def merged_points(db: AsyncDatabase, *, parts: list[tuple[str, int, int]]) -> list[PointResult]:

@@ -17,6 +17,11 @@ from leader.secretbox import SecretBox
 COLLECTION = "secrets"
 
 
+async def ensure_indexes(db: AsyncDatabase) -> None:
+    """A team's list reads by team."""
+    await db[COLLECTION].create_index([("team", 1)])
+
+
 def _id(team: str, name: str) -> str:
     return f"{team}/{name}"
 

@@ -139,7 +139,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
 
 async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]:
     job = await jobs_store.get_job(db, job_id=job_id, team=team)
-    points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
+    points = await results_store.job_points(db, job)
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "repeats": summarize_repeats(points),
             "running": job.state not in TERMINAL_STATES, "interference": interference.matrix(job, points)}  # fmt: skip
@@ -180,7 +180,7 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     team = (await require_login(request)).scope
     db = deps.get_db(request)
     job = await jobs_store.get_job(db, job_id=job_id, team=team)
-    points = [p for p in await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt) if p.point.index == index]
+    points = [p for p in await results_store.job_points(db, job) if p.point.index == index]
     if not points:
         raise InvalidRequest(f"job {job_id} has no point {index}", field="index")
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)

@@ -4,8 +4,6 @@ with the key stored as a target secret that no answer, export or log line ever h
 
 from __future__ import annotations
 
-import secrets
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from benchfleet.client import BenchfleetClient
 from common.jobs import TERMINAL_STATES, JobState, JobView
 from common.modelgen import mlp_onnx
 from common.models import ModelMeta, TensorSpec
-from common.procs import SupervisedProcess, free_port, http_ready
+from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -31,37 +29,19 @@ def follower(fleet) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def gated_ort(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """benchfleet's ORT server started by hand, behind a gateway that refuses requests without X-Api-Key: (the
-    gateway's URL, the key)."""
-    work = tmp_path_factory.mktemp("gated-ort")
-    model = work / "mlp.onnx"
-    model.write_bytes(mlp_onnx(inputs=16, hidden=32, outputs=4, seed=3))
-    key = "sk-" + secrets.token_urlsafe(24)
-    (work / "key").write_text(key)
-    ort_port, gate_port = free_port(), free_port()
-    ort_argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(model), "--name", "mlp-gated",
-                "--port", str(ort_port)]  # fmt: skip
-    gate_argv = [sys.executable, "-m", "tests.e2e.auth_proxy", "--port", str(gate_port), "--upstream",
-                 f"http://127.0.0.1:{ort_port}", "--header", "X-Api-Key", "--key-file", str(work / "key")]  # fmt: skip
-    with SupervisedProcess(ort_argv, name="ort by hand", log_path=work / "ort.log", cwd=ROOT) as ort:
-        ort.wait_ready(http_ready(f"http://127.0.0.1:{ort_port}/v2/health/ready"), timeout_s=30)
-        with SupervisedProcess(gate_argv, name="api gateway", log_path=work / "gate.log", cwd=ROOT) as gate:
-            gate.wait_ready(http_ready(f"http://127.0.0.1:{gate_port}/counts"), timeout_s=30)
-            yield f"http://127.0.0.1:{gate_port}", key
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedEndpoint]:
+    """benchfleet's ORT server started by hand, behind a gateway that refuses requests without X-Api-Key."""
+    with gated_ort(tmp_path_factory.mktemp("gated-ort"), "mlp-gated") as endpoint:
+        yield endpoint
 
 
-def _counts(url: str) -> dict[str, int]:
-    return dict(httpx.get(f"{url}/counts").json())
-
-
-def test_a_job_drives_a_hand_started_server_with_a_secret_that_never_comes_back(fleet, follower: str, gated_ort) -> None:  # type: ignore[no-untyped-def]
-    url, key = gated_ort
+def test_a_job_drives_a_hand_started_server_with_a_secret_that_never_comes_back(fleet, follower: str, gated) -> None:  # type: ignore[no-untyped-def]
+    url, key = gated.url, gated.key
     with fleet.client() as client:
         stored = client.put_secret("ort-key", key, header="X-Api-Key")
         assert stored.name == "ort-key" and stored.header == "X-Api-Key"
         listed = client.secrets()
-        before = _counts(url)
+        before = gated.counts()
         job = client.submit_yaml(f"""
 name: gated-endpoint
 model: mlp-gated
@@ -70,7 +50,7 @@ target: {{url: "{url}", protocol: kserve-http, secret: ort-key}}
 """)
         results = _wait_done(client, job.id, timeout_s=120)
         (point,) = results.points
-        after = _counts(url)
+        after = gated.counts()
         # Everything a user or an operator can read afterwards.
         readable = [
             repr(stored), repr(listed), client.job(job.id).model_dump_json(), results.model_dump_json(),
@@ -96,8 +76,8 @@ target: {{url: "{url}", protocol: kserve-http, secret: ort-key}}
         assert key not in text
 
 
-def test_a_job_without_the_secret_is_refused_by_the_gateway_and_says_so(fleet, follower: str, gated_ort) -> None:  # type: ignore[no-untyped-def]
-    url, _ = gated_ort
+def test_a_job_without_the_secret_is_refused_by_the_gateway_and_says_so(fleet, follower: str, gated) -> None:  # type: ignore[no-untyped-def]
+    url = gated.url
     with fleet.client() as client:
         job = client.submit_yaml(f"""
 name: ungated-endpoint

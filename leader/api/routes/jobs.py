@@ -25,6 +25,7 @@ from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submi
 from leader.jobplan import plan_job
 from leader.limits import check_spec_limits, queue_admission
 from leader.scheduler.queueinfo import with_queue_info
+from leader.shards import choose_shard_followers
 from leader.store import datasets as data_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
@@ -118,9 +119,13 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta, team)
     colocated = await _colocated_models(db, spec, model, team)
+    shard_followers = None
+    if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/shards.py)
+        shard_followers = choose_shard_followers(await followers_store.list_followers(db), spec, plan.points)
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
     async with queue_admission(db, settings, principal, adding=plan.jobs_created):
-        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated)
+        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated,
+                                          shard_followers=shard_followers)  # fmt: skip
     placer.nudge()
     return job
 
@@ -201,10 +206,7 @@ async def get_job(job_id: str, db: Db, placer: PlacerDep, viewer: Viewer) -> Job
 async def get_results(job_id: str, db: Db, viewer: Viewer) -> JobResults:
     """The job and the point results of its current attempt, by point index."""
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
-    if job.parts:  # a split job: the points its parts ran, merged back into one result
-        points = await results_store.merged_points(db, parts=await jobs_store.part_attempts(db, job_id=job_id))
-    else:
-        points = await results_store.attempt_points(db, job_id=job_id, attempt=job.attempt)
+    points = await results_store.job_points(db, job)
     return JobResults(job=job, points=points, repeats=summarize_repeats(points))
 
 

@@ -1,0 +1,48 @@
+"""Endpoints started by hand for the endpoint and shard tests: benchfleet's ORT server as a plain process, behind a
+gateway that wants an API key (tests/e2e/auth_proxy.py), as a team's own deployment would be."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from common.modelgen import mlp_onnx
+from common.procs import SupervisedProcess, free_port, http_ready
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class GatedEndpoint:
+    url: str  # the gateway's base URL (KServe v2 HTTP behind it)
+    key: str  # the X-Api-Key it wants
+    model: str  # the model's name there
+
+    def counts(self) -> dict[str, int]:
+        """Requests the gateway forwarded (authorized) and refused so far."""
+        return dict(httpx.get(f"{self.url}/counts").json())
+
+
+@contextlib.contextmanager
+def gated_ort(work: Path, model: str, *, inputs: int = 16) -> Iterator[GatedEndpoint]:
+    """The ORT server serving a small MLP as `model`, started by hand, behind the API-key gateway; both stopped after."""
+    path = work / f"{model}.onnx"
+    path.write_bytes(mlp_onnx(inputs=inputs, hidden=32, outputs=4, seed=3))
+    key = "sk-" + secrets.token_urlsafe(24)
+    (work / "key").write_text(key)  # not argv: a key in argv shows in `ps`
+    ort_port, gate_port = free_port(), free_port()
+    ort_argv = [sys.executable, "-m", "follower.servers.ort_server", "--model", str(path), "--name", model,
+                "--port", str(ort_port)]  # fmt: skip
+    gate_argv = [sys.executable, "-m", "tests.e2e.auth_proxy", "--port", str(gate_port), "--upstream",
+                 f"http://127.0.0.1:{ort_port}", "--header", "X-Api-Key", "--key-file", str(work / "key")]  # fmt: skip
+    with SupervisedProcess(ort_argv, name="ort by hand", log_path=work / "ort.log", cwd=ROOT) as ort:
+        ort.wait_ready(http_ready(f"http://127.0.0.1:{ort_port}/v2/health/ready"), timeout_s=30)
+        with SupervisedProcess(gate_argv, name="api gateway", log_path=work / "gate.log", cwd=ROOT) as gate:
+            gate.wait_ready(http_ready(f"http://127.0.0.1:{gate_port}/counts"), timeout_s=30)
+            yield GatedEndpoint(f"http://127.0.0.1:{gate_port}", key, model)

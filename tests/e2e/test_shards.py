@@ -1,0 +1,98 @@
+"""Load shards through the whole system (#19): two follower processes drive one hand-started endpoint at once, each
+its seeded share, from one instant; the coordinator's merged point is exactly its shards' records concatenated; a
+shard whose follower is SIGKILLed mid-point makes the point invalid, naming that shard."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from common import records as fmt
+from common.jobs import JobResults
+from common.stats import summarize_ns
+from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort
+from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
+
+pytestmark = pytest.mark.e2e
+FOLLOWERS = ("shard-a", "shard-b")
+
+
+@pytest.fixture(scope="module")
+def gated(fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedEndpoint]:  # type: ignore[no-untyped-def]
+    for follower in FOLLOWERS:
+        fleet.start_follower(follower)
+    with gated_ort(tmp_path_factory.mktemp("shard-ort"), "mlp-shards") as endpoint:
+        with fleet.client() as client:
+            client.put_secret("shard-key", endpoint.key, header="X-Api-Key")
+        yield endpoint
+
+
+def _job_yaml(name: str, endpoint: GatedEndpoint, rate: float, duration: str) -> str:
+    return f"""
+name: {name}
+model: {endpoint.model}
+load: {{pattern: poisson, rate: {rate:g}, duration: {duration}, warmup: 0.5s}}
+target: {{url: "{endpoint.url}", protocol: kserve-http, secret: shard-key, shards: 2}}
+"""
+
+
+def _shard_latencies(fleet, job_id: str, shard: int, warmup_s: float, duration_s: float) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """A shard's own measured latencies (ns), from its records as the leader keeps them."""
+    answer = httpx.get(f"{fleet.url}/api/v1/jobs/{job_id}/shards/{shard}/points/0/records",
+                       headers={"Authorization": f"Bearer {fleet.admin_token}"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    arrays = fmt.decode(answer.content)
+    measured = fmt.measured_mask(arrays, warmup_s=warmup_s, measured_s=duration_s) & (arrays["status"] == fmt.OK)
+    return (arrays["done_ns"] - arrays["intended_ns"])[measured]
+
+
+def test_two_followers_drive_one_point_and_its_percentiles_are_their_records_concatenated(fleet, gated) -> None:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        job = client.submit_yaml(_job_yaml("two-shards", gated, 200, "3s"))
+        results: JobResults = _wait_done(client, job.id, timeout_s=180)
+        parts = [client.job(p) for p in client.job(job.id).parts]
+    (point,) = results.points
+    assert point.valid, point.invalid_reasons
+    assert point.shards is not None and [s.shard for s in point.shards] == [0, 1]
+    assert all(s.state == "merged" for s in point.shards)
+    # Each shard ran on its own follower, as its part says, and the two shares make the whole schedule.
+    assert {s.follower_id for s in point.shards} == set(FOLLOWERS)
+    assert [p.spec.requires.follower for p in parts] == [s.follower_id for s in point.shards]
+    # The two shares are the whole schedule (warm-up included), with no request in both.
+    assert sum(s.requests for s in point.shards) >= point.requests
+    assert all(s.offset_uncertainty_ms is not None and s.offset_uncertainty_ms >= 0 for s in point.shards)
+    assert point.shard_skew_ms is not None
+    # Exact: the merged percentiles are those of both shards' measured latencies concatenated.
+    lat = np.concatenate([_shard_latencies(fleet, job.id, k, point.point.warmup_s, point.measured_s) for k in (0, 1)])
+    assert len(lat) == point.ok
+    assert summarize_ns(lat) == point.latency_ms
+
+
+def test_a_shard_follower_sigkilled_mid_point_makes_the_point_invalid_naming_it(fleet, gated) -> None:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        job = client.submit_yaml(_job_yaml("shard-killed", gated, 100, "8s"))
+        parts = client.job(job.id).parts
+        victim = client.job(parts[1]).spec.requires.follower
+        assert victim in FOLLOWERS
+        # Mid-point: requests are flowing through the gateway.
+        start = gated.counts()["authorized"]
+        _wait_until(lambda: gated.counts()["authorized"] > start + 150, 120, "the point to be under way")
+        pid = fleet.procs[victim].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        results = _wait_done(client, job.id, timeout_s=240)
+    (point,) = results.points
+    assert not point.valid
+    lost = [r for r in point.reasons if r.code == "shard_lost"]
+    assert lost, point.invalid_reasons
+    assert "shard 1 of 2" in lost[0].text and victim in lost[0].text, lost[0].text
+    assert point.shards is not None and point.shards[1].state == "lost"
+    assert point.shards[0].state == "merged"
+    assert time.monotonic() - killed_at < 200
