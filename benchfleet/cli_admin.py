@@ -33,12 +33,13 @@ secrets_app = typer.Typer(no_args_is_help=True, help="Target secrets of your tea
 
 
 def followers_sheet(rows: list[FollowerView]) -> Sheet:
-    """One row per follower: its state, machine, backends, running job, and whether a fleet check found it anomalous
-    (the evidence as a numbered note under the table)."""
+    """One row per follower: its state, machine, backends, running job, whether a fleet check found it anomalous
+    (the evidence as a numbered note under the table), and its clock's offset to the leader's."""
     sheet = simple_sheet(
         (Col("id", right=False), Col("state", right=False), Col("host", right=False, rank=3), Col("cpus", rank=2),
          Col("memory MiB", rank=4), Col("GPUs", right=False, rank=1), Col("backends", right=False, rank=2),
-         Col("last seen", right=False, rank=1), Col("running", right=False), Col("anomalous", right=False)),
+         Col("last seen", right=False, rank=1), Col("running", right=False), Col("anomalous", right=False),
+         Col("clock ms", right=False, rank=4)),
         [],
         title="followers",
     )  # fmt: skip
@@ -46,7 +47,8 @@ def followers_sheet(rows: list[FollowerView]) -> Sheet:
         anomalous = "-" if f.anomaly is None else f"YES {sheet.note(f'{f.info.follower_id}: {f.anomaly.evidence}')}"
         sheet.rows.append([f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
                            ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends),
-                           f.last_seen.strftime("%H:%M:%S"), f.running_job or "-", anomalous])  # fmt: skip
+                           f.last_seen.strftime("%H:%M:%S"), f.running_job or "-", anomalous,
+                           f"{f.clock.offset_ms:+.3f} ±{f.clock.uncertainty_ms:.3f}" if f.clock else "-"])  # fmt: skip
     return sheet
 
 

@@ -24,6 +24,16 @@ class GpuInfo(BaseModel):
     uuid: str | None = None
 
 
+class ClockOffset(BaseModel):
+    """A follower's clock against the leader's: the leader's minus its own, from the fastest of several round trips,
+    with half that round trip as the uncertainty (sharded points start at one leader instant through it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    offset_ms: float
+    uncertainty_ms: Annotated[float, Field(ge=0)]
+
+
 class FollowerInfo(BaseModel):
     """Registration: host capabilities and the incarnation (one per agent process start)."""
 
@@ -50,6 +60,7 @@ class FollowerInfo(BaseModel):
     # the leader sizes a sharded point's followers from them and refuses one the fleet cannot drive.
     generator_cores: int = 1
     cpu_per_request_us: float | None = None
+    clock: ClockOffset | None = None  # measured at registration (None: the leader's clock did not answer)
 
 
 class HeldJob(BaseModel):
@@ -73,6 +84,7 @@ class Heartbeat(BaseModel):
     running_job: str | None = None
     held: Annotated[list[HeldJob], Field(max_length=10_000)] = []
     waiting_reason: Annotated[str, Field(max_length=500)] | None = None  # why held jobs do not start (GPU in use, CPU busy)
+    clock: ClockOffset | None = None  # measured again every few beats (None: not this beat)
 
 
 class HeartbeatReply(BaseModel):
@@ -93,6 +105,7 @@ class FollowerView(BaseModel):
     held: list[HeldJob] = []
     waiting_reason: str | None = None
     anomaly: Anomaly | None = None  # marked by the last fleet check that found it anomalous (cleared by a clean one)
+    clock: ClockOffset | None = None  # its latest clock offset to the leader (registration, then heartbeats)
 
 
 class FollowerRegistration(FollowerView):

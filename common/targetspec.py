@@ -94,10 +94,14 @@ class TargetSpec(StrictModel):
     def tls(self) -> bool:
         return urlsplit(self.url).scheme in ("https", "grpcs")
 
+    def _model_path(self, model: str) -> tuple[str, str]:
+        """The model's name at the endpoint and its `/versions/V` suffix (empty: the endpoint's default), URL-quoted."""
+        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
+        return quote(self.model_name or model, safe=""), version
+
     def infer_url(self, model: str) -> str:
         """The URL the load goes to for `model` (its name at the endpoint), in the form the transports take."""
-        name = quote(self.model_name or model, safe="")
-        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
+        name, version = self._model_path(model)
         if self.protocol == "kserve-http":
             return f"{self.url}/v2/models/{name}{version}/infer"
         if self.protocol == "tfserving-rest":
@@ -108,8 +112,7 @@ class TargetSpec(StrictModel):
 
     def metadata_url(self, model: str) -> str | None:
         """Where the endpoint describes the model's signature over HTTP (None: gRPC or OpenAI, read from the spec)."""
-        name = quote(self.model_name or model, safe="")
-        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
+        name, version = self._model_path(model)
         if self.protocol == "kserve-http":
             return f"{self.url}/v2/models/{name}{version}"
         if self.protocol == "tfserving-rest":

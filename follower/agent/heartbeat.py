@@ -5,12 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 
-from common.followers import FollowerInfo, Heartbeat
+from common.followers import ClockOffset, FollowerInfo, Heartbeat
 from follower.agent.runloop import RunLoop
 from follower.link.leader_client import LeaderClient
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
+
+CLOCK_EVERY = 10  # beats between two measurements of the clock offset to the leader
+
+
+def measured_clock(client: LeaderClient, samples: int = 8) -> ClockOffset | None:
+    """This host's clock offset to the leader now (None, logged, if the leader's clock does not answer)."""
+    try:
+        offset_ns, uncertainty_ns = client.clock_offset(samples)
+    except Exception as exc:  # the offset is information: its absence stops nothing
+        log.warning("clock offset to the leader not measured: %s", exc)
+        return None
+    return ClockOffset(offset_ms=round(offset_ns / 1e6, 4), uncertainty_ms=round(uncertainty_ns / 1e6, 4))
 
 
 class Heartbeater(threading.Thread):
@@ -20,13 +32,16 @@ class Heartbeater(threading.Thread):
         super().__init__(name="heartbeat", daemon=True)
         self.settings, self.client, self.info, self.loop = settings, client, info, loop
         self.stopped = threading.Event()
+        self.beats = 0
 
     def beat(self) -> Heartbeat:
         """This moment's heartbeat: the running job, what is held (in run order, with estimates) and why it waits."""
         running = self.loop.running_job()
+        self.beats += 1
         return Heartbeat(
             incarnation=self.info.incarnation, state="busy" if running else "ready", running_job=running,
             held=self.loop.holding.snapshot(), waiting_reason=self.loop.waiting_reason,
+            clock=measured_clock(self.client) if self.beats % CLOCK_EVERY == 0 else None,
         )  # fmt: skip
 
     def run(self) -> None:

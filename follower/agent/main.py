@@ -14,7 +14,7 @@ from common.followers import FollowerInfo
 from common.logs import set_process_follower_id
 from common.messaging import RUN_JOB_TASK, make_celery, queue_for
 from common.spec import MODEL_CODE_BACKENDS
-from follower.agent.heartbeat import Heartbeater
+from follower.agent.heartbeat import Heartbeater, measured_clock
 from follower.agent.holding import HoldingQueue
 from follower.agent.runloop import RunLoop
 from follower.attempt.execute import execute
@@ -101,6 +101,7 @@ def run_agent(settings: FollowerSettings) -> None:
                           credential_path=settings.work_dir / f"credential-{settings.follower_id}",
                           ca_file=settings.leader_ca_file)  # fmt: skip
     info = follower_info(settings, incarnation)
+    info = info.model_copy(update={"clock": measured_clock(client)})
     client.register(info)
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",

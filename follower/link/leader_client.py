@@ -121,10 +121,16 @@ class LeaderClient:
         return True
 
     def _post(self, path: str, body: str) -> httpx.Response:
-        headers = {"Content-Type": "application/json"}
-        response = self._http.post(path, content=body, headers={**headers, **self._auth()})
+        return self._send("POST", path, content=body.encode(), content_type="application/json")
+
+    def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None, content: bytes | None = None,
+              content_type: str | None = None) -> httpx.Response:  # fmt: skip
+        """One authenticated request (joining again once if the credential was refused); StaleAttempt for 409,
+        LeaderRejected for another 4xx, httpx.HTTPStatusError for a 5xx (the retried kind)."""
+        headers = {"Content-Type": content_type} if content_type else {}
+        response = self._http.request(method, path, params=params, content=content, headers={**headers, **self._auth()})
         if response.status_code == 401 and self._rejoin():
-            response = self._http.post(path, content=body, headers={**headers, **self._auth()})
+            response = self._http.request(method, path, params=params, content=content, headers={**headers, **self._auth()})
         if response.status_code == 409:
             raise StaleAttempt(response.text)
         if 400 <= response.status_code < 500:
@@ -195,36 +201,15 @@ class LeaderClient:
     @_retrying
     def upload_records(self, job_id: str, attempt: int, index: int, blob: bytes) -> None:
         """Send one point's raw records blob (npz); the leader replaces any earlier upload of it."""
-        path = f"/api/v1/jobs/{job_id}/points/{index}/records"
-        headers = {"Content-Type": "application/octet-stream"}
-        response = self._http.post(path, params={"attempt": attempt}, content=blob, headers={**headers, **self._auth()})
-        if response.status_code == 401 and self._rejoin():
-            response = self._http.post(path, params={"attempt": attempt}, content=blob, headers={**headers, **self._auth()})
-        if response.status_code == 409:
-            raise StaleAttempt(response.text)
-        if 400 <= response.status_code < 500:
-            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
-        response.raise_for_status()
+        self._send("POST", f"/api/v1/jobs/{job_id}/points/{index}/records", params={"attempt": attempt}, content=blob,
+                   content_type="application/octet-stream")  # fmt: skip
 
     @_retrying
     def target_credentials(self, job_id: str, attempt: int, follower_id: str) -> TargetCredentials:
         """The opened secrets of the target of the attempt this follower runs (kept in memory, never logged)."""
-        path = f"/api/v1/jobs/{job_id}/target-credentials"
-        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
-        if response.status_code == 409:
-            raise StaleAttempt(response.text)
-        if 400 <= response.status_code < 500:
-            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
-        response.raise_for_status()
+        response = self._send("GET", f"/api/v1/jobs/{job_id}/target-credentials",
+                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
         return TargetCredentials.model_validate_json(response.content)
-
-    def _checked(self, response: httpx.Response, path: str) -> httpx.Response:
-        if response.status_code == 409:
-            raise StaleAttempt(response.text)
-        if 400 <= response.status_code < 500:
-            raise LeaderRejected(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
-        response.raise_for_status()
-        return response
 
     def clock_offset(self, samples: int = 16) -> tuple[int, int]:
         """(the leader's clock minus ours, its uncertainty), in ns: of `samples` round trips the fastest is kept, the
@@ -232,9 +217,10 @@ class LeaderClient:
         best: tuple[int, int] | None = None
         for _ in range(samples):
             t0 = time.time_ns()
-            response = self._http.get("/api/v1/clock")
+            response = self._http.get("/api/v1/clock")  # open: no token lookup inside the round trip
             t1 = time.time_ns()
-            leader_ns = int(self._checked(response, "/api/v1/clock").json()["now_ns"])
+            response.raise_for_status()
+            leader_ns = int(response.json()["now_ns"])
             if best is None or t1 - t0 < best[1] * 2:
                 best = (leader_ns - (t0 + t1) // 2, (t1 - t0) // 2)
         assert best is not None
@@ -243,32 +229,31 @@ class LeaderClient:
     @_retrying
     def shard_ready(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
         """Say this shard is ready for point `index`: the barrier's answer (waiting, go with the start, or skip)."""
-        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/ready"
-        response = self._http.post(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
-        return dict(self._checked(response, path).json())
+        response = self._send("POST", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/ready",
+                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
+        return dict(response.json())
 
     @_retrying
     def put_shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str, blob: bytes,
                           meta: dict[str, float]) -> None:  # fmt: skip
         """Hand this shard's records of a point (and its run's figures) to the coordinator, through the leader."""
-        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records"
-        params: dict[str, str | int] = {"attempt": attempt, "follower_id": follower_id, "meta": json.dumps(meta)}
-        headers = {"Content-Type": "application/octet-stream", **self._auth()}
-        self._checked(self._http.post(path, params=params, content=blob, headers=headers), path)
+        params = {"attempt": attempt, "follower_id": follower_id, "meta": json.dumps(meta)}
+        self._send("POST", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records", params=params, content=blob,
+                   content_type="application/octet-stream")  # fmt: skip
 
     @_retrying
     def shard_status(self, job_id: str, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
         """For the coordinator: each shard of a started point, uploaded, waiting, lost or absent."""
-        path = f"/api/v1/jobs/{job_id}/shards/points/{index}"
-        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
-        return dict(self._checked(response, path).json())
+        response = self._send("GET", f"/api/v1/jobs/{job_id}/shards/points/{index}",
+                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
+        return dict(response.json())
 
     @_retrying
     def shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> bytes:
         """For the coordinator: a shard's records blob of a point."""
-        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records"
-        response = self._http.get(path, params={"attempt": attempt, "follower_id": follower_id}, headers=self._auth())
-        return self._checked(response, path).content
+        response = self._send("GET", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records",
+                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
+        return response.content
 
     @_retrying
     def finish(self, job_id: str, report: FinishReport) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.types import Message, Receive
 
-from common.errors import InvalidRequest, PayloadTooLarge
+from common.errors import InvalidRequest, InvalidSpec, PayloadTooLarge
+from common.records import missing_columns
 
 
 def _check_declared(request: Request, limit: int) -> None:
@@ -50,3 +51,13 @@ def limited_request(request: Request, limit: int) -> Request:
 
     wrapped: Receive = counting_receive
     return Request(request.scope, receive=wrapped)
+
+
+def check_records_blob(data: bytes) -> None:
+    """Refuse anything but a raw-records blob (common.records) holding the required arrays; nothing is unpickled."""
+    try:
+        missing = missing_columns(data)
+    except ValueError as exc:
+        raise InvalidSpec(str(exc), field="(body)") from None
+    if missing:
+        raise InvalidSpec(f"records lack the arrays {', '.join(missing)}", field="(body)")

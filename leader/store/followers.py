@@ -36,6 +36,7 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
         "held": doc.get("held") or [],
         "waiting_reason": doc.get("waiting_reason"),
         "anomaly": doc.get("anomaly"),
+        "clock": doc.get("clock") or doc["info"].get("clock"),
     })
 
 
@@ -72,6 +73,7 @@ async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> 
                 "held": [h.model_dump() for h in beat.held],
                 "waiting_reason": beat.waiting_reason,
                 "last_seen": utcnow(),
+                **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
             }
         },
     )

@@ -72,6 +72,12 @@ def test_two_followers_drive_one_point_and_its_percentiles_are_their_records_con
     lat = np.concatenate([_shard_latencies(fleet, job.id, k, point.point.warmup_s, point.measured_s) for k in (0, 1)])
     assert len(lat) == point.ok
     assert summarize_ns(lat) == point.latency_ms
+    # The point page shows the shards, with links to each one's records.
+    with httpx.Client(base_url=fleet.url) as browser:
+        assert browser.post("/login", data={"token": fleet.admin_token, "next": "/leaderboard"}).status_code in (200, 303)
+        page = browser.get(f"/jobs/{job.id}/points/0").text
+    assert 'id="shards"' in page and all(f in page for f in FOLLOWERS)
+    assert f"/api/v1/jobs/{job.id}/shards/1/points/0/records" in page
 
 
 def test_a_shard_follower_sigkilled_mid_point_makes_the_point_invalid_naming_it(fleet, gated) -> None:  # type: ignore[no-untyped-def]

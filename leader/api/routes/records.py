@@ -7,8 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from common.errors import InvalidSpec, NotFound
-from common.records import missing_columns
-from leader.api.body import read_limited
+from leader.api.body import check_records_blob, read_limited
 from leader.api.deps import Db, FollowerPrincipal, Viewer, check_follower
 from leader.store import jobs as jobs_store
 from leader.store import records as records_store
@@ -17,16 +16,6 @@ router = APIRouter(prefix="/jobs", tags=["records"])
 
 MAX_RECORDS_BYTES = 64 * 1024 * 1024
 NPZ_TYPE = "application/octet-stream"
-
-
-def _check_npz(data: bytes) -> None:
-    """Refuse anything but a raw-records blob (common.records) holding the required arrays; nothing is unpickled."""
-    try:
-        missing = missing_columns(data)
-    except ValueError as exc:
-        raise InvalidSpec(str(exc), field="(body)") from None
-    if missing:
-        raise InvalidSpec(f"records lack the arrays {', '.join(missing)}", field="(body)")
 
 
 @router.post("/{job_id}/points/{index}/records", status_code=204)
@@ -46,7 +35,7 @@ async def upload_records(
     if not 0 <= index < job.points_total:
         raise InvalidSpec(f"point index must be in [0, {job.points_total})", field="index")
     data = await read_limited(request, MAX_RECORDS_BYTES)
-    _check_npz(data)
+    check_records_blob(data)
     await records_store.save_records(db, job_id=job_id, attempt=attempt, index=index, data=data)
     return Response(status_code=204)
 

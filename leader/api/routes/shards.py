@@ -12,8 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from common.errors import InvalidSpec
 from common.jobs import JobState, JobView
-from common.records import missing_columns
-from leader.api.body import read_limited
+from leader.api.body import check_records_blob, read_limited
 from leader.api.deps import Db, FollowerPrincipal, Reader, check_follower
 from leader.store import jobs as jobs_store
 from leader.store import shards as shards_store
@@ -72,12 +71,7 @@ async def put_records(job_id: str, shard: int, index: int, request: Request, db:
     if not isinstance(figures, dict) or set(figures) - META_KEYS or not all(isinstance(v, int | float) for v in figures.values()):
         raise InvalidSpec(f"meta holds numbers under {', '.join(sorted(META_KEYS))} only", field="meta")
     data = await read_limited(request, MAX_SHARD_RECORDS_BYTES)
-    try:
-        missing = missing_columns(data)
-    except ValueError as exc:
-        raise InvalidSpec(str(exc), field="(body)") from None
-    if missing:
-        raise InvalidSpec(f"records lack the arrays {', '.join(missing)}", field="(body)")
+    check_records_blob(data)
     await shards_store.put_records(db, job_id=job_id, index=index, shard=shard, attempt=attempt, follower_id=follower_id,
                                    blob=data, meta=figures)  # fmt: skip
     return Response(status_code=204)
