@@ -61,6 +61,9 @@ class FollowerInfo(BaseModel):
     generator_cores: int = 1
     cpu_per_request_us: float | None = None
     clock: ClockOffset | None = None  # measured at registration (None: the leader's clock did not answer)
+    # Generator CPU per request (us) against each target it calibrated (`protocol url`), where it differs from the
+    # general figure above; the leader sizes a sharded job against a target from it.
+    target_costs_us: Annotated[dict[str, float], Field(max_length=256)] = {}
 
 
 class HeldJob(BaseModel):
@@ -85,6 +88,7 @@ class Heartbeat(BaseModel):
     held: Annotated[list[HeldJob], Field(max_length=10_000)] = []
     waiting_reason: Annotated[str, Field(max_length=500)] | None = None  # why held jobs do not start (GPU in use, CPU busy)
     clock: ClockOffset | None = None  # measured again every few beats (None: not this beat)
+    target_costs_us: Annotated[dict[str, float], Field(max_length=256)] | None = None  # with the clock, when measured
 
 
 class HeartbeatReply(BaseModel):
@@ -106,6 +110,7 @@ class FollowerView(BaseModel):
     waiting_reason: str | None = None
     anomaly: Anomaly | None = None  # marked by the last fleet check that found it anomalous (cleared by a clean one)
     clock: ClockOffset | None = None  # its latest clock offset to the leader (registration, then heartbeats)
+    target_costs_us: dict[str, float] = {}  # its generator's cost per request against each target it calibrated
 
 
 class FollowerRegistration(FollowerView):

@@ -26,17 +26,24 @@ SCHEMES: dict[str, tuple[str, ...]] = {
 
 class ShardSpec(StrictModel):
     """Several followers drive each point at once, each its own seeded share of the arrivals, all from one instant;
-    their records are merged into one point. `shards: 4` is short for `shards: {count: 4}`."""
+    their records are merged into one point. `shards: 4` is short for `shards: {count: 4}`, `shards: auto` for
+    `shards: {count: auto}`."""
 
-    count: Annotated[int, Field(ge=1, le=MAX_SHARDS)] = 1
-    """Followers that drive every point together (1: one follower, no sharding)."""
+    count: Annotated[int, Field(ge=1, le=MAX_SHARDS)] | Literal["auto"] = 1
+    """Followers that drive every point together (1: one follower, no sharding); `auto`: as many as the peak rate
+    needs at the chosen followers' generator cost per request, decided at submission."""
     labels: dict[Annotated[str, Field(pattern=NAME_PATTERN)], Annotated[str, Field(pattern=NAME_PATTERN)]] = {}
     """Only followers carrying every one of these labels drive the shards, e.g. {zone: zone-a}."""
 
     @model_validator(mode="before")
     @classmethod
     def _from_count(cls, data: Any) -> Any:
-        return {"count": data} if isinstance(data, int) and not isinstance(data, bool) else data
+        return {"count": data} if (isinstance(data, int) and not isinstance(data, bool)) or data == "auto" else data
+
+    @property
+    def n(self) -> int:
+        """The number of shards (an `auto` count not decided yet counts as 1)."""
+        return self.count if isinstance(self.count, int) else 1
 
 
 class TargetSpec(StrictModel):
@@ -91,6 +98,11 @@ class TargetSpec(StrictModel):
         return self.protocol == "openai"
 
     @property
+    def cost_key(self) -> str:
+        """How followers key what a request to this target costs their generator (`protocol url`)."""
+        return f"{self.protocol} {self.url}"
+
+    @property
     def tls(self) -> bool:
         return urlsplit(self.url).scheme in ("https", "grpcs")
 
@@ -131,7 +143,7 @@ class TargetSpec(StrictModel):
             raise ValueError("repeats.fresh_server restarts a server benchfleet starts; a target is one it does not")
         if (fields.get("llm") is not None) != self.is_llm and fields.get("llm") is not None:
             raise ValueError("llm describes a language model's requests: it needs protocol: openai")
-        if self.shards.count > 1:
+        if self.shards.count != 1:
             self._check_shards(fields)
 
     def _check_shards(self, fields: dict[str, Any]) -> None:

@@ -107,5 +107,10 @@ class FollowerSettings(BaseSettings):
         return self.work_dir / "held"
 
     @property
+    def target_costs_path(self) -> Path:
+        """The generator's calibrated cost per request against each target (follower/loadgen/calibrate.py)."""
+        return self.work_dir / "target-costs.json"
+
+    @property
     def jobs_dir(self) -> Path:
         return self.work_dir / "jobs"

@@ -54,7 +54,7 @@ def plan_job(spec: JobSpec) -> JobPlan:
             parts.append(PartPlan(renumbered, start, part_estimate, round(per_point * len(group), 3)))
             start += len(group)
     measured = round(max(0.0, estimate - starts_s), 3)
-    shards = spec.target.shards.count if spec.target is not None else 1
+    shards = spec.target.shards.n if spec.target is not None else 1
     if shards > 1:  # every shard runs every point, at once: each part is the whole grid
         parts = [PartPlan(points, 0, estimate, measured) for _ in range(shards)]
     return JobPlan(spec=spec, points=points, estimate_s=estimate, measured_s=measured, parts=parts, sharded=shards > 1)

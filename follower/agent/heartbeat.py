@@ -8,6 +8,7 @@ import threading
 from common.followers import ClockOffset, FollowerInfo, Heartbeat
 from follower.agent.runloop import RunLoop
 from follower.link.leader_client import LeaderClient
+from follower.loadgen.calibrate import TargetCosts
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class Heartbeater(threading.Thread):
             incarnation=self.info.incarnation, state="busy" if running else "ready", running_job=running,
             held=self.loop.holding.snapshot(), waiting_reason=self.loop.waiting_reason,
             clock=measured_clock(self.client) if self.beats % CLOCK_EVERY == 0 else None,
+            target_costs_us=TargetCosts(self.settings.target_costs_path).all() if self.beats % CLOCK_EVERY == 0 else None,
         )  # fmt: skip
 
     def run(self) -> None:

@@ -26,6 +26,7 @@ from follower.host.gate import Gate
 from follower.link.leader_client import LeaderClient
 from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
+from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.scaleout import COST
 from follower.settings import FollowerSettings
 
@@ -101,7 +102,8 @@ def run_agent(settings: FollowerSettings) -> None:
                           credential_path=settings.work_dir / f"credential-{settings.follower_id}",
                           ca_file=settings.leader_ca_file)  # fmt: skip
     info = follower_info(settings, incarnation)
-    info = info.model_copy(update={"clock": measured_clock(client)})
+    info = info.model_copy(update={"clock": measured_clock(client),
+                                   "target_costs_us": TargetCosts(settings.target_costs_path).all()})  # fmt: skip
     client.register(info)
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",

@@ -26,6 +26,7 @@ from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttem
 from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
+from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.records import encode_records
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.point.colocate import run_colocated
@@ -107,7 +108,7 @@ async def _run_backends(
             shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
         sources = [run_backend(points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir,
                                network=task.spec.network, target=task.spec.target, credentials=credentials,
-                               shard=shard, **options)
+                               shard=shard, target_costs=TargetCosts(settings.target_costs_path), **options)
                    for points in server_runs(task.points, task.spec.repeats.fresh_server)]  # fmt: skip
     for source in sources:
         async for result in source:

@@ -65,6 +65,7 @@ class PointContext:
     prompt_rows: list[PromptRow] | None = None  # an uploaded prompt set's rows (llm.dataset)
     credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (a job's target.secret, ca_bundle)
     shard: ShardLink | None = None  # a sharded job's share of every point (target.shards)
+    cpu_per_request_s: float | None = None  # the generator's cost per request against this target (calibrated)
 
     @property
     def wire(self) -> str:

@@ -123,7 +123,8 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     reasons: list[Reason] = []
     if not closed:
         tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
-        gen_plan = plan_generators(point.rate, COST.estimate_s, len(generator_cores or ()), ctx.forced_generators,
+        cost_s = ctx.cpu_per_request_s or COST.estimate_s  # a target's calibrated cost, else the learned one
+        gen_plan = plan_generators(point.rate, cost_s, len(generator_cores or ()), ctx.forced_generators,
                                    tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
         if gen_plan.saturated:
             reasons.append(Reason(code="generator_capacity", text=f"load generator {gen_plan.reason}"))

@@ -31,6 +31,7 @@ from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.bodies import Samples, build_bodies
+from follower.loadgen.calibrate import TargetCosts, calibrate
 from follower.loadgen.llmprompts import PromptMaker, request_body
 from follower.loadgen.timing import Timer
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials, open_transport
@@ -98,6 +99,7 @@ async def serving(
     target: TargetSpec | None = None,
     credentials: Credentials = NO_CREDENTIALS,
     shard: ShardLink | None = None,
+    target_costs: TargetCosts | None = None,
 ) -> AsyncIterator[Served]:
     """Start `model` on one backend (configured like `first`, the first point it serves), wait until it answers, and
     hold it while the caller measures; it is always stopped, and its sandbox removed, at the end.
@@ -109,7 +111,8 @@ async def serving(
     `cpus`: the server's cores (default: every server core of the plan); `extra_env`: more environment for it;
     `writable`: directories it may write besides its home (in its sandbox). With `target` (backend `endpoint`) nothing
     is started: the endpoint is driven with `credentials` and no cold start is claimed; `shard`: this follower drives
-    its share of every point of a sharded job (follower/point/shard.py).
+    its share of every point of a sharded job (follower/point/shard.py); `target_costs`: where the generator's cost
+    per request against a target is kept (calibrated once the target answers, follower/loadgen/calibrate.py).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +153,9 @@ async def serving(
                 probe = build_bodies(model.inputs, first.batch_size if first else 1, seed=0, variants=1,
                                      wire=backend_wire(backend), samples=samples)[0]  # fmt: skip
             await first_answer(url, probe, FIRST_ANSWER_TIMEOUT_S, credentials)
-            cold = None
+            cold, cost_s = None, None
+            if target is not None:
+                cost_s = await calibrated(target, url, probe, credentials, target_costs)
             if target is None:
                 cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9)
                 log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
@@ -161,12 +166,25 @@ async def serving(
                 timer=timer, records_sink=records_sink, progress_sink=progress_sink, sampling=sampling or SamplerConfig(),
                 samples=samples, trace=trace, forced_generators=forced_generators, wakeup=wakeup,
                 max_in_flight=max_in_flight, prompts=prompts, prompt_rows=prompt_rows, credentials=credentials,
-                shard=shard,
+                shard=shard, cpu_per_request_s=cost_s,
             )  # fmt: skip
             yield Served(ctx, cold, shaped)
     finally:
         # Shielded: a second cancellation while stopping must not leave the server (or its sandbox) behind.
         await asyncio.shield(asyncio.to_thread(_stop, backend, sandbox))
+
+
+async def calibrated(target: TargetSpec, url: str, body: bytes, credentials: Credentials,
+                     kept: TargetCosts | None) -> float | None:  # fmt: skip
+    """The generator's cost per request against the target: measured now (and kept), else as kept before, else None."""
+    cost_s = await asyncio.to_thread(calibrate, url, [body], credentials=credentials)
+    if cost_s is not None:
+        log.info("generator cost against %s: %.1f us per request", target.url, cost_s * 1e6)
+        if kept is not None:
+            await asyncio.to_thread(kept.put, target.cost_key, cost_s)
+        return cost_s
+    us = (await asyncio.to_thread(kept.all)).get(target.cost_key) if kept is not None else None
+    return us / 1e6 if us is not None else None
 
 
 def _stop(backend: Backend | None, sandbox: sandboxes.Sandbox | None) -> None:

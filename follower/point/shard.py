@@ -47,7 +47,7 @@ def assignment(plan: PointPlan, count: int) -> np.ndarray:
     return rng.integers(0, count, size=len(plan.offsets_ns))
 
 
-def share(plan: PointPlan, shard: int, count: int) -> PointPlan:
+def share(plan: PointPlan, shard: int, count: int, cpu_per_request_s: float | None = None) -> PointPlan:
     """Shard `shard`'s plan: its arrivals (with the bodies they send), its share of the rate, the in-flight cap and
     one generator's verdict on carrying it."""
     mine = assignment(plan, count) == shard
@@ -56,7 +56,7 @@ def share(plan: PointPlan, shard: int, count: int) -> PointPlan:
     p = plan.point
     point = p.model_copy(update={"rate": p.rate / count, "rate_end": p.rate_end / count if p.rate_end else None,
                                  "spike_rate": p.spike_rate / count if p.spike_rate else None})  # fmt: skip
-    gen = plan_generators(point.rate, COST.estimate_s, len(plan.generator_cores or ()))
+    gen = plan_generators(point.rate, cpu_per_request_s or COST.estimate_s, len(plan.generator_cores or ()))
     reasons = [r for r in plan.reasons if r.code != "generator_capacity"]
     if gen.saturated:
         reasons.append(Reason(code="generator_capacity", text=f"load generator of shard {shard}: {gen.reason}"))
@@ -78,7 +78,7 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
     a shard's own share, or on the coordinator every shard's records merged, judged against the full schedule."""
     link = ctx.shard
     assert link is not None
-    mine = share(plan, link.index, link.count)
+    mine = share(plan, link.index, link.count, ctx.cpu_per_request_s)
     index = plan.point.index
     answer = await _barrier(link, index)
     if answer["state"] == "skip":

@@ -37,6 +37,7 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
         "waiting_reason": doc.get("waiting_reason"),
         "anomaly": doc.get("anomaly"),
         "clock": doc.get("clock") or doc["info"].get("clock"),
+        "target_costs_us": doc.get("target_costs_us") or doc["info"].get("target_costs_us") or {},
     })
 
 
@@ -74,6 +75,7 @@ async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> 
                 "waiting_reason": beat.waiting_reason,
                 "last_seen": utcnow(),
                 **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
+                **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
             }
         },
     )

@@ -70,6 +70,11 @@ target: {{url: "{url}", protocol: kserve-http, secret: ort-key}}
     assert after["refused"] == before["refused"]
     assert after["authorized"] - before["authorized"] >= point.requests
     assert refused.status_code == 403, refused.text
+    # The follower calibrated its generator against the target and tells the leader what a request costs it there.
+    with fleet.client() as client:
+        costs = _wait_until(lambda: next(f for f in client.followers() if f.info.follower_id == follower).target_costs_us
+                            or None, 30, "the follower to advertise its generator cost against the target")  # fmt: skip
+    assert costs[f"kserve-http {url}"] > 0
     logs = [p.read_text(errors="replace") for p in fleet.workdir.rglob("*.log")]
     assert logs, "the fleet's logs were read"
     for text in readable + logs:

@@ -80,15 +80,21 @@ def test_two_followers_drive_one_point_and_its_percentiles_are_their_records_con
     assert f"/api/v1/jobs/{job.id}/shards/1/points/0/records" in page
 
 
+def _windows(fleet, job_id: str) -> int:  # type: ignore[no-untyped-def]
+    """Measurement windows the job's follower has streamed for its point 0 so far."""
+    answer = httpx.get(f"{fleet.url}/api/v1/jobs/{job_id}/progress", headers={"Authorization": f"Bearer {fleet.admin_token}"})
+    points = answer.json().get("points") or [] if answer.status_code == 200 else []
+    return sum(len(p.get("windows") or []) for p in points if p.get("index") == 0)
+
+
 def test_a_shard_follower_sigkilled_mid_point_makes_the_point_invalid_naming_it(fleet, gated) -> None:  # type: ignore[no-untyped-def]
     with fleet.client() as client:
         job = client.submit_yaml(_job_yaml("shard-killed", gated, 100, "8s"))
         parts = client.job(job.id).parts
         victim = client.job(parts[1]).spec.requires.follower
         assert victim in FOLLOWERS
-        # Mid-point: requests are flowing through the gateway.
-        start = gated.counts()["authorized"]
-        _wait_until(lambda: gated.counts()["authorized"] > start + 150, 120, "the point to be under way")
+        # Mid-point: the victim's own share has closed two measurement windows of the point (its live progress).
+        _wait_until(lambda: _windows(fleet, parts[1]) >= 2, 120, "the point to be under way on the victim")
         pid = fleet.procs[victim].pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

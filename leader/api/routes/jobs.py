@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
+from common.grid import expand
 from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.llmdata import KINDS_FOR_API
 from common.llmspec import LlmWorkload
@@ -25,7 +26,7 @@ from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submi
 from leader.jobplan import plan_job
 from leader.limits import check_spec_limits, queue_admission
 from leader.scheduler.queueinfo import with_queue_info
-from leader.shards import choose_shard_followers
+from leader.shards import choose_shard_followers, sized
 from leader.store import datasets as data_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
@@ -84,6 +85,8 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         )
     body = await read_limited(request, settings.max_body_bytes)
     spec = parse_spec(_decode(content_type, body))
+    if spec.target is not None and spec.target.shards.count == "auto":  # decided now, from the fleet (leader/shards.py)
+        spec = sized(await followers_store.list_followers(db), spec, expand(spec))
     plan = plan_job(spec)
     check_spec_limits(plan, settings)
     # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.

@@ -35,7 +35,7 @@ async def _sharded(db: Db, principal: Any, job_id: str, shard: int, attempt: int
     """Sharded job `job_id`, once this follower is shown to hold the running attempt of its shard `shard` (403/409)."""
     check_follower(principal, follower_id)
     parent = await jobs_store.get_job(db, job_id=job_id)
-    if not 0 <= shard < len(parent.parts) or parent.spec.target is None or parent.spec.target.shards.count < 2:
+    if not 0 <= shard < len(parent.parts) or parent.spec.target is None or parent.spec.target.shards.n < 2:
         raise InvalidSpec(f"job {job_id} has no shard {shard}", field="shard")
     await jobs_store.running_attempt(db, job_id=parent.parts[shard], attempt=attempt, follower_id=follower_id)
     return parent
