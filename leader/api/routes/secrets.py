@@ -69,6 +69,6 @@ async def target_credentials(job_id: str, attempt: int, follower_id: str, reques
     if job.follower_id != follower_id or job.attempt != attempt or job.state not in (JobState.assigned, JobState.running):
         raise Conflict(f"attempt {attempt} of job {job_id} is not running on follower {follower_id}", field="attempt")
     target: TargetSpec | None = job.spec.target
-    if target is None:
-        return TargetCredentials()
+    if target is None or (target.secret is None and target.ca_bundle is None):
+        return TargetCredentials()  # nothing to open (a leader without secret_key drives such targets too)
     return await secrets_store.open_for_target(db, secret_box(request, settings), team=job.team, target=target)
