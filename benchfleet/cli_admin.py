@@ -67,6 +67,10 @@ def fleet_check_sheet(check: FleetCheckView) -> Sheet:
         if h.outlier:
             sheet.note(f"{h.follower_id}: {h.value_ms:.3g} ms against its own median {h.median_ms:.3g} ms over "
                        f"{len(h.history)} earlier checks (z {h.z:.1f})")  # fmt: skip
+    for follower_id in sorted(check.recheck):
+        verdict = ("still an outlier" if follower_id in check.outliers else "not again: its first figure was noise"
+                   ) if check.state == "done" else "running"  # fmt: skip
+        sheet.note(f"{follower_id}: an outlier in the first round, re-run alone (its figure above): {verdict}")
     sheet.footer = f"outliers: {', '.join(check.outliers) or 'none'}" if check.state == "done" else "still running"
     return sheet
 

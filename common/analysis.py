@@ -198,6 +198,9 @@ class FleetCheckView(BaseModel):
     model_ref: str
     hardware: str | None  # the class filter given (a substring of the CPU model or GPU name); None: every follower
     jobs: dict[str, str]  # follower id -> job id
+    # The first round's suspects, each re-run alone before it is marked: follower id -> that job's id. When done, the
+    # tests below hold each re-run figure in place of its first.
+    recheck: dict[str, str] = {}
     state: Literal["running", "done"]
     across: OutlierResponse | None = None  # when done
     history: list[HistoryOutlier] = []

@@ -4,6 +4,12 @@ drained, where the leader's settings say so).
 
 A check is settled once every one of its jobs has ended (on each job's finish or cancel, and when it is read), by a
 conditional update, so it is settled once however many of those race.
+
+An outlier must repeat before it is marked: followers that run a check share the leader, the database and sometimes a
+host, and a burst on any of them can slow one follower's point for its few seconds. So the suspects of the first round
+are run once more, alone (one pinned job each, the same benchmark), and only a suspect still an outlier with its re-run
+figure in place of its first is marked. Marking (and, with the drain setting, draining) a machine is the check's
+consequence; one noisy point should not be enough for it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from leader.store import fleetchecks as store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
+from leader.store import models as models_store
 from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
@@ -81,7 +88,8 @@ async def create(db: AsyncDatabase, *, model: ModelMeta, hardware: str | None, r
 def _view(doc: dict[str, Any]) -> FleetCheckView:
     result = doc.get("result") or {}
     return FleetCheckView(id=doc["_id"], created_at=doc["created_at"], model_ref=doc["model_ref"],
-                          hardware=doc.get("hardware"), jobs=doc["jobs"], state=doc["state"], **result)  # fmt: skip
+                          hardware=doc.get("hardware"), jobs=doc["jobs"], recheck=doc.get("recheck") or {},
+                          state=doc["state"], **result)  # fmt: skip
 
 
 async def get(db: AsyncDatabase, *, check_id: str, drain: bool = False) -> FleetCheckView:
@@ -114,19 +122,65 @@ async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> list[dict[str, Any]]
     return rows
 
 
+def _tests(rows: list[dict[str, Any]], name: str,
+           earlier: dict[tuple[str, str], list[float]]) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:  # fmt: skip
+    """Both tests over the rows: across followers and against each follower's history; the followers either flags."""
+    across = anomalies.across_followers(rows, name=name, metric=METRIC)
+    history = anomalies.against_history({(row["follower_id"], point_key(row)): row[METRIC] for row in rows}, earlier)
+    return across, history, sorted(set(across.outliers) | {h.follower_id for h in history if h.outlier})
+
+
+def _confirmed(across: OutlierResponse, history: list[HistoryOutlier],
+               suspects: list[str]) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:  # fmt: skip
+    """The second round's verdicts, kept only for the first round's suspects (a follower never re-run is not marked
+    for a median its neighbours' re-runs moved)."""
+    points = [p.model_copy(update={"outlier": p.outlier and p.follower_id in suspects}) for p in across.points]
+    history = [h.model_copy(update={"outlier": h.outlier and h.follower_id in suspects}) for h in history]
+    flagged = sorted({p.follower_id for p in points if p.outlier})
+    outliers = sorted(set(flagged) | {h.follower_id for h in history if h.outlier})
+    return across.model_copy(update={"points": points, "outliers": flagged}), history, outliers
+
+
+async def _recheck(db: AsyncDatabase, doc: dict[str, Any], suspects: list[str]) -> None:
+    """Run the suspects' benchmark once more, one pinned job each (the same spec as their first); recorded on the check
+    by a conditional update, and the jobs cancelled again when another caller recorded its own first."""
+    jobs = {}
+    for follower_id in suspects:
+        first = await jobs_store.get_job(db, job_id=doc["jobs"][follower_id])
+        name, version = first.model_ref.split(":", 1)
+        model = await models_store.get_model(db, name=name, version=version, team=first.team)
+        jobs[follower_id] = (await jobs_store.insert_job(db, plan=plan_job(first.spec), model=model, owner=first.owner)).id
+    if not await store.set_recheck(db, doc["_id"], jobs=jobs):
+        for job_id in jobs.values():
+            await jobs_store.cancel_job(db, job_id=job_id, reason="fleet check re-run recorded by another caller")
+        return
+    log.info("fleet check %s: re-running %s alone before marking", doc["_id"], ", ".join(suspects))
+
+
 async def settle(db: AsyncDatabase, doc: dict[str, Any], *, drain: bool) -> dict[str, Any] | None:
-    """Run the tests once every job has ended; store the result and mark (and maybe drain) the outliers."""
+    """Once every job has ended: run the tests; re-run the suspects alone (first round), or store the result and mark
+    (and maybe drain) the suspects still outliers (after their re-run, or when there were none)."""
     rows = await _rows(db, doc["jobs"])
     if rows is None:
         return None
-    across = anomalies.across_followers(rows, name=f"{PREFIX}{doc['_id']}", metric=METRIC)
-    figures = [[row["follower_id"], point_key(row), row[METRIC]] for row in rows]  # (keys may hold dots: a list)
     earlier: dict[tuple[str, str], list[float]] = {}
     for old in await store.earlier_figures(db, model_ref=doc["model_ref"], before=doc["_id"], limit=HISTORY):
         for follower_id, key, value in old:
             earlier.setdefault((follower_id, key), []).append(value)
-    history = anomalies.against_history({(f, k): v for f, k, v in figures}, earlier)
-    outliers = sorted(set(across.outliers) | {h.follower_id for h in history if h.outlier})
+    name = f"{PREFIX}{doc['_id']}"
+    across, history, outliers = _tests(rows, name, earlier)
+    rechecked = doc.get("recheck")
+    if rechecked is None and outliers:
+        await _recheck(db, doc, outliers)
+        return None
+    if rechecked:
+        again = await _rows(db, rechecked)
+        if again is None:
+            return None
+        suspects = sorted(rechecked)
+        rows = [row for row in rows if row["follower_id"] not in {row["follower_id"] for row in again}] + again
+        across, history, outliers = _confirmed(*_tests(rows, name, earlier)[:2], suspects)
+    figures = [[row["follower_id"], point_key(row), row[METRIC]] for row in rows]  # (keys may hold dots: a list)
     result = {"across": across.model_dump(), "history": [h.model_dump() for h in history], "outliers": outliers}
     done = await store.settle(db, doc["_id"], result=result, figures=figures)
     if done is None:

@@ -44,6 +44,13 @@ async def settle(db: AsyncDatabase, check_id: str, *, result: dict[str, Any], fi
                                                     return_document=ReturnDocument.AFTER)  # fmt: skip
 
 
+async def set_recheck(db: AsyncDatabase, check_id: str, *, jobs: dict[str, str]) -> bool:
+    """Record a running check's re-run jobs (follower id -> job id); False when it already has them."""
+    done = await db[COLLECTION].update_one({"_id": check_id, "state": "running", "recheck": {"$exists": False}},
+                                           {"$set": {"recheck": jobs}})  # fmt: skip
+    return done.modified_count == 1
+
+
 async def set_anomaly(db: AsyncDatabase, *, follower_id: str, anomaly: Anomaly | None) -> None:
     """Mark a follower anomalous with the evidence, or clear its mark."""
     update = {"$set": {"anomaly": anomaly.model_dump()}} if anomaly is not None else {"$unset": {"anomaly": ""}}
