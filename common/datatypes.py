@@ -69,6 +69,15 @@ V2_TO_TRITON: dict[str, str] = {
     "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING",
 }  # fmt: skip
 
+# TensorFlow's DataType names (tensorflow/core/framework/types.proto) → KServe v2, as TF Serving's signatures give them
+# (bfloat16, complex, quantized types: no datatype here, refused rather than guessed).
+TF_TO_V2: dict[str, Datatype] = {
+    "DT_FLOAT": "FP32", "DT_DOUBLE": "FP64", "DT_HALF": "FP16", "DT_INT8": "INT8",
+    "DT_INT16": "INT16", "DT_INT32": "INT32", "DT_INT64": "INT64", "DT_UINT8": "UINT8", "DT_UINT16": "UINT16",
+    "DT_UINT32": "UINT32", "DT_UINT64": "UINT64", "DT_BOOL": "BOOL", "DT_STRING": "BYTES",
+}  # fmt: skip
+V2_TO_TF: dict[str, str] = {v: k for k, v in TF_TO_V2.items()}
+
 
 def raw_contents(datatype: str, values: Sequence[object] | np.ndarray) -> bytes:
     """A tensor's raw contents as KServe v2 gRPC carries them: little-endian values; BYTES as a 4-byte little-endian

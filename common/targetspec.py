@@ -15,12 +15,13 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no server is started
 MAX_SHARDS = 64
 
-Protocol = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "openai"]
+Protocol = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"]
 # The request dialect (follower/loadgen/bodies.py) each tensor protocol speaks.
-WIRES: dict[str, str] = {"kserve-http": "kserve", "kserve-grpc": "grpc", "tfserving-rest": "tfserving"}
+WIRES: dict[str, str] = {"kserve-http": "kserve", "kserve-grpc": "grpc", "tfserving-rest": "tfserving",
+                         "tfserving-grpc": "tfserving-grpc"}  # fmt: skip
 SCHEMES: dict[str, tuple[str, ...]] = {
     "kserve-http": ("http", "https"), "tfserving-rest": ("http", "https"), "openai": ("http", "https"),
-    "kserve-grpc": ("grpc", "grpcs"),
+    "kserve-grpc": ("grpc", "grpcs"), "tfserving-grpc": ("grpc", "grpcs"),
 }  # fmt: skip
 
 
@@ -52,12 +53,13 @@ class TargetSpec(StrictModel):
     url: Annotated[str, Field(min_length=8, max_length=2048)]
     """The endpoint's base URL: http(s)://host:port for HTTP protocols, grpc(s)://host:port for gRPC ones."""
     protocol: Protocol
-    """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST API, or an OpenAI-compatible
+    """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST or gRPC API, or an OpenAI-compatible
     completions API."""
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """The model's name at the endpoint (default: the job's model name)."""
     model_version: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,32}$")] | None = None
-    """The model version the endpoint serves to ask for (KServe: /versions/V; TF Serving: /versions/V)."""
+    """The model version the endpoint serves to ask for (KServe: /versions/V or the request's model_version; TF
+    Serving: /versions/V, or over gRPC the model spec's version, or its version label when V is not a number)."""
     secret: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """A stored secret (POST /api/v1/secrets) sent as a header with every request, e.g. an API key."""
     verify_tls: bool = True
@@ -120,7 +122,8 @@ class TargetSpec(StrictModel):
             return f"{self.url}/v1/models/{name}{version}:predict"
         if self.protocol == "openai":
             return self.url if self.url.endswith(("/v1/completions", "/v1/chat/completions")) else f"{self.url}/v1/completions"
-        return f"{self.url}/{name}"  # gRPC: grpc(s)://host:port/model, the model named in each request
+        # gRPC: grpc(s)://host:port/model[/versions/V][?api=tfserving], the model named in each request
+        return f"{self.url}/{name}{version}" + ("?api=tfserving" if self.protocol == "tfserving-grpc" else "")
 
     def metadata_url(self, model: str) -> str | None:
         """Where the endpoint describes the model's signature over HTTP (None: gRPC or OpenAI, read from the spec)."""

@@ -1,6 +1,6 @@
 """An endpoint the team already runs, behind the Backend protocol: nothing is started or stopped, readiness is the
 endpoint's own health answer, and the model's signature is read from its metadata (KServe v2 over HTTP or gRPC, TF
-Serving's REST API) with the target's credentials."""
+Serving's REST or gRPC API) with the target's credentials."""
 
 from __future__ import annotations
 
@@ -12,19 +12,16 @@ from urllib.parse import urlsplit
 import grpc
 import httpx
 
+from common.datatypes import TF_TO_V2
 from common.models import ModelMeta, TensorSpec
 from common.targetspec import ENDPOINT, WIRES, TargetSpec
 from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from protos import grpc_predict_v2_pb2 as pb
-from protos import kserve_v2
+from protos import kserve_v2, tfserving_api
+from protos import tfserving_pb2 as tf_pb
 
 METADATA_TIMEOUT_S = 10.0
-# TF Serving's dtypes (tensorflow/core/framework/types.proto) as KServe v2 datatypes.
-TF_DTYPES = {
-    "DT_FLOAT": "FP32", "DT_DOUBLE": "FP64", "DT_HALF": "FP16", "DT_BFLOAT16": "BF16", "DT_INT8": "INT8",
-    "DT_INT16": "INT16", "DT_INT32": "INT32", "DT_INT64": "INT64", "DT_UINT8": "UINT8", "DT_UINT16": "UINT16",
-    "DT_UINT32": "UINT32", "DT_UINT64": "UINT64", "DT_BOOL": "BOOL", "DT_STRING": "BYTES",
-}  # fmt: skip
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class EndpointError(RuntimeError):
@@ -63,7 +60,7 @@ def _get_json(url: str, credentials: Credentials) -> Any:
 
 def read_signature(target: TargetSpec, model: str, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec] | None:
     """The model's inputs as the endpoint describes them; None for a protocol without metadata (OpenAI)."""
-    if target.protocol == "kserve-grpc":
+    if target.protocol in ("kserve-grpc", "tfserving-grpc"):
         return _grpc_signature(target, model, credentials)
     url = target.metadata_url(model)
     if url is None:
@@ -73,17 +70,23 @@ def read_signature(target: TargetSpec, model: str, credentials: Credentials = NO
         if target.protocol == "kserve-http":
             return [TensorSpec(name=t["name"], datatype=t["datatype"], shape=[int(d) for d in t["shape"]])
                     for t in meta["inputs"]]  # fmt: skip
-        signature = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
-        return [
-            TensorSpec(name=name, datatype=TF_DTYPES[t["dtype"]],  # type: ignore[arg-type]
-                       shape=[int(d["size"]) for d in t["tensor_shape"].get("dim", [])])  # fmt: skip
-            for name, t in sorted(signature.items())
-        ]
+        signature = meta["metadata"]["signature_def"]["signature_def"][tfserving_api.DEFAULT_SIGNATURE]["inputs"]
+        return [_tf_tensor(name, t["dtype"], [int(d["size"]) for d in t["tensor_shape"].get("dim", [])])
+                for name, t in sorted(signature.items())]  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
         raise EndpointError(f"{url}: unexpected metadata ({type(exc).__name__}: {exc})") from None
 
 
-def _grpc_signature(target: TargetSpec, model: str, credentials: Credentials) -> list[TensorSpec]:
+def _tf_tensor(name: str, dtype: str, shape: list[int]) -> TensorSpec:
+    """A TF Serving signature's input as a TensorSpec; ValueError naming a dtype with no KServe v2 datatype."""
+    if dtype not in TF_TO_V2:
+        raise ValueError(f"input {name!r} has dtype {dtype}, which benchfleet cannot generate")
+    return TensorSpec(name=name, datatype=TF_TO_V2[dtype], shape=shape)
+
+
+def _grpc_call(target: TargetSpec, method: str, request: Any, answer_type: Any, credentials: Credentials) -> Any:
+    """One unary call to the target with its credentials; EndpointRefused for UNAUTHENTICATED or PERMISSION_DENIED,
+    EndpointError for any other failure, naming the RPC."""
     address = urlsplit(target.url).netloc
     metadata = tuple((k.lower(), v) for k, v in credentials.headers) or None
     if target.tls:
@@ -91,17 +94,49 @@ def _grpc_signature(target: TargetSpec, model: str, credentials: Credentials) ->
         channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(roots))
     else:
         channel = grpc.insecure_channel(address)
+    name = method.rsplit("/", 1)[-1]
     try:
-        call = channel.unary_unary(kserve_v2.method_path("ModelMetadata"),
-                                   request_serializer=pb.ModelMetadataRequest.SerializeToString,
-                                   response_deserializer=pb.ModelMetadataResponse.FromString)  # fmt: skip
-        answer = call(pb.ModelMetadataRequest(name=target.model_name or model, version=target.model_version or ""),
-                      timeout=METADATA_TIMEOUT_S, metadata=metadata)  # fmt: skip
+        call = channel.unary_unary(method, request_serializer=type(request).SerializeToString,
+                                   response_deserializer=answer_type.FromString)  # fmt: skip
+        return call(request, timeout=METADATA_TIMEOUT_S, metadata=metadata)
     except grpc.RpcError as exc:
-        raise EndpointError(f"{target.url}: ModelMetadata: {exc.code().name}: {exc.details()}") from None
+        error = EndpointRefused if exc.code() in REFUSED else EndpointError
+        hint = " (check target.secret)" if exc.code() in REFUSED else ""
+        raise error(f"{target.url}: {name}: {exc.code().name}{hint}: {exc.details()}") from None
     finally:
         channel.close()
-    return [TensorSpec(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in answer.inputs]
+
+
+def _grpc_signature(target: TargetSpec, model: str, credentials: Credentials) -> list[TensorSpec]:
+    name = target.model_name or model
+    if target.protocol == "kserve-grpc":
+        request = pb.ModelMetadataRequest(name=name, version=target.model_version or "")
+        answer = _grpc_call(target, kserve_v2.method_path("ModelMetadata"), request, pb.ModelMetadataResponse, credentials)
+        return [TensorSpec(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in answer.inputs]
+    spec = tfserving_api.model_spec(name, target.model_version, signature=None)
+    asked = tf_pb.GetModelMetadataRequest(model_spec=spec, metadata_field=["signature_def"])
+    answer = _grpc_call(target, tfserving_api.method_path("GetModelMetadata"), asked, tf_pb.GetModelMetadataResponse,
+                        credentials)  # fmt: skip
+    try:
+        signatures = tf_pb.SignatureDefMap.FromString(answer.metadata["signature_def"].value).signature_def
+        inputs = signatures[tfserving_api.DEFAULT_SIGNATURE].inputs
+        return [_tf_tensor(key, tf_pb.DataType.Name(t.dtype), [int(d.size) for d in t.tensor_shape.dim])
+                for key, t in sorted(inputs.items())]  # fmt: skip
+    except (KeyError, ValueError) as exc:
+        raise EndpointError(f"{target.url}: GetModelMetadata: unexpected metadata ({type(exc).__name__}: {exc})") from None
+
+
+def grpc_ready(target: TargetSpec, model: str, credentials: Credentials = NO_CREDENTIALS) -> bool:
+    """Whether a gRPC endpoint says the model is ready: KServe's ModelReady, TF Serving's GetModelStatus (a version
+    AVAILABLE)."""
+    name = target.model_name or model
+    if target.protocol == "kserve-grpc":
+        request = pb.ModelReadyRequest(name=name, version=target.model_version or "")
+        return bool(_grpc_call(target, kserve_v2.method_path("ModelReady"), request, pb.ModelReadyResponse, credentials).ready)
+    status = tf_pb.GetModelStatusRequest(model_spec=tfserving_api.model_spec(name, target.model_version, signature=None))
+    answer = _grpc_call(target, tfserving_api.method_path("GetModelStatus"), status, tf_pb.GetModelStatusResponse,
+                        credentials)  # fmt: skip
+    return any(v.state == tf_pb.ModelVersionStatus.AVAILABLE for v in answer.model_version_status)
 
 
 class EndpointBackend:
@@ -127,23 +162,29 @@ class EndpointBackend:
         self._model = model.name  # nothing to start: the endpoint runs already
 
     def wait_ready(self, timeout_s: float) -> float:
-        """Until the endpoint says the model is ready (KServe, TF Serving, OpenAI: their own health answers); 0.0, as
-        no start of ours is timed. gRPC readiness is the first answer, which the runner waits for next."""
+        """Until the endpoint says the model is ready (KServe, TF Serving, OpenAI: their own health answers, over HTTP
+        or gRPC); 0.0, as no start of ours is timed."""
         t0, last = time.monotonic(), "no answer"
-        url = self._ready_url()
-        while url is not None and time.monotonic() - t0 < timeout_s:
+        while time.monotonic() - t0 < timeout_s:
             try:
-                _get(url, self.credentials)  # a 200 is the answer (KServe's readiness has no body to read)
-                self._version = self._describe()
-                return 0.0
+                if self._ready():
+                    self._version = self._describe()
+                    return 0.0
+                last = "the model is not ready yet"
             except EndpointRefused:
                 raise
             except EndpointError as exc:
                 last = str(exc)
             time.sleep(0.2)
-        if url is not None:
-            raise EndpointError(f"endpoint not ready within {timeout_s:g}s: {last}")
-        return 0.0
+        raise EndpointError(f"endpoint not ready within {timeout_s:g}s: {last}")
+
+    def _ready(self) -> bool:
+        """One readiness question; EndpointError when it goes unanswered."""
+        url = self._ready_url()
+        if url is None:
+            return grpc_ready(self.target, self._model, self.credentials)
+        _get(url, self.credentials)  # a 200 is the answer (KServe's readiness has no body to read)
+        return True
 
     def _ready_url(self) -> str | None:
         if self.target.protocol == "kserve-http":

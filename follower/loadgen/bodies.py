@@ -8,7 +8,7 @@ from typing import Any, cast
 import numpy as np
 import orjson
 
-from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY, raw_contents
+from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY, V2_TO_TF, raw_contents
 from common.models import TensorSpec
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
@@ -50,6 +50,27 @@ def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
         tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
         tensor.shape.extend(cast(list[int], e["shape"]))
         request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
+    return request.SerializeToString()
+
+
+def tfserving_grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
+    """A serialized TF Serving PredictRequest (no model_spec: the gRPC session prefixes it) for these inputs: numeric
+    tensors as tensor_content (little-endian values, row major), strings as string_val."""
+    from protos import tfserving_pb2 as pb  # only gRPC runs need protobuf
+
+    request = pb.PredictRequest()
+    for e in entries:
+        datatype = str(e["datatype"])
+        if datatype not in V2_TO_TF:
+            raise ValueError(f"input {e['name']!r}: {datatype} has no TensorFlow dtype")
+        tensor = request.inputs[str(e["name"])]
+        tensor.dtype = pb.DataType.Value(V2_TO_TF[datatype])  # type: ignore[assignment]
+        tensor.tensor_shape.dim.extend(pb.TensorShapeProto.Dim(size=int(d)) for d in cast(list[int], e["shape"]))
+        data = cast(list[object], e["data"])
+        if datatype == "BYTES":
+            tensor.string_val.extend(v if isinstance(v, bytes) else str(v).encode() for v in data)
+        else:
+            tensor.tensor_content = raw_contents(datatype, data)
     return request.SerializeToString()
 
 
@@ -105,7 +126,8 @@ def build_bodies(
     """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
 
     `wire` is the request dialect: "kserve" (KServe v2 JSON: flat data + shape), "grpc" (KServe v2 gRPC: serialized
-    ModelInferRequest with raw contents) or "tfserving" (TF Serving REST: nested lists). With `samples` (request data:
+    ModelInferRequest with raw contents), "tfserving" (TF Serving REST: nested lists) or "tfserving-grpc" (TF Serving
+    gRPC: serialized PredictRequest with tensor contents). With `samples` (request data:
     input name → list of one-sample arrays) the rows are drawn from it instead of being synthetic.
     """
     if batch_size < 1:
@@ -129,6 +151,8 @@ def encode_body(entries: Sequence[dict[str, object]], wire: str) -> bytes:
     """One request's inputs in the backend's dialect (see build_bodies)."""
     if wire == "grpc":
         return grpc_body(entries)
+    if wire == "tfserving-grpc":
+        return tfserving_grpc_body(entries)
     if wire == "tfserving":
         nested = {e["name"]: np.asarray(e["data"]).reshape(cast(list[int], e["shape"])).tolist() for e in entries}
         return orjson.dumps({"inputs": nested})

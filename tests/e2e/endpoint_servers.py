@@ -1,5 +1,6 @@
 """Endpoints started by hand for the endpoint and shard tests: benchfleet's ORT server as a plain process, behind a
-gateway that wants an API key (tests/e2e/auth_proxy.py), as a team's own deployment would be."""
+gateway that wants an API key (tests/e2e/auth_proxy.py), as a team's own deployment would be; and the stand-in for a
+tensorflow_model_server's gRPC API (tests/e2e/tfserving_standin.py), behind the same kind of key."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import httpx
 
 from common.modelgen import mlp_onnx
@@ -46,3 +48,27 @@ def gated_ort(work: Path, model: str, *, inputs: int = 16) -> Iterator[GatedEndp
         with SupervisedProcess(gate_argv, name="api gateway", log_path=work / "gate.log", cwd=ROOT) as gate:
             gate.wait_ready(http_ready(f"http://127.0.0.1:{gate_port}/counts"), timeout_s=30)
             yield GatedEndpoint(f"http://127.0.0.1:{gate_port}", key, model)
+
+
+@contextlib.contextmanager
+def tfserving_grpc(work: Path, model: str, *, version: int = 3) -> Iterator[GatedEndpoint]:
+    """TF Serving's gRPC API for a small MLP as `model` (version `version`), wanting an x-api-key; stopped after."""
+    path = work / f"{model}.onnx"
+    path.write_bytes(mlp_onnx(inputs=12, hidden=32, outputs=3, seed=4))
+    key = "sk-" + secrets.token_urlsafe(24)
+    (work / "key").write_text(key)
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.e2e.tfserving_standin", "--port", str(port), "--model", str(path), "--name", model,
+            "--version", str(version), "--key-file", str(work / "key")]  # fmt: skip
+
+    def listening() -> bool:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=0.5)
+                return True
+            except grpc.FutureTimeoutError:
+                return False
+
+    with SupervisedProcess(argv, name="tf serving stand-in", log_path=work / "tfserving.log", cwd=ROOT) as server:
+        server.wait_ready(listening, timeout_s=30)
+        yield GatedEndpoint(f"grpc://127.0.0.1:{port}", key, model)

@@ -1,6 +1,7 @@
 """Endpoint targets through the whole system (#19): a job drives an endpoint benchfleet did not start — the ORT server
-started by hand behind a gateway that wants an API key, and a Triton started outside benchfleet over HTTP and gRPC —
-with the key stored as a target secret that no answer, export or log line ever holds."""
+started by hand behind a gateway that wants an API key, a Triton started outside benchfleet over HTTP and gRPC, and
+TF Serving's gRPC API (a stand-in: no tensorflow_model_server can be installed here) behind a key — with the key
+stored as a target secret that no answer, export or log line ever holds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from benchfleet.client import BenchfleetClient
 from common.jobs import TERMINAL_STATES, JobState, JobView
 from common.modelgen import mlp_onnx
 from common.models import ModelMeta, TensorSpec
-from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort
+from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort, tfserving_grpc
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -95,6 +96,40 @@ target: {{url: "{url}", protocol: kserve-http}}
     ended = _wait_until(lambda: (j := _job(fleet, job.id)).state in TERMINAL_STATES and j, 120, "the job to end")
     assert ended.state == JobState.failed, ended
     assert "HTTP 401" in (ended.error or ""), ended.error
+
+
+@pytest.fixture(scope="module")
+def tfserving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedEndpoint]:
+    with tfserving_grpc(tmp_path_factory.mktemp("tfserving"), "mlp-tfs", version=3) as endpoint:
+        yield endpoint
+
+
+def test_a_job_drives_tf_servings_grpc_api_reading_the_signature_from_it(fleet, follower: str, tfserving) -> None:  # type: ignore[no-untyped-def]
+    """No `inputs`: the signature comes from GetModelMetadata (serving_default); readiness from GetModelStatus; every
+    Predict names the model, version 3 and serving_default, carries the key, and has tensors of the right dtype and
+    size, or the stand-in would have answered INVALID_ARGUMENT (an error in the point)."""
+    with fleet.client() as client:
+        client.put_secret("tfs-key", tfserving.key, header="X-Api-Key")
+        results = _run(client, f"""
+name: tfserving-grpc
+model: mlp-tfs
+batch_sizes: [1, 4]
+load: {LOAD}
+target: {{url: "{tfserving.url}", protocol: tfserving-grpc, model_version: "3", secret: tfs-key}}
+""")
+        ungated = client.submit_yaml(f"""
+name: tfserving-grpc-no-key
+model: mlp-tfs
+load: {LOAD}
+target: {{url: "{tfserving.url}", protocol: tfserving-grpc}}
+""")
+    assert [p.point.batch_size for p in results.points] == [1, 4]
+    for point in results.points:
+        assert point.valid, point.invalid_reasons
+        assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
+        assert point.cold_start is None and point.environment.backend_version.startswith("tfserving-grpc")
+    ended = _wait_until(lambda: (j := _job(fleet, ungated.id)).state in TERMINAL_STATES and j, 120, "the job to end")
+    assert ended.state == JobState.failed and "UNAUTHENTICATED (check target.secret)" in (ended.error or ""), ended.error
 
 
 def _job(fleet, job_id: str) -> JobView:  # type: ignore[no-untyped-def]

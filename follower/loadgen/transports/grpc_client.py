@@ -1,9 +1,11 @@
-"""The load generator's gRPC transport: KServe v2 ModelInfer over grpc.aio.
+"""The load generator's gRPC transport: KServe v2 ModelInfer, or TF Serving's PredictionService.Predict, over grpc.aio.
 
-A gRPC target is written `grpc://HOST:PORT/MODEL`. Request bodies are serialized ModelInferRequest messages built once
-before the run (follower.loadgen.bodies, wire "grpc") without the model name; the transport prefixes the serialized
-`model_name` field (protobuf merges concatenated messages), so sending costs no per-request encoding. For a unary
-call the response arrives whole: first byte = done = response received, the same four timestamps as HTTP.
+A gRPC target is written `grpc://HOST:PORT/MODEL[/versions/V]`, with `?api=tfserving` for TF Serving (grpcs:// for
+TLS). Request bodies are serialized request messages built once before the run (follower.loadgen.bodies, wire "grpc":
+ModelInferRequest, "tfserving-grpc": PredictRequest) without the model; the transport prefixes the serialized model
+fields (KServe: model_name and model_version; TF Serving: the model_spec), and protobuf merges concatenated messages,
+so sending costs no per-request encoding. For a unary call the response arrives whole: first byte = done = response
+received, the same four timestamps as HTTP.
 
 This is our own client rather than tritonclient.grpc on purpose: one code path for our servers and Triton (both speak
 the standard `inference.GRPCInferenceService`), and bodies serialized once instead of per call (tritonclient builds
@@ -14,17 +16,19 @@ protos/grpc_predict_v2.proto) and is used where per-call cost does not matter: c
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import grpc
 
 from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport
 from protos import grpc_predict_v2_pb2 as pb
-from protos import kserve_v2
+from protos import kserve_v2, tfserving_api
+from protos import tfserving_pb2 as tf_pb
 
 SCHEME = "grpc://"
-INFER_METHOD = kserve_v2.method_path("ModelInfer")
+APIS = ("kserve", "tfserving")
 # gRPC status → the HTTP-like status the records keep (200 = answered; transport failures raise instead).
 _STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -40,17 +44,32 @@ def grpc_url(host: str, port: int, model: str) -> str:
     return f"{SCHEME}{host}:{port}/{model}"
 
 
-def parse_grpc_url(url: str) -> tuple[str, str]:
-    """(host:port, model name) of a grpc:// (or TLS grpcs://) target."""
+@dataclass(frozen=True)
+class GrpcTarget:
+    """A parsed gRPC target: where, which service, which model (and version: None for the server's default)."""
+
+    address: str
+    model: str
+    version: str | None = None
+    api: str = "kserve"
+
+
+def parse_grpc_url(url: str) -> GrpcTarget:
+    """The parts of a grpc[s]://HOST:PORT/MODEL[/versions/V][?api=kserve|tfserving] target."""
     parts = urlsplit(url)
-    if parts.scheme not in ("grpc", "grpcs") or not parts.netloc or not parts.path.strip("/"):
-        raise ValueError(f"not a gRPC model target (grpc[s]://HOST:PORT/MODEL): {url!r}")
-    return parts.netloc, parts.path.strip("/")
+    path = [unquote(p) for p in parts.path.strip("/").split("/")] if parts.path.strip("/") else []
+    api = parse_qs(parts.query).get("api", ["kserve"])[-1]
+    if (parts.scheme not in ("grpc", "grpcs") or not parts.netloc or len(path) not in (1, 3)
+            or (len(path) == 3 and path[1] != "versions") or api not in APIS):  # fmt: skip
+        raise ValueError(f"not a gRPC model target (grpc[s]://HOST:PORT/MODEL[/versions/V][?api=tfserving]): {url!r}")
+    return GrpcTarget(parts.netloc, path[0], path[2] if len(path) == 3 else None, api)
 
 
-def model_prefix(model: str) -> bytes:
-    """The serialized model_name field, prefixed to every body (a concatenation of messages is their merge)."""
-    return pb.ModelInferRequest(model_name=model).SerializeToString()
+def model_prefix(target: GrpcTarget) -> bytes:
+    """The serialized model fields, prefixed to every body (a concatenation of messages is their merge)."""
+    if target.api == "tfserving":
+        return tf_pb.PredictRequest(model_spec=tfserving_api.model_spec(target.model, target.version)).SerializeToString()
+    return pb.ModelInferRequest(model_name=target.model, model_version=target.version or "").SerializeToString()
 
 
 def _identity(data: bytes) -> bytes:
@@ -58,11 +77,13 @@ def _identity(data: bytes) -> bytes:
 
 
 class GrpcTransport(Transport):
-    """KServe v2 ModelInfer over one grpc.aio channel; a unary answer arrives whole (first byte = done)."""
+    """KServe v2 ModelInfer or TF Serving Predict over one grpc.aio channel; a unary answer arrives whole (first byte =
+    done)."""
 
     def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
         super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
-        address, model = parse_grpc_url(url)
+        target = parse_grpc_url(url)
+        address = target.address
         options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
         if url.startswith("grpcs://"):
             if not credentials.verify:
@@ -73,9 +94,11 @@ class GrpcTransport(Transport):
             self.channel = grpc.aio.insecure_channel(address, options=options)
         # gRPC metadata keys are lower case; a secret's header travels as one.
         self.metadata = tuple((name.lower(), value) for name, value in credentials.headers) or None
-        self.stub = self.channel.unary_unary(INFER_METHOD, request_serializer=_identity,
-                                             response_deserializer=pb.ModelInferResponse.FromString)  # fmt: skip
-        self.prefix = model_prefix(model)
+        answer_type: Any = tf_pb.PredictResponse if target.api == "tfserving" else pb.ModelInferResponse
+        method = tfserving_api.method_path("Predict") if target.api == "tfserving" else kserve_v2.method_path("ModelInfer")
+        self.tfserving = target.api == "tfserving"
+        self.stub = self.channel.unary_unary(method, request_serializer=_identity, response_deserializer=answer_type.FromString)
+        self.prefix = model_prefix(target)
 
     def encode(self, body: bytes) -> bytes:
         return self.prefix + body
@@ -92,6 +115,8 @@ class GrpcTransport(Transport):
             now = time.monotonic_ns()
             return Answer(_STATUS.get(code, 500), now, now, None, f"gRPC {code.name}: {exc.details()}")
         now = time.monotonic_ns()
+        if self.tfserving:
+            return Answer(200, now, now, None)  # TF Serving reports no server-side timings in its answer
         params = {k: v.int64_param for k, v in response.parameters.items() if v.WhichOneof("parameter_choice") == "int64_param"}
         return Answer(200, now, now, params)
 

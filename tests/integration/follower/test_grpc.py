@@ -21,7 +21,7 @@ from common.procs import SupervisedProcess, free_port, http_ready
 from common.specparse import parse_spec
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.openloop import drive
-from follower.loadgen.transports.grpc_client import grpc_url, model_prefix
+from follower.loadgen.transports.grpc_client import GrpcTarget, grpc_url, model_prefix
 from follower.point.runner import run_backend
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
@@ -55,7 +55,7 @@ def test_grpc_infer_matches_onnxruntime_in_process(grpc_server: str, mlp_path: P
         meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp"))
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("input", "FP32", [-1, 64])]
         body = build_bodies(mlp_meta.inputs, 3, seed=4, variants=1, wire="grpc")[0]
-        request = pb.ModelInferRequest.FromString(model_prefix("mlp") + body)
+        request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "mlp")) + body)
         assert request.model_name == "mlp" and list(request.inputs[0].shape) == [3, 64]
         response = stub.ModelInfer(request)
     x = np.frombuffer(request.raw_input_contents[0], dtype="<f4").reshape(3, 64)
@@ -99,7 +99,7 @@ def test_bad_grpc_requests_are_invalid_argument_naming_the_input(  # type: ignor
     grpc_server: str, mlp_meta: ModelMeta, mutate, needle: str
 ) -> None:
     body = build_bodies(mlp_meta.inputs, 1, seed=0, variants=1, wire="grpc")[0]
-    request = pb.ModelInferRequest.FromString(model_prefix("mlp") + body)
+    request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "mlp")) + body)
     mutate(request)
     channel, stub = _stub(grpc_server)
     with channel, pytest.raises(grpc.RpcError) as info:

@@ -143,7 +143,7 @@ def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], pr
     import grpc
 
     from follower.loadgen.bodies import build_bodies
-    from follower.loadgen.transports.grpc_client import model_prefix
+    from follower.loadgen.transports.grpc_client import GrpcTarget, model_prefix
     from follower.servers.processing import raw_sample_images
     from protos import grpc_predict_v2_pb2 as pb
     from protos import kserve_v2
@@ -151,7 +151,7 @@ def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], pr
     path, meta = classifier
     images = raw_sample_images()
     body = build_bodies(meta.inputs, 1, seed=0, variants=1, wire="grpc", samples={"image": images[:1]})[0]
-    request = pb.ModelInferRequest.FromString(model_prefix("imgcls") + body)
+    request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "imgcls")) + body)
     with grpc.insecure_channel(f"127.0.0.1:{GRPC_PORT['port']}") as channel:
         response = kserve_v2.Stub(channel).ModelInfer(request)
     (out,) = response.outputs

@@ -23,6 +23,9 @@ def test_urls_the_load_goes_to() -> None:
     assert TargetSpec(url="https://h", protocol="tfserving-rest", model_version="3").infer_url("m") == \
         "https://h/v1/models/m/versions/3:predict"
     assert TargetSpec(url="grpc://h:8001", protocol="kserve-grpc", model_name="other").infer_url("m") == "grpc://h:8001/other"
+    assert TargetSpec(url="grpc://h:8001", protocol="kserve-grpc", model_version="2").infer_url("m") == \
+        "grpc://h:8001/m/versions/2"
+    assert TargetSpec(url="grpcs://h:8500", protocol="tfserving-grpc").infer_url("m") == "grpcs://h:8500/m?api=tfserving"
     assert TargetSpec(url="http://h:8000", protocol="openai").infer_url("m") == "http://h:8000/v1/completions"
     assert TargetSpec(url="http://h/v1/chat/completions", protocol="openai").infer_url("m") == "http://h/v1/chat/completions"
     assert TargetSpec(url="http://h:1", protocol="kserve-http").metadata_url("a b") == "http://h:1/v2/models/a%20b"
@@ -32,6 +35,7 @@ def test_urls_the_load_goes_to() -> None:
     ({"url": "http://user:pw@h:1", "protocol": "kserve-http"}, "must not hold credentials"),
     ({"url": "grpc://h:1", "protocol": "kserve-http"}, "needs a http or https"),
     ({"url": "http://h:1", "protocol": "kserve-grpc"}, "needs a grpc or grpcs"),
+    ({"url": "https://h:1", "protocol": "tfserving-grpc"}, "needs a grpc or grpcs"),
     ({"url": "http://h:1?x=1", "protocol": "kserve-http"}, "no query"),
     ({"url": "http://h:1", "protocol": "kserve-http", "ca_bundle": "ca"}, "needs an https"),
     ({"url": "http://h:99999", "protocol": "kserve-http"}, "bad port"),

@@ -17,7 +17,9 @@ def test_stubs_match_the_proto(proto: Path, tmp_path: Path) -> None:
     (tmp_path / "protos").mkdir()
     shutil.copy(proto, tmp_path / "protos" / proto.name)
     rel = f"protos/{proto.name}"
-    args = ["protoc", f"-I{tmp_path}", f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}", f"--pyi_out={tmp_path}"]
+    well_known = Path(grpc_tools.__file__).parent / "_proto"  # google/protobuf/*.proto, as `python -m` adds them
+    args = ["protoc", f"-I{tmp_path}", f"-I{well_known}", f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+            f"--pyi_out={tmp_path}"]  # fmt: skip
     assert grpc_tools.main([*args, str(tmp_path / rel)]) == 0
     for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
         name = proto.stem + suffix
