@@ -41,7 +41,8 @@ class LeaderSettings(BaseSettings):
     tls_keyfile: Path | None = None
     admin_token: SecretStr
     follower_token: SecretStr
-    # The key target secrets are sealed with at rest (leader/secretbox.py); unset: the secrets API answers 503.
+    # The key target secrets are sealed with at rest (leader/secretbox.py); unset or empty (a deployment that passes
+    # the variable through without a value): the secrets API answers 503.
     # Changing it makes every stored secret unreadable (store them again).
     secret_key: SecretStr | None = None
     missing_after_s: float = Field(default=10.0, gt=0)
@@ -81,6 +82,11 @@ class LeaderSettings(BaseSettings):
             if path is not None and not path.is_file():
                 raise ValueError(f"{name}: no file at {path}")
         return self
+
+    @field_validator("secret_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("admin_token", "follower_token", "secret_key")
     @classmethod

@@ -42,6 +42,10 @@ def test_compose_config_validates_with_every_profile() -> None:
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     default = json.loads(_compose_config(env=TOKENS).stdout)["services"]
     assert "triton" not in default and "tfserving" not in default, "serving images are optional profiles"
+    assert default["leader"]["environment"]["BENCHFLEET_LEADER_SECRET_KEY"] == ""  # the secrets API off, the leader up
+    sealed = json.loads(_compose_config(env={**TOKENS, "BENCHFLEET_SECRET_KEY": "s" * 32}).stdout)["services"]
+    assert sealed["leader"]["environment"]["BENCHFLEET_LEADER_SECRET_KEY"] == "s" * 32
+    assert "BENCHFLEET_LEADER_SECRET_KEY" not in json.dumps(sealed["follower"]), "followers never hold the key"
 
 
 def test_compose_names_the_missing_tokens() -> None:
@@ -84,6 +88,14 @@ def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
     env = {e["name"]: e for e in leader_c["env"]}
     assert env["BENCHFLEET_LEADER_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "admin-token"
     assert "a" * 24 not in json.dumps(leader), "tokens reach pods only through the Secret"
+    key_ref = env["BENCHFLEET_LEADER_SECRET_KEY"]["valueFrom"]["secretKeyRef"]
+    assert key_ref["key"] == "secret-key" and key_ref["optional"] is True  # not given: the secrets API is off
+    assert "secret-key" not in _by_kind(docs, "Secret")[0]["stringData"]
+    sealed = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24, "secretKey": "k" * 32}})
+    _validate(sealed)
+    assert _by_kind(sealed, "Secret")[0]["stringData"]["secret-key"] == "k" * 32
+    assert "k" * 32 not in json.dumps([d for d in sealed if d["kind"] != "Secret"]), "the key reaches the leader by the Secret"
+    assert "SECRET_KEY" not in json.dumps(_by_kind(sealed, "DaemonSet")), "followers never hold the key"
     # Pods run as the image's own user (deploy/Dockerfile), whose home exists and is its own.
     uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "deploy" / "Dockerfile").read_text()).group(1))  # type: ignore[union-attr]
     assert pod["securityContext"]["runAsUser"] == leader["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid

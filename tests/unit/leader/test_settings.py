@@ -60,3 +60,15 @@ def test_tls_needs_its_certificate_and_key_together(tmp_path) -> None:  # type: 
         LeaderSettings(**GOOD, tls_certfile=cert, tls_keyfile=key)
     key.write_text("key")
     assert LeaderSettings(**GOOD, tls_certfile=cert, tls_keyfile=key).tls_keyfile == key
+
+
+def test_an_empty_secret_key_is_unset_and_a_short_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compose and the Helm chart pass BENCHFLEET_LEADER_SECRET_KEY through, empty when the operator gave none."""
+    monkeypatch.setenv("BENCHFLEET_LEADER_SECRET_KEY", "")
+    assert LeaderSettings(**GOOD).secret_key is None  # type: ignore[arg-type]
+    monkeypatch.setenv("BENCHFLEET_LEADER_SECRET_KEY", "k" * 32)
+    assert LeaderSettings(**GOOD).secret_key.get_secret_value() == "k" * 32  # type: ignore[arg-type, union-attr]
+    monkeypatch.setenv("BENCHFLEET_LEADER_SECRET_KEY", "short-key")
+    with pytest.raises(ValidationError) as info:
+        LeaderSettings(**GOOD)  # type: ignore[arg-type]
+    assert "secret_key" in str(info.value) and "short-key" not in str(info.value)
