@@ -151,9 +151,6 @@ class TargetSpec(StrictModel):
 
     def _check_shards(self, fields: dict[str, Any]) -> None:
         load = fields.get("load")
-        if self.is_llm:
-            raise ValueError("shards: an OpenAI-compatible target is driven by one follower (its streamed token records "
-                             "are not merged across followers yet)")  # fmt: skip
         if load is not None and load.pattern == "closed":
             raise ValueError("shards split an open loop's arrivals; a closed loop has none (use one follower)")
         if load is not None and (load.search is not None or load.stability is not None):

@@ -1,14 +1,20 @@
 """A language-model run's per-request token records, beside the request records (follower/loadgen/records.py): when
-each event with text arrived, the text, and the server's own token counts."""
+each event with text arrived, the text, and the server's own token counts. Records read back from their blob (a load
+shard's, follower/point/shard.py) carry no text: the client's token count of it, made where the text was, instead."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 
 from follower.loadgen.transports.base import Stream
+
+if TYPE_CHECKING:
+    from follower.loadgen.llmprompts import PromptMaker
 
 
 @dataclass
@@ -20,11 +26,29 @@ class LlmColumns:
     events: np.ndarray  # data events received (with or without text)
     token_times: list[np.ndarray | None]  # arrival (monotonic ns) of each event with text
     texts: list[bytes | None]  # the text, JSON-escaped as it came
+    # The client tokenizer's count of each text where the text itself is not here (read back from a blob); -1 unknown.
+    client_tokens: np.ndarray | None = None
 
     @classmethod
     def allocate(cls, n: int) -> LlmColumns:
         return cls(np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
                    [None] * n, [None] * n)  # fmt: skip
+
+    def client_count(self, i: int, maker: PromptMaker | None) -> int:
+        """The client tokenizer's count of request i's text (-1: no text, or no tokenizer)."""
+        text = self.text(i)
+        if text is not None:
+            return -1 if maker is None else maker.count_output(text)
+        return -1 if self.client_tokens is None else int(self.client_tokens[i])
+
+    def client_counts(self, maker: PromptMaker | None) -> np.ndarray:
+        """Every request's client count (what a blob keeps in place of the texts)."""
+        return np.array([self.client_count(i, maker) for i in range(len(self.events))], dtype=np.int64)
+
+    def shifted(self, delta_ns: int) -> LlmColumns:
+        """The same records with every arrival moved by `delta_ns` (onto another clock)."""
+        times = [None if t is None else t + delta_ns for t in self.token_times]
+        return dataclasses.replace(self, token_times=times)
 
     def add(self, i: int, stream: Stream) -> None:
         """Request i's stream (on the event loop, as its answer completes)."""
@@ -38,7 +62,8 @@ class LlmColumns:
         """The entries of the requests in `mask`."""
         where = np.flatnonzero(mask)
         return LlmColumns(self.prompt_tokens[mask], self.completion_tokens[mask], self.events[mask],
-                          [self.token_times[i] for i in where], [self.texts[i] for i in where])  # fmt: skip
+                          [self.token_times[i] for i in where], [self.texts[i] for i in where],
+                          None if self.client_tokens is None else self.client_tokens[mask])  # fmt: skip
 
     def token_events(self) -> int:
         """Data events received over every request: what the generator parsed."""

@@ -65,7 +65,7 @@ def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray
     counted = has_token & (out_tokens > 0)
     decode_s = (done[counted] - first[counted]) / 1e9
     user_rate = out_tokens[counted][decode_s > 0] / decode_s[decode_s > 0]
-    client = np.array([_client_count(maker, cols.text(int(i))) for i in idx], dtype=np.int64)
+    client = np.array([cols.client_count(int(i), maker) for i in idx], dtype=np.int64)
     server = out_tokens[idx]
     held, wanted = asked[0][idx], asked[1][idx]
     text_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
@@ -95,10 +95,6 @@ def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray
         mismatched_requests=int(disagree.sum()), buffered_requests=int(buffered.sum()),
     )  # fmt: skip
     return LlmJudgement(figures, _reasons(figures, len(idx), workload))
-
-
-def _client_count(maker: PromptMaker | None, text: str | None) -> int:
-    return -1 if maker is None or text is None else maker.count_output(text)
 
 
 def _goodput(slo: SLO | None, first: np.ndarray, intended: np.ndarray, *, tpot_of: tuple[np.ndarray, np.ndarray],

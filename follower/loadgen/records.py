@@ -110,20 +110,27 @@ class LoadRecords:
 
 
 def decode_records(blob: bytes, *, cpu_s: float = 0.0, wall_s: float = 0.0) -> LoadRecords:
-    """Records read back from their blob (a tensor run's: a language model's token columns are not read back); the
-    run's CPU and wall time travel beside the blob."""
+    """Records read back from their blob, a language model's token columns included (without the texts: the client's
+    count of each, where the blob has it); the run's CPU and wall time travel beside the blob."""
     arrays = fmt.decode(blob)
     n = len(arrays["intended_ns"])
 
     def column(name: str) -> np.ndarray:
         return np.asarray(arrays[name], dtype=np.int64) if name in arrays else np.full(n, -1, dtype=np.int64)
 
+    llm = None
+    if fmt.LLM_OFFSETS in arrays:
+        tokens, offsets = np.asarray(arrays[fmt.LLM_TOKENS], dtype=np.int64), np.asarray(arrays[fmt.LLM_OFFSETS])
+        llm = LlmColumns(column("llm_prompt_tokens"), column("llm_completion_tokens"), column("llm_events"),
+                         [tokens[offsets[i]:offsets[i + 1]] for i in range(n)], [None] * n,
+                         column("llm_client_tokens"))  # fmt: skip
+
     return LoadRecords(
         intended_ns=column("intended_ns"), sent_ns=column("sent_ns"), first_byte_ns=column("first_byte_ns"),
         done_ns=column("done_ns"), status=np.asarray(arrays["status"]).astype(np.int32),
         stages_ns={stage: column(f"{fmt.STAGE_PREFIX}{stage}") for stage in STAGES},
         start_ns=int(np.asarray(arrays[fmt.START]).ravel()[0]), cpu_s=cpu_s, wall_s=wall_s,
-        capped=column("capped") > 0 if "capped" in arrays else np.zeros(n, dtype=bool),
+        capped=column("capped") > 0 if "capped" in arrays else np.zeros(n, dtype=bool), llm=llm,
     )  # fmt: skip
 
 
@@ -138,12 +145,13 @@ def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
         done_ns=move(records.done_ns), status=records.status, stages_ns=records.stages_ns,
         start_ns=records.start_ns + delta_ns, cpu_s=records.cpu_s, wall_s=records.wall_s, loop_lag_ns=records.loop_lag_ns,
         error_sample=records.error_sample, timer=records.timer, capped=records.capped, scheduling=records.scheduling,
-        cap=records.cap,
+        cap=records.cap, llm=records.llm.shifted(delta_ns) if records.llm is not None else None,
     )  # fmt: skip
 
 
-def encode_records(records: LoadRecords) -> bytes:
-    """The records in the raw-records format (common.records)."""
+def encode_records(records: LoadRecords, client_tokens: np.ndarray | None = None) -> bytes:
+    """The records in the raw-records format (common.records); `client_tokens`: a language model's client counts of
+    each text, for a blob another follower merges (the texts themselves stay here)."""
     capped = records.capped if len(records.capped) == len(records) else np.zeros(len(records), dtype=bool)
     columns = {
         "intended_ns": records.intended_ns, "sent_ns": records.sent_ns, "first_byte_ns": records.first_byte_ns,
@@ -156,4 +164,6 @@ def encode_records(records: LoadRecords) -> bytes:
         llm = {"llm_prompt_tokens": cols.prompt_tokens, "llm_completion_tokens": cols.completion_tokens,
                "llm_events": cols.events, fmt.LLM_TOKENS: np.concatenate(times) if times else np.zeros(0, dtype=np.int64),
                fmt.LLM_OFFSETS: np.concatenate([[0], np.cumsum([len(t) for t in times])])}  # fmt: skip
+        if client_tokens is not None:
+            llm["llm_client_tokens"] = client_tokens
     return fmt.encode(columns, records.stages_ns, records.start_ns, llm)

@@ -156,10 +156,14 @@ def _merged_llm(parts: Sequence[LoadRecords], order: np.ndarray) -> LlmColumns |
     def pick(items: list[Any]) -> list[Any]:
         return [items[i] for i in listed[0]]
 
+    counted = None
+    if any(c.client_tokens is not None for c in each):
+        counted = np.concatenate([c.client_tokens if c.client_tokens is not None else np.full(len(c.events), -1)
+                                  for c in each])[order]  # fmt: skip
     return LlmColumns(
         np.concatenate([c.prompt_tokens for c in each])[order], np.concatenate([c.completion_tokens for c in each])[order],
         np.concatenate([c.events for c in each])[order], pick([t for c in each for t in c.token_times]),
-        pick([t for c in each for t in c.texts]),
+        pick([t for c in each for t in c.texts]), counted,
     )  # fmt: skip
 
 

@@ -9,9 +9,10 @@ offset to the leader (the fastest of several round trips; half that round trip i
 
 The coordinator merges exactly: every shard's records, moved onto its own clock by the difference of the shards'
 starts, concatenated and sorted by intended time (follower.loadgen.scaleout.merge, as for generator processes on one
-host), and judged as one point against the full schedule. A shard whose records never come (its follower died, its
-network went) contributes its share as requests never sent, and the point is invalid naming that shard: never a
-silently lower rate.
+host), and judged as one point against the full schedule. A language model's records merge the same way, token
+arrivals moved with them; each shard counts its own texts with the model's tokenizer and sends the counts. A shard
+whose records never come (its follower died, its network went) contributes its share as requests never sent, and
+the point is invalid naming that shard: never a silently lower rate.
 """
 
 from __future__ import annotations
@@ -48,21 +49,25 @@ def assignment(plan: PointPlan, count: int) -> np.ndarray:
 
 
 def share(plan: PointPlan, shard: int, count: int, cpu_per_request_s: float | None = None) -> PointPlan:
-    """Shard `shard`'s plan: its arrivals (with the bodies they send), its share of the rate, the in-flight cap and
-    one generator's verdict on carrying it."""
+    """Shard `shard`'s plan: its arrivals (with the bodies they send and, for a language model, the tokens each
+    asks for), its share of the rate, the in-flight cap and one generator's verdict on carrying it."""
     mine = assignment(plan, count) == shard
     bodies = max(len(plan.bodies), 1)
     body_index = plan.body_index if plan.body_index is not None else np.arange(len(plan.offsets_ns)) % bodies
     p = plan.point
     point = p.model_copy(update={"rate": p.rate / count, "rate_end": p.rate_end / count if p.rate_end else None,
                                  "spike_rate": p.spike_rate / count if p.spike_rate else None})  # fmt: skip
-    gen = plan_generators(point.rate, cpu_per_request_s or COST.estimate_s, len(plan.generator_cores or ()))
+    asked = plan.asked_tokens[mine] if plan.asked_tokens is not None else None
+    tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
+    gen = plan_generators(point.rate, cpu_per_request_s or COST.estimate_s, len(plan.generator_cores or ()),
+                          tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
     reasons = [r for r in plan.reasons if r.code != "generator_capacity"]
     if gen.saturated:
         reasons.append(Reason(code="generator_capacity", text=f"load generator of shard {shard}: {gen.reason}"))
     return dataclasses.replace(
         plan, point=point, offsets_ns=plan.offsets_ns[mine], body_index=body_index[mine], reasons=tuple(reasons),
-        generator_plan=gen.model_copy(update={"processes": 1}), cap=max(1, plan.cap // count),
+        generator_plan=gen.model_copy(update={"processes": 1}), cap=max(1, plan.cap // count), asked_tokens=asked,
+        prompt_tokens=plan.prompt_tokens[mine] if plan.prompt_tokens is not None else None,
     )  # fmt: skip
 
 
@@ -96,8 +101,11 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
     meta = {"cpu_s": driven.records.cpu_s, "wall_s": driven.records.wall_s, "offset_ns": offset_ns,
             "uncertainty_ns": uncertainty_ns, "start_lag_ns": start_lag_ns(driven.records) or 0,
             "requests": len(driven.records)}  # fmt: skip
+    # A language model's texts stay here: the client's token count of each travels instead (the same tokenizer).
+    llm = driven.records.llm
+    counted = await asyncio.to_thread(llm.client_counts, ctx.prompts) if llm is not None else None
     await asyncio.to_thread(link.client.put_shard_records, link.job_id, link.index, index, link.attempt,
-                            link.follower_id, encode_records(driven.records), meta)  # fmt: skip
+                            link.follower_id, encode_records(driven.records, counted), meta)  # fmt: skip
     if link.index > 0:  # reported as this shard's part's own point (its share); the job's point is the coordinator's
         return driven, mine
     merged, runs, reasons = await _gather(link, plan, driven.records, own)

@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -27,7 +28,13 @@ PROMPT_TOKENS, OUTPUT_TOKENS = 48, 16
 
 
 @pytest.fixture(scope="module")
-def llm_model(fleet, tmp_path_factory: pytest.TempPathFactory) -> str:  # type: ignore[no-untyped-def]
+def llm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the module's language model is written (the upload, and what a vLLM started by hand serves)."""
+    return tmp_path_factory.mktemp("llm") / "tiny-llama.zip"
+
+
+@pytest.fixture(scope="module")
+def llm_model(fleet, llm_bundle: Path) -> str:  # type: ignore[no-untyped-def]
     ok, why = VllmBackend.available()
     if not ok:
         # CI installs vLLM (scripts/install_vllm.sh) and must run this module, not skip it.
@@ -35,7 +42,7 @@ def llm_model(fleet, tmp_path_factory: pytest.TempPathFactory) -> str:  # type: 
             pytest.fail(f"vLLM is required under CI: {why}")
         pytest.skip(why)
     fleet.start_follower("llm-host")
-    out = tmp_path_factory.mktemp("llm") / "tiny-llama.zip"
+    out = llm_bundle
     cli = [sys.executable, "-m", "benchfleet", "models", "generate", "llama", "--layers", "2", "--hidden", "128",
            "--heads", "4", "--vocab", "2048", "--context", "512", "--seed", "5", "--out", str(out), "--push",
            "--name", "tiny-llama", "--url", fleet.url, "--token", fleet.admin_token]  # fmt: skip
@@ -199,3 +206,50 @@ llm: {{prompt_tokens: 32, output_tokens: 8}}
     assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
     assert llm.mismatched_requests == 0 and llm.output_tokens_asked == llm.output_tokens_server
     assert llm.server is not None and llm.server.requests >= point.ok
+
+
+def test_two_followers_drive_one_vllm_endpoint_and_its_token_records_merge(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, llm_bundle: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's) driven by two followers at once: their
+    token records merge into one point on the coordinator, every request's first token and the server's exact counts
+    included, and the client's token counts of the other shard's texts arrive with its records."""
+    from common.spec import ServerOptions
+
+    labels = {"BENCHFLEET_FOLLOWER_LABELS": '{"pool": "llm-shards"}'}
+    for follower in ("llm-shard-a", "llm-shard-b"):
+        fleet.start_follower(follower, env=labels)
+    with fleet.client() as client:
+        meta = next(m for m in client.models() if m.ref == llm_model)
+    vllm = VllmBackend(server=ServerOptions())
+    try:
+        vllm.start(llm_bundle, meta, tmp_path_factory.mktemp("outside-vllm"))
+        vllm.wait_ready(600)
+        with fleet.client() as client:
+            job = client.submit_yaml(f"""
+name: llm-shards
+model: {llm_model}
+load: {{pattern: poisson, rate: 16, duration: 6s, warmup: 1s}}
+llm: {{prompt_tokens: 32, output_tokens: 8}}
+target: {{url: "{vllm.endpoint}", protocol: openai, shards: {{count: 2, labels: {{pool: llm-shards}}}}}}
+""")
+            results: JobResults = _wait_done(client, job.id, timeout_s=300)
+            parts = [client.job(p) for p in client.job(job.id).parts]
+            other = client.results(parts[1].id).points[0]
+    finally:
+        vllm.stop()
+    (point,) = results.points
+    llm, codes = point.llm, [r.code for r in point.reasons]
+    assert [(s.shard, s.follower_id in ("llm-shard-a", "llm-shard-b"), s.state) for s in point.shards] == \
+        [(0, True, "merged"), (1, True, "merged")], point.shards
+    assert not {"shard_lost", "shard_absent"} & set(codes), point.reasons
+    assert llm is not None and point.requests == 16 * 6 and point.ok == point.requests, (point.error_sample, codes)
+    # Both shards' token records are in: a first token for every request, and the server's exact counts.
+    assert llm.ttft_ms is not None and llm.ttft_ms.count == point.ok
+    assert llm.output_tokens_asked == llm.output_tokens_server == 8 * point.ok and llm.mismatched_requests == 0
+    # Shard 1's own share, as its part reports it: part of the whole, its client counts carried into the merge
+    # (per request, the merged count matches the share's; without them it would be about half).
+    share = other.llm
+    assert share is not None and 0 < other.requests < point.requests and share.output_tokens_client > 0
+    per_request, share_per_request = llm.output_tokens_client / point.ok, share.output_tokens_client / other.ok
+    assert abs(per_request - share_per_request) < 0.25 * share_per_request, (llm, share)
