@@ -26,8 +26,9 @@ def drain_bound_s(duration_s: float) -> float:
 
 
 def _workload(spec: JobSpec, backend: str) -> LlmWorkload | None:
-    """A point's language-model requests: the spec's, or the default ones for an LLM backend; None otherwise."""
-    if backend not in LLM_BACKENDS:
+    """A point's language-model requests: the spec's, or the default ones for an LLM backend or an OpenAI-compatible
+    target; None otherwise."""
+    if backend not in LLM_BACKENDS and not (spec.target is not None and spec.target.is_llm):
         return None
     return spec.llm or LlmWorkload()
 

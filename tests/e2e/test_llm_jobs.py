@@ -208,12 +208,13 @@ llm: {{prompt_tokens: 32, output_tokens: 8}}
     assert llm.server is not None and llm.server.requests >= point.ok
 
 
-def test_two_followers_drive_one_vllm_endpoint_and_its_token_records_merge(  # type: ignore[no-untyped-def]
+def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(  # type: ignore[no-untyped-def]
     fleet, llm_model: str, llm_bundle: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's) driven by two followers at once: their
-    token records merge into one point on the coordinator, every request's first token and the server's exact counts
-    included, and the client's token counts of the other shard's texts arrive with its records."""
+    """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's), with prompts built by the model's own
+    tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one
+    point on the coordinator, every request's first token and the server's exact counts included, and the client's
+    token counts of the other shard's texts arrive with its records."""
     from common.spec import ServerOptions
 
     labels = {"BENCHFLEET_FOLLOWER_LABELS": '{"pool": "llm-shards"}'}
@@ -226,6 +227,13 @@ def test_two_followers_drive_one_vllm_endpoint_and_its_token_records_merge(  # t
         vllm.start(llm_bundle, meta, tmp_path_factory.mktemp("outside-vllm"))
         vllm.wait_ready(600)
         with fleet.client() as client:
+            single = _wait_done(client, client.submit_yaml(f"""
+name: llm-endpoint
+model: {llm_model}
+load: {{pattern: poisson, rate: 8, duration: 4s, warmup: 1s}}
+llm: {{prompt_tokens: 32, output_tokens: 8}}
+target: {{url: "{vllm.endpoint}", protocol: openai}}
+""").id, timeout_s=300)
             job = client.submit_yaml(f"""
 name: llm-shards
 model: {llm_model}
@@ -238,6 +246,11 @@ target: {{url: "{vllm.endpoint}", protocol: openai, shards: {{count: 2, labels: 
             other = client.results(parts[1].id).points[0]
     finally:
         vllm.stop()
+    (alone,) = single.points
+    assert alone.llm is not None and alone.point.backend == "endpoint" and alone.cold_start is None
+    assert alone.ok == alone.requests == 8 * 4, (alone.error_sample, alone.reasons)
+    assert alone.llm.output_tokens_asked == alone.llm.output_tokens_server == 8 * alone.ok
+    assert alone.llm.mismatched_requests == 0 and alone.llm.ttft_ms is not None and alone.llm.ttft_ms.count == alone.ok
     (point,) = results.points
     llm, codes = point.llm, [r.code for r in point.reasons]
     assert [(s.shard, s.follower_id in ("llm-shard-a", "llm-shard-b"), s.state) for s in point.shards] == \

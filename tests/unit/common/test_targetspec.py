@@ -71,3 +71,18 @@ def test_reserved_headers_and_ca_bundles() -> None:
     with pytest.raises(ValidationError, match="PEM certificates"):
         SecretCreate(name="k", kind="ca_bundle", value="not a certificate")
     assert SecretCreate(name="k", header="X-Api-Key", value="abc").header == "X-Api-Key"
+
+
+def test_an_openai_targets_points_carry_its_language_model_requests() -> None:
+    """An OpenAI-compatible target is a language model's endpoint: its points get the job's llm workload (or the
+    default one), as an LLM backend's would; a tensor target's get none."""
+    from common.grid import expand
+
+    llm = _job(target={"url": "http://h:8000", "protocol": "openai"}, llm={"prompt_tokens": 32, "output_tokens": 8})
+    (point,) = expand(llm)
+    assert point.backend == "endpoint" and point.llm is not None and point.llm.output_tokens.mean == 8
+    (default,) = expand(_job(target={"url": "http://h:8000", "protocol": "openai"}))
+    assert default.llm is not None
+    (tensor,) = expand(_job(target={"url": "http://h:8000", "protocol": "kserve-http"}, inputs=[
+        {"name": "x", "datatype": "FP32", "shape": [-1, 2]}]))  # fmt: skip
+    assert tensor.llm is None
