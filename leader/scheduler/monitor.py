@@ -69,9 +69,12 @@ class Monitor:
 
     async def tick(self) -> list[str]:
         """Mark silent followers missing and requeue the jobs of every missing follower; returns the requeued job ids."""
-        timeout_s = self._missing_after_s + self.allowance_s(self._clock())
+        self.allowance_s(self._clock())
         # Followers not heard since this leader started count from its start (Ages): one full timeout to speak up.
         for follower_id, seen in await followers_store.live_ids(self._db):
+            # The allowance is read at each judgement, after the awaits before it: a stall during one of them (the
+            # loop blocked while PerfDB answered) is silence the leader could not hear, like a stall between ticks.
+            timeout_s = self._missing_after_s + self.allowance_s(self._clock())
             if self._heard.age_s(follower_id) > timeout_s and await followers_store.mark_missing(
                 self._db, follower_id=follower_id, last_seen=seen
             ):

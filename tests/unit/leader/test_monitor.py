@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
 from leader.clock import Ages
+from leader.scheduler import monitor as monitor_module
 from leader.scheduler.monitor import Monitor
 
 
@@ -43,3 +49,41 @@ def test_wall_steps_are_noticed_and_slow_drift_is_not() -> None:
     wall[0] += 1.0
     assert round(steps.stepped_s()) == -4 * 3600
     assert steps.stepped_s() == 0.0
+
+
+def test_a_stall_inside_a_tick_is_not_the_followers_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader blocks for 2.5 s while the tick waits on PerfDB (a GC pause, a CPU storm): a follower beating every
+    0.2 s looks 2.6 s silent when the answer comes, and must not be judged missing for it."""
+    now = [0.0]
+    heard = Ages(clock=lambda: now[0])
+    monitor = Monitor(db=None, heard=heard, missing_after_s=1.0, interval_s=0.2, on_requeue=lambda: None,  # type: ignore[arg-type]
+                      clock=lambda: now[0])  # fmt: skip
+    marked: list[str] = []
+    stalls = [2.5]
+
+    async def live_ids(db: Any) -> list[tuple[str, Any]]:
+        now[0] += stalls.pop() if stalls else 0.0  # the stall, while the first tick's await is outstanding
+        return [("f1", None)]
+
+    async def mark_missing(db: Any, *, follower_id: str, last_seen: Any) -> bool:
+        marked.append(follower_id)
+        return True
+
+    async def nothing(*args: Any, **kwargs: Any) -> list[str]:
+        return []
+
+    monkeypatch.setattr(monitor_module.followers_store, "live_ids", live_ids)
+    monkeypatch.setattr(monitor_module.followers_store, "mark_missing", mark_missing)
+    monkeypatch.setattr(monitor_module.followers_store, "missing_ids", nothing)
+    monkeypatch.setattr(monitor_module.placement_store, "requeue_follower_jobs", nothing)
+    monitor.allowance_s(0.0)  # the previous tick, on time
+    now[0] = 0.1
+    heard.mark("f1")  # its last beat before the stall
+    now[0] = 0.2
+    asyncio.run(monitor.tick())
+    assert marked == []  # 2.6 s unheard, 2.5 s of it the leader's own stall
+    now[0] += 1.5  # then it really falls silent: a timeout after the stall, it is missing
+    for _ in range(8):
+        now[0] += 0.2
+        asyncio.run(monitor.tick())
+    assert marked and set(marked) == {"f1"}
