@@ -1,6 +1,6 @@
 """TensorFlow Serving's gRPC services under their standard names, with our generated messages (protos/tfserving.proto,
 whose package is ours: see its top). The one place that maps TF Serving's RPCs to their wire paths, for calling
-(`method_path`, `Stub`) and for serving them (`add_to_server`, used by the test stand-in of a tensorflow_model_server).
+(`method_path`) and for serving them (`add_to_server`, used by the test stand-in of a tensorflow_model_server).
 """
 
 from __future__ import annotations
@@ -49,12 +49,3 @@ def add_to_server(servicer: Any, server: Any) -> None:
                 getattr(servicer, name), request_deserializer=request.FromString,
                 response_serializer=response.SerializeToString)  # fmt: skip
     server.add_generic_rpc_handlers(tuple(grpc.method_handlers_generic_handler(s, h) for s, h in by_service.items()))
-
-
-class Stub:
-    """A client of TF Serving's services on `channel` (grpc or grpc.aio): one attribute per RPC."""
-
-    def __init__(self, channel: Any) -> None:
-        for name, (_service, request, response) in METHODS.items():
-            setattr(self, name, channel.unary_unary(method_path(name), request_serializer=request.SerializeToString,
-                                                    response_deserializer=response.FromString))  # fmt: skip

@@ -69,7 +69,7 @@ class Monitor:
 
     async def tick(self) -> list[str]:
         """Mark silent followers missing and requeue the jobs of every missing follower; returns the requeued job ids."""
-        self.allowance_s(self._clock())
+        self.allowance_s(self._clock())  # this tick's start: a late one is a stall, even with no follower to judge
         # Followers not heard since this leader started count from its start (Ages): one full timeout to speak up.
         for follower_id, seen in await followers_store.live_ids(self._db):
             # The allowance is read at each judgement, after the awaits before it: a stall during one of them (the
