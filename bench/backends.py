@@ -27,6 +27,7 @@ from follower.backends import get_backend  # noqa: E402
 from follower.backends.triton import find_triton  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.loadgen.bodies import build_bodies  # noqa: E402
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend  # noqa: E402
 
 
@@ -137,26 +138,42 @@ def main() -> int:
     backends = ["onnxruntime", "torchscript"] + (["triton"] if find_triton() else [])
     rows = {}
     for name in backends:
-        spec = parse_spec({"name": "bench", "model": "canon:1", "backends": [name],
-                           "load": {"rate": args.rate, "duration": args.duration, "warmup": 1.0}})
+        spec = parse_spec(
+            {
+                "name": "bench",
+                "model": "canon:1",
+                "backends": [name],
+                "load": {"rate": args.rate, "duration": args.duration, "warmup": 1.0},
+            }
+        )
 
         async def collect(name: str = name, spec: object = spec) -> list:
-            return [r async for r in run_backend(name, expand(spec), model=model, model_path=path,  # type: ignore[arg-type]
-                                                 workdir=workdir / name, env_base={}, slo=None)]
+            return [
+                r
+                async for r in run_backend(
+                    name, expand(spec), ServerRun(model=model, model_path=path, workdir=workdir / name, env_base={}, slo=None)
+                )
+            ]
 
         result = asyncio.run(collect())[0]
         lat = result.latency_ms
         rows[name] = (lat.p50 if lat else float("nan"), lat.p99 if lat else float("nan"), result.achieved_rate, result.valid)
-        print(f"{name:12s} p50 {rows[name][0]:7.3f} ms  p99 {rows[name][1]:7.3f} ms  "
-              f"throughput {rows[name][2]:8.1f} req/s  valid={result.valid} {'; '.join(result.invalid_reasons)[:120]}")
+        print(
+            f"{name:12s} p50 {rows[name][0]:7.3f} ms  p99 {rows[name][1]:7.3f} ms  "
+            f"throughput {rows[name][2]:8.1f} req/s  valid={result.valid} {'; '.join(result.invalid_reasons)[:120]}"
+        )
     inproc, http_p50, pyclient_p50 = overhead(path, model, workdir, args.requests)
     added = http_p50 - inproc
-    print(f"in-process onnxruntime p50 {inproc:.3f} ms; our HTTP server p50 {http_p50:.3f} ms (raw-socket client; "
-          f"{pyclient_p50:.3f} ms through http.client); added {added:.3f} ms "
-          f"(floor < 0.5 ms: {'met' if added < 0.5 else 'NOT met'})")
+    print(
+        f"in-process onnxruntime p50 {inproc:.3f} ms; our HTTP server p50 {http_p50:.3f} ms (raw-socket client; "
+        f"{pyclient_p50:.3f} ms through http.client); added {added:.3f} ms "
+        f"(floor < 0.5 ms: {'met' if added < 0.5 else 'NOT met'})"
+    )
     parts = " ".join(f"{n}_p50_ms={r[0]:.3f} {n}_p99_ms={r[1]:.3f} {n}_rps={r[2]:.1f}" for n, r in rows.items())
-    print(f"RESULT backends rate={args.rate:g} {parts} ort_inproc_p50_ms={inproc:.3f} ort_http_p50_ms={http_p50:.3f} "
-          f"ort_http_pyclient_p50_ms={pyclient_p50:.3f} http_overhead_p50_ms={added:.3f}")
+    print(
+        f"RESULT backends rate={args.rate:g} {parts} ort_inproc_p50_ms={inproc:.3f} ort_http_p50_ms={http_p50:.3f} "
+        f"ort_http_pyclient_p50_ms={pyclient_p50:.3f} http_overhead_p50_ms={added:.3f}"
+    )
     return 0
 
 

@@ -37,6 +37,7 @@ from follower.loadgen.closedloop import drive_closed  # noqa: E402
 from follower.loadgen.openloop import drive  # noqa: E402
 from follower.loadgen.schedule import arrival_offsets_ns  # noqa: E402
 from follower.loadgen.verdict import backlog, delivered_rate, summarize_window, window_reasons  # noqa: E402
+from follower.protocols import Endpoint  # noqa: E402
 
 SERVER = ROOT / "tests" / "integration" / "follower" / "capacity_server.py"
 BODY = [b'{"inputs": []}']
@@ -64,7 +65,7 @@ def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: in
             argv = ["taskset", "-c", str(srv_core), *argv]
         with SupervisedProcess(argv, name="capacity server", log_path=Path(tmp) / "server.log") as server:
             server.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
-            url = f"http://127.0.0.1:{port}/infer"
+            url = Endpoint("kserve-http", f"http://127.0.0.1:{port}", "m")
             if gen_core is not None:
                 os.sched_setaffinity(0, {gen_core})
             busy = drive_closed(url, BODY, 8, int(3e9))

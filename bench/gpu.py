@@ -24,6 +24,7 @@ from common.specparse import parse_spec  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.host import hostinfo  # noqa: E402
 from follower.host.sampler import SamplerConfig  # noqa: E402
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend  # noqa: E402
 from leader.analysis.hardware import ceiling_for  # noqa: E402
 
@@ -51,22 +52,46 @@ def main() -> int:
     model = local_model(bundle, meta, "fc")
     flops = meta["cost_per_inference"]["flops"]
     table_name, ceiling = ceiling_for(gpus[0].name)
-    env = {"follower_id": "bench", "host": "bench", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(),
-           "gpus": gpus}
-    print(f"{gpus[0].name}, {gpus[0].memory_mb} MiB; torch {torch.__version__}; model fc depth {args.depth} width "
-          f"{args.width}: {flops / 1e6:.1f} MFLOP per sample; Poisson {args.rate:g} req/s, {args.duration:g} s per point")
-    print(f"{'device':6s} {'batch':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'GPU %':>6s} {'GPU W':>6s} "
-          f"{'J/req':>8s} {'TFLOP/s':>8s} valid")
+    env = {"follower_id": "bench", "host": "bench", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus}
+    print(
+        f"{gpus[0].name}, {gpus[0].memory_mb} MiB; torch {torch.__version__}; model fc depth {args.depth} width "
+        f"{args.width}: {flops / 1e6:.1f} MFLOP per sample; Poisson {args.rate:g} req/s, {args.duration:g} s per point"
+    )
+    print(
+        f"{'device':6s} {'batch':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'GPU %':>6s} {'GPU W':>6s} "
+        f"{'J/req':>8s} {'TFLOP/s':>8s} valid"
+    )
     figures: dict[str, float] = {}
 
     def measure(label: str, batch: int, rate: float, server: dict) -> object:
-        spec = parse_spec({"name": "gpu", "model": "fc:1", "backends": ["torchscript"], "batch_sizes": [batch],
-                           "seed": 7, "server": server, "load": {"rate": rate, "duration": args.duration, "warmup": 1.0}})
+        spec = parse_spec(
+            {
+                "name": "gpu",
+                "model": "fc:1",
+                "backends": ["torchscript"],
+                "batch_sizes": [batch],
+                "seed": 7,
+                "server": server,
+                "load": {"rate": rate, "duration": args.duration, "warmup": 1.0},
+            }
+        )
 
         async def collect() -> list:
-            return [r async for r in run_backend("torchscript", expand(spec), model=model, model_path=path,
-                                                 workdir=workdir / label, env_base=env, slo=None,
-                                                 sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+            return [
+                r
+                async for r in run_backend(
+                    "torchscript",
+                    expand(spec),
+                    ServerRun(
+                        model=model,
+                        model_path=path,
+                        workdir=workdir / label,
+                        env_base=env,
+                        slo=None,
+                        sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
+                    ),
+                )
+            ]
 
         return asyncio.run(collect())[0]
 
@@ -81,29 +106,52 @@ def main() -> int:
             util = res.gpu_util_percent_mean if res and res.gpu_util_percent_mean is not None else float("nan")
             watts = res.gpu_power_w_mean if res and res.gpu_power_w_mean is not None else float("nan")
             joules = res.energy_per_request_j if res and res.energy_per_request_j is not None else float("nan")
-            print(f"{device:6s} {batch:5d} {p50:8.3f} {p99:8.3f} {r.achieved_rate:8.1f} {util:6.1f} {watts:6.1f} "
-                  f"{joules:8.4f} {tflops:8.4f} {r.valid} {'; '.join(r.invalid_reasons)[:100]}")
+            print(
+                f"{device:6s} {batch:5d} {p50:8.3f} {p99:8.3f} {r.achieved_rate:8.1f} {util:6.1f} {watts:6.1f} "
+                f"{joules:8.4f} {tflops:8.4f} {r.valid} {'; '.join(r.invalid_reasons)[:100]}"
+            )
             key = f"{device}_b{batch}"
-            figures.update({f"{key}_p50_ms": p50, f"{key}_p99_ms": p99, f"{key}_rps": r.achieved_rate,
-                            f"{key}_gpu_w": watts, f"{key}_j_per_req": joules})
+            figures.update(
+                {
+                    f"{key}_p50_ms": p50,
+                    f"{key}_p99_ms": p99,
+                    f"{key}_rps": r.achieved_rate,
+                    f"{key}_gpu_w": watts,
+                    f"{key}_j_per_req": joules,
+                }
+            )
         figures[f"speedup_p50_b{batch}"] = figures[f"cpu_b{batch}_p50_ms"] / figures[f"cuda_b{batch}_p50_ms"]
-    print(f"\ndynamic batching on the GPU at {args.batching_rate:g} req/s of batch-1 requests (our server, max batch 32, "
-          "queue delay 2 ms):")
-    for label, server in (("off", {"device": "cuda"}),
-                          ("on", {"device": "cuda", "dynamic_batching": {"max_batch_size": 32, "max_queue_delay_us": 2000}})):
+    print(
+        f"\ndynamic batching on the GPU at {args.batching_rate:g} req/s of batch-1 requests (our server, max batch 32, "
+        "queue delay 2 ms):"
+    )
+    for label, server in (
+        ("off", {"device": "cuda"}),
+        ("on", {"device": "cuda", "dynamic_batching": {"max_batch_size": 32, "max_queue_delay_us": 2000}}),
+    ):
         r = measure(f"batching-{label}", 1, args.batching_rate, server)
         lat, res, stats = r.latency_ms, r.resources, r.server_stats
         p50, p99 = (lat.p50, lat.p99) if lat else (float("nan"), float("nan"))
         mean_batch = stats.mean_batch if stats is not None and stats.mean_batch is not None else float("nan")
         joules = res.energy_per_request_j if res and res.energy_per_request_j is not None else float("nan")
-        print(f"  batching {label:3s}: p50 {p50:8.3f} ms  p99 {p99:8.3f} ms  {r.achieved_rate:7.1f} req/s  "
-              f"mean batch {mean_batch:5.2f}  {joules:.4f} J/req  valid={r.valid}")
-        figures.update({f"batching_{label}_p99_ms": p99, f"batching_{label}_rps": r.achieved_rate,
-                        f"batching_{label}_mean_batch": mean_batch, f"batching_{label}_j_per_req": joules})
+        print(
+            f"  batching {label:3s}: p50 {p50:8.3f} ms  p99 {p99:8.3f} ms  {r.achieved_rate:7.1f} req/s  "
+            f"mean batch {mean_batch:5.2f}  {joules:.4f} J/req  valid={r.valid}"
+        )
+        figures.update(
+            {
+                f"batching_{label}_p99_ms": p99,
+                f"batching_{label}_rps": r.achieved_rate,
+                f"batching_{label}_mean_batch": mean_batch,
+                f"batching_{label}_j_per_req": joules,
+            }
+        )
     best = max(flops * b * figures[f"cuda_b{b}_rps"] for b in args.batches)
     figures["cuda_peak_fraction"] = best / ceiling.fp32_flops
-    print(f"roofline ceiling ({table_name} datasheet): {ceiling.fp32_flops / 1e12:.0f} TFLOP/s FP32; the best point "
-          f"reached {100 * figures['cuda_peak_fraction']:.3f}% of it (open-loop serving at this rate is latency-bound)")
+    print(
+        f"roofline ceiling ({table_name} datasheet): {ceiling.fp32_flops / 1e12:.0f} TFLOP/s FP32; the best point "
+        f"reached {100 * figures['cuda_peak_fraction']:.3f}% of it (open-loop serving at this rate is latency-bound)"
+    )
     print("RESULT gpu " + " ".join(f"{k}={v:.4g}" for k, v in figures.items()))
     return 0
 

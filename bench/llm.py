@@ -57,6 +57,7 @@ from follower.loadgen.llmprompts import PromptMaker, llm_bodies  # noqa: E402
 from follower.loadgen.llmstats import llm_figures  # noqa: E402
 from follower.loadgen.openloop import drive  # noqa: E402
 from follower.loadgen.schedule import arrival_offsets_ns  # noqa: E402
+from follower.protocols import Endpoint  # noqa: E402
 
 FAKE = ROOT / "bench" / "fake_llm_fast.py"
 SPEC = LlamaSpec(layers=2, hidden=128, heads=4, kv_heads=4, intermediate=256, vocab=2048, context=512, seed=5)
@@ -73,7 +74,7 @@ def run_ours(url: str, maker: PromptMaker, rate: float, duration_s: float, token
     bodies, index, _, _ = llm_bodies(workload, "fake", maker, len(offsets), seed=1)
     if core is not None:
         os.sched_setaffinity(0, {core})
-    rec = drive(url, bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
+    rec = drive(Endpoint("openai", url), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
     ok = rec.ok
     events = int(sum(len(t) for t in (rec.llm.token_times if rec.llm else []) if t is not None))
     whole = bool(rec.llm is not None and (rec.llm.completion_tokens[ok] == tokens).all())
@@ -213,7 +214,7 @@ def agreement(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, m
     workload = LlmWorkload(prompt_tokens=TokenLengths(mean=inp), output_tokens=TokenLengths(mean=out))
     bodies, index, held, asked = llm_bodies(workload, meta.name, maker, len(offsets), seed=7)
     before = backend.stats()
-    rec = drive(backend.infer_url(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
+    rec = drive(backend.serves(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
     judged = llm_figures(rec, n / rate, (held, asked), workload, None, maker)
     rows: dict[str, dict[str, float]] = {}
     f = judged.figures if judged is not None else None
@@ -279,7 +280,7 @@ def stall(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, model
     workload = LlmWorkload(prompt_tokens=TokenLengths(mean=32), output_tokens=TokenLengths(mean=16))
     bodies, index, _, _ = llm_bodies(workload, meta.name, maker, len(offsets), seed=2)
     pauser = _pause_when_flowing(backend, duration / 2, args.stall_s)
-    rec = drive(backend.infer_url(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60,
+    rec = drive(backend.serves(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60,
                 drain_s=30)  # fmt: skip
     pauser.join()
     cols = rec.llm

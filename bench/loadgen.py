@@ -71,6 +71,7 @@ from follower.host.cpuplan import isolate_generator_thread
 from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
+from follower.protocols import Endpoint  # noqa: E402
 
 SERVER = r'''
 import asyncio, os, sys, time
@@ -129,6 +130,11 @@ def trivial_server(core: int) -> Iterator[tuple[str, int, SupervisedProcess, Pat
             yield f"http://127.0.0.1:{port}/", port, server, tmp
 
 
+def trivial(url: str) -> Endpoint:
+    """The trivial server as a KServe v2 HTTP endpoint (it answers every path alike)."""
+    return Endpoint("kserve-http", url.rstrip("/"), "m")
+
+
 def pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else float("nan")
 
@@ -137,7 +143,7 @@ def ours(url: str, rate: float, duration: float, seed: int, ci: bool = False) ->
     """Our generator: Poisson schedule, latency from the intended time (`ci`: the p99's block-bootstrap CI too)."""
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
     cpu0 = time.process_time()
-    rec = drive(url, BODY, offsets, max_concurrency=512)
+    rec = drive(trivial(url), BODY, offsets, max_concurrency=512)
     cpu = time.process_time() - cpu0
     ok = rec.ok
     lag = (rec.sent_ns[rec.sent] - rec.intended_ns[rec.sent]) / 1e6
@@ -398,7 +404,7 @@ def one_run(args: argparse.Namespace) -> None:
     url, rate, duration, seed, core = args.one_run
     os.sched_setaffinity(0, {int(core)})
     isolate_generator_thread(frozenset({int(core)}), realtime=not args.no_realtime)
-    drive(url, BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm up as the parent did
+    drive(trivial(url), BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm up as the parent did
     print(json.dumps(ours(url, float(rate), float(duration), int(seed), ci=True)))
 
 

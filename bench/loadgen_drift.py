@@ -29,10 +29,10 @@ import psutil
 from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
-from follower.loadgen.transports import rawhttp
+from follower.protocols.transports import rawhttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, slope, trivial_server  # noqa: E402  (bench/ is not a package)
+from loadgen import BODY, slope, trivial, trivial_server  # noqa: E402  (bench/ is not a package)
 
 _CONNECTS = [0]
 _real_connect = rawhttp.RawHttpSession._connect
@@ -81,7 +81,7 @@ def one_run(url: str, port: int, rate: float, duration: float, seed: int, core: 
     }
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
     connects0, waited0, wall0, steal0 = _CONNECTS[0], thread_run_queue_ns(), time.monotonic_ns(), cpu_times()
-    rec = drive(url, BODY, offsets, max_concurrency=512)
+    rec = drive(trivial(url), BODY, offsets, max_concurrency=512)
     waited1, wall1 = thread_run_queue_ns(), time.monotonic_ns()
     ok = rec.ok
     lat = (rec.done_ns[ok] - rec.intended_ns[ok]) / 1e6
@@ -107,7 +107,7 @@ def row(label: str, r: dict) -> str:
             f"{r['server_cpu_s']:7.2f} {mhz} {rq} {st}")  # fmt: skip
 
 
-HEAD = ("run     p50 ms p99 ms lag p99 conns TIME_W estab RSS MB  gc objs srv MB srv cpu    MHz rqwait steal")
+HEAD = "run     p50 ms p99 ms lag p99 conns TIME_W estab RSS MB  gc objs srv MB srv cpu    MHz rqwait steal"
 
 
 def main() -> None:
@@ -130,7 +130,7 @@ def main() -> None:
     print(f"generator scheduling: {getattr(iso, 'scheduling', '?')}")
     with trivial_server(srv_core) as (url, port, server, _tmp):
         pid = server.pid
-        drive(url, BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm the path
+        drive(trivial(url), BODY, arrival_offsets_ns("poisson", 500, 0.5, 99), max_concurrency=512)  # warm the path
         if args.before_rate:
             one_run(url, port, args.before_rate, args.duration, 1, gen_core, pid)
         print(f"{args.runs} runs at {args.rate:g} req/s x {args.duration:g} s, seed {args.seed}")
@@ -157,8 +157,10 @@ def main() -> None:
         "same_p99_med": float(np.median([r["p99"] for r in same])),
         "fresh_p99_med": float(np.median([r["p99"] for r in fresh])),
     }  # fmt: skip
-    print("p99 change per run (least squares, share of the median): "
-          f"same process {100 * res['same_p99_slope']:+.1f}%, fresh processes {100 * res['fresh_p99_slope']:+.1f}%")
+    print(
+        "p99 change per run (least squares, share of the median): "
+        f"same process {100 * res['same_p99_slope']:+.1f}%, fresh processes {100 * res['fresh_p99_slope']:+.1f}%"
+    )
     print("RESULT loadgen_drift " + " ".join(f"{k}={v:.4g}" for k, v in res.items()))
 
 

@@ -17,6 +17,7 @@ from common.modelgen import mlp_onnx
 from common.procs import SupervisedProcess, free_port, http_ready
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
+from follower.protocols import Endpoint  # noqa: E402
 
 
 def main() -> None:
@@ -61,7 +62,7 @@ def main() -> None:
                 )
                 for _ in range(16)
             ]
-            url = f"http://127.0.0.1:{port}/v2/models/mlp/infer"
+            url = Endpoint("kserve-http", f"http://127.0.0.1:{port}", "mlp")
             drive(url, bodies, arrival_offsets_ns("constant", 200, 1.0, 0))  # warm the server
             heads = ("timer", "rate", "n", "lag p50", "lag p99", "lag max", "cpu%", "tick p99", "lat p99")
             print(" ".join(f"{h:>8}" for h in heads), " (ms)")

@@ -45,6 +45,7 @@ from common.specparse import parse_spec
 from follower.convert.canonical import CanonicalSpec, generate, local_model
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,9 +80,22 @@ def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, 
     seen: list[tuple[PointSpec, LoadRecords, WindowSummary]] = []
 
     async def collect() -> list[PointResult]:
-        return [r async for r in run_backend("onnxruntime", points, model=model, model_path=model_path,
-                                             workdir=workdir, env_base={}, slo=None, wakeup_latency_us=wakeup_latency_us,
-                                             records_sink=lambda p, rec, s: seen.append((p, rec, s)))]  # fmt: skip
+        return [
+            r
+            async for r in run_backend(
+                "onnxruntime",
+                points,
+                ServerRun(
+                    model=model,
+                    model_path=model_path,
+                    workdir=workdir,
+                    env_base={},
+                    slo=None,
+                    wakeup_latency_us=wakeup_latency_us,
+                    records_sink=lambda p, rec, s: seen.append((p, rec, s)),
+                ),
+            )
+        ]
 
     host0, own0 = _host_cpu(), _own_cpu()
     results = asyncio.run(collect())
@@ -126,15 +140,19 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
     steals = np.array([x["steal"] for _, x in rows])
     others = np.array([x["others"] for _, x in rows])
     n_valid = sum(r.valid for r, _ in rows)
-    print(f"{title}: median p50 {np.median(p50s):.3f} ms, p99 {np.median(p99s):.3f} ms; max deviation from the median: "
-          f"p50 {100 * d50:.1f}%, p99 {100 * d99:.1f}%; p99 drift {100 * slope(p99s):+.1f}%/run; one run's p99 CI "
-          f"(block bootstrap, median half-width) ±{100 * ci_rel:.1f}%")
+    print(
+        f"{title}: median p50 {np.median(p50s):.3f} ms, p99 {np.median(p99s):.3f} ms; max deviation from the median: "
+        f"p50 {100 * d50:.1f}%, p99 {100 * d99:.1f}%; p99 drift {100 * slope(p99s):+.1f}%/run; one run's p99 CI "
+        f"(block bootstrap, median half-width) ±{100 * ci_rel:.1f}%"
+    )
     # The product's own verdict on these runs (a spec's `repeats` gives the same): common/repeats.py.
     (judged,) = summarize_repeats([r for r, _ in rows]) or [None]
     if judged is not None:
         print(f"  repeats verdict: {judged.verdict}: {judged.text}")
-    print(f"  steal per run {', '.join(f'{100 * s:.1f}%' for s in steals)}; other processes' share of the host's CPUs "
-          f"per run {', '.join(f'{100 * o:.0f}%' for o in others)}; {n_valid}/{len(rows)} runs valid")
+    print(
+        f"  steal per run {', '.join(f'{100 * s:.1f}%' for s in steals)}; other processes' share of the host's CPUs "
+        f"per run {', '.join(f'{100 * o:.0f}%' for o in others)}; {n_valid}/{len(rows)} runs valid"
+    )
     if len(rows) > 2 and np.ptp(steals) > 0:
         # Whether the runs' differences follow what the hypervisor took: a machine effect, not the point's.
         r50, r99 = np.corrcoef(steals, p50s)[0, 1], np.corrcoef(steals, p99s)[0, 1]
@@ -142,8 +160,10 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
     infers = np.array([x["infer_p50"] for _, x in rows])
     if len(rows) > 2 and np.ptp(infers) > 0:
         # The model's own run time inside the server: if it moves with p50, the CPU got slower, not the path to it.
-        print(f"  server-timed inference p50 per run {', '.join(f'{v:.3f}' for v in infers)} ms (spread "
-              f"{100 * spread(infers):.1f}%); its correlation with p50 r = {np.corrcoef(infers, p50s)[0, 1]:+.2f}")
+        print(
+            f"  server-timed inference p50 per run {', '.join(f'{v:.3f}' for v in infers)} ms (spread "
+            f"{100 * spread(infers):.1f}%); its correlation with p50 r = {np.corrcoef(infers, p50s)[0, 1]:+.2f}"
+        )
     return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
             "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
             "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
@@ -172,10 +192,16 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--no-compare", action="store_true",
-                        help="only the follower's default (wake-up latency held at 0 µs), not the halting host too")
-    parser.add_argument("--one-server", action="store_true",
-                        help="run each mode's runs as points of one runner call (one server start), not a restart per run")
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="only the follower's default (wake-up latency held at 0 µs), not the halting host too",
+    )
+    parser.add_argument(
+        "--one-server",
+        action="store_true",
+        help="run each mode's runs as points of one runner call (one server start), not a restart per run",
+    )
     parser.add_argument("--quick", action="store_true", help="two short runs (a smoke test of the bench itself)")
     args = parser.parse_args()
     if args.quick:

@@ -36,7 +36,7 @@ from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, trivial_server  # noqa: E402  (bench/ is not a package: run as a script, as its usage says)
+from loadgen import BODY, trivial, trivial_server  # noqa: E402  (bench/ is not a package: run as a script, as its usage says)
 
 
 def pct(a: np.ndarray, q: float) -> float:
@@ -81,7 +81,7 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     before = cpu_times()
     sched0, wall0 = _schedstat(), time.monotonic_ns()
     try:
-        rec = drive(url, BODY, offsets, max_concurrency=512)
+        rec = drive(trivial(url), BODY, offsets, max_concurrency=512)
     finally:
         gc.callbacks.remove(on_gc)
         openloop._Driver.launch = original_launch  # type: ignore[method-assign]

@@ -15,6 +15,8 @@ from rich.console import Console
 from benchfleet import cli_admin, cli_analysis
 from benchfleet.calls import EXPORT_FORMATS
 from benchfleet.cli_common import (
+    DEFAULT_PORT,
+    DEFAULT_URL,
     EXIT_CODES_HELP,
     EXIT_JOB_FAILED,
     EXIT_UNREACHABLE,
@@ -189,8 +191,10 @@ FleetDirOpt = Annotated[Path, typer.Option("--workdir", help="Where the local fl
 
 
 @app.command()
-def up(workdir: FleetDirOpt = Path(".benchfleet/fleet"), port: Annotated[int, typer.Option(help="The leader's port.")] = 8700
-       ) -> None:  # fmt: skip
+def up(
+    workdir: FleetDirOpt = Path(".benchfleet/fleet"),
+    port: Annotated[int, typer.Option(help="The leader's port.")] = DEFAULT_PORT,
+) -> None:
     """Start a local fleet that stays up (the embedded database, Redis, a leader, one follower) until `down`."""
     from benchfleet import up as local_fleet
 
@@ -219,7 +223,7 @@ def down(workdir: FleetDirOpt = Path(".benchfleet/fleet")) -> None:
 @app.command()
 def submit(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="Job YAML.")],
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
     watch: Annotated[bool, typer.Option("--watch", help="Follow progress and print the results.")] = False,
 ) -> None:
@@ -236,7 +240,7 @@ def submit(
 
 
 @app.command()
-def jobs(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", state: str | None = None, limit: int = 50,
+def jobs(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", state: str | None = None, limit: int = 50,
          as_json: JsonOpt = False, wide: WideOpt = False) -> None:  # fmt: skip
     """List jobs, newest first."""
     with client_for(url, token) as client:
@@ -245,7 +249,7 @@ def jobs(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", state: str
 
 
 @app.command("job")
-def job_cmd(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def job_cmd(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Show one job as JSON."""
     with client_for(url, token) as client:
         console.print_json(call(client.job, job_id).model_dump_json())
@@ -254,7 +258,7 @@ def job_cmd(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt 
 @app.command()
 def results(
     job_id: str,
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
     format: Annotated[str, typer.Option(help="table, json (the typed results), csv or parquet (the leader's export)")] = "table",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
@@ -282,7 +286,7 @@ def results(
 
 
 @app.command()
-def cancel(job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Cancel a job that has not ended."""
     with client_for(url, token) as client:
         job = call(client.cancel, job_id)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from benchfleet.cli_common import (
+    DEFAULT_URL,
     EXIT_REGRESSION,
     JsonOpt,
     TokenOpt,
@@ -95,7 +96,7 @@ def tokens_create(
     team: Annotated[str | None, typer.Option(help="The team whose jobs, models and data it sees (default: default).")] = None,
     label: str = "",
     expires_in_s: Annotated[int | None, typer.Option(help="Seconds it lives (default: the leader's token_ttl_s).")] = None,
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
     as_json: JsonOpt = False,
 ) -> None:
@@ -112,7 +113,7 @@ def tokens_create(
 
 
 @tokens_app.command("ls")
-def tokens_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False) -> None:
+def tokens_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False) -> None:
     """Every token (never the secrets)."""
     with client_for(url, token) as client:
         rows = call(client.tokens)
@@ -120,7 +121,7 @@ def tokens_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_js
 
 
 @tokens_app.command("revoke")
-def tokens_revoke(token_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def tokens_revoke(token_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Revoke a token at once."""
     with client_for(url, token) as client:
         view = call(client.revoke_token, token_id)
@@ -132,7 +133,7 @@ def secrets_set(
     name: str,
     header: Annotated[str, typer.Option(help="The header the target wants it in.")] = "Authorization",
     ca_bundle: Annotated[bool, typer.Option("--ca-bundle", help="A PEM CA bundle, not a header.")] = False,
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
     """Store a target secret; its value is read from stdin (never an argument: argv shows in `ps` and shell history)."""
@@ -145,7 +146,7 @@ def secrets_set(
 
 
 @secrets_app.command("ls")
-def secrets_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False) -> None:
+def secrets_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False) -> None:
     """Your team's target secrets (never their values)."""
     with client_for(url, token) as client:
         rows = call(client.secrets)
@@ -157,7 +158,7 @@ def secrets_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_j
 
 
 @secrets_app.command("rm")
-def secrets_rm(name: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def secrets_rm(name: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Remove a target secret (jobs naming it fail to open it from then on)."""
     with client_for(url, token) as client:
         view = call(client.delete_secret, name)
@@ -170,7 +171,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(secrets_app, name="secrets")
 
     @app.command()
-    def followers(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+    def followers(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
                   wide: WideOpt = False) -> None:  # fmt: skip
         """List followers and their state."""
         with client_for(url, token) as client:
@@ -183,7 +184,7 @@ def register(app: typer.Typer) -> None:
         hardware: Annotated[str | None, typer.Option(help="followers whose CPU or GPU name holds this")] = None,
         rate: Annotated[float, typer.Option(help="constant requests/s")] = 50.0,
         duration: Annotated[float, typer.Option(help="seconds each follower measures")] = 10.0,
-        url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False,
+        url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False,
     ) -> None:  # fmt: skip
         """Run a fleet check (admins): the same benchmark pinned to every follower of a class; wait for it and show
         who stands out (robust z-score over median and MAD). Exits 5 when a follower is anomalous."""
@@ -198,14 +199,14 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_REGRESSION)
 
     @app.command()
-    def drain(follower_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    def drain(follower_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
         """Drain a follower (admins): it finishes its running job and takes no new one; its held jobs are requeued."""
         with client_for(url, token) as client:
             view = call(client.drain, follower_id, draining=True)
         console.print(f"follower {view.info.follower_id} {view.state}", markup=False)
 
     @app.command()
-    def resume(follower_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+    def resume(follower_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
         """End a follower's drain: it takes jobs again."""
         with client_for(url, token) as client:
             view = call(client.drain, follower_id, draining=False)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from benchfleet.cli_common import (
+    DEFAULT_URL,
     EXIT_REGRESSION,
     EXIT_USAGE,
     JsonOpt,
@@ -102,7 +103,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def leaderboard(
-        url: UrlOpt = "http://127.0.0.1:8700",
+        url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
         sort: Annotated[str | None, typer.Option(help="Column to sort by, e.g. p99 or throughput.")] = None,
         order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def recommend(
         p99_ms: Annotated[float, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")],
-        url: UrlOpt = "http://127.0.0.1:8700",
+        url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
         filter: FilterOpt = None,  # noqa: A002 - the option's name
         confident: Annotated[bool, typer.Option("--confident", help="Hold the SLO at the upper end of each p99's CI.")] = False,
@@ -138,7 +139,7 @@ def register(app: typer.Typer) -> None:
     def compare(
         job_a: Annotated[str, typer.Argument(help="The reference: a job id or baseline:NAME.")],
         job_b: Annotated[str, typer.Argument(help="The job judged against it.")],
-        url: UrlOpt = "http://127.0.0.1:8700",
+        url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
         threshold: Annotated[float | None, typer.Option(min=0.0, max=10.0, help="The p99 change that counts (0.05: 5%).")] = None,
         as_json: JsonOpt = False,
@@ -153,7 +154,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def baseline(
-        name: str, job_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False
+        name: str, job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False
     ) -> None:
         """Pin a job as the team's named baseline (then: compare baseline:NAME JOB)."""
         with client_for(url, token) as client:
@@ -166,7 +167,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         job_id: str,
-        url: UrlOpt = "http://127.0.0.1:8700",
+        url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
     ) -> None:

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from benchfleet.client import ApiError, BenchfleetClient
 from benchfleet.tables import Sheet, print_sheet
+from benchfleet.up import DEFAULT_PORT
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE, EXIT_REGRESSION = 0, 1, 2, 3, 4, 5
@@ -25,6 +26,8 @@ EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 
+# Where the CLI finds the leader unless --url or BENCHFLEET_URL says otherwise: the one `benchfleet up` starts.
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UrlOpt = Annotated[str, typer.Option("--url", envvar="BENCHFLEET_URL", help="Leader base URL.")]
 TokenOpt = Annotated[str, typer.Option("--token", envvar="BENCHFLEET_TOKEN", help="API token.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the leader's JSON instead of a table.")]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from benchfleet.cli_common import EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, WideOpt, call, client_for, console, show
+from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, WideOpt, call, client_for, console, show
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
 from common.datasets import DataSetMeta
@@ -24,7 +24,7 @@ def models_push(
     name: Annotated[str, typer.Option()],
     version: Annotated[str, typer.Option()],
     format: str = "onnx",
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
     """Upload a model file."""
@@ -49,7 +49,7 @@ def models_sheet(rows: list[ModelMeta]) -> Sheet:
 
 
 @models_app.command("ls")
-def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+def models_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
               wide: WideOpt = False) -> None:  # fmt: skip
     """List models."""
     with client_for(url, token) as client:
@@ -58,7 +58,7 @@ def models_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_js
 
 
 @models_app.command("rm")
-def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def models_rm(name: str, version: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Delete a model version."""
     with client_for(url, token) as client:
         call(client.delete_model, name, version)
@@ -69,7 +69,7 @@ def models_rm(name: str, version: str, url: UrlOpt = "http://127.0.0.1:8700", to
 def models_trust(
     name: str, version: str,
     untrust: Annotated[bool, typer.Option("--untrust", help="take the mark away")] = False,
-    url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "",
+    url: UrlOpt = DEFAULT_URL, token: TokenOpt = "",
 ) -> None:
     """Mark a model trusted (admins only): a follower that cannot sandbox model servers runs its code anyway."""
     with client_for(url, token) as client:
@@ -82,7 +82,7 @@ def data_push(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     name: Annotated[str, typer.Option()],
     format: Annotated[str, typer.Option(help="npz, jsonl, images (a zip), trace, or prompts (a language model's)")],
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
     """Upload a data set; jobs name request data with `data: {source: upload, id: ID}`, a trace with
@@ -105,7 +105,7 @@ def data_sheet(rows: list[DataSetMeta]) -> Sheet:
 
 
 @data_app.command("ls")
-def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json: JsonOpt = False,
+def data_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
             wide: WideOpt = False) -> None:  # fmt: skip
     """List request-data sets."""
     with client_for(url, token) as client:
@@ -114,7 +114,7 @@ def data_ls(url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "", as_json
 
 
 @data_app.command("rm")
-def data_rm(data_id: str, url: UrlOpt = "http://127.0.0.1:8700", token: TokenOpt = "") -> None:
+def data_rm(data_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
     """Delete a request-data set (its owner or an admin)."""
     with client_for(url, token) as client:
         call(client.delete_data, data_id)
@@ -139,7 +139,7 @@ def models_generate(
     push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
     name: Annotated[str | None, typer.Option(help="repository name (default: canon-KIND-dD-wW-sS, llama-lL-hH-vV-sS)")] = None,
     version: str = "1",
-    url: UrlOpt = "http://127.0.0.1:8700",
+    url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
     """Generate a canonical model: a tensor model (ONNX + TorchScript bundle, both checked against PyTorch; needs the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,14 +15,18 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no server is started
 MAX_SHARDS = 64
 
-Protocol = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"]
-# The request dialect (follower/loadgen/bodies.py) each tensor protocol speaks.
-WIRES: dict[str, str] = {"kserve-http": "kserve", "kserve-grpc": "grpc", "tfserving-rest": "tfserving",
-                         "tfserving-grpc": "tfserving-grpc"}  # fmt: skip
-SCHEMES: dict[str, tuple[str, ...]] = {
-    "kserve-http": ("http", "https"), "tfserving-rest": ("http", "https"), "openai": ("http", "https"),
-    "kserve-grpc": ("grpc", "grpcs"), "tfserving-grpc": ("grpc", "grpcs"),
-}  # fmt: skip
+# The protocols a target (or a server benchfleet starts) speaks: each is one module of follower/protocols/.
+ProtocolName = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"]
+# What tensor requests speak unless a server says otherwise: KServe v2 (the Open Inference Protocol) over HTTP.
+DEFAULT_PROTOCOL: ProtocolName = "kserve-http"
+# The URL schemes each protocol's endpoint is written with.
+SCHEMES: dict[ProtocolName, tuple[str, ...]] = {
+    "kserve-http": ("http", "https"),
+    "tfserving-rest": ("http", "https"),
+    "openai": ("http", "https"),
+    "kserve-grpc": ("grpc", "grpcs"),
+    "tfserving-grpc": ("grpc", "grpcs"),
+}
 
 
 class ShardSpec(StrictModel):
@@ -52,7 +56,7 @@ class TargetSpec(StrictModel):
 
     url: Annotated[str, Field(min_length=8, max_length=2048)]
     """The endpoint's base URL: http(s)://host:port for HTTP protocols, grpc(s)://host:port for gRPC ones."""
-    protocol: Protocol
+    protocol: ProtocolName
     """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST or gRPC API, or an OpenAI-compatible
     completions API."""
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
@@ -89,7 +93,8 @@ class TargetSpec(StrictModel):
     def _scheme_fits_protocol(self) -> TargetSpec:
         scheme = urlsplit(self.url).scheme
         if scheme not in SCHEMES[self.protocol]:
-            raise ValueError(f"url: protocol {self.protocol} needs a {' or '.join(SCHEMES[self.protocol])}:// URL, not {scheme}://")
+            wanted = " or ".join(SCHEMES[self.protocol])
+            raise ValueError(f"url: protocol {self.protocol} needs a {wanted}:// URL, not {scheme}://")
         if self.ca_bundle is not None and scheme not in ("https", "grpcs"):
             raise ValueError("ca_bundle checks a TLS certificate: it needs an https:// or grpcs:// url")
         return self
@@ -107,32 +112,6 @@ class TargetSpec(StrictModel):
     @property
     def tls(self) -> bool:
         return urlsplit(self.url).scheme in ("https", "grpcs")
-
-    def _model_path(self, model: str) -> tuple[str, str]:
-        """The model's name at the endpoint and its `/versions/V` suffix (empty: the endpoint's default), URL-quoted."""
-        version = f"/versions/{quote(self.model_version, safe='')}" if self.model_version else ""
-        return quote(self.model_name or model, safe=""), version
-
-    def infer_url(self, model: str) -> str:
-        """The URL the load goes to for `model` (its name at the endpoint), in the form the transports take."""
-        name, version = self._model_path(model)
-        if self.protocol == "kserve-http":
-            return f"{self.url}/v2/models/{name}{version}/infer"
-        if self.protocol == "tfserving-rest":
-            return f"{self.url}/v1/models/{name}{version}:predict"
-        if self.protocol == "openai":
-            return self.url if self.url.endswith(("/v1/completions", "/v1/chat/completions")) else f"{self.url}/v1/completions"
-        # gRPC: grpc(s)://host:port/model[/versions/V][?api=tfserving], the model named in each request
-        return f"{self.url}/{name}{version}" + ("?api=tfserving" if self.protocol == "tfserving-grpc" else "")
-
-    def metadata_url(self, model: str) -> str | None:
-        """Where the endpoint describes the model's signature over HTTP (None: gRPC or OpenAI, read from the spec)."""
-        name, version = self._model_path(model)
-        if self.protocol == "kserve-http":
-            return f"{self.url}/v2/models/{name}{version}"
-        if self.protocol == "tfserving-rest":
-            return f"{self.url}/v1/models/{name}{version}/metadata"
-        return None
 
     def check_job(self, fields: dict[str, Any]) -> None:
         """What a job driving this target may not ask for (`fields`: the job's other fields, as validated)."""
@@ -154,8 +133,9 @@ class TargetSpec(StrictModel):
         if load is not None and load.pattern == "closed":
             raise ValueError("shards split an open loop's arrivals; a closed loop has none (use one follower)")
         if load is not None and (load.search is not None or load.stability is not None):
-            raise ValueError("shards run each point for its set duration: load.search and load.stability are one "
-                             "follower's decisions")  # fmt: skip
+            raise ValueError(
+                "shards run each point for its set duration: load.search and load.stability are one follower's decisions"
+            )
 
 
 def default_backends(data: Any) -> Any:

@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from common.messaging import HEARTBEAT_INTERVAL_S
 from common.spec import Labels
 
+# The bound of an in-flight cap that follows the load, unless the follower's settings say otherwise.
+MAX_IN_FLIGHT = 4096
+
 
 def default_follower_id() -> str:
     """A stable id from the host name, so a restarted agent keeps its queue."""
@@ -70,7 +73,7 @@ class FollowerSettings(BaseSettings):
     generators: int | None = Field(default=None, ge=1, le=64)
     # The most requests a point whose spec sets no max_concurrency may have in flight (its cap follows the load up
     # to this); a spec's own max_concurrency is used as it is.
-    max_in_flight: int = Field(default=4096, ge=1, le=65536)
+    max_in_flight: int = Field(default=MAX_IN_FLIGHT, ge=1, le=65536)
     # While a job's points run, hold the CPUs' wake-up latency at this many µs through PM QoS (follower/host/wakeup.py):
     # 0 keeps idle CPUs polling instead of halting, which removed most of the send lag and run-to-run spread on a
     # VM. "none" leaves the host's idle policy alone.

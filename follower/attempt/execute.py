@@ -28,10 +28,10 @@ from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.records import encode_records
-from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.point.colocate import run_colocated
-from follower.point.context import ShardLink
+from follower.point.context import ServerRun, ShardLink
 from follower.point.runner import run_backend
+from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -69,17 +69,25 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
 
 
 async def _run_backends(
-    task: JobTask, client: LeaderClient, settings: FollowerSettings, workdir: Path, outbox: Outbox,
-    blobs: dict[int, bytes], model_path: Path, env_base: dict, reporter: ProgressReporter | None,
+    task: JobTask,
+    client: LeaderClient,
+    settings: FollowerSettings,
+    workdir: Path,
+    outbox: Outbox,
+    blobs: dict[int, bytes],
+    model_path: Path,
+    env_base: dict,
+    reporter: ProgressReporter | None,
     credentials: Credentials,
-) -> None:  # fmt: skip
+) -> None:
     def keep_records(point: Any, records: Any, _summary: Any) -> None:
         blobs[point.index] = encode_records(records)
 
     sampling = SamplerConfig(
-        interval_s=settings.sample_interval_s, grid_g_co2_per_kwh=settings.grid_g_co2_per_kwh,
+        interval_s=settings.sample_interval_s,
+        grid_g_co2_per_kwh=settings.grid_g_co2_per_kwh,
         instance_price_per_hour=settings.instance_price_per_hour,
-    )  # fmt: skip
+    )
     # Request data (uploaded or sample images) is fetched and preprocessed once for every backend of the job.
     samples, client_ms = await asyncio.to_thread(
         resolve_request_data, task.spec.data, task.model, client=client, cache_dir=settings.work_dir / "data-cache"
@@ -87,29 +95,30 @@ async def _run_backends(
     # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
     trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
     # A language model's uploaded prompt set (llm.dataset: ID), the same way.
-    prompt_rows = await asyncio.to_thread(resolve_prompt_set, task.spec, client=client,
-                                          cache_dir=settings.work_dir / "data-cache")  # fmt: skip
-    options: dict[str, Any] = dict(
-        env_base=env_base, slo=task.spec.slo, records_sink=keep_records, sampling=sampling,
-        progress_sink=reporter.sink if reporter is not None else None, samples=samples, trace=trace,
-        prompt_rows=prompt_rows, forced_generators=settings.generators,
+    prompt_rows = await asyncio.to_thread(
+        resolve_prompt_set, task.spec, client=client, cache_dir=settings.work_dir / "data-cache"
+    )
+    shard = None
+    if task.shard is not None:  # this follower's share of every point, from the common start
+        shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
+    run = ServerRun(
+        model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
+        records_sink=keep_records, progress_sink=reporter.sink if reporter is not None else None, sampling=sampling,
+        samples=samples, trace=trace, prompt_rows=prompt_rows, forced_generators=settings.generators,
         wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
-    )  # fmt: skip
+        network=task.spec.network, target=task.spec.target, credentials=credentials, shard=shard,
+        target_costs=TargetCosts(settings.target_costs_path),
+    )
     sources: list[AsyncIterator[PointResult]]
     if task.spec.colocate is not None:  # every model alone, then each pair at once (follower/point/colocate.py)
         models = [(task.model, model_path)]
         for other in task.colocated:
             models.append((other, (await asyncio.to_thread(fetch_model, client, other, settings.cache_dir))[0]))
-        sources = [run_colocated(task.points[0].backend, task.points, models=models, colocate=task.spec.colocate,
-                                 workdir=workdir, **options)]  # fmt: skip
+        backend = task.points[0].backend
+        sources = [run_colocated(backend, task.points, run, models=models, colocate=task.spec.colocate)]
     else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
-        shard = None
-        if task.shard is not None:  # this follower's share of every point, from the common start
-            shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
-        sources = [run_backend(points[0].backend, points, model=task.model, model_path=model_path, workdir=workdir,
-                               network=task.spec.network, target=task.spec.target, credentials=credentials,
-                               shard=shard, target_costs=TargetCosts(settings.target_costs_path), **options)
-                   for points in server_runs(task.points, task.spec.repeats.fresh_server)]  # fmt: skip
+        runs = server_runs(task.points, task.spec.repeats.fresh_server)
+        sources = [run_backend(points[0].backend, points, run) for points in runs]
     for source in sources:
         async for result in source:
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"

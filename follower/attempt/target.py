@@ -8,9 +8,10 @@ import logging
 from common.jobs import JobTask
 from common.models import ModelMeta
 from common.signature import input_mismatches
-from follower.backends.endpoint import EndpointError, EndpointRefused, read_signature
+from follower.backends.endpoint import read_signature
 from follower.link.leader_client import LeaderClient
-from follower.loadgen.transports import Credentials
+from follower.protocols import EndpointError, EndpointRefused
+from follower.protocols.transports import Credentials
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from common.models import ModelMeta
+from follower.protocols import Endpoint
 
 
 @runtime_checkable
@@ -37,8 +38,16 @@ class Backend(Protocol):
         """Base URL of the running server, e.g. http://127.0.0.1:8000."""
         ...
 
-    def infer_url(self, model: ModelMeta) -> str:
-        """The URL that takes KServe v2 JSON inference requests for `model`."""
+    def serves(self, model: ModelMeta) -> Endpoint:
+        """Where and in which protocol the running server takes requests for `model`."""
+        ...
+
+    def pid(self) -> int | None:
+        """The server's process (the root of the tree the resource sampler follows); None when none is ours."""
+        ...
+
+    def log_tail(self, n_lines: int = 40) -> str:
+        """The end of the server's log, for a reason that says it is gone ("" when there is none)."""
         ...
 
     def alive(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from common import hfbundle
 from common.models import ModelMeta
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
+from follower.protocols import Endpoint
 
 _METRIC = re.compile(r"^((?:vllm|sglang):[a-zA-Z0-9_:]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN|\+Inf)$")
 
@@ -121,9 +122,9 @@ class OpenAiServerBackend(ProcessBackend):
         """The server answers its model list once the engine is up."""
         return f"{self.endpoint}/v1/models"
 
-    def infer_url(self, model: ModelMeta) -> str:
-        """The OpenAI-compatible completions URL (chat completions is its sibling, /v1/chat/completions)."""
-        return f"{self.endpoint}/v1/completions"
+    def serves(self, model: ModelMeta) -> Endpoint:
+        """Its OpenAI-compatible API (completions; chat completions is routed by the workload)."""
+        return Endpoint("openai", self.endpoint, model.name)
 
     def stats(self) -> dict[str, Any]:
         """The server's own Prometheus metrics (time to first token, inter-token latency, queue, KV-cache use...)."""

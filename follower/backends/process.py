@@ -14,6 +14,7 @@ from common.models import ModelMeta
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import ServerOptions
 from follower.host.sandbox import Sandbox, server_environment
+from follower.protocols import Endpoint
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,13 +94,17 @@ class ProcessBackend:
             raise RuntimeError(f"{self.name} backend not started")
         return f"http://{self.host}:{self.port}"
 
-    def infer_url(self, model: ModelMeta) -> str:
-        """The model's KServe v2 infer URL: HTTP, or grpc://host:port/model with `server.protocol: grpc`."""
+    def serves(self, model: ModelMeta) -> Endpoint:
+        """KServe v2 over HTTP, or over gRPC with `server.protocol: grpc`."""
         if self.server.protocol == "grpc":
             if self.grpc_port is None:
                 raise RuntimeError(f"{self.name} backend has no gRPC port (not started, or gRPC not supported)")
-            return f"grpc://{self.host}:{self.grpc_port}/{model.name}"
-        return f"{self.endpoint}/v2/models/{model.name}/infer"
+            return Endpoint("kserve-grpc", f"grpc://{self.host}:{self.grpc_port}", model.name)
+        return Endpoint("kserve-http", self.endpoint, model.name)
+
+    def pid(self) -> int | None:
+        """The server's process (the root of the tree the sampler follows), once started."""
+        return self.process.pid if self.process is not None else None
 
     def alive(self) -> bool:
         """Whether the server process is running."""

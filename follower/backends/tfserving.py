@@ -21,6 +21,7 @@ from common.models import ModelMeta
 from common.procs import free_port
 from common.ziplimits import check_archive
 from follower.backends.process import ProcessBackend
+from follower.protocols import Endpoint
 
 # A zipped SavedModel may unpack to at most this many times its upload (weights barely compress; graphs do a little).
 UNPACK_FACTOR = 4
@@ -71,7 +72,6 @@ class TFServingBackend(ProcessBackend):
     """Serves a SavedModel with TensorFlow Serving (REST for load; the gRPC port is opened on loopback too)."""
 
     name = "tfserving"
-    wire = "tfserving"  # request bodies use TF Serving's REST dialect, not KServe v2
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -145,9 +145,9 @@ class TFServingBackend(ProcessBackend):
             return False
         return any(s.get("state") == "AVAILABLE" for s in status)
 
-    def infer_url(self, model: ModelMeta) -> str:
-        """TF Serving's REST predict URL."""
-        return f"{self.endpoint}/v1/models/{model.name}:predict"
+    def serves(self, model: ModelMeta) -> Endpoint:
+        """TF Serving's REST API (its gRPC port is open on loopback, unused by the load)."""
+        return Endpoint("tfserving-rest", self.endpoint, model.name)
 
     def stats_url(self) -> str:
         """TF Serving keeps no per-model stats over REST; its status document is what there is."""

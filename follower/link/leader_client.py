@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import ssl
@@ -19,6 +18,7 @@ from common.datasets import DataSetMeta
 from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.models import ModelMeta
+from common.shardwire import BarrierAnswer, PointShards, ShardFigures
 from common.targetsecret import TargetCredentials
 
 log = logging.getLogger(__name__)
@@ -227,26 +227,27 @@ class LeaderClient:
         return best
 
     @_retrying
-    def shard_ready(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
+    def shard_ready(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> BarrierAnswer:
         """Say this shard is ready for point `index`: the barrier's answer (waiting, go with the start, or skip)."""
-        response = self._send("POST", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/ready",
-                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
-        return dict(response.json())
+        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/ready"
+        response = self._send("POST", path, params={"attempt": attempt, "follower_id": follower_id})
+        return BarrierAnswer.model_validate_json(response.content)
 
     @_retrying
-    def put_shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str, blob: bytes,
-                          meta: dict[str, float]) -> None:  # fmt: skip
+    def put_shard_records(
+        self, job_id: str, shard: int, index: int, attempt: int, follower_id: str, blob: bytes, figures: ShardFigures
+    ) -> None:
         """Hand this shard's records of a point (and its run's figures) to the coordinator, through the leader."""
-        params = {"attempt": attempt, "follower_id": follower_id, "meta": json.dumps(meta)}
-        self._send("POST", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records", params=params, content=blob,
-                   content_type="application/octet-stream")  # fmt: skip
+        params = {"attempt": attempt, "follower_id": follower_id, "meta": figures.model_dump_json()}
+        path = f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records"
+        self._send("POST", path, params=params, content=blob, content_type="application/octet-stream")
 
     @_retrying
-    def shard_status(self, job_id: str, index: int, attempt: int, follower_id: str) -> dict[str, Any]:
+    def shard_status(self, job_id: str, index: int, attempt: int, follower_id: str) -> PointShards:
         """For the coordinator: each shard of a started point, uploaded, waiting, lost or absent."""
-        response = self._send("GET", f"/api/v1/jobs/{job_id}/shards/points/{index}",
-                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
-        return dict(response.json())
+        path = f"/api/v1/jobs/{job_id}/shards/points/{index}"
+        response = self._send("GET", path, params={"attempt": attempt, "follower_id": follower_id})
+        return PointShards.model_validate_json(response.content)
 
     @_retrying
     def shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> bytes:

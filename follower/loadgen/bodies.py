@@ -1,15 +1,17 @@
-"""Synthetic, seeded request bodies from a model's input signature, encoded once before the run."""
+"""Synthetic, seeded request bodies from a model's input signature (or from request data), encoded once before the
+run by the protocol that carries them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-import orjson
 
-from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY, V2_TO_TF, raw_contents
+from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY
 from common.models import TensorSpec
+from common.targetspec import DEFAULT_PROTOCOL, ProtocolName
+from follower.protocols import PROTOCOLS
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
 DEFAULT_VARIANTS = 16
@@ -38,40 +40,6 @@ def synthetic_data(spec: TensorSpec, shape: Sequence[int], rng: np.random.Genera
         letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
         return ["".join(rng.choice(letters, size=8)) for _ in range(n)]
     raise ValueError(f"input {spec.name!r}: unsupported datatype {dt}")
-
-
-def grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
-    """A serialized ModelInferRequest (raw contents, no model name: the gRPC session prefixes it) for these inputs."""
-    from protos import grpc_predict_v2_pb2 as pb  # only gRPC runs need protobuf
-
-    request = pb.ModelInferRequest()
-    for e in entries:
-        tensor = request.inputs.add()
-        tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
-        tensor.shape.extend(cast(list[int], e["shape"]))
-        request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
-    return request.SerializeToString()
-
-
-def tfserving_grpc_body(entries: Sequence[dict[str, object]]) -> bytes:
-    """A serialized TF Serving PredictRequest (no model_spec: the gRPC session prefixes it) for these inputs: numeric
-    tensors as tensor_content (little-endian values, row major), strings as string_val."""
-    from protos import tfserving_pb2 as pb  # only gRPC runs need protobuf
-
-    request = pb.PredictRequest()
-    for e in entries:
-        datatype = str(e["datatype"])
-        if datatype not in V2_TO_TF:
-            raise ValueError(f"input {e['name']!r}: {datatype} has no TensorFlow dtype")
-        tensor = request.inputs[str(e["name"])]
-        tensor.dtype = pb.DataType.Value(V2_TO_TF[datatype])  # type: ignore[assignment]
-        tensor.tensor_shape.dim.extend(pb.TensorShapeProto.Dim(size=int(d)) for d in cast(list[int], e["shape"]))
-        data = cast(list[object], e["data"])
-        if datatype == "BYTES":
-            tensor.string_val.extend(v if isinstance(v, bytes) else str(v).encode() for v in data)
-        else:
-            tensor.tensor_content = raw_contents(datatype, data)
-    return request.SerializeToString()
 
 
 def _is_raw(values: Sequence[object]) -> bool:
@@ -120,19 +88,21 @@ def sample_entries(
 
 
 def build_bodies(
-    inputs: Sequence[TensorSpec], batch_size: int, seed: int, variants: int = DEFAULT_VARIANTS, wire: str = "kserve",
+    inputs: Sequence[TensorSpec],
+    batch_size: int,
+    seed: int,
+    variants: int = DEFAULT_VARIANTS,
+    protocol: ProtocolName = DEFAULT_PROTOCOL,
     samples: Samples | None = None,
 ) -> list[bytes]:
-    """`variants` JSON infer bodies for a batch of `batch_size`, reproducible for a seed.
-
-    `wire` is the request dialect: "kserve" (KServe v2 JSON: flat data + shape), "grpc" (KServe v2 gRPC: serialized
-    ModelInferRequest with raw contents), "tfserving" (TF Serving REST: nested lists) or "tfserving-grpc" (TF Serving
-    gRPC: serialized PredictRequest with tensor contents). With `samples` (request data:
-    input name → list of one-sample arrays) the rows are drawn from it instead of being synthetic.
+    """`variants` infer bodies for a batch of `batch_size`, reproducible for a seed, encoded as `protocol` encodes
+    them (follower/protocols/). With `samples` (request data: input name → list of one-sample arrays) the rows are
+    drawn from it instead of being synthetic.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     rng = np.random.default_rng(seed)
+    encoder = PROTOCOLS[protocol]
     bodies = []
     for _ in range(variants):
         entries = []
@@ -143,25 +113,16 @@ def build_bodies(
             entries.append(
                 {"name": spec.name, "shape": shape, "datatype": spec.datatype, "data": synthetic_data(spec, shape, rng)}
             )
-        bodies.append(encode_body(entries, wire))
+        bodies.append(encoder.encode(entries))
     return bodies
 
 
-def encode_body(entries: Sequence[dict[str, object]], wire: str) -> bytes:
-    """One request's inputs in the backend's dialect (see build_bodies)."""
-    if wire == "grpc":
-        return grpc_body(entries)
-    if wire == "tfserving-grpc":
-        return tfserving_grpc_body(entries)
-    if wire == "tfserving":
-        nested = {e["name"]: np.asarray(e["data"]).reshape(cast(list[int], e["shape"])).tolist() for e in entries}
-        return orjson.dumps({"inputs": nested})
-    return orjson.dumps({"inputs": entries})
-
-
 def build_row_bodies(
-    inputs: Sequence[TensorSpec], batch_size: int, samples: Samples, rows: np.ndarray,
-    wire: str = "kserve",
+    inputs: Sequence[TensorSpec],
+    batch_size: int,
+    samples: Samples,
+    rows: np.ndarray,
+    protocol: ProtocolName = DEFAULT_PROTOCOL,
 ) -> tuple[list[bytes], np.ndarray]:
     """Bodies for a trace's per-request inputs: (one body per distinct row, each request's index into them).
 
@@ -172,8 +133,9 @@ def build_row_bodies(
     if len(distinct) and (distinct[0] < 0 or distinct[-1] >= n):
         raise ValueError(f"the trace names input rows up to {int(distinct[-1])}; the request data has {n} rows")
     rng = np.random.default_rng(0)  # unused: the rows are given
+    encoder = PROTOCOLS[protocol]
     bodies = [
-        encode_body(sample_entries(inputs, batch_size, samples, rng, rows=[(int(k) + j) % n for j in range(batch_size)]), wire)
+        encoder.encode(sample_entries(inputs, batch_size, samples, rng, rows=[(int(k) + j) % n for j in range(batch_size)]))
         for k in distinct
     ]
     return bodies, body_index.astype(np.int64)

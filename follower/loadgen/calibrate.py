@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from follower.loadgen.closedloop import run_closed_loop
-from follower.loadgen.transports import NO_CREDENTIALS, Credentials, open_transport
+from follower.protocols import Endpoint, open_transport
+from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,20 @@ MIN_REQUESTS = 50
 KEEP = 64  # targets remembered (the most recently calibrated)
 
 
-def calibrate(url: str, bodies: Sequence[bytes], *, credentials: Credentials = NO_CREDENTIALS,
-              duration_s: float = CALIBRATE_S, timeout_s: float = 30.0) -> float | None:  # fmt: skip
-    """Generator CPU seconds per request against `url` (None: fewer than MIN_REQUESTS answered). Runs its own event
+def calibrate(
+    endpoint: Endpoint,
+    bodies: Sequence[bytes],
+    *,
+    credentials: Credentials = NO_CREDENTIALS,
+    duration_s: float = CALIBRATE_S,
+    timeout_s: float = 30.0,
+) -> float | None:
+    """Generator CPU seconds per request against `endpoint` (None: fewer than MIN_REQUESTS answered). Runs its own event
     loop in the calling thread (call it through asyncio.to_thread)."""
     import uvloop
 
     async def main() -> tuple[int, int, int]:
-        async with open_transport(url, max_concurrency=1, timeout_s=timeout_s, credentials=credentials) as transport:
+        async with open_transport(endpoint, max_concurrency=1, timeout_s=timeout_s, credentials=credentials) as transport:
             cpu0 = time.thread_time_ns()
             records = await run_closed_loop(transport, bodies, 1, int(duration_s * 1e9))
             return time.thread_time_ns() - cpu0, len(records), int((records.status == 200).sum())
@@ -42,8 +49,8 @@ def calibrate(url: str, bodies: Sequence[bytes], *, credentials: Credentials = N
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         cpu_ns, sent, ok = runner.run(main())
     if ok < MIN_REQUESTS:
-        log.info("calibration against %s: %d answers in %.1f s, too few to measure the generator's cost", url, ok,
-                 duration_s)  # fmt: skip
+        what = "calibration against %s: %d answers in %.1f s, too few to measure the generator's cost"
+        log.info(what, endpoint.base, ok, duration_s)
         return None
     return cpu_ns / 1e9 / sent
 

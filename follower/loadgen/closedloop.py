@@ -17,8 +17,9 @@ import numpy as np
 from follower.loadgen import timing
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import STAGES, TRANSPORT_ERROR, LoadRecords
-from follower.loadgen.transports import NO_CREDENTIALS, Credentials, Transport, open_transport
-from follower.loadgen.transports.base import Stream
+from follower.protocols import Endpoint, open_transport
+from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
+from follower.protocols.transports.base import Stream
 
 
 async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurrency: int, duration_ns: int) -> LoadRecords:
@@ -108,7 +109,7 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
 
 
 def drive_closed(
-    url: str, bodies: Sequence[bytes], concurrency: int, duration_ns: int, *, timeout_s: float = 30.0,
+    endpoint: Endpoint, bodies: Sequence[bytes], concurrency: int, duration_ns: int, *, timeout_s: float = 30.0,
     credentials: Credentials = NO_CREDENTIALS,
 ) -> LoadRecords:
     """Run a closed loop to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread)."""
@@ -116,8 +117,10 @@ def drive_closed(
 
     async def main() -> LoadRecords:
         # aiohttp for HTTP, as the closed loop has always been measured (the raw client serves the open loop).
-        async with open_transport(url, max_concurrency=concurrency, timeout_s=timeout_s, raw_http=False,
-                                  credentials=credentials) as transport:  # fmt: skip
+        opened = open_transport(
+            endpoint, max_concurrency=concurrency, timeout_s=timeout_s, raw_http=False, credentials=credentials
+        )
+        async with opened as transport:
             return await run_closed_loop(transport, bodies, concurrency, duration_ns)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -172,10 +172,3 @@ def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_
     if workload.stream:
         body["stream_options"] = {"include_usage": True}
     return orjson.dumps(body)
-
-
-def request_url(url: str, workload: LlmWorkload | None) -> str:
-    """The URL a point's requests go to: the server's completions URL, or its chat sibling for `api: chat`."""
-    if workload is not None and workload.api == "chat":
-        return url.replace("/v1/completions", "/v1/chat/completions")
-    return url

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
-from follower.loadgen.transports.base import Stream
+from follower.protocols.transports.base import Stream
 
 if TYPE_CHECKING:
     from follower.loadgen.llmprompts import PromptMaker
@@ -69,9 +69,10 @@ class LlmColumns:
         """Data events received over every request: what the generator parsed."""
         return int(self.events.sum())
 
-    def first_token_ns(self) -> np.ndarray:
-        """Each request's first event with text (-1: none)."""
-        return np.array([t[0] if t is not None and len(t) else -1 for t in self.token_times], dtype=np.int64)
+    def first_token_ns(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Each request's (of those from `lo` to `hi`) first event with text (-1: none)."""
+        times = self.token_times[lo:hi]
+        return np.array([t[0] if t is not None and len(t) else -1 for t in times], dtype=np.int64)
 
     def last_token_ns(self) -> np.ndarray:
         """Each request's last event with text (-1: none)."""
@@ -86,3 +87,10 @@ class LlmColumns:
             return str(orjson.loads(b'"' + raw + b'"'))
         except orjson.JSONDecodeError:
             return None
+
+
+def ttft_ns(first_ns: np.ndarray, intended_ns: np.ndarray) -> np.ndarray:
+    """Time to first token, one definition for every figure (the point's, its windows', goodput's): from each request's
+    intended send to its first token event, over the requests that have one (`first_ns` -1: none yet)."""
+    has = first_ns >= 0
+    return first_ns[has] - intended_ns[has]

@@ -31,6 +31,7 @@ from common.results import LlmFigures, Reason
 from common.spec import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
 from follower.loadgen.llmprompts import PromptMaker
+from follower.loadgen.llmrecords import ttft_ns
 from follower.loadgen.records import LoadRecords
 
 MISMATCH_SHARE_MAX = 0.01
@@ -76,13 +77,13 @@ def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray
     buffered = np.array([t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1]
                          for t in (cols.token_times[i] for i in idx)], dtype=bool)  # fmt: skip
     good_share, goodput = _goodput(slo, first, intended, tpot_of=(multi, tpot), has_token=has_token, duration_s=duration_s)
-    ttft_ns = first[has_token] - intended[has_token]
+    ttfts = ttft_ns(np.where(ok, first, -1), intended)  # the answered requests'
     # Block bootstrap over intended time (as for latency): slow first tokens come in bursts.
-    bounds = block_bootstrap_ci(intended[has_token], ttft_ns, (0.50, 0.99)) or []
+    bounds = block_bootstrap_ci(intended[has_token], ttfts, (0.50, 0.99)) or []
     ttft_ci = {name: (lo / 1e6, hi / 1e6) for name, (lo, hi) in zip(("p50", "p99"), bounds, strict=False)}
     figures = LlmFigures(
-        ttft_ms=summarize_ns(ttft_ns), ttft_ci_ms=ttft_ci or None,
-        ttft_hdr=encode(histogram_of(ttft_ns.tolist())) if len(ttft_ns) else None,
+        ttft_ms=summarize_ns(ttfts), ttft_ci_ms=ttft_ci or None,
+        ttft_hdr=encode(histogram_of(ttfts.tolist())) if len(ttfts) else None,
         ttft_sent_ms=summarize_ns(first[has_token] - sent[has_token]),
         itl_ms=summarize_ns(pooled), itl_request_ms=summarize_ns(per_request_gap.astype(np.int64)),
         tpot_ms=summarize_ns(tpot.astype(np.int64)), e2e_sent_ms=summarize_ns(done[ok] - sent[ok]),

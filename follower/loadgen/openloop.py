@@ -4,7 +4,7 @@ Four monotonic-ns timestamps per request (intended, sent, first byte, done), the
 timings go into preallocated arrays (follower.loadgen.records): no per-request Python objects survive the run, so
 the collector adds no GC pressure of its own and summaries are vectorised. This module knows the schedule, the
 in-flight cap and the records; when requests leave is follower.loadgen.timing's, how they travel is a transport's
-(follower.loadgen.transports). docs/loadgen/timing.md has the measurements behind the design.
+(follower.protocols.transports). docs/loadgen/timing.md has the measurements behind the design.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from follower.loadgen.cap import CapRule
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, UNANSWERED, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
-from follower.loadgen.transports import NO_CREDENTIALS, Answer, Credentials, Transport, open_transport
+from follower.protocols import Endpoint, open_transport
+from follower.protocols.transports import NO_CREDENTIALS, Answer, Credentials, Transport
 
 __all__ = ["CapPolicy", "LoadRecords", "Timer", "drive", "run_open_loop"]
 
@@ -249,7 +250,7 @@ async def run_open_loop(
 
 
 def drive(
-    url: str,
+    endpoint: Endpoint,
     bodies: Sequence[bytes],
     offsets_ns: np.ndarray,
     *,
@@ -275,8 +276,8 @@ def drive(
     import uvloop
 
     async def main() -> LoadRecords:
-        async with open_transport(url, max_concurrency=max_concurrency, timeout_s=timeout_s,
-                                  credentials=credentials) as transport:  # fmt: skip
+        opened = open_transport(endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+        async with opened as transport:
             return await run_open_loop(
                 transport, bodies, offsets_ns, start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
                 max_concurrency=max_concurrency, timer=timer, stop=stop, cap_policy=cap_policy, on_tick=on_tick,

@@ -23,6 +23,7 @@ from follower.host.cpuplan import isolate_generator_thread
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
+from follower.protocols import Endpoint
 
 # Per-request generator CPU before anything is measured on this host (aiohttp + uvloop on one core, DESIGN.md).
 DEFAULT_CPU_PER_REQUEST_S = 140e-6
@@ -176,12 +177,19 @@ def _merged_scheduling(each: list[str | None]) -> str | None:
     return "; ".join(f"{k}: {s or 'not set'}" for k, s in enumerate(each))
 
 
-def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kwargs: dict[str, Any],
-           core: int | None, realtime: bool) -> LoadRecords:  # fmt: skip
+def _child(
+    endpoint: Endpoint,
+    bodies: list[bytes],
+    offsets: np.ndarray,
+    start_ns: int,
+    kwargs: dict[str, Any],
+    core: int | None,
+    realtime: bool,
+) -> LoadRecords:
     """One generator process: pinned to its core and prioritised like the single generator thread, then driven."""
     isolation = isolate_generator_thread(frozenset({core}) if core is not None else None, realtime=realtime)
     try:
-        records = drive(url, bodies, offsets, start_ns=start_ns, **kwargs)
+        records = drive(endpoint, bodies, offsets, start_ns=start_ns, **kwargs)
     finally:
         isolation()
     records.scheduling = isolation.describe()
@@ -189,7 +197,7 @@ def _child(url: str, bodies: list[bytes], offsets: np.ndarray, start_ns: int, kw
 
 
 def drive_processes(
-    url: str, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS,
+    endpoint: Endpoint, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS,
     body_index: np.ndarray | None = None, cpus: Sequence[int] | None = None, **kwargs: Any,
 ) -> list[LoadRecords]:
     """Run the schedule split over `n` generator processes sharing one start; returns each process's records.
@@ -200,7 +208,7 @@ def drive_processes(
     event loop) and gone when this returns.
     """
     if n <= 1:
-        return [drive(url, bodies, offsets_ns, body_index=body_index, **kwargs)]
+        return [drive(endpoint, bodies, offsets_ns, body_index=body_index, **kwargs)]
     if "max_concurrency" in kwargs:
         kwargs["max_concurrency"] = max(1, kwargs["max_concurrency"] // n)
     start_ns = time.monotonic_ns() + lead_ns
@@ -210,7 +218,7 @@ def drive_processes(
         cores = sorted(cpus) if cpus else []
         realtime = len(cores) >= n
         futures = [
-            pool.submit(_child, url, list(bodies), part, start_ns, {**kwargs, "body_index": pick},
+            pool.submit(_child, endpoint, list(bodies), part, start_ns, {**kwargs, "body_index": pick},
                         cores[k % len(cores)] if cores else None, realtime)  # fmt: skip
             for k, (part, pick) in enumerate(zip(split(offsets_ns, n), picks, strict=True))
         ]

@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from common.loadspec import Stability
 from common.results import Reason, WindowStat
+from follower.loadgen.llmrecords import ttft_ns
 from follower.loadgen.records import LoadRecords
 
 
@@ -43,10 +45,10 @@ def window_stats(
         if records.llm is not None:
             served = records.llm.completion_tokens[lo:hi][ok]
             tokens_per_s = float(np.maximum(served, 0).sum()) / (window_ns / 1e9)
-            first = np.array([t[0] if t is not None and len(t) else -1 for t in records.llm.token_times[lo:hi]],
-                             dtype=np.int64)  # fmt: skip
+            first = records.llm.first_token_ns(int(lo), int(hi))
             waiting = (sent >= 0) & (first < 0) & (done < 0)
-            ttft = np.concatenate([first[first >= 0] - intended[lo:hi][first >= 0], now_ns - intended[lo:hi][waiting]])
+            # Requests still waiting for their first token count with the time they have waited so far.
+            ttft = np.concatenate([ttft_ns(first, intended[lo:hi]), now_ns - intended[lo:hi][waiting]])
             ttft_p99 = float(np.percentile(ttft, 99)) / 1e6 if len(ttft) else None
         out.append(
             WindowStat(
@@ -64,8 +66,10 @@ def window_stats(
     return out
 
 
-def is_stable(windows: list[WindowStat], count: int = 3, tolerance: float = 0.10) -> bool | None:
-    """Whether the last `count` windows agree within `tolerance` of their mean on throughput and p99; None if too few."""
+def is_stable(windows: list[WindowStat], rule: Stability) -> bool | None:
+    """Whether the last `rule.windows` windows agree within `rule.tolerance` of their mean on throughput and p99; None
+    if too few."""
+    count, tolerance = rule.windows, rule.tolerance
     last = [w for w in windows if w.t_s >= 0][-count:]
     if len(last) < count:
         return None
@@ -105,8 +109,8 @@ def stall(windows: list[WindowStat]) -> Reason | None:
 class WindowMonitor:
     """A tick callback for the driver: closes windows as time passes, publishes them, stops once stable.
 
-    `min_ns` is the shortest measured part; with `count` set, the run ends at the first window boundary past it at
-    which the last `count` windows agree within `tolerance` (the schedule itself is the cap).
+    `min_ns` is the shortest measured part; with a stability `rule`, the run ends at the first window boundary past it
+    at which the rule holds (the schedule itself is the cap).
     """
 
     def __init__(
@@ -115,15 +119,13 @@ class WindowMonitor:
         window_ns: int,
         *,
         min_ns: int,
-        count: int | None = None,
-        tolerance: float = 0.10,
+        rule: Stability | None = None,
         publish: Callable[[list[WindowStat]], None] | None = None,
     ) -> None:
         self.origin_ns = origin_ns
         self.window_ns = window_ns
         self.min_ns = min_ns
-        self.count = count
-        self.tolerance = tolerance
+        self.rule = rule
         self.publish = publish
         self.windows: list[WindowStat] = []
         self.stopped_ns: int | None = None
@@ -144,9 +146,9 @@ class WindowMonitor:
             with contextlib.suppress(Exception):
                 self.publish(list(self.windows))
         measured_end = self.origin_ns + len(self.windows) * self.window_ns
-        if self.count is None or measured_end - self.origin_ns < self.min_ns:
+        if self.rule is None or measured_end - self.origin_ns < self.min_ns:
             return False
-        if is_stable(self.windows, self.count, self.tolerance):
+        if is_stable(self.windows, self.rule):
             self.stopped_ns = measured_end
             return True
         return False

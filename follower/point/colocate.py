@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from common.colocate import ColocateSpec
 from common.grid import server_runs
@@ -18,6 +18,7 @@ from common.results import PointResult
 from common.spec import PointSpec
 from follower.host.cpuplan import plan_cpus
 from follower.host.mps import MpsDaemon
+from follower.point.context import ServerRun
 from follower.point.runner import serving
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,19 @@ def assign_cpus(cores: frozenset[int] | None, servers: int, mode: str) -> list[f
     return [frozenset(ordered[k::servers]) for k in range(servers)]
 
 
-async def run_colocated(backend_name: str, points: list[PointSpec], *, models: Sequence[tuple[ModelMeta, Path]],
-                        colocate: ColocateSpec, workdir: Path, **options: Any) -> AsyncIterator[PointResult]:  # fmt: skip
+async def run_colocated(
+    backend_name: str,
+    points: list[PointSpec],
+    run: ServerRun,
+    *,
+    models: Sequence[tuple[ModelMeta, Path]],
+    colocate: ColocateSpec,
+) -> AsyncIterator[PointResult]:
     """Yield every point's result, a group's in index order once all of its servers have been measured together.
-    `models[k]`: model k's metadata and file (0: the job's); `options`: serving()'s."""
+    `models[k]`: model k's metadata and file (0: the job's, `run`'s); each server runs as `run` says, with its own
+    model, cores, work directory and MPS share."""
     with contextlib.ExitStack() as daemons:
-        mps = daemons.enter_context(MpsDaemon(Path(workdir))) if colocate.mps else None
+        mps = daemons.enter_context(MpsDaemon(run.workdir)) if colocate.mps else None
         shares: list[int | None] = [None] * len(models)
         if colocate.active_thread_percentage is not None:
             shares = list(colocate.active_thread_percentage)
@@ -50,14 +58,16 @@ async def run_colocated(backend_name: str, points: list[PointSpec], *, models: S
                 served = []
                 for point, cpus in zip(group, cores, strict=True):
                     model, path = models[point.served]
-                    served.append(await stack.enter_async_context(serving(
-                        backend_name, point, model=model, model_path=path, cpus=cpus,
-                        workdir=Path(workdir) / f"group{point.group}-model{point.served}",
-                        extra_env=mps.client_env(shares[point.served]) if mps else None, writable=mps.dirs if mps else (),
-                        **options,
-                    )))  # fmt: skip
-                log.info("colocate: group %s: models %s at once on cores %s", group[0].group,
-                         [p.served for p in group], [sorted(c) if c else "any" for c in cores])  # fmt: skip
+                    own = dataclasses.replace(
+                        run, model=model, model_path=path, cpus=cpus,
+                        workdir=run.workdir / f"group{point.group}-model{point.served}",
+                        extra_env=mps.client_env(shares[point.served]) if mps else {},
+                        writable=tuple(mps.dirs) if mps else (),
+                    )
+                    served.append(await stack.enter_async_context(serving(backend_name, point, own)))
+                together = [p.served for p in group]
+                where = [sorted(c) if c else "any" for c in cores]
+                log.info("colocate: group %s: models %s at once on cores %s", group[0].group, together, where)
                 results = await asyncio.gather(*(s.measure(p, first=True) for s, p in zip(served, group, strict=True)))
             for result in results:
                 yield result

@@ -1,26 +1,34 @@
-"""What every point of one backend run shares, built once by the runner: the server, the model, the sinks, the host."""
+"""The attempt → point seam, typed: what an attempt asks of a server run (ServerRun), and what every point of that run
+shares once the server answers (PointContext)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from common.llmdata import PromptRow
 from common.models import ModelMeta
+from common.netspec import NetworkSpec
 from common.results import WindowStat
 from common.spec import SLO, PointSpec
+from common.targetspec import TargetSpec
 from common.traces import Trace
 from follower.backends import Backend
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import WakeupHold
 from follower.link.leader_client import LeaderClient
 from follower.loadgen.bodies import Samples
+from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.timing import Timer
-from follower.loadgen.transports import NO_CREDENTIALS, Credentials
 from follower.loadgen.verdict import WindowSummary
+from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint
+from follower.settings import MAX_IN_FLIGHT
+
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -43,39 +51,45 @@ ProgressSink = Callable[[PointSpec, list[WindowStat]], None]
 
 
 @dataclass(frozen=True)
-class PointContext:
-    """One backend run's fixed facts; plan, drive, judge and result read it, none changes it."""
+class ServerRun:
+    """What an attempt asks of one server run, built once (follower/attempt/execute.py) and read by the runner and by
+    every point: the model and where it works, what its points report to, the load's host settings, and what is
+    driven (a server benchfleet starts, or a team's `target` with its `credentials`)."""
 
-    backend: Backend
-    url: str
     model: ModelMeta
-    env_base: Mapping[str, Any]
-    slo: SLO | None
-    backend_version: str
+    model_path: Path
+    workdir: Path
+    env_base: Mapping[str, Any] = field(default_factory=dict)
+    slo: SLO | None = None
+    ready_timeout_s: float = READY_TIMEOUT_S
     timer: Timer = "yield"
-    records_sink: RecordsSink | None = None
-    progress_sink: ProgressSink | None = None
+    records_sink: RecordsSink | None = None  # each point's raw per-request records and window summary
+    progress_sink: ProgressSink | None = None  # live progress
     sampling: SamplerConfig = field(default_factory=SamplerConfig)
-    samples: Samples | None = None
-    trace: Trace | None = None
-    forced_generators: int | None = None
-    wakeup: WakeupHold | None = None
-    max_in_flight: int = 4096  # the bound of a cap that follows the load (the follower's setting)
-    prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
+    samples: Samples | None = None  # request data, by input name
+    trace: Trace | None = None  # an uploaded trace the points replay
     prompt_rows: list[PromptRow] | None = None  # an uploaded prompt set's rows (llm.dataset)
-    credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (a job's target.secret, ca_bundle)
-    shard: ShardLink | None = None  # a sharded job's share of every point (target.shards)
+    forced_generators: int | None = None
+    wakeup_latency_us: int | None = 0  # held while the server runs (follower/host/wakeup.py); None: leave the host
+    max_in_flight: int = MAX_IN_FLIGHT  # the bound of a cap that follows the load (the follower's setting)
+    network: NetworkSpec | None = None  # the link to the server is shaped once it is ready (follower/host/netshape.py)
+    cpus: frozenset[int] | None = None  # the server's cores (default: every server core of the plan)
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # more environment for the server
+    writable: tuple[Path, ...] = ()  # directories the server may write besides its home (in its sandbox)
+    target: TargetSpec | None = None  # an endpoint driven as it runs (backend `endpoint`): nothing is started
+    credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (target.secret, ca_bundle)
+    shard: ShardLink | None = None  # this follower's share of every point of a sharded job (follower/point/shard.py)
+    target_costs: TargetCosts | None = None  # where the generator's cost per request against a target is kept
+
+
+@dataclass(frozen=True)
+class PointContext:
+    """One server run's fixed facts once it answers; plan, drive, judge and result read it, none changes it."""
+
+    run: ServerRun
+    backend: Backend
+    endpoint: Endpoint  # where the load goes, and the protocol it speaks
+    backend_version: str
+    wakeup: WakeupHold | None = None
+    prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
     cpu_per_request_s: float | None = None  # the generator's cost per request against this target (calibrated)
-
-    @property
-    def wire(self) -> str:
-        """The request dialect the backend speaks."""
-        return backend_wire(self.backend)
-
-
-def backend_wire(backend: Backend) -> str:
-    """The request dialect a backend speaks (KServe v2 unless it says otherwise, as TF Serving does; gRPC if asked)."""
-    server = getattr(backend, "server", None)
-    if getattr(server, "protocol", "http") == "grpc":
-        return "grpc"
-    return str(getattr(backend, "wire", "kserve"))

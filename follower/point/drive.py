@@ -21,13 +21,13 @@ from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_sha
 from follower.host.sampler import ResourceSampler, Samples
 from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.closedloop import drive_closed
-from follower.loadgen.llmprompts import request_url
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge
 from follower.loadgen.windows import WindowMonitor
 from follower.point.context import PointContext
 from follower.point.plan import PointPlan
+from follower.protocols import protocol_of
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +62,17 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
     monitor: list[WindowMonitor] = []
 
     def monitor_factory(start_ns: int) -> WindowMonitor:
-        sink = ctx.progress_sink
+        sink = ctx.run.progress_sink
         publish = (lambda windows: sink(point, windows)) if sink is not None else None
-        monitor.append(WindowMonitor(
-            start_ns + plan.warmup_ns, plan.window_ns, min_ns=plan.duration_ns,
-            count=point.stability.windows if point.stability else None,
-            tolerance=point.stability.tolerance if point.stability else 0.10,
-            publish=publish,
-        ))  # fmt: skip
+        origin_ns = start_ns + plan.warmup_ns
+        monitor.append(
+            WindowMonitor(origin_ns, plan.window_ns, min_ns=plan.duration_ns, rule=point.stability, publish=publish)
+        )
         return monitor[0]
 
     # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
     stats_before = await asyncio.to_thread(backend.stats)
-    sampler = ResourceSampler(server_pid(backend), plan.sampling).start()
+    sampler = ResourceSampler(backend.pid(), plan.sampling).start()
     try:
         records = await _run_generators(plan, ctx, stop, monitor_factory, start_ns)
     finally:
@@ -97,28 +95,28 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
 async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Event,
                           monitor_factory: Callable[[int], WindowMonitor], start_ns: int | None) -> LoadRecords:  # fmt: skip
     point, cores = plan.point, plan.generator_cores
-    url = request_url(ctx.url, point.llm)
+    endpoint = protocol_of(ctx.endpoint).route(ctx.endpoint, point.llm)
     if plan.processes > 1 and start_ns is None:
         parts = await asyncio.to_thread(
-            drive_processes, url, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
+            drive_processes, endpoint, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
             body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
-            timer=ctx.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s, credentials=ctx.credentials,
+            timer=ctx.run.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s, credentials=ctx.run.credentials,
         )  # fmt: skip
         return merge(parts, min(p.start_ns for p in parts))
     if plan.closed:
         return await asyncio.to_thread(
-            _drive_closed_isolated, cores, url, plan.bodies, point.concurrency or 1,
-            plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S, credentials=ctx.credentials,
+            _drive_closed_isolated, cores, endpoint, plan.bodies, point.concurrency or 1,
+            plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S, credentials=ctx.run.credentials,
         )  # fmt: skip
     # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
     rule = None
     if plan.follow_load and plan.warmup_ns > 0:
         rule = CapRule(plan.warmup_ns, functools.partial(little_cap, rate=point.rate, bound=plan.cap))
     return await asyncio.to_thread(
-        _drive_isolated, cores, url, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
-        timeout_s=REQUEST_TIMEOUT_S, timer=ctx.timer, stop=stop, cap_policy=point.cap_policy,
+        _drive_isolated, cores, endpoint, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
+        timeout_s=REQUEST_TIMEOUT_S, timer=ctx.run.timer, stop=stop, cap_policy=point.cap_policy,
         monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
-        drain_s=plan.drain_s, credentials=ctx.credentials, start_ns=start_ns,
+        drain_s=plan.drain_s, credentials=ctx.run.credentials, start_ns=start_ns,
     )  # fmt: skip
 
 
@@ -171,15 +169,7 @@ def unsent(offsets: np.ndarray, why: str) -> LoadRecords:
     return records
 
 
-def server_pid(backend: Backend) -> int | None:
-    """The pid of the backend's server process (the root of the tree the sampler follows), if it runs one."""
-    process = getattr(backend, "process", None)
-    pid = getattr(process, "pid", None)
-    return pid if isinstance(pid, int) else None
-
-
 def log_tail(backend: Backend) -> str:
     """The end of the server's log, for a reason that says the server is gone."""
-    tail = getattr(backend, "log_tail", None)
-    text = tail(10) if callable(tail) else ""
+    text = backend.log_tail(10)
     return f"; server log tail:\n{text}" if text else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.loadspec import Stability
 from common.results import LlmFigures, Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
 from follower.loadgen.llmstats import llm_figures
@@ -48,8 +49,7 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
         backlog=None if plan.closed else backlog(records, measured_start, measured_end, plan.window_ns),
     )  # fmt: skip
     windows = window_stats(records, measured_start, plan.window_ns, measured_end)
-    stable = is_stable(windows, point.stability.windows if point.stability else 3,
-                       point.stability.tolerance if point.stability else 0.10)  # fmt: skip
+    stable = is_stable(windows, point.stability or Stability())
     reasons = window_reasons(summary, records.cap or plan.cap) + list(plan.reasons) + driven.reasons
     if (stalled := stall(windows)) is not None:
         reasons.append(stalled)
@@ -64,7 +64,7 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
         held, asked = plan.prompt_tokens, plan.asked_tokens
         if records.body is not None:  # a closed loop: each request's lengths are those of the body it sent
             held, asked = held[records.body], asked[records.body]
-        tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.slo,
+        tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.run.slo,
                              ctx.prompts)  # fmt: skip
         if tokens is not None:
             llm = tokens.figures.model_copy(update={"server": driven.llm_server})

@@ -28,13 +28,13 @@ async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | 
     """Warm-up then measure one point against the running server."""
     started_at = datetime.now(UTC)
     plan = plan_point(point, ctx)
-    if ctx.shard is not None:  # this follower's share, from the common start; shard 0 merges all (point/shard.py)
+    if ctx.run.shard is not None:  # this follower's share, from the common start; shard 0 merges all (point/shard.py)
         driven, plan = await drive_shard(plan, ctx)
     else:
         driven = await drive_point(plan, ctx)
     judged = judge(plan, driven, ctx)
-    if ctx.records_sink is not None:
-        ctx.records_sink(plan.point, driven.records, judged.summary)
+    if ctx.run.records_sink is not None:
+        ctx.run.records_sink(plan.point, driven.records, judged.summary)
     summary = judged.summary
     log.info(
         "point %d: %d req, %d ok, lag p99 %s ms, generator cpu %.0f%%, loop lag p99 %s ms, %s",

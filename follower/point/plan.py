@@ -59,14 +59,15 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     """The plan of `point` under `ctx`; ValueError when the point needs data the job did not fetch."""
     replay: Trace | None = None
     if point.trace_dataset is not None:
-        if ctx.trace is None or point.pattern != "trace":
+        if ctx.run.trace is None or point.pattern != "trace":
             raise ValueError(f"point {point.index} replays trace {point.trace_dataset}, which was not fetched")
-        replay = ctx.trace
+        replay = ctx.run.trace
         # The nominal rate of an uploaded trace is known only here: the entries inside the run over its duration.
         point = point.model_copy(update={"rate": max(len(replay.within(point.duration_s)), 1) / point.duration_s})
-    model, wire = ctx.model, ctx.wire
-    bodies = [] if point.llm is not None else build_bodies(model.inputs, point.batch_size, seed=point.seed, wire=wire,
-                                                            samples=ctx.samples)  # fmt: skip
+    model, protocol = ctx.run.model, ctx.endpoint.protocol
+    bodies = []
+    if point.llm is None:
+        bodies = build_bodies(model.inputs, point.batch_size, seed=point.seed, protocol=protocol, samples=ctx.run.samples)
     # One continuous schedule covers warm-up and measurement: the measured window starts with the server already
     # in steady state under this very load (queues, connections, caches), with no idle gap between the two.
     warmup_ns, duration_ns = int(round(point.warmup_s * 1e9)), int(round(point.duration_s * 1e9))
@@ -80,9 +81,9 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         replayed = trace_schedule(replay, point.warmup_s, max_s)
         offsets, rows = replayed.offsets_ns, replayed.inputs
         if rows is not None and point.llm is None:
-            if ctx.samples is None:
+            if ctx.run.samples is None:
                 raise ValueError(f"trace {point.trace_dataset} names request-data rows but the job has no uploaded data")
-            bodies, body_index = build_row_bodies(model.inputs, point.batch_size, ctx.samples, rows, wire=wire)
+            bodies, body_index = build_row_bodies(model.inputs, point.batch_size, ctx.run.samples, rows, protocol=protocol)
     elif not closed:
         offsets = point_offsets_ns(point, max_s, point.seed) + warmup_ns
         if warmup_ns > 0:
@@ -96,7 +97,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
             raise ValueError(f"point {point.index} is a language model's: it needs the model's tokenizer")
         # A closed loop has no schedule: its users cycle through a pool of bodies (each request's lengths follow it).
         count = CLOSED_LLM_BODIES if closed else len(offsets)
-        workload, prompt_rows = point.llm, ctx.prompt_rows
+        workload, prompt_rows = point.llm, ctx.run.prompt_rows
         if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
             # A trace that gives each request's lengths: request i takes entry i's.
             prompt_rows = [PromptRow(prompt_tokens=int(p), output_tokens=int(o))
@@ -110,7 +111,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
             worst = int(np.argmax(held + asked))
             raise ValueError(f"a request of {int(held[worst])} prompt tokens and {int(asked[worst])} output tokens "
                              f"exceeds the {room} tokens a sequence may hold on the server (server.llm.max_model_len)")
-    sampling = ctx.sampling
+    sampling = ctx.run.sampling
     if sampling.gpu_indices is None:
         # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
         # (the idle card's power is not the energy of its requests), a GPU point gets its own card, not the others.
@@ -124,7 +125,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     if not closed:
         tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
         cost_s = ctx.cpu_per_request_s or COST.estimate_s  # a target's calibrated cost, else the learned one
-        gen_plan = plan_generators(point.rate, cost_s, len(generator_cores or ()), ctx.forced_generators,
+        gen_plan = plan_generators(point.rate, cost_s, len(generator_cores or ()), ctx.run.forced_generators,
                                    tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
         if gen_plan.saturated:
             reasons.append(Reason(code="generator_capacity", text=f"load generator {gen_plan.reason}"))
@@ -132,7 +133,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         point=point, bodies=bodies, body_index=body_index, offsets_ns=offsets, warmup_ns=warmup_ns,
         duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
         sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
-        cap=point.max_concurrency or ctx.max_in_flight, follow_load=point.max_concurrency is None,
+        cap=point.max_concurrency or ctx.run.max_in_flight, follow_load=point.max_concurrency is None,
         drain_s=drain_bound_s(point.duration_s), asked_tokens=asked, prompt_tokens=held,
     )  # fmt: skip
 

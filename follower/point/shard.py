@@ -21,11 +21,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from common.results import Reason, ShardRun
+from common.shardwire import BarrierAnswer, ShardFigures
 from follower.loadgen.records import LoadRecords, decode_records, encode_records, shifted
 from follower.loadgen.scaleout import COST, merge, plan_generators
 from follower.point.context import PointContext, ShardLink
@@ -81,31 +82,36 @@ def start_lag_ns(records: LoadRecords) -> int | None:
 async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, PointPlan]:
     """Drive this follower's share of the point from the common start; (what was driven, the plan to judge it by):
     a shard's own share, or on the coordinator every shard's records merged, judged against the full schedule."""
-    link = ctx.shard
+    link = ctx.run.shard
     assert link is not None
     mine = share(plan, link.index, link.count, ctx.cpu_per_request_s)
     index = plan.point.index
     answer = await _barrier(link, index)
-    if answer["state"] == "skip":
+    if answer.state == "skip" or answer.start_at_ns is None:
         why = f"shard {link.index} of {link.count} was not ready when point {index} started; its share went unsent"
         return Driven(unsent(mine.offsets_ns, why), [Reason(code="shard_absent", text=why)]), mine
     # Measured now, in the start's lead time: every shard has stopped polling, so the leader answers at once.
     offset_ns, uncertainty_ns = await asyncio.to_thread(link.client.clock_offset)
     # The leader's instant on this host's monotonic clock: its wall-clock image, then the wall → monotonic step now.
-    start_ns = time.monotonic_ns() + (int(answer["start_at_ns"]) - offset_ns - time.time_ns())
+    start_ns = time.monotonic_ns() + (answer.start_at_ns - offset_ns - time.time_ns())
     driven = await drive_point(mine, ctx, start_ns=start_ns)
-    own = ShardRun(shard=link.index, follower_id=link.follower_id, state="merged", requests=len(driven.records),
-                   offset_ms=offset_ns / 1e6, offset_uncertainty_ms=uncertainty_ns / 1e6,
-                   start_lag_ms=_ms(start_lag_ns(driven.records)))  # fmt: skip
+    lag_ns = start_lag_ns(driven.records)
+    own = ShardRun(
+        shard=link.index, follower_id=link.follower_id, state="merged", requests=len(driven.records),
+        offset_ms=offset_ns / 1e6, offset_uncertainty_ms=uncertainty_ns / 1e6, start_lag_ms=_ms(lag_ns),
+    )
     # Every shard's own records go to the leader: the coordinator merges the others', and anyone may check the merge.
-    meta = {"cpu_s": driven.records.cpu_s, "wall_s": driven.records.wall_s, "offset_ns": offset_ns,
-            "uncertainty_ns": uncertainty_ns, "start_lag_ns": start_lag_ns(driven.records) or 0,
-            "requests": len(driven.records)}  # fmt: skip
+    figures = ShardFigures(
+        cpu_s=driven.records.cpu_s, wall_s=driven.records.wall_s, offset_ns=offset_ns, uncertainty_ns=uncertainty_ns,
+        start_lag_ns=lag_ns or 0, requests=len(driven.records),
+    )
     # A language model's texts stay here: the client's token count of each travels instead (the same tokenizer).
     llm = driven.records.llm
     counted = await asyncio.to_thread(llm.client_counts, ctx.prompts) if llm is not None else None
-    await asyncio.to_thread(link.client.put_shard_records, link.job_id, link.index, index, link.attempt,
-                            link.follower_id, encode_records(driven.records, counted), meta)  # fmt: skip
+    blob = encode_records(driven.records, counted)
+    await asyncio.to_thread(
+        link.client.put_shard_records, link.job_id, link.index, index, link.attempt, link.follower_id, blob, figures
+    )
     if link.index > 0:  # reported as this shard's part's own point (its share); the job's point is the coordinator's
         return driven, mine
     merged, runs, reasons = await _gather(link, plan, driven.records, own)
@@ -125,44 +131,46 @@ def _ms(ns: int | float | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 4)
 
 
-async def _barrier(link: ShardLink, index: int) -> dict[str, Any]:
+async def _barrier(link: ShardLink, index: int) -> BarrierAnswer:
     """Say this shard is ready for the point, and wait for the leader's go (or skip)."""
     while True:
-        answer = await asyncio.to_thread(link.client.shard_ready, link.job_id, link.index, index, link.attempt,
-                                         link.follower_id)  # fmt: skip
-        if answer["state"] != "waiting":
+        ready = link.client.shard_ready
+        answer = await asyncio.to_thread(ready, link.job_id, link.index, index, link.attempt, link.follower_id)
+        if answer.state != "waiting":
             return answer
         await asyncio.sleep(POLL_S)
 
 
-async def _gather(link: ShardLink, plan: PointPlan, own: LoadRecords,
-                  own_run: ShardRun) -> tuple[LoadRecords, list[ShardRun], list[Reason]]:  # fmt: skip
+async def _gather(
+    link: ShardLink, plan: PointPlan, own: LoadRecords, own_run: ShardRun
+) -> tuple[LoadRecords, list[ShardRun], list[Reason]]:
     """Every shard's records of the point on the coordinator's clock, merged; each shard's run; the reasons the
     point is invalid (a shard lost or absent)."""
     index = plan.point.index
     deadline = time.monotonic() + plan.drain_s + GATHER_GRACE_S
     while True:
         status = await asyncio.to_thread(link.client.shard_status, link.job_id, index, link.attempt, link.follower_id)
-        others = [s for s in status["shards"] if s["shard"] != link.index]
-        if all(s["state"] != "waiting" for s in others) or time.monotonic() > deadline:
+        others = [s for s in status.shards if s.shard != link.index]
+        if all(s.state != "waiting" for s in others) or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)
     assign = assignment(plan, link.count)
     parts, runs, reasons = [own], [own_run], []
     for s in others:
-        k, follower = s["shard"], s.get("follower_id")
-        if s["state"] == "uploaded":
-            meta = s.get("meta") or {}
+        k, follower = s.shard, s.follower_id
+        if s.state == "uploaded":
+            figures = s.figures or ShardFigures()
             blob = await asyncio.to_thread(link.client.shard_records, link.job_id, k, index, link.attempt, link.follower_id)
-            theirs = decode_records(blob, cpu_s=float(meta.get("cpu_s", 0.0)), wall_s=float(meta.get("wall_s", 0.0)))
+            theirs = decode_records(blob, cpu_s=figures.cpu_s, wall_s=figures.wall_s)
             # Both started at the leader's one instant: their start is ours on this clock.
             parts.append(shifted(theirs, own.start_ns - theirs.start_ns))
-            runs.append(ShardRun(shard=k, follower_id=follower, state="merged", requests=len(theirs),
-                                 offset_ms=_ms(meta.get("offset_ns")), offset_uncertainty_ms=_ms(meta.get("uncertainty_ns")),
-                                 start_lag_ms=_ms(meta.get("start_lag_ns"))))  # fmt: skip
+            runs.append(ShardRun(
+                shard=k, follower_id=follower, state="merged", requests=len(theirs), offset_ms=_ms(figures.offset_ns),
+                offset_uncertainty_ms=_ms(figures.uncertainty_ns), start_lag_ms=_ms(figures.start_lag_ns),
+            ))
             continue
-        state: Literal["lost", "absent"] = "absent" if s["state"] == "absent" else "lost"
-        why = s.get("reason") or f"no records within {plan.drain_s + GATHER_GRACE_S:g} s of the point's end"
+        state: Literal["lost", "absent"] = "absent" if s.state == "absent" else "lost"
+        why = s.reason or f"no records within {plan.drain_s + GATHER_GRACE_S:g} s of the point's end"
         what = "lost mid-point" if state == "lost" else "absent at the start"
         text = f"shard {k} of {link.count} (follower {follower or 'none'}) {what}: {why}"
         reasons.append(Reason(code="shard_lost" if state == "lost" else "shard_absent", text=text))

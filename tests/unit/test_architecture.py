@@ -21,14 +21,24 @@ MAX_LINES = 450
 # Folders of the follower in the order a job travels, each importing only its own rank and below: the agent takes a
 # job, an attempt runs it, a point is measured by the load generator against a backend's server; the host's facts
 # and the links to the outside serve all of them.
+# and below them the protocols (each one's URLs, readiness, metadata, bodies and transport).
 FOLLOWER_RANKS = {
-    "agent": 5,
-    "attempt": 4,
-    "point": 3,
-    "loadgen": 2, "backends": 2, "servers": 2, "convert": 2,
-    "host": 1, "link": 1,
+    "agent": 6,
+    "attempt": 5,
+    "point": 4,
+    "loadgen": 3,
+    "backends": 3,
+    "servers": 3,
+    "convert": 3,
+    "protocols": 2,
+    "host": 1,
+    "link": 1,
     "settings": 0,
-}  # fmt: skip
+}
+# Where a protocol may be named: its own room, the spec that declares the names, and the backends, each of which
+# declares the protocol it serves. Anywhere else, a protocol's behaviour is asked of its module, never branched on.
+PROTOCOL_NAMES = frozenset({"kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"})
+PROTOCOL_HOMES = ("follower/protocols/", "follower/backends/", "common/targetspec.py")
 # Leader folders that must not import each other's modules: the API and the pages are peers over analysis; the
 # stores and the scheduler know neither; analysis computes data and draws nothing.
 LEADER_NEVER = {
@@ -146,3 +156,34 @@ def test_leader_folders_keep_to_their_side() -> None:
 def test_no_module_is_longer_than_a_reader_takes_in() -> None:
     long = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"modules over {MAX_LINES} lines (split them by what they do): {long}"
+
+
+def _names_a_protocol(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in PROTOCOL_NAMES
+    return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(_names_a_protocol(e) for e in node.elts)
+
+
+def test_protocols_are_named_only_in_their_room_and_never_sniffed_from_urls() -> None:
+    named, branched, sniffed = [], [], []
+    for path in _sources():
+        where = str(path.relative_to(ROOT))
+        source = path.read_text()
+        if "?api=" in source:
+            sniffed.append(where)
+        if where.startswith(PROTOCOL_HOMES):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Compare) and any(_names_a_protocol(n) for n in [node.left, *node.comparators]):
+                branched.append(f"{where}:{node.lineno}")
+            elif isinstance(node, ast.Constant) and node.value in PROTOCOL_NAMES:
+                named.append(f"{where}:{node.lineno}")
+    assert branched == [], f"a branch on a protocol outside follower/protocols/ (ask its module instead): {branched}"
+    assert named == [], f"a protocol named outside its room, the spec and the backends: {named}"
+    assert sniffed == [], f"a protocol encoded into a URL's query: {sniffed}"
+
+
+def test_every_protocol_is_one_module_of_its_room() -> None:
+    room = ROOT / "follower" / "protocols"
+    modules = {p.stem.replace("_", "-") for p in room.glob("*.py")} - {"--init--", "base", "calls"}
+    assert modules == set(PROTOCOL_NAMES), "one module per protocol in follower/protocols/"

@@ -32,6 +32,7 @@ def main() -> None:
 
     app = web.Application()
     app.router.add_post("/infer", infer)
+    app.router.add_post("/v2/models/{name}/infer", infer)  # as benchfleet's kserve-http protocol sends it
     app.router.add_get("/ready", ready)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None, backlog=4096)
 

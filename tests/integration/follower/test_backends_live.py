@@ -15,6 +15,7 @@ from common.specparse import parse_spec
 from follower.backends import get_backend
 from follower.backends.tfserving import find_tfserving
 from follower.backends.triton import find_triton, why_no_triton
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
@@ -33,15 +34,27 @@ def canon(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
 
 
 def _points(backends: list[str], rate: float = 40, duration: float = 1.0, server: dict[str, Any] | None = None) -> list:
-    spec = parse_spec({"name": "live", "model": "canon:1", "backends": backends, "batch_sizes": [1],
-                       "load": {"rate": rate, "duration": duration, "warmup": 0.3}, "server": server or {}})
+    spec = parse_spec(
+        {
+            "name": "live",
+            "model": "canon:1",
+            "backends": backends,
+            "batch_sizes": [1],
+            "load": {"rate": rate, "duration": duration, "warmup": 0.3},
+            "server": server or {},
+        }
+    )
     return expand(spec)
 
 
 async def _collect(backend: str, points: list, canon: tuple[Path, ModelMeta], workdir: Path) -> list:
     path, model = canon
-    return [r async for r in run_backend(backend, points, model=model, model_path=path, workdir=workdir,
-                                         env_base={}, slo=None)]
+    return [
+        r
+        async for r in run_backend(
+            backend, points, ServerRun(model=model, model_path=path, workdir=workdir, env_base={}, slo=None)
+        )
+    ]
 
 
 def _available(name: str) -> str | None:
@@ -77,8 +90,8 @@ def test_triton_dynamic_batching_merges_requests(canon: tuple[Path, ModelMeta], 
             from follower.point.context import PointContext
             from follower.point.measure import measure_point
 
-            ctx = PointContext(backend=backend, url=backend.infer_url(model), model=model, env_base={}, slo=None,
-                               backend_version=backend.version())
+            run = ServerRun(model=model, model_path=path, workdir=tmp_path / label)
+            ctx = PointContext(run=run, backend=backend, endpoint=backend.serves(model), backend_version=backend.version())
             result = asyncio.run(measure_point(points[0], ctx))
             assert result.ok > 0
             stats = backend.stats()["model_stats"][0]

@@ -20,6 +20,7 @@ from follower.loadgen.openloop import drive
 from follower.loadgen.records import UNANSWERED, LoadRecords
 from follower.loadgen.schedule import arrival_offsets_ns
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
+from follower.protocols import Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +30,15 @@ CAPACITY = 1000 / SERVICE_MS
 
 
 @contextmanager
-def serving(tmp_path: Path, *, workers: int, service_ms: float) -> Iterator[str]:
+def serving(tmp_path: Path, *, workers: int, service_ms: float) -> Iterator[Endpoint]:
     port = free_port()
     argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(service_ms), "--workers", str(workers)]
     with SupervisedProcess(argv, name=f"capacity server ({workers} worker)", log_path=tmp_path / "server.log") as proc:
         proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
-        yield f"http://127.0.0.1:{port}/infer"
+        yield Endpoint("kserve-http", f"http://127.0.0.1:{port}", "m")
 
 
-def _point(url: str, rate: float, duration_s: float, cap: int) -> tuple[LoadRecords, WindowSummary, list[Reason]]:
+def _point(url: Endpoint, rate: float, duration_s: float, cap: int) -> tuple[LoadRecords, WindowSummary, list[Reason]]:
     offsets = arrival_offsets_ns("constant", rate, duration_s, seed=1)
     rec = drive(url, [b'{"inputs": []}'], offsets, max_concurrency=cap, timeout_s=30)
     start, end = rec.start_ns, rec.start_ns + int(duration_s * 1e9)
@@ -84,7 +85,9 @@ def test_an_in_flight_cap_below_what_the_load_needs_is_named_not_the_generator_n
     assert float(np.median(rec.done_ns[rec.ok] - rec.sent_ns[rec.ok])) / 1e6 == pytest.approx(100, rel=0.2)
 
 
-def _with_warmup(url: str, rate: float, *, cap: int, rule: CapRule | None) -> tuple[LoadRecords, WindowSummary, list[Reason]]:
+def _with_warmup(
+    url: Endpoint, rate: float, *, cap: int, rule: CapRule | None
+) -> tuple[LoadRecords, WindowSummary, list[Reason]]:
     warm_ns, measured_s = 1_000_000_000, 3.0
     offsets = arrival_offsets_ns("constant", rate, 1.0 + measured_s, seed=2)
     rec = drive(url, [b'{"inputs": []}'], offsets, max_concurrency=cap, timeout_s=30, cap_rule=rule)

@@ -17,6 +17,7 @@ from common.results import PointResult
 from common.spec import SLO, JobSpec
 from follower.host.cpuplan import plan_cpus
 from follower.point.colocate import assign_cpus, run_colocated
+from follower.point.context import ServerRun
 from tests.integration.follower.test_runner import ENV
 
 pytestmark = pytest.mark.integration
@@ -52,8 +53,16 @@ def test_two_cpu_models_sharing_one_core_are_slower_together_than_alone(tmp_path
 
     async def run() -> list[PointResult]:
         colocate: ColocateSpec = spec.colocate  # type: ignore[assignment]
-        return [r async for r in run_colocated("onnxruntime", points, models=models, colocate=colocate, workdir=tmp_path,
-                                                env_base=ENV, slo=SLO(p99_ms=10_000.0))]  # fmt: skip
+        return [
+            r
+            async for r in run_colocated(
+                "onnxruntime",
+                points,
+                ServerRun(model=models[0][0], model_path=models[0][1], workdir=tmp_path, env_base=ENV, slo=SLO(p99_ms=10_000.0)),
+                models=models,
+                colocate=colocate,
+            )
+        ]
 
     results = {(r.point.served, tuple(r.point.beside)): r for r in asyncio.run(run())}
     assert sorted(results) == [(0, ()), (0, (1,)), (1, ()), (1, (0,))]

@@ -21,13 +21,15 @@ from common.procs import SupervisedProcess, free_port, http_ready
 from common.specparse import parse_spec
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.openloop import drive
-from follower.loadgen.transports.grpc_client import GrpcTarget, grpc_url, model_prefix
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
+from follower.protocols import PROTOCOLS, Endpoint
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
 from tests.integration.follower.conftest import ROOT
 
 pytestmark = pytest.mark.integration
+KSERVE_GRPC = PROTOCOLS["kserve-grpc"]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,8 @@ def test_grpc_infer_matches_onnxruntime_in_process(grpc_server: str, mlp_path: P
         assert stub.ModelReady(pb.ModelReadyRequest(name="mlp")).ready
         meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp"))
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("input", "FP32", [-1, 64])]
-        body = build_bodies(mlp_meta.inputs, 3, seed=4, variants=1, wire="grpc")[0]
-        request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "mlp")) + body)
+        body = build_bodies(mlp_meta.inputs, 3, seed=4, variants=1, protocol="kserve-grpc")[0]
+        request = pb.ModelInferRequest.FromString(KSERVE_GRPC.prefix(Endpoint("kserve-grpc", "grpc://h:1", "mlp")) + body)
         assert request.model_name == "mlp" and list(request.inputs[0].shape) == [3, 64]
         response = stub.ModelInfer(request)
     x = np.frombuffer(request.raw_input_contents[0], dtype="<f4").reshape(3, 64)
@@ -98,8 +100,8 @@ def test_a_standard_kserve_client_calls_our_server(grpc_server: str, mlp_path: P
 def test_bad_grpc_requests_are_invalid_argument_naming_the_input(  # type: ignore[no-untyped-def]
     grpc_server: str, mlp_meta: ModelMeta, mutate, needle: str
 ) -> None:
-    body = build_bodies(mlp_meta.inputs, 1, seed=0, variants=1, wire="grpc")[0]
-    request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "mlp")) + body)
+    body = build_bodies(mlp_meta.inputs, 1, seed=0, variants=1, protocol="kserve-grpc")[0]
+    request = pb.ModelInferRequest.FromString(KSERVE_GRPC.prefix(Endpoint("kserve-grpc", "grpc://h:1", "mlp")) + body)
     mutate(request)
     channel, stub = _stub(grpc_server)
     with channel, pytest.raises(grpc.RpcError) as info:
@@ -108,9 +110,9 @@ def test_bad_grpc_requests_are_invalid_argument_naming_the_input(  # type: ignor
 
 
 def test_open_loop_over_grpc_records_four_timestamps_and_stages(grpc_server: str, mlp_meta: ModelMeta) -> None:
-    bodies = build_bodies(mlp_meta.inputs, 1, seed=1, variants=4, wire="grpc")
+    bodies = build_bodies(mlp_meta.inputs, 1, seed=1, variants=4, protocol="kserve-grpc")
     offsets = (np.arange(60) * 10_000_000).astype(np.int64)  # 100 req/s for 0.6 s
-    rec = drive(grpc_url(*grpc_server.split(":"), "mlp"), bodies, offsets)  # type: ignore[arg-type]
+    rec = drive(Endpoint("kserve-grpc", f"grpc://{grpc_server}", "mlp"), bodies, offsets)
     assert (rec.status == 200).all(), rec.error_sample
     assert (rec.sent_ns >= rec.intended_ns).all()
     # Unary gRPC: the answer arrives whole, so first byte and done are both "response received".
@@ -119,8 +121,8 @@ def test_open_loop_over_grpc_records_four_timestamps_and_stages(grpc_server: str
 
 
 def test_unknown_model_over_grpc_is_an_error_status_in_the_records(grpc_server: str, mlp_meta: ModelMeta) -> None:
-    bodies = build_bodies(mlp_meta.inputs, 1, seed=1, variants=1, wire="grpc")
-    rec = drive(grpc_url(*grpc_server.split(":"), "nosuch"), bodies, np.zeros(2, dtype=np.int64))  # type: ignore[arg-type]
+    bodies = build_bodies(mlp_meta.inputs, 1, seed=1, variants=1, protocol="kserve-grpc")
+    rec = drive(Endpoint("kserve-grpc", f"grpc://{grpc_server}", "nosuch"), bodies, np.zeros(2, dtype=np.int64))
     assert (rec.status == 404).all() and "NOT_FOUND" in (rec.error_sample or "")
 
 
@@ -155,8 +157,8 @@ def test_protocol_grpc_is_honoured_by_the_runner(backend: str, tmp_path: Path) -
                        "load": {"rate": 50, "duration": 0.6, "warmup": 0.2}})  # fmt: skip
 
     async def collect() -> list:
-        return [r async for r in run_backend(backend, expand(spec), model=model, model_path=path, workdir=tmp_path / "w",
-                                             env_base={}, slo=None)]  # fmt: skip
+        run = ServerRun(model=model, model_path=path, workdir=tmp_path / "w")
+        return [r async for r in run_backend(backend, expand(spec), run)]
 
     started = time.monotonic()
     (result,) = asyncio.run(collect())

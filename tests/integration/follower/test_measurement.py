@@ -14,6 +14,7 @@ from common.models import ModelMeta
 from common.results import PointResult, WindowStat
 from common.spec import SLO, PointSpec
 from common.stats import decode, merge
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
@@ -44,10 +45,18 @@ def measured(mlp_meta: ModelMeta, mlp_path: Path, tmp_path_factory: pytest.TempP
         return [
             r
             async for r in run_backend(
-                "onnxruntime", points, model=mlp_meta, model_path=mlp_path, workdir=tmp_path_factory.mktemp("m"),
-                env_base=ENV, slo=SLO(p99_ms=10_000.0), progress_sink=lambda p, w: progress.append((p.index, w)),
+                "onnxruntime",
+                points,
+                ServerRun(
+                    model=mlp_meta,
+                    model_path=mlp_path,
+                    workdir=tmp_path_factory.mktemp("m"),
+                    env_base=ENV,
+                    slo=SLO(p99_ms=10_000.0),
+                    progress_sink=lambda p, w: progress.append((p.index, w)),
+                ),
             )
-        ]  # fmt: skip
+        ]
 
     results = asyncio.run(run())
     return {"results": results, "progress": progress}

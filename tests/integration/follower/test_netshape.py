@@ -23,6 +23,7 @@ from common.results import PointResult
 from common.spec import SLO, PointSpec
 from follower.host import netshape
 from follower.host import sandbox as sandboxes
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 from tests.conftest import wait_for_port
 from tests.integration.follower.test_runner import ENV, point
@@ -129,8 +130,14 @@ def test_a_delay_adds_its_round_trip(tmp_path: Path) -> None:
 
 async def _points(spec: NetworkSpec | None, model: ModelMeta, path: Path, workdir: Path) -> list[PointResult]:
     points: list[PointSpec] = [point(rate=20.0, duration_s=4.0, warmup_s=1.0)]
-    return [r async for r in run_backend("onnxruntime", points, model=model, model_path=path, workdir=workdir, env_base=ENV,
-                                          slo=SLO(p99_ms=10_000.0), network=spec)]  # fmt: skip
+    return [
+        r
+        async for r in run_backend(
+            "onnxruntime",
+            points,
+            ServerRun(model=model, model_path=path, workdir=workdir, env_base=ENV, slo=SLO(p99_ms=10_000.0), network=spec),
+        )
+    ]
 
 
 def test_a_point_under_a_4g_like_delay_is_slower_by_its_round_trip(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> None:
@@ -155,7 +162,9 @@ def test_loss_shows_as_retransmissions(mlp_meta: ModelMeta, mlp_path: Path, tmp_
 
 
 def test_a_point_over_a_shaped_link_records_the_conditions_and_leaves_no_link(
-    mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path,
+    mlp_meta: ModelMeta,
+    mlp_path: Path,
+    tmp_path: Path,
 ) -> None:
     """The runner shapes the server's link once it is ready, measures the round trip under it, records the conditions
     in every point, and the link is gone when the server stops (here with a rate: what this kernel can shape)."""

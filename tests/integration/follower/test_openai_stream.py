@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from common.procs import SupervisedProcess, free_port, http_ready
-from follower.loadgen.transports.base import Answer
-from follower.loadgen.transports.openai_stream import OpenAiStreamTransport
+from follower.protocols.transports.base import Answer
+from follower.protocols.transports.openai_stream import OpenAiStreamTransport
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def test_each_token_event_arrives_stamped_and_the_text_and_usage_come_through(ur
     assert np.median(gaps_ms) == pytest.approx(GAP_MS, abs=3.0) and gaps_ms.min() > 0.3 * GAP_MS, gaps_ms
     assert first.first_ns <= stream.events_ns[0] <= stream.events_ns[-1] <= first.done_ns
     text = json.loads(b'"' + stream.text + b'"')
-    assert text.startswith(' say "hi" w1 w2') and ' c\\ w6' in text and "\n w11" in text and " é w16" in text
+    assert text.startswith(' say "hi" w1 w2') and " c\\ w6" in text and "\n w11" in text and " é w16" in text
     assert short.stream is not None and len(short.stream.events_ns) == 3 and short.stream.completion_tokens == 3
     assert connections == 1  # the keep-alive connection carried both
 
@@ -71,9 +71,12 @@ def test_a_non_streamed_answer_and_an_error_come_back_as_such(url: str) -> None:
 
 def test_a_closed_loop_of_streamed_requests_keeps_each_requests_tokens_and_body(url: str) -> None:
     from follower.loadgen.closedloop import drive_closed
+    from follower.protocols import Endpoint
 
     lengths = [3, 7, 12]
-    records = drive_closed(url, [_body(n) for n in lengths], concurrency=3, duration_ns=600_000_000, timeout_s=30)
+    records = drive_closed(
+        Endpoint("openai", url), [_body(n) for n in lengths], concurrency=3, duration_ns=600_000_000, timeout_s=30
+    )
     assert records.llm is not None and records.body is not None and len(records) >= 6
     assert np.all(np.diff(records.sent_ns) >= 0)  # sorted by send, with their tokens and bodies in the same order
     ok = records.ok

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from follower.loadgen.transports.rawhttp import HttpError, RawHttpSession
+from follower.protocols.transports.rawhttp import HttpError, RawHttpSession
 
 RESPONSES = {
     b"/cl": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello",
@@ -129,7 +129,7 @@ async def _open_loop(path: str, n: int, gap_ns: int, timeout_s: float = 5.0, **k
     import numpy as np
 
     from follower.loadgen.openloop import run_open_loop
-    from follower.loadgen.transports.rawhttp import RawHttpTransport
+    from follower.protocols.transports.rawhttp import RawHttpTransport
 
     connections: list[int] = []
     server = await _serve(connections)
@@ -137,8 +137,7 @@ async def _open_loop(path: str, n: int, gap_ns: int, timeout_s: float = 5.0, **k
     try:
         offsets = np.arange(n, dtype=np.int64) * gap_ns
         async with RawHttpTransport(f"http://127.0.0.1:{port}{path}", max_concurrency=256, timeout_s=timeout_s) as transport:
-            rec = await run_open_loop(transport, [b'{"x": 1}'], offsets, time.monotonic_ns() + 20_000_000,
-                                      **kwargs)  # type: ignore[arg-type]
+            rec = await run_open_loop(transport, [b'{"x": 1}'], offsets, time.monotonic_ns() + 20_000_000, **kwargs)  # type: ignore[arg-type]
     finally:
         server.close()
         await server.wait_closed()

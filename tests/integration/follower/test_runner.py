@@ -16,6 +16,7 @@ from common.results import PointResult
 from common.spec import SLO, PointSpec
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
@@ -45,7 +46,9 @@ def server_children() -> list[psutil.Process]:
 async def collect(points: list[PointSpec], model: ModelMeta, model_path: Path, workdir: Path, **kw: object) -> list[PointResult]:
     return [
         r
-        async for r in run_backend("onnxruntime", points, model=model, model_path=model_path, workdir=workdir, env_base=ENV, **kw)
+        async for r in run_backend(
+            "onnxruntime", points, ServerRun(model=model, model_path=model_path, workdir=workdir, env_base=ENV, **kw)
+        )
     ]  # type: ignore[arg-type]
 
 
@@ -113,11 +116,21 @@ def test_server_dying_mid_run_gives_invalid_results_not_exceptions(mlp_meta: Mod
 
         task = asyncio.create_task(killer())
         try:
-            return [r async for r in run_backend(
-                "onnxruntime", [point(0, duration_s=3.0, warmup_s=0.2), point(1, duration_s=0.5, warmup_s=0.0)],
-                model=mlp_meta, model_path=mlp_path, workdir=tmp_path, env_base=ENV, slo=None,
-                progress_sink=lambda p, _windows: measuring.set() if p.index == 0 else None,
-            )]  # fmt: skip
+            return [
+                r
+                async for r in run_backend(
+                    "onnxruntime",
+                    [point(0, duration_s=3.0, warmup_s=0.2), point(1, duration_s=0.5, warmup_s=0.0)],
+                    ServerRun(
+                        model=mlp_meta,
+                        model_path=mlp_path,
+                        workdir=tmp_path,
+                        env_base=ENV,
+                        slo=None,
+                        progress_sink=lambda p, _windows: measuring.set() if p.index == 0 else None,
+                    ),
+                )
+            ]
         finally:
             measuring.set()  # never leave the killer's thread waiting
             task.cancel()

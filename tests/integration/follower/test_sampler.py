@@ -17,6 +17,7 @@ from follower.backends import get_backend
 from follower.host.sampler import ResourceSampler, SamplerConfig, Window, _Nvml, summarize
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.schedule import point_offsets_ns
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def test_sampler_follows_the_real_server_under_load(mlp_meta: ModelMeta, mlp_pat
         cpu_before = sum(p.cpu_times().user + p.cpu_times().system for p in _tree(pid))
         sampler = ResourceSampler(pid, SamplerConfig(interval_s=0.05)).start()
         t0 = time.monotonic_ns()
-        records = drive(backend.infer_url(mlp_meta), bodies, offsets)
+        records = drive(backend.serves(mlp_meta), bodies, offsets)
         samples = sampler.stop()
         cpu_after = sum(p.cpu_times().user + p.cpu_times().system for p in _tree(pid))
         rss_now = sum(p.memory_info().rss for p in _tree(pid))
@@ -91,8 +92,14 @@ def test_point_result_carries_resources(mlp_meta: ModelMeta, mlp_path: Path, tmp
     config = SamplerConfig(grid_g_co2_per_kwh=400.0, instance_price_per_hour=3.6)
 
     async def run() -> list:
-        return [r async for r in run_backend("onnxruntime", [point], model=mlp_meta, model_path=mlp_path, workdir=tmp_path,
-                                             env_base=ENV, slo=None, sampling=config)]  # fmt: skip
+        return [
+            r
+            async for r in run_backend(
+                "onnxruntime",
+                [point],
+                ServerRun(model=mlp_meta, model_path=mlp_path, workdir=tmp_path, env_base=ENV, slo=None, sampling=config),
+            )
+        ]
 
     (result,) = asyncio.run(run())
     res = result.resources

@@ -26,6 +26,7 @@ from common.models import ModelMeta, TensorSpec
 from common.procs import http_ready
 from follower.backends import get_backend
 from follower.host import sandbox as sandboxes
+from follower.protocols import infer_url
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
@@ -174,7 +175,7 @@ def _serve_leak(tmp_path: Path, secret: Path, sandbox: sandboxes.Sandbox | None,
     backend.start(path, meta, tmp_path / label / "work")
     try:
         backend.wait_ready(90)
-        return _infer(backend.infer_url(meta))
+        return _infer(infer_url(backend.serves(meta)))
     finally:
         backend.stop()
 

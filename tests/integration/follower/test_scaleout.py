@@ -27,7 +27,7 @@ def test_two_processes_merge_to_the_schedule(mlp_meta: ModelMeta, mlp_path: Path
         backend.wait_ready(60.0)
         offsets = arrival_offsets_ns("poisson", 200.0, 1.5, seed=21)
         # Both processes on one generator core: pinned there at raised priority, not real-time (they share it).
-        parts = drive_processes(backend.infer_url(mlp_meta), build_bodies(mlp_meta.inputs, 1, seed=0), offsets, 2,
+        parts = drive_processes(backend.serves(mlp_meta), build_bodies(mlp_meta.inputs, 1, seed=0), offsets, 2,
                                 max_concurrency=64, cpus=sorted(os.sched_getaffinity(0))[:1])  # fmt: skip
     finally:
         backend.stop()

@@ -22,6 +22,7 @@ from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec import DataRef, PointSpec, ServerOptions
 from follower.attempt.request_data import resolve_request_data, with_client_stages
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 from tests.integration.follower.conftest import serve_ort
 
@@ -143,15 +144,17 @@ def test_server_side_processing_over_grpc(classifier: tuple[Path, ModelMeta], pr
     import grpc
 
     from follower.loadgen.bodies import build_bodies
-    from follower.loadgen.transports.grpc_client import GrpcTarget, model_prefix
+    from follower.protocols import PROTOCOLS, Endpoint
     from follower.servers.processing import raw_sample_images
     from protos import grpc_predict_v2_pb2 as pb
     from protos import kserve_v2
 
     path, meta = classifier
     images = raw_sample_images()
-    body = build_bodies(meta.inputs, 1, seed=0, variants=1, wire="grpc", samples={"image": images[:1]})[0]
-    request = pb.ModelInferRequest.FromString(model_prefix(GrpcTarget("", "imgcls")) + body)
+    body = build_bodies(meta.inputs, 1, seed=0, variants=1, protocol="kserve-grpc", samples={"image": images[:1]})[0]
+    request = pb.ModelInferRequest.FromString(
+        PROTOCOLS["kserve-grpc"].prefix(Endpoint("kserve-grpc", "grpc://h:1", "imgcls")) + body
+    )
     with grpc.insecure_channel(f"127.0.0.1:{GRPC_PORT['port']}") as channel:
         response = kserve_v2.Stub(channel).ModelInfer(request)
     (out,) = response.outputs
@@ -189,8 +192,14 @@ def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta
     samples, client_ms = resolve_request_data(data, meta, client=None, cache_dir=tmp_path)
 
     async def run() -> list:
-        return [r async for r in run_backend("onnxruntime", [_point(processing)], model=meta, model_path=path,
-                                              workdir=tmp_path, env_base=ENV, slo=None, samples=samples)]  # fmt: skip
+        return [
+            r
+            async for r in run_backend(
+                "onnxruntime",
+                [_point(processing)],
+                ServerRun(model=meta, model_path=path, workdir=tmp_path, env_base=ENV, slo=None, samples=samples),
+            )
+        ]
 
     (result,) = asyncio.run(run())
     result = with_client_stages(result, client_ms)
@@ -257,8 +266,14 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
     samples, _ = resolve_request_data(data, meta, client=None, cache_dir=tmp_path)
 
     async def run() -> list:
-        return [r async for r in run_backend("triton", [point], model=meta, model_path=path, workdir=tmp_path / "run",
-                                              env_base=ENV, slo=None, samples=samples)]  # fmt: skip
+        return [
+            r
+            async for r in run_backend(
+                "triton",
+                [point],
+                ServerRun(model=meta, model_path=path, workdir=tmp_path / "run", env_base=ENV, slo=None, samples=samples),
+            )
+        ]
 
     (result,) = asyncio.run(run())
     assert result.errors == 0, result.error_sample

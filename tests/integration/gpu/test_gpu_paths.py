@@ -22,7 +22,9 @@ from follower.backends import get_backend
 from follower.backends.artifacts import artifact
 from follower.host import hostinfo
 from follower.host.sampler import SamplerConfig
+from follower.point.context import ServerRun
 from follower.point.runner import run_backend
+from follower.protocols import infer_url
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (scripts/setup.sh installs it)")
@@ -81,7 +83,7 @@ def test_model_on_cuda_answers_like_the_cpu_reference(backend: str, wide: tuple[
     try:
         server.wait_ready(120.0)
         x = np.random.default_rng(0).standard_normal((4, *model.inputs[0].shape[1:])).astype(np.float32)
-        got = _infer(server.infer_url(model), model, x)
+        got = _infer(infer_url(server.serves(model)), model, x)
     finally:
         server.stop()
     # TF32/cuBLAS on the GPU against float32 on the CPU: close, not bit-equal.
@@ -91,15 +93,41 @@ def test_model_on_cuda_answers_like_the_cpu_reference(backend: str, wide: tuple[
 @needs_gpu
 def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
     path, model = wide
-    spec = parse_spec({"name": "gpu", "model": "wide:1", "backends": ["torchscript"], "batch_sizes": [8],
-                       "load": {"rate": 200, "duration": 3.0, "warmup": 1.0}, "server": {"device": "cuda"}})
+    spec = parse_spec(
+        {
+            "name": "gpu",
+            "model": "wide:1",
+            "backends": ["torchscript"],
+            "batch_sizes": [8],
+            "load": {"rate": 200, "duration": 3.0, "warmup": 1.0},
+            "server": {"device": "cuda"},
+        }
+    )
     assert spec.requires.gpu  # a GPU server implies a GPU follower
-    env = {"follower_id": "f-gpu", "host": "gpuhost", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(),
-           "gpus": GPUS}
+    env = {
+        "follower_id": "f-gpu",
+        "host": "gpuhost",
+        "cpu_model": hostinfo.cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": GPUS,
+    }
 
     async def collect() -> list:
-        return [r async for r in run_backend("torchscript", expand(spec), model=model, model_path=path, workdir=tmp_path,
-                                             env_base=env, slo=None, sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+        return [
+            r
+            async for r in run_backend(
+                "torchscript",
+                expand(spec),
+                ServerRun(
+                    model=model,
+                    model_path=path,
+                    workdir=tmp_path,
+                    env_base=env,
+                    slo=None,
+                    sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
+                ),
+            )
+        ]
 
     (result,) = asyncio.run(collect())
     assert result.errors == 0 and result.ok == result.requests > 0, result.error_sample
@@ -115,13 +143,17 @@ def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path
     assert res.co2_g_per_1m_requests is not None and res.co2_g_per_1m_requests > 0
 
 
-@pytest.mark.parametrize(("backend", "missing", "why_skip"), [
-    ("torchscript", "CUDA is not available", "CUDA is available here: the no-fallback path cannot be provoked"),
-    ("onnxruntime", "CUDAExecutionProvider is not available", "this onnxruntime has CUDAExecutionProvider"),
-])
-def test_gpu_server_without_cuda_fails_instead_of_using_the_cpu(backend: str, missing: str, why_skip: str,
-                                                                wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
-    if (CUDA if backend == "torchscript" else "CUDAExecutionProvider" in ort.get_available_providers()):
+@pytest.mark.parametrize(
+    ("backend", "missing", "why_skip"),
+    [
+        ("torchscript", "CUDA is not available", "CUDA is available here: the no-fallback path cannot be provoked"),
+        ("onnxruntime", "CUDAExecutionProvider is not available", "this onnxruntime has CUDAExecutionProvider"),
+    ],
+)
+def test_gpu_server_without_cuda_fails_instead_of_using_the_cpu(
+    backend: str, missing: str, why_skip: str, wide: tuple[Path, ModelMeta], tmp_path: Path
+) -> None:
+    if CUDA if backend == "torchscript" else "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip(why_skip)
     path, model = wide
     server = get_backend(backend, server=ServerOptions(device="cuda"))
@@ -138,12 +170,26 @@ def test_gpu_server_without_cuda_fails_instead_of_using_the_cpu(backend: str, mi
 def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
     """The idle card's power is not the energy of requests served on the CPU: GPU figures are absent, not charged."""
     path, model = wide
-    spec = parse_spec({"name": "cpu", "model": "wide:1", "backends": ["onnxruntime"],
-                       "load": {"rate": 50, "duration": 1.0, "warmup": 0.2}})
+    spec = parse_spec(
+        {"name": "cpu", "model": "wide:1", "backends": ["onnxruntime"], "load": {"rate": 50, "duration": 1.0, "warmup": 0.2}}
+    )
 
     async def collect() -> list:
-        return [r async for r in run_backend("onnxruntime", expand(spec), model=model, model_path=path, workdir=tmp_path,
-                                             env_base={}, slo=None, sampling=SamplerConfig(grid_g_co2_per_kwh=400.0))]
+        return [
+            r
+            async for r in run_backend(
+                "onnxruntime",
+                expand(spec),
+                ServerRun(
+                    model=model,
+                    model_path=path,
+                    workdir=tmp_path,
+                    env_base={},
+                    slo=None,
+                    sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
+                ),
+            )
+        ]
 
     (result,) = asyncio.run(collect())
     res = result.resources

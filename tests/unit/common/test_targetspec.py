@@ -1,5 +1,5 @@
-"""A job's target: URLs that fit the protocol and hold no credentials, the URLs the load goes to, what a target job
-may not ask for, and secrets that cannot inject a header."""
+"""A job's target: URLs that fit the protocol and hold no credentials, what a target job may not ask for, and secrets
+that cannot inject a header (the URLs the load goes to: tests/unit/follower/test_protocols.py)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,10 @@ from pydantic import ValidationError
 from common.needs import offered_backends
 from common.spec import JobSpec
 from common.targetsecret import SecretCreate
-from common.targetspec import TargetSpec
 
 
 def _job(**extra: Any) -> JobSpec:
     return JobSpec.model_validate({"name": "t", "model": "m", "load": {"rate": 10}, **extra})
-
-
-def test_urls_the_load_goes_to() -> None:
-    assert TargetSpec(url="http://h:8000/", protocol="kserve-http").infer_url("m") == "http://h:8000/v2/models/m/infer"
-    assert TargetSpec(url="https://h", protocol="tfserving-rest", model_version="3").infer_url("m") == \
-        "https://h/v1/models/m/versions/3:predict"
-    assert TargetSpec(url="grpc://h:8001", protocol="kserve-grpc", model_name="other").infer_url("m") == "grpc://h:8001/other"
-    assert TargetSpec(url="grpc://h:8001", protocol="kserve-grpc", model_version="2").infer_url("m") == \
-        "grpc://h:8001/m/versions/2"
-    assert TargetSpec(url="grpcs://h:8500", protocol="tfserving-grpc").infer_url("m") == "grpcs://h:8500/m?api=tfserving"
-    assert TargetSpec(url="http://h:8000", protocol="openai").infer_url("m") == "http://h:8000/v1/completions"
-    assert TargetSpec(url="http://h/v1/chat/completions", protocol="openai").infer_url("m") == "http://h/v1/chat/completions"
-    assert TargetSpec(url="http://h:1", protocol="kserve-http").metadata_url("a b") == "http://h:1/v2/models/a%20b"
 
 
 @pytest.mark.parametrize(("target", "says"), [
@@ -48,8 +34,12 @@ def test_bad_targets_are_refused_naming_what_is_wrong(target: dict[str, Any], sa
 def test_a_target_job_runs_the_endpoint_backend_and_starts_nothing() -> None:
     target = {"url": "http://h:1", "protocol": "kserve-http"}
     assert _job(target=target).backends == ["endpoint"]
-    refused = (({"backends": ["onnxruntime"]}, "backends must be"), ({"network": {"profile": "4g"}}, "network"),
-               ({"split": {"max_parts": 2}}, "split"), ({"repeats": {"count": 2, "fresh_server": True}}, "fresh_server"))
+    refused = (
+        ({"backends": ["onnxruntime"]}, "backends must be"),
+        ({"network": {"profile": "4g"}}, "network"),
+        ({"split": {"max_parts": 2}}, "split"),
+        ({"repeats": {"count": 2, "fresh_server": True}}, "fresh_server"),
+    )
     for extra, says in refused:
         with pytest.raises(ValidationError, match=says):
             _job(target=target, **extra)

@@ -70,7 +70,9 @@ def test_bodies_from_request_data_use_its_rows_for_every_wire() -> None:
     data = body["inputs"][0]["data"]
     assert body["inputs"][0]["shape"] == [2, 4] and {data[0], data[4]} <= {0.0, 1.0, 2.0}
     assert data[:4] == [data[0]] * 4  # one whole sample per row
-    raw = pb.ModelInferRequest.FromString(build_bodies(spec, 2, seed=1, variants=1, wire="grpc", samples={"input": rows})[0])
+    raw = pb.ModelInferRequest.FromString(
+        build_bodies(spec, 2, seed=1, variants=1, protocol="kserve-grpc", samples={"input": rows})[0]
+    )
     assert np.array_equal(np.frombuffer(raw.raw_input_contents[0], "<f4"), np.asarray(data, dtype=np.float32))
 
 

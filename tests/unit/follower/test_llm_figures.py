@@ -18,7 +18,7 @@ from follower.loadgen.llmprompts import PromptMaker, llm_bodies
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.llmstats import llm_figures
 from follower.loadgen.records import LoadRecords, encode_records
-from follower.loadgen.transports.base import Stream
+from follower.protocols.transports.base import Stream
 
 MS = 1_000_000
 

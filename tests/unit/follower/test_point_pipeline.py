@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +15,12 @@ from common.results import PointResult, Reason
 from common.specparse import parse_spec
 from follower.backends import get_backend
 from follower.loadgen.records import LoadRecords
-from follower.point.context import PointContext
+from follower.point.context import PointContext, ServerRun
 from follower.point.drive import Driven
 from follower.point.judge import judge
 from follower.point.plan import plan_point
 from follower.point.result import point_result
+from follower.protocols import Endpoint
 
 MS = 1_000_000
 MODEL = ModelMeta(name="m", version="1", format="onnx", inputs=[TensorSpec(name="x", datatype="FP32", shape=[-1, 4])],
@@ -28,8 +30,10 @@ MODEL = ModelMeta(name="m", version="1", format="onnx", inputs=[TensorSpec(name=
 
 def _context(point_server: object = None) -> PointContext:
     # A backend object that is never started: plan and judge only read what it speaks.
-    return PointContext(backend=get_backend("onnxruntime", server=point_server), url="http://127.0.0.1:1/v2/models/m/infer",
-                        model=MODEL, env_base={"follower_id": "f"}, slo=None, backend_version="test")  # fmt: skip
+    run = ServerRun(model=MODEL, model_path=Path("m.onnx"), workdir=Path("unused"), env_base={"follower_id": "f"})
+    backend = get_backend("onnxruntime", server=point_server)
+    endpoint = Endpoint("kserve-http", "http://127.0.0.1:1", "m")
+    return PointContext(run=run, backend=backend, endpoint=endpoint, backend_version="test")
 
 
 def _point(**load: object):  # type: ignore[no-untyped-def]
@@ -143,7 +147,8 @@ def test_the_cap_follows_the_load_unless_the_spec_sets_one() -> None:
     from follower.loadgen.cap import MIN_CAP, little_cap
 
     auto = _point(pattern="constant")
-    plan = plan_point(auto, dataclasses.replace(_context(auto.server), max_in_flight=1000))
+    ctx = _context(auto.server)
+    plan = plan_point(auto, dataclasses.replace(ctx, run=dataclasses.replace(ctx.run, max_in_flight=1000)))
     assert (plan.cap, plan.follow_load) == (1000, True)
     fixed = _point(pattern="constant", max_concurrency=64)
     assert (plan_point(fixed, _context(fixed.server)).cap, plan_point(fixed, _context(fixed.server)).follow_load) == (64, False)

@@ -21,9 +21,9 @@ from follower.loadgen.llmstats import llm_figures
 from follower.loadgen.records import LoadRecords, decode_records, encode_records, shifted
 from follower.loadgen.scaleout import merge
 from follower.loadgen.schedule import point_offsets_ns
-from follower.loadgen.transports.base import Stream
 from follower.point.plan import PointPlan
 from follower.point.shard import assignment, share, start_lag_ns
+from follower.protocols.transports.base import Stream
 
 
 def _plan(rate: float = 2000.0, seconds: float = 20.0) -> PointPlan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from follower.loadgen.sse import DONE, Dechunker, SseParser, StreamError
+from follower.protocols.transports.sse import DONE, Dechunker, SseParser, StreamError
 
 EVENTS = [
     b'{"id":"c1","choices":[{"index":0,"text":" kalo","finish_reason":null}]}',

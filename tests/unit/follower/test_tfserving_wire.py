@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import struct
 
-import pytest
-
-from follower.loadgen.bodies import encode_body
-from follower.loadgen.transports.grpc_client import GrpcTarget, model_prefix, parse_grpc_url
+from follower.protocols import PROTOCOLS, Endpoint
 from protos import tfserving_pb2 as pb
 
 
@@ -27,30 +24,43 @@ def varint(number: int, value: int) -> bytes:
     return bytes([number << 3, value])
 
 
+TFSERVING = PROTOCOLS["tfserving-grpc"]
+KSERVE = PROTOCOLS["kserve-grpc"]
+
+
+def prefix(protocol: object, version: str | None) -> bytes:
+    return protocol.prefix(Endpoint(protocol.name, "grpc://h:1", "mlp", version))  # type: ignore[attr-defined]
+
+
 def test_the_model_spec_prefix_is_tf_servings_model_spec() -> None:
     spec = field(1, b"mlp") + field(2, varint(1, 3)) + field(3, b"serving_default")
-    assert model_prefix(GrpcTarget("h:1", "mlp", "3", "tfserving")) == field(1, spec)
+    assert prefix(TFSERVING, "3") == field(1, spec)
     labelled = field(1, b"mlp") + field(3, b"serving_default") + field(4, b"canary")
-    assert model_prefix(GrpcTarget("h:1", "mlp", "canary", "tfserving")) == field(1, labelled)
+    assert prefix(TFSERVING, "canary") == field(1, labelled)
     # KServe's ModelInferRequest: model_name 1, model_version 2.
-    assert model_prefix(GrpcTarget("h:1", "mlp", "2")) == field(1, b"mlp") + field(2, b"2")
+    assert prefix(KSERVE, "2") == field(1, b"mlp") + field(2, b"2")
 
 
 def test_a_body_is_a_predict_request_with_tensor_content_and_string_val() -> None:
-    body = encode_body([
-        {"name": "input", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]},
-        {"name": "ids", "shape": [1], "datatype": "INT64", "data": [7]},
-        {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hi"]},
-    ], "tfserving-grpc")  # fmt: skip
+    body = TFSERVING.encode(
+        [
+            {"name": "input", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]},
+            {"name": "ids", "shape": [1], "datatype": "INT64", "data": [7]},
+            {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hi"]},
+        ]
+    )
     shape = field(2, varint(1, 1)) + field(2, varint(1, 2))
     fp32 = varint(1, 1) + field(2, shape) + field(4, struct.pack("<2f", 1.0, 2.0))
     int64 = varint(1, 9) + field(2, field(2, varint(1, 1))) + field(4, struct.pack("<q", 7))
     text = varint(1, 7) + field(2, field(2, varint(1, 1))) + field(8, b"hi")
-    entries = {field(2, field(1, b"input") + field(2, fp32)), field(2, field(1, b"ids") + field(2, int64)),
-               field(2, field(1, b"text") + field(2, text))}  # fmt: skip
+    entries = {
+        field(2, field(1, b"input") + field(2, fp32)),
+        field(2, field(1, b"ids") + field(2, int64)),
+        field(2, field(1, b"text") + field(2, text)),
+    }
     assert len(body) == sum(map(len, entries)) and all(entry in body for entry in entries)  # map order is not fixed
     # With the prefix, one PredictRequest: the concatenation is the merge.
-    request = pb.PredictRequest.FromString(model_prefix(GrpcTarget("h:1", "mlp", None, "tfserving")) + body)
+    request = pb.PredictRequest.FromString(prefix(TFSERVING, None) + body)
     assert request.model_spec.name == "mlp" and not request.model_spec.HasField("version")
     assert request.model_spec.signature_name == "serving_default" and sorted(request.inputs) == ["ids", "input", "text"]
 
@@ -61,11 +71,3 @@ def test_a_signature_reads_tf_servings_tensor_info() -> None:
     tensor = signature.inputs["x"]
     assert tensor.name == "x:0" and pb.DataType.Name(tensor.dtype) == "DT_FLOAT"
     assert [d.size for d in tensor.tensor_shape.dim] == [127, 16]
-
-
-def test_grpc_targets_parse_with_their_service_and_version() -> None:
-    assert parse_grpc_url("grpc://h:8500/m?api=tfserving") == GrpcTarget("h:8500", "m", None, "tfserving")
-    assert parse_grpc_url("grpcs://h:8001/m/versions/4") == GrpcTarget("h:8001", "m", "4", "kserve")
-    for bad in ("grpc://h:1", "grpc://h:1/m/v/2", "grpc://h:1/m?api=soap", "http://h:1/m"):
-        with pytest.raises(ValueError, match="not a gRPC model target"):
-            parse_grpc_url(bad)

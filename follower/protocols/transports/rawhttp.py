@@ -15,7 +15,7 @@ import time
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Reply, Transport, http_answer
+from follower.protocols.transports.base import NO_CREDENTIALS, Answer, Credentials, Reply, Transport, http_answer
 
 _monotonic_ns = time.monotonic_ns
 

@@ -16,9 +16,9 @@ from typing import Any, cast
 
 import orjson
 
-from follower.loadgen.sse import DONE, Dechunker, SseParser, StreamError
-from follower.loadgen.transports.base import Answer, Stream
-from follower.loadgen.transports.rawhttp import ConnBase, HttpError, RawHttpSession, RawHttpTransport, parse_head
+from follower.protocols.transports.base import Answer, Stream
+from follower.protocols.transports.rawhttp import ConnBase, HttpError, RawHttpSession, RawHttpTransport, parse_head
+from follower.protocols.transports.sse import DONE, Dechunker, SseParser, StreamError
 
 _monotonic_ns = time.monotonic_ns
 TEXT_KEYS = (b'"text":', b'"content":')  # completions, chat completions (delta)

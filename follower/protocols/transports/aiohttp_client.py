@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from follower.loadgen.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport, http_answer
+from follower.protocols.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport, http_answer
 
 _HEADERS = {"Content-Type": "application/json"}
 

@@ -1,0 +1,57 @@
+"""The serving protocols, one module each (URL, readiness, metadata, bodies, transport), in one registry: a new
+protocol is one new module and one line here (and its name in common/targetspec.py's ProtocolName)."""
+
+from __future__ import annotations
+
+from common.targetspec import ProtocolName
+from follower.protocols.base import Endpoint, ServingProtocol
+from follower.protocols.calls import EndpointError, EndpointRefused
+from follower.protocols.kserve_grpc import KserveGrpc
+from follower.protocols.kserve_http import KserveHttp
+from follower.protocols.openai import OpenAi
+from follower.protocols.tfserving_grpc import TfservingGrpc
+from follower.protocols.tfserving_rest import TfservingRest
+from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
+
+PROTOCOLS: dict[ProtocolName, ServingProtocol] = {
+    p.name: p for p in (KserveHttp(), KserveGrpc(), TfservingRest(), TfservingGrpc(), OpenAi())
+}
+
+
+def protocol_of(endpoint: Endpoint) -> ServingProtocol:
+    """The protocol module that speaks to `endpoint`."""
+    return PROTOCOLS[endpoint.protocol]
+
+
+def infer_url(endpoint: Endpoint) -> str:
+    """Where the endpoint's requests go, as its protocol writes it."""
+    return protocol_of(endpoint).infer_url(endpoint)
+
+
+def open_transport(
+    endpoint: Endpoint,
+    *,
+    max_concurrency: int,
+    timeout_s: float,
+    credentials: Credentials = NO_CREDENTIALS,
+    raw_http: bool = True,
+) -> Transport:
+    """The transport of the endpoint's protocol (see ServingProtocol.open_transport)."""
+    return protocol_of(endpoint).open_transport(
+        endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials, raw_http=raw_http
+    )
+
+
+__all__ = [
+    "NO_CREDENTIALS",
+    "PROTOCOLS",
+    "Credentials",
+    "Endpoint",
+    "EndpointError",
+    "EndpointRefused",
+    "ServingProtocol",
+    "Transport",
+    "infer_url",
+    "open_transport",
+    "protocol_of",
+]

@@ -1,0 +1,106 @@
+"""What every serving protocol answers for the follower, and the endpoint it answers about.
+
+A protocol (KServe v2 over HTTP or gRPC, TF Serving's REST or gRPC API, an OpenAI-compatible completions API) is one
+module of this folder: where its requests go, how readiness and the model's signature are asked, how a request body
+is encoded, and which transport carries it. An `Endpoint` names its protocol explicitly, as httpx passes a transport
+in: nothing is encoded into a URL or sniffed back out of one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import quote, urlsplit
+
+from common.llmspec import LlmWorkload
+from common.models import TensorSpec
+from common.targetspec import ProtocolName
+from follower.protocols.transports import NO_CREDENTIALS, AiohttpTransport, Credentials, RawHttpTransport, Transport
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A model served somewhere: the protocol that speaks to it, the server's base URL (scheme://host:port, or for an
+    OpenAI-compatible server the completions URL itself), the model's name there and the version asked for (None:
+    the server's default)."""
+
+    protocol: ProtocolName
+    base: str
+    model: str = ""
+    version: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.base).scheme in ("https", "grpcs")
+
+    @property
+    def address(self) -> str:
+        """host:port, as a gRPC channel takes it."""
+        return urlsplit(self.base).netloc
+
+    def model_path(self) -> str:
+        """`NAME[/versions/V]`, URL-quoted: how the HTTP protocols name the model in their paths."""
+        version = f"/versions/{quote(self.version, safe='')}" if self.version else ""
+        return quote(self.model, safe="") + version
+
+
+# One tensor of a request before encoding: name, datatype (KServe v2), shape, data (flat values).
+Entry = dict[str, object]
+
+
+class ServingProtocol(ABC):
+    """One protocol's answers; the registry (follower/protocols/__init__.py) holds one instance of each."""
+
+    name: ClassVar[ProtocolName]
+    #: Whether its requests are a language model's (prompts and token streams) rather than tensors.
+    llm: ClassVar[bool] = False
+
+    @abstractmethod
+    def infer_url(self, endpoint: Endpoint) -> str:
+        """Where the requests go, as logs and results name it."""
+
+    @abstractmethod
+    def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
+        """Whether the server says the model is ready; EndpointError when the question goes unanswered."""
+
+    def signature(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec] | None:
+        """The model's inputs as the server describes them; None for a protocol without metadata."""
+        return None
+
+    def describe(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> str | None:
+        """The server's own name and version, where the protocol has a way to ask (None otherwise)."""
+        return None
+
+    def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
+        """Where a point with this LLM workload sends its requests (the same endpoint, unless the protocol routes by
+        the workload's API)."""
+        return endpoint
+
+    def encode(self, entries: Sequence[Entry]) -> bytes:
+        """One request's tensors in this protocol's body format."""
+        raise ValueError(f"protocol {self.name} takes no tensor requests")
+
+    def open_transport(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_concurrency: int,
+        timeout_s: float,
+        credentials: Credentials = NO_CREDENTIALS,
+        raw_http: bool = True,
+    ) -> Transport:
+        """The transport that carries this protocol's requests to `endpoint` (by default: HTTP to its infer URL).
+        `raw_http`: our own HTTP/1.1 client for plain http:// (a fraction of aiohttp's CPU per request)."""
+        return open_http(
+            self.infer_url(endpoint), max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials,
+            raw_http=raw_http,
+        )
+
+
+def open_http(url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials, raw_http: bool) -> Transport:
+    """The transport for a request/answer HTTP protocol: our raw HTTP/1.1 client for plain http:// unless `raw_http`
+    is False, aiohttp otherwise (https://, and where per-request CPU does not matter)."""
+    kind = RawHttpTransport if raw_http and urlsplit(url).scheme == "http" else AiohttpTransport
+    return kind(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)

@@ -1,0 +1,71 @@
+"""The one-off calls protocols make besides the load (readiness, metadata, a server's self-description): an HTTP GET
+or a unary gRPC call with a target's credentials, and the errors they end in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import httpx
+
+from follower.protocols.base import Endpoint
+from follower.protocols.transports import Credentials
+
+METADATA_TIMEOUT_S = 10.0
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+class EndpointError(RuntimeError):
+    """The endpoint did not answer as its protocol says it should (the reason names the URL and what came back)."""
+
+
+class EndpointRefused(EndpointError):
+    """The endpoint refused our credentials (401, 403): asking again will not help."""
+
+
+def get(url: str, credentials: Credentials) -> httpx.Response:
+    """A 200 answer to GET `url`; EndpointRefused for 401/403, EndpointError for anything else."""
+    verify: Any = credentials.ssl_context()
+    try:
+        with httpx.Client(
+            timeout=METADATA_TIMEOUT_S, verify=verify, headers=dict(credentials.headers), follow_redirects=False
+        ) as client:
+            response = client.get(url)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise EndpointRefused(f"{url}: HTTP {response.status_code} (check target.secret): {response.text[:200]}")
+    if response.status_code != 200:
+        raise EndpointError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+    return response
+
+
+def get_json(url: str, credentials: Credentials) -> Any:
+    """The JSON of a 200 answer to GET `url` (EndpointError when it is not JSON)."""
+    try:
+        return get(url, credentials).json()
+    except ValueError:
+        raise EndpointError(f"{url}: the answer is not JSON") from None
+
+
+def unary(endpoint: Endpoint, method: str, request: Any, answer_type: Any, credentials: Credentials) -> Any:
+    """One unary gRPC call to the endpoint with its credentials; EndpointRefused for UNAUTHENTICATED or
+    PERMISSION_DENIED, EndpointError for any other failure, naming the RPC."""
+    metadata = tuple((k.lower(), v) for k, v in credentials.headers) or None
+    if endpoint.tls:
+        roots = credentials.ca_pem.encode() if credentials.ca_pem else None
+        channel = grpc.secure_channel(endpoint.address, grpc.ssl_channel_credentials(roots))
+    else:
+        channel = grpc.insecure_channel(endpoint.address)
+    name = method.rsplit("/", 1)[-1]
+    try:
+        call = channel.unary_unary(
+            method, request_serializer=type(request).SerializeToString, response_deserializer=answer_type.FromString
+        )
+        return call(request, timeout=METADATA_TIMEOUT_S, metadata=metadata)
+    except grpc.RpcError as exc:
+        error = EndpointRefused if exc.code() in REFUSED else EndpointError
+        hint = " (check target.secret)" if exc.code() in REFUSED else ""
+        raise error(f"{endpoint.base}: {name}: {exc.code().name}{hint}: {exc.details()}") from None
+    finally:
+        channel.close()

@@ -1,0 +1,67 @@
+"""KServe v2 over gRPC (`inference.GRPCInferenceService`): ModelInfer with raw tensor contents, readiness from
+ModelReady, the signature from ModelMetadata; the server's stage timings come back as int64 parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from common.datatypes import raw_contents
+from common.models import TensorSpec
+from follower.protocols.base import Endpoint, Entry, ServingProtocol
+from follower.protocols.calls import unary
+from follower.protocols.transports import NO_CREDENTIALS, Credentials, GrpcTransport, Transport
+from protos import grpc_predict_v2_pb2 as pb
+from protos import kserve_v2
+
+
+def _stages(answer: Any) -> Mapping[str, Any]:
+    """The int64 parameters of a ModelInferResponse: our servers' stage timings in ns."""
+    return {k: v.int64_param for k, v in answer.parameters.items() if v.WhichOneof("parameter_choice") == "int64_param"}
+
+
+class KserveGrpc(ServingProtocol):
+    name = "kserve-grpc"
+
+    def infer_url(self, endpoint: Endpoint) -> str:
+        version = f"/versions/{endpoint.version}" if endpoint.version else ""
+        return f"{endpoint.base}/{endpoint.model}{version}"
+
+    def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
+        request = pb.ModelReadyRequest(name=endpoint.model, version=endpoint.version or "")
+        answer = unary(endpoint, kserve_v2.method_path("ModelReady"), request, pb.ModelReadyResponse, credentials)
+        return bool(answer.ready)
+
+    def signature(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec]:
+        request = pb.ModelMetadataRequest(name=endpoint.model, version=endpoint.version or "")
+        answer = unary(endpoint, kserve_v2.method_path("ModelMetadata"), request, pb.ModelMetadataResponse, credentials)
+        return [TensorSpec(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in answer.inputs]
+
+    def encode(self, entries: Sequence[Entry]) -> bytes:
+        """A serialized ModelInferRequest (raw contents, no model: the transport prefixes it)."""
+        request = pb.ModelInferRequest()
+        for e in entries:
+            tensor = request.inputs.add()
+            tensor.name, tensor.datatype = str(e["name"]), str(e["datatype"])
+            tensor.shape.extend(cast(list[int], e["shape"]))
+            request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
+        return request.SerializeToString()
+
+    def prefix(self, endpoint: Endpoint) -> bytes:
+        """The serialized model fields, prefixed to every body (a concatenation of messages is their merge)."""
+        return pb.ModelInferRequest(model_name=endpoint.model, model_version=endpoint.version or "").SerializeToString()
+
+    def open_transport(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_concurrency: int,
+        timeout_s: float,
+        credentials: Credentials = NO_CREDENTIALS,
+        raw_http: bool = True,
+    ) -> Transport:
+        return GrpcTransport(
+            endpoint.address, tls=endpoint.tls, method=kserve_v2.method_path("ModelInfer"),
+            answer_type=pb.ModelInferResponse, prefix=self.prefix(endpoint), stages=_stages,
+            max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials,
+        )

@@ -1,0 +1,54 @@
+"""An OpenAI-compatible completions API (vLLM, SGLang, Triton's OpenAI frontend, a team's own gateway): prompts to
+/v1/completions or /v1/chat/completions, streamed back as server-sent events; readiness is the model list
+(/v1/models). The endpoint's base is the completions URL itself: a server's, or the one a target names."""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import urlsplit
+
+from common.llmspec import LlmWorkload
+from follower.protocols.base import Endpoint, ServingProtocol, open_http
+from follower.protocols.calls import get
+from follower.protocols.transports import NO_CREDENTIALS, Credentials, OpenAiStreamTransport, Transport
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+
+def completions_url(base: str) -> str:
+    """A server's (or a target's) completions URL: as given when it names one, else the server's /v1/completions."""
+    return base if base.endswith((COMPLETIONS, CHAT)) else f"{base}{COMPLETIONS}"
+
+
+class OpenAi(ServingProtocol):
+    name = "openai"
+    llm = True
+
+    def infer_url(self, endpoint: Endpoint) -> str:
+        return completions_url(endpoint.base)
+
+    def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
+        get(urlsplit(self.infer_url(endpoint))._replace(path="/v1/models").geturl(), credentials)
+        return True
+
+    def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
+        """The completions URL, or its chat sibling for `api: chat`."""
+        if workload is None or workload.api != "chat":
+            return endpoint
+        return dataclasses.replace(endpoint, base=self.infer_url(endpoint).replace(COMPLETIONS, CHAT))
+
+    def open_transport(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_concurrency: int,
+        timeout_s: float,
+        credentials: Credentials = NO_CREDENTIALS,
+        raw_http: bool = True,
+    ) -> Transport:
+        """Our streaming client over plain http:// (every event timed); aiohttp, which reads answers whole, over TLS."""
+        url = self.infer_url(endpoint)
+        if urlsplit(url).scheme == "http":
+            return OpenAiStreamTransport(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+        return open_http(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials, raw_http=False)
