@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.grid import expand  # noqa: E402
-from common.models import ModelMeta  # noqa: E402
-from common.specparse import parse_spec  # noqa: E402
+from common.spec.grid import expand  # noqa: E402
+from common.spec.parse import parse_spec  # noqa: E402
+from common.wire.models import ModelMeta  # noqa: E402
 from follower.backends import get_backend  # noqa: E402
 from follower.backends.triton import find_triton  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402

@@ -12,7 +12,7 @@ follower's own verdict (follower.loadgen.verdict):
     (Pollaczek-Khinchine: the round trip plus λE[S²] / 2(1-ρ) of queueing); past it, a queue growing at λ-μ from
     empty over the run (the mean wait of arrivals spread over [0, T] is (λ-μ)T / 2μ, plus the round trip).
 
-Then 300%, whose backlog (twice the run's length of work) outlasts the point's drain bound (common.grid: its
+Then 300%, whose backlog (twice the run's length of work) outlasts the point's drain bound (common.spec.grid: its
 duration): the run must end at the bound, the cut requests named (unanswered). The four runs are an overloaded sweep:
 its wall time is printed against the job estimate (the runs' seconds) and estimate_max (plus each drain bound).
 
@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.grid import drain_bound_s  # noqa: E402
 from common.procs import SupervisedProcess, free_port, http_ready  # noqa: E402
+from common.spec.grid import drain_bound_s  # noqa: E402
 from follower.loadgen.closedloop import drive_closed  # noqa: E402
 from follower.loadgen.openloop import drive  # noqa: E402
 from follower.loadgen.schedule import arrival_offsets_ns  # noqa: E402

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common.grid import expand  # noqa: E402
-from common.specparse import parse_spec  # noqa: E402
+from common.spec.grid import expand  # noqa: E402
+from common.spec.parse import parse_spec  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.host import hostinfo  # noqa: E402
 from follower.host.sampler import SamplerConfig  # noqa: E402

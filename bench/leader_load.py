@@ -21,10 +21,10 @@ import httpx
 import numpy as np
 import pymongo
 
+from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
 from common import __version__
-from common.followers import FollowerInfo, Heartbeat
-from common.modelgen import mlp_onnx
+from common.wire.followers import FollowerInfo, Heartbeat
 
 HEARTBEAT_EVERY_S = 0.5  # the tests' interval: 4x the production default rate per follower
 

@@ -45,11 +45,11 @@ sys.path.insert(0, str(ROOT))
 
 import llm_peers  # noqa: E402
 
-from common import hfbundle  # noqa: E402
-from common.llmgen import LlamaSpec, generate  # noqa: E402
-from common.llmspec import LlmWorkload, TokenLengths  # noqa: E402
-from common.models import ModelMeta  # noqa: E402
+from benchfleet.generate.llmgen import LlamaSpec, generate  # noqa: E402
+from common.formats import hfbundle  # noqa: E402
 from common.procs import SupervisedProcess, free_port, http_ready  # noqa: E402
+from common.spec.llm import LlmWorkload, TokenLengths  # noqa: E402
+from common.wire.models import ModelMeta  # noqa: E402
 from follower.backends.stats import llm_server_delta  # noqa: E402
 from follower.backends.vllm import VllmBackend  # noqa: E402
 from follower.host.wakeup import hold_wakeup_latency  # noqa: E402

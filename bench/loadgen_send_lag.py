@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
 from common.procs import SupervisedProcess, free_port, http_ready
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns

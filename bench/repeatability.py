@@ -18,7 +18,7 @@ p50), the send-lag p99, the share of the run the generator waited for its core, 
 run (the runner's figure, PointResult.host_steal_share), the share of the host's CPUs other processes used meanwhile
 (busy time in /proc/stat less this process tree's) and the runner's validity verdict with its reasons. Then, per mode, the largest
 deviation of p50 and p99 from their median beside one run's CI, and the verdict a spec's `repeats` gives the same runs
-(common/repeats.py: the CV of p50/p99, and whether the runs' CIs explain their spread or the machine changed between
+(common/wire/repeats.py: the CV of p50/p99, and whether the runs' CIs explain their spread or the machine changed between
 runs). Nothing is asserted and nothing is tuned to pass.
 
 Usage: .venv/bin/python bench/repeatability.py [--runs 5] [--rate 250] [--duration 20] [--warmup 3]
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from common.grid import expand
-from common.repeats import RepeatSummary, summarize_repeats
-from common.results import PointResult
-from common.spec import PointSpec
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.job import PointSpec
+from common.spec.parse import parse_spec
+from common.wire.repeats import RepeatSummary, summarize_repeats
+from common.wire.results import PointResult
 from follower.convert.canonical import CanonicalSpec, generate, local_model
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary
@@ -145,7 +145,7 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
         f"p50 {100 * d50:.1f}%, p99 {100 * d99:.1f}%; p99 drift {100 * slope(p99s):+.1f}%/run; one run's p99 CI "
         f"(block bootstrap, median half-width) ±{100 * ci_rel:.1f}%"
     )
-    # The product's own verdict on these runs (a spec's `repeats` gives the same): common/repeats.py.
+    # The product's own verdict on these runs (a spec's `repeats` gives the same): common/wire/repeats.py.
     (judged,) = summarize_repeats([r for r, _ in rows]) or [None]
     if judged is not None:
         print(f"  repeats verdict: {judged.verdict}: {judged.text}")

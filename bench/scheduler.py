@@ -289,9 +289,9 @@ def _services(workdir: Path) -> LocalStack:
 
 def _template_job() -> dict:  # type: ignore[type-arg]
     """One realistic job document (spec, points, model snapshot) as insert_job stores it, to clone."""
-    from common.grid import estimate_seconds, expand
-    from common.models import ModelMeta
-    from common.specparse import parse_spec_yaml
+    from common.spec.grid import estimate_seconds, expand
+    from common.spec.parse import parse_spec_yaml
+    from common.wire.models import ModelMeta
     from leader.clock import utcnow
 
     spec = parse_spec_yaml(
@@ -441,7 +441,7 @@ async def claim_cost(db, claimable: list[str]) -> dict[str, float]:  # type: ign
     """
     from pymongo import ReturnDocument
 
-    from common.jobs import Claim, JobState
+    from common.wire.jobs import Claim, JobState
     from leader.store import jobs as jobs_store
 
     now_ms, old_ms = [], []
@@ -567,7 +567,7 @@ def live_run(
     """Per configuration: a fresh leader (placement policy) and followers (order), the same arrivals of real jobs."""
     import uuid
 
-    from common.modelgen import mlp_onnx
+    from benchfleet.generate.modelgen import mlp_onnx
 
     out: dict[str, dict[str, float]] = {}
     every: list[LiveJob] = []

@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchfleet.client import BenchfleetClient  # noqa: E402
 from benchfleet.stack import LocalStack  # noqa: E402
-from common import records as fmt  # noqa: E402
-from common.jobs import TERMINAL_STATES, JobResults  # noqa: E402
 from common.procs import SupervisedProcess, free_port, http_ready  # noqa: E402
-from common.results import PointResult  # noqa: E402
 from common.stats import summarize_ns  # noqa: E402
+from common.wire import records as fmt  # noqa: E402
+from common.wire.jobs import TERMINAL_STATES, JobResults  # noqa: E402
+from common.wire.results import PointResult  # noqa: E402
 
 SHARD_COUNTS = (1, 2, 4)
 FOLLOWERS = [f"gen-{k}" for k in range(max(SHARD_COUNTS))]

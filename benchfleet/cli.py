@@ -35,8 +35,8 @@ from benchfleet.cli_common import (
 from benchfleet.cli_repo import data_app, models_app
 from benchfleet.client import ApiError, BenchfleetClient
 from benchfleet.render import jobs_sheet, point_label, print_results
-from common.jobs import TERMINAL_STATES, JobState, JobView
-from common.results import PointResult
+from common.wire.jobs import TERMINAL_STATES, JobState, JobView
+from common.wire.results import PointResult
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.", epilog=EXIT_CODES_HELP)
 
@@ -112,7 +112,7 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
     """Show one progress bar per point until the job ends (a split job's parts side by side); returns the final job."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    from common.grid import expand
+    from common.spec.grid import expand
 
     points = expand(job.spec)
     per_point_s = job.spec.load.warmup + job.spec.load.max_run_s

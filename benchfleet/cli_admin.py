@@ -25,9 +25,9 @@ from benchfleet.cli_common import (
 )
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
-from common.analysis import FleetCheckView
-from common.auth import TokenView
-from common.followers import FollowerView
+from common.wire.analysis import FleetCheckView
+from common.wire.auth import TokenView
+from common.wire.followers import FollowerView
 
 tokens_app = typer.Typer(no_args_is_help=True, help="User tokens (admins): create, list, revoke.")
 secrets_app = typer.Typer(no_args_is_help=True, help="Target secrets of your team: set (value read from stdin), ls, rm.")

@@ -25,7 +25,7 @@ from benchfleet.cli_common import (
     show,
 )
 from benchfleet.tables import Col, Sheet
-from common.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+from common.wire.analysis import CompareResponse, LeaderboardPage, RecommendResponse
 
 FilterOpt = Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")]
 

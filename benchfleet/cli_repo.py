@@ -11,8 +11,8 @@ import typer
 from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, WideOpt, call, client_for, console, show
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
-from common.datasets import DataSetMeta
-from common.models import ModelMeta, TensorSpec
+from common.formats.datasets import DataSetMeta
+from common.wire.models import ModelMeta, TensorSpec
 
 models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")

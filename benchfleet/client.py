@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 
 from benchfleet.calls import Call, Calls, T
-from common.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
-from common.auth import TokenIssued, TokenView
-from common.datasets import DataSetMeta
-from common.followers import FollowerView
-from common.jobs import JobResults, JobView
-from common.models import ModelMeta
-from common.spec import JobSpec
-from common.targetsecret import SecretView
+from common.formats.datasets import DataSetMeta
+from common.spec.job import JobSpec
+from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
+from common.wire.auth import TokenIssued, TokenView
+from common.wire.followers import FollowerView
+from common.wire.jobs import JobResults, JobView
+from common.wire.models import ModelMeta
+from common.wire.secrets import SecretView
 
 
 class ApiError(Exception):

@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchfleet.client import ApiError, BenchfleetClient
+from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.render import print_results
 from benchfleet.stack import LocalStack
-from common.jobs import TERMINAL_STATES, JobResults, JobState
-from common.modelgen import mlp_onnx
 from common.procs import free_port
+from common.wire.jobs import TERMINAL_STATES, JobResults, JobState
 
 DEMO_JOB = """\
 name: mlp-onnx-smoke

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from rich.console import Console
 
 from benchfleet.tables import Col, Sheet, print_sheet
-from common.jobs import JobResults, JobView
-from common.results import Percentiles
-from common.spec import PointSpec
+from common.spec.job import PointSpec
+from common.wire.jobs import JobResults, JobView
+from common.wire.results import Percentiles
 
 
 def _ms(p: Percentiles | None, attr: str) -> str:

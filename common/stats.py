@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from common.results import Percentiles
+from common.wire.results import Percentiles
 
 # 1 ns to 10 minutes at 3 significant digits: the resolution MEASUREMENT.md asks for.
 HIST_LOWEST_NS = 1

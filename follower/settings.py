@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.messaging import HEARTBEAT_INTERVAL_S
-from common.spec import Labels
+from common.spec.job import Labels
+from common.wire.messaging import HEARTBEAT_INTERVAL_S
 
 # The bound of an in-flight cap that follows the load, unless the follower's settings say otherwise.
 MAX_IN_FLIGHT = 4096

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from common.bundle import META_MEMBER, BundleError, read_member
 from common.errors import InvalidSpec
-from common.models import CanonicalParams
+from common.formats.bundle import META_MEMBER, BundleError, read_member
+from common.wire.models import CanonicalParams
 
 # meta.json is a few KiB; anything near this is not a generator's output and is refused rather than parsed.
 MAX_META_BYTES = 1024 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from common.grid import START_COST_S
+from common.spec.grid import START_COST_S
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.grid import START_COST_S, estimate_seconds, expand, server_runs, server_starts
-from common.spec import JobSpec, PointSpec, SplitSpec
+from common.spec.grid import START_COST_S, estimate_seconds, expand, server_runs, server_starts
+from common.spec.job import JobSpec, PointSpec, SplitSpec
 
 
 @dataclass(frozen=True)

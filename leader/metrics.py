@@ -13,8 +13,8 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobState
 from common.logs import FOLLOWER_ID, JOB_ID
+from common.wire.jobs import JobState
 from leader.scheduler.book import JobBook
 from leader.store import metrics as metrics_store
 

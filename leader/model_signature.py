@@ -6,10 +6,10 @@ import json
 
 from pydantic import ValidationError
 
-from common.bundle import ONNX_MEMBER, BundleError, read_member
 from common.errors import InvalidSpec
-from common.models import TensorSpec
-from common.onnx_signature import read_signature
+from common.formats.bundle import ONNX_MEMBER, BundleError, read_member
+from common.formats.onnx_signature import read_signature
+from common.wire.models import TensorSpec
 
 
 def model_signature(model_format: str, data: bytes, declared: str | None) -> tuple[list[TensorSpec], list[TensorSpec]]:

@@ -7,8 +7,8 @@ import functools
 import anyio.to_thread
 from celery import Celery
 
-from common.jobs import JobTask
-from common.messaging import RUN_JOB_TASK, make_celery, queue_for
+from common.wire.jobs import JobTask
+from common.wire.messaging import RUN_JOB_TASK, make_celery, queue_for
 
 # Give up on a publish quickly when Redis is down: the placement loop requeues the job and retries next tick.
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.0, "interval_step": 0.2, "interval_max": 0.5}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from common.errors import InvalidSpec
-from common.followers import FollowerView
-from common.spec import JobSpec, PointSpec
+from common.spec.job import JobSpec, PointSpec
+from common.wire.followers import FollowerView
 
 # A follower that has measured nothing yet costs this much generator CPU per request (its agent's prior).
 DEFAULT_CPU_PER_REQUEST_US = 140.0

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidSpec, NotFound
-from common.models import ModelMeta, TensorSpec
-from common.spec import JobSpec
+from common.spec.job import JobSpec
+from common.wire.models import ModelMeta, TensorSpec
 from leader.store import models as models_store
 from leader.store import secrets as secrets_store
 

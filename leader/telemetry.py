@@ -14,7 +14,7 @@ import grpc
 from pydantic import ValidationError
 
 from common.errors import Conflict, NotFound
-from common.results import WindowStat
+from common.wire.results import WindowStat
 from leader.api.deps import Resources, authenticate
 from leader.store import jobs as jobs_store
 from leader.store import progress as progress_store

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "job-yaml.md"
 sys.path.insert(0, str(ROOT))
 
-from common.spec import JobSpec  # noqa: E402
+from common.spec.job import JobSpec  # noqa: E402
 
 
 def _type(prop: dict[str, Any]) -> str:
@@ -76,7 +76,7 @@ def render() -> str:
     lines = [
         "# Job YAML reference",
         "",
-        "Generated from `common.spec.JobSpec` by `python scripts/gen_job_reference.py`; "
+        "Generated from `common.spec.job.JobSpec` by `python scripts/gen_job_reference.py`; "
         "`tests/unit/test_docs.py` fails when this file is stale. Durations accept `500ms`, `10s`, `2m`, `1h` or seconds; "
         "a scalar where a list is expected (`rate: 200`) is a one-entry list. Lists form the grid of benchmark points "
         "(backends × batch sizes × rates).",

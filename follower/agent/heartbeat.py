@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from common.followers import ClockOffset, FollowerInfo, Heartbeat
+from common.wire.followers import ClockOffset, FollowerInfo, Heartbeat
 from follower.agent.runloop import RunLoop
 from follower.link.leader_client import LeaderClient
 from follower.loadgen.calibrate import TargetCosts

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from common.followers import HeldJob
+from common.wire.followers import HeldJob
 from follower.settings import WAIT_BOUND
 
 log = logging.getLogger(__name__)

@@ -10,10 +10,10 @@ import uuid
 from celery import Celery
 
 from common import __version__
-from common.followers import FollowerInfo
 from common.logs import set_process_follower_id
-from common.messaging import RUN_JOB_TASK, make_celery, queue_for
-from common.spec import MODEL_CODE_BACKENDS
+from common.spec.job import MODEL_CODE_BACKENDS
+from common.wire.followers import FollowerInfo
+from common.wire.messaging import RUN_JOB_TASK, make_celery, queue_for
 from follower.agent.heartbeat import Heartbeater, measured_clock
 from follower.agent.holding import HoldingQueue
 from follower.agent.runloop import RunLoop

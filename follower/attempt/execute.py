@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
-from common.grid import server_runs
-from common.jobs import Claim, FinishReport, JobTask, PointReport
 from common.logs import JOB_ID
-from common.results import PointResult
+from common.spec.grid import server_runs
+from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
+from common.wire.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
 from follower.attempt.request_data import resolve_request_data, with_client_stages

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from follower.link.leader_client import LeaderClient
 
 

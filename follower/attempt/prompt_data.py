@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.llmdata import PromptRow, parse_lines
-from common.spec import JobSpec
+from common.formats.llmdata import PromptRow, parse_lines
+from common.spec.job import JobSpec
 from follower.attempt.request_data import fetch_data
 from follower.link.leader_client import LeaderClient
 

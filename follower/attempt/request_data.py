@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common.datasets import DataSetMeta, load_samples
-from common.models import ModelMeta, TensorSpec
-from common.results import PointResult
-from common.spec import DataRef
+from common.formats.datasets import DataSetMeta, load_samples
+from common.spec.job import DataRef
+from common.wire.models import ModelMeta, TensorSpec
+from common.wire.results import PointResult
 from follower.link.leader_client import LeaderClient
 from follower.loadgen.bodies import Samples
 from follower.servers.processing import SAMPLE_IMAGES, get_processor, image_to_tensor, raw_sample_images, sample_images

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from common.jobs import JobTask
-from common.models import ModelMeta
-from common.signature import input_mismatches
+from common.formats.signature import input_mismatches
+from common.wire.jobs import JobTask
+from common.wire.models import ModelMeta
 from follower.backends.endpoint import read_signature
 from follower.link.leader_client import LeaderClient
 from follower.protocols import EndpointError, EndpointRefused

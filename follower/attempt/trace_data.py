@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.loadspec import TraceRef
-from common.spec import JobSpec
-from common.traces import Trace, load_trace
+from common.formats.traces import Trace, load_trace
+from common.spec.job import JobSpec
+from common.spec.load import TraceRef
 from follower.attempt.request_data import fetch_data
 from follower.link.leader_client import LeaderClient
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from common.bundle import ONNX_MEMBER, TORCHSCRIPT_MEMBER, read_member
-from common.models import ModelMeta
+from common.formats.bundle import ONNX_MEMBER, TORCHSCRIPT_MEMBER, read_member
+from common.wire.models import ModelMeta
 
 _MEMBERS = {"onnx": ONNX_MEMBER, "torchscript": TORCHSCRIPT_MEMBER}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from follower.protocols import Endpoint
 
 

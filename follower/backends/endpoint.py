@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.models import ModelMeta, TensorSpec
-from common.targetspec import ENDPOINT, TargetSpec
+from common.spec.target import ENDPOINT, TargetSpec
+from common.wire.models import ModelMeta, TensorSpec
 from follower.protocols import NO_CREDENTIALS, PROTOCOLS, Credentials, Endpoint, EndpointError, EndpointRefused
 
 

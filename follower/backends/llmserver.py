@@ -4,7 +4,7 @@ sibling), and its Prometheus metrics (vllm:* or sglang:*) as its view of a point
 
 Each server pins its own torch and friends, so it never shares benchfleet's environment: the follower runs the
 interpreter of the server's environment (a setting per server). The model directory is unpacked from the upload after
-the same checks the leader made (common/hfbundle.py: no code, no pickles, nothing outside the directory) and served
+the same checks the leader made (common/formats/hfbundle.py: no code, no pickles, nothing outside the directory) and served
 without remote code, so nothing a user uploaded runs as the follower.
 """
 
@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import hfbundle
-from common.models import ModelMeta
+from common.formats import hfbundle
+from common.wire.models import ModelMeta
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.protocols import Endpoint
 

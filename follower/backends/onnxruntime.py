@@ -6,9 +6,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from common.models import ModelMeta
 from common.procs import free_port
-from common.spec import ServerOptions
+from common.spec.job import ServerOptions
+from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.host.sandbox import Sandbox

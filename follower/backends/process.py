@@ -10,9 +10,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common.models import ModelMeta
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.spec import ServerOptions
+from common.spec.job import ServerOptions
+from common.wire.models import ModelMeta
 from follower.host.sandbox import Sandbox, server_environment
 from follower.protocols import Endpoint
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 
 # SGLang reserves a share of GPU memory for weights and KV cache; on a CPU build the same flag shares host memory.

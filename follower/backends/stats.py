@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from common.results import LlmServerView, ServerQuantile, ServerStats
+from common.wire.results import LlmServerView, ServerQuantile, ServerStats
 
 
 def _counters(stats: dict[str, Any]) -> dict[str, float] | None:

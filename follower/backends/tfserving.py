@@ -17,9 +17,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from common.models import ModelMeta
+from common.formats.ziplimits import check_archive
 from common.procs import free_port
-from common.ziplimits import check_archive
+from common.wire.models import ModelMeta
 from follower.backends.process import ProcessBackend
 from follower.protocols import Endpoint
 

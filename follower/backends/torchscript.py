@@ -6,8 +6,8 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-from common.models import ModelMeta
 from common.procs import free_port
+from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
 from follower.backends.onnxruntime import kserve_server_argv
 from follower.backends.process import SOURCE_ROOT, ProcessBackend

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.models import ModelMeta
 from common.procs import free_port
+from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.convert.triton_repo import write_repository

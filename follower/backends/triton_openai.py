@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 
 DEFAULT_FRONTEND = Path("/opt/tritonserver/python/openai/openai_frontend/main.py")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 
 CPU_KVCACHE_GB_DEFAULT = 1.0  # the CPU build reserves this much for the KV cache unless the spec says otherwise

@@ -1,7 +1,7 @@
 """The canonical model generator (after the paper): FC, residual-conv, LSTM and attention stacks by depth/width/input
 size, exported to ONNX and TorchScript (each checked against the PyTorch source), with FLOPs and bytes per inference.
 
-The result is a bundle (common.bundle): one upload holding both formats, so one job can serve the same model on
+The result is a bundle (common.formats.bundle): one upload holding both formats, so one job can serve the same model on
 onnxruntime, torchscript and triton.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from common.bundle import ONNX_MEMBER, TORCHSCRIPT_MEMBER, write_bundle
-from common.models import ModelMeta, TensorSpec
+from common.formats.bundle import ONNX_MEMBER, TORCHSCRIPT_MEMBER, write_bundle
+from common.wire.models import ModelMeta, TensorSpec
 
 Kind = Literal["fc", "conv", "lstm", "attention"]
 KINDS: tuple[str, ...] = ("fc", "conv", "lstm", "attention")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.bundle import ONNX_MEMBER, BundleError, read_member, read_meta
 from common.errors import InvalidSpec
-from common.models import ModelMeta, TensorSpec
-from common.onnx_signature import read_signature
-from common.signature import input_mismatches
-from common.spec import JobSpec
+from common.formats.bundle import ONNX_MEMBER, BundleError, read_member, read_meta
+from common.formats.onnx_signature import read_signature
+from common.formats.signature import input_mismatches
+from common.spec.job import JobSpec
+from common.wire.models import ModelMeta, TensorSpec
 
 
 class SignatureMismatch(RuntimeError):

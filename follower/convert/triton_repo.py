@@ -11,9 +11,9 @@ import json
 import shutil
 from pathlib import Path
 
-from common.datatypes import V2_TO_TRITON
-from common.models import ModelMeta, TensorSpec
-from common.spec import MAX_BATCH, ServerOptions
+from common.formats.datatypes import V2_TO_TRITON
+from common.spec.job import MAX_BATCH, ServerOptions
+from common.wire.models import ModelMeta, TensorSpec
 from follower.servers import processing as processors
 
 # The python backend's model: one ORT session per instance; a dynamic batch arrives as several requests, which are

@@ -10,7 +10,7 @@ from typing import TypedDict
 
 import psutil
 
-from common.followers import GpuInfo
+from common.wire.followers import GpuInfo
 
 log = logging.getLogger(__name__)
 

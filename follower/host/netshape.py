@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.netspec import NetworkSpec
-from common.results import NetworkResult
+from common.spec.network import NetworkSpec
+from common.wire.results import NetworkResult
 from follower.host import sandbox as sandboxes
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from common.results import Resources
+from common.wire.results import Resources
 
 log = logging.getLogger(__name__)
 

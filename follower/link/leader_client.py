@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from common.datasets import DataSetMeta
-from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
-from common.jobs import Claim, FinishReport, JobTask, PointReport
-from common.models import ModelMeta
-from common.shardwire import BarrierAnswer, PointShards, ShardFigures
-from common.targetsecret import TargetCredentials
+from common.formats.datasets import DataSetMeta
+from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
+from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
+from common.wire.models import ModelMeta
+from common.wire.secrets import TargetCredentials
+from common.wire.shards import BarrierAnswer, PointShards, ShardFigures
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from common.jobs import JobTask
-from common.results import PointResult
+from common.wire.jobs import JobTask
+from common.wire.results import PointResult
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from common.jobs import PointReport
+from common.wire.jobs import PointReport
 from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttempt
 
 log = logging.getLogger(__name__)

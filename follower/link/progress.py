@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from common.results import WindowStat
+from common.wire.results import WindowStat
 from protos import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)

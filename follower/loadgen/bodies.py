@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from common.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY
-from common.models import TensorSpec
-from common.targetspec import DEFAULT_PROTOCOL, ProtocolName
+from common.formats.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY
+from common.spec.target import DEFAULT_PROTOCOL, ProtocolName
+from common.wire.models import TensorSpec
 from follower.protocols import PROTOCOLS
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from common.llmdata import PromptRow
-from common.llmspec import LlmWorkload
+from common.formats.llmdata import PromptRow
+from common.spec.llm import LlmWorkload
 
 MIN_POOL = 256  # words needed for prompts that do not repeat themselves
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.llmspec import LlmWorkload
-from common.results import LlmFigures, Reason
-from common.spec import SLO
+from common.spec.job import SLO
+from common.spec.llm import LlmWorkload
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
+from common.wire.results import LlmFigures, Reason
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.llmrecords import ttft_ns
 from follower.loadgen.records import LoadRecords

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common import records as fmt
-from common.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR, UNANSWERED
+from common.wire import records as fmt
+from common.wire.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR, UNANSWERED
 from follower.loadgen.llmrecords import LlmColumns
 
 __all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "UNANSWERED", "LoadRecords",
@@ -150,7 +150,7 @@ def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
 
 
 def encode_records(records: LoadRecords, client_tokens: np.ndarray | None = None) -> bytes:
-    """The records in the raw-records format (common.records); `client_tokens`: a language model's client counts of
+    """The records in the raw-records format (common.wire.records); `client_tokens`: a language model's client counts of
     each text, for a blob another follower merges (the texts themselves stay here)."""
     capped = records.capped if len(records.capped) == len(records) else np.zeros(len(records), dtype=bool)
     columns = {

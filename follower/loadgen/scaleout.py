@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from common.results import GeneratorPlan
+from common.wire.results import GeneratorPlan
 from follower.host.cpuplan import isolate_generator_thread
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.openloop import drive

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common.spec import PointSpec
+from common.spec.job import PointSpec
 
 OPEN_PATTERNS: tuple[str, ...] = ("poisson", "constant", "gamma", "ramp", "step", "spike", "onoff", "trace")
 # Resolution of the cumulative-intensity grid for modulated patterns: 100 µs keeps step edges sharp.

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.grid import DRAIN_MAX_S, DRAIN_MIN_S
-from common.loadspec import P99_MIN_SAMPLES
-from common.results import Percentiles, Reason
-from common.spec import SLO
+from common.spec.grid import DRAIN_MAX_S, DRAIN_MIN_S
+from common.spec.job import SLO
+from common.spec.load import P99_MIN_SAMPLES
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
+from common.wire.results import Percentiles, Reason
 from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, UNANSWERED, LoadRecords
 
 # MEASUREMENT.md's rules.

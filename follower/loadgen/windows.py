@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common.loadspec import Stability
-from common.results import Reason, WindowStat
+from common.spec.load import Stability
+from common.wire.results import Reason, WindowStat
 from follower.loadgen.llmrecords import ttft_ns
 from follower.loadgen.records import LoadRecords
 

@@ -1,4 +1,4 @@
-"""A co-location job's runs (common/colocate.py): each model alone, then each pair of models served at once, every
+"""A co-location job's runs (common/spec/colocate.py): each model alone, then each pair of models served at once, every
 server with its own load, measured at the same time. The cores are shared by the servers of a run or split among
 them; GPU servers may share the GPU through MPS (follower/host/mps.py)."""
 
@@ -11,11 +11,11 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from common.colocate import ColocateSpec
-from common.grid import server_runs
-from common.models import ModelMeta
-from common.results import PointResult
-from common.spec import PointSpec
+from common.spec.colocate import ColocateSpec
+from common.spec.grid import server_runs
+from common.spec.job import PointSpec
+from common.wire.models import ModelMeta
+from common.wire.results import PointResult
 from follower.host.cpuplan import plan_cpus
 from follower.host.mps import MpsDaemon
 from follower.point.context import ServerRun

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.llmdata import PromptRow
-from common.models import ModelMeta
-from common.netspec import NetworkSpec
-from common.results import WindowStat
-from common.spec import SLO, PointSpec
-from common.targetspec import TargetSpec
-from common.traces import Trace
+from common.formats.llmdata import PromptRow
+from common.formats.traces import Trace
+from common.spec.job import SLO, PointSpec
+from common.spec.network import NetworkSpec
+from common.spec.target import TargetSpec
+from common.wire.models import ModelMeta
+from common.wire.results import WindowStat
 from follower.backends import Backend
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import WakeupHold

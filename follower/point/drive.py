@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from common.results import LlmServerView, Reason, ServerStats, ShardRun
+from common.wire.results import LlmServerView, Reason, ServerStats, ShardRun
 from follower.backends import Backend
 from follower.backends.stats import llm_server_delta, server_stats_delta
 from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns

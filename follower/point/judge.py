@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.loadspec import Stability
-from common.results import LlmFigures, Reason, Resources, WindowStat
+from common.spec.load import Stability
+from common.wire.results import LlmFigures, Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
 from follower.loadgen.llmstats import llm_figures
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from common.results import ColdStart, PointResult, Reason, SearchStep
-from common.spec import PointSpec
+from common.spec.job import PointSpec
+from common.wire.results import ColdStart, PointResult, Reason, SearchStep
 from follower.point.context import PointContext
 from follower.point.drive import drive_point
 from follower.point.judge import judge

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.grid import drain_bound_s
-from common.llmdata import PromptRow
-from common.results import GeneratorPlan, Reason
-from common.spec import PointSpec
-from common.traces import Trace
+from common.formats.llmdata import PromptRow
+from common.formats.traces import Trace
+from common.spec.grid import drain_bound_s
+from common.spec.job import PointSpec
+from common.wire.results import GeneratorPlan, Reason
 from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.loadgen.bodies import build_bodies, build_row_bodies
@@ -45,7 +45,7 @@ class PointPlan:
     reasons: tuple[Reason, ...]  # rules the plan already breaks
     cap: int  # in-flight cap to start with: the spec's, or (following the load) the follower's bound
     follow_load: bool  # the cap follows the load once warm-up has shown the latency (no cap in the spec)
-    drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.grid.drain_bound_s)
+    drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.spec.grid.drain_bound_s)
     asked_tokens: np.ndarray | None = None  # a language model's point: the output tokens each request asks for
     prompt_tokens: np.ndarray | None = None  # ... and the tokens each request's prompt holds
 

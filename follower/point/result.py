@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import common
-from common.results import ColdStart, Environment, LlmFigures, PointResult
+from common.wire.results import ColdStart, Environment, LlmFigures, PointResult
 from follower.loadgen.verdict import slo_met
 from follower.point.context import PointContext
 from follower.point.drive import Driven

@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from common import hfbundle
-from common.llmspec import LlmWorkload
-from common.models import ModelMeta
-from common.results import ColdStart, PointResult
-from common.spec import MODEL_CODE_BACKENDS, PointSpec
-from common.targetspec import TargetSpec
+from common.formats import hfbundle
+from common.spec.job import MODEL_CODE_BACKENDS, PointSpec
+from common.spec.llm import LlmWorkload
+from common.spec.target import TargetSpec
+from common.wire.models import ModelMeta
+from common.wire.results import ColdStart, PointResult
 from follower.backends import Backend, get_backend
 from follower.backends.endpoint import EndpointBackend
 from follower.host import netshape

@@ -25,8 +25,8 @@ from typing import Literal
 
 import numpy as np
 
-from common.results import Reason, ShardRun
-from common.shardwire import BarrierAnswer, ShardFigures
+from common.wire.results import Reason, ShardRun
+from common.wire.shards import BarrierAnswer, ShardFigures
 from follower.loadgen.records import LoadRecords, decode_records, encode_records, shifted
 from follower.loadgen.scaleout import COST, merge, plan_generators
 from follower.point.context import PointContext, ShardLink

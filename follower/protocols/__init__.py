@@ -1,9 +1,9 @@
 """The serving protocols, one module each (URL, readiness, metadata, bodies, transport), in one registry: a new
-protocol is one new module and one line here (and its name in common/targetspec.py's ProtocolName)."""
+protocol is one new module and one line here (and its name in common/spec/target.py's ProtocolName)."""
 
 from __future__ import annotations
 
-from common.targetspec import ProtocolName
+from common.spec.target import ProtocolName
 from follower.protocols.base import Endpoint, ServingProtocol
 from follower.protocols.calls import EndpointError, EndpointRefused
 from follower.protocols.kserve_grpc import KserveGrpc

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import quote, urlsplit
 
-from common.llmspec import LlmWorkload
-from common.models import TensorSpec
-from common.targetspec import ProtocolName
+from common.spec.llm import LlmWorkload
+from common.spec.target import ProtocolName
+from common.wire.models import TensorSpec
 from follower.protocols.transports import NO_CREDENTIALS, AiohttpTransport, Credentials, RawHttpTransport, Transport
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from common.datatypes import raw_contents
-from common.models import TensorSpec
+from common.formats.datatypes import raw_contents
+from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
 from follower.protocols.calls import unary
 from follower.protocols.transports import NO_CREDENTIALS, Credentials, GrpcTransport, Transport

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from common.models import TensorSpec
+from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
 from follower.protocols.calls import EndpointError, get, get_json
 from follower.protocols.transports import NO_CREDENTIALS, Credentials

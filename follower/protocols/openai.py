@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import urlsplit
 
-from common.llmspec import LlmWorkload
+from common.spec.llm import LlmWorkload
 from follower.protocols.base import Endpoint, ServingProtocol, open_http
 from follower.protocols.calls import get
 from follower.protocols.transports import NO_CREDENTIALS, Credentials, OpenAiStreamTransport, Transport

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from common.datatypes import V2_TO_TF, raw_contents
-from common.models import TensorSpec
+from common.formats.datatypes import V2_TO_TF, raw_contents
+from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
 from follower.protocols.calls import EndpointError, unary
 from follower.protocols.tfserving_rest import tf_tensor

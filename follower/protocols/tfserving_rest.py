@@ -10,8 +10,8 @@ from urllib.parse import quote
 import numpy as np
 import orjson
 
-from common.datatypes import TF_TO_V2
-from common.models import TensorSpec
+from common.formats.datatypes import TF_TO_V2
+from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
 from follower.protocols.calls import EndpointError, get, get_json
 from follower.protocols.transports import NO_CREDENTIALS, Credentials

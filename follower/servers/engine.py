@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from common.datatypes import V2_TO_NUMPY
+from common.formats.datatypes import V2_TO_NUMPY
 from follower.servers.pool import EnginePool
 
 log = logging.getLogger("benchfleet.kserve")

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from common.datatypes import raw_contents
+from common.formats.datatypes import raw_contents
 from follower.servers.engine import BadRequest, KServeModel
 from protos import grpc_predict_v2_pb2 as pb
 from protos import grpc_predict_v2_pb2_grpc as pb_grpc

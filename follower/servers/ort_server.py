@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from common.datatypes import ORT_TO_V2
 from common.devices import GPU_PROVIDERS
+from common.formats.datatypes import ORT_TO_V2
 from follower.servers import process
 from follower.servers.engine import KServeModel
 from follower.servers.process import add_common_args, engine_options

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from common.analysis import FollowerOutlier, HistoryOutlier, OutlierResponse
+from common.wire.analysis import FollowerOutlier, HistoryOutlier, OutlierResponse
 from leader.analysis.compare import point_key
 
 Z_LIMIT = 3.5

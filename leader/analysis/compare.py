@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from common.analysis import CompareResponse, PointComparison, Verdict
-from common.spec import load_label
+from common.spec.job import load_label
 from common.stats import block_bootstrap_diff_ci
+from common.wire.analysis import CompareResponse, PointComparison, Verdict
 
 DEFAULT_THRESHOLD = 0.10
 

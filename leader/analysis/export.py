@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.errors import InvalidRequest
-from common.records import per_request
+from common.wire.records import per_request
 
 FORMATS = ("csv", "json", "parquet")
 MEDIA = {"csv": "text/csv; charset=utf-8", "json": "application/json", "parquet": "application/vnd.apache.parquet"}
@@ -45,7 +45,7 @@ def table_bytes(rows: list[dict[str, Any]], fmt: str) -> bytes:
 
 
 def records_bytes(arrays: dict[str, np.ndarray], fmt: str) -> bytes:
-    """One point's raw records (a decoded common.records blob) in the given format, one row per request."""
+    """One point's raw records (a decoded common.wire.records blob) in the given format, one row per request."""
     check_format(fmt)
     columns = per_request(arrays)
     if fmt == "parquet":

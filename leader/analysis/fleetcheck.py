@@ -20,11 +20,11 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.analysis import Anomaly, FleetCheckView, HistoryOutlier, OutlierResponse
 from common.errors import InvalidRequest, NotFound
-from common.jobs import TERMINAL_STATES, JobState
-from common.models import ModelMeta
-from common.spec import JobSpec
+from common.spec.job import JobSpec
+from common.wire.analysis import Anomaly, FleetCheckView, HistoryOutlier, OutlierResponse
+from common.wire.jobs import TERMINAL_STATES, JobState
+from common.wire.models import ModelMeta
 from leader.analysis import anomalies
 from leader.analysis.compare import point_key
 from leader.clock import utcnow

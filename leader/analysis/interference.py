@@ -1,12 +1,12 @@
-"""A co-location job's interference matrix (common/colocate.py): each model's p99 and throughput alone, and beside
+"""A co-location job's interference matrix (common/spec/colocate.py): each model's p99 and throughput alone, and beside
 each other model, with the ratio to alone."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.jobs import JobView
-from common.results import PointResult
+from common.wire.jobs import JobView
+from common.wire.results import PointResult
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.analysis import LeaderboardPage, LeaderboardRow
-from common.auth import DEFAULT_TEAM
 from common.errors import InvalidRequest
-from common.spec import load_label
+from common.spec.job import load_label
+from common.wire.analysis import LeaderboardPage, LeaderboardRow
+from common.wire.auth import DEFAULT_TEAM
 from leader.store import leaderboard as store
 
 NUMERIC = (

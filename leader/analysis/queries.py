@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from common.analysis import CompareResponse
-from common.auth import DEFAULT_TEAM
 from common.errors import BenchfleetError, NotFound
-from common.results import PointResult
+from common.wire.analysis import CompareResponse
+from common.wire.auth import DEFAULT_TEAM
+from common.wire.results import PointResult
 from leader.analysis import compare, flops, records
 from leader.analysis.leaderboard import LeaderboardIndex
 from leader.store import leaderboard as leaderboard_store

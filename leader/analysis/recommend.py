@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from common.analysis import Recommendation, RecommendResponse
+from common.wire.analysis import Recommendation, RecommendResponse
 from leader.analysis.leaderboard import run_key, samples_per_s, to_row
 
 TOP = 3

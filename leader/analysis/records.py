@@ -1,4 +1,4 @@
-"""Raw per-request records: one compressed npz blob per point in GridFS bucket `records` (common.records).
+"""Raw per-request records: one compressed npz blob per point in GridFS bucket `records` (common.wire.records).
 
 `leader/store/records.py` stores and loads them; this turns them into the latencies every view reads: the measured
 requests only (warm-up excluded, as the point's own summary counts them), from their intended send time.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.records import OK, decode, measured_mask
-from common.results import PointResult
+from common.wire.records import OK, decode, measured_mask
+from common.wire.results import PointResult
 from leader.store.records import load_records
 
 __all__ = ["decode", "load_records", "measured_latencies_ms"]

@@ -6,7 +6,7 @@ from fastapi import Request
 from starlette.types import Message, Receive
 
 from common.errors import InvalidRequest, InvalidSpec, PayloadTooLarge
-from common.records import missing_columns
+from common.wire.records import missing_columns
 
 
 def _check_declared(request: Request, limit: int) -> None:
@@ -54,7 +54,7 @@ def limited_request(request: Request, limit: int) -> Request:
 
 
 def check_records_blob(data: bytes) -> None:
-    """Refuse anything but a raw-records blob (common.records) holding the required arrays; nothing is unpickled."""
+    """Refuse anything but a raw-records blob (common.wire.records) holding the required arrays; nothing is unpickled."""
     try:
         missing = missing_columns(data)
     except ValueError as exc:

@@ -13,9 +13,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import DEFAULT_TEAM
+from common.base import NAME_PATTERN
 from common.errors import Forbidden, InvalidSpec, Unauthorized
-from common.spec import NAME_PATTERN
+from common.wire.auth import DEFAULT_TEAM
 from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
 from leader.clock import Ages
 from leader.scheduler.placement import Placer

@@ -12,7 +12,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from common.auth import DEFAULT_TEAM, ROLE_RANK
+from common.wire.auth import DEFAULT_TEAM, ROLE_RANK
 
 TOKEN_PREFIX = "bf_"
 TOKEN_BYTES = 32

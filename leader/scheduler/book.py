@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from common.jobs import JobState
+from common.wire.jobs import JobState
 from leader.domain import JobChange, Load, Needs, QueuedJob
 
 Kind = tuple[frozenset[str], Needs]

@@ -15,9 +15,9 @@ from typing import Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobTask
-from common.needs import TRUSTED_ONLY
-from common.netspec import NETEM, TBF
+from common.spec.needs import TRUSTED_ONLY
+from common.spec.network import NETEM, TBF
+from common.wire.jobs import JobTask
 from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.queue import TaskQueue

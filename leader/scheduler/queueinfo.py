@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobState, JobView
+from common.wire.jobs import JobState, JobView
 from leader.clock import utcnow
 from leader.scheduler.book import JobBook
 from leader.scheduler.placement import unable_reason

@@ -8,8 +8,8 @@ from typing import Any
 from gridfs import AsyncGridFSBucket
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.datasets import DataSetMeta
 from common.errors import NotFound
+from common.formats.datasets import DataSetMeta
 from leader.store.gridfs_files import read_chunks, store_then_publish
 from leader.store.lookup import by_id, team_query
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.grid import START_COST_S
+from common.spec.grid import START_COST_S
 from leader.clock import utcnow
 
 COLLECTION = "durations"

@@ -8,7 +8,7 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.analysis import Anomaly
+from common.wire.analysis import Anomaly
 from leader.store import followers as followers_store
 
 COLLECTION = "fleet_checks"

@@ -8,8 +8,8 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
-from common.followers import FollowerInfo, FollowerView, Heartbeat
-from common.needs import offered_backends
+from common.spec.needs import offered_backends
+from common.wire.followers import FollowerInfo, FollowerView, Heartbeat
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.auth import DEFAULT_TEAM
-from common.grid import overload_allowance_s
-from common.jobs import JobState, JobTask, JobView, StateChange
-from common.models import ModelMeta
-from common.needs import placement_backends
-from common.spec import JobSpec
+from common.spec.grid import overload_allowance_s
+from common.spec.job import JobSpec
+from common.spec.needs import placement_backends
+from common.wire.auth import DEFAULT_TEAM
+from common.wire.jobs import JobState, JobTask, JobView, StateChange
+from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.domain import JobChange, Needs, QueuedJob
 

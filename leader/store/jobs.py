@@ -13,8 +13,8 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Conflict
-from common.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView
-from common.models import ModelMeta
+from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView
+from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store

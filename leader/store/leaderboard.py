@@ -12,8 +12,8 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import DEFAULT_TEAM
-from common.spec import ServerOptions, load_label
+from common.spec.job import ServerOptions, load_label
+from common.wire.auth import DEFAULT_TEAM
 from leader.store.lookup import team_query
 
 COLLECTION = "leaderboard"

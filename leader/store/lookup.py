@@ -6,8 +6,8 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import DEFAULT_TEAM
 from common.errors import NotFound
+from common.wire.auth import DEFAULT_TEAM
 
 
 def team_query(team: str | None) -> dict[str, Any]:

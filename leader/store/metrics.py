@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobState
+from common.wire.jobs import JobState
 
 JOBS = "jobs"
 FOLLOWERS = "followers"

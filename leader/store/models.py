@@ -11,7 +11,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from common.errors import Conflict, NotFound
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from leader.clock import as_utc
 from leader.store.gridfs_files import read_chunks, store_then_publish
 from leader.store.lookup import team_query

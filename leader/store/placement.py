@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobState, JobTask, JobView
+from common.wire.jobs import JobState, JobTask, JobView
 from leader.clock import utcnow
 from leader.domain import JobChange, Load, QueuedJob
 from leader.store.jobdocs import BOOK_FIELDS, history_entry, job_change, job_task, job_view, queued_job

@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.progress import MAX_WINDOWS_PER_POINT
+from common.wire.progress import MAX_WINDOWS_PER_POINT
 
 COLLECTION = "progress"
 

@@ -7,8 +7,8 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.jobs import JobView
-from common.results import PointResult
+from common.wire.jobs import JobView
+from common.wire.results import PointResult
 from leader.clock import as_utc
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard

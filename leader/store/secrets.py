@@ -9,8 +9,8 @@ from bson import Binary
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidSpec, NotFound
-from common.targetsecret import SecretCreate, SecretView, TargetCredentials
-from common.targetspec import TargetSpec
+from common.spec.target import TargetSpec
+from common.wire.secrets import SecretCreate, SecretView, TargetCredentials
 from leader.clock import utcnow
 from leader.secretbox import SecretBox
 

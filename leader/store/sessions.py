@@ -13,7 +13,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import DEFAULT_TEAM
+from common.wire.auth import DEFAULT_TEAM
 from leader.auth.tokens import Principal, hash_token, new_token, same_secret
 from leader.clock import as_utc, utcnow
 from leader.store import users as users_store

@@ -9,8 +9,8 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.auth import DEFAULT_TEAM, TokenIssued, TokenView
 from common.errors import NotFound
+from common.wire.auth import DEFAULT_TEAM, TokenIssued, TokenView
 from leader.auth.tokens import Principal, hash_token, new_token
 from leader.clock import as_utc, utcnow
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from common.results import PointResult
+from common.wire.results import PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
 

@@ -15,8 +15,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from common.errors import BenchfleetError, InvalidRequest
-from common.jobs import TERMINAL_STATES
-from common.repeats import summarize_repeats
+from common.wire.jobs import TERMINAL_STATES
+from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
 from leader.analysis import hardware, heatmap, interference, queries
 from leader.analysis.leaderboard import NUMERIC, column

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import httpx
 
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
 from common.procs import SupervisedProcess, free_port, http_ready
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchfleet.client import BenchfleetClient
-from common.jobs import JobResults
+from common.wire.jobs import JobResults
 from follower.backends.triton import find_triton, why_no_triton
 from tests.e2e.test_walking_skeleton import _wait_done
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
 from common.procs import free_port
 
 pytestmark = pytest.mark.e2e
@@ -179,7 +179,7 @@ def test_data_push_ls_rm(fleet, tmp_path: Path) -> None:  # type: ignore[no-unty
 
 def test_models_trust_marks_and_unmarks_a_model(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`benchfleet models trust NAME VERSION [--untrust]` (admins): the mark shows in the model's metadata."""
-    from common.modelgen import mlp_onnx
+    from benchfleet.generate.modelgen import mlp_onnx
 
     path = tmp_path / "trust.onnx"
     path.write_bytes(mlp_onnx())

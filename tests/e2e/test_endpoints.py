@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from benchfleet.client import BenchfleetClient
-from common.jobs import TERMINAL_STATES, JobState, JobView
-from common.modelgen import mlp_onnx
-from common.models import ModelMeta, TensorSpec
+from benchfleet.generate.modelgen import mlp_onnx
+from common.wire.jobs import TERMINAL_STATES, JobState, JobView
+from common.wire.models import ModelMeta, TensorSpec
 from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort, tfserving_grpc
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 
@@ -153,7 +153,7 @@ def test_submission_refuses_a_missing_secret_and_credentials_in_the_url(fleet, f
 @pytest.fixture(scope="module")
 def outside_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """A real Triton started by the test, not by any follower: (its HTTP base URL, its gRPC port)."""
-    from common.spec import ServerOptions
+    from common.spec.job import ServerOptions
     from follower.backends.triton import TritonBackend, find_triton, why_no_triton
 
     if find_triton() is None:

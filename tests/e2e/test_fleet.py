@@ -14,8 +14,8 @@ import signal
 import httpx
 import pytest
 
-from common.jobs import TERMINAL_STATES, JobState
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
+from common.wire.jobs import TERMINAL_STATES, JobState
 from tests.e2e.test_walking_skeleton import _servers_under, _wait_until
 from tests.faults.outcomes import record
 
@@ -155,7 +155,7 @@ def test_a_restarted_agent_takes_its_id_back_with_the_credential_it_kept(fleet, 
     import stat
     import uuid
 
-    from common.followers import FollowerInfo
+    from common.wire.followers import FollowerInfo
     from follower.link.leader_client import LeaderClient
     from tests.integration.leader.conftest import follower_info
 

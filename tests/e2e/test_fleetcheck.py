@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
 
 pytestmark = pytest.mark.e2e
 

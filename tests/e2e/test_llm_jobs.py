@@ -16,8 +16,8 @@ import pytest
 from rich.console import Console
 
 from benchfleet.render import print_results
-from common.jobs import JobResults
 from common.stats import decode
+from common.wire.jobs import JobResults
 from follower.backends.vllm import VllmBackend
 from tests.e2e.test_walking_skeleton import _wait_done
 
@@ -215,7 +215,7 @@ def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(  # type: ign
     tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one
     point on the coordinator, every request's first token and the server's exact counts included, and the client's
     token counts of the other shard's texts arrive with its records."""
-    from common.spec import ServerOptions
+    from common.spec.job import ServerOptions
 
     labels = {"BENCHFLEET_FOLLOWER_LABELS": '{"pool": "llm-shards"}'}
     for follower in ("llm-shard-a", "llm-shard-b"):

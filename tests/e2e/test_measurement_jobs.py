@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.render import print_results
-from common.jobs import JobResults
-from common.modelgen import mlp_onnx
-from common.records import decode as decode_records
 from common.stats import decode
+from common.wire.jobs import JobResults
+from common.wire.records import decode as decode_records
 from tests.e2e.test_walking_skeleton import _wait_done
 
 pytestmark = pytest.mark.e2e

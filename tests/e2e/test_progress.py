@@ -6,8 +6,8 @@ import grpc
 import httpx
 import pytest
 
-from common.jobs import TERMINAL_STATES, JobState
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
+from common.wire.jobs import TERMINAL_STATES, JobState
 from protos import telemetry_pb2, telemetry_pb2_grpc
 from tests.e2e.test_walking_skeleton import _wait_until
 

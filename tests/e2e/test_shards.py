@@ -13,9 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from common import records as fmt
-from common.jobs import JobResults
 from common.stats import summarize_ns
+from common.wire import records as fmt
+from common.wire.jobs import JobResults
 from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 

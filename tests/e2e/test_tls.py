@@ -16,8 +16,8 @@ import httpx
 import pymongo
 import pytest
 
+from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
-from common.modelgen import mlp_onnx
 from common.procs import free_port
 
 pytestmark = pytest.mark.e2e

@@ -10,8 +10,8 @@ import psutil
 import pytest
 
 from benchfleet.client import BenchfleetClient
-from common.jobs import TERMINAL_STATES, JobResults, JobState
-from common.modelgen import mlp_onnx
+from benchfleet.generate.modelgen import mlp_onnx
+from common.wire.jobs import TERMINAL_STATES, JobResults, JobState
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ import grpc
 import numpy as np
 import onnxruntime as ort
 
-from common.datatypes import ORT_TO_V2, V2_TO_NUMPY, V2_TO_TF
+from common.formats.datatypes import ORT_TO_V2, V2_TO_NUMPY, V2_TO_TF
 from protos import tfserving_api
 from protos import tfserving_pb2 as pb
 

@@ -18,9 +18,9 @@ import psutil
 import pymongo
 import pytest
 
+from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
-from common.jobs import TERMINAL_STATES, JobState, JobView
-from common.modelgen import mlp_onnx
+from common.wire.jobs import TERMINAL_STATES, JobState, JobView
 from tests.faults.outcomes import record
 from tests.faults.proxy import CuttableProxy
 

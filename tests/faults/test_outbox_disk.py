@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.jobs import PointReport
+from common.wire.jobs import PointReport
 from follower.link.outbox import Outbox
 from tests.faults.outcomes import record
 from tests.integration.leader.conftest import point_result

@@ -16,7 +16,12 @@ ALLOWED = {
     "protos": set(),
     "leader": {"common", "protos"},
     "follower": {"common", "protos"},
+    # The client, the CLI and the local stack: they start a leader or a follower as entry points, and generate
+    # canonical models with the follower's converters, only inside the commands that do so (see below).
+    "benchfleet": {"common", "protos", "leader", "follower"},
 }
+# What a package may import at the top of its modules, where that is less than what it may import at all.
+AT_TOP = {"benchfleet": {"common", "protos"}}
 MAX_LINES = 450
 # Folders of the follower in the order a job travels, each importing only its own rank and below: the agent takes a
 # job, an attempt runs it, a point is measured by the load generator against a backend's server; the host's facts
@@ -38,7 +43,21 @@ FOLLOWER_RANKS = {
 # Where a protocol may be named: its own room, the spec that declares the names, and the backends, each of which
 # declares the protocol it serves. Anywhere else, a protocol's behaviour is asked of its module, never branched on.
 PROTOCOL_NAMES = frozenset({"kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"})
-PROTOCOL_HOMES = ("follower/protocols/", "follower/backends/", "common/targetspec.py")
+PROTOCOL_HOMES = ("follower/protocols/", "follower/backends/", "common/spec/target.py")
+# The rooms of common/, each importing only its own rank and below: the base (the strict model, name patterns) and
+# the plain utilities; the job-spec language; the wire contracts that carry specs; the upload formats and the maths
+# that read contracts.
+COMMON_RANKS = {
+    "base": 0,
+    "errors": 0,
+    "devices": 0,
+    "logs": 0,
+    "procs": 0,
+    "spec": 1,
+    "wire": 2,
+    "formats": 3,
+    "stats": 3,
+}
 # Leader folders that must not import each other's modules: the API and the pages are peers over analysis; the
 # stores and the scheduler know neither; analysis computes data and draws nothing.
 LEADER_NEVER = {
@@ -98,6 +117,26 @@ def test_package_imports_only_what_it_may(package: str) -> None:
     assert offenders == {}, f"{package} imports what it must not: {offenders}"
 
 
+def _top_level_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & OURS
+
+
+@pytest.mark.parametrize("package", sorted(AT_TOP))
+def test_package_imports_services_only_inside_its_commands(package: str) -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(bad)
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (bad := _top_level_imports(path) - AT_TOP[package] - {package})
+    }
+    assert offenders == {}, f"{package} imports at the top what only its commands may: {offenders}"
+
+
 def test_no_module_imports_itself_round_a_loop() -> None:
     graph = {name: {m for m in _imported(path) if m != name} for name, path in _modules().items()}
     circles: list[list[str]] = []
@@ -126,10 +165,10 @@ def test_no_module_imports_itself_round_a_loop() -> None:
     assert circles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 
-def test_follower_folders_import_only_down_the_path() -> None:
+def _upward_imports(package: str, ranks: dict[str, int]) -> list[str]:
     def rank(module: str) -> int | None:
         parts = module.split(".")
-        return FOLLOWER_RANKS.get(parts[1]) if len(parts) > 1 and parts[0] == "follower" else None
+        return ranks.get(parts[1]) if len(parts) > 1 and parts[0] == package else None
 
     offenders = []
     for name, path in _modules().items():
@@ -140,7 +179,19 @@ def test_follower_folders_import_only_down_the_path() -> None:
             theirs = rank(other)
             if theirs is not None and theirs > mine:
                 offenders.append(f"{name} ({mine}) imports {other} ({theirs})")
+    return offenders
+
+
+def test_follower_folders_import_only_down_the_path() -> None:
+    offenders = _upward_imports("follower", FOLLOWER_RANKS)
     assert offenders == [], "follower folders importing up the path:\n" + "\n".join(offenders)
+
+
+def test_common_rooms_import_only_down_their_ranks() -> None:
+    rooms = {p.stem for p in (ROOT / "common").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert rooms - {"__init__"} == set(COMMON_RANKS), "every room of common/ has a rank (and every ranked room exists)"
+    offenders = _upward_imports("common", COMMON_RANKS)
+    assert offenders == [], "common/ rooms importing up their ranks:\n" + "\n".join(offenders)
 
 
 def test_leader_folders_keep_to_their_side() -> None:

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from common.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
+from common.base import NAME_PATTERN
 from common.errors import Forbidden, NotFound
-from common.spec import NAME_PATTERN
+from common.wire.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from leader.analysis import anomalies, export, heatmap, queries, records
 from leader.analysis import compare as compare_mod
 from leader.analysis.leaderboard import to_row

@@ -10,10 +10,10 @@ import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
-from common.datasets import DATA_FORMATS, BadData, DataFormat, DataSetMeta, inspect_data
+from common.base import NAME_PATTERN
 from common.errors import Forbidden, InvalidSpec, PayloadTooLarge
-from common.spec import NAME_PATTERN
-from common.traces import trace_facts
+from common.formats.datasets import DATA_FORMATS, BadData, DataFormat, DataSetMeta, inspect_data
+from common.formats.traces import trace_facts
 from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.clock import utcnow

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
-from common.analysis import FleetCheckView
-from common.spec import NAME_PATTERN, VERSION_PATTERN
+from common.base import NAME_PATTERN, VERSION_PATTERN
+from common.wire.analysis import FleetCheckView
 from leader.analysis import fleetcheck
 from leader.api.deps import Admin, Db, PlacerDep, SettingsDep, Viewer
 from leader.store import models as models_store

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Conflict
-from common.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
-from common.jobs import JobState
+from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
+from common.wire.jobs import JobState
 from leader.api.deps import (
     AdminAuth,
     Db,

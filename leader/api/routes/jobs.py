@@ -7,18 +7,18 @@ from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Query, Request, Response
 
-from common.datasets import DataSetMeta
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
-from common.grid import expand
-from common.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
-from common.llmdata import KINDS_FOR_API
-from common.llmspec import LlmWorkload
-from common.loadspec import TraceRef
-from common.models import LlmParams, ModelMeta
-from common.repeats import summarize_repeats
-from common.signature import input_mismatches
-from common.spec import LLM_BACKENDS, BackendName, JobSpec
-from common.specparse import load_yaml, parse_spec
+from common.formats.datasets import DataSetMeta
+from common.formats.llmdata import KINDS_FOR_API
+from common.formats.signature import input_mismatches
+from common.spec.grid import expand
+from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
+from common.spec.llm import LlmWorkload
+from common.spec.load import TraceRef
+from common.spec.parse import load_yaml, parse_spec
+from common.wire.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.wire.models import LlmParams, ModelMeta
+from common.wire.repeats import summarize_repeats
 from leader.analysis import fleetcheck
 from leader.api import paging
 from leader.api.body import read_limited

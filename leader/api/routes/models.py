@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, StrictBool
 
-from common import hfbundle
+from common.base import NAME_PATTERN, VERSION_PATTERN
 from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
-from common.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
-from common.spec import NAME_PATTERN, VERSION_PATTERN
+from common.formats import hfbundle
+from common.wire.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
 from leader.api.deps import Admin, Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params

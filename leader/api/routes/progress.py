@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from common.progress import JobProgress, PointProgress
+from common.wire.progress import JobProgress, PointProgress
 from leader.api.deps import Db, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import progress as progress_store

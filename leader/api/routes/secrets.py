@@ -8,9 +8,9 @@ import logging
 from fastapi import APIRouter, Request
 
 from common.errors import Conflict, Forbidden, Unavailable
-from common.jobs import JobState
-from common.targetsecret import SecretCreate, SecretView, TargetCredentials
-from common.targetspec import TargetSpec
+from common.spec.target import TargetSpec
+from common.wire.jobs import JobState
+from common.wire.secrets import SecretCreate, SecretView, TargetCredentials
 from leader.api.deps import Db, FollowerPrincipal, SettingsDep, Submitter, Viewer, check_follower
 from leader.secretbox import SecretBox
 from leader.settings import LeaderSettings

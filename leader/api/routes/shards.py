@@ -11,8 +11,8 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from common.errors import InvalidSpec
-from common.jobs import JobState, JobView
-from common.shardwire import BarrierAnswer, PointShards, ShardArrival, ShardFigures, ShardState
+from common.wire.jobs import JobState, JobView
+from common.wire.shards import BarrierAnswer, PointShards, ShardArrival, ShardFigures, ShardState
 from leader.api.body import check_records_blob, read_limited
 from leader.api.deps import Db, FollowerPrincipal, Reader, check_follower
 from leader.store import jobs as jobs_store

@@ -6,7 +6,7 @@ import logging
 
 from fastapi import APIRouter
 
-from common.auth import TokenCreate, TokenIssued, TokenView
+from common.wire.auth import TokenCreate, TokenIssued, TokenView
 from leader.api.deps import AdminAuth, Db, SettingsDep
 from leader.store import users as users_store
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from common.modelgen import mlp_onnx
-from common.models import ModelMeta, TensorSpec
+from benchfleet.generate.modelgen import mlp_onnx
 from common.procs import SupervisedProcess, free_port, http_ready
+from common.wire.models import ModelMeta, TensorSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 

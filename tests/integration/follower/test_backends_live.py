@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from common.grid import expand
-from common.models import ModelMeta
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.backends.tfserving import find_tfserving
 from follower.backends.triton import find_triton, why_no_triton

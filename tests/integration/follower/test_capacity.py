@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.results import Reason
+from common.wire.results import Reason
 from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.openloop import drive
 from follower.loadgen.records import UNANSWERED, LoadRecords

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from common.colocate import ColocateSpec
-from common.grid import expand
-from common.modelgen import mlp_onnx
-from common.models import ModelMeta, TensorSpec
-from common.results import PointResult
-from common.spec import SLO, JobSpec
+from benchfleet.generate.modelgen import mlp_onnx
+from common.spec.colocate import ColocateSpec
+from common.spec.grid import expand
+from common.spec.job import SLO, JobSpec
+from common.wire.models import ModelMeta, TensorSpec
+from common.wire.results import PointResult
 from follower.host.cpuplan import plan_cpus
 from follower.point.colocate import assign_cpus, run_colocated
 from follower.point.context import ServerRun

@@ -15,10 +15,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from common.grid import expand
-from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta, TensorSpec
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.openloop import drive
 from follower.point.context import ServerRun

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from common.loadspec import SearchSpec, Stability
-from common.models import ModelMeta
-from common.results import PointResult, WindowStat
-from common.spec import SLO, PointSpec
+from common.spec.job import SLO, PointSpec
+from common.spec.load import SearchSpec, Stability
 from common.stats import decode, merge
+from common.wire.models import ModelMeta
+from common.wire.results import PointResult, WindowStat
 from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 

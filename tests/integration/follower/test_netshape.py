@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from common.models import ModelMeta
-from common.netspec import NetworkSpec
-from common.results import PointResult
-from common.spec import SLO, PointSpec
+from common.spec.job import SLO, PointSpec
+from common.spec.network import NetworkSpec
+from common.wire.models import ModelMeta
+from common.wire.results import PointResult
 from follower.host import netshape
 from follower.host import sandbox as sandboxes
 from follower.point.context import ServerRun
@@ -94,7 +94,7 @@ def test_a_killed_followers_shaped_link_is_swept_at_the_next_start(tmp_path: Pat
     code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from common.netspec import NetworkSpec
+        from common.spec.network import NetworkSpec
         from follower.host import netshape, sandbox
         box = sandbox.Sandbox.open(Path({str(tmp_path)!r}))
         netshape.shape(box, NetworkSpec(rate_mbit=10))

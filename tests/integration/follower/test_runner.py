@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.models import ModelMeta
-from common.results import PointResult
-from common.spec import SLO, PointSpec
+from common.spec.job import SLO, PointSpec
+from common.wire.models import ModelMeta
+from common.wire.results import PointResult
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
 from follower.point.context import ServerRun

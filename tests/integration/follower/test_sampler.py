@@ -11,8 +11,8 @@ import numpy as np
 import psutil
 import pytest
 
-from common.models import ModelMeta
-from common.spec import PointSpec
+from common.spec.job import PointSpec
+from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.host.sampler import ResourceSampler, SamplerConfig, Window, _Nvml, summarize
 from follower.loadgen.bodies import build_bodies

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from common.models import ModelMeta, TensorSpec
 from common.procs import http_ready
+from common.wire.models import ModelMeta, TensorSpec
 from follower.backends import get_backend
 from follower.host import sandbox as sandboxes
 from follower.protocols import infer_url

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.models import ModelMeta
 from common.stats import decode
 from common.stats import merge as merge_hdr
+from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.scaleout import drive_processes, merge

@@ -18,9 +18,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from common.models import ModelMeta, TensorSpec
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.spec import DataRef, PointSpec, ServerOptions
+from common.spec.job import DataRef, PointSpec, ServerOptions
+from common.wire.models import ModelMeta, TensorSpec
 from follower.attempt.request_data import resolve_request_data, with_client_stages
 from follower.point.context import ServerRun
 from follower.point.runner import run_backend

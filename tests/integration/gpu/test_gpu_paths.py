@@ -14,10 +14,10 @@ import httpx
 import numpy as np
 import pytest
 
-from common.grid import expand
-from common.models import ModelMeta
-from common.spec import ServerOptions
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.job import ServerOptions
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.backends.artifacts import artifact
 from follower.host import hostinfo

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from common import records
+from common.wire import records
 from tests.integration.leader.conftest import ADMIN, YAML, Leader, point_result
 
 
@@ -18,7 +18,7 @@ def latencies(n: int, *, scale_ms: float, seed: int) -> np.ndarray:
 
 
 def npz(lat_ms: np.ndarray, *, warmup_ms: np.ndarray | None = None, warmup_s: float = 0.0, measured_s: float = 2.0) -> bytes:
-    """Records as the follower's writer stores them (common.records): `warmup_ms` answers spread over the warm-up,
+    """Records as the follower's writer stores them (common.wire.records): `warmup_ms` answers spread over the warm-up,
     then `lat_ms` over the measured window, intended times from a run start of 0."""
     warm = np.zeros(0) if warmup_ms is None else warmup_ms
     warm_at = (np.arange(warm.size) * (warmup_s * 1e9 / max(warm.size, 1))).astype(np.int64)

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from common.messaging import queue_for
+from common.wire.messaging import queue_for
 from leader.app import create_app
 from leader.settings import LeaderSettings
 from tests.conftest import Service

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from common.bundle import ONNX_MEMBER, write_bundle
+from common.formats.bundle import ONNX_MEMBER, write_bundle
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.unit.leader.onnx_models import identity_model

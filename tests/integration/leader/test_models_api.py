@@ -99,7 +99,7 @@ def test_a_language_model_directory_is_stored_described_and_checked(leader: Lead
     import io
     import zipfile
 
-    from common.llmgen import LlamaSpec, generate
+    from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, generated = generate(LlamaSpec(layers=2, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=512))
 
@@ -127,7 +127,7 @@ def test_a_language_model_directory_is_stored_described_and_checked(leader: Lead
 
 
 def test_a_language_model_needs_an_llm_server_and_a_tensor_model_a_tensor_server(leader: Leader) -> None:
-    from common.llmgen import LlamaSpec, generate
+    from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
     stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},
@@ -159,7 +159,7 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
     import json
     import zipfile
 
-    from common.llmgen import LlamaSpec, generate
+    from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
     out = io.BytesIO()
@@ -180,7 +180,7 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
 def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(leader: Leader) -> None:
     import json
 
-    from common.llmgen import LlamaSpec, generate
+    from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
     assert leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},

@@ -6,7 +6,7 @@ import uuid
 
 import numpy as np
 
-from common.records import decode as decode_records
+from common.wire.records import decode as decode_records
 from follower.loadgen.records import LoadRecords, encode_records
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.integration.leader.test_scheduling import claim, fid

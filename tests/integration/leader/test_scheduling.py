@@ -12,8 +12,8 @@ import redis
 from fastapi.testclient import TestClient
 from pymongo import MongoClient
 
-from common.jobs import JobTask
-from common.messaging import RUN_JOB_TASK
+from common.wire.jobs import JobTask
+from common.wire.messaging import RUN_JOB_TASK
 from leader.app import create_app
 from tests.integration.leader.conftest import (
     ADMIN,

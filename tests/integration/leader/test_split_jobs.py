@@ -12,9 +12,9 @@ import httpx
 
 from benchfleet.cli import running_points, watch_job
 from benchfleet.client import BenchfleetClient
-from common.grid import expand
-from common.spec import SplitSpec
-from common.specparse import parse_spec_yaml
+from common.spec.grid import expand
+from common.spec.job import SplitSpec
+from common.spec.parse import parse_spec_yaml
 from leader.jobplan import split_points
 from tests.integration.leader.conftest import ADMIN, Leader, point_result
 from tests.integration.leader.test_metrics_book import gauge

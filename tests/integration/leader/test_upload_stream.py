@@ -16,7 +16,7 @@ from pymongo import AsyncMongoClient
 from pymongo.database import Database
 
 from benchfleet.stack import LocalStack
-from common.models import ModelMeta
+from common.wire.models import ModelMeta
 from leader.clock import utcnow
 from leader.store import models as models_store
 from tests.conftest import Service

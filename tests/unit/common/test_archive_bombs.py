@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common import hfbundle
-from common.bundle import BundleError, read_member, write_bundle
-from common.datasets import BadData, inspect_data, load_samples
-from common.ziplimits import ArchiveTooLarge
+from common.formats import hfbundle
+from common.formats.bundle import BundleError, read_member, write_bundle
+from common.formats.datasets import BadData, inspect_data, load_samples
+from common.formats.ziplimits import ArchiveTooLarge
 
 MIB = 1024 * 1024
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from common.grid import estimate_seconds, expand, server_runs, server_starts
-from common.jobs import JobView
-from common.results import Percentiles, PointResult
-from common.spec import JobSpec
+from common.spec.grid import estimate_seconds, expand, server_runs, server_starts
+from common.spec.job import JobSpec
+from common.wire.jobs import JobView
+from common.wire.results import Percentiles, PointResult
 from leader.analysis.interference import matrix
 
 BASE = {"name": "co", "model": "a:1", "backends": ["onnxruntime"], "load": {"rate": 100, "duration": "5s", "warmup": "1s"}}

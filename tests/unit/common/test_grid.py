@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from common.grid import PER_POINT, POINT_FROM_LOAD, drain_bound_s, estimate_seconds, expand, overload_allowance_s
-from common.loadspec import LoadSpec
-from common.spec import PointSpec
-from common.specparse import parse_spec
+from common.spec.grid import PER_POINT, POINT_FROM_LOAD, drain_bound_s, estimate_seconds, expand, overload_allowance_s
+from common.spec.job import PointSpec
+from common.spec.load import LoadSpec
+from common.spec.parse import parse_spec
 
 
 def test_every_load_field_is_copied_or_resolved_per_point_and_lands_on_a_point_field() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from common import hfbundle
-from common.llmgen import BOS, LlamaSpec, generate
+from benchfleet.generate.llmgen import BOS, LlamaSpec, generate
+from common.formats import hfbundle
 
 SMALL = LlamaSpec(layers=2, hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=1024, context=256, seed=3)
 

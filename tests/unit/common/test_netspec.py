@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from common.needs import offered_backends, placement_backends
-from common.netspec import NETEM, TBF, NetworkSpec
+from common.spec.needs import offered_backends, placement_backends
+from common.spec.network import NETEM, TBF, NetworkSpec
 from leader.domain import Candidate, QueuedJob
 from leader.scheduler.placement import explain_unplaceable, unable_reason
 

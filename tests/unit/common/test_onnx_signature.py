@@ -6,8 +6,8 @@ import pytest
 from onnx import TensorProto
 
 from common.errors import InvalidSpec
-from common.models import TensorSpec
-from common.onnx_signature import read_signature
+from common.formats.onnx_signature import read_signature
+from common.wire.models import TensorSpec
 from tests.unit.leader.onnx_models import identity_model, linear_model
 
 

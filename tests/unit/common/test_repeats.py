@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.grid import expand, server_runs
-from common.repeats import summarize_repeats
-from common.results import Environment, Percentiles, PointResult
-from common.spec import MAX_POINTS
-from common.specparse import InvalidSpec, parse_spec
+from common.spec.grid import expand, server_runs
+from common.spec.job import MAX_POINTS
+from common.spec.parse import InvalidSpec, parse_spec
 from common.stats import block_bootstrap_ci
+from common.wire.repeats import summarize_repeats
+from common.wire.results import Environment, Percentiles, PointResult
 
 BASE: dict[str, Any] = {"name": "j", "model": "m:1", "backends": ["onnxruntime", "triton"], "batch_sizes": [1, 4],
                         "load": {"rate": [100, 200], "duration": "2s", "warmup": "0s"}}  # fmt: skip

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from common.errors import InvalidSpec
-from common.grid import estimate_seconds, expand
-from common.loadspec import parse_duration
-from common.spec import MAX_POINTS
-from common.specparse import parse_spec, parse_spec_yaml
+from common.spec.grid import estimate_seconds, expand
+from common.spec.job import MAX_POINTS
+from common.spec.load import parse_duration
+from common.spec.parse import parse_spec, parse_spec_yaml
 
 EXAMPLE = """
 name: mlp-onnx-smoke
@@ -217,7 +217,7 @@ def _paths(schema: dict, defs: dict, prefix: str = "", depth: int = 0) -> list[s
 
 
 def test_any_value_of_any_type_in_any_field_is_a_refusal_naming_a_field_never_a_crash() -> None:
-    from common.spec import JobSpec
+    from common.spec.job import JobSpec
 
     schema = JobSpec.model_json_schema()
     paths = _paths(schema, schema.get("$defs", {}))

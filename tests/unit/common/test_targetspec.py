@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from common.needs import offered_backends
-from common.spec import JobSpec
-from common.targetsecret import SecretCreate
+from common.spec.job import JobSpec
+from common.spec.needs import offered_backends
+from common.wire.secrets import SecretCreate
 
 
 def _job(**extra: Any) -> JobSpec:
@@ -66,7 +66,7 @@ def test_reserved_headers_and_ca_bundles() -> None:
 def test_an_openai_targets_points_carry_its_language_model_requests() -> None:
     """An OpenAI-compatible target is a language model's endpoint: its points get the job's llm workload (or the
     default one), as an LLM backend's would; a tensor target's get none."""
-    from common.grid import expand
+    from common.spec.grid import expand
 
     llm = _job(target={"url": "http://h:8000", "protocol": "openai"}, llm={"prompt_tokens": 32, "output_tokens": 8})
     (point,) = expand(llm)

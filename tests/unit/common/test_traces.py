@@ -7,8 +7,8 @@ import io
 import numpy as np
 import pytest
 
-from common.datasets import BadData, inspect_data
-from common.traces import BadTrace, Trace, parse_trace, trace_facts
+from common.formats.datasets import BadData, inspect_data
+from common.formats.traces import BadTrace, Trace, parse_trace, trace_facts
 
 
 def _parse(text: str | bytes) -> Trace:

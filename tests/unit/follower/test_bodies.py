@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from common.models import TensorSpec
+from common.wire.models import TensorSpec
 from follower.loadgen.bodies import build_bodies, resolve_shape
 
 
@@ -60,7 +60,7 @@ def test_bodies_from_request_data_use_its_rows_for_every_wire() -> None:
     import numpy as np
     import orjson
 
-    from common.models import TensorSpec
+    from common.wire.models import TensorSpec
     from follower.loadgen.bodies import build_bodies
     from protos import grpc_predict_v2_pb2 as pb
 
@@ -80,7 +80,7 @@ def test_request_data_that_does_not_fit_names_the_input() -> None:
     import numpy as np
     import pytest
 
-    from common.models import TensorSpec
+    from common.wire.models import TensorSpec
     from follower.loadgen.bodies import build_bodies
 
     spec = [TensorSpec(name="input", datatype="FP32", shape=[-1, 4])]
@@ -97,8 +97,8 @@ def test_sample_images_feed_an_image_model_through_the_processor_registry(tmp_pa
     import pytest
 
     pytest.importorskip("skimage", reason="scikit-image (images extra) ships the sample images")
-    from common.models import ModelMeta, TensorSpec
-    from common.spec import DataRef
+    from common.spec.job import DataRef
+    from common.wire.models import ModelMeta, TensorSpec
     from follower.attempt.request_data import resolve_samples
     from follower.loadgen.bodies import build_bodies
 

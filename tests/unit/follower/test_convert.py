@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.bundle import BundleError, read_member, read_meta, write_bundle
-from common.models import ModelMeta, TensorSpec
-from common.signature import input_mismatches
-from common.spec import DynamicBatching, ServerOptions
-from common.specparse import parse_spec
+from common.formats.bundle import BundleError, read_member, read_meta, write_bundle
+from common.formats.signature import input_mismatches
+from common.spec.job import DynamicBatching, ServerOptions
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta, TensorSpec
 from follower.convert.check import ConversionMismatch, compare, require
 from follower.convert.triton_repo import config_pbtxt
 from follower.servers.processing import get_processor, tokenize, top_k
@@ -154,11 +154,11 @@ def test_keras_to_savedmodel_is_checked_against_the_source(tmp_path) -> None:  #
 
 @pytest.mark.parametrize("elem_type", ["UINT32", "UINT64", "INT8"])
 def test_preflight_reads_every_kserve_datatype_as_the_leader_does(tmp_path: Path, elem_type: str) -> None:
-    """The follower's pre-flight and the leader's upload read one signature (common.onnx_signature): a UINT32 model
+    """The follower's pre-flight and the leader's upload read one signature (common.formats.onnx_signature): a UINT32 model
     was once read as BYTES here and refused as a mismatch."""
     from onnx import TensorProto
 
-    from common.onnx_signature import read_signature
+    from common.formats.onnx_signature import read_signature
     from follower.convert.signature import check_before_serving
     from tests.unit.leader.onnx_models import identity_model
 

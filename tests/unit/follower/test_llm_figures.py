@@ -9,11 +9,11 @@ import numpy as np
 import orjson
 import pytest
 
-from common import hfbundle
-from common.llmgen import LlamaSpec, generate
-from common.llmspec import LlmWorkload, TokenLengths
-from common.records import LLM_OFFSETS, LLM_TOKENS, decode, per_request
-from common.spec import SLO
+from benchfleet.generate.llmgen import LlamaSpec, generate
+from common.formats import hfbundle
+from common.spec.job import SLO
+from common.spec.llm import LlmWorkload, TokenLengths
+from common.wire.records import LLM_OFFSETS, LLM_TOKENS, decode, per_request
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.llmstats import llm_figures
@@ -143,7 +143,7 @@ def test_a_live_window_of_a_language_model_shows_its_token_rate_and_ttft() -> No
 
 
 def test_a_language_models_stage_breakdown_joins_the_servers_stages_to_the_clients_time() -> None:
-    from common.results import LlmFigures, LlmServerView, Percentiles
+    from common.wire.results import LlmFigures, LlmServerView, Percentiles
     from follower.point.result import llm_stages
 
     e2e = Percentiles(count=10, mean=100.0, p50=100.0, p90=100.0, p95=100.0, p99=100.0, p999=100.0, max=100.0)

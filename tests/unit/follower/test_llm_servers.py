@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from common.models import LlmParams, ModelMeta
-from common.spec import JobSpec, LlmServerOptions, ServerOptions
+from common.spec.job import JobSpec, LlmServerOptions, ServerOptions
+from common.wire.models import LlmParams, ModelMeta
 from follower.backends import BACKENDS, SglangBackend, TritonOpenAiBackend, available_backends
 from follower.backends.llmserver import parse_metrics
 from follower.backends.stats import llm_server_delta

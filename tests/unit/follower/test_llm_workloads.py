@@ -11,11 +11,11 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from common import hfbundle
-from common.datasets import BadData, inspect_data
-from common.llmdata import BadPrompts, PromptRow, parse_lines
-from common.llmgen import LlamaSpec, generate
-from common.llmspec import LlmWorkload, SharedPrefix, TokenLengths
+from benchfleet.generate.llmgen import LlamaSpec, generate
+from common.formats import hfbundle
+from common.formats.datasets import BadData, inspect_data
+from common.formats.llmdata import BadPrompts, PromptRow, parse_lines
+from common.spec.llm import LlmWorkload, SharedPrefix, TokenLengths
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies
 
 

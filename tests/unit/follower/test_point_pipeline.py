@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.grid import expand
-from common.models import ModelMeta, TensorSpec
-from common.results import PointResult, Reason
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta, TensorSpec
+from common.wire.results import PointResult, Reason
 from follower.backends import get_backend
 from follower.loadgen.records import LoadRecords
 from follower.point.context import PointContext, ServerRun

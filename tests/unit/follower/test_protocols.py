@@ -9,8 +9,8 @@ from typing import get_args
 import orjson
 import pytest
 
-from common.llmspec import LlmWorkload
-from common.targetspec import ProtocolName, TargetSpec
+from common.spec.llm import LlmWorkload
+from common.spec.target import ProtocolName, TargetSpec
 from follower.backends.endpoint import target_endpoint
 from follower.protocols import PROTOCOLS, Endpoint, open_transport, protocol_of
 from follower.protocols.transports import AiohttpTransport, GrpcTransport, OpenAiStreamTransport, RawHttpTransport

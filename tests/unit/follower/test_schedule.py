@@ -74,7 +74,7 @@ def test_poisson_gaps_pass_a_kolmogorov_smirnov_test_against_the_exponential() -
 
 # -- the other open-loop patterns ------------------------------------------------------------------------------
 
-from common.spec import PointSpec  # noqa: E402
+from common.spec.job import PointSpec  # noqa: E402
 from follower.loadgen.schedule import point_offsets_ns  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def test_trace_replays_offsets_inside_the_run() -> None:
 
 
 def test_uploaded_trace_schedule_keeps_offsets_exact_after_the_warm_up() -> None:
-    from common.traces import Trace
+    from common.formats.traces import Trace
     from follower.point.plan import trace_schedule as _trace_schedule
 
     trace = Trace(np.array([0, 100, 250, 900, 1500], dtype=np.int64) * 1_000_000, np.array([4, 3, 2, 1, 0]),

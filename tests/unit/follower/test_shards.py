@@ -10,10 +10,10 @@ import io
 
 import numpy as np
 
-from common import hfbundle
-from common.llmgen import LlamaSpec, generate
-from common.llmspec import LlmWorkload
-from common.spec import PointSpec
+from benchfleet.generate.llmgen import LlamaSpec, generate
+from common.formats import hfbundle
+from common.spec.job import PointSpec
+from common.spec.llm import LlmWorkload
 from follower.host.sampler import SamplerConfig
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.llmrecords import LlmColumns

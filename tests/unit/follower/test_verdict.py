@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.results import Percentiles, Reason
-from common.spec import SLO
+from common.spec.job import SLO
+from common.wire.results import Percentiles, Reason
 from follower.loadgen.records import NOT_SENT, TRANSPORT_ERROR, LoadRecords
 from follower.loadgen.verdict import backlog, delivered_rate, slo_met, summarize_window, window_reasons
 

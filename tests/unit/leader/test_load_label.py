@@ -9,11 +9,11 @@ from typing import Any
 from rich.console import Console
 
 from benchfleet.render import point_label, print_results
-from common.analysis import LeaderboardRow
-from common.grid import expand
-from common.jobs import JobResults, JobView
-from common.results import Environment, PointResult
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
+from common.wire.analysis import LeaderboardRow
+from common.wire.jobs import JobResults, JobView
+from common.wire.results import Environment, PointResult
 from leader.analysis.compare import point_key
 from leader.analysis.leaderboard import to_row
 from leader.store.leaderboard import row_from_result
@@ -84,7 +84,7 @@ def test_a_finished_point_shows_what_it_delivered_not_its_last_live_window() -> 
     """An overloaded point's last live window often closes with nothing answered yet ("0 req/s"); once it has finished,
     its progress line shows the point's own figures."""
     from benchfleet.cli import finished_note
-    from common.results import Percentiles, Reason
+    from common.wire.results import Percentiles, Reason
 
     point = expand(parse_spec({"name": "j", "model": "m:1", "load": {"rate": 1100}}))[0]
     result = _result(point).model_copy(update={

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.grid import expand
-from common.specparse import parse_spec
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
 from leader.analysis.compare import point_key
 from leader.analysis.leaderboard import to_row
 from leader.store.leaderboard import row_from_result

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from common.errors import InvalidSpec
-from common.followers import FollowerInfo, FollowerView, HeldJob
-from common.grid import expand
-from common.spec import JobSpec
+from common.spec.grid import expand
+from common.spec.job import JobSpec
+from common.wire.followers import FollowerInfo, FollowerView, HeldJob
 from leader.shards import choose_shard_followers, sized
 
 

@@ -12,20 +12,19 @@ from pydantic import (
     model_validator,
 )
 
-from common.colocate import ColocateSpec
+from common.base import NAME_PATTERN, VERSION_PATTERN, StrictModel
 from common.devices import GPU_PROVIDERS
-from common.llmspec import LlmWorkload
-from common.loadspec import LoadSpec, Pattern, SearchSpec, Stability, StrictModel
-from common.netspec import NetworkSpec
-from common.targetspec import ENDPOINT, TargetSpec, default_backends
+from common.spec.colocate import ColocateSpec
+from common.spec.llm import LlmWorkload
+from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
+from common.spec.network import NetworkSpec
+from common.spec.target import ENDPOINT, TargetSpec, default_backends
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
 LabelText = Annotated[str, Field(pattern=NAME_PATTERN)]
 Labels = Annotated[dict[LabelText, LabelText], Field(max_length=32)]
-VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
 
-# Upper bounds of the grid and the document (the load's are common.loadspec's).
+# Upper bounds of the grid and the document (the load's are common.spec.load's).
 MAX_BATCH = 4_096
 MAX_POINTS = 512
 DEFAULT_MAX_MODEL_LEN = 4096  # an LLM server's sequence length unless server.llm.max_model_len says otherwise
@@ -406,7 +405,7 @@ class PointSpec(StrictModel):
     cv: float = 1.0
     rate_end: float | None = None
     steps: int = 4
-    # Co-location (common/colocate.py): the model this point measures (0: the job's, k: colocate.models[k - 1]), the
+    # Co-location (common/spec/colocate.py): the model this point measures (0: the job's, k: colocate.models[k - 1]), the
     # models served at the same time, and the group of points that run at once (None: not co-located).
     served: int = 0
     beside: list[int] = []

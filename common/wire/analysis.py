@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, model_validator
 
-from common.auth import DEFAULT_TEAM
-from common.spec import load_label
+from common.spec.job import load_label
+from common.wire.auth import DEFAULT_TEAM
 
 
 class LeaderboardRow(BaseModel):

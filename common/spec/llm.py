@@ -1,6 +1,6 @@
 """What a language-model job sends: the API, streaming or not, and the prompt and output lengths in tokens, each
 drawn per request from a distribution and made exact by the model's own tokenizer (follower/loadgen/llmprompts.py);
-or prompts from an uploaded prompt set (common.llmdata); and a shared prefix for a share of the requests.
+or prompts from an uploaded prompt set (common.formats.llmdata); and a shared prefix for a share of the requests.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from common.loadspec import StrictModel
+from common.base import StrictModel
 
 MAX_TOKENS = 131_072
 MAX_EMPIRICAL = 100_000  # lengths an empirical distribution may list inline

@@ -16,8 +16,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from common.models import LlmParams
-from common.ziplimits import ArchiveTooLarge, check_ratio
+from common.formats.ziplimits import ArchiveTooLarge, check_ratio
+from common.wire.models import LlmParams
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")

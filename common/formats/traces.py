@@ -25,7 +25,7 @@ from typing import IO
 
 import numpy as np
 
-from common.loadspec import MAX_DURATION_S
+from common.spec.load import MAX_DURATION_S
 
 # One trace feeds one run; a million arrivals is ~3 min at 5k req/s, far more than one point ever sends.
 MAX_TRACE_FILE_ENTRIES = 1_000_000

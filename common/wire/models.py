@@ -7,15 +7,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.auth import DEFAULT_TEAM
-from common.spec import NAME_PATTERN, VERSION_PATTERN
+from common.base import NAME_PATTERN, VERSION_PATTERN
+from common.wire.auth import DEFAULT_TEAM
 
 # KServe v2 / Open Inference Protocol datatype names.
 Datatype = Literal[
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"
 ]
 # "bundle": a zip the canonical generator writes (model.onnx + model.pt + meta.json); the leader reads only the ONNX.
-# "hf": a zip of a Hugging Face model directory (config, safetensors weights, tokenizer): an LLM (common/hfbundle.py).
+# "hf": a zip of a Hugging Face model directory (config, safetensors weights, tokenizer): an LLM (common/formats/hfbundle.py).
 # "endpoint": a model at an endpoint benchfleet does not run (a job's target): its signature, no files.
 ModelFormat = Literal["onnx", "torchscript", "savedmodel", "bundle", "hf", "endpoint"]
 

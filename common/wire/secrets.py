@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from common.spec import NAME_PATTERN
+from common.base import NAME_PATTERN
 
 MAX_HEADER_VALUE = 8 * 1024
 MAX_CA_BUNDLE = 256 * 1024

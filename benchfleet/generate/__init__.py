@@ -31,7 +31,7 @@ def canonical(kind: str, *, depth: int, width: int, input_size: int, seed: int) 
 def llama(*, layers: int, hidden: int, heads: int, kv_heads: int | None, intermediate: int | None, vocab: int,
           context: int, seed: int) -> Generated:  # fmt: skip
     """The canonical language model; ValueError for a shape that cannot be a Llama."""
-    from common.llmgen import LlamaSpec, generate
+    from benchfleet.generate.llmgen import LlamaSpec, generate
 
     spec = LlamaSpec(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
                      intermediate=intermediate or 2 * hidden, vocab=vocab, context=context, seed=seed)  # fmt: skip

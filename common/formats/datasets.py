@@ -2,8 +2,8 @@
 
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
-follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.traces); a fifth,
-`prompts`, is a language model's prompts, chats, conversations or prompt lengths (common.llmdata).
+follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.formats.traces); a fifth,
+`prompts`, is a language model's prompts, chats, conversations or prompt lengths (common.formats.llmdata).
 The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
 
@@ -18,18 +18,18 @@ from typing import IO, Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.auth import DEFAULT_TEAM
-from common.llmdata import BadPrompts, parse_lines
-from common.spec import NAME_PATTERN
-from common.traces import BadTrace, inspect_trace
-from common.ziplimits import ArchiveTooLarge, check_archive
+from common.base import NAME_PATTERN
+from common.formats.llmdata import BadPrompts, parse_lines
+from common.formats.traces import BadTrace, inspect_trace
+from common.formats.ziplimits import ArchiveTooLarge, check_archive
+from common.wire.auth import DEFAULT_TEAM
 
 DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
 DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace", "prompts")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
-# What an archived data set (npz, images) may inflate to, besides the ratio bound of common.ziplimits.
+# What an archived data set (npz, images) may inflate to, besides the ratio bound of common.formats.ziplimits.
 MAX_INFLATED_BYTES = 2 * 1024**3
 
 
@@ -52,7 +52,7 @@ class DataSetMeta(BaseModel):
     created_at: datetime
     owner: str = "admin"
     team: str = DEFAULT_TEAM  # the uploader's team: only it (and admins) sees the data
-    # trace (common.traces): the last send offset, and the largest request-data row it names (None: names none).
+    # trace (common.formats.traces): the last send offset, and the largest request-data row it names (None: names none).
     span_s: float | None = None
     max_input: int | None = None
 
@@ -94,7 +94,7 @@ def _inspect_prompts(fp: IO[bytes]) -> tuple[int, list[str]]:
 
 def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
     """Samples and fields from each array's .npy header alone: nothing is inflated past the headers, and the archive's
-    directory is checked against the inflation bounds first (common.ziplimits)."""
+    directory is checked against the inflation bounds first (common.formats.ziplimits)."""
     try:
         with zipfile.ZipFile(fp) as npz:
             check_archive(npz, MAX_INFLATED_BYTES)

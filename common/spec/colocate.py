@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from common.loadspec import StrictModel
+from common.base import StrictModel
 
 MAX_COLOCATED = 3  # models beside the job's own: 4 models give 4 alone runs and 6 pairs
 

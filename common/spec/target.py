@@ -9,9 +9,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from common.loadspec import StrictModel
+from common.base import NAME_PATTERN, StrictModel
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no server is started
 MAX_SHARDS = 64
 

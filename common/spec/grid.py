@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from common import colocate
-from common.llmspec import LlmWorkload
-from common.loadspec import TraceRef
-from common.spec import LLM_BACKENDS, JobSpec, PointSpec, ServerOptions
+from common.spec import colocate
+from common.spec.job import LLM_BACKENDS, JobSpec, PointSpec, ServerOptions
+from common.spec.llm import LlmWorkload
+from common.spec.load import TraceRef
 
 # What starting one backend's server costs a job before its first point (start, load, first answer), in seconds:
 # the part of an estimate that does not scale with the points.
@@ -78,7 +78,7 @@ def expand(spec: JobSpec) -> list[PointSpec]:
             seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
             server=server, config=config, repeat=repeat, llm=_workload(spec, backend), **shared,
         ))  # fmt: skip
-    if spec.colocate is not None:  # one configuration: every model alone, then each pair at once (common/colocate.py)
+    if spec.colocate is not None:  # one configuration: every model alone, then each pair at once (common/spec/colocate.py)
         base, n = points[0], len(spec.colocate.models) + 1
         together = [(g, m, [o for o in run if o != m]) for g, run in enumerate(colocate.runs(n)) for m in run]
         points = [base.model_copy(update={"index": i, "seed": (spec.seed * 1_000_003 + i) % 2**32, "served": m,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from common.models import Datatype
+from common.wire.models import Datatype
 
 # KServe v2 datatype → numpy dtype (BYTES has none: an object array of bytes).
 V2_TO_NUMPY: dict[str, np.dtype[Any]] = {

@@ -11,12 +11,12 @@ import json
 import zipfile
 from typing import Any
 
-from common.ziplimits import ArchiveTooLarge, check_member
+from common.formats.ziplimits import ArchiveTooLarge, check_member
 
 ONNX_MEMBER = "model.onnx"
 TORCHSCRIPT_MEMBER = "model.pt"
 META_MEMBER = "meta.json"
-# A member larger than this is refused rather than inflated (zip bombs; common.ziplimits bounds its ratio too).
+# A member larger than this is refused rather than inflated (zip bombs; common.formats.ziplimits bounds its ratio too).
 MAX_MEMBER_BYTES = 1024**3
 
 

@@ -8,9 +8,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -18,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from common.base import StrictModel
 from common.errors import field_errors
 
 # Upper bounds that keep one submission from occupying a follower for days (the leader's own limits are tighter).
@@ -42,12 +41,6 @@ def parse_duration(value: Any) -> float:
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class StrictModel(BaseModel):
-    """The base of every spec model: unknown fields are errors, a validated spec never changes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 Pattern = Literal["poisson", "constant", "gamma", "ramp", "step", "spike", "onoff", "trace", "closed"]
@@ -96,7 +89,7 @@ class SearchSpec(StrictModel):
 
 
 class TraceRef(StrictModel):
-    """A trace file uploaded as a data set of format `trace` (common.traces), replayed as the arrival schedule."""
+    """A trace file uploaded as a data set of format `trace` (common.formats.traces), replayed as the arrival schedule."""
 
     dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]
     """The data set's id (POST /api/v1/data)."""
@@ -254,7 +247,7 @@ class LoadSpec(StrictModel):
         for i, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, int | float) or not 0 <= item <= MAX_DURATION_S:
                 raise ValueError(f"entries must be seconds in [0, {MAX_DURATION_S:g}], got {item!r}")
-            # A trace is a recording, not a set: refused like an uploaded one (common/traces.py), never sorted.
+            # A trace is a recording, not a set: refused like an uploaded one (common/formats/traces.py), never sorted.
             if out and item < out[-1]:
                 raise ValueError(f"entry {i} ({item:g} s) is earlier than the one before ({out[-1]:g} s); "
                                  "offsets must never decrease")  # fmt: skip

@@ -8,7 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from common.errors import InvalidSpec, field_errors
-from common.spec import MAX_SPEC_BYTES, JobSpec
+from common.spec.job import MAX_SPEC_BYTES, JobSpec
 
 
 def parse_spec(data: Any) -> JobSpec:

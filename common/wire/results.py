@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
-from common.spec import PointSpec
+from common.spec.job import PointSpec
 
 
 class Percentiles(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.spec import NAME_PATTERN
+from common.base import NAME_PATTERN
 
 # viewer reads; submitter also submits jobs and uploads models (cancelling/deleting only its own); admin does all.
 UserRole = Literal["viewer", "submitter", "admin"]

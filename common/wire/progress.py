@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from common.results import WindowStat
+from common.wire.results import WindowStat
 
 # The leader keeps at most this many windows per point (the most recent), so a long point cannot grow its document.
 MAX_WINDOWS_PER_POINT = 120

@@ -7,8 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.analysis import Anomaly
-from common.spec import NAME_PATTERN, Labels
+from common.base import NAME_PATTERN
+from common.spec.job import Labels
+from common.wire.analysis import Anomaly
 
 FollowerState = Literal["ready", "busy", "draining", "missing"]
 
@@ -49,7 +50,7 @@ class FollowerInfo(BaseModel):
     backends: list[str]
     version: str
     # Backends this agent runs only for models an admin marked trusted: those that run a model's code
-    # (common.spec.MODEL_CODE_BACKENDS), on a host where model servers cannot be sandboxed.
+    # (common.spec.job.MODEL_CODE_BACKENDS), on a host where model servers cannot be sandboxed.
     trusted_only: list[str] = []
     # The qdiscs this agent can shape its servers' links with ("netem": delay, jitter, loss; "tbf": rate), and why
     # not where it cannot (follower/host/netshape.py); placement sends a job's `network` only where it can.

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from common.netspec import shaping_needs
-from common.spec import MODEL_CODE_BACKENDS
-from common.targetspec import ENDPOINT
+from common.spec.job import MODEL_CODE_BACKENDS
+from common.spec.network import shaping_needs
+from common.spec.target import ENDPOINT
 
 TRUSTED_ONLY = "@trusted"  # "<backend>@trusted": a placement need that a follower without the sandbox also meets
 

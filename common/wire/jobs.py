@@ -8,11 +8,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from common.auth import DEFAULT_TEAM
-from common.models import ModelMeta
-from common.repeats import RepeatSummary
-from common.results import PointResult
-from common.spec import NAME_PATTERN, JobSpec, PointSpec
+from common.base import NAME_PATTERN
+from common.spec.job import JobSpec, PointSpec
+from common.wire.auth import DEFAULT_TEAM
+from common.wire.models import ModelMeta
+from common.wire.repeats import RepeatSummary
+from common.wire.results import PointResult
 
 
 class JobState(StrEnum):
@@ -113,7 +114,7 @@ class JobView(BaseModel):
     points_total: int
     points_done: int
     estimate_s: float  # run time when the server keeps up with every point
-    # The most the runs can take: every point overloading its server and waiting its drain bound (common.grid).
+    # The most the runs can take: every point overloading its server and waiting its drain bound (common.spec.grid).
     estimate_max_s: float | None = None
     created_at: datetime
     updated_at: datetime

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from common.results import PointResult
+from common.wire.results import PointResult
 
 CV_FLAG = 0.05  # a spread above 5% of the mean is flagged
 ALPHA = 0.05  # the heterogeneity test's nominal false-alarm rate per configuration, split over the figures tested

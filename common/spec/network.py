@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from common.loadspec import StrictModel
+from common.base import StrictModel
 
 Profile = Literal["lan", "wifi", "4g", "custom"]
 

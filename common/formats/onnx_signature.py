@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.datatypes import ONNX_TO_V2
 from common.errors import InvalidSpec
-from common.models import TensorSpec
+from common.formats.datatypes import ONNX_TO_V2
+from common.wire.models import TensorSpec
 
 
 def _tensor_spec(value: object) -> TensorSpec:
