@@ -28,7 +28,7 @@ from benchfleet.stack import LocalStack
 from follower.agent.holding import HeldEntry, HoldingQueue, work_ahead
 from follower.settings import WAIT_BOUND
 from leader.domain import Candidate, Gpu, Load, Needs, QueuedJob
-from leader.scheduler.placement import PlacementIndex, Policy
+from leader.placement.placer import PlacementIndex, Policy
 
 CONFIGS: list[tuple[str, Policy, str]] = [
     ("rr_fcfs", "round_robin", "fcfs"),
@@ -258,7 +258,7 @@ def decision_cost(n_followers: int, n_queued: int, decisions: int) -> dict[str, 
         scans = 200
         for i in range(scans):
             job = kinds[i % len(kinds)]
-            from leader.scheduler.placement import unable_reason
+            from leader.placement.placer import unable_reason
 
             min(
                 (c for c in candidates if unable_reason(job, c) is None),
@@ -329,11 +329,11 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
     from pymongo import AsyncMongoClient
 
     from leader.clock import utcnow
-    from leader.queue import TaskQueue
-    from leader.scheduler.placement import Placer
+    from leader.placement.placer import Placer
+    from leader.placement.queue import TaskQueue
+    from leader.store import assignments as assignments_store
     from leader.store import followers as followers_store
     from leader.store import jobs as jobs_store
-    from leader.store import placement as placement_store
 
     client: AsyncMongoClient = AsyncMongoClient(mongo_uri, tz_aware=True)
     db = client["bench_scheduler"]
@@ -390,8 +390,8 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
             return (time.perf_counter() - t0) * 1e3
 
         out = {
-            "old_active_loads_ms": await once(lambda: placement_store.active_loads(db)),
-            "old_queued_scan_ms": await once(lambda: placement_store.queued_jobs(db, limit=500)),
+            "old_active_loads_ms": await once(lambda: assignments_store.active_loads(db)),
+            "old_queued_scan_ms": await once(lambda: assignments_store.queued_jobs(db, limit=500)),
         }
         placer = Placer(db=db, queue=queue, interval_s=1.0)
         out["full_load_ms"] = await once(placer.sync)

@@ -17,13 +17,25 @@ from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
-from leader.api.routes import data, fleetchecks, followers, health, jobs, models, progress, records, secrets, shards, tokens
+from leader.api.routes import (
+    data,
+    fleetchecks,
+    followers,
+    health,
+    jobs,
+    models,
+    progress,
+    records,
+    secrets,
+    shard_barrier,
+    tokens,
+)
 from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
-from leader.queue import TaskQueue
-from leader.scheduler.monitor import Monitor
-from leader.scheduler.placement import Placer
+from leader.placement.monitor import Monitor
+from leader.placement.placer import Placer
+from leader.placement.queue import TaskQueue
 from leader.settings import LeaderSettings
 from leader.store import audit as audit_store
 from leader.store import fleetchecks as fleetchecks_store
@@ -35,7 +47,7 @@ from leader.store import orphans as orphans_store
 from leader.store import results as results_store
 from leader.store import secrets as secrets_store
 from leader.store import sessions as sessions_store
-from leader.store import shards as shards_store
+from leader.store import shard_points as shard_points_store
 from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
 from leader.web import apidocs
@@ -58,7 +70,7 @@ SHUTDOWN_STEP_S = 5.0
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
     for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store,
-                  fleetchecks_store, shards_store, secrets_store):
+                  fleetchecks_store, shard_points_store, secrets_store):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
 
@@ -136,7 +148,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets, shards):
+    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets, shard_barrier):
         api.include_router(module.router)
     api.include_router(secrets.job_router)
     app.include_router(api)

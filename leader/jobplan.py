@@ -17,6 +17,7 @@ class PartPlan:
     start: int  # index of its first point in the split job's grid
     estimate_s: float
     measured_s: float
+    spec: JobSpec | None = None  # its own spec where it is not the job's (a shard pinned to its follower)
 
 
 @dataclass(frozen=True)

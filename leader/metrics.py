@@ -15,7 +15,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.logs import FOLLOWER_ID, JOB_ID
 from common.wire.jobs import JobState
-from leader.scheduler.book import JobBook
+from leader.placement.book import JobBook
 from leader.store import metrics as metrics_store
 
 log = logging.getLogger(__name__)

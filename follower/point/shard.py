@@ -36,7 +36,7 @@ from follower.point.plan import PointPlan
 log = logging.getLogger(__name__)
 
 THIN_SALT = 0x53484152  # the thinning stream's own seed word, so it never repeats the schedule's draws
-POLL_S = 0.05  # the barrier's start lies START_LEAD_NS (leader/store/shards.py) ahead of its release
+POLL_S = 0.05  # the barrier's start lies START_LEAD_NS (leader/store/shard_points.py) ahead of its release
 # A shard's records reach the coordinator within its drain bound of the schedule's end; past this more, it is lost.
 GATHER_GRACE_S = 60.0
 SKEW_LIMIT_MS = 1.0  # a merged point whose shards started further apart (or whose offsets are less sure) is flagged

@@ -18,7 +18,7 @@ from common.errors import Forbidden, InvalidSpec, Unauthorized
 from common.wire.auth import DEFAULT_TEAM
 from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
 from leader.clock import Ages
-from leader.scheduler.placement import Placer
+from leader.placement.placer import Placer
 from leader.settings import LeaderSettings
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store

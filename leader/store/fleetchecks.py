@@ -1,5 +1,5 @@
 """Fleet checks in PerfDB: one document per check (its pinned jobs, and once settled its result and figures), and the
-anomaly mark on a follower. The check itself (who runs it, the tests, the marks) is leader/analysis/fleetcheck.py."""
+anomaly mark on a follower. The check itself (who runs it, the tests, the marks) is leader/jobs/fleetcheck.py."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def job_task(doc: dict[str, Any]) -> JobTask:
     )
 
 
-# What the placer's book keeps of a job (leader/scheduler/book.py).
+# What the placer's book keeps of a job (leader/placement/book.py).
 BOOK_FIELDS = {
     key: 1
     for key in (

@@ -1,6 +1,6 @@
 """Jobs in PerfDB: one document per job, stored from its plan; the submitter's and the follower's transitions (cancel,
 claim, progress, finish). Every transition is a conditional update that appends its history entry; the placer's
-transitions are leader/store/placement.py's."""
+transitions are leader/store/assignments.py's."""
 
 from __future__ import annotations
 
@@ -38,11 +38,17 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     await jobs.create_index([("team", ASCENDING), ("created_at", DESCENDING)])  # a team's job list, newest first
 
 
-async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owner: str = "admin",
-                     colocated: list[ModelMeta] | None = None, shard_followers: list[str] | None = None) -> JobView:  # fmt: skip
-    # The job is its model's team's: a submitter uses only its own team's models, an admin any team's.
+async def insert_job(
+    db: AsyncDatabase,
+    *,
+    plan: JobPlan,
+    model: ModelMeta,
+    owner: str = "admin",
+    colocated: list[ModelMeta] | None = None,
+) -> JobView:
     """Store a planned job as queued (attempt 1), its parts first when it splits or is sharded; acknowledged before
-    returning. A sharded job's parts are pinned one to each of `shard_followers` (the first, shard 0, coordinates)."""
+    returning. A sharded job's parts come pinned each to its follower (leader/placement/pins.py; shard 0 coordinates)."""
+    # The job is its model's team's: a submitter uses only its own team's models, an admin any team's.
     now, spec = utcnow(), plan.spec
     doc: dict[str, Any] = {
         "_id": uuid.uuid4().hex,
@@ -95,17 +101,19 @@ async def insert_job(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, owne
     ]
     doc["parts"] = [c["_id"] for c in children]
     doc["history"] = [history_entry(JobState.queued, 1, reason=f"submitted; split into {n} parts")]
+    for child, part in zip(children, plan.parts, strict=True):
+        if part.spec is not None:  # its own spec (a shard pinned to its follower by placement)
+            child["spec"] = part.spec.model_dump(mode="json")
     if plan.sharded:
-        assert shard_followers is not None and len(shard_followers) == n
+        # Each shard waits for its own follower (placement pinned it); shard 0 merges the others' records.
+        followers = [str(part.spec.requires.follower) if part.spec else "?" for part in plan.parts]
         doc["shards"] = n
-        doc["history"] = [history_entry(JobState.queued, 1, reason=f"submitted; driven by {n} followers at once "
-                                                                    f"({', '.join(shard_followers)})")]  # fmt: skip
-        for k, (child, follower) in enumerate(zip(children, shard_followers, strict=True)):
-            # Each shard waits for its own follower (as a pinned job does); shard 0 merges the others' records.
-            requires = {**(child["spec"].get("requires") or {}), "follower": follower}
-            child.update(spec={**child["spec"], "requires": requires}, shard={"of": doc["_id"], "index": k, "count": n},
-                         history=[history_entry(JobState.queued, 1, reason=f"shard {k} of {n} of job {doc['_id']}, "
-                                                                           f"on follower {follower}")])  # fmt: skip
+        reason = f"submitted; driven by {n} followers at once ({', '.join(followers)})"
+        doc["history"] = [history_entry(JobState.queued, 1, reason=reason)]
+        for k, (child, follower) in enumerate(zip(children, followers, strict=True)):
+            why = f"shard {k} of {n} of job {doc['_id']}, on follower {follower}"
+            child["shard"] = {"of": doc["_id"], "index": k, "count": n}
+            child["history"] = [history_entry(JobState.queued, 1, reason=why)]
     # The parts first: a reader that sees the split job finds every part it names.
     await db[COLLECTION].insert_many(children, ordered=True)
     await db[COLLECTION].insert_one(doc)

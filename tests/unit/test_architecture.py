@@ -59,13 +59,15 @@ COMMON_RANKS = {
     "stats": 3,
 }
 # Leader folders that must not import each other's modules: the API and the pages are peers over analysis; the
-# stores and the scheduler know neither; analysis computes data and draws nothing.
+# stores know nothing above them; placement (every way a job gets a follower) knows the stores only; the jobs room
+# (limits, target checks, fleet checks) makes jobs on top of placement and the stores; analysis reads and draws nothing.
 LEADER_NEVER = {
     "leader.api": {"leader.web"},
     "leader.web": {"leader.api.routes"},
-    "leader.analysis": {"leader.api", "leader.web"},
-    "leader.store": {"leader.api", "leader.web", "leader.analysis", "leader.scheduler"},
-    "leader.scheduler": {"leader.api", "leader.web", "leader.analysis"},
+    "leader.analysis": {"leader.api", "leader.web", "leader.jobs", "leader.placement"},
+    "leader.store": {"leader.api", "leader.web", "leader.analysis", "leader.jobs", "leader.placement"},
+    "leader.placement": {"leader.api", "leader.web", "leader.analysis", "leader.jobs"},
+    "leader.jobs": {"leader.api", "leader.web"},
 }
 
 

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from common.base import NAME_PATTERN, VERSION_PATTERN
 from common.wire.analysis import FleetCheckView
-from leader.analysis import fleetcheck
 from leader.api.deps import Admin, Db, PlacerDep, SettingsDep, Viewer
+from leader.jobs import fleetcheck
 from leader.store import models as models_store
 
 router = APIRouter(prefix="/fleet-checks", tags=["followers"])

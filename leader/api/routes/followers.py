@@ -22,9 +22,9 @@ from leader.api.deps import (
     ViewerAuth,
     check_follower,
 )
+from leader.store import assignments as assignments_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
-from leader.store import placement as placement_store
 from leader.store import users as users_store
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ async def register(
     view, previous = await followers_store.register(db, info=info)
     heard.mark(info.follower_id)
     if previous is not None and previous != info.incarnation:
-        requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
+        requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
     log.info("follower %s registered (incarnation %s, backends %s)", info.follower_id, info.incarnation, info.backends)
@@ -104,7 +104,7 @@ async def heartbeat(
     if known:
         # Sent long enough ago (by the placer's monotonic clock), yet not among what the agent holds: the message was
         # lost on the way; place it again.
-        lost = await placement_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
+        lost = await assignments_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
                                                          sent_age_s=placer.sent.age_s, after_s=settings.undelivered_after_s)
         if lost:
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
@@ -120,7 +120,7 @@ REMOVED_REASON = "follower {follower_id} removed by an admin"
 async def drain(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
     """Take no new jobs; the running job finishes, held jobs not yet started go back to placement."""
     view = await followers_store.set_draining(db, follower_id=follower_id, draining=True)
-    requeued = await placement_store.requeue_follower_jobs(
+    requeued = await assignments_store.requeue_follower_jobs(
         db, follower_ids=[follower_id], reason=DRAINED_REASON, states=[JobState.assigned.value]
     )
     if requeued:
@@ -141,7 +141,7 @@ async def resume(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
 async def remove(follower_id: str, db: Db, placer: PlacerDep) -> None:
     """Forget a follower; its jobs go back to placement as new attempts."""
     await followers_store.remove(db, follower_id=follower_id)
-    requeued = await placement_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
+    requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
     if requeued:
         placer.nudge()
     log.info("follower %s removed; requeued %d job(s)", follower_id, len(requeued))

@@ -19,20 +19,21 @@ from common.spec.parse import load_yaml, parse_spec
 from common.wire.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
-from leader.analysis import fleetcheck
 from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
 from leader.jobplan import plan_job
-from leader.limits import check_spec_limits, queue_admission
-from leader.scheduler.queueinfo import with_queue_info
-from leader.shards import choose_shard_followers, sized
+from leader.jobs import fleetcheck
+from leader.jobs.limits import check_spec_limits, queue_admission
+from leader.jobs.targets import target_model
+from leader.placement.pins import pin_shards
+from leader.placement.queueinfo import with_queue_info
+from leader.placement.shard_choice import choose_shard_followers, sized
 from leader.store import datasets as data_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import models as models_store
 from leader.store import results as results_store
-from leader.targets import target_model
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -85,13 +86,13 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         )
     body = await read_limited(request, settings.max_body_bytes)
     spec = parse_spec(_decode(content_type, body))
-    if spec.target is not None and spec.target.shards.count == "auto":  # decided now, from the fleet (leader/shards.py)
+    if spec.target is not None and spec.target.shards.count == "auto":  # decided now, from the fleet (shard_choice)
         spec = sized(await followers_store.list_followers(db), spec, expand(spec))
     plan = plan_job(spec)
     check_spec_limits(plan, settings)
     # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.
     team = principal.scope
-    if spec.target is not None:  # an endpoint already running: its model need not be stored (leader/targets.py)
+    if spec.target is not None:  # an endpoint already running: its model need not be stored (leader/jobs/targets.py)
         model = await target_model(db, spec, team=principal.team, owner=principal.user)
     else:
         model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref",
@@ -122,13 +123,11 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta, team)
     colocated = await _colocated_models(db, spec, model, team)
-    shard_followers = None
-    if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/shards.py)
-        shard_followers = choose_shard_followers(await followers_store.list_followers(db), spec, plan.points)
+    if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/placement/shard_choice.py)
+        plan = pin_shards(plan, choose_shard_followers(await followers_store.list_followers(db), spec, plan.points))
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
     async with queue_admission(db, settings, principal, adding=plan.jobs_created):
-        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated,
-                                          shard_followers=shard_followers)  # fmt: skip
+        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated)
     placer.nudge()
     return job
 

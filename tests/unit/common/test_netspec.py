@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from common.spec.needs import offered_backends, placement_backends
 from common.spec.network import NETEM, TBF, NetworkSpec
 from leader.domain import Candidate, QueuedJob
-from leader.scheduler.placement import explain_unplaceable, unable_reason
+from leader.placement.placer import explain_unplaceable, unable_reason
 
 
 def test_a_profile_gives_its_figures_and_a_given_figure_replaces_one() -> None:

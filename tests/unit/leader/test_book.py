@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leader.domain import JobChange, Load, Needs
-from leader.scheduler.book import JobBook
+from leader.placement.book import JobBook
 from leader.store.jobdocs import job_change
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

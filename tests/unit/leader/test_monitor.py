@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from leader.clock import Ages
-from leader.scheduler import monitor as monitor_module
-from leader.scheduler.monitor import Monitor
+from leader.placement import monitor as monitor_module
+from leader.placement.monitor import Monitor
 
 
 def test_a_late_tick_extends_the_timeout_for_one_timeout_only() -> None:
@@ -75,7 +75,7 @@ def test_a_stall_inside_a_tick_is_not_the_followers_silence(monkeypatch: pytest.
     monkeypatch.setattr(monitor_module.followers_store, "live_ids", live_ids)
     monkeypatch.setattr(monitor_module.followers_store, "mark_missing", mark_missing)
     monkeypatch.setattr(monitor_module.followers_store, "missing_ids", nothing)
-    monkeypatch.setattr(monitor_module.placement_store, "requeue_follower_jobs", nothing)
+    monkeypatch.setattr(monitor_module.assignments_store, "requeue_follower_jobs", nothing)
     monitor.allowance_s(0.0)  # the previous tick, on time
     now[0] = 0.1
     heard.mark("f1")  # its last beat before the stall

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leader.domain import Candidate, Load, QueuedJob
-from leader.scheduler.placement import choose_follower
+from leader.placement.placer import choose_follower
 
 
 def job(*backends: str, estimate: float = 10.0) -> QueuedJob:
@@ -59,7 +59,7 @@ def test_successive_choices_spread_when_loads_are_updated() -> None:
 # --- policies, hardware constraints, stated reasons -------------------------------------------------------
 
 from leader.domain import Gpu, Needs  # noqa: E402
-from leader.scheduler.placement import NO_FOLLOWER, PlacementIndex, explain_unplaceable  # noqa: E402
+from leader.placement.placer import NO_FOLLOWER, PlacementIndex, explain_unplaceable  # noqa: E402
 
 
 def gpu_job(**needs: object) -> QueuedJob:
@@ -134,7 +134,7 @@ def test_a_split_jobs_part_stays_in_its_siblings_hardware_class() -> None:
 
 
 def test_a_job_asking_for_labels_goes_only_to_followers_carrying_all_of_them() -> None:
-    from leader.scheduler.placement import unable_reason
+    from leader.placement.placer import unable_reason
     from leader.store.jobdocs import queued_job
 
     zone_a = Candidate("fa", frozenset({"onnxruntime"}), labels=(("network", "25g"), ("zone", "a")))

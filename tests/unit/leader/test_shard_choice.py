@@ -13,7 +13,7 @@ from common.errors import InvalidSpec
 from common.spec.grid import expand
 from common.spec.job import JobSpec
 from common.wire.followers import FollowerInfo, FollowerView, HeldJob
-from leader.shards import choose_shard_followers, sized
+from leader.placement.shard_choice import choose_shard_followers, sized
 
 
 def _view(fid: str, *, state: str = "ready", held: int = 0, labels: dict[str, str] | None = None,

@@ -29,12 +29,13 @@ from leader.analysis import anomalies
 from leader.analysis.compare import point_key
 from leader.clock import utcnow
 from leader.jobplan import plan_job
+from leader.placement.pins import pinned
+from leader.store import assignments as assignments_store
 from leader.store import fleetchecks as store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
-from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,17 @@ DRAINED_REASON = "follower {follower_id} drained: anomalous in a fleet check"
 def check_spec(check_id: str, model_ref: str, follower_id: str, *, rate: float, duration_s: float) -> JobSpec:
     """The canonical benchmark, the same on every follower: the model on ONNX Runtime at batch 1, a constant light
     rate, a fixed seed, pinned to the follower."""
-    return JobSpec.model_validate({
-        "name": f"{PREFIX}{check_id}", "model": {"ref": model_ref}, "backends": ["onnxruntime"], "batch_sizes": [1],
-        "load": {"pattern": "constant", "rate": rate, "duration": f"{duration_s:g}s", "warmup": "2s"}, "seed": 0,
-        "requires": {"follower": follower_id},
-    })  # fmt: skip
+    spec = JobSpec.model_validate(
+        {
+            "name": f"{PREFIX}{check_id}",
+            "model": {"ref": model_ref},
+            "backends": ["onnxruntime"],
+            "batch_sizes": [1],
+            "load": {"pattern": "constant", "rate": rate, "duration": f"{duration_s:g}s", "warmup": "2s"},
+            "seed": 0,
+        }
+    )
+    return pinned(spec, follower_id)
 
 
 def _matches(doc: dict[str, Any], hardware: str | None) -> bool:
@@ -206,5 +213,5 @@ async def _mark(db: AsyncDatabase, check_id: str, followers: list[str], across: 
         log.warning("fleet check %s: follower %s is anomalous: %s", check_id, follower_id, anomaly.evidence)
         if drain:
             await followers_store.set_draining(db, follower_id=follower_id, draining=True)
-            await placement_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=DRAINED_REASON,
+            await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=DRAINED_REASON,
                                                         states=[JobState.assigned.value])  # fmt: skip

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pymongo.asynchronous.database import AsyncDatabase
 
 from leader.clock import Ages
+from leader.store import assignments as assignments_store
 from leader.store import followers as followers_store
-from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Monitor:
                 log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after_s)
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
         missing = await followers_store.missing_ids(self._db)
-        requeued = await placement_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
+        requeued = await assignments_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
         if requeued:
             log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
             self._on_requeue()

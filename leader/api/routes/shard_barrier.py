@@ -16,7 +16,7 @@ from common.wire.shards import BarrierAnswer, PointShards, ShardArrival, ShardFi
 from leader.api.body import check_records_blob, read_limited
 from leader.api.deps import Db, FollowerPrincipal, Reader, check_follower
 from leader.store import jobs as jobs_store
-from leader.store import shards as shards_store
+from leader.store import shard_points as shard_points_store
 
 router = APIRouter(tags=["shards"])
 
@@ -54,7 +54,7 @@ async def ready(
     """Shard `shard` is ready for point `index`: "waiting" until every shard is (or the wait ran out), then "go" with
     the common start (leader clock, ns), or "skip" for a shard that came after the start."""
     parent = await _sharded(db, principal, job_id, shard, attempt, follower_id)
-    doc = await shards_store.arrive(
+    doc = await shard_points_store.arrive(
         db, job_id=job_id, index=index, shard=shard, count=len(parent.parts), attempt=attempt,
         follower_id=follower_id, now_ns=time.time_ns(),
     )
@@ -90,7 +90,7 @@ async def put_records(
         raise InvalidSpec(f"meta must be a JSON object of numbers under {fields} ({why})", field="meta") from None
     data = await read_limited(request, MAX_SHARD_RECORDS_BYTES)
     check_records_blob(data)
-    await shards_store.put_records(
+    await shard_points_store.put_records(
         db, job_id=job_id, index=index, shard=shard, attempt=attempt, follower_id=follower_id, blob=data,
         meta=figures.model_dump(),
     )
@@ -104,10 +104,10 @@ async def point_status(
     """For the coordinator: each shard of the point's start as "uploaded" (with its figures), "waiting", or "lost"
     (its attempt ended or moved on without its records: the reason says why), and the shards absent at the start."""
     parent = await _sharded(db, principal, job_id, 0, attempt, follower_id)
-    doc = await shards_store.point_doc(db, job_id=job_id, index=index)
+    doc = await shard_points_store.point_doc(db, job_id=job_id, index=index)
     if doc is None or doc.get("start_at_ns") is None:
         raise InvalidSpec(f"point {index} has not started", field="index")
-    stored = await shards_store.uploaded(db, job_id=job_id, index=index)
+    stored = await shard_points_store.uploaded(db, job_id=job_id, index=index)
     out: list[ShardState] = []
     for shard in range(len(parent.parts)):
         entry = (doc.get("roster") or {}).get(str(shard))
@@ -147,6 +147,6 @@ async def get_records(
         await _sharded(db, principal, job_id, 0, attempt or 0, follower_id or "")
     else:
         await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
-    data = await shards_store.get_records(db, job_id=job_id, index=index, shard=shard)
+    data = await shard_points_store.get_records(db, job_id=job_id, index=index, shard=shard)
     return Response(content=data, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-shard{shard}.npz"'})

@@ -3,7 +3,7 @@
 Why: summing every follower's load over all assigned/running jobs in Mongo on every tick costs seconds with
 100,000 jobs (bench/scheduler.py). The book is built once from PerfDB (leader start, and a periodic full resync as a
 safety net), then kept current by reading only the jobs whose `updated_at` moved since the last tick (every job
-transition in leader/store/jobs.py and leader/store/placement.py sets it). PerfDB stays the only truth: a restarted
+transition in leader/store/jobs.py and leader/store/assignments.py sets it). PerfDB stays the only truth: a restarted
 leader rebuilds the same book, and a write by another process (a second leader, an admin script) is picked up by the
 feed like any other.
 

@@ -20,11 +20,11 @@ from common.spec.network import NETEM, TBF
 from common.wire.jobs import JobTask
 from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
-from leader.queue import TaskQueue
-from leader.scheduler.book import JobBook
+from leader.placement.book import JobBook
+from leader.placement.queue import TaskQueue
+from leader.store import assignments as assignments_store
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
-from leader.store import placement as placement_store
 
 log = logging.getLogger(__name__)
 
@@ -243,13 +243,13 @@ class Placer:
             log.warning("the wall clock stepped %+.1fs: the job book is read again in full", stepped_s)
         if self.book is None or stepped_s or time.monotonic() - self._loaded_at >= self._resync_s:
             book = JobBook()
-            book.apply_all(await placement_store.unfinished_jobs(self._db))
+            book.apply_all(await assignments_store.unfinished_jobs(self._db))
             self.book, self._loaded_at = book, time.monotonic()
             # Changes that land while the full load reads are caught by the feed from the load's start.
             self._since = started
             return book
         since = self._since or started
-        changes = await placement_store.changed_since(self._db, since=since - FEED_OVERLAP)
+        changes = await assignments_store.changed_since(self._db, since=since - FEED_OVERLAP)
         self.book.apply_all(changes)
         newest = max((c.updated_at for c in changes if c.updated_at is not None), default=started)
         # Not past our clock (a write stamped before this read may commit after it), nor past what was seen (skew).
@@ -267,7 +267,7 @@ class Placer:
         self.last_tick = cost
         # An assignment whose message may not have been sent: the leader stopped between the two writes.
         for job_id in book.undispatched():
-            found = await placement_store.assigned_task(self._db, job_id=job_id)
+            found = await assignments_store.assigned_task(self._db, job_id=job_id)
             if found is None:
                 book.dispatched(job_id)  # sent after all (the follower claimed it) or moved on: the feed has the rest
                 continue
@@ -281,7 +281,7 @@ class Placer:
         candidates = await followers_store.candidates(self._db)
         cost["candidates_ms"] = (time.perf_counter() - t0) * 1e3
         # The round-robin cursor lives in PerfDB, so a restarted leader goes on where it stopped.
-        rr_last = await placement_store.get_cursor(self._db) if self.policy == "round_robin" else None
+        rr_last = await assignments_store.get_cursor(self._db) if self.policy == "round_robin" else None
         index = PlacementIndex(candidates, book.loads, policy=self.policy, rr_last=rr_last)
         batch: list[QueuedJob] = []
         for kind in kinds:
@@ -293,7 +293,7 @@ class Placer:
             reason = explain_unplaceable(probe, candidates)
             ids = book.to_state(kind, reason, MAX_PER_TICK)
             if ids:
-                await placement_store.set_waiting_reasons(self._db, job_ids=ids, reason=reason)
+                await assignments_store.set_waiting_reasons(self._db, job_ids=ids, reason=reason)
                 book.stated(kind, reason, ids)
         order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
         batch.sort(key=lambda j: order[j.job_id])
@@ -315,7 +315,7 @@ class Placer:
                 # History of this model/backend on this follower corrects the spec-based estimate: fixed cost + rate ×
                 # load seconds, so short jobs' history does not shrink long jobs' estimates (leader/store/durations.py).
                 estimate_s = corrections[key].estimate(job.estimate_s, job.measured())
-                task = await placement_store.assign_job(
+                task = await assignments_store.assign_job(
                     self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id, estimate_s=estimate_s
                 )
                 if task is None:
@@ -331,7 +331,7 @@ class Placer:
             cost["place_ms"] = (time.perf_counter() - t0) * 1e3
             cost["decide_ms"] = decide_s * 1e3
             if self.policy == "round_robin" and index.rr_last != rr_last and index.rr_last is not None:
-                await placement_store.set_cursor(self._db, index.rr_last)
+                await assignments_store.set_cursor(self._db, index.rr_last)
         return sent
 
     async def _dispatch(self, task: JobTask, follower_id: str) -> bool:
@@ -347,13 +347,13 @@ class Placer:
                 exc,
                 self._backoff_s,
             )
-            await placement_store.unassign_job(
+            await assignments_store.unassign_job(
                 self._db, job_id=task.job_id, attempt=task.attempt, reason=f"dispatch failed: {exc}"
             )
             return False
         self._backoff_s = 0.0
         self.sent.mark((task.job_id, task.attempt))
-        await placement_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
+        await assignments_store.mark_dispatched(self._db, job_id=task.job_id, attempt=task.attempt)
         if self.book is not None:
             self.book.dispatched(task.job_id)
         log.info("job %s attempt %d sent to follower %s", task.job_id, task.attempt, follower_id)

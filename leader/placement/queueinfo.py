@@ -17,10 +17,10 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.wire.jobs import JobState, JobView
 from leader.clock import utcnow
-from leader.scheduler.book import JobBook
-from leader.scheduler.placement import unable_reason
+from leader.placement.book import JobBook
+from leader.placement.placer import unable_reason
+from leader.store import assignments as assignments_store
 from leader.store import followers as followers_store
-from leader.store import placement as placement_store
 
 
 def _at(seconds: float, now: datetime) -> datetime:
@@ -29,7 +29,7 @@ def _at(seconds: float, now: datetime) -> datetime:
 
 async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetime) -> float:
     """What is left of the estimate of the job running on the follower (0 if none, or if it overran)."""
-    view = await placement_store.running_on(db, follower_id=follower_id)
+    view = await assignments_store.running_on(db, follower_id=follower_id)
     if view is None:
         return 0.0
     started = [h.at for h in view.history if h.state == JobState.running and h.attempt == view.attempt]
