@@ -74,11 +74,15 @@ def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: in
             trips = (alone.done_ns[alone.ok] - alone.sent_ns[alone.ok]) / 1e9
             mean_s, round_trip_s = 1 / capacity, float(trips.mean())
             second_s2 = mean_s**2 + float(trips.var())  # the occupancy's spread is the round trip's
-            print(f"calibration: capacity {capacity:.1f} req/s (8 users; nominal {1000 / service_ms:.0f}), occupancy "
-                  f"{1e3 * mean_s:.3f} ms, round trip {1e3 * round_trip_s:.3f} ms (1 user)")  # fmt: skip
+            print(
+                f"calibration: capacity {capacity:.1f} req/s (8 users; nominal {1000 / service_ms:.0f}), occupancy "
+                f"{1e3 * mean_s:.3f} ms, round trip {1e3 * round_trip_s:.3f} ms (1 user)"
+            )
             results["capacity_rps"] = capacity
-            print(f"{'load':>5} {'offered':>8} {'achieved':>9} {'/cap':>6} {'mean ms':>9} {'theory':>9} {'err':>6} "
-                  f"{'wall s':>6}  verdict")  # fmt: skip
+            print(
+                f"{'load':>5} {'offered':>8} {'achieved':>9} {'/cap':>6} {'mean ms':>9} {'theory':>9} {'err':>6} "
+                f"{'wall s':>6}  verdict"
+            )
             drain_s, sweep_s = drain_bound_s(duration_s), 0.0
             for load in LOADS:
                 rate = load * capacity
@@ -87,8 +91,12 @@ def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: in
                 sweep_s += rec.wall_s
                 start, end = rec.start_ns, rec.start_ns + int(duration_s * 1e9)
                 window = rec.window(start, end)
-                summary = summarize_window(window, duration_s, delivered_rate=delivered_rate(rec, start, end),
-                                           backlog=backlog(rec, start, end, 1_000_000_000))  # fmt: skip
+                summary = summarize_window(
+                    window,
+                    duration_s,
+                    delivered_rate=delivered_rate(rec, start, end),
+                    backlog=backlog(rec, start, end, 1_000_000_000),
+                )
                 codes = [r.code for r in window_reasons(summary, 4096)]
                 answered = window.ok
                 mean_ms = float(((window.done_ns[answered] - window.intended_ns[answered]) / 1e6).mean())
@@ -96,10 +104,12 @@ def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: in
                 err = mean_ms / want - 1
                 tag = f"{int(round(load * 100))}"
                 theory = load < BEYOND_THEORY
-                print(f"{tag:>4}% {summary.offered_rate:8.1f} {summary.achieved_rate:9.1f} "
-                      f"{summary.achieved_rate / capacity:6.3f} {mean_ms:9.2f} {want if theory else float('nan'):9.2f} "
-                      f"{100 * err if theory else float('nan'):+5.1f}% {rec.wall_s:6.1f}  "
-                      f"{', '.join(codes) or 'valid'}")  # fmt: skip
+                print(
+                    f"{tag:>4}% {summary.offered_rate:8.1f} {summary.achieved_rate:9.1f} "
+                    f"{summary.achieved_rate / capacity:6.3f} {mean_ms:9.2f} {want if theory else float('nan'):9.2f} "
+                    f"{100 * err if theory else float('nan'):+5.1f}% {rec.wall_s:6.1f}  "
+                    f"{', '.join(codes) or 'valid'}"
+                )
                 results[f"achieved_over_capacity_{tag}"] = summary.achieved_rate / capacity
                 if theory:
                     results[f"latency_err_{tag}"] = err
@@ -108,8 +118,10 @@ def run(service_ms: float, duration_s: float, gen_core: int | None, srv_core: in
                 results[f"server_named_{tag}"] = float("server_saturated" in codes)
                 results[f"generator_blamed_{tag}"] = float("send_lag" in codes)
             estimate_s, most_s = len(LOADS) * duration_s, len(LOADS) * (duration_s + drain_s)
-            print(f"overloaded sweep: {sweep_s:.1f} s of runs; estimate {estimate_s:.0f} s, estimate_max {most_s:.0f} s "
-                  f"(each run's drain bound {drain_s:g} s)")
+            print(
+                f"overloaded sweep: {sweep_s:.1f} s of runs; estimate {estimate_s:.0f} s, estimate_max {most_s:.0f} s "
+                f"(each run's drain bound {drain_s:g} s)"
+            )
             results.update(sweep_s=sweep_s, sweep_over_estimate=sweep_s / estimate_s, sweep_over_estimate_max=sweep_s / most_s)
     return results
 

@@ -95,8 +95,10 @@ def main() -> None:
                 rate, survived = one_round(mode, args.inserts, Path(tmp))
                 rates[mode].append(rate)
                 kept[mode].append(survived)
-                print(f"round {r + 1} {mode:8s} {rate:8.0f} acknowledged inserts/s, {survived}/{args.inserts} survived SIGKILL",
-                      flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} {mode:8s} {rate:8.0f} acknowledged inserts/s, {survived}/{args.inserts} survived SIGKILL",
+                    flush=True,
+                )
     median = {m: statistics.median(rates[m]) for m in MODES}
     lost = {m: args.inserts - min(kept[m]) for m in MODES}  # the worst round
     print()

@@ -29,12 +29,28 @@ def _event(obj: object) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-COMPLETION_EVENTS = [_event({"id": "x", "object": "text_completion", "model": "fake",
-                             "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]})
-                     for i in range(MAX_TOKENS)]  # fmt: skip
-CHAT_EVENTS = [_event({"id": "x", "object": "chat.completion.chunk", "model": "fake",
-                       "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}]})
-               for i in range(MAX_TOKENS)]  # fmt: skip
+COMPLETION_EVENTS = [
+    _event(
+        {
+            "id": "x",
+            "object": "text_completion",
+            "model": "fake",
+            "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}],
+        }
+    )
+    for i in range(MAX_TOKENS)
+]
+CHAT_EVENTS = [
+    _event(
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "model": "fake",
+            "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}],
+        }
+    )
+    for i in range(MAX_TOKENS)
+]
 HEAD_STREAM = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 DONE = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
@@ -126,8 +142,9 @@ class Server(asyncio.Protocol):
         if not req.get("stream"):
             text = "".join(f" w{i}" for i in range(n))
             choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-            payload = json.dumps({"id": "x", "model": "fake", "choices": [{**choice, "finish_reason": "length"}],
-                                  "usage": usage}).encode()  # fmt: skip
+            payload = json.dumps(
+                {"id": "x", "model": "fake", "choices": [{**choice, "finish_reason": "length"}], "usage": usage}
+            ).encode()
             answer = JSON_HEAD % len(payload) + payload
             loop.call_later(self.ttft_s + self.ticker.gap_s * (n - 1), self.transport.write, answer)
             return

@@ -22,10 +22,24 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--name", default="fast")
     args = parser.parse_args()
-    answer = response("200 OK", json.dumps({"model_name": args.name, "outputs": [
-        {"name": "output", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}).encode())  # fmt: skip
-    meta = response("200 OK", json.dumps({"name": args.name, "versions": ["1"], "platform": "bench", "inputs": [
-        {"name": "input", "datatype": "FP32", "shape": [-1, 4]}], "outputs": []}).encode())  # fmt: skip
+    answer = response(
+        "200 OK",
+        json.dumps(
+            {"model_name": args.name, "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]}
+        ).encode(),
+    )
+    meta = response(
+        "200 OK",
+        json.dumps(
+            {
+                "name": args.name,
+                "versions": ["1"],
+                "platform": "bench",
+                "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}],
+                "outputs": [],
+            }
+        ).encode(),
+    )
     ready = response("200 OK", b'{"ready": true}')
     missing = response("404 Not Found", b'{"error": "not found"}')
 

@@ -80,9 +80,17 @@ def run_ours(url: str, maker: PromptMaker, rate: float, duration_s: float, token
     whole = bool(rec.llm is not None and (rec.llm.completion_tokens[ok] == tokens).all())
     lag = (rec.sent_ns[rec.sent] - rec.intended_ns[rec.sent]) / 1e6
     span_s = (rec.done_ns[ok].max() - rec.start_ns) / 1e9 if ok.any() else duration_s
-    return {"events_per_s": events / span_s, "cpu_us_per_event": 1e6 * rec.cpu_s / max(events, 1),
-            "send_lag_p99_ms": _pct(lag, 99), "ok": float(ok.sum()), "requests": float(len(rec)), "whole": float(whole),
-            "cpu_share": rec.cpu_share, "cpu_s": rec.cpu_s, "events": float(events)}  # fmt: skip
+    return {
+        "events_per_s": events / span_s,
+        "cpu_us_per_event": 1e6 * rec.cpu_s / max(events, 1),
+        "send_lag_p99_ms": _pct(lag, 99),
+        "ok": float(ok.sum()),
+        "requests": float(len(rec)),
+        "whole": float(whole),
+        "cpu_share": rec.cpu_share,
+        "cpu_s": rec.cpu_s,
+        "events": float(events),
+    }
 
 
 def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, results: dict[str, float]) -> None:
@@ -93,8 +101,11 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
     if srv_core is not None:
         argv = ["taskset", "-c", str(srv_core), *argv]
     # As the follower does while it measures (follower/host/wakeup.py): idle CPUs wake at once, not after a deep sleep.
-    with tempfile.TemporaryDirectory() as tmp, SupervisedProcess(argv, name="fake LLM", log_path=Path(tmp) / "fake.log") as srv, \
-            hold_wakeup_latency(0) as wakeup:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        SupervisedProcess(argv, name="fake LLM", log_path=Path(tmp) / "fake.log") as srv,
+        hold_wakeup_latency(0) as wakeup,
+    ):
         srv.wait_ready(http_ready(f"http://127.0.0.1:{port}/v1/models"), timeout_s=30)
         url = f"http://127.0.0.1:{port}/v1/completions"
         print(
@@ -108,14 +119,18 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
         for rate in args.rates:
             # Three runs per rate, the median's send lag judged: a 2-vCPU VM is sometimes descheduled for milliseconds,
             # which one run's p99 cannot tell from the generator's own lateness.
-            runs = sorted((run_ours(url, maker, rate, args.duration, args.tokens, gen_core) for _ in range(3)),
-                          key=lambda x: x["send_lag_p99_ms"])  # fmt: skip
+            runs = sorted(
+                (run_ours(url, maker, rate, args.duration, args.tokens, gen_core) for _ in range(3)),
+                key=lambda x: x["send_lag_p99_ms"],
+            )
             r = runs[1]
             whole = all(x["ok"] == x["requests"] and x["whole"] == 1.0 for x in runs)
             valid = r["send_lag_p99_ms"] < 1.0 and whole
             lags = "/".join(f"{x['send_lag_p99_ms']:.2f}" for x in runs)
-            print(f"{rate:7.0f} {r['events_per_s']:9.0f} {r['cpu_us_per_event']:9.2f} {r['send_lag_p99_ms']:8.3f} "
-                  f"{r['ok']:6.0f} {int(whole):>5}  lag p99 of 3 runs {lags} ms{'' if valid else '  (not valid)'}")  # fmt: skip
+            print(
+                f"{rate:7.0f} {r['events_per_s']:9.0f} {r['cpu_us_per_event']:9.2f} {r['send_lag_p99_ms']:8.3f} "
+                f"{r['ok']:6.0f} {int(whole):>5}  lag p99 of 3 runs {lags} ms{'' if valid else '  (not valid)'}"
+            )
             if valid and r["events_per_s"] > best:
                 best, top = r["events_per_s"], rate
             if whole:
@@ -144,27 +159,39 @@ def ceiling(args: argparse.Namespace, model_dir: Path, maker: PromptMaker, resul
             f"and {2 * args.duration:g} s runs) -> {results['ours_events_per_cpu_s']:.0f} token events per CPU second"
         )
         if not args.skip_peers:
-            peers_at(f"http://127.0.0.1:{port}", model_dir, top, n=int(top * args.duration), tokens=args.tokens,
-                     core=gen_core, ours_us=ours_us, results=results)  # fmt: skip
+            peers_at(
+                f"http://127.0.0.1:{port}",
+                model_dir,
+                top,
+                n=int(top * args.duration),
+                tokens=args.tokens,
+                core=gen_core,
+                ours_us=ours_us,
+                results=results,
+            )
 
 
-def peers_at(base_url: str, model_dir: Path, rate: float, n: int, tokens: int, core: int | None, ours_us: float,
-             results: dict[str, float]) -> None:  # fmt: skip
+def peers_at(
+    base_url: str, model_dir: Path, rate: float, n: int, tokens: int, core: int | None, ours_us: float, results: dict[str, float]
+) -> None:
     """Each installed peer at the same rate on the same core: its marginal CPU per token event (runs of n and 2n
     requests, the same method as ours) and its latency figures; the best peer's per-core figure against ours."""
     best_peer = float("nan")
     for name in llm_peers.installed():
-        runs = [llm_peers.run(name, llm_peers.Load(base_url, "fake", model_dir, rate, k, 16, tokens, core=core))
-                for k in (n, 2 * n)]  # fmt: skip
+        runs = [
+            llm_peers.run(name, llm_peers.Load(base_url, "fake", model_dir, rate, k, 16, tokens, core=core)) for k in (n, 2 * n)
+        ]
         if not all(r.ok for r in runs):
             print(f"  {name}: failed: {next(r.note for r in runs if not r.ok)}")
             continue
         events = [r.figures["completed"] * tokens for r in runs]
         us = 1e6 * (runs[1].cpu_s - runs[0].cpu_s) / max(events[1] - events[0], 1)
         f = runs[1].figures
-        print(f"  {name} at {rate:g} req/s: {us:.2f} CPU us per token event (marginal, {n} and {2 * n} requests; "
-              f"{runs[1].cpu_s:.1f} CPU s in all for the longer run); its TTFT p50/p99 {f['ttft_p50']:.2f}/"
-              f"{f['ttft_p99']:.2f} ms, ITL p50/p99 {f['itl_p50']:.2f}/{f['itl_p99']:.2f} ms")  # fmt: skip
+        print(
+            f"  {name} at {rate:g} req/s: {us:.2f} CPU us per token event (marginal, {n} and {2 * n} requests; "
+            f"{runs[1].cpu_s:.1f} CPU s in all for the longer run); its TTFT p50/p99 {f['ttft_p50']:.2f}/"
+            f"{f['ttft_p99']:.2f} ms, ITL p50/p99 {f['itl_p50']:.2f}/{f['itl_p99']:.2f} ms"
+        )
         key = name.split()[0].lower()
         results[f"{key}_cpu_us_per_event"] = us
         if us > 0 and not (best_peer <= us):
@@ -180,8 +207,17 @@ def vllm_server(data: bytes) -> Iterator[tuple[VllmBackend, ModelMeta]]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.zip"
         path.write_bytes(data)
-        meta = ModelMeta(name="tiny", version="1", format="hf", inputs=[], outputs=[], sha256="-", size_bytes=len(data),
-                         created_at=datetime.now(UTC), llm=hfbundle.describe(io.BytesIO(data), 10**9))  # fmt: skip
+        meta = ModelMeta(
+            name="tiny",
+            version="1",
+            format="hf",
+            inputs=[],
+            outputs=[],
+            sha256="-",
+            size_bytes=len(data),
+            created_at=datetime.now(UTC),
+            llm=hfbundle.describe(io.BytesIO(data), 10**9),
+        )
         backend = VllmBackend()
         backend.start(path, meta, Path(tmp) / "work")
         try:
@@ -196,12 +232,19 @@ def _server_view(backend: VllmBackend, before: dict[str, Any]) -> str:
     if view is None:
         return "no server metrics"
     q = view.quantiles
-    return " ".join(f"{k} {v.ms:.1f} [{v.low_ms:g}, {v.high_ms if v.high_ms is not None else 'inf'}]"
-                    for k, v in sorted(q.items()))  # fmt: skip
+    return " ".join(
+        f"{k} {v.ms:.1f} [{v.low_ms:g}, {v.high_ms if v.high_ms is not None else 'inf'}]" for k, v in sorted(q.items())
+    )
 
 
-def agreement(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, model_dir: Path, maker: PromptMaker,
-              results: dict[str, float]) -> None:  # fmt: skip
+def agreement(
+    args: argparse.Namespace,
+    backend: VllmBackend,
+    meta: ModelMeta,
+    model_dir: Path,
+    maker: PromptMaker,
+    results: dict[str, float],
+) -> None:
     """Every client against the same vLLM at the same Poisson rate, count and lengths, one after the other; each row
     beside vLLM's own histograms over that client's run (the quantile's estimate and the bucket edges that bound it)."""
     rate, n, inp, out = args.agree_rate, args.agree_requests, 32, 16
@@ -221,8 +264,9 @@ def agreement(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, m
     if f is not None and f.ttft_sent_ms is not None and f.itl_ms is not None and f.ttft_ms is not None:
         sent, itl, intended = f.ttft_sent_ms, f.itl_ms, f.ttft_ms
         rows["benchfleet"] = {"ttft_p50": sent.p50, "ttft_p99": sent.p99, "itl_p50": itl.p50, "itl_p99": itl.p99}
-        print(f"{'benchfleet':>17} {sent.p50:9.2f} {sent.p99:8.2f} {itl.p50:8.2f} {itl.p99:8.2f}   "
-              f"{_server_view(backend, before)}")  # fmt: skip
+        print(
+            f"{'benchfleet':>17} {sent.p50:9.2f} {sent.p99:8.2f} {itl.p50:8.2f} {itl.p99:8.2f}   {_server_view(backend, before)}"
+        )
         print(f"{'  (from intended)':>17} {intended.p50:9.2f} {intended.p99:8.2f}")
     base = backend.endpoint
     for name in llm_peers.installed():
@@ -233,8 +277,10 @@ def agreement(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, m
             continue
         f2 = run.figures
         rows[name] = f2
-        print(f"{name:>17} {f2['ttft_p50']:9.2f} {f2['ttft_p99']:8.2f} {f2['itl_p50']:8.2f} {f2['itl_p99']:8.2f}   "
-              f"{_server_view(backend, before)}")  # fmt: skip
+        print(
+            f"{name:>17} {f2['ttft_p50']:9.2f} {f2['ttft_p99']:8.2f} {f2['itl_p50']:8.2f} {f2['itl_p99']:8.2f}   "
+            f"{_server_view(backend, before)}"
+        )
     ours = rows.get("benchfleet")
     if ours is None:
         return
@@ -272,16 +318,21 @@ def _pause_when_flowing(backend: VllmBackend, after_s: float, stall_s: float) ->
     return thread
 
 
-def stall(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, model_dir: Path, maker: PromptMaker,
-          results: dict[str, float]) -> None:  # fmt: skip
+def stall(
+    args: argparse.Namespace,
+    backend: VllmBackend,
+    meta: ModelMeta,
+    model_dir: Path,
+    maker: PromptMaker,
+    results: dict[str, float],
+) -> None:
     """The server paused mid-run under each client in turn; TTFT as each reports it."""
     rate, duration = args.stall_rate, args.stall_duration
     offsets = arrival_offsets_ns("poisson", rate, duration, seed=3)
     workload = LlmWorkload(prompt_tokens=TokenLengths(mean=32), output_tokens=TokenLengths(mean=16))
     bodies, index, _, _ = llm_bodies(workload, meta.name, maker, len(offsets), seed=2)
     pauser = _pause_when_flowing(backend, duration / 2, args.stall_s)
-    rec = drive(backend.serves(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60,
-                drain_s=30)  # fmt: skip
+    rec = drive(backend.serves(meta), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
     pauser.join()
     cols = rec.llm
     assert cols is not None
@@ -291,10 +342,15 @@ def stall(args: argparse.Namespace, backend: VllmBackend, meta: ModelMeta, model
     sent = (first[has] - rec.sent_ns[has]) / 1e6
     print(f"2. stall: vLLM paused {args.stall_s:g} s mid-run at {rate:g} req/s ({len(offsets)} requests, Poisson)")
     print(f"{'client':>17} {'TTFT p50':>9} {'p99':>8}")
-    print(f"{'benchfleet':>17} {_pct(intended, 50):9.1f} {_pct(intended, 99):8.1f}   from the intended time; "
-          f"from the send {_pct(sent, 50):.1f} / {_pct(sent, 99):.1f}; {int(has.sum())}/{len(rec)} answered")  # fmt: skip
-    results |= {"stall_ttft_p99_intended_ms": _pct(intended, 99), "stall_ttft_p99_sent_ms": _pct(sent, 99),
-                "stall_ttft_p50_intended_ms": _pct(intended, 50)}  # fmt: skip
+    print(
+        f"{'benchfleet':>17} {_pct(intended, 50):9.1f} {_pct(intended, 99):8.1f}   from the intended time; "
+        f"from the send {_pct(sent, 50):.1f} / {_pct(sent, 99):.1f}; {int(has.sum())}/{len(rec)} answered"
+    )
+    results |= {
+        "stall_ttft_p99_intended_ms": _pct(intended, 99),
+        "stall_ttft_p99_sent_ms": _pct(sent, 99),
+        "stall_ttft_p50_intended_ms": _pct(intended, 50),
+    }
     for name in llm_peers.installed():
         pauser = _pause_when_flowing(backend, duration / 2, args.stall_s)
         run = llm_peers.run(name, llm_peers.Load(backend.endpoint, meta.name, model_dir, rate, len(offsets), 32, 16, seed=3))

@@ -72,19 +72,55 @@ def _run(tool: str, argv: list[str], load: Load, out: Path, parse: Callable[[Pat
 
 def vllm_bench(load: Load, tmp: Path) -> PeerRun:
     out = tmp / "vllm.json"
-    code = ("import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
-            "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")  # fmt: skip
-    argv = [str(_python("vllm")), "-c", code, "--backend", "openai", "--base-url", load.base_url, "--endpoint",
-            "/v1/completions", "--model", load.model, "--tokenizer", str(load.tokenizer_dir), "--dataset-name", "random",
-            "--random-input-len", str(load.input_tokens), "--random-output-len", str(load.output_tokens),
-            "--num-prompts", str(load.n), "--request-rate", str(load.rate), "--ignore-eos", "--seed", str(load.seed),
-            "--percentile-metrics", "ttft,itl", "--metric-percentiles", "50,99", "--save-result",
-            "--result-filename", str(out)]  # fmt: skip
+    code = (
+        "import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
+        "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
+    )
+    argv = [
+        str(_python("vllm")),
+        "-c",
+        code,
+        "--backend",
+        "openai",
+        "--base-url",
+        load.base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        load.model,
+        "--tokenizer",
+        str(load.tokenizer_dir),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(load.input_tokens),
+        "--random-output-len",
+        str(load.output_tokens),
+        "--num-prompts",
+        str(load.n),
+        "--request-rate",
+        str(load.rate),
+        "--ignore-eos",
+        "--seed",
+        str(load.seed),
+        "--percentile-metrics",
+        "ttft,itl",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--result-filename",
+        str(out),
+    ]
 
     def parse(path: Path) -> dict[str, float]:
         d = json.loads(path.read_text())
-        return {"ttft_p50": d["p50_ttft_ms"], "ttft_p99": d["p99_ttft_ms"], "itl_p50": d["p50_itl_ms"],
-                "itl_p99": d["p99_itl_ms"], "completed": d["completed"]}  # fmt: skip
+        return {
+            "ttft_p50": d["p50_ttft_ms"],
+            "ttft_p99": d["p99_ttft_ms"],
+            "itl_p50": d["p50_itl_ms"],
+            "itl_p99": d["p99_itl_ms"],
+            "completed": d["completed"],
+        }
 
     return _run("vllm bench serve", argv, load, out, parse)
 
@@ -93,20 +129,56 @@ def aiperf(load: Load, tmp: Path) -> PeerRun:
     """AIPerf with the server's token counts (--use-server-token-count), so its per-token figures divide by the tokens
     the server produced, as ours and vLLM's do."""
     art = tmp / "aiperf"
-    argv = [str(PEERS_DIR / "aiperf" / "bin" / "aiperf"), "profile", "-m", load.model, "--url", load.base_url,
-            "--endpoint-type", "completions", "--streaming", "--tokenizer", str(load.tokenizer_dir),
-            "--request-rate", str(load.rate), "--arrival-pattern", "poisson", "--request-count", str(load.n),
-            "--prompt-input-tokens-mean", str(load.input_tokens), "--prompt-input-tokens-stddev", "0",
-            "--prompt-output-tokens-mean", str(load.output_tokens), "--prompt-output-tokens-stddev", "0",
-            "--extra-inputs", "ignore_eos:true", "--use-legacy-max-tokens", "--use-server-token-count",
-            "--random-seed", str(load.seed), "--ui-type", "none", "--output-artifact-dir", str(art),
-            "--no-server-metrics", "--no-gpu-telemetry"]  # fmt: skip
+    argv = [
+        str(PEERS_DIR / "aiperf" / "bin" / "aiperf"),
+        "profile",
+        "-m",
+        load.model,
+        "--url",
+        load.base_url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--tokenizer",
+        str(load.tokenizer_dir),
+        "--request-rate",
+        str(load.rate),
+        "--arrival-pattern",
+        "poisson",
+        "--request-count",
+        str(load.n),
+        "--prompt-input-tokens-mean",
+        str(load.input_tokens),
+        "--prompt-input-tokens-stddev",
+        "0",
+        "--prompt-output-tokens-mean",
+        str(load.output_tokens),
+        "--prompt-output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--use-legacy-max-tokens",
+        "--use-server-token-count",
+        "--random-seed",
+        str(load.seed),
+        "--ui-type",
+        "none",
+        "--output-artifact-dir",
+        str(art),
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+    ]
 
     def parse(path: Path) -> dict[str, float]:
         d = json.loads(path.read_text())
         ttft, itl = d["time_to_first_token"], d["inter_token_latency"]
-        return {"ttft_p50": ttft["p50"], "ttft_p99": ttft["p99"], "itl_p50": itl["p50"], "itl_p99": itl["p99"],
-                "completed": d["request_count"]["avg"]}  # fmt: skip
+        return {
+            "ttft_p50": ttft["p50"],
+            "ttft_p99": ttft["p99"],
+            "itl_p50": itl["p50"],
+            "itl_p99": itl["p99"],
+            "completed": d["request_count"]["avg"],
+        }
 
     return _run("AIPerf", argv, load, art / "profile_export_aiperf.json", parse)
 
@@ -114,13 +186,16 @@ def aiperf(load: Load, tmp: Path) -> PeerRun:
 def guidellm(load: Load, tmp: Path) -> PeerRun:
     """GuideLLM asks for exact output lengths itself (max_tokens with ignore_eos)."""
     out = tmp / "guidellm.json"
-    scenario = {"spec": {
-        "backend": {"kind": "openai_http", "target": load.base_url, "model": load.model, "request_format": "/v1/completions"},
-        "profile": {"kind": "poisson", "rate": load.rate},
-        "data": [{"kind": "synthetic_text", "prompt_tokens": load.input_tokens, "output_tokens": load.output_tokens}],
-        "tokenizer": {"kind": "huggingface_auto", "model": str(load.tokenizer_dir)},
-        "constraints": [{"kind": "max_requests", "count": load.n}],
-        "outputs": [{"kind": "json", "path": str(out)}]}}  # fmt: skip
+    scenario = {
+        "spec": {
+            "backend": {"kind": "openai_http", "target": load.base_url, "model": load.model, "request_format": "/v1/completions"},
+            "profile": {"kind": "poisson", "rate": load.rate},
+            "data": [{"kind": "synthetic_text", "prompt_tokens": load.input_tokens, "output_tokens": load.output_tokens}],
+            "tokenizer": {"kind": "huggingface_auto", "model": str(load.tokenizer_dir)},
+            "constraints": [{"kind": "max_requests", "count": load.n}],
+            "outputs": [{"kind": "json", "path": str(out)}],
+        }
+    }
     config = tmp / "guidellm-scenario.json"
     config.write_text(json.dumps(scenario))
     argv = [str(PEERS_DIR / "guidellm" / "bin" / "guidellm"), "run", "--config", str(config), "--disable-console"]
@@ -128,9 +203,13 @@ def guidellm(load: Load, tmp: Path) -> PeerRun:
     def parse(path: Path) -> dict[str, float]:
         m = json.loads(path.read_text())["benchmarks"][0]["metrics"]
         ttft, itl = m["time_to_first_token_ms"]["successful"], m["inter_token_latency_ms"]["successful"]
-        return {"ttft_p50": ttft["percentiles"]["p50"], "ttft_p99": ttft["percentiles"]["p99"],
-                "itl_p50": itl["percentiles"]["p50"], "itl_p99": itl["percentiles"]["p99"],
-                "completed": m["time_to_first_token_ms"]["successful"]["count"]}  # fmt: skip
+        return {
+            "ttft_p50": ttft["percentiles"]["p50"],
+            "ttft_p99": ttft["percentiles"]["p99"],
+            "itl_p50": itl["percentiles"]["p50"],
+            "itl_p99": itl["percentiles"]["p99"],
+            "completed": m["time_to_first_token_ms"]["successful"]["count"],
+        }
 
     return _run("GuideLLM", argv, load, out, parse)
 

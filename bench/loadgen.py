@@ -45,124 +45,35 @@ Ends with one line: RESULT loadgen key=value ...
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import os
-import re
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import capacity  # bench/capacity.py, beside this script
 import numpy as np
-import psutil
+from loadgen_clients import (  # noqa: E402  (bench/ is not a package)
+    BODY,
+    cpu_s,
+    locust,
+    naive,
+    ours,
+    ours_with_stall,
+    rss_mb,
+    slope,
+    spread,
+    time_wait,
+    trivial,
+    trivial_server,
+    valid,
+    wrk,
+)
 
-from common.procs import SupervisedProcess, free_port
-from common.stats import block_bootstrap_ci
 from follower.host.cpuplan import isolate_generator_thread
 from follower.host.wakeup import hold_wakeup_latency
 from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
-from follower.protocols import Endpoint  # noqa: E402
-
-SERVER = r'''
-import asyncio, os, sys, time
-os.sched_setaffinity(0, {int(sys.argv[2])})
-RESP = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
-class P(asyncio.Protocol):
-    def connection_made(self, t): self.t = t; self.buf = b""
-    def data_received(self, d):
-        self.buf += d
-        while True:
-            head_end = self.buf.find(b"\r\n\r\n")
-            if head_end < 0: return
-            head = self.buf[:head_end].lower()
-            n = 0
-            i = head.find(b"content-length:")
-            if i >= 0: n = int(head[i + 15:].split(b"\r\n", 1)[0])
-            if len(self.buf) < head_end + 4 + n: return
-            if self.buf.startswith(b"POST /stall"): time.sleep(1.0)  # blocks the loop: every request waits
-            self.buf = self.buf[head_end + 4 + n:]
-            self.t.write(RESP)
-async def main():
-    srv = await asyncio.get_running_loop().create_server(P, "127.0.0.1", int(sys.argv[1]), backlog=1024)
-    print("ready", flush=True)
-    await srv.serve_forever()
-try:
-    import uvloop; uvloop.run(main())
-except ImportError:
-    asyncio.run(main())
-'''
-
-LOCUSTFILE = '''
-import os, random
-from locust import task
-from locust.contrib.fasthttp import FastHttpUser
-RATE = float(os.environ["BENCH_RATE"]) / int(os.environ["BENCH_USERS"])
-class U(FastHttpUser):
-    wait_time = lambda self: random.expovariate(RATE)
-    @task
-    def post(self):
-        self.client.post("/", data=b"x" * 16)
-'''
-
-BODY = [b'{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}']
-
-
-@contextlib.contextmanager
-def trivial_server(core: int) -> Iterator[tuple[str, int, SupervisedProcess, Path]]:
-    """SERVER in its own process pinned to `core`, ready: yields (url, port, process, its temporary directory)."""
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        (tmp / "server.py").write_text(textwrap.dedent(SERVER))
-        port = free_port()
-        argv = [sys.executable, str(tmp / "server.py"), str(port), str(core)]
-        with SupervisedProcess(argv, name="trivial-http", log_path=tmp / "server.log") as server:
-            server.wait_ready(lambda: "ready" in (tmp / "server.log").read_text(), 30)
-            yield f"http://127.0.0.1:{port}/", port, server, tmp
-
-
-def trivial(url: str) -> Endpoint:
-    """The trivial server as a KServe v2 HTTP endpoint (it answers every path alike)."""
-    return Endpoint("kserve-http", url.rstrip("/"), "m")
-
-
-def pct(a: np.ndarray, q: float) -> float:
-    return float(np.percentile(a, q)) if len(a) else float("nan")
-
-
-def ours(url: str, rate: float, duration: float, seed: int, ci: bool = False) -> dict[str, float]:
-    """Our generator: Poisson schedule, latency from the intended time (`ci`: the p99's block-bootstrap CI too)."""
-    offsets = arrival_offsets_ns("poisson", rate, duration, seed)
-    cpu0 = time.process_time()
-    rec = drive(trivial(url), BODY, offsets, max_concurrency=512)
-    cpu = time.process_time() - cpu0
-    ok = rec.ok
-    lag = (rec.sent_ns[rec.sent] - rec.intended_ns[rec.sent]) / 1e6
-    lat = (rec.done_ns[ok] - rec.intended_ns[ok]) / 1e6
-    svc = (rec.done_ns[ok] - rec.sent_ns[ok]) / 1e6
-    out = {"achieved": ok.sum() / duration, "lag_p99": pct(lag, 99), "p50": pct(lat, 50), "p99": pct(lat, 99),
-           "svc_p99": pct(svc, 99), "cpu_us": 1e6 * cpu / max(int(ok.sum()), 1), "n": float(ok.sum())}  # fmt: skip
-    if ci and ok.sum() > 0:
-        out["p99_lo"], out["p99_hi"] = (block_bootstrap_ci(rec.intended_ns[ok], lat, (0.99,), seed=seed) or [(np.nan,) * 2])[0]
-    return out
-
-
-def time_wait(port: int) -> int:
-    """Client sockets towards `port` in TIME_WAIT (/proc/net/tcp): what closed connections leave behind."""
-    try:
-        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return -1
-    return sum(1 for line in lines if (f := line.split())[3] == "06" and int(f[2].split(":")[1], 16) == port)
 
 
 def ours_fresh(url: str, rate: float, duration: float, seed: int, core: int, realtime: bool) -> dict[str, float]:
@@ -171,149 +82,6 @@ def ours_fresh(url: str, rate: float, duration: float, seed: int, core: int, rea
     argv += ["--no-realtime"] if not realtime else []
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
     return json.loads(out.strip().splitlines()[-1])
-
-
-def rss_mb(pid: int | None = None) -> float:
-    try:
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except psutil.Error:
-        return float("nan")
-
-
-def cpu_s(pid: int) -> float:
-    try:
-        return float(sum(psutil.Process(pid).cpu_times()[:2]))
-    except psutil.Error:
-        return float("nan")
-
-
-async def _naive(url: str, rate: float, duration: float, seed: int, users: int, stall_at: float | None) -> dict[str, float]:
-    """The common Python client: users that sleep an exponential gap, send, await the answer; timed from the send."""
-    rng = np.random.default_rng(seed)
-    lat: list[float] = []
-    lag: list[float] = []
-    start = time.monotonic()
-    end = start + duration
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=users)) as session:
-
-        async def user(k: int) -> None:
-            due = start
-            while True:
-                gap = rng.exponential(users / rate)
-                due += gap
-                await asyncio.sleep(gap)  # relative sleep: the gap starts when the last answer came
-                now = time.monotonic()
-                if now >= end:
-                    return
-                lag.append((now - due) * 1e3)
-                t0 = time.perf_counter()
-                async with session.post(url, data=BODY[0]) as r:
-                    await r.read()
-                lat.append((time.perf_counter() - t0) * 1e3)
-
-        async def staller() -> None:
-            if stall_at is not None:
-                await asyncio.sleep(stall_at)
-                async with session.post(url.rsplit("/", 1)[0] + "/stall", data=b"") as r:
-                    await r.read()
-
-        cpu0 = time.process_time()
-        await asyncio.gather(*(user(k) for k in range(users)), staller())
-        cpu = time.process_time() - cpu0
-    a, g = np.asarray(lat), np.asarray(lag)
-    return {"achieved": len(a) / duration, "lag_p99": pct(np.maximum(g, 0), 99), "p50": pct(a, 50), "p99": pct(a, 99),
-            "cpu_us": 1e6 * cpu / max(len(a), 1), "n": float(len(a))}  # fmt: skip
-
-
-def naive(url: str, rate: float, duration: float, seed: int, users: int = 64, stall_at: float | None = None) -> dict[str, float]:
-    import uvloop
-
-    return uvloop.run(_naive(url, rate, duration, seed, users, stall_at))
-
-
-def ours_with_stall(url: str, rate: float, duration: float, stall_at: float) -> dict[str, float]:
-    """Our generator while another thread asks the server to stall `stall_at` seconds in."""
-    import threading
-
-    def stall() -> None:
-        time.sleep(stall_at + 0.05)  # drive() starts its schedule 50 ms after it is called
-        host, port = url.split("//")[1].split("/")[0].split(":")
-        with socket.create_connection((host, int(port))) as s:
-            s.sendall(b"POST /stall HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            s.recv(100)
-
-    t = threading.Thread(target=stall, daemon=True)
-    t.start()
-    out = ours(url, rate, duration, seed=7)
-    t.join()
-    return out
-
-
-def wrk(url: str, duration: float, core: int) -> dict[str, float] | None:
-    """wrk's raw closed-loop ceiling on the same core (64 connections, one thread)."""
-    exe = shutil.which("wrk")
-    if exe is None:
-        return None
-    proc = subprocess.run(["taskset", "-c", str(core), exe, "-t1", "-c64", f"-d{max(int(duration), 1)}s", "--latency", url],
-                          capture_output=True, text=True, timeout=duration + 30)  # fmt: skip
-    out = proc.stdout
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if rps is None:
-        print(f"wrk gave no figures (exit {proc.returncode}): {(proc.stderr or out)[-300:].strip()}")
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
-    scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-    return {"achieved": float(rps.group(1)) if rps else float("nan"),
-            "p99": float(p99.group(1)) * scale[p99.group(2)] if p99 else float("nan")}  # fmt: skip
-
-
-def locust(url: str, rate: float, duration: float, core: int, tmp: Path) -> dict[str, float] | None:
-    """Locust FastHttpUser, headless, users with exponential waits (its closest thing to Poisson), on one core."""
-    exe = Path(sys.executable).with_name("locust")
-    if not exe.exists():
-        found = shutil.which("locust")  # installed beside another interpreter's scripts
-        if found is None:
-            return None
-        exe = Path(found)
-    users = 64
-    (tmp / "locustfile.py").write_text(LOCUSTFILE)
-    env = {**os.environ, "BENCH_RATE": str(rate), "BENCH_USERS": str(users)}
-    base = url.rsplit("/", 1)[0]
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        ["taskset", "-c", str(core), str(exe), "-f", str(tmp / "locustfile.py"), "--headless", "-u", str(users),
-         "-r", str(users * 10), "-t", f"{max(int(duration), 1)}s", "-H", base, "--csv", str(tmp / "loc"), "--only-summary"],
-        capture_output=True, text=True, timeout=duration + 60, env=env,
-    )  # fmt: skip
-    rows = (tmp / "loc_stats.csv").read_text().splitlines() if (tmp / "loc_stats.csv").exists() else []
-    agg = next((r.split(",") for r in rows if ",Aggregated," in r), None)
-    if agg is None:
-        print("locust gave no stats:", proc.stderr[-500:])
-        return None
-    head = rows[0].split(",")
-    row = dict(zip(head, agg, strict=False))
-    def num(key: str) -> float:
-        try:
-            return float(row.get(key, "nan"))
-        except ValueError:  # "N/A" when too few requests
-            return float("nan")
-
-    return {"achieved": num("Requests/s"), "p99": num("99%"),
-            "wall_s": time.monotonic() - t0}  # fmt: skip
-
-
-def valid(r: dict[str, float], rate: float) -> bool:
-    return r["lag_p99"] < 1.0 and abs(r["achieved"] - rate) / rate <= 0.02
-
-
-def spread(values: np.ndarray) -> float:
-    """Largest deviation from the median, as a share of the median."""
-    med = float(np.median(values))
-    return float(np.max(np.abs(values - med)) / med) if med > 0 else float("nan")
-
-
-def slope(values: np.ndarray) -> float:
-    """Least-squares change per run as a share of the median (a drift shows as a steady slope)."""
-    return float(np.polyfit(np.arange(len(values)), values, 1)[0] / np.median(values)) if len(values) > 1 else 0.0
 
 
 def ladder(url: str, args: argparse.Namespace, results: dict[str, float]) -> None:
@@ -347,29 +115,44 @@ def ladder(url: str, args: argparse.Namespace, results: dict[str, float]) -> Non
     at_cap = last_valid["ours"] and rates[-1] >= args.max_rate
     naive_best = achieved_max["naive"]
     ratio = best["ours"] / naive_best if naive_best else float("nan")
-    print(f"ours: highest valid rate {best['ours']:.0f} req/s" + (f" (still valid at the cap {args.max_rate:.0f}: a lower"
-          " bound)" if at_cap else ", the next step failed"))  # fmt: skip
+    print(
+        f"ours: highest valid rate {best['ours']:.0f} req/s"
+        + (f" (still valid at the cap {args.max_rate:.0f}: a lower bound)" if at_cap else ", the next step failed")
+    )
     print(f"naive: highest valid rate {best['naive']:.0f} req/s, highest achieved at any target {naive_best:.0f} req/s")
-    print(f"ours_vs_naive = {best['ours']:.0f} / {naive_best:.0f} = {ratio:.2f}"
-          + (" (a lower bound: ours was not pushed to its limit)" if at_cap else ""))  # fmt: skip
-    results.update(ours_max_rate=best["ours"], ours_at_cap=float(at_cap), naive_max_rate=best["naive"],
-                   naive_best_achieved=naive_best, ours_vs_naive=ratio,
-                   ours_cpu_us=float(np.median(cpu_us["ours"])), naive_cpu_us=float(np.median(cpu_us["naive"])))  # fmt: skip
+    print(
+        f"ours_vs_naive = {best['ours']:.0f} / {naive_best:.0f} = {ratio:.2f}"
+        + (" (a lower bound: ours was not pushed to its limit)" if at_cap else "")
+    )
+    results.update(
+        ours_max_rate=best["ours"],
+        ours_at_cap=float(at_cap),
+        naive_max_rate=best["naive"],
+        naive_best_achieved=naive_best,
+        ours_vs_naive=ratio,
+        ours_cpu_us=float(np.median(cpu_us["ours"])),
+        naive_cpu_us=float(np.median(cpu_us["naive"])),
+    )
 
 
-def repeatability(url: str, port: int, server_pid: int, gen_core: int, args: argparse.Namespace,
-                  results: dict[str, float]) -> None:
+def repeatability(
+    url: str, port: int, server_pid: int, gen_core: int, args: argparse.Namespace, results: dict[str, float]
+) -> None:
     """Section 3: the same point in fresh processes and, interleaved, in this one; spread beside each run's CI."""
     n = args.repeats
-    print(f"{'run':8} {'p50 ms':>7} {'p99 ms':>7} {'p99 95% CI':>15} {'lag p99':>8} {'samples':>8} {'TIME_WAIT':>9} "
-          f"{'RSS MB':>7} {'srv MB':>7} {'srv CPU s':>9}")  # fmt: skip
+    print(
+        f"{'run':8} {'p50 ms':>7} {'p99 ms':>7} {'p99 95% CI':>15} {'lag p99':>8} {'samples':>8} {'TIME_WAIT':>9} "
+        f"{'RSS MB':>7} {'srv MB':>7} {'srv CPU s':>9}"
+    )
     runs: dict[str, list[dict[str, float]]] = {"fresh": [], "same": []}
     # One declared warm-up repetition, printed and not counted: on the 16-core host the first runs after the stall
     # section were slow in a fresh and in this process alike (p99 2.2 / 1.4 ms, then 0.16-0.31 ms), a transient of
     # the machine after the previous section, not of the generator's state.
     w = ours(url, args.repeat_rate, args.repeat_duration, seed=11, ci=True)
-    print(f"{'warm-up':8} {w['p50']:7.3f} {w['p99']:7.3f} {w['p99_lo']:.3f}-{w['p99_hi']:.3f} {w['lag_p99']:8.3f} "
-          f"{w['n']:8.0f}  (not counted)")  # fmt: skip
+    print(
+        f"{'warm-up':8} {w['p50']:7.3f} {w['p99']:7.3f} {w['p99_lo']:.3f}-{w['p99_hi']:.3f} {w['lag_p99']:8.3f} "
+        f"{w['n']:8.0f}  (not counted)"
+    )
     results["repeat_warmup_p99"] = w["p99"]
     for i in range(n):
         # Interleaved, so a change of the machine over the section hits both kinds alike.
@@ -381,18 +164,21 @@ def repeatability(url: str, port: int, server_pid: int, gen_core: int, args: arg
                 r = ours(url, args.repeat_rate, args.repeat_duration, seed=11, ci=True)
             runs[kind].append(r)
             ci = f"{r['p99_lo']:.3f}-{r['p99_hi']:.3f}"
-            print(f"{kind} {i:<3} {r['p50']:7.3f} {r['p99']:7.3f} {ci:>15} {r['lag_p99']:8.3f} {r['n']:8.0f} {tw:9d} "
-                  f"{rss:7.1f} {srv_mb:7.1f} {srv_cpu:9.2f}")  # fmt: skip
+            print(
+                f"{kind} {i:<3} {r['p50']:7.3f} {r['p99']:7.3f} {ci:>15} {r['lag_p99']:8.3f} {r['n']:8.0f} {tw:9d} "
+                f"{rss:7.1f} {srv_mb:7.1f} {srv_cpu:9.2f}"
+            )
     for kind in ("fresh", "same"):
         p50s = np.array([r["p50"] for r in runs[kind]])
         p99s = np.array([r["p99"] for r in runs[kind]])
         ci_rel = float(np.median([(r["p99_hi"] - r["p99_lo"]) / 2 / r["p99"] for r in runs[kind]]))
         d50, d99 = spread(p50s), spread(p99s)
-        print(f"{kind:5}: max deviation from median p50 {100 * d50:.1f}% (want ≤ 3%), p99 {100 * d99:.1f}% (want ≤ 10%);"
-              f" one run's p99 CI ±{100 * ci_rel:.1f}% (median half-width); p99 drift {100 * slope(p99s):+.1f}%/run")  # fmt: skip
+        print(
+            f"{kind:5}: max deviation from median p50 {100 * d50:.1f}% (want ≤ 3%), p99 {100 * d99:.1f}% (want ≤ 10%);"
+            f" one run's p99 CI ±{100 * ci_rel:.1f}% (median half-width); p99 drift {100 * slope(p99s):+.1f}%/run"
+        )
         key = "repeat" if kind == "fresh" else "repeat_same"
-        results.update({f"{key}_p50_dev": d50, f"{key}_p99_dev": d99, f"{key}_p99_ci": ci_rel,
-                        f"{key}_p99_slope": slope(p99s)})  # fmt: skip
+        results.update({f"{key}_p50_dev": d50, f"{key}_p99_dev": d99, f"{key}_p99_ci": ci_rel, f"{key}_p99_slope": slope(p99s)})
     if results["repeat_p99_dev"] > results["repeat_p99_ci"]:
         print("the runs' p99s spread wider than one run's 95% CI half-width: the machine changed between runs, not only sampling")
     else:
@@ -429,9 +215,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench itself)")
     parser.add_argument("--no-realtime", action="store_true", help="nice -10 instead of SCHED_FIFO (the old setting)")
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
-    parser.add_argument("--cpu-dma-latency", type=int, default=0, metavar="US",
-                        help="hold /dev/cpu_dma_latency at US µs for the bench (default 0, as the follower does: idle "
-                             "CPUs poll instead of halting; needs root); -1 leaves the host's idle policy alone")  # fmt: skip
+    parser.add_argument(
+        "--cpu-dma-latency",
+        type=int,
+        default=0,
+        metavar="US",
+        help="hold /dev/cpu_dma_latency at US µs for the bench (default 0, as the follower does: idle "
+        "CPUs poll instead of halting; needs root); -1 leaves the host's idle policy alone",
+    )
     parser.add_argument("--one-run", nargs=5, metavar=("URL", "RATE", "DURATION", "SEED", "CORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_run:
@@ -460,16 +251,22 @@ def main() -> None:
         ours(url, 500, 0.5, seed=99)  # warm the path (imports, connections)
 
         if 1 in args.sections:
-            print(f"== 1. rate ladder, Poisson, {args.duration:g} s per rate, generator on core {gen_core}, "
-                  f"server on {srv_core}")
+            print(f"== 1. rate ladder, Poisson, {args.duration:g} s per rate, generator on core {gen_core}, server on {srv_core}")
             ladder(url, args, results)
             w = wrk(url, args.duration, gen_core)
-            print(f"wrk (closed loop, 64 conns, core {gen_core}): "
-                  + (f"{w['achieved']:.0f} req/s, p99 {w['p99']:.2f} ms" if w else "not installed (apt-get install wrk)"))
+            print(
+                f"wrk (closed loop, 64 conns, core {gen_core}): "
+                + (f"{w['achieved']:.0f} req/s, p99 {w['p99']:.2f} ms" if w else "not installed (apt-get install wrk)")
+            )
             loc = locust(url, args.rates[0], args.duration, gen_core, tmp)
-            print(f"locust FastHttpUser at {args.rates[0]:.0f} req/s target: " + (
-                f"{loc['achieved']:.0f} req/s achieved, p99 {loc['p99']:.1f} ms (no send-lag figure: it has no schedule)"
-                if loc else "not installed (.venv/bin/pip install locust)"))  # fmt: skip
+            print(
+                f"locust FastHttpUser at {args.rates[0]:.0f} req/s target: "
+                + (
+                    f"{loc['achieved']:.0f} req/s achieved, p99 {loc['p99']:.1f} ms (no send-lag figure: it has no schedule)"
+                    if loc
+                    else "not installed (.venv/bin/pip install locust)"
+                )
+            )
             results.update(wrk_rps=w["achieved"] if w else float("nan"), locust_rps=loc["achieved"] if loc else float("nan"))
 
         if 2 in args.sections:
@@ -482,12 +279,17 @@ def main() -> None:
             print(f"ours  (from intended): p50 {o['p50']:8.2f} ms  p99 {o['p99']:8.2f} ms", end="")
             print(f"  (its service time p99 from the send {o['svc_p99']:.2f} ms)")
             print(f"naive (from send):     p50 {n['p50']:8.2f} ms  p99 {n['p99']:8.2f} ms")
-            results.update(stall_ours_p99_ms=o["p99"], stall_naive_p99_ms=n["p99"],
-                           stall_ratio=o["p99"] / n["p99"] if n["p99"] > 0 else float("nan"))  # fmt: skip
+            results.update(
+                stall_ours_p99_ms=o["p99"],
+                stall_naive_p99_ms=n["p99"],
+                stall_ratio=o["p99"] / n["p99"] if n["p99"] > 0 else float("nan"),
+            )
 
         if 3 in args.sections:
-            print(f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g}"
-                  " s (same seed), each in a fresh process, interleaved with runs in this process")  # fmt: skip
+            print(
+                f"\n== 3. repeatability: {args.repeats} runs at {args.repeat_rate:g} req/s x {args.repeat_duration:g}"
+                " s (same seed), each in a fresh process, interleaved with runs in this process"
+            )
             repeatability(url, port, server.pid or 0, gen_core, args, results)
         if 4 in args.sections:
             print("\n== 4. a single-worker server of known capacity at 80%, 110% and 150% of it (bench/capacity.py)")

@@ -32,7 +32,7 @@ from follower.loadgen.schedule import arrival_offsets_ns
 from follower.protocols.transports import rawhttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, slope, trivial, trivial_server  # noqa: E402  (bench/ is not a package)
+from loadgen_clients import BODY, slope, trivial, trivial_server  # noqa: E402  (bench/ is not a package)
 
 _CONNECTS = [0]
 _real_connect = rawhttp.RawHttpSession._connect
@@ -102,9 +102,11 @@ def row(label: str, r: dict) -> str:
     mhz = f"{r['core_mhz']:6.0f}" if r["core_mhz"] else "     -"
     rq = f"{100 * r['run_queue']:5.1f}%" if r["run_queue"] is not None else "    -"
     st = f"{100 * r['steal']:4.1f}%" if r["steal"] is not None else "   -"
-    return (f"{label:7} {r['p50']:6.3f} {r['p99']:6.3f} {r['lag_p99']:7.3f} {r['connects']:5d} {r['time_wait']:6d} "
-            f"{r['established']:5d} {r['rss_mb']:6.1f} {r['gc_objects']:8d} {r['server_rss_mb']:6.1f} "
-            f"{r['server_cpu_s']:7.2f} {mhz} {rq} {st}")  # fmt: skip
+    return (
+        f"{label:7} {r['p50']:6.3f} {r['p99']:6.3f} {r['lag_p99']:7.3f} {r['connects']:5d} {r['time_wait']:6d} "
+        f"{r['established']:5d} {r['rss_mb']:6.1f} {r['gc_objects']:8d} {r['server_rss_mb']:6.1f} "
+        f"{r['server_cpu_s']:7.2f} {mhz} {rq} {st}"
+    )
 
 
 HEAD = "run     p50 ms p99 ms lag p99 conns TIME_W estab RSS MB  gc objs srv MB srv cpu    MHz rqwait steal"
@@ -140,9 +142,25 @@ def main() -> None:
             print(row(f"same {i}", r))
         fresh = []
         for _ in range(args.runs):
-            out = subprocess.run([sys.executable, __file__, "--rate", str(args.rate), "--duration", str(args.duration),
-                                  "--seed", str(args.seed), "--one", url, str(port), str(pid)],
-                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(args.duration),
+                    "--seed",
+                    str(args.seed),
+                    "--one",
+                    url,
+                    str(port),
+                    str(pid),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             fresh.append(json.loads(out.strip().splitlines()[-1]))
         for i, r in enumerate(fresh):
             print(row(f"fresh {i}", r))
@@ -152,11 +170,13 @@ def main() -> None:
         return slope(np.array([r[key] for r in rs]))
 
     res = {
-        "same_p99_slope": per_run(same, "p99"), "fresh_p99_slope": per_run(fresh, "p99"),
-        "same_lag_slope": per_run(same, "lag_p99"), "fresh_lag_slope": per_run(fresh, "lag_p99"),
+        "same_p99_slope": per_run(same, "p99"),
+        "fresh_p99_slope": per_run(fresh, "p99"),
+        "same_lag_slope": per_run(same, "lag_p99"),
+        "fresh_lag_slope": per_run(fresh, "lag_p99"),
         "same_p99_med": float(np.median([r["p99"] for r in same])),
         "fresh_p99_med": float(np.median([r["p99"] for r in fresh])),
-    }  # fmt: skip
+    }
     print(
         "p99 change per run (least squares, share of the median): "
         f"same process {100 * res['same_p99_slope']:+.1f}%, fresh processes {100 * res['fresh_p99_slope']:+.1f}%"

@@ -49,7 +49,7 @@ from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import pct, slope, spread  # noqa: E402  (bench/ is not a package)
+from loadgen_clients import pct, slope, spread  # noqa: E402  (bench/ is not a package)
 
 
 def _host_cpu() -> tuple[float, float]:
@@ -66,8 +66,9 @@ def _own_cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, wakeup_latency_us: int | None,
-               repeats: int = 1) -> list[tuple[PointResult, dict[str, float]]]:  # fmt: skip
+def run_points(
+    point_spec: dict, model_path: Path, workdir: Path, canon: tuple, wakeup_latency_us: int | None, repeats: int = 1
+) -> list[tuple[PointResult, dict[str, float]]]:
     """`repeats` runs of the point through one runner call (one server start), each with its raw-record figures.
 
     Each run's steal is the runner's own (PointResult.host_steal_share); other processes' share of the host is
@@ -112,9 +113,19 @@ def run_points(point_spec: dict, model_path: Path, workdir: Path, canon: tuple, 
         infer = w.stages_ns["infer_ns"][ok] / 1e6  # the server's own timing of the model's run (-1: not reported)
         infer = infer[infer >= 0]
         steal, runq = result.host_steal_share, result.generator_run_queue_share
-        out.append((result, {
-            "svc_p50": pct(svc, 50), "infer_p50": pct(infer, 50), "n": float(ok.sum()), "others": others,
-            "steal": float("nan") if steal is None else steal, "runq": float("nan") if runq is None else runq}))  # fmt: skip
+        out.append(
+            (
+                result,
+                {
+                    "svc_p50": pct(svc, 50),
+                    "infer_p50": pct(infer, 50),
+                    "n": float(ok.sum()),
+                    "others": others,
+                    "steal": float("nan") if steal is None else steal,
+                    "runq": float("nan") if runq is None else runq,
+                },
+            )
+        )
     return out
 
 
@@ -124,9 +135,11 @@ def print_row(label: str, r: PointResult, x: dict[str, float]) -> None:
     ci = (r.latency_ci_ms or {}).get("p99")
     ci_text = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
     verdict = "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons)
-    print(f"{label:>8} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_text:>12} "
-          f"{x['svc_p50']:7.3f} {x['infer_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
-          f"{100 * x['steal']:6.2f} {100 * x['others']:7.1f}  {verdict}")  # fmt: skip
+    print(
+        f"{label:>8} {lat.p50 if lat else np.nan:7.3f} {lat.p99 if lat else np.nan:7.3f} {ci_text:>12} "
+        f"{x['svc_p50']:7.3f} {x['infer_p50']:7.3f} {lag.p99 if lag else np.nan:7.3f} {x['n']:7.0f} {100 * x['runq']:6.2f} "
+        f"{100 * x['steal']:6.2f} {100 * x['others']:7.1f}  {verdict}"
+    )
 
 
 def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict[str, float]:
@@ -134,8 +147,9 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
     p50s = np.array([r.latency_ms.p50 if r.latency_ms else np.nan for r, _ in rows])
     p99s = np.array([r.latency_ms.p99 if r.latency_ms else np.nan for r, _ in rows])
     cis = [(r.latency_ci_ms or {}).get("p99") for r, _ in rows]
-    ci_rel = float(np.median([(c[1] - c[0]) / 2 / r.latency_ms.p99 for (r, _), c in zip(rows, cis, strict=True)
-                              if c and r.latency_ms]))  # fmt: skip
+    ci_rel = float(
+        np.median([(c[1] - c[0]) / 2 / r.latency_ms.p99 for (r, _), c in zip(rows, cis, strict=True) if c and r.latency_ms])
+    )
     d50, d99 = spread(p50s), spread(p99s)
     steals = np.array([x["steal"] for _, x in rows])
     others = np.array([x["others"] for _, x in rows])
@@ -164,13 +178,24 @@ def report(title: str, rows: list[tuple[PointResult, dict[str, float]]]) -> dict
             f"  server-timed inference p50 per run {', '.join(f'{v:.3f}' for v in infers)} ms (spread "
             f"{100 * spread(infers):.1f}%); its correlation with p50 r = {np.corrcoef(infers, p50s)[0, 1]:+.2f}"
         )
-    return {"p50_dev": d50, "p99_dev": d99, "p99_ci": ci_rel, "p99_slope": slope(p99s),
-            "p50_med_ms": float(np.median(p50s)), "p99_med_ms": float(np.median(p99s)),
-            "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
-            "infer_p50_dev": spread(infers), "steal_max": float(np.nanmax(steals)),
-            "others_max": float(np.max(others)), "valid_runs": float(n_valid), "runs": float(len(rows)),
-            "p50_cv": _cv(judged, 0), "p99_cv": _cv(judged, 1), "p99_p": _p(judged, 1),
-            "changed": float(judged is not None and judged.verdict == "machine_changed")}  # fmt: skip
+    return {
+        "p50_dev": d50,
+        "p99_dev": d99,
+        "p99_ci": ci_rel,
+        "p99_slope": slope(p99s),
+        "p50_med_ms": float(np.median(p50s)),
+        "p99_med_ms": float(np.median(p99s)),
+        "svc_p50_med_ms": float(np.median([x["svc_p50"] for _, x in rows])),
+        "infer_p50_dev": spread(infers),
+        "steal_max": float(np.nanmax(steals)),
+        "others_max": float(np.max(others)),
+        "valid_runs": float(n_valid),
+        "runs": float(len(rows)),
+        "p50_cv": _cv(judged, 0),
+        "p99_cv": _cv(judged, 1),
+        "p99_p": _p(judged, 1),
+        "changed": float(judged is not None and judged.verdict == "machine_changed"),
+    }
 
 
 def _cv(judged: RepeatSummary | None, i: int) -> float:
@@ -207,17 +232,27 @@ def main() -> int:
     if args.quick:
         args.runs, args.duration, args.warmup = 2, 2.0, 0.5
     canon = generate(CanonicalSpec("fc", depth=args.depth, width=args.width, input_size=32))
-    point_spec = {"name": "repeat", "model": "canon:1", "backends": ["onnxruntime"], "batch_sizes": [args.batch],
-                  "seed": args.seed, "load": {"pattern": "poisson", "rate": args.rate, "duration": args.duration,
-                                              "warmup": args.warmup}}  # fmt: skip
+    point_spec = {
+        "name": "repeat",
+        "model": "canon:1",
+        "backends": ["onnxruntime"],
+        "batch_sizes": [args.batch],
+        "seed": args.seed,
+        "load": {"pattern": "poisson", "rate": args.rate, "duration": args.duration, "warmup": args.warmup},
+    }
     # "held": the follower's default (PM QoS 0 µs: idle CPUs poll); "halting": the host's own idle policy.
     modes: dict[str, int | None] = {"held": 0} if args.no_compare else {"held": 0, "halting": None}
-    print(f"point: onnxruntime, canonical fc depth {args.depth} width {args.width}, batch {args.batch}, Poisson "
-          f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
-          f"{args.runs} runs per mode ({', '.join(modes)}; "
-          + ("one server per mode" if args.one_server else "interleaved, server restarted per run") + "); ms")  # fmt: skip
-    print(f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'lag p99':>7} {'samples':>7} "
-          f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict")  # fmt: skip
+    print(
+        f"point: onnxruntime, canonical fc depth {args.depth} width {args.width}, batch {args.batch}, Poisson "
+        f"{args.rate:g} req/s, warm-up {args.warmup:g} s + {args.duration:g} s measured, seed {args.seed}; "
+        f"{args.runs} runs per mode ({', '.join(modes)}; "
+        + ("one server per mode" if args.one_server else "interleaved, server restarted per run")
+        + "); ms"
+    )
+    print(
+        f"{'run':>8} {'p50':>7} {'p99':>7} {'p99 95% CI':>12} {'svc p50':>7} {'inf p50':>7} {'lag p99':>7} {'samples':>7} "
+        f"{'runq%':>6} {'steal%':>6} {'others%':>7}  verdict"
+    )
     rows: dict[str, list[tuple[PointResult, dict[str, float]]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="bench-repeat-") as tmpdir:
         tmp = Path(tmpdir)

@@ -36,7 +36,7 @@ from follower.loadgen.openloop import drive
 from follower.loadgen.schedule import arrival_offsets_ns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loadgen import BODY, trivial, trivial_server  # noqa: E402  (bench/ is not a package: run as a script, as its usage says)
+from loadgen_clients import BODY, trivial, trivial_server  # noqa: E402  (bench/ is not a package: run as a script, as its usage says)
 
 
 def pct(a: np.ndarray, q: float) -> float:
@@ -94,11 +94,18 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     collections[0] = sum(1 for t in gc_at if rec.start_ns <= t <= end_ns)
     sent = rec.sent
     lag = (rec.sent_ns[sent] - rec.intended_ns[sent]) / 1e6
-    out = {"lag_p50": pct(lag, 50), "lag_p99": pct(lag, 99), "cpu_us": 1e6 * rec.cpu_s / max(int(sent.sum()), 1),
-           "cpu_share": rec.cpu_share, "steal": steal, "gc": float(collections[0]), "n": float(sent.sum()),
-           # Time this thread was runnable but waiting for a CPU (other processes on its core), over the run's wall.
-           "runq": (sched1[1] - sched0[1]) / wall if sched0 and sched1 else float("nan"),
-           "slices": float(sched1[2] - sched0[2]) if sched0 and sched1 else float("nan")}  # fmt: skip
+    out = {
+        "lag_p50": pct(lag, 50),
+        "lag_p99": pct(lag, 99),
+        "cpu_us": 1e6 * rec.cpu_s / max(int(sent.sum()), 1),
+        "cpu_share": rec.cpu_share,
+        "steal": steal,
+        "gc": float(collections[0]),
+        "n": float(sent.sum()),
+        # Time this thread was runnable but waiting for a CPU (other processes on its core), over the run's wall.
+        "runq": (sched1[1] - sched0[1]) / wall if sched0 and sched1 else float("nan"),
+        "slices": float(sched1[2] - sched0[2]) if sched0 and sched1 else float("nan"),
+    }
     if variant == "dispatch":
         d = dispatch >= 0
         out["wake_p99"] = pct((dispatch[d] - rec.intended_ns[d]) / 1e6, 99)
@@ -151,17 +158,38 @@ def main() -> None:
     with trivial_server(srv_core) as (url, _port, _server, _tmp):
         one(url, 500, 0.5, 99, "full")  # warm the path (imports, connections)
         print(f"generator on core {gen_core}, server on core {srv_core}; Poisson, {args.duration:g} s per run; ms")
-        heads = ("variant", "rate", "lag p50", "lag p99", "wake p99", "hop p50", "hop p99", "µs/req", "cpu%", "steal%",
-                 "runq%", "gc")  # fmt: skip
+        heads = (
+            "variant",
+            "rate",
+            "lag p50",
+            "lag p99",
+            "wake p99",
+            "hop p50",
+            "hop p99",
+            "µs/req",
+            "cpu%",
+            "steal%",
+            "runq%",
+            "gc",
+        )
         print(" ".join(f"{h:>9}" for h in heads))
         results: dict[str, float] = {}
         for rate in args.rates:
             for variant in args.variants:
                 rows = [one(url, rate, args.duration, seed, variant) for seed in range(args.repeats)]
                 for r in rows:
-                    cells = [r["lag_p50"], r["lag_p99"], r.get("wake_p99", float("nan")), r.get("hop_p50", float("nan")),
-                             r.get("hop_p99", float("nan")), r["cpu_us"], 100 * r["cpu_share"], 100 * r["steal"],
-                             100 * r["runq"], r["gc"]]  # fmt: skip
+                    cells = [
+                        r["lag_p50"],
+                        r["lag_p99"],
+                        r.get("wake_p99", float("nan")),
+                        r.get("hop_p50", float("nan")),
+                        r.get("hop_p99", float("nan")),
+                        r["cpu_us"],
+                        100 * r["cpu_share"],
+                        100 * r["steal"],
+                        100 * r["runq"],
+                        r["gc"],
+                    ]
                     print(f"{variant:>9} {rate:9.0f} " + " ".join(f"{c:9.3f}" for c in cells))
                 key = variant.replace("=", "")
                 results[f"{key}_lag_p99_ms_{rate:.0f}"] = float(np.median([r["lag_p99"] for r in rows]))

@@ -93,8 +93,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
         work = Path(tmp)
         port = free_port()
-        endpoint = SupervisedProcess([sys.executable, str(ROOT / "bench" / "fast_endpoint.py"), "--port", str(port)],
-                                     name="fast endpoint", log_path=work / "endpoint.log")  # fmt: skip
+        endpoint = SupervisedProcess(
+            [sys.executable, str(ROOT / "bench" / "fast_endpoint.py"), "--port", str(port)],
+            name="fast endpoint",
+            log_path=work / "endpoint.log",
+        )
         with endpoint, LocalStack(work / "fleet") as stack:
             endpoint.wait_ready(http_ready(f"http://127.0.0.1:{port}/v2/health/ready"), timeout_s=30)
             stack.start_mongo()
@@ -103,8 +106,10 @@ def main() -> None:
             for follower in FOLLOWERS:
                 stack.start_follower(follower)
             with stack.client() as client:
-                print(f"{'shards':>6} {'offered':>8} {'achieved':>9} {'err %':>6} {'exact':>5} {'skew ms':>8} "
-                      f"{'offset ±ms':>10}  verdict")  # fmt: skip
+                print(
+                    f"{'shards':>6} {'offered':>8} {'achieved':>9} {'err %':>6} {'exact':>5} {'skew ms':>8} "
+                    f"{'offset ±ms':>10}  verdict"
+                )
                 for n in SHARD_COUNTS:
                     shards = f", shards: {n}" if n > 1 else ""
                     job = client.submit_yaml(f"""
@@ -123,8 +128,10 @@ target: {{url: "http://127.0.0.1:{port}", protocol: kserve-http{shards}}}
                             skews.append(point.shard_skew_ms)
                         verdict = "valid" if point.valid else "; ".join(point.invalid_reasons)[:110]
                         skew = f"{point.shard_skew_ms:.3f}" if point.shard_skew_ms is not None else "-"
-                        print(f"{n:>6} {point.point.rate:>8g} {point.achieved_rate:>9.1f} {err:>6.2f} {str(same):>5} "
-                              f"{skew:>8} {f'{unsure:.3f}' if unsure is not None else '-':>10}  {verdict}")  # fmt: skip
+                        print(
+                            f"{n:>6} {point.point.rate:>8g} {point.achieved_rate:>9.1f} {err:>6.2f} {str(same):>5} "
+                            f"{skew:>8} {f'{unsure:.3f}' if unsure is not None else '-':>10}  {verdict}"
+                        )
                         if point.point.rate == ladder[0]:
                             figures[f"rate_err_pct_{n}"] = round(err, 3)
                         figures[f"exact_{n}"] = min(figures.get(f"exact_{n}", 1), int(same))

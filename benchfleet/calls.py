@@ -166,14 +166,20 @@ class Calls:
         return Call("GET", f"{API}/followers", _FOLLOWERS)
 
     @staticmethod
-    def leaderboard(sort: str | None, filters: Mapping[str, str] | Sequence[str] | None, limit: int | None,
-                    order: str | None = None, offset: int | None = None) -> Call[LeaderboardPage]:  # fmt: skip
+    def leaderboard(
+        sort: str | None,
+        filters: Mapping[str, str] | Sequence[str] | None,
+        limit: int | None,
+        order: str | None = None,
+        offset: int | None = None,
+    ) -> Call[LeaderboardPage]:
         params = {"sort": sort, "order": order, "filter": _filters(filters), "limit": limit, "offset": offset}
         return Call("GET", f"{API}/leaderboard", _LEADERBOARD, params=params)
 
     @staticmethod
-    def recommend(p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None, confident: bool
-                  ) -> Call[RecommendResponse]:  # fmt: skip
+    def recommend(
+        p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None, confident: bool
+    ) -> Call[RecommendResponse]:
         params = {"p99_ms": p99_ms, "filter": _filters(filters)} | ({"confident": "true"} if confident else {})
         return Call("GET", f"{API}/recommend", _RECOMMEND, params=params)
 

@@ -119,8 +119,14 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
     use_progress_api = True
     done: set[int] = set()
     running_since: dict[int, float] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                  console=_progress_console(), transient=False) as bars:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=_progress_console(),
+        transient=False,
+    ) as bars:
         header = bars.add_task(f"[bold]{job.name}[/] {job.state}", total=None)
         tasks = {p.index: bars.add_task(f"  point {p.index}: {point_label(p)}", total=100, start=False) for p in points}
         while True:
@@ -133,8 +139,11 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
                 for index in finished.keys() - done:
                     bars.start_task(tasks[index])
                     # The point's own figures, not its last live window's (which an overloaded point ends with 0 in).
-                    bars.update(tasks[index], completed=100,
-                                description=f"  point {index}: {point_label(points[index])}{finished_note(finished[index])}")
+                    bars.update(
+                        tasks[index],
+                        completed=100,
+                        description=f"  point {index}: {point_label(points[index])}{finished_note(finished[index])}",
+                    )
                 done |= finished.keys()
                 pending = [p.index for p in points if p.index not in done]
                 current_points = running_points(client, job, done, pending) if job.state == JobState.running else []
@@ -153,8 +162,11 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
                         fraction, note = live_point
                     else:  # estimate from elapsed time; capped so it never claims a finished point
                         fraction, note = (time.monotonic() - running_since[current]) / per_point_s, ""
-                    bars.update(tasks[current], completed=min(99.0, 100 * fraction),
-                                description=f"  point {current}: {point_label(points[current])}{note}")
+                    bars.update(
+                        tasks[current],
+                        completed=min(99.0, 100 * fraction),
+                        description=f"  point {current}: {point_label(points[current])}{note}",
+                    )
             if job.state in TERMINAL_STATES:
                 return job
             time.sleep(poll_s)
@@ -204,8 +216,12 @@ def up(
         fail(str(exc), EXIT_UNREACHABLE)
     token_file = (workdir / local_fleet.TOKEN).resolve()
     console.print(f"fleet up: leader {state['url']}, follower {local_fleet.FOLLOWER_ID!r}, data in {workdir}", markup=False)
-    console.print(f"export BENCHFLEET_URL={state['url']} BENCHFLEET_TOKEN=$(cat {token_file})  # the admin token",
-                  markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    console.print(
+        f"export BENCHFLEET_URL={state['url']} BENCHFLEET_TOKEN=$(cat {token_file})  # the admin token",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -240,8 +256,14 @@ def submit(
 
 
 @app.command()
-def jobs(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", state: str | None = None, limit: int = 50,
-         as_json: JsonOpt = False, wide: WideOpt = False) -> None:  # fmt: skip
+def jobs(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    state: str | None = None,
+    limit: int = 50,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
     """List jobs, newest first."""
     with client_for(url, token) as client:
         rows = call(client.jobs, state=state, limit=limit)

@@ -37,40 +37,81 @@ def followers_sheet(rows: list[FollowerView]) -> Sheet:
     """One row per follower: its state, machine, backends, running job, whether a fleet check found it anomalous
     (the evidence as a numbered note under the table), and its clock's offset to the leader's."""
     sheet = simple_sheet(
-        (Col("id", right=False), Col("state", right=False), Col("host", right=False, rank=3), Col("cpus", rank=2),
-         Col("memory MiB", rank=4), Col("GPUs", right=False, rank=1), Col("backends", right=False, rank=2),
-         Col("last seen", right=False, rank=1), Col("running", right=False), Col("anomalous", right=False),
-         Col("clock ms", right=False, rank=4)),
+        (
+            Col("id", right=False),
+            Col("state", right=False),
+            Col("host", right=False, rank=3),
+            Col("cpus", rank=2),
+            Col("memory MiB", rank=4),
+            Col("GPUs", right=False, rank=1),
+            Col("backends", right=False, rank=2),
+            Col("last seen", right=False, rank=1),
+            Col("running", right=False),
+            Col("anomalous", right=False),
+            Col("clock ms", right=False, rank=4),
+        ),
         [],
         title="followers",
-    )  # fmt: skip
+    )
     for f in rows:
         anomalous = "-" if f.anomaly is None else f"YES {sheet.note(f'{f.info.follower_id}: {f.anomaly.evidence}')}"
-        sheet.rows.append([f.info.follower_id, f.state, f.info.host, str(f.info.cpu_count), str(f.info.memory_mb),
-                           ", ".join(g.name for g in f.info.gpus) or "none", ",".join(f.info.backends),
-                           f.last_seen.strftime("%H:%M:%S"), f.running_job or "-", anomalous,
-                           f"{f.clock.offset_ms:+.3f} ±{f.clock.uncertainty_ms:.3f}" if f.clock else "-"])  # fmt: skip
+        sheet.rows.append(
+            [
+                f.info.follower_id,
+                f.state,
+                f.info.host,
+                str(f.info.cpu_count),
+                str(f.info.memory_mb),
+                ", ".join(g.name for g in f.info.gpus) or "none",
+                ",".join(f.info.backends),
+                f.last_seen.strftime("%H:%M:%S"),
+                f.running_job or "-",
+                anomalous,
+                f"{f.clock.offset_ms:+.3f} ±{f.clock.uncertainty_ms:.3f}" if f.clock else "-",
+            ]
+        )
     return sheet
 
 
 def fleet_check_sheet(check: FleetCheckView) -> Sheet:
     """A fleet check: each follower's figure against its class (median, robust z) and whether it is an outlier."""
     sheet = simple_sheet(
-        (Col("follower", right=False), Col("point", right=False, rank=2), Col("p50 ms"), Col("class median", rank=1),
-         Col("change"), Col("z"), Col("outlier", right=False)),
+        (
+            Col("follower", right=False),
+            Col("point", right=False, rank=2),
+            Col("p50 ms"),
+            Col("class median", rank=1),
+            Col("change"),
+            Col("z"),
+            Col("outlier", right=False),
+        ),
         [],
         title=f"fleet check {check.id} ({check.model_ref}, {check.state})",
-    )  # fmt: skip
+    )
     for p in check.across.points if check.across else []:
-        sheet.rows.append([p.follower_id, p.key, f"{p.value_ms:.3f}", f"{p.median_ms:.3f}", f"{p.deviation:+.0%}",
-                           f"{p.z:.1f}", "YES" if p.outlier else "-"])  # fmt: skip
+        sheet.rows.append(
+            [
+                p.follower_id,
+                p.key,
+                f"{p.value_ms:.3f}",
+                f"{p.median_ms:.3f}",
+                f"{p.deviation:+.0%}",
+                f"{p.z:.1f}",
+                "YES" if p.outlier else "-",
+            ]
+        )
     for h in check.history:
         if h.outlier:
-            sheet.note(f"{h.follower_id}: {h.value_ms:.3g} ms against its own median {h.median_ms:.3g} ms over "
-                       f"{len(h.history)} earlier checks (z {h.z:.1f})")  # fmt: skip
+            sheet.note(
+                f"{h.follower_id}: {h.value_ms:.3g} ms against its own median {h.median_ms:.3g} ms over "
+                f"{len(h.history)} earlier checks (z {h.z:.1f})"
+            )
     for follower_id in sorted(check.recheck):
-        verdict = ("still an outlier" if follower_id in check.outliers else "not again: its first figure was noise"
-                   ) if check.state == "done" else "running"  # fmt: skip
+        verdict = (
+            ("still an outlier" if follower_id in check.outliers else "not again: its first figure was noise")
+            if check.state == "done"
+            else "running"
+        )
         sheet.note(f"{follower_id}: an outlier in the first round, re-run alone (its figure above): {verdict}")
     sheet.footer = f"outliers: {', '.join(check.outliers) or 'none'}" if check.state == "done" else "still running"
     return sheet
@@ -79,14 +120,33 @@ def fleet_check_sheet(check: FleetCheckView) -> Sheet:
 def tokens_sheet(rows: list[TokenView]) -> Sheet:
     """One row per token: whose, which role and team, and whether it still opens anything (never the secret)."""
     return simple_sheet(
-        (Col("id", right=False), Col("user", right=False), Col("role", right=False), Col("team", right=False),
-         Col("label", right=False, rank=3), Col("follower", right=False, rank=4), Col("created", right=False, rank=2),
-         Col("expires", right=False, rank=1), Col("revoked", right=False)),
-        ([t.id, t.user, t.role, t.team, t.label or "-", t.follower_id or "-", t.created_at.strftime("%Y-%m-%d %H:%M"),
-          t.expires_at.strftime("%Y-%m-%d %H:%M") if t.expires_at else "never", "yes" if t.revoked else "no"]
-         for t in rows),
+        (
+            Col("id", right=False),
+            Col("user", right=False),
+            Col("role", right=False),
+            Col("team", right=False),
+            Col("label", right=False, rank=3),
+            Col("follower", right=False, rank=4),
+            Col("created", right=False, rank=2),
+            Col("expires", right=False, rank=1),
+            Col("revoked", right=False),
+        ),
+        (
+            [
+                t.id,
+                t.user,
+                t.role,
+                t.team,
+                t.label or "-",
+                t.follower_id or "-",
+                t.created_at.strftime("%Y-%m-%d %H:%M"),
+                t.expires_at.strftime("%Y-%m-%d %H:%M") if t.expires_at else "never",
+                "yes" if t.revoked else "no",
+            ]
+            for t in rows
+        ),
         title="tokens",
-    )  # fmt: skip
+    )
 
 
 @tokens_app.command("create")
@@ -107,8 +167,11 @@ def tokens_create(
         print_json(issued)
         return
     expires = issued.expires_at.isoformat() if issued.expires_at else "never"
-    err_console.print(f"token {issued.id} for {issued.user} ({issued.role}, team {issued.team}), expires {expires}:",
-                      markup=False, soft_wrap=True)  # fmt: skip
+    err_console.print(
+        f"token {issued.id} for {issued.user} ({issued.role}, team {issued.team}), expires {expires}:",
+        markup=False,
+        soft_wrap=True,
+    )
     console.print(issued.token, markup=False, highlight=False)
 
 
@@ -150,11 +213,22 @@ def secrets_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt
     """Your team's target secrets (never their values)."""
     with client_for(url, token) as client:
         rows = call(client.secrets)
-    show(rows, lambda rs: simple_sheet(
-        (Col("name", right=False), Col("team", right=False), Col("kind", right=False), Col("header", right=False),
-         Col("created", right=False), Col("by", right=False)),
-        ([s.name, s.team, s.kind, s.header or "-", s.created_at.strftime("%Y-%m-%d %H:%M"), s.created_by] for s in rs),
-        title="secrets"), as_json=as_json)  # fmt: skip
+    show(
+        rows,
+        lambda rs: simple_sheet(
+            (
+                Col("name", right=False),
+                Col("team", right=False),
+                Col("kind", right=False),
+                Col("header", right=False),
+                Col("created", right=False),
+                Col("by", right=False),
+            ),
+            ([s.name, s.team, s.kind, s.header or "-", s.created_at.strftime("%Y-%m-%d %H:%M"), s.created_by] for s in rs),
+            title="secrets",
+        ),
+        as_json=as_json,
+    )
 
 
 @secrets_app.command("rm")
@@ -171,8 +245,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(secrets_app, name="secrets")
 
     @app.command()
-    def followers(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
-                  wide: WideOpt = False) -> None:  # fmt: skip
+    def followers(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False) -> None:
         """List followers and their state."""
         with client_for(url, token) as client:
             rows = call(client.followers)
@@ -184,8 +257,11 @@ def register(app: typer.Typer) -> None:
         hardware: Annotated[str | None, typer.Option(help="followers whose CPU or GPU name holds this")] = None,
         rate: Annotated[float, typer.Option(help="constant requests/s")] = 50.0,
         duration: Annotated[float, typer.Option(help="seconds each follower measures")] = 10.0,
-        url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False,
-    ) -> None:  # fmt: skip
+        url: UrlOpt = DEFAULT_URL,
+        token: TokenOpt = "",
+        as_json: JsonOpt = False,
+        wide: WideOpt = False,
+    ) -> None:
         """Run a fleet check (admins): the same benchmark pinned to every follower of a class; wait for it and show
         who stands out (robust z-score over median and MAD). Exits 5 when a follower is anomalous."""
         with client_for(url, token) as client:

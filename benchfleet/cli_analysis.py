@@ -46,50 +46,110 @@ def leaderboard_sheet(page: LeaderboardPage) -> Sheet:
     """The rows that matter to a reader, the best under SLO starred; a language model's columns when it has any."""
     llm = any(r.ttft_p99_ms is not None for r in page.rows)
     text = {"right": False}
-    cols = [Col("", **text), Col("model", **text), Col("backend", **text), Col("hardware", **text, rank=4),
-            Col("batch"), Col("load"), Col("p50 ms", rank=2), Col("p99 ms"), Col("req/s", rank=1),
-            Col("samples/s", rank=3), Col("valid", **text, rank=1), Col("cost/1M $", rank=5), Col("Wh/1M", rank=6)]  # fmt: skip
+    cols = [
+        Col("", **text),
+        Col("model", **text),
+        Col("backend", **text),
+        Col("hardware", **text, rank=4),
+        Col("batch"),
+        Col("load"),
+        Col("p50 ms", rank=2),
+        Col("p99 ms"),
+        Col("req/s", rank=1),
+        Col("samples/s", rank=3),
+        Col("valid", **text, rank=1),
+        Col("cost/1M $", rank=5),
+        Col("Wh/1M", rank=6),
+    ]
     if llm:
         cols += [Col("TTFT p99", rank=1), Col("tokens/s", rank=2)]
     cols.append(Col("point", right=False, rank=3))
     sheet = Sheet(columns=cols, title="leaderboard")
     for r in page.rows:
-        row = ["*" if r.best else "", r.model, r.backend, r.hardware, str(r.batch_size), r.load, _num(r.p50_ms),
-               _num(r.p99_ms), _num(r.throughput, ".1f"), _num(r.samples_per_s, ".1f"), "yes" if r.valid else "no",
-               _num(r.cost_usd_per_1m, ".3g"), _num(r.energy_wh_per_1m, ".3g")]  # fmt: skip
+        row = [
+            "*" if r.best else "",
+            r.model,
+            r.backend,
+            r.hardware,
+            str(r.batch_size),
+            r.load,
+            _num(r.p50_ms),
+            _num(r.p99_ms),
+            _num(r.throughput, ".1f"),
+            _num(r.samples_per_s, ".1f"),
+            "yes" if r.valid else "no",
+            _num(r.cost_usd_per_1m, ".3g"),
+            _num(r.energy_wh_per_1m, ".3g"),
+        ]
         if llm:
             row += [_num(r.ttft_p99_ms), _num(r.tokens_per_s, ".1f")]
         sheet.rows.append([*row, f"{r.job_id}:{r.index}"])
     shown = f"rows {page.offset + 1}-{page.offset + len(page.rows)}" if page.rows else "no rows"
-    sheet.footer = (f"{shown} of {page.total}, sorted by {page.sort} {page.order}; * the best valid point of its model "
-                    "under its SLO (most samples/s)")  # fmt: skip
+    sheet.footer = (
+        f"{shown} of {page.total}, sorted by {page.sort} {page.order}; * the best valid point of its model "
+        "under its SLO (most samples/s)"
+    )
     return sheet
 
 
 def recommend_sheet(answer: RecommendResponse) -> Sheet:
     """One row per recommended configuration, with the point that backs it."""
     held = " (held at the CI's upper end)" if answer.confident else ""
-    sheet = Sheet(title=f"recommendation: p99 <= {answer.p99_ms:g} ms{held}", columns=[
-        Col("#"), Col("model", right=False), Col("backend", right=False), Col("hardware", right=False, rank=3),
-        Col("batch"), Col("load"), Col("p99 ms"), Col("p99 CI high", rank=2), Col("req/s", rank=1), Col("samples/s"),
-        Col("cost/1M $", rank=4), Col("points", rank=5), Col("evidence", right=False, rank=2),
-    ])  # fmt: skip
+    sheet = Sheet(
+        title=f"recommendation: p99 <= {answer.p99_ms:g} ms{held}",
+        columns=[
+            Col("#"),
+            Col("model", right=False),
+            Col("backend", right=False),
+            Col("hardware", right=False, rank=3),
+            Col("batch"),
+            Col("load"),
+            Col("p99 ms"),
+            Col("p99 CI high", rank=2),
+            Col("req/s", rank=1),
+            Col("samples/s"),
+            Col("cost/1M $", rank=4),
+            Col("points", rank=5),
+            Col("evidence", right=False, rank=2),
+        ],
+    )
     for r in answer.recommendations:
-        sheet.rows.append([
-            str(r.rank), r.model, r.backend, r.hardware, str(r.batch_size), r.evidence.load, _num(r.p99_ms),
-            _num(r.p99_ci_high_ms), _num(r.throughput, ".1f"), _num(r.samples_per_s, ".1f"),
-            _num(r.cost_usd_per_1m, ".3g"), str(r.candidates), f"{r.evidence.job_id}:{r.evidence.index}",
-        ])  # fmt: skip
+        sheet.rows.append(
+            [
+                str(r.rank),
+                r.model,
+                r.backend,
+                r.hardware,
+                str(r.batch_size),
+                r.evidence.load,
+                _num(r.p99_ms),
+                _num(r.p99_ci_high_ms),
+                _num(r.throughput, ".1f"),
+                _num(r.samples_per_s, ".1f"),
+                _num(r.cost_usd_per_1m, ".3g"),
+                str(r.candidates),
+                f"{r.evidence.job_id}:{r.evidence.index}",
+            ]
+        )
     sheet.footer = f"{answer.considered} measured points met every constraint"
     return sheet
 
 
 def compare_sheet(answer: CompareResponse) -> Sheet:
     """One row per point of B against the same point of A, with the change, its CI and the verdict."""
-    sheet = Sheet(title=f"{answer.b} against {answer.a}", columns=[
-        Col("point", right=False), Col("A p99 ms"), Col("B p99 ms"), Col("change"), Col("95% CI of B-A ms", rank=1),
-        Col("p", rank=2), Col("test", right=False, rank=3), Col("verdict", right=False),
-    ])  # fmt: skip
+    sheet = Sheet(
+        title=f"{answer.b} against {answer.a}",
+        columns=[
+            Col("point", right=False),
+            Col("A p99 ms"),
+            Col("B p99 ms"),
+            Col("change"),
+            Col("95% CI of B-A ms", rank=1),
+            Col("p", rank=2),
+            Col("test", right=False, rank=3),
+            Col("verdict", right=False),
+        ],
+    )
     for p in answer.points:
         ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
         change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
@@ -153,9 +213,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_REGRESSION)
 
     @app.command()
-    def baseline(
-        name: str, job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False
-    ) -> None:
+    def baseline(name: str, job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False) -> None:
         """Pin a job as the team's named baseline (then: compare baseline:NAME JOB)."""
         with client_for(url, token) as client:
             pinned = call(client.pin_baseline, name, job_id)

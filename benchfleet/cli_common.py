@@ -19,8 +19,10 @@ from benchfleet.up import DEFAULT_PORT
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE, EXIT_REGRESSION = 0, 1, 2, 3, 4, 5
-EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable, "
-                   "5 compare found a regression.")  # fmt: skip
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable, "
+    "5 compare found a regression."
+)
 
 # soft_wrap: a message is one line in a log, whatever width a pipe is given (a terminal wraps it itself).
 console = Console(soft_wrap=True)

@@ -40,17 +40,23 @@ def _sig(tensors: list[TensorSpec]) -> str:
 def models_sheet(rows: list[ModelMeta]) -> Sheet:
     """One row per model version: format, team, signature, size."""
     return simple_sheet(
-        (Col("name", right=False), Col("version", right=False), Col("format", right=False), Col("team", right=False, rank=4),
-         Col("inputs", right=False, rank=1), Col("outputs", right=False, rank=2), Col("size", rank=3),
-         Col("sha256", right=False, rank=5)),
+        (
+            Col("name", right=False),
+            Col("version", right=False),
+            Col("format", right=False),
+            Col("team", right=False, rank=4),
+            Col("inputs", right=False, rank=1),
+            Col("outputs", right=False, rank=2),
+            Col("size", rank=3),
+            Col("sha256", right=False, rank=5),
+        ),
         ((m.name, m.version, m.format, m.team, _sig(m.inputs), _sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
         title="models",
-    )  # fmt: skip
+    )
 
 
 @models_app.command("ls")
-def models_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
-              wide: WideOpt = False) -> None:  # fmt: skip
+def models_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """List models."""
     with client_for(url, token) as client:
         rows = call(client.models)
@@ -67,9 +73,11 @@ def models_rm(name: str, version: str, url: UrlOpt = DEFAULT_URL, token: TokenOp
 
 @models_app.command("trust")
 def models_trust(
-    name: str, version: str,
+    name: str,
+    version: str,
     untrust: Annotated[bool, typer.Option("--untrust", help="take the mark away")] = False,
-    url: UrlOpt = DEFAULT_URL, token: TokenOpt = "",
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
 ) -> None:
     """Mark a model trusted (admins only): a follower that cannot sandbox model servers runs its code anyway."""
     with client_for(url, token) as client:
@@ -95,18 +103,27 @@ def data_push(
 def data_sheet(rows: list[DataSetMeta]) -> Sheet:
     """One row per data set: its id (what jobs name), format, size and owner."""
     return simple_sheet(
-        (Col("id", right=False), Col("name", right=False), Col("format", right=False), Col("samples"),
-         Col("fields", right=False, rank=2), Col("size", rank=3), Col("sha256", right=False, rank=5),
-         Col("owner", right=False, rank=1), Col("team", right=False, rank=4)),
-        ((d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner, d.team)
-         for d in rows),
+        (
+            Col("id", right=False),
+            Col("name", right=False),
+            Col("format", right=False),
+            Col("samples"),
+            Col("fields", right=False, rank=2),
+            Col("size", rank=3),
+            Col("sha256", right=False, rank=5),
+            Col("owner", right=False, rank=1),
+            Col("team", right=False, rank=4),
+        ),
+        (
+            (d.id, d.name, d.format, str(d.samples), ", ".join(d.fields), str(d.size_bytes), d.sha256[:12], d.owner, d.team)
+            for d in rows
+        ),
         title="data sets",
-    )  # fmt: skip
+    )
 
 
 @data_app.command("ls")
-def data_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False,
-            wide: WideOpt = False) -> None:  # fmt: skip
+def data_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """List request-data sets."""
     with client_for(url, token) as client:
         rows = call(client.data_sets)
@@ -147,9 +164,20 @@ def models_generate(
     from benchfleet import generate
 
     try:
-        made = (generate.llama(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate,
-                               vocab=vocab, context=context, seed=seed) if kind == "llama"
-                else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed))  # fmt: skip
+        made = (
+            generate.llama(
+                layers=layers,
+                hidden=hidden,
+                heads=heads,
+                kv_heads=kv_heads,
+                intermediate=intermediate,
+                vocab=vocab,
+                context=context,
+                seed=seed,
+            )
+            if kind == "llama"
+            else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed)
+        )
     except ValueError as exc:  # a shape or kind that cannot be made, named
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(EXIT_USAGE) from None

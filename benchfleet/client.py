@@ -54,9 +54,7 @@ class BenchfleetClient:
     def __init__(
         self, base_url: str, token: str, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport
-        )
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport)
 
     def __enter__(self) -> BenchfleetClient:
         return self
@@ -145,14 +143,20 @@ class BenchfleetClient:
         return self._do(Calls.followers())
 
     def leaderboard(
-        self, *, sort: str | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
-        limit: int | None = None, order: str | None = None, offset: int | None = None,
+        self,
+        *,
+        sort: str | None = None,
+        filters: Mapping[str, str] | Sequence[str] | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+        offset: int | None = None,
     ) -> LeaderboardPage:
         """One page of leaderboard rows, sorted and filtered by the leader, and how many rows match."""
         return self._do(Calls.leaderboard(sort, filters, limit, order, offset))
 
-    def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
-                  confident: bool = False) -> RecommendResponse:  # fmt: skip
+    def recommend(
+        self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, confident: bool = False
+    ) -> RecommendResponse:
         """The configurations the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
         return self._do(Calls.recommend(p99_ms, filters, confident))
 
@@ -172,8 +176,9 @@ class BenchfleetClient:
         """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
         return self._do(Calls.drain(follower_id, draining))
 
-    def start_fleet_check(self, model: str, *, hardware: str | None = None, rate: float = 50.0,
-                          duration_s: float = 10.0) -> FleetCheckView:  # fmt: skip
+    def start_fleet_check(
+        self, model: str, *, hardware: str | None = None, rate: float = 50.0, duration_s: float = 10.0
+    ) -> FleetCheckView:
         """Start a fleet check (admins): the model's fixed benchmark pinned to every follower of the hardware class."""
         return self._do(Calls.start_fleet_check(model, hardware, rate, duration_s))
 
@@ -181,8 +186,9 @@ class BenchfleetClient:
         """A fleet check: running, or done with its outliers and their evidence."""
         return self._do(Calls.fleet_check(check_id))
 
-    def create_token(self, user: str, role: str, *, team: str | None = None, label: str = "",
-                     expires_in_s: int | None = None) -> TokenIssued:  # fmt: skip
+    def create_token(
+        self, user: str, role: str, *, team: str | None = None, label: str = "", expires_in_s: int | None = None
+    ) -> TokenIssued:
         """Issue a user token (admins); the secret is in the answer only."""
         return self._do(Calls.create_token(user, role, team, label, expires_in_s))
 
@@ -304,14 +310,20 @@ class AsyncBenchfleetClient:
         return await self._do(Calls.followers())
 
     async def leaderboard(
-        self, *, sort: str | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
-        limit: int | None = None, order: str | None = None, offset: int | None = None,
+        self,
+        *,
+        sort: str | None = None,
+        filters: Mapping[str, str] | Sequence[str] | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+        offset: int | None = None,
     ) -> LeaderboardPage:
         """One page of leaderboard rows, sorted and filtered by the leader, and how many rows match."""
         return await self._do(Calls.leaderboard(sort, filters, limit, order, offset))
 
-    async def recommend(self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None,
-                  confident: bool = False) -> RecommendResponse:  # fmt: skip
+    async def recommend(
+        self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, confident: bool = False
+    ) -> RecommendResponse:
         """The configurations the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
         return await self._do(Calls.recommend(p99_ms, filters, confident))
 
@@ -331,8 +343,9 @@ class AsyncBenchfleetClient:
         """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
         return await self._do(Calls.drain(follower_id, draining))
 
-    async def start_fleet_check(self, model: str, *, hardware: str | None = None, rate: float = 50.0,
-                          duration_s: float = 10.0) -> FleetCheckView:  # fmt: skip
+    async def start_fleet_check(
+        self, model: str, *, hardware: str | None = None, rate: float = 50.0, duration_s: float = 10.0
+    ) -> FleetCheckView:
         """Start a fleet check (admins): the model's fixed benchmark pinned to every follower of the hardware class."""
         return await self._do(Calls.start_fleet_check(model, hardware, rate, duration_s))
 
@@ -340,8 +353,9 @@ class AsyncBenchfleetClient:
         """A fleet check: running, or done with its outliers and their evidence."""
         return await self._do(Calls.fleet_check(check_id))
 
-    async def create_token(self, user: str, role: str, *, team: str | None = None, label: str = "",
-                     expires_in_s: int | None = None) -> TokenIssued:  # fmt: skip
+    async def create_token(
+        self, user: str, role: str, *, team: str | None = None, label: str = "", expires_in_s: int | None = None
+    ) -> TokenIssued:
         """Issue a user token (admins); the secret is in the answer only."""
         return await self._do(Calls.create_token(user, role, team, label, expires_in_s))
 

@@ -32,8 +32,13 @@ FOLLOWER_ID = "local"
 def _watch(client: BenchfleetClient, job_id: str, console: Console, timeout_s: float) -> JobResults:
     deadline = time.monotonic() + timeout_s
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("points"), TimeElapsedColumn(),
-        console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("points"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as progress:
         job = client.job(job_id)
         bar = progress.add_task(f"{job.name}: {job.state}", total=job.points_total)
@@ -52,10 +57,12 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
     shutil.rmtree(workdir, ignore_errors=True)
     # Running Redis or a database named in the environment are used as they are; the rest is started here.
     stack = LocalStack(
-        workdir, mongo_uri=os.environ.get("BENCHFLEET_MONGO_URI"), redis_url=os.environ.get("BENCHFLEET_REDIS_URL"),
+        workdir,
+        mongo_uri=os.environ.get("BENCHFLEET_MONGO_URI"),
+        redis_url=os.environ.get("BENCHFLEET_REDIS_URL"),
         # A free port, so a demo beside a running follower (default 9701) still exposes its metrics.
         env={"BENCHFLEET_FOLLOWER_METRICS_PORT": str(free_port())},
-    )  # fmt: skip
+    )
     with stack:
         try:
             if stack.mongo_uri is None:
@@ -72,8 +79,10 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                     console.print(f"generated and uploaded model {meta.ref} ({meta.size_bytes} bytes, sha256 {meta.sha256[:12]})")
                 job = client.submit_yaml(job_yaml)
                 most = job.estimate_max_s or job.estimate_s
-                console.print(f"submitted job {job.id} ({job.points_total} points, estimated {job.estimate_s:.0f}s, "
-                              f"at most {most:.0f}s if the server falls behind)")  # fmt: skip
+                console.print(
+                    f"submitted job {job.id} ({job.points_total} points, estimated {job.estimate_s:.0f}s, "
+                    f"at most {most:.0f}s if the server falls behind)"
+                )
                 results = _watch(client, job.id, console, timeout_s=most * 2 + 120)
             print_results(console, results)
             if results.job.state != JobState.succeeded:

@@ -36,12 +36,28 @@ def points_sheet(results: JobResults) -> Sheet:
     """One row per benchmark point: load, latency from the intended time, service time, send lag, verdict (an invalid
     point's reasons are numbered notes under the table)."""
     job = results.job
-    sheet = Sheet(title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}", columns=[
-        Col("#"), Col("backend", right=False), Col("batch"), Col("load"), Col("req/s", rank=1), Col("req", rank=4),
-        Col("err", rank=2), Col("p50 ms", rank=1), Col("p90", rank=4), Col("p99"), Col("p99.9", rank=3),
-        Col("max", rank=5), Col("svc p99", rank=3), Col("lag p99", rank=4), Col("cold s", rank=5),
-        Col("SLO", right=False, rank=2), Col("valid", right=False),
-    ])  # fmt: skip
+    sheet = Sheet(
+        title=f"job {job.id} · {job.name} · {job.model_ref} · {job.state}",
+        columns=[
+            Col("#"),
+            Col("backend", right=False),
+            Col("batch"),
+            Col("load"),
+            Col("req/s", rank=1),
+            Col("req", rank=4),
+            Col("err", rank=2),
+            Col("p50 ms", rank=1),
+            Col("p90", rank=4),
+            Col("p99"),
+            Col("p99.9", rank=3),
+            Col("max", rank=5),
+            Col("svc p99", rank=3),
+            Col("lag p99", rank=4),
+            Col("cold s", rank=5),
+            Col("SLO", right=False, rank=2),
+            Col("valid", right=False),
+        ],
+    )
     names = [job.model_ref, *job.spec.colocate.models] if job.spec.colocate else []
     for r in results.points:
         slo = "-" if r.slo_met is None else ("met" if r.slo_met else "missed")
@@ -50,12 +66,27 @@ def points_sheet(results: JobResults) -> Sheet:
             backend += f" {names[r.point.served]}" + "".join(f" beside {names[b]}" for b in r.point.beside)
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO " + sheet.note(f"point {r.point.index}: " + "; ".join(r.invalid_reasons))
-        sheet.rows.append([
-            str(r.point.index), backend, str(r.point.batch_size), r.point.load_label(), f"{r.achieved_rate:.1f}",
-            str(r.requests), str(r.errors), _ms(r.latency_ms, "p50"), _ms(r.latency_ms, "p90"), _ms(r.latency_ms, "p99"),
-            _ms(r.latency_ms, "p999"), _ms(r.latency_ms, "max"), _ms(r.service_ms, "p99"), _ms(r.send_lag_ms, "p99"),
-            cold, slo, verdict,
-        ])  # fmt: skip
+        sheet.rows.append(
+            [
+                str(r.point.index),
+                backend,
+                str(r.point.batch_size),
+                r.point.load_label(),
+                f"{r.achieved_rate:.1f}",
+                str(r.requests),
+                str(r.errors),
+                _ms(r.latency_ms, "p50"),
+                _ms(r.latency_ms, "p90"),
+                _ms(r.latency_ms, "p99"),
+                _ms(r.latency_ms, "p999"),
+                _ms(r.latency_ms, "max"),
+                _ms(r.service_ms, "p99"),
+                _ms(r.send_lag_ms, "p99"),
+                cold,
+                slo,
+                verdict,
+            ]
+        )
     sheet.footer = "latencies in ms from the intended send time; svc: from the actual send; lag: send delay"
     return sheet
 
@@ -66,21 +97,41 @@ def llm_sheet(results: JobResults) -> Sheet | None:
     points = [r for r in results.points if r.llm is not None]
     if not points:
         return None
-    sheet = Sheet(title="language model: latencies in ms (from the intended time; 'sent': from the send)", columns=[
-        Col("#"), Col("load"), Col("TTFT p50", rank=1), Col("TTFT p99"), Col("sent p99", rank=3), Col("ITL p50", rank=2),
-        Col("ITL p99", rank=1), Col("TPOT p50", rank=2), Col("out tok/s"), Col("goodput/s", rank=1),
-        Col("tokens asked/server/client", rank=3),
-    ])  # fmt: skip
+    sheet = Sheet(
+        title="language model: latencies in ms (from the intended time; 'sent': from the send)",
+        columns=[
+            Col("#"),
+            Col("load"),
+            Col("TTFT p50", rank=1),
+            Col("TTFT p99"),
+            Col("sent p99", rank=3),
+            Col("ITL p50", rank=2),
+            Col("ITL p99", rank=1),
+            Col("TPOT p50", rank=2),
+            Col("out tok/s"),
+            Col("goodput/s", rank=1),
+            Col("tokens asked/server/client", rank=3),
+        ],
+    )
     for r in points:
         llm = r.llm
         assert llm is not None
         goodput = f"{llm.goodput_rps:.2f}" if llm.goodput_rps is not None else "-"
-        sheet.rows.append([
-            str(r.point.index), r.point.load_label(), _ms(llm.ttft_ms, "p50"), _ms(llm.ttft_ms, "p99"),
-            _ms(llm.ttft_sent_ms, "p99"), _ms(llm.itl_ms, "p50"), _ms(llm.itl_ms, "p99"), _ms(llm.tpot_ms, "p50"),
-            f"{llm.output_tokens_per_s:.1f}", goodput,
-            f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
-        ])  # fmt: skip
+        sheet.rows.append(
+            [
+                str(r.point.index),
+                r.point.load_label(),
+                _ms(llm.ttft_ms, "p50"),
+                _ms(llm.ttft_ms, "p99"),
+                _ms(llm.ttft_sent_ms, "p99"),
+                _ms(llm.itl_ms, "p50"),
+                _ms(llm.itl_ms, "p99"),
+                _ms(llm.tpot_ms, "p50"),
+                f"{llm.output_tokens_per_s:.1f}",
+                goodput,
+                f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
+            ]
+        )
     return sheet
 
 
@@ -91,18 +142,34 @@ def _pct(value: float | None) -> str:
 def repeats_sheet(results: JobResults) -> Sheet:
     """Per configuration run more than once: its runs' p99s, the spread (CV) of p50, p99 and req/s, the verdict (its
     explanation a numbered note)."""
-    sheet = Sheet(title="repeats: spread across runs (CV flagged ! above 5%) against each run's 95% CI", columns=[
-        Col("backend", right=False), Col("batch"), Col("load"), Col("runs"), Col("p99 ms per run", right=False, rank=2),
-        Col("p50 CV", rank=1), Col("p99 CV"), Col("req/s CV", rank=1), Col("verdict", right=False),
-    ])  # fmt: skip
+    sheet = Sheet(
+        title="repeats: spread across runs (CV flagged ! above 5%) against each run's 95% CI",
+        columns=[
+            Col("backend", right=False),
+            Col("batch"),
+            Col("load"),
+            Col("runs"),
+            Col("p99 ms per run", right=False, rank=2),
+            Col("p50 CV", rank=1),
+            Col("p99 CV"),
+            Col("req/s CV", rank=1),
+            Col("verdict", right=False),
+        ],
+    )
     for r in results.repeats:
         p50, p99, throughput = r.metrics
         runs = f"{len(r.runs)}" + (f" ({len(r.invalid_runs)} invalid)" if r.invalid_runs else "")
-        sheet.rows.append([
-            r.backend, str(r.batch_size), r.load, runs, ", ".join(f"{v:.2f}" if v is not None else "-" for v in p99.values),
-            *(_pct(m.cv) + ("!" if m.cv_flagged else "") for m in (p50, p99, throughput)),
-            f"{r.verdict.replace('_', ' ')} {sheet.note(r.text)}",
-        ])  # fmt: skip
+        sheet.rows.append(
+            [
+                r.backend,
+                str(r.batch_size),
+                r.load,
+                runs,
+                ", ".join(f"{v:.2f}" if v is not None else "-" for v in p99.values),
+                *(_pct(m.cv) + ("!" if m.cv_flagged else "") for m in (p50, p99, throughput)),
+                f"{r.verdict.replace('_', ' ')} {sheet.note(r.text)}",
+            ]
+        )
     return sheet
 
 
@@ -115,12 +182,30 @@ def simple_sheet(columns: Sequence[str | Col], rows: Iterable[Sequence[str]], *,
 def jobs_sheet(jobs: list[JobView]) -> Sheet:
     """One row per job."""
     return simple_sheet(
-        (Col("id", right=False), Col("name", right=False), Col("model", right=False, rank=2),
-         Col("state", right=False), Col("attempt", rank=3), Col("follower", right=False, rank=2), Col("points", rank=1),
-         Col("created", right=False, rank=1)),
-        ((job.id, job.name, job.model_ref, job.state, str(job.attempt), job.follower_id or "-",
-          f"{job.points_done}/{job.points_total}", job.created_at.strftime("%Y-%m-%d %H:%M:%S")) for job in jobs),
-    )  # fmt: skip
+        (
+            Col("id", right=False),
+            Col("name", right=False),
+            Col("model", right=False, rank=2),
+            Col("state", right=False),
+            Col("attempt", rank=3),
+            Col("follower", right=False, rank=2),
+            Col("points", rank=1),
+            Col("created", right=False, rank=1),
+        ),
+        (
+            (
+                job.id,
+                job.name,
+                job.model_ref,
+                job.state,
+                str(job.attempt),
+                job.follower_id or "-",
+                f"{job.points_done}/{job.points_total}",
+                job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
+            for job in jobs
+        ),
+    )
 
 
 def point_label(point: PointSpec) -> str:

@@ -74,16 +74,18 @@ class LocalStack:
         self._runs: dict[str, int] = {}
         self._every: list[tuple[str, SupervisedProcess]] = []  # every process started, restarts included, in order
         self.env: dict[str, str] = {**(os.environ if base_env is None else base_env)}
-        self.env.update({
-            "PYTHONUNBUFFERED": "1",
-            "BENCHFLEET_LEADER_PORT": str(self.leader_port),
-            "BENCHFLEET_LEADER_ADMIN_TOKEN": self.admin_token,
-            "BENCHFLEET_LEADER_FOLLOWER_TOKEN": self.follower_token,
-            "BENCHFLEET_FOLLOWER_LEADER_URL": self.url,
-            "BENCHFLEET_FOLLOWER_TOKEN": self.follower_token,
-            # The key target secrets are sealed with (kept across leader restarts of this stack; `up` keeps one on disk).
-            "BENCHFLEET_LEADER_SECRET_KEY": secret_key or secrets.token_urlsafe(32),
-        })  # fmt: skip
+        self.env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                "BENCHFLEET_LEADER_PORT": str(self.leader_port),
+                "BENCHFLEET_LEADER_ADMIN_TOKEN": self.admin_token,
+                "BENCHFLEET_LEADER_FOLLOWER_TOKEN": self.follower_token,
+                "BENCHFLEET_FOLLOWER_LEADER_URL": self.url,
+                "BENCHFLEET_FOLLOWER_TOKEN": self.follower_token,
+                # The key target secrets are sealed with (kept across leader restarts of this stack; `up` keeps one on disk).
+                "BENCHFLEET_LEADER_SECRET_KEY": secret_key or secrets.token_urlsafe(32),
+            }
+        )
         if db_name is not None:
             self.env["BENCHFLEET_LEADER_DB_NAME"] = db_name
         self.env.update(env or {})

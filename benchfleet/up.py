@@ -115,8 +115,13 @@ def up(workdir: Path, port: int = DEFAULT_PORT) -> dict[str, Any]:
         raise RuntimeError(f"port {port} is taken: pass --port")
     log = workdir / "up.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "benchfleet.up", str(workdir), str(port)], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchfleet.up", str(workdir), str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if (state := read_state(workdir)) is not None:

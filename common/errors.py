@@ -21,8 +21,7 @@ class BenchfleetError(Exception):
         if code is not None:
             cls.code = code
 
-    def __init__(self, message: str, *, field: str | None = None, details: Any = None,
-                 retry_after_s: int | None = None) -> None:  # fmt: skip
+    def __init__(self, message: str, *, field: str | None = None, details: Any = None, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field

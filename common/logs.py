@@ -67,8 +67,11 @@ class _ContextText(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        ids = [f"{k}={v}" for k, v in (("job", getattr(record, "job_id", None) or JOB_ID.get()),
-                                        ("follower", _follower_id(record))) if v]
+        ids = [
+            f"{k}={v}"
+            for k, v in (("job", getattr(record, "job_id", None) or JOB_ID.get()), ("follower", _follower_id(record)))
+            if v
+        ]
         return f"{line} [{' '.join(ids)}]" if ids else line
 
 

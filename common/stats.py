@@ -113,8 +113,9 @@ def _block_quantile_draws(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[flo
     return out
 
 
-def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], confidence: float = 0.95,
-                       seed: int = 0) -> list[tuple[float, float]] | None:  # fmt: skip
+def block_bootstrap_ci(
+    t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float], confidence: float = 0.95, seed: int = 0
+) -> list[tuple[float, float]] | None:
     """Confidence intervals of the quantiles `qs` (0..1) of `values` by a block bootstrap over time `t_ns`.
 
     Slow answers come in bursts: a stall, a steal burst or a GC pause delays every request behind it, so requests
@@ -129,8 +130,9 @@ def block_bootstrap_ci(t_ns: np.ndarray, values: np.ndarray, qs: Sequence[float]
     return [(float(lo), float(hi)) for lo, hi in np.quantile(draws, [tail, 1 - tail], axis=1).T]
 
 
-def block_bootstrap_diff_ci(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], q: float,
-                            confidence: float = 0.95, seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+def block_bootstrap_diff_ci(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], q: float, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
     """Confidence interval of quantile_q(b) - quantile_q(a), two runs each given as (t_ns, values).
 
     Each run is block-resampled on its own (the runs are independent of each other, their requests are not), so a

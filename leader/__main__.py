@@ -27,8 +27,8 @@ def main() -> int:
         return 2
     # Forwarded headers are read by the app itself, from the proxies its settings trust (leader/app.py).
     tls = {"ssl_certfile": str(settings.tls_certfile), "ssl_keyfile": str(settings.tls_keyfile)} if settings.tls_certfile else {}
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1, log_config=None, proxy_headers=False,
-                **tls)  # type: ignore[arg-type]  # fmt: skip
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_config=None, proxy_headers=False, **tls)  # type: ignore[arg-type]
     return 0
 
 

@@ -69,8 +69,18 @@ SHUTDOWN_STEP_S = 5.0
 
 async def ensure_indexes(resources: Resources) -> None:
     """Create every store's indexes (idempotent)."""
-    for store in (jobs_store, models_store, followers_store, results_store, users_store, sessions_store, audit_store,
-                  fleetchecks_store, shard_points_store, secrets_store):
+    for store in (
+        jobs_store,
+        models_store,
+        followers_store,
+        results_store,
+        users_store,
+        sessions_store,
+        audit_store,
+        fleetchecks_store,
+        shard_points_store,
+        secrets_store,
+    ):
         await store.ensure_indexes(resources.db)
     await leaderboard_store.ensure_indexes(resources.db)
 
@@ -92,16 +102,25 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         # survives a crash of the database (SecantusDB as launched lost every acknowledged insert to SIGKILL without
         # it; bench/dbdurability.py measures the cost).
         client: AsyncMongoClient = AsyncMongoClient(
-            settings.mongo_uri, tz_aware=True, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS, journal=True,
-            socketTimeoutMS=SOCKET_TIMEOUT_MS, waitQueueTimeoutMS=WAIT_QUEUE_TIMEOUT_MS,
-        )  # fmt: skip
+            settings.mongo_uri,
+            tz_aware=True,
+            serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS,
+            journal=True,
+            socketTimeoutMS=SOCKET_TIMEOUT_MS,
+            waitQueueTimeoutMS=WAIT_QUEUE_TIMEOUT_MS,
+        )
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         queue = TaskQueue(settings.redis_url)
         db = client[settings.db_name]
         placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s, policy=settings.placement_policy)
         heard = Ages()
-        monitor = Monitor(db=db, heard=heard, missing_after_s=settings.missing_after_s,
-                          interval_s=settings.monitor_interval_s, on_requeue=placer.nudge)  # fmt: skip
+        monitor = Monitor(
+            db=db,
+            heard=heard,
+            missing_after_s=settings.missing_after_s,
+            interval_s=settings.monitor_interval_s,
+            on_requeue=placer.nudge,
+        )
         resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer, heard=heard)
         db_health = DbHealth(settings.mongo_uri)
         app.state.dbhealth = db_health

@@ -39,10 +39,16 @@ def canonical_params(data: bytes) -> CanonicalParams | None:
     if not isinstance(spec, dict) or not isinstance(cost, dict):
         raise InvalidSpec("meta.json: spec and cost_per_inference must be objects", field="file")
     try:
-        return CanonicalParams.model_validate({
-            "kind": spec.get("kind"), "depth": spec.get("depth"), "width": spec.get("width"),
-            "input_size": spec.get("input_size"), "flops": cost.get("flops"), "bytes": cost.get("bytes"),
-        })  # fmt: skip
+        return CanonicalParams.model_validate(
+            {
+                "kind": spec.get("kind"),
+                "depth": spec.get("depth"),
+                "width": spec.get("width"),
+                "input_size": spec.get("input_size"),
+                "flops": cost.get("flops"),
+                "bytes": cost.get("bytes"),
+            }
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -49,8 +49,9 @@ class Ages:
 class WallSteps:
     """Notices the wall clock stepping: wall time that moved more than `tolerance_s` away from monotonic time."""
 
-    def __init__(self, *, tolerance_s: float = 1.0, wall: Callable[[], float] | None = None,
-                 mono: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, *, tolerance_s: float = 1.0, wall: Callable[[], float] | None = None, mono: Callable[[], float] = time.monotonic
+    ) -> None:
         # By default the wall clock is this module's utcnow, looked up at each call (tests step it there).
         self._wall: Callable[[], float] = wall or (lambda: utcnow().timestamp())
         self._mono, self._tolerance_s = mono, tolerance_s

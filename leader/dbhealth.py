@@ -37,9 +37,11 @@ class DbHealth:
 
     def __init__(self, uri: str) -> None:
         self.client: AsyncMongoClient = AsyncMongoClient(
-            uri, serverSelectionTimeoutMS=PROBE_TIMEOUT_MS, connectTimeoutMS=PROBE_TIMEOUT_MS,
+            uri,
+            serverSelectionTimeoutMS=PROBE_TIMEOUT_MS,
+            connectTimeoutMS=PROBE_TIMEOUT_MS,
             socketTimeoutMS=PROBE_TIMEOUT_MS,
-        )  # fmt: skip
+        )
         self.down_since: float | None = None
         self.failures = 0  # failed pings in a row
 
@@ -77,8 +79,7 @@ class DbHealth:
 
 
 def unavailable() -> JSONResponse:
-    body = {"error": "unavailable", "message": "PerfDB (the results database) is unreachable; retry later",
-            "field": "mongo"}  # fmt: skip
+    body = {"error": "unavailable", "message": "PerfDB (the results database) is unreachable; retry later", "field": "mongo"}
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 

@@ -44,26 +44,46 @@ class LeaderMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.jobs = Gauge("benchfleet_leader_jobs",
-                          "Jobs by state (plain jobs and the parts of split jobs; a split job itself is not counted).",
-                          ["state"], registry=self.registry)
-        self.followers = Gauge("benchfleet_leader_followers", "Registered followers by liveness state.", ["state"],
-                               registry=self.registry)
-        self.queue_jobs = Gauge("benchfleet_leader_follower_queue_jobs", "Jobs assigned to or running on a follower.",
-                                ["follower_id"], registry=self.registry)
-        self.queue_seconds = Gauge("benchfleet_leader_follower_queue_seconds",
-                                   "Summed estimated seconds of a follower's assigned and running jobs.",
-                                   ["follower_id"], registry=self.registry)
-        self.placement = Histogram("benchfleet_leader_placement_seconds",
-                                   "Placement latency: from a job (or a new attempt) entering the queue to its assignment.",
-                                   buckets=PLACEMENT_BUCKETS, registry=self.registry)
+        self.jobs = Gauge(
+            "benchfleet_leader_jobs",
+            "Jobs by state (plain jobs and the parts of split jobs; a split job itself is not counted).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.followers = Gauge(
+            "benchfleet_leader_followers", "Registered followers by liveness state.", ["state"], registry=self.registry
+        )
+        self.queue_jobs = Gauge(
+            "benchfleet_leader_follower_queue_jobs",
+            "Jobs assigned to or running on a follower.",
+            ["follower_id"],
+            registry=self.registry,
+        )
+        self.queue_seconds = Gauge(
+            "benchfleet_leader_follower_queue_seconds",
+            "Summed estimated seconds of a follower's assigned and running jobs.",
+            ["follower_id"],
+            registry=self.registry,
+        )
+        self.placement = Histogram(
+            "benchfleet_leader_placement_seconds",
+            "Placement latency: from a job (or a new attempt) entering the queue to its assignment.",
+            buckets=PLACEMENT_BUCKETS,
+            registry=self.registry,
+        )
         self.placements = Counter("benchfleet_leader_placements", "Jobs assigned to a follower.", registry=self.registry)
-        self.api = Histogram("benchfleet_leader_api_request_seconds", "API request latency by route template.",
-                             ["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.api = Histogram(
+            "benchfleet_leader_api_request_seconds",
+            "API request latency by route template.",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         # Placements up to this time are counted; the first refresh counts only placements made after the start.
         self._placed_until = datetime.now(UTC)
-        self.refresh_errors = Counter("benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.",
-                                    registry=self.registry)
+        self.refresh_errors = Counter(
+            "benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.", registry=self.registry
+        )
 
     async def refresh(self, db: AsyncDatabase, book: JobBook | None = None) -> None:
         """Refresh the gauges: queues and unfinished jobs from the placer's book when it has loaded, else PerfDB."""

@@ -81,14 +81,20 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServicer):
         except Conflict as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"attempt: {exc}")
         await progress_store.save_windows(
-            db, job_id=request.job_id, attempt=request.attempt, follower_id=request.follower_id, index=request.point_index,
-            windows=[w.model_dump() for w in windows], dropped=request.dropped,
-        )  # fmt: skip
+            db,
+            job_id=request.job_id,
+            attempt=request.attempt,
+            follower_id=request.follower_id,
+            index=request.point_index,
+            windows=[w.model_dump() for w in windows],
+            dropped=request.dropped,
+        )
         return telemetry_pb2.ReportReply(accepted=True)
 
 
-async def start_server(resources: Resources, host: str, port: int, tls: tuple[bytes, bytes] | None = None
-                       ) -> tuple[grpc.aio.Server, int] | None:  # fmt: skip
+async def start_server(
+    resources: Resources, host: str, port: int, tls: tuple[bytes, bytes] | None = None
+) -> tuple[grpc.aio.Server, int] | None:
     """Serve Telemetry on host:port, over TLS with `tls` (certificate chain, private key: PEM); None (live progress
     off, the leader still serves) when the port cannot be bound."""
     server = grpc.aio.server(

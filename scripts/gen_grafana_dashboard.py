@@ -14,18 +14,30 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ("Queue per follower (jobs)", "short", [("benchfleet_leader_follower_queue_jobs", "{{follower_id}}")]),
     ("Queue per follower (estimated seconds)", "s", [("benchfleet_leader_follower_queue_seconds", "{{follower_id}}")]),
     ("Followers by state", "short", [("benchfleet_leader_followers", "{{state}}")]),
-    ("Placement latency p50 / p99", "s", [
-        ("histogram_quantile(0.5, sum(rate(benchfleet_leader_placement_seconds_bucket[5m])) by (le))", "p50"),
-        ("histogram_quantile(0.99, sum(rate(benchfleet_leader_placement_seconds_bucket[5m])) by (le))", "p99"),
-    ]),
-    ("API latency p99 by route", "s", [
-        ("histogram_quantile(0.99, sum(rate(benchfleet_leader_api_request_seconds_bucket[5m])) by (le, route))", "{{route}}"),
-    ]),
+    (
+        "Placement latency p50 / p99",
+        "s",
+        [
+            ("histogram_quantile(0.5, sum(rate(benchfleet_leader_placement_seconds_bucket[5m])) by (le))", "p50"),
+            ("histogram_quantile(0.99, sum(rate(benchfleet_leader_placement_seconds_bucket[5m])) by (le))", "p99"),
+        ],
+    ),
+    (
+        "API latency p99 by route",
+        "s",
+        [
+            ("histogram_quantile(0.99, sum(rate(benchfleet_leader_api_request_seconds_bucket[5m])) by (le, route))", "{{route}}"),
+        ],
+    ),
     ("Running point", "short", [("benchfleet_follower_running_point", "{{instance}}")]),
-    ("Generator rate (target / achieved)", "reqps", [
-        ("benchfleet_follower_generator_target_rate", "target {{instance}}"),
-        ("benchfleet_follower_generator_achieved_rate", "achieved {{instance}}"),
-    ]),
+    (
+        "Generator rate (target / achieved)",
+        "reqps",
+        [
+            ("benchfleet_follower_generator_target_rate", "target {{instance}}"),
+            ("benchfleet_follower_generator_achieved_rate", "achieved {{instance}}"),
+        ],
+    ),
     ("Generator send lag", "s", [("benchfleet_follower_generator_send_lag_seconds", "q{{quantile}} {{instance}}")]),
     ("Server CPU", "percent", [("benchfleet_follower_server_cpu_percent", "{{proc}} {{instance}}")]),
     ("Server RSS", "bytes", [("benchfleet_follower_server_rss_bytes", "{{proc}} {{instance}}")]),
@@ -39,15 +51,19 @@ def dashboard() -> dict:
     """The dashboard model (Grafana schema version 39)."""
     panels = []
     for i, (title, unit, targets) in enumerate(PANELS):
-        panels.append({
-            "id": i + 1,
-            "type": "timeseries",
-            "title": title,
-            "datasource": {"type": "prometheus", "uid": "prometheus"},
-            "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "targets": [{"refId": chr(65 + j), "expr": expr, "legendFormat": legend} for j, (expr, legend) in enumerate(targets)],
-        })
+        panels.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": {"type": "prometheus", "uid": "prometheus"},
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "targets": [
+                    {"refId": chr(65 + j), "expr": expr, "legendFormat": legend} for j, (expr, legend) in enumerate(targets)
+                ],
+            }
+        )
     return {
         "uid": "benchfleet",
         "title": "benchfleet",

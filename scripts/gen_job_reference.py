@@ -24,7 +24,8 @@ def _type(prop: dict[str, Any]) -> str:
         return f"`{prop['const']}`"
     if "anyOf" in prop:
         return " or ".join(_type(p) for p in prop["anyOf"] if p.get("type") != "null") + (
-            " (optional)" if any(p.get("type") == "null" for p in prop["anyOf"]) else "")
+            " (optional)" if any(p.get("type") == "null" for p in prop["anyOf"]) else ""
+        )
     if prop.get("type") == "array":
         return f"list of {_type(prop.get('items', {}))}"
     return str(prop.get("type", "any"))
@@ -32,9 +33,16 @@ def _type(prop: dict[str, Any]) -> str:
 
 def _limits(prop: dict[str, Any]) -> str:
     parts = []
-    for key, label in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
-                       ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
-                       ("pattern", "pattern")):
+    for key, label in (
+        ("minimum", ">="),
+        ("exclusiveMinimum", ">"),
+        ("maximum", "<="),
+        ("exclusiveMaximum", "<"),
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("minItems", "min items"),
+        ("pattern", "pattern"),
+    ):
         for candidate in [prop, *prop.get("anyOf", []), prop.get("items", {})]:
             if key in candidate:
                 parts.append(f"{label} `{candidate[key]}`")
@@ -49,9 +57,17 @@ def _table(name: str, schema: dict[str, Any]) -> list[str]:
     lines += ["| field | what it is | type | default | constraints |", "|---|---|---|---|---|"]
     required = set(schema.get("required", []))
     for field, prop in schema.get("properties", {}).items():
-        default = "**required**" if field in required else (
-            "its fields' defaults" if isinstance(prop.get("default"), dict) else
-            f"`{json.dumps(prop['default'])}`" if "default" in prop else "—")  # fmt: skip
+        default = (
+            "**required**"
+            if field in required
+            else (
+                "its fields' defaults"
+                if isinstance(prop.get("default"), dict)
+                else f"`{json.dumps(prop['default'])}`"
+                if "default" in prop
+                else "—"
+            )
+        )
         what = " ".join(description(prop).split()).replace("|", "\\|")
         lines.append(f"| `{field}` | {what} | {_type(prop)} | {default} | {_limits(prop)} |")
     return [*lines, ""]
@@ -66,8 +82,12 @@ def undescribed() -> list[str]:
     """Fields of the job YAML without a description (each must have one)."""
     schema = JobSpec.model_json_schema()
     tables = {"JobSpec": schema, **schema.get("$defs", {})}
-    return [f"{name}.{field}" for name, sub in tables.items() for field, prop in sub.get("properties", {}).items()
-            if not description(prop)]
+    return [
+        f"{name}.{field}"
+        for name, sub in tables.items()
+        for field, prop in sub.get("properties", {}).items()
+        if not description(prop)
+    ]
 
 
 def render() -> str:

@@ -24,17 +24,27 @@ def canonical(kind: str, *, depth: int, width: int, input_size: int, seed: int) 
     bundle, meta = generate(spec)
     cost = meta["cost_per_inference"]
     checks = ", ".join(f"{c['target']} max|diff| {c['max_abs_diff']:.2g} (atol {c['atol']:g})" for c in meta["checks"])
-    return Generated(bundle, default_name(spec), "bundle",
-                     f"{cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}")  # fmt: skip
+    return Generated(
+        bundle, default_name(spec), "bundle", f"{cost['flops']} FLOPs, {cost['bytes']} bytes per inference; checks: {checks}"
+    )
 
 
-def llama(*, layers: int, hidden: int, heads: int, kv_heads: int | None, intermediate: int | None, vocab: int,
-          context: int, seed: int) -> Generated:  # fmt: skip
+def llama(
+    *, layers: int, hidden: int, heads: int, kv_heads: int | None, intermediate: int | None, vocab: int, context: int, seed: int
+) -> Generated:
     """The canonical language model; ValueError for a shape that cannot be a Llama."""
     from benchfleet.generate.llmgen import LlamaSpec, generate
 
-    spec = LlamaSpec(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads or heads,
-                     intermediate=intermediate or 2 * hidden, vocab=vocab, context=context, seed=seed)  # fmt: skip
+    spec = LlamaSpec(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads or heads,
+        intermediate=intermediate or 2 * hidden,
+        vocab=vocab,
+        context=context,
+        seed=seed,
+    )
     bundle, meta = generate(spec)
     summary = f"LlamaForCausalLM, {meta['parameters']} parameters, vocabulary {meta['vocab_size']}, context {context}"
     return Generated(bundle, spec.name, "hf", summary)

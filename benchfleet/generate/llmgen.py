@@ -20,8 +20,38 @@ import numpy as np
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 # Syllables the training text is made of; their pairs and triples become the vocabulary's words.
-_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "vo", "si", "be", "do", "fa", "gu", "hi", "ja", "ko", "le", "mu",
-              "no", "pe", "ri", "sa", "te", "vi", "wo", "xe", "yo", "zu", "ba", "ce", "di")  # fmt: skip
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "vo",
+    "si",
+    "be",
+    "do",
+    "fa",
+    "gu",
+    "hi",
+    "ja",
+    "ko",
+    "le",
+    "mu",
+    "no",
+    "pe",
+    "ri",
+    "sa",
+    "te",
+    "vi",
+    "wo",
+    "xe",
+    "yo",
+    "zu",
+    "ba",
+    "ce",
+    "di",
+)
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
     "{% if add_generation_prompt %}<|assistant|> {% endif %}"
@@ -76,8 +106,12 @@ def train_tokenizer(spec: LlamaSpec) -> str:
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=spec.vocab, special_tokens=[UNK, BOS, EOS, *ROLE_TOKENS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab,
+        special_tokens=[UNK, BOS, EOS, *ROLE_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(_corpus(spec.seed), trainer=trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
@@ -88,13 +122,26 @@ def train_tokenizer(spec: LlamaSpec) -> str:
 def config(spec: LlamaSpec, vocab: int, bos_id: int, eos_id: int) -> dict[str, object]:
     """The Hugging Face config.json of the model."""
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": spec.hidden,
-        "intermediate_size": spec.intermediate, "num_hidden_layers": spec.layers, "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.kv_heads, "head_dim": spec.hidden // spec.heads, "hidden_act": "silu",
-        "max_position_embeddings": spec.context, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": vocab,
-        "bos_token_id": bos_id, "eos_token_id": eos_id, "tie_word_embeddings": False, "torch_dtype": "float16",
-        "attention_bias": False, "mlp_bias": False,
-    }  # fmt: skip
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.hidden // spec.heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.context,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
 
 
 def weights(spec: LlamaSpec, vocab: int) -> dict[str, np.ndarray]:
@@ -110,14 +157,16 @@ def weights(spec: LlamaSpec, vocab: int) -> dict[str, np.ndarray]:
     for i in range(spec.layers):
         p = f"model.layers.{i}."
         out |= {
-            p + "self_attn.q_proj.weight": normal(q, spec.hidden), p + "self_attn.k_proj.weight": normal(kv, spec.hidden),
-            p + "self_attn.v_proj.weight": normal(kv, spec.hidden), p + "self_attn.o_proj.weight": normal(spec.hidden, q),
+            p + "self_attn.q_proj.weight": normal(q, spec.hidden),
+            p + "self_attn.k_proj.weight": normal(kv, spec.hidden),
+            p + "self_attn.v_proj.weight": normal(kv, spec.hidden),
+            p + "self_attn.o_proj.weight": normal(spec.hidden, q),
             p + "mlp.gate_proj.weight": normal(spec.intermediate, spec.hidden),
             p + "mlp.up_proj.weight": normal(spec.intermediate, spec.hidden),
             p + "mlp.down_proj.weight": normal(spec.hidden, spec.intermediate),
             p + "input_layernorm.weight": np.ones(spec.hidden, dtype=np.float16),
             p + "post_attention_layernorm.weight": np.ones(spec.hidden, dtype=np.float16),
-        }  # fmt: skip
+        }
     out["model.norm.weight"] = np.ones(spec.hidden, dtype=np.float16)
     out["lm_head.weight"] = normal(vocab, spec.hidden)
     return out
@@ -136,10 +185,17 @@ def generate(spec: LlamaSpec) -> tuple[bytes, dict[str, object]]:
         "config.json": json.dumps(cfg, indent=1),
         "generation_config.json": json.dumps({"bos_token_id": vocab[BOS], "eos_token_id": vocab[EOS]}),
         "tokenizer.json": tokenizer_json,
-        "tokenizer_config.json": json.dumps({
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "unk_token": UNK,
-            "model_max_length": spec.context, "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
-        }),  # fmt: skip
+        "tokenizer_config.json": json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": BOS,
+                "eos_token": EOS,
+                "unk_token": UNK,
+                "model_max_length": spec.context,
+                "chat_template": CHAT_TEMPLATE,
+                "clean_up_tokenization_spaces": False,
+            }
+        ),
         "special_tokens_map.json": json.dumps({"bos_token": BOS, "eos_token": EOS, "unk_token": UNK}),
     }
     buffer = io.BytesIO()

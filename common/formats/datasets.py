@@ -60,8 +60,13 @@ class DataSetMeta(BaseModel):
 def inspect_data(fp: IO[bytes], data_format: str) -> tuple[int, list[str]]:
     """(samples, fields) of a data set read from `fp`, or BadData saying why it is not one of `data_format`."""
     fp.seek(0)
-    inspect = {"npz": _inspect_npz, "jsonl": _inspect_jsonl, "images": _inspect_images, "trace": _inspect_trace,
-               "prompts": _inspect_prompts}.get(data_format)  # fmt: skip
+    inspect = {
+        "npz": _inspect_npz,
+        "jsonl": _inspect_jsonl,
+        "images": _inspect_images,
+        "trace": _inspect_trace,
+        "prompts": _inspect_prompts,
+    }.get(data_format)
     if inspect is None:
         raise BadData(f"unknown data format {data_format!r}; known: {', '.join(DATA_FORMATS)}")
     try:

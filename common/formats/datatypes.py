@@ -64,18 +64,38 @@ ORT_TO_V2: dict[str, Datatype] = {
 
 # KServe v2 → Triton's config.pbtxt data types.
 V2_TO_TRITON: dict[str, str] = {
-    "BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING",
-}  # fmt: skip
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BYTES": "TYPE_STRING",
+}
 
 # TensorFlow's DataType names (tensorflow/core/framework/types.proto) → KServe v2, as TF Serving's signatures give them
 # (bfloat16, complex, quantized types: no datatype here, refused rather than guessed).
 TF_TO_V2: dict[str, Datatype] = {
-    "DT_FLOAT": "FP32", "DT_DOUBLE": "FP64", "DT_HALF": "FP16", "DT_INT8": "INT8",
-    "DT_INT16": "INT16", "DT_INT32": "INT32", "DT_INT64": "INT64", "DT_UINT8": "UINT8", "DT_UINT16": "UINT16",
-    "DT_UINT32": "UINT32", "DT_UINT64": "UINT64", "DT_BOOL": "BOOL", "DT_STRING": "BYTES",
-}  # fmt: skip
+    "DT_FLOAT": "FP32",
+    "DT_DOUBLE": "FP64",
+    "DT_HALF": "FP16",
+    "DT_INT8": "INT8",
+    "DT_INT16": "INT16",
+    "DT_INT32": "INT32",
+    "DT_INT64": "INT64",
+    "DT_UINT8": "UINT8",
+    "DT_UINT16": "UINT16",
+    "DT_UINT32": "UINT32",
+    "DT_UINT64": "UINT64",
+    "DT_BOOL": "BOOL",
+    "DT_STRING": "BYTES",
+}
 V2_TO_TF: dict[str, str] = {v: k for k, v in TF_TO_V2.items()}
 
 

@@ -126,7 +126,7 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
         raise HfBundleError(f"not a zip archive of a model directory: {exc}") from None
     with archive:
         prefix, infos = _members(archive, limit_bytes)
-        by_name = {i.filename[len(prefix):]: i for i in infos}
+        by_name = {i.filename[len(prefix) :]: i for i in infos}
         if CONFIG not in by_name:
             raise HfBundleError(f"the directory has no {CONFIG}")
         if not any(t in by_name for t in TOKENIZER_FILES):
@@ -134,8 +134,11 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
         weights = [i for n, i in by_name.items() if n.endswith(".safetensors")]
         if not weights:
             raise HfBundleError("the directory has no .safetensors weights")
-        docs = {name: _json(archive, info, MAX_JSON_BYTES)  # every JSON file parses, so the server's loader gets JSON
-                for name, info in by_name.items() if name.endswith(".json") and name != CONFIG}  # fmt: skip
+        docs = {
+            name: _json(archive, info, MAX_JSON_BYTES)  # every JSON file parses, so the server's loader gets JSON
+            for name, info in by_name.items()
+            if name.endswith(".json") and name != CONFIG
+        }
         tokenizer_config = docs.get("tokenizer_config.json")
         cfg = _json(archive, by_name[CONFIG], MAX_CONFIG_BYTES)
         if not isinstance(cfg, dict):
@@ -156,12 +159,16 @@ def describe(source: IO[bytes] | Path, limit_bytes: int) -> LlmParams:
             raise HfBundleError(f"{CONFIG} needs positive integers max_position_embeddings and vocab_size")
         dtype = cfg.get("torch_dtype")
         return LlmParams(
-            architecture=architectures[0], model_type=str(cfg.get("model_type", "")),
-            parameters=sum(_tensor_count(archive, i) for i in weights), context_length=context, vocab_size=vocab,
-            layers=number("num_hidden_layers"), hidden=number("hidden_size"),
+            architecture=architectures[0],
+            model_type=str(cfg.get("model_type", "")),
+            parameters=sum(_tensor_count(archive, i) for i in weights),
+            context_length=context,
+            vocab_size=vocab,
+            layers=number("num_hidden_layers"),
+            hidden=number("hidden_size"),
             dtype=dtype if isinstance(dtype, str) else None,
             chat_template=isinstance(tokenizer_config, dict) and isinstance(tokenizer_config.get("chat_template"), str),
-        )  # fmt: skip
+        )
 
 
 def tokenizer_files(source: IO[bytes] | Path, limit_bytes: int) -> tuple[str, dict[str, Any]]:
@@ -169,7 +176,7 @@ def tokenizer_files(source: IO[bytes] | Path, limit_bytes: int) -> tuple[str, di
     tokenizer_config.json ({} when absent: it holds the chat template and the special tokens' names)."""
     with zipfile.ZipFile(source) as archive:
         prefix, infos = _members(archive, limit_bytes)
-        by_name = {i.filename[len(prefix):]: i for i in infos}
+        by_name = {i.filename[len(prefix) :]: i for i in infos}
         if "tokenizer.json" not in by_name:
             raise HfBundleError("the directory has no tokenizer.json (a fast tokenizer is needed to count tokens)")
         config_info = by_name.get("tokenizer_config.json")
@@ -185,7 +192,7 @@ def extract(source: IO[bytes] | Path, dest: Path, limit_bytes: int) -> Path:
     with zipfile.ZipFile(source) as archive:
         prefix, infos = _members(archive, limit_bytes)
         for info in infos:
-            target = (root / info.filename[len(prefix):]).resolve()
+            target = (root / info.filename[len(prefix) :]).resolve()
             if root not in target.parents:
                 raise HfBundleError(f"{info.filename!r}: paths must stay inside the model directory")
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -77,8 +77,10 @@ def parse_row(doc: object, number: int) -> list[PromptRow]:
     kinds = [k for k in KINDS if k in doc]
     unknown = set(doc) - set(KINDS) - {"output_tokens"}
     if len(kinds) != 1 or unknown:
-        raise BadPrompts(f"line {number}: must hold exactly one of {', '.join(KINDS)} (and optionally output_tokens)"
-                         + (f"; unknown fields {sorted(unknown)}" if unknown else ""))  # fmt: skip
+        raise BadPrompts(
+            f"line {number}: must hold exactly one of {', '.join(KINDS)} (and optionally output_tokens)"
+            + (f"; unknown fields {sorted(unknown)}" if unknown else "")
+        )
     output = _tokens(doc["output_tokens"], "output_tokens", number) if "output_tokens" in doc else None
     kind = kinds[0]
     if kind == "prompt":
@@ -91,8 +93,11 @@ def parse_row(doc: object, number: int) -> list[PromptRow]:
     if kind == "messages":
         return [PromptRow(messages=tuple(messages), output_tokens=output)]
     # A conversation: one request per user turn, with everything before it (the recorded replies included).
-    rows = [PromptRow(messages=tuple(messages[: k + 1]), output_tokens=output)
-            for k, (role, _) in enumerate(messages) if role == "user"]  # fmt: skip
+    rows = [
+        PromptRow(messages=tuple(messages[: k + 1]), output_tokens=output)
+        for k, (role, _) in enumerate(messages)
+        if role == "user"
+    ]
     if not rows:
         raise BadPrompts(f"line {number}: conversation has no user turn")
     return rows

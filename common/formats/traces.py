@@ -109,8 +109,10 @@ def _lengths(get: dict[str, object], where: str) -> tuple[int, int] | None:
         return None
     if len(has) == 1:
         raise BadTrace(f"{where}: give both prompt_tokens and output_tokens, or neither")
-    return (_whole(get["prompt_tokens"], where, "prompt_tokens", 1, MAX_TRACE_TOKENS),
-            _whole(get["output_tokens"], where, "output_tokens", 1, MAX_TRACE_TOKENS))  # fmt: skip
+    return (
+        _whole(get["prompt_tokens"], where, "prompt_tokens", 1, MAX_TRACE_TOKENS),
+        _whole(get["output_tokens"], where, "output_tokens", 1, MAX_TRACE_TOKENS),
+    )
 
 
 class _Builder:
@@ -129,8 +131,9 @@ class _Builder:
         if t > MAX_DURATION_S:
             raise BadTrace(f"{where}: offset {t:g} s is beyond the longest run ({MAX_DURATION_S:g} s)")
         if self.seconds and t < self.seconds[-1]:
-            raise BadTrace(f"{where}: offset {t:g} s is earlier than the one before ({self.seconds[-1]:g} s); "
-                           "offsets must never decrease")  # fmt: skip
+            raise BadTrace(
+                f"{where}: offset {t:g} s is earlier than the one before ({self.seconds[-1]:g} s); offsets must never decrease"
+            )
         has = input_index is not None
         if self.with_input is None:
             self.with_input = has
@@ -197,8 +200,9 @@ def parse_trace(fp: IO[bytes]) -> Trace:
             value = doc[column]
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise BadTrace(f"{where}: {column} must be a number, got {value!r}")
-            builder.add(float(value) * scale, _whole(doc["input"], where) if "input" in doc else None, where,
-                        _lengths(doc, where))  # fmt: skip
+            builder.add(
+                float(value) * scale, _whole(doc["input"], where) if "input" in doc else None, where, _lengths(doc, where)
+            )
         return builder.build()
     if any(c.isalpha() for c in first.replace("e", "").replace("E", "")) or "," in first:
         header = [h.strip() for h in next(csv.reader([first]))]
@@ -211,8 +215,12 @@ def parse_trace(fp: IO[bytes]) -> Trace:
             if len(row) != len(header):
                 raise BadTrace(f"{where} has {len(row)} columns, the header has {len(header)}")
             t = _number(row[t_at], where, column) * scale
-            builder.add(t, _whole(row[input_at], where) if input_at is not None else None, where,
-                        _lengths(dict(zip(header, row, strict=True)), where))  # fmt: skip
+            builder.add(
+                t,
+                _whole(row[input_at], where) if input_at is not None else None,
+                where,
+                _lengths(dict(zip(header, row, strict=True)), where),
+            )
         return builder.build()
     for n, line in body:
         builder.add(_number(line, f"line {n}", "offset"), None, f"line {n}")

@@ -23,17 +23,18 @@ class ArchiveTooLarge(ValueError):
 def check_member(info: zipfile.ZipInfo, limit: int) -> None:
     """One member within `limit` bytes inflated and the ratio bound."""
     if info.file_size > limit:
-        raise ArchiveTooLarge(f"member {info.filename!r} inflates to {info.file_size:,} bytes, over the limit of "
-                              f"{limit:,}")  # fmt: skip
+        raise ArchiveTooLarge(f"member {info.filename!r} inflates to {info.file_size:,} bytes, over the limit of {limit:,}")
     check_ratio(info)
 
 
 def check_ratio(info: zipfile.ZipInfo) -> None:
     """One member within the ratio bound."""
     if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        raise ArchiveTooLarge(f"member {info.filename!r} inflates {info.file_size / max(info.compress_size, 1):,.0f}-fold "
-                              f"({info.compress_size:,} to {info.file_size:,} bytes): at most {MAX_RATIO}-fold is "
-                              "accepted (a decompression bomb?)")  # fmt: skip
+        raise ArchiveTooLarge(
+            f"member {info.filename!r} inflates {info.file_size / max(info.compress_size, 1):,.0f}-fold "
+            f"({info.compress_size:,} to {info.file_size:,} bytes): at most {MAX_RATIO}-fold is "
+            "accepted (a decompression bomb?)"
+        )
 
 
 def check_archive(archive: zipfile.ZipFile, total_limit: int, member_limit: int | None = None) -> int:

@@ -42,8 +42,9 @@ class ColocateSpec(StrictModel):
             if not self.mps:
                 raise ValueError("active_thread_percentage applies to MPS only (mps: true)")
             if len(self.active_thread_percentage) != len(self.models) + 1:
-                raise ValueError(f"active_thread_percentage needs one share per model: {len(self.models) + 1} "
-                                 "(the job's model first)")  # fmt: skip
+                raise ValueError(
+                    f"active_thread_percentage needs one share per model: {len(self.models) + 1} (the job's model first)"
+                )
         if len(set(self.models)) != len(self.models):
             raise ValueError("models must not repeat an entry")
         return self
@@ -51,14 +52,24 @@ class ColocateSpec(StrictModel):
     def check_job(self, job: Mapping[str, Any], *, llm_backends: frozenset[str]) -> None:
         """ValueError unless the job (JobSpec's fields, validated) measures one configuration a co-location can run."""
         load, repeats, requires = job.get("load"), job.get("repeats"), job.get("requires")
-        counts = (("backends", len(job.get("backends") or [])), ("batch_sizes", len(job.get("batch_sizes") or [])),
-                  ("load.rate", len(load.rates) if load is not None else 1), ("repeats", repeats.count if repeats else 1))
+        counts = (
+            ("backends", len(job.get("backends") or [])),
+            ("batch_sizes", len(job.get("batch_sizes") or [])),
+            ("load.rate", len(load.rates) if load is not None else 1),
+            ("repeats", repeats.count if repeats else 1),
+        )
         many = [what for what, n in counts if n > 1]
-        many += [what for what, on in (("load.search", load.search if load is not None else None), ("split", job.get("split")),
-                                       ("network", job.get("network"))) if on is not None]  # fmt: skip
+        many += [
+            what
+            for what, on in (
+                ("load.search", load.search if load is not None else None),
+                ("split", job.get("split")),
+                ("network", job.get("network")),
+            )
+            if on is not None
+        ]
         if many:
-            raise ValueError(f"colocate measures one configuration (one backend, batch size and rate), without "
-                             f"{', '.join(many)}")  # fmt: skip
+            raise ValueError(f"colocate measures one configuration (one backend, batch size and rate), without {', '.join(many)}")
         data = job.get("data")
         if data is not None and data.source != "synthetic":
             raise ValueError("colocate sends each model synthetic requests from its own signature (data.source: synthetic)")

@@ -44,11 +44,23 @@ def _served(spec: JobSpec) -> ServerOptions:
 # resolved per point (PER_POINT). A point is the resolved, stored form the follower reads (seconds as `_s` floats,
 # one rate); tests/unit/common/test_grid.py holds that every LoadSpec field is one or the other.
 POINT_FROM_LOAD = {
-    "pattern": "pattern", "duration_s": "duration", "warmup_s": "warmup", "max_concurrency": "max_concurrency",
-    "cap_policy": "cap_policy", "cv": "cv", "rate_end": "rate_end", "steps": "steps", "spike_rate": "spike_rate",
-    "spike_at_s": "spike_at", "spike_duration_s": "spike_duration", "on_s": "on", "off_s": "off", "search": "search",
-    "window_s": "window", "stability": "stability",
-}  # fmt: skip
+    "pattern": "pattern",
+    "duration_s": "duration",
+    "warmup_s": "warmup",
+    "max_concurrency": "max_concurrency",
+    "cap_policy": "cap_policy",
+    "cv": "cv",
+    "rate_end": "rate_end",
+    "steps": "steps",
+    "spike_rate": "spike_rate",
+    "spike_at_s": "spike_at",
+    "spike_duration_s": "spike_duration",
+    "on_s": "on",
+    "off_s": "off",
+    "search": "search",
+    "window_s": "window",
+    "stability": "stability",
+}
 # LoadSpec fields a point gets resolved: one rate or user count of the ladder, the inline trace or the uploaded one.
 PER_POINT = ("rate", "concurrency", "trace")
 
@@ -61,8 +73,12 @@ def expand(spec: JobSpec) -> list[PointSpec]:
     shared = {point_field: getattr(load, load_field) for point_field, load_field in POINT_FROM_LOAD.items()}
     trace_s = load.trace if isinstance(load.trace, list) else None
     trace_dataset = load.trace.dataset if isinstance(load.trace, TraceRef) else None
-    configs = [(backend, batch, rate, concurrency) for backend in spec.backends for batch in spec.batch_sizes
-               for rate, concurrency in load.ladder()]  # fmt: skip
+    configs = [
+        (backend, batch, rate, concurrency)
+        for backend in spec.backends
+        for batch in spec.batch_sizes
+        for rate, concurrency in load.ladder()
+    ]
     per_backend = len(configs) // len(spec.backends)
     rounds = range(spec.repeats.count)
     if spec.repeats.fresh_server:
@@ -73,17 +89,32 @@ def expand(spec: JobSpec) -> list[PointSpec]:
     for repeat, config in order:
         backend, batch, rate, concurrency = configs[config]
         index = len(points)
-        points.append(PointSpec(
-            index=index, backend=backend, batch_size=batch, rate=rate, concurrency=concurrency,
-            seed=(spec.seed * 1_000_003 + index) % 2**32, trace_s=trace_s, trace_dataset=trace_dataset,
-            server=server, config=config, repeat=repeat, llm=_workload(spec, backend), **shared,
-        ))  # fmt: skip
+        points.append(
+            PointSpec(
+                index=index,
+                backend=backend,
+                batch_size=batch,
+                rate=rate,
+                concurrency=concurrency,
+                seed=(spec.seed * 1_000_003 + index) % 2**32,
+                trace_s=trace_s,
+                trace_dataset=trace_dataset,
+                server=server,
+                config=config,
+                repeat=repeat,
+                llm=_workload(spec, backend),
+                **shared,
+            )
+        )
     if spec.colocate is not None:  # one configuration: every model alone, then each pair at once (common/spec/colocate.py)
         base, n = points[0], len(spec.colocate.models) + 1
         together = [(g, m, [o for o in run if o != m]) for g, run in enumerate(colocate.runs(n)) for m in run]
-        points = [base.model_copy(update={"index": i, "seed": (spec.seed * 1_000_003 + i) % 2**32, "served": m,
-                                          "beside": beside, "group": g})
-                  for i, (g, m, beside) in enumerate(together)]  # fmt: skip
+        points = [
+            base.model_copy(
+                update={"index": i, "seed": (spec.seed * 1_000_003 + i) % 2**32, "served": m, "beside": beside, "group": g}
+            )
+            for i, (g, m, beside) in enumerate(together)
+        ]
     return points
 
 
@@ -99,7 +130,9 @@ def server_runs(points: Sequence[PointSpec], fresh_server: bool) -> list[list[Po
     runs: list[list[PointSpec]] = []
     for point in points:
         if runs and (runs[-1][-1].backend, runs[-1][-1].repeat if fresh_server else 0) == (
-            point.backend, point.repeat if fresh_server else 0):  # fmt: skip
+            point.backend,
+            point.repeat if fresh_server else 0,
+        ):
             runs[-1].append(point)
         else:
             runs.append([point])

@@ -38,6 +38,7 @@ LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
 MODEL_CODE_BACKENDS = frozenset({"torchscript", "tfserving"})
 KNOWN_BACKENDS: tuple[str, ...] = ("onnxruntime", "torchscript", "triton", "tfserving")
 
+
 class ModelRef(StrictModel):
     """A model in the repository: `name:version`, or `name` for the latest version."""
 
@@ -181,8 +182,9 @@ class DataRef(StrictModel):
             if self.preprocess is None and self.postprocess is None:
                 raise ValueError("processing: server needs a preprocess or postprocess processor to run on the server")
             if self.preprocess is not None and self.source == "synthetic":
-                raise ValueError("server-side preprocess needs raw request data (source: sample_images or upload), "
-                                 "not synthetic tensors")
+                raise ValueError(
+                    "server-side preprocess needs raw request data (source: sample_images or upload), not synthetic tensors"
+                )
         return self
 
     @model_validator(mode="after")
@@ -307,15 +309,17 @@ class JobSpec(StrictModel):
         server = data["server"]
         device, provider = server.get("device", "cpu"), server.get("execution_provider")
         # Either may be of any type here (the fields' own validation names what is wrong with them later).
-        if not (isinstance(device, str) and device.startswith("cuda")) and not (isinstance(provider, str) and
-                                                                               provider in GPU_PROVIDERS):  # fmt: skip
+        if not (isinstance(device, str) and device.startswith("cuda")) and not (
+            isinstance(provider, str) and provider in GPU_PROVIDERS
+        ):
             return data
         requires = data.get("requires") if data.get("requires") is not None else {}
         if not isinstance(requires, dict):
             return data
         if requires.get("gpu") is False:
-            raise ValueError("requires.gpu: false contradicts a server configured for a GPU "
-                             "(server.device or server.execution_provider)")
+            raise ValueError(
+                "requires.gpu: false contradicts a server configured for a GPU (server.device or server.execution_provider)"
+            )
         return {**data, "requires": {**requires, "gpu": True}}
 
     @field_validator("backends", "batch_sizes")
@@ -355,8 +359,10 @@ class JobSpec(StrictModel):
             named = ", ".join(sorted(LLM_BACKENDS))
             raise ValueError(f"llm describes a language model's requests: it needs an LLM backend ({named})")
         if "sglang" in self.backends and self.server.llm.kv_cache_gb is not None:
-            raise ValueError("server.llm.kv_cache_gb sizes vLLM's KV cache in bytes; SGLang sizes its own as a memory share "
-                             "(leave it unset for sglang)")
+            raise ValueError(
+                "server.llm.kv_cache_gb sizes vLLM's KV cache in bytes; SGLang sizes its own as a memory share "
+                "(leave it unset for sglang)"
+            )
         return self
 
     @field_validator("colocate")

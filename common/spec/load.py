@@ -174,9 +174,12 @@ class LoadSpec(StrictModel):
         rate = min(rates)
         if rate * window < P99_MIN_SAMPLES:
             needed = math.ceil(10 * P99_MIN_SAMPLES / rate) / 10
-            fix = (f"set load.window to at least {needed:g} s (or a higher rate)" if needed <= MAX_WINDOW_S else
-                   f"windows are at most {MAX_WINDOW_S:g} s, so the rate must be at least "
-                   f"{math.ceil(P99_MIN_SAMPLES / MAX_WINDOW_S)} req/s (or drop load.stability)")  # fmt: skip
+            fix = (
+                f"set load.window to at least {needed:g} s (or a higher rate)"
+                if needed <= MAX_WINDOW_S
+                else f"windows are at most {MAX_WINDOW_S:g} s, so the rate must be at least "
+                f"{math.ceil(P99_MIN_SAMPLES / MAX_WINDOW_S)} req/s (or drop load.stability)"
+            )
             raise ValueError(
                 f"a {window:g} s window at {rate:g} req/s holds ~{rate * window:.0f} requests; comparing p99s between "
                 f"windows needs >= {P99_MIN_SAMPLES} each: {fix}"
@@ -249,8 +252,9 @@ class LoadSpec(StrictModel):
                 raise ValueError(f"entries must be seconds in [0, {MAX_DURATION_S:g}], got {item!r}")
             # A trace is a recording, not a set: refused like an uploaded one (common/formats/traces.py), never sorted.
             if out and item < out[-1]:
-                raise ValueError(f"entry {i} ({item:g} s) is earlier than the one before ({out[-1]:g} s); "
-                                 "offsets must never decrease")  # fmt: skip
+                raise ValueError(
+                    f"entry {i} ({item:g} s) is earlier than the one before ({out[-1]:g} s); offsets must never decrease"
+                )
             out.append(float(item))
         return out
 

@@ -80,8 +80,10 @@ class NetworkSpec(StrictModel):
     def describe(self) -> str:
         """One line for tables and pages: `4g: 85 ms ±0 each way, 0% loss, 9 Mbit/s`."""
         rate = self.effective_rate_mbit()
-        return (f"{self.profile}: {self.effective_delay_ms():g} ms ±{self.effective_jitter_ms():g} each way, "
-                f"{self.effective_loss_pct():g}% loss, {'unlimited' if rate is None else f'{rate:g} Mbit/s'}")  # fmt: skip
+        return (
+            f"{self.profile}: {self.effective_delay_ms():g} ms ±{self.effective_jitter_ms():g} each way, "
+            f"{self.effective_loss_pct():g}% loss, {'unlimited' if rate is None else f'{rate:g} Mbit/s'}"
+        )
 
 
 # Placement needs of a job with `network`, met by followers that can shape their servers' links: "@net:netem" (delay,

@@ -52,8 +52,7 @@ def load_yaml(text: str | bytes) -> Any:
 # No job spec nests deeper than a dozen levels; the YAML composer recurses per level and would overflow Python's stack
 # near 300, so nesting is counted first, on the scanner's tokens (which it produces without recursion).
 MAX_DEPTH = 64
-_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
-         yaml.FlowSequenceStartToken)  # fmt: skip
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
 _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 

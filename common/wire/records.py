@@ -43,8 +43,12 @@ DROPPED = -2
 UNANSWERED = -3
 
 
-def encode(columns: Mapping[str, np.ndarray], stages: Mapping[str, np.ndarray], start_ns: int,
-           llm: Mapping[str, np.ndarray] | None = None) -> bytes:  # fmt: skip
+def encode(
+    columns: Mapping[str, np.ndarray],
+    stages: Mapping[str, np.ndarray],
+    start_ns: int,
+    llm: Mapping[str, np.ndarray] | None = None,
+) -> bytes:
     """The blob of one point's records (every column of COLUMNS, stage columns by name, a language model's by theirs)."""
     missing = [name for name in COLUMNS if name not in columns]
     if missing:
@@ -83,8 +87,11 @@ def per_request(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A decoded blob as a table of one row per request: its columns and stage columns, with the run's start repeated
     on every row (it is stored once)."""
     n = len(arrays["intended_ns"])
-    table = {name: values for name, values in arrays.items()
-             if name != START and name not in RAGGED and np.ndim(values) == 1 and len(values) == n}  # fmt: skip
+    table = {
+        name: values
+        for name, values in arrays.items()
+        if name != START and name not in RAGGED and np.ndim(values) == 1 and len(values) == n
+    }
     if START in arrays:
         table[START] = np.full(n, int(np.asarray(arrays[START]).ravel()[0]), dtype=np.int64)
     return table

@@ -68,8 +68,9 @@ def _spread(metric: Metric, values: list[float | None], cis: list[tuple[float, f
         mean = math.fsum(known) / len(known)
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in known) / (len(known) - 1))
         cv = std / mean if mean > 0 else None
-    spread = MetricSpread(metric=metric, values=values, cis=cis, mean=mean, std=std, cv=cv,
-                          cv_flagged=cv is not None and cv > CV_FLAG)  # fmt: skip
+    spread = MetricSpread(
+        metric=metric, values=values, cis=cis, mean=mean, std=std, cv=cv, cv_flagged=cv is not None and cv > CV_FLAG
+    )
     paired = [(v, ci) for v, ci in zip(values, cis, strict=True) if v is not None and ci is not None]
     if len(paired) >= 2:
         # A zero-width CI (every resample agreed) still has the histogram's resolution: 0.1% of the value.
@@ -123,9 +124,17 @@ def summarize_repeats(results: Iterable[PointResult]) -> list[RepeatSummary]:
         measured = sum(1 for r in runs if r.latency_ms is not None)
         verdict, text = _verdict(measured, metrics)
         first = runs[0].point
-        out.append(RepeatSummary(
-            config=config, backend=first.backend, batch_size=first.batch_size, load=first.load_label(),
-            runs=[r.point.index for r in runs], invalid_runs=[r.point.index for r in runs if not r.valid],
-            metrics=metrics, verdict=verdict, text=text,
-        ))  # fmt: skip
+        out.append(
+            RepeatSummary(
+                config=config,
+                backend=first.backend,
+                batch_size=first.batch_size,
+                load=first.load_label(),
+                runs=[r.point.index for r in runs],
+                invalid_runs=[r.point.index for r in runs if not r.valid],
+                metrics=metrics,
+                verdict=verdict,
+                text=text,
+            )
+        )
     return out

@@ -14,8 +14,21 @@ from common.base import NAME_PATTERN
 MAX_HEADER_VALUE = 8 * 1024
 MAX_CA_BUNDLE = 256 * 1024
 # Headers the transports set themselves (or that would change the request's framing): never from a secret.
-RESERVED_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection", "te",
-                              "upgrade", "expect", "keep-alive", "accept", "user-agent"})  # fmt: skip
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "upgrade",
+        "expect",
+        "keep-alive",
+        "accept",
+        "user-agent",
+    }
+)
 
 
 class SecretCreate(BaseModel):
@@ -41,11 +54,13 @@ class SecretCreate(BaseModel):
         value = self.value.get_secret_value()
         if self.kind == "header":
             if not re.fullmatch(rf"[\x20-\x7e\t]{{1,{MAX_HEADER_VALUE}}}", value):
-                raise ValueError(f"value: a header value is 1 to {MAX_HEADER_VALUE} printable ASCII characters, "
-                                 "with no line breaks")  # fmt: skip
+                raise ValueError(
+                    f"value: a header value is 1 to {MAX_HEADER_VALUE} printable ASCII characters, with no line breaks"
+                )
         elif len(value) > MAX_CA_BUNDLE or "-----BEGIN CERTIFICATE-----" not in value:
-            raise ValueError(f"value: a CA bundle is PEM certificates (-----BEGIN CERTIFICATE-----), at most "
-                             f"{MAX_CA_BUNDLE} bytes")  # fmt: skip
+            raise ValueError(
+                f"value: a CA bundle is PEM certificates (-----BEGIN CERTIFICATE-----), at most {MAX_CA_BUNDLE} bytes"
+            )
         return self
 
 

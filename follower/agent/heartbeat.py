@@ -40,11 +40,14 @@ class Heartbeater(threading.Thread):
         running = self.loop.running_job()
         self.beats += 1
         return Heartbeat(
-            incarnation=self.info.incarnation, state="busy" if running else "ready", running_job=running,
-            held=self.loop.holding.snapshot(), waiting_reason=self.loop.waiting_reason,
+            incarnation=self.info.incarnation,
+            state="busy" if running else "ready",
+            running_job=running,
+            held=self.loop.holding.snapshot(),
+            waiting_reason=self.loop.waiting_reason,
             clock=measured_clock(self.client) if self.beats % CLOCK_EVERY == 0 else None,
             target_costs_us=TargetCosts(self.settings.target_costs_path).all() if self.beats % CLOCK_EVERY == 0 else None,
-        )  # fmt: skip
+        )
 
     def run(self) -> None:
         while not self.stopped.wait(self.settings.heartbeat_interval_s):

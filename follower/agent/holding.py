@@ -91,8 +91,7 @@ class HoldingQueue:
                 # On disk the acceptance is a wall-clock time (the monotonic clock does not survive a reboot): how long
                 # ago it was becomes a time on this process's clock once, at load.
                 waited = max(0.0, self.wall() - float(doc.get("accepted_wall", doc.get("accepted_at", self.wall()))))
-                entry = HeldEntry(**fields, accepted_at=self.clock() - waited, path=path,
-                                  ahead_s=float(doc.get("ahead_s", 0.0)))  # fmt: skip
+                entry = HeldEntry(**fields, accepted_at=self.clock() - waited, path=path, ahead_s=float(doc.get("ahead_s", 0.0)))
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("dropping unreadable held job %s: %s", path.name, exc)
                 path.unlink(missing_ok=True)
@@ -110,8 +109,16 @@ class HoldingQueue:
             if existing is not None:
                 return existing
             now = self.clock()
-            entry = HeldEntry(job_id, attempt, float(payload["estimate_s"]), now, self._seq, payload, Path(),
-                              ahead_s=work_ahead(self._entries.values(), now))  # fmt: skip
+            entry = HeldEntry(
+                job_id,
+                attempt,
+                float(payload["estimate_s"]),
+                now,
+                self._seq,
+                payload,
+                Path(),
+                ahead_s=work_ahead(self._entries.values(), now),
+            )
             self._seq += 1
             entry.path = self.directory / f"{entry.key}.json"
             keys = ("job_id", "attempt", "estimate_s", "seq", "payload", "ahead_s")

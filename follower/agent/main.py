@@ -98,19 +98,28 @@ def run_agent(settings: FollowerSettings) -> None:
     set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
     METRICS.start(settings.metrics_host, settings.metrics_port)
     incarnation = uuid.uuid4().hex
-    client = LeaderClient(settings.leader_url, settings.token.get_secret_value(),
-                          credential_path=settings.work_dir / f"credential-{settings.follower_id}",
-                          ca_file=settings.leader_ca_file)  # fmt: skip
+    client = LeaderClient(
+        settings.leader_url,
+        settings.token.get_secret_value(),
+        credential_path=settings.work_dir / f"credential-{settings.follower_id}",
+        ca_file=settings.leader_ca_file,
+    )
     info = follower_info(settings, incarnation)
-    info = info.model_copy(update={"clock": measured_clock(client),
-                                   "target_costs_us": TargetCosts(settings.target_costs_path).all()})  # fmt: skip
+    info = info.model_copy(
+        update={"clock": measured_clock(client), "target_costs_us": TargetCosts(settings.target_costs_path).all()}
+    )
     client.register(info)
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",
-        settings.follower_id, incarnation[:8], ",".join(info.backends), len(info.gpus), platform.node(),
+        settings.follower_id,
+        incarnation[:8],
+        ",".join(info.backends),
+        len(info.gpus),
+        platform.node(),
     )
-    holding = HoldingQueue(settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s,
-                           wait_bound=settings.wait_bound)  # fmt: skip
+    holding = HoldingQueue(
+        settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s, wait_bound=settings.wait_bound
+    )
     gate = Gate(check_gpu=settings.wait_for_gpu, max_host_cpu_percent=settings.max_host_cpu_percent)
     env_base = env_base_for(settings, info)
 

@@ -56,8 +56,13 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
     reporter = None
     if address is not None:
         reporter = ProgressReporter(
-            address, client.credential, job_id=task.job_id, attempt=task.attempt, follower_id=settings.follower_id,
-            tls=settings.leader_url.startswith("https://"), ca_file=settings.leader_ca_file,
+            address,
+            client.credential,
+            job_id=task.job_id,
+            attempt=task.attempt,
+            follower_id=settings.follower_id,
+            tls=settings.leader_url.startswith("https://"),
+            ca_file=settings.leader_ca_file,
         )
     try:
         await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter, credentials)
@@ -102,11 +107,24 @@ async def _run_backends(
     if task.shard is not None:  # this follower's share of every point, from the common start
         shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
     run = ServerRun(
-        model=task.model, model_path=model_path, workdir=workdir, env_base=env_base, slo=task.spec.slo,
-        records_sink=keep_records, progress_sink=reporter.sink if reporter is not None else None, sampling=sampling,
-        samples=samples, trace=trace, prompt_rows=prompt_rows, forced_generators=settings.generators,
-        wakeup_latency_us=settings.cpu_wakeup_latency_us, max_in_flight=settings.max_in_flight,
-        network=task.spec.network, target=task.spec.target, credentials=credentials, shard=shard,
+        model=task.model,
+        model_path=model_path,
+        workdir=workdir,
+        env_base=env_base,
+        slo=task.spec.slo,
+        records_sink=keep_records,
+        progress_sink=reporter.sink if reporter is not None else None,
+        sampling=sampling,
+        samples=samples,
+        trace=trace,
+        prompt_rows=prompt_rows,
+        forced_generators=settings.generators,
+        wakeup_latency_us=settings.cpu_wakeup_latency_us,
+        max_in_flight=settings.max_in_flight,
+        network=task.spec.network,
+        target=task.spec.target,
+        credentials=credentials,
+        shard=shard,
         target_costs=TargetCosts(settings.target_costs_path),
     )
     sources: list[AsyncIterator[PointResult]]
@@ -124,7 +142,12 @@ async def _run_backends(
             p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
             log.info(
                 "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
-                task.job_id, result.point.index, result.requests, p99, result.valid, "; ".join(result.invalid_reasons),
+                task.job_id,
+                result.point.index,
+                result.requests,
+                p99,
+                result.valid,
+                "; ".join(result.invalid_reasons),
             )
             result = with_client_stages(result, client_ms)
             METRICS.point_done(result)
@@ -189,8 +212,9 @@ def execute(
             log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
             outcome = "cancelled"
             return outcome
-        done = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="succeeded",
-                            elapsed_s=time.monotonic() - claimed_at)  # fmt: skip
+        done = FinishReport(
+            attempt=task.attempt, follower_id=settings.follower_id, state="succeeded", elapsed_s=time.monotonic() - claimed_at
+        )
         client.finish(task.job_id, done)
         log.info("job %s attempt %d succeeded", task.job_id, task.attempt)
         outcome = "succeeded"
@@ -202,8 +226,13 @@ def execute(
     except Exception as exc:  # the attempt fails with its reason; the agent lives on
         reason = f"{type(exc).__name__}: {exc}"
         log.exception("job %s attempt %d failed", task.job_id, task.attempt)
-        failed = FinishReport(attempt=task.attempt, follower_id=settings.follower_id, state="failed", error=reason[:2000],
-                              elapsed_s=time.monotonic() - claimed_at)  # fmt: skip
+        failed = FinishReport(
+            attempt=task.attempt,
+            follower_id=settings.follower_id,
+            state="failed",
+            error=reason[:2000],
+            elapsed_s=time.monotonic() - claimed_at,
+        )
         with contextlib.suppress(StaleAttempt, LeaderRejected):
             client.finish(task.job_id, failed)
         return "failed"

@@ -38,8 +38,13 @@ def resolve_target(task: JobTask, client: LeaderClient, follower_id: str) -> tup
     if inputs is None:
         return model, credentials  # the spec's inputs, checked at submission
     if task.spec.inputs is not None and (problems := input_mismatches(task.spec.inputs, inputs)):
-        raise RuntimeError(f"the endpoint's model {target.model_name or model.name} does not match the job's inputs: "
-                           f"{'; '.join(problems)}")  # fmt: skip
-    log.info("endpoint %s: model %s takes %s", target.url, target.model_name or model.name,
-             ", ".join(f"{t.name} {t.datatype}{t.shape}" for t in inputs))  # fmt: skip
+        raise RuntimeError(
+            f"the endpoint's model {target.model_name or model.name} does not match the job's inputs: {'; '.join(problems)}"
+        )
+    log.info(
+        "endpoint %s: model %s takes %s",
+        target.url,
+        target.model_name or model.name,
+        ", ".join(f"{t.name} {t.datatype}{t.shape}" for t in inputs),
+    )
     return model.model_copy(update={"inputs": inputs}), credentials

@@ -49,6 +49,15 @@ def available_backends(names: list[str] | None = None) -> tuple[list[str], dict[
 
 
 __all__ = [
-    "BACKENDS", "Backend", "OnnxRuntimeBackend", "SglangBackend", "TFServingBackend", "TorchScriptBackend",
-    "TritonBackend", "TritonOpenAiBackend", "VllmBackend", "available_backends", "get_backend",
-]  # fmt: skip
+    "BACKENDS",
+    "Backend",
+    "OnnxRuntimeBackend",
+    "SglangBackend",
+    "TFServingBackend",
+    "TorchScriptBackend",
+    "TritonBackend",
+    "TritonOpenAiBackend",
+    "VllmBackend",
+    "available_backends",
+    "get_backend",
+]

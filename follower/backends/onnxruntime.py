@@ -14,9 +14,17 @@ from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.host.sandbox import Sandbox
 
 
-def kserve_server_argv(module: str, model_file: Path, model: ModelMeta, host: str, port: int,
-                       cpus: frozenset[int] | None, server: ServerOptions, grpc_port: int | None = None,
-                       parent_pid: int | None = None) -> list[str]:  # fmt: skip
+def kserve_server_argv(
+    module: str,
+    model_file: Path,
+    model: ModelMeta,
+    host: str,
+    port: int,
+    cpus: frozenset[int] | None,
+    server: ServerOptions,
+    grpc_port: int | None = None,
+    parent_pid: int | None = None,
+) -> list[str]:
     """The command line shared by benchfleet's own model servers (module = follower.servers.<x>)."""
     argv = [sys.executable, "-m", module, "--model", str(model_file), "--name", model.name]
     argv += ["--version", model.version, "--host", host, "--port", str(port), "--instances", str(server.instances)]
@@ -74,8 +82,17 @@ class OnnxRuntimeBackend(ProcessBackend):
         onnx_file = artifact(model_path, model, "onnx", workdir)
         port = self._new_port()
         self.grpc_port = free_port() if self.server.protocol == "grpc" else None
-        argv = kserve_server_argv("follower.servers.ort_server", onnx_file, model, self.host, port, self.cpus, self.server,
-                                  self.grpc_port, self.parent_pid)  # fmt: skip
+        argv = kserve_server_argv(
+            "follower.servers.ort_server",
+            onnx_file,
+            model,
+            self.host,
+            port,
+            self.cpus,
+            self.server,
+            self.grpc_port,
+            self.parent_pid,
+        )
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":
             argv += ["--device-id", str(self.server.gpu_index)]

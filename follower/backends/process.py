@@ -73,8 +73,9 @@ class ProcessBackend:
         if self.sandbox is not None:
             self.sandbox.allow_read(self.runtime_paths())
             argv, cwd = self.sandbox.command(argv, cwd=cwd), None
-        self.process = SupervisedProcess(argv, name=f"{self.name} server", log_path=Path(workdir) / f"{self.name}.log",
-                                         env=env, cwd=cwd, grace_s=grace_s)  # fmt: skip
+        self.process = SupervisedProcess(
+            argv, name=f"{self.name} server", log_path=Path(workdir) / f"{self.name}.log", env=env, cwd=cwd, grace_s=grace_s
+        )
         self.process.start()
 
     def ready_url(self) -> str:

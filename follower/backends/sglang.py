@@ -29,9 +29,23 @@ class SglangBackend(OpenAiServerBackend):
     def argv(self, model_dir: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
         """The server's command line: the spec's server.llm options in SGLang's words."""
         llm = self.server.llm
-        argv = [str(self.python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
-                "--served-model-name", model.name, "--host", self.host, "--port", str(port), "--dtype", llm.dtype,
-                "--enable-metrics", "--skip-server-warmup"]  # fmt: skip
+        argv = [
+            str(self.python),
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(model_dir),
+            "--served-model-name",
+            model.name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--dtype",
+            llm.dtype,
+            "--enable-metrics",
+            "--skip-server-warmup",
+        ]
         if not self.server.uses_gpu:
             argv += ["--device", "cpu"]
         if model.llm is not None:

@@ -67,13 +67,17 @@ def server_stats_delta(before: dict[str, Any], after: dict[str, Any]) -> ServerS
 # server has (names moved between vLLM versions; SGLang's are its own).
 _LLM_HISTOGRAMS = {
     "ttft_ms_mean": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
-    "itl_ms_mean": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-                    "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "itl_ms_mean": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
     "e2e_ms_mean": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
     "queue_ms_mean": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
     "prefill_ms_mean": ("vllm:request_prefill_time_seconds",),
     "decode_ms_mean": ("vllm:request_decode_time_seconds",),
-}  # fmt: skip
+}
 # Counters (their increase over the run) and gauges (their value at its end): field <- names, the first present.
 _LLM_COUNTERS = {
     "requests": ("vllm:request_success_total", "sglang:num_requests_total"),
@@ -140,8 +144,12 @@ def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServer
     hit_share = delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else b.get("sglang:cache_hit_rate")
     usage = next((b[n] for n in _KV_USAGE if n in b), None)
     return LlmServerView(
-        requests=int(delta(counted["requests"])), prompt_tokens=int(delta(counted["prompt_tokens"])),
-        generation_tokens=int(delta(counted["generation_tokens"])), preemptions=int(delta(counted["preemptions"])),
+        requests=int(delta(counted["requests"])),
+        prompt_tokens=int(delta(counted["prompt_tokens"])),
+        generation_tokens=int(delta(counted["generation_tokens"])),
+        preemptions=int(delta(counted["preemptions"])),
         prefix_cache_hit_share=float(hit_share) if hit_share is not None else None,
-        kv_cache_usage=float(usage) if usage is not None else None, quantiles=quantiles, **means,
-    )  # fmt: skip
+        kv_cache_usage=float(usage) if usage is not None else None,
+        quantiles=quantiles,
+        **means,
+    )

@@ -37,11 +37,7 @@ def find_tfserving() -> Path | None:
 
 def model_config(name: str, base_path: Path) -> str:
     """The model_config_list text TF Serving reads with --model_config_file."""
-    return (
-        "model_config_list {\n"
-        f"  config {{ name: '{name}' base_path: '{base_path}' model_platform: 'tensorflow' }}\n"
-        "}\n"
-    )
+    return f"model_config_list {{\n  config {{ name: '{name}' base_path: '{base_path}' model_platform: 'tensorflow' }}\n}}\n"
 
 
 def unpack_savedmodel(model_path: Path, dest: Path) -> Path:
@@ -60,7 +56,7 @@ def unpack_savedmodel(model_path: Path, dest: Path) -> Path:
         for name in names:
             if not name.startswith(prefix) or name.endswith("/"):
                 continue
-            target = (version_dir / name[len(prefix):]).resolve()
+            target = (version_dir / name[len(prefix) :]).resolve()
             if not target.is_relative_to(version_dir.resolve()):  # a path test, not a prefix test (../1evil/)
                 raise RuntimeError(f"zip member {name!r} would leave the model directory")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +92,10 @@ class TFServingBackend(ProcessBackend):
             raise RuntimeError(f"the tfserving backend is unavailable: no {BINARY} on PATH")
         if self.server.protocol == "grpc":
             # TF Serving's gRPC is tensorflow.serving.PredictionService, not KServe v2: its client is TensorFlow itself.
-            raise RuntimeError("server.protocol grpc is not supported for tfserving (PredictionService needs the "
-                               "tensorflow-serving-api extra); use protocol: http")
+            raise RuntimeError(
+                "server.protocol grpc is not supported for tfserving (PredictionService needs the "
+                "tensorflow-serving-api extra); use protocol: http"
+            )
         if model.format != "savedmodel":
             raise RuntimeError(f"TF Serving serves SavedModels; model {model.ref} is stored as {model.format}")
         base = unpack_savedmodel(Path(model_path), Path(workdir) / "tfserving-models" / model.name)

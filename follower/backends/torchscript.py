@@ -45,8 +45,17 @@ class TorchScriptBackend(ProcessBackend):
         ts_file = artifact(model_path, model, "torchscript", workdir)
         port = self._new_port()
         self.grpc_port = free_port() if self.server.protocol == "grpc" else None
-        argv = kserve_server_argv("follower.servers.torchscript_server", ts_file, model, self.host, port, self.cpus, self.server,
-                                  self.grpc_port, self.parent_pid)  # fmt: skip
+        argv = kserve_server_argv(
+            "follower.servers.torchscript_server",
+            ts_file,
+            model,
+            self.host,
+            port,
+            self.cpus,
+            self.server,
+            self.grpc_port,
+            self.parent_pid,
+        )
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature), "--device", self.server.device]
         if self.server.threads is not None:

@@ -45,8 +45,13 @@ class TritonOpenAiBackend(OpenAiServerBackend):
     def repository(self, model_dir: Path, model: ModelMeta, workdir: Path) -> Path:
         """A model repository with the model for Triton's vLLM backend; its engine arguments from server.llm."""
         llm = self.server.llm
-        engine: dict[str, object] = {"model": str(model_dir), "served_model_name": model.name, "dtype": llm.dtype,
-                                     "disable_log_stats": False, "trust_remote_code": False}  # fmt: skip
+        engine: dict[str, object] = {
+            "model": str(model_dir),
+            "served_model_name": model.name,
+            "dtype": llm.dtype,
+            "disable_log_stats": False,
+            "trust_remote_code": False,
+        }
         if model.llm is not None:
             engine["max_model_len"] = llm.model_len(model.llm.context_length)
         if llm.max_num_batched_tokens is not None:
@@ -70,6 +75,19 @@ class TritonOpenAiBackend(OpenAiServerBackend):
     def argv(self, model_dir: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
         """The frontend's command line."""
         repository = self.repository(model_dir, model, workdir)
-        return [str(self.python), str(frontend_main()), "--model-repository", str(repository), "--tokenizer",
-                str(model_dir), "--backend", "vllm", "--host", self.host, "--openai-port", str(port),
-                "--uvicorn-log-level", "warning"]  # fmt: skip
+        return [
+            str(self.python),
+            str(frontend_main()),
+            "--model-repository",
+            str(repository),
+            "--tokenizer",
+            str(model_dir),
+            "--backend",
+            "vllm",
+            "--host",
+            self.host,
+            "--openai-port",
+            str(port),
+            "--uvicorn-log-level",
+            "warning",
+        ]

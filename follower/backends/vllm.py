@@ -26,10 +26,22 @@ class VllmBackend(OpenAiServerBackend):
     def argv(self, model_dir: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
         """The server's command line."""
         llm = self.server.llm
-        argv = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                "--served-model-name", model.name, "--host", self.host, "--port", str(port),
-                # The CPU build has no float16 kernels worth measuring: "auto" means bfloat16 there (VLLM.md).
-                "--dtype", llm.dtype if llm.dtype != "auto" or self.server.uses_gpu else "bfloat16"]  # fmt: skip
+        argv = [
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            model.name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            # The CPU build has no float16 kernels worth measuring: "auto" means bfloat16 there (VLLM.md).
+            "--dtype",
+            llm.dtype if llm.dtype != "auto" or self.server.uses_gpu else "bfloat16",
+        ]
         if model.llm is not None:
             argv += ["--max-model-len", str(llm.model_len(model.llm.context_length))]
         elif llm.max_model_len is not None:

@@ -130,9 +130,16 @@ def local_model(bundle: bytes, meta: dict[str, Any], name: str, version: str = "
     import hashlib
     from datetime import UTC, datetime
 
-    return ModelMeta(name=name, version=version, format="bundle", inputs=[TensorSpec(**t) for t in meta["inputs"]],
-                     outputs=[TensorSpec(**t) for t in meta["outputs"]], sha256=hashlib.sha256(bundle).hexdigest(),
-                     size_bytes=len(bundle), created_at=datetime.now(UTC))
+    return ModelMeta(
+        name=name,
+        version=version,
+        format="bundle",
+        inputs=[TensorSpec(**t) for t in meta["inputs"]],
+        outputs=[TensorSpec(**t) for t in meta["outputs"]],
+        sha256=hashlib.sha256(bundle).hexdigest(),
+        size_bytes=len(bundle),
+        created_at=datetime.now(UTC),
+    )
 
 
 def default_name(spec: CanonicalSpec) -> str:

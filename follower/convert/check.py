@@ -33,8 +33,15 @@ class ConversionMismatch(RuntimeError):
     """A converted model's outputs differ from its source's beyond the tolerance."""
 
 
-def compare(target: str, expected: list[np.ndarray], actual: list[np.ndarray], *, rtol: float = DEFAULT_RTOL,
-            atol: float = DEFAULT_ATOL, samples: int = 1) -> ConversionCheck:
+def compare(
+    target: str,
+    expected: list[np.ndarray],
+    actual: list[np.ndarray],
+    *,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    samples: int = 1,
+) -> ConversionCheck:
     """Compare output lists elementwise (np.allclose semantics) and record the largest differences."""
     if len(expected) != len(actual):
         return ConversionCheck(target, False, float("inf"), float("inf"), rtol, atol, samples)

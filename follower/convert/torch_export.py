@@ -32,8 +32,17 @@ def _source_outputs(module: Any, example: Any) -> list[np.ndarray]:
     return [o.detach().cpu().numpy() for o in outs]
 
 
-def to_onnx(module: Any, example: Any, path: Path, *, input_name: str = "input", output_name: str = "output",
-            external_data: bool = False, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> ConversionCheck:
+def to_onnx(
+    module: Any,
+    example: Any,
+    path: Path,
+    *,
+    input_name: str = "input",
+    output_name: str = "output",
+    external_data: bool = False,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+) -> ConversionCheck:
     """Export `module` to ONNX at `path` (batch dimension dynamic), then check it with onnxruntime; raises on mismatch.
 
     With `external_data`, weights go to `path.name + ".data"` beside the graph (needed past protobuf's 2 GiB).
@@ -47,16 +56,28 @@ def to_onnx(module: Any, example: Any, path: Path, *, input_name: str = "input",
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice; it is the one that takes LSTMs here
         torch.onnx.export(
-            module, (example,), buf, input_names=[input_name], output_names=[output_name],
-            dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}}, opset_version=OPSET, dynamo=False,
+            module,
+            (example,),
+            buf,
+            input_names=[input_name],
+            output_names=[output_name],
+            dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}},
+            opset_version=OPSET,
+            dynamo=False,
         )
     model = onnx.load_model_from_string(buf.getvalue())
     model.ir_version = IR_VERSION
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if external_data:
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=path.name + ".data", size_threshold=0)
+        onnx.save_model(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=path.name + ".data",
+            size_threshold=0,
+        )
     else:
         onnx.save_model(model, str(path))
     onnx.checker.check_model(str(path))
@@ -65,8 +86,9 @@ def to_onnx(module: Any, example: Any, path: Path, *, input_name: str = "input",
     return require(compare("onnx", _source_outputs(module, example), actual, rtol=rtol, atol=atol))
 
 
-def to_torchscript(module: Any, example: Any, path: Path, *, rtol: float = DEFAULT_RTOL,
-                   atol: float = DEFAULT_ATOL) -> ConversionCheck:
+def to_torchscript(
+    module: Any, example: Any, path: Path, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+) -> ConversionCheck:
     """Trace `module` to TorchScript at `path`, reload it and check its output; raises on mismatch."""
     torch = _torch()
     module = module.eval()
@@ -78,5 +100,13 @@ def to_torchscript(module: Any, example: Any, path: Path, *, rtol: float = DEFAU
     loaded = torch.jit.load(str(path)).eval()
     # A different batch than the trace's proves the batch dimension stayed dynamic.
     probe = torch.cat([example, example], dim=0)
-    return require(compare("torchscript", _source_outputs(module, probe), _source_outputs(loaded, probe), rtol=rtol,
-                           atol=atol, samples=int(probe.shape[0])))
+    return require(
+        compare(
+            "torchscript",
+            _source_outputs(module, probe),
+            _source_outputs(loaded, probe),
+            rtol=rtol,
+            atol=atol,
+            samples=int(probe.shape[0]),
+        )
+    )

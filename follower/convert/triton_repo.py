@@ -170,8 +170,7 @@ def config_pbtxt(model: ModelMeta, server: ServerOptions, *, onnxruntime_backend
     return "\n".join(lines) + "\n"
 
 
-def write_repository(onnx_file: Path, model: ModelMeta, repo: Path, server: ServerOptions, *,
-                     onnxruntime_backend: bool) -> Path:
+def write_repository(onnx_file: Path, model: ModelMeta, repo: Path, server: ServerOptions, *, onnxruntime_backend: bool) -> Path:
     """Write repo/NAME/{config.pbtxt, 1/model.onnx[, 1/model.py]}; returns the model's directory."""
     model_dir = Path(repo) / model.name
     version_dir = model_dir / "1"

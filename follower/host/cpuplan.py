@@ -132,9 +132,11 @@ def _rt_group_reason(cgroup_v2: str | None) -> str:
             group = parent
         where = f"cgroup {effective!r}" if effective else f"cgroup {cgroup_v2!r} (probably)"
         # cgroup v2 has no cpu.rt_runtime_us: a non-root group under the cpu controller gets 0 and cannot be granted any
-        return (f"the thread's CPU scheduling group is {where}, a non-root cgroup v2 group under the cpu controller, "
-                "which gets no real-time runtime (the generator would need the root cgroup, or a kernel without "
-                "CONFIG_RT_GROUP_SCHED)")  # fmt: skip
+        return (
+            f"the thread's CPU scheduling group is {where}, a non-root cgroup v2 group under the cpu controller, "
+            "which gets no real-time runtime (the generator would need the root cgroup, or a kernel without "
+            "CONFIG_RT_GROUP_SCHED)"
+        )
     return "its cgroup has no real-time runtime"
 
 
@@ -154,8 +156,9 @@ def fifo_refusal_reason(exc: OSError) -> str:
     cap_eff = next((line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), None)
     has_nice = cap_eff is not None and bool(int(cap_eff, 16) >> 23 & 1)  # CAP_SYS_NICE is capability 23
     rtprio = resource.getrlimit(resource.RLIMIT_RTPRIO)[0] if hasattr(resource, "RLIMIT_RTPRIO") else None
-    cgroup = next((line.split(":", 2)[2] for line in (_read("/proc/self/cgroup") or "").splitlines()
-                   if line.startswith("0::")), None)  # fmt: skip  # the cgroup v2 path
+    cgroup = next(
+        (line.split(":", 2)[2] for line in (_read("/proc/self/cgroup") or "").splitlines() if line.startswith("0::")), None
+    )  # the cgroup v2 path
     rt_runtime = _read("/proc/sys/kernel/sched_rt_runtime_us")
     if cap_eff is not None and not has_nice and (rtprio is None or rtprio < GENERATOR_RT_PRIORITY):
         parts.append(f"no CAP_SYS_NICE (euid {os.geteuid()}) and RLIMIT_RTPRIO {rtprio}")

@@ -63,8 +63,9 @@ class MpsDaemon:
     def stop(self) -> None:
         """Ask the daemon to quit (it stops its server once every client has gone); never raises."""
         try:
-            subprocess.run([CONTROL], input=b"quit\n", env=server_environment(self._env()), timeout=30, capture_output=True,
-                           check=False)  # fmt: skip
+            subprocess.run(
+                [CONTROL], input=b"quit\n", env=server_environment(self._env()), timeout=30, capture_output=True, check=False
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("MPS control daemon did not quit cleanly: %s", exc)
 

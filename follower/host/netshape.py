@@ -76,8 +76,12 @@ def support() -> Shaping:
 
 def _qdiscs(spec: NetworkSpec) -> list[list[str]]:
     """The tc qdisc commands for one end: netem at the root (if any delay, jitter or loss), tbf under it or alone."""
-    delay, jitter, loss, rate = (spec.effective_delay_ms(), spec.effective_jitter_ms(), spec.effective_loss_pct(),
-                                 spec.effective_rate_mbit())  # fmt: skip
+    delay, jitter, loss, rate = (
+        spec.effective_delay_ms(),
+        spec.effective_jitter_ms(),
+        spec.effective_loss_pct(),
+        spec.effective_rate_mbit(),
+    )
     out: list[list[str]] = []
     parent = ["root"]
     if (delay, jitter, loss) != (0, 0, 0):
@@ -86,8 +90,24 @@ def _qdiscs(spec: NetworkSpec) -> list[list[str]]:
         out.append(["qdisc", "add", "dev", "{dev}", "root", "handle", "1:", *netem, "limit", "100000"])
         parent = ["parent", "1:1"]
     if rate is not None:
-        out.append(["qdisc", "add", "dev", "{dev}", *parent, "handle", "2:", "tbf", "rate", f"{rate}mbit",
-                    "burst", TBF_BURST, "latency", TBF_LATENCY])  # fmt: skip
+        out.append(
+            [
+                "qdisc",
+                "add",
+                "dev",
+                "{dev}",
+                *parent,
+                "handle",
+                "2:",
+                "tbf",
+                "rate",
+                f"{rate}mbit",
+                "burst",
+                TBF_BURST,
+                "latency",
+                TBF_LATENCY,
+            ]
+        )
     return out
 
 
@@ -116,8 +136,13 @@ def retransmitted_segments(netns: str | None = None) -> int:
     if netns is None:
         text = Path("/proc/net/snmp").read_text()
     else:
-        text = subprocess.run([sandboxes._need("ip"), "netns", "exec", netns, "cat", "/proc/net/snmp"],
-                              capture_output=True, text=True, timeout=10, check=True).stdout  # fmt: skip
+        text = subprocess.run(
+            [sandboxes._need("ip"), "netns", "exec", netns, "cat", "/proc/net/snmp"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
     header, values = rows[0], rows[1]
     return int(values[header.index("RetransSegs")])
@@ -147,6 +172,12 @@ class Shaped:
         """What a point records: the conditions, the round trip, and the segments retransmitted during it (both ends;
         the follower's count is host-wide, so other traffic of the host adds to it)."""
         spec = self.spec
-        return NetworkResult(profile=spec.profile, delay_ms=spec.effective_delay_ms(), jitter_ms=spec.effective_jitter_ms(),
-                             loss_pct=spec.effective_loss_pct(), rate_mbit=spec.effective_rate_mbit(), rtt_ms=self.rtt_ms,
-                             tcp_retransmits=max(0, self._retransmits() - self._before))  # fmt: skip
+        return NetworkResult(
+            profile=spec.profile,
+            delay_ms=spec.effective_delay_ms(),
+            jitter_ms=spec.effective_jitter_ms(),
+            loss_pct=spec.effective_loss_pct(),
+            rate_mbit=spec.effective_rate_mbit(),
+            rtt_ms=self.rtt_ms,
+            tcp_retransmits=max(0, self._retransmits() - self._before),
+        )

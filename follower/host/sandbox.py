@@ -218,9 +218,23 @@ class Sandbox:
     def command(self, argv: list[str], *, cwd: Path | None = None) -> list[str]:
         """`argv` run inside the sandbox (the caller passes the environment: `server_environment`)."""
         etc = self.root / "etc"
-        wrap = [_need("ip"), "netns", "exec", self.netns, _need("bwrap"), "--die-with-parent", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
-                "--ro-bind", "/usr", "/usr"]  # fmt: skip
+        wrap = [
+            _need("ip"),
+            "netns",
+            "exec",
+            self.netns,
+            _need("bwrap"),
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
         for link in ("bin", "lib", "lib64", "sbin"):
             target = Path("/") / link
             if target.is_symlink():
@@ -253,8 +267,20 @@ class Sandbox:
         wrap += ["--bind", str(self.home), str(self.home), "--setenv", "HOME", str(self.home)]
         # Inside, setpriv becomes the real user nobody (not a user-namespace alias of root) with every capability
         # gone for good (bounding set cleared, no new privileges): the server starts as nobody.
-        wrap += ["--chdir", str(cwd or self.home), "--", _need("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]  # fmt: skip
+        wrap += [
+            "--chdir",
+            str(cwd or self.home),
+            "--",
+            _need("setpriv"),
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            *argv,
+        ]
         return wrap
 
     def close(self) -> None:

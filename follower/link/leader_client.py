@@ -82,8 +82,15 @@ _retrying = retry(
 class LeaderClient:
     """Thread-safe client for the follower routes of the leader's REST API."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0, credential_path: Path | None = None,
-                 ca_file: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        credential_path: Path | None = None,
+        ca_file: Path | None = None,
+    ) -> None:
         # `token` is the join token: it only registers; registration returns this agent's own credential, kept at
         # `credential_path` (owner-only) so that a restarted agent proves it is the same follower and takes its id
         # back at once (the join token alone cannot take over a live id).
@@ -123,8 +130,15 @@ class LeaderClient:
     def _post(self, path: str, body: str) -> httpx.Response:
         return self._send("POST", path, content=body.encode(), content_type="application/json")
 
-    def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None, content: bytes | None = None,
-              content_type: str | None = None) -> httpx.Response:  # fmt: skip
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+    ) -> httpx.Response:
         """One authenticated request (joining again once if the credential was refused); StaleAttempt for 409,
         LeaderRejected for another 4xx, httpx.HTTPStatusError for a 5xx (the retried kind)."""
         headers = {"Content-Type": content_type} if content_type else {}
@@ -179,8 +193,7 @@ class LeaderClient:
             except _WaitToTakeOver as wait:
                 if time.monotonic() + wait.seconds > deadline:
                     raise LeaderRejected(str(wait)) from None
-                log.info("follower id %s still live at the leader; registering again in %.0f s", info.follower_id,
-                         wait.seconds)  # fmt: skip
+                log.info("follower id %s still live at the leader; registering again in %.0f s", info.follower_id, wait.seconds)
                 time.sleep(wait.seconds)
 
     def heartbeat(self, follower_id: str, beat: Heartbeat) -> HeartbeatReply:
@@ -201,14 +214,20 @@ class LeaderClient:
     @_retrying
     def upload_records(self, job_id: str, attempt: int, index: int, blob: bytes) -> None:
         """Send one point's raw records blob (npz); the leader replaces any earlier upload of it."""
-        self._send("POST", f"/api/v1/jobs/{job_id}/points/{index}/records", params={"attempt": attempt}, content=blob,
-                   content_type="application/octet-stream")  # fmt: skip
+        self._send(
+            "POST",
+            f"/api/v1/jobs/{job_id}/points/{index}/records",
+            params={"attempt": attempt},
+            content=blob,
+            content_type="application/octet-stream",
+        )
 
     @_retrying
     def target_credentials(self, job_id: str, attempt: int, follower_id: str) -> TargetCredentials:
         """The opened secrets of the target of the attempt this follower runs (kept in memory, never logged)."""
-        response = self._send("GET", f"/api/v1/jobs/{job_id}/target-credentials",
-                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
+        response = self._send(
+            "GET", f"/api/v1/jobs/{job_id}/target-credentials", params={"attempt": attempt, "follower_id": follower_id}
+        )
         return TargetCredentials.model_validate_json(response.content)
 
     def clock_offset(self, samples: int = 16) -> tuple[int, int]:
@@ -252,8 +271,11 @@ class LeaderClient:
     @_retrying
     def shard_records(self, job_id: str, shard: int, index: int, attempt: int, follower_id: str) -> bytes:
         """For the coordinator: a shard's records blob of a point."""
-        response = self._send("GET", f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records",
-                              params={"attempt": attempt, "follower_id": follower_id})  # fmt: skip
+        response = self._send(
+            "GET",
+            f"/api/v1/jobs/{job_id}/shards/{shard}/points/{index}/records",
+            params={"attempt": attempt, "follower_id": follower_id},
+        )
         return response.content
 
     @_retrying

@@ -39,27 +39,41 @@ class FollowerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.busy = Gauge("benchfleet_follower_busy", "1 while a job attempt runs.", registry=r)
-        self.running_point = Gauge("benchfleet_follower_running_point", "Index of the point being run (-1 when idle).",
-                                   registry=r)
+        self.running_point = Gauge(
+            "benchfleet_follower_running_point", "Index of the point being run (-1 when idle).", registry=r
+        )
         self.points_total = Gauge("benchfleet_follower_job_points", "Points of the running job.", registry=r)
-        self.points_done = Gauge("benchfleet_follower_job_points_done", "Points of the running job reported so far.",
-                                 registry=r)
+        self.points_done = Gauge("benchfleet_follower_job_points_done", "Points of the running job reported so far.", registry=r)
         self.points = Counter("benchfleet_follower_points", "Points run, by verdict.", ["valid"], registry=r)
         self.jobs = Counter("benchfleet_follower_jobs", "Job attempts ended, by outcome.", ["outcome"], registry=r)
-        self.target_rate = Gauge("benchfleet_follower_generator_target_rate", "Offered rate of the last point (req/s).",
-                                 registry=r)
-        self.achieved_rate = Gauge("benchfleet_follower_generator_achieved_rate",
-                                   "Achieved rate of the last point (req/s).", registry=r)
-        self.send_lag = Gauge("benchfleet_follower_generator_send_lag_seconds",
-                              "Send lag (sent - intended) of the last point.", ["quantile"], registry=r)
-        self.latency = Gauge("benchfleet_follower_point_latency_seconds",
-                             "Latency from the intended send time of the last point.", ["quantile"], registry=r)
-        self.proc_cpu = Gauge("benchfleet_follower_server_cpu_percent",
-                              "CPU use of processes the agent started (100 = one core).", ["proc"], registry=r)
-        self.proc_rss = Gauge("benchfleet_follower_server_rss_bytes", "Resident memory of processes the agent started.",
-                              ["proc"], registry=r)
-        self.gpu_count = Gauge("benchfleet_follower_gpus", "GPUs visible through NVML (0: none, GPU series absent).",
-                               registry=r)
+        self.target_rate = Gauge(
+            "benchfleet_follower_generator_target_rate", "Offered rate of the last point (req/s).", registry=r
+        )
+        self.achieved_rate = Gauge(
+            "benchfleet_follower_generator_achieved_rate", "Achieved rate of the last point (req/s).", registry=r
+        )
+        self.send_lag = Gauge(
+            "benchfleet_follower_generator_send_lag_seconds",
+            "Send lag (sent - intended) of the last point.",
+            ["quantile"],
+            registry=r,
+        )
+        self.latency = Gauge(
+            "benchfleet_follower_point_latency_seconds",
+            "Latency from the intended send time of the last point.",
+            ["quantile"],
+            registry=r,
+        )
+        self.proc_cpu = Gauge(
+            "benchfleet_follower_server_cpu_percent",
+            "CPU use of processes the agent started (100 = one core).",
+            ["proc"],
+            registry=r,
+        )
+        self.proc_rss = Gauge(
+            "benchfleet_follower_server_rss_bytes", "Resident memory of processes the agent started.", ["proc"], registry=r
+        )
+        self.gpu_count = Gauge("benchfleet_follower_gpus", "GPUs visible through NVML (0: none, GPU series absent).", registry=r)
         self.gpu_util = Gauge("benchfleet_follower_gpu_utilization_percent", "GPU utilisation.", ["gpu"], registry=r)
         self.gpu_mem = Gauge("benchfleet_follower_gpu_memory_used_bytes", "GPU memory in use.", ["gpu"], registry=r)
         self.gpu_power = Gauge("benchfleet_follower_gpu_power_watts", "GPU power draw.", ["gpu"], registry=r)

@@ -44,8 +44,12 @@ def resolve_address(advertised: str | None, leader_url: str) -> str | None:
 def window_to_proto(w: WindowStat) -> telemetry_pb2.Window:
     """A WindowStat as its protobuf message (None optionals left unset)."""
     fields: dict[str, Any] = {
-        "t_s": w.t_s, "duration_s": w.duration_s, "requests": w.requests, "ok": w.ok, "throughput": w.throughput,
-    }  # fmt: skip
+        "t_s": w.t_s,
+        "duration_s": w.duration_s,
+        "requests": w.requests,
+        "ok": w.ok,
+        "throughput": w.throughput,
+    }
     for name in ("p50_ms", "p99_ms", "send_lag_p99_ms"):
         value = getattr(w, name)
         if value is not None:
@@ -57,8 +61,15 @@ class ProgressReporter:
     """Sends one attempt's windows to the leader's Telemetry service from its own thread."""
 
     def __init__(
-        self, address: str, credential: Callable[[], str | None], *, job_id: str, attempt: int, follower_id: str,
-        tls: bool = False, ca_file: Path | None = None,
+        self,
+        address: str,
+        credential: Callable[[], str | None],
+        *,
+        job_id: str,
+        attempt: int,
+        follower_id: str,
+        tls: bool = False,
+        ca_file: Path | None = None,
     ) -> None:
         self.address = address
         self.credential = credential
@@ -98,9 +109,13 @@ class ProgressReporter:
             index, windows = item
             try:
                 request = telemetry_pb2.ProgressReport(
-                    job_id=self.job_id, attempt=self.attempt, follower_id=self.follower_id, point_index=index,
-                    windows=[window_to_proto(w) for w in windows], dropped=self.dropped,
-                )  # fmt: skip
+                    job_id=self.job_id,
+                    attempt=self.attempt,
+                    follower_id=self.follower_id,
+                    point_index=index,
+                    windows=[window_to_proto(w) for w in windows],
+                    dropped=self.dropped,
+                )
                 token = self.credential() or ""
                 self._stub.Report(request, timeout=SEND_TIMEOUT_S, metadata=[("authorization", f"Bearer {token}")])
                 self.sent += 1
@@ -116,5 +131,6 @@ class ProgressReporter:
             self._queue.put(_STOP, timeout=CLOSE_TIMEOUT_S)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
         self._channel.close()
-        log.info("job %s attempt %d: live progress %d reports sent, %d dropped", self.job_id, self.attempt, self.sent,
-                 self.dropped)  # fmt: skip
+        log.info(
+            "job %s attempt %d: live progress %d reports sent, %d dropped", self.job_id, self.attempt, self.sent, self.dropped
+        )

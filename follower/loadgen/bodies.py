@@ -60,7 +60,10 @@ def raw_entry(name: str, values: Sequence[object]) -> dict[str, object]:
 
 
 def sample_entries(
-    inputs: Sequence[TensorSpec], batch_size: int, samples: Samples, rng: np.random.Generator,
+    inputs: Sequence[TensorSpec],
+    batch_size: int,
+    samples: Samples,
+    rng: np.random.Generator,
     rows: Sequence[int] | None = None,
 ) -> list[dict[str, object]]:
     """One request's inputs drawn from request data: `batch_size` samples (the same rows for every input) stacked.
@@ -82,8 +85,7 @@ def sample_entries(
         batch = np.stack([np.asarray(samples[spec.name][r]) for r in rows]).astype(V2_TO_NUMPY[spec.datatype])
         if len(batch.shape) != len(spec.shape) or any(d != -1 and d != b for d, b in zip(spec.shape, batch.shape, strict=True)):
             raise ValueError(f"input {spec.name!r}: request data gives shape {list(batch.shape)}, the model takes {spec.shape}")
-        entries.append({"name": spec.name, "shape": list(batch.shape), "datatype": spec.datatype,
-                        "data": batch.ravel().tolist()})  # fmt: skip
+        entries.append({"name": spec.name, "shape": list(batch.shape), "datatype": spec.datatype, "data": batch.ravel().tolist()})
     return entries
 
 

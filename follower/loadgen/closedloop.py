@@ -109,7 +109,12 @@ async def run_closed_loop(transport: Transport, bodies: Sequence[bytes], concurr
 
 
 def drive_closed(
-    endpoint: Endpoint, bodies: Sequence[bytes], concurrency: int, duration_ns: int, *, timeout_s: float = 30.0,
+    endpoint: Endpoint,
+    bodies: Sequence[bytes],
+    concurrency: int,
+    duration_ns: int,
+    *,
+    timeout_s: float = 30.0,
     credentials: Credentials = NO_CREDENTIALS,
 ) -> LoadRecords:
     """Run a closed loop to completion on a fresh uvloop loop in the calling thread (run it via asyncio.to_thread)."""

@@ -88,9 +88,12 @@ class PromptMaker:
 
         listed = [("user", messages)] if isinstance(messages, str) else messages
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(template).render(messages=[{"role": r, "content": c} for r, c in listed],
-                                                add_generation_prompt=True, bos_token=token("bos_token"),
-                                                eos_token=token("eos_token"))  # fmt: skip
+        return env.from_string(template).render(
+            messages=[{"role": r, "content": c} for r, c in listed],
+            add_generation_prompt=True,
+            bos_token=token("bos_token"),
+            eos_token=token("eos_token"),
+        )
 
     def count_chat(self, messages: str | Sequence[tuple[str, str]]) -> int:
         """Tokens of a chat request, as the server counts them (the template adds its own)."""
@@ -115,8 +118,9 @@ class PromptMaker:
 Prompt = str | list[tuple[str, str]]  # a completion's text, or a chat request's (role, content) messages
 
 
-def llm_bodies(workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int, seed: int,
-               rows: Sequence[PromptRow] | None = None) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def llm_bodies(
+    workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int, seed: int, rows: Sequence[PromptRow] | None = None
+) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:
     """One request body per scheduled request, the body index, and the prompt and output tokens each request holds
     and asks for. Prompts are drawn lengths made exact, or rows of an uploaded prompt set (`rows`, at random or in
     order); a shared prefix starts the share of requests the workload says."""
@@ -142,8 +146,9 @@ def llm_bodies(workload: LlmWorkload, model_name: str, maker: PromptMaker, n: in
     return bodies, np.arange(n, dtype=np.int64), held, outputs
 
 
-def _prompt(workload: LlmWorkload, maker: PromptMaker, rng: np.random.Generator, row: PromptRow | None, drawn: int,
-            prefix: str) -> tuple[Prompt, int]:  # fmt: skip
+def _prompt(
+    workload: LlmWorkload, maker: PromptMaker, rng: np.random.Generator, row: PromptRow | None, drawn: int, prefix: str
+) -> tuple[Prompt, int]:
     """One request's prompt and its length in tokens as the server counts it."""
     chat = workload.api == "chat"
     if row is None or row.prompt_tokens is not None:

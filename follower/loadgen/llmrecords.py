@@ -31,8 +31,9 @@ class LlmColumns:
 
     @classmethod
     def allocate(cls, n: int) -> LlmColumns:
-        return cls(np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                   [None] * n, [None] * n)  # fmt: skip
+        return cls(
+            np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), [None] * n, [None] * n
+        )
 
     def client_count(self, i: int, maker: PromptMaker | None) -> int:
         """The client tokenizer's count of request i's text (-1: no text, or no tokenizer)."""
@@ -61,9 +62,14 @@ class LlmColumns:
     def subset(self, mask: np.ndarray) -> LlmColumns:
         """The entries of the requests in `mask`."""
         where = np.flatnonzero(mask)
-        return LlmColumns(self.prompt_tokens[mask], self.completion_tokens[mask], self.events[mask],
-                          [self.token_times[i] for i in where], [self.texts[i] for i in where],
-                          None if self.client_tokens is None else self.client_tokens[mask])  # fmt: skip
+        return LlmColumns(
+            self.prompt_tokens[mask],
+            self.completion_tokens[mask],
+            self.events[mask],
+            [self.token_times[i] for i in where],
+            [self.texts[i] for i in where],
+            None if self.client_tokens is None else self.client_tokens[mask],
+        )
 
     def token_events(self) -> int:
         """Data events received over every request: what the generator parsed."""

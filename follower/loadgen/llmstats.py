@@ -45,8 +45,14 @@ class LlmJudgement:
     reasons: list[Reason]
 
 
-def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray, np.ndarray], workload: LlmWorkload,
-                slo: SLO | None, maker: PromptMaker | None) -> LlmJudgement | None:  # fmt: skip
+def llm_figures(
+    records: LoadRecords,
+    duration_s: float,
+    asked: tuple[np.ndarray, np.ndarray],
+    workload: LlmWorkload,
+    slo: SLO | None,
+    maker: PromptMaker | None,
+) -> LlmJudgement | None:
     """The figures of a measured window (records cut to it; `asked` each request's prompt tokens and the output
     tokens it asked for, in the same order)."""
     cols = records.llm
@@ -74,32 +80,47 @@ def llm_figures(records: LoadRecords, duration_s: float, asked: tuple[np.ndarray
     disagree = (server < 0) | (text_events > server) | (cols.prompt_tokens[idx] != held)
     if workload.ignore_eos:
         disagree |= server != wanted
-    buffered = np.array([t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1]
-                         for t in (cols.token_times[i] for i in idx)], dtype=bool)  # fmt: skip
+    buffered = np.array(
+        [t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1] for t in (cols.token_times[i] for i in idx)], dtype=bool
+    )
     good_share, goodput = _goodput(slo, first, intended, tpot_of=(multi, tpot), has_token=has_token, duration_s=duration_s)
     ttfts = ttft_ns(np.where(ok, first, -1), intended)  # the answered requests'
     # Block bootstrap over intended time (as for latency): slow first tokens come in bursts.
     bounds = block_bootstrap_ci(intended[has_token], ttfts, (0.50, 0.99)) or []
     ttft_ci = {name: (lo / 1e6, hi / 1e6) for name, (lo, hi) in zip(("p50", "p99"), bounds, strict=False)}
     figures = LlmFigures(
-        ttft_ms=summarize_ns(ttfts), ttft_ci_ms=ttft_ci or None,
+        ttft_ms=summarize_ns(ttfts),
+        ttft_ci_ms=ttft_ci or None,
         ttft_hdr=encode(histogram_of(ttfts.tolist())) if len(ttfts) else None,
         ttft_sent_ms=summarize_ns(first[has_token] - sent[has_token]),
-        itl_ms=summarize_ns(pooled), itl_request_ms=summarize_ns(per_request_gap.astype(np.int64)),
-        tpot_ms=summarize_ns(tpot.astype(np.int64)), e2e_sent_ms=summarize_ns(done[ok] - sent[ok]),
+        itl_ms=summarize_ns(pooled),
+        itl_request_ms=summarize_ns(per_request_gap.astype(np.int64)),
+        tpot_ms=summarize_ns(tpot.astype(np.int64)),
+        e2e_sent_ms=summarize_ns(done[ok] - sent[ok]),
         output_tokens_per_s=float(np.maximum(server, 0).sum()) / duration_s,
         input_tokens_per_s=float(np.maximum(cols.prompt_tokens[idx], 0).sum()) / duration_s,
         user_tokens_per_s_p50=float(np.median(user_rate)) if len(user_rate) else None,
-        goodput_rps=goodput, goodput_share=good_share, output_tokens_asked=int(wanted.sum()),
-        output_tokens_server=int(np.maximum(server, 0).sum()), output_tokens_client=int(np.maximum(client, 0).sum()),
+        goodput_rps=goodput,
+        goodput_share=good_share,
+        output_tokens_asked=int(wanted.sum()),
+        output_tokens_server=int(np.maximum(server, 0).sum()),
+        output_tokens_client=int(np.maximum(client, 0).sum()),
         token_events=int(text_events.sum()),
-        mismatched_requests=int(disagree.sum()), buffered_requests=int(buffered.sum()),
-    )  # fmt: skip
+        mismatched_requests=int(disagree.sum()),
+        buffered_requests=int(buffered.sum()),
+    )
     return LlmJudgement(figures, _reasons(figures, len(idx), workload))
 
 
-def _goodput(slo: SLO | None, first: np.ndarray, intended: np.ndarray, *, tpot_of: tuple[np.ndarray, np.ndarray],
-             has_token: np.ndarray, duration_s: float) -> tuple[float | None, float | None]:  # fmt: skip
+def _goodput(
+    slo: SLO | None,
+    first: np.ndarray,
+    intended: np.ndarray,
+    *,
+    tpot_of: tuple[np.ndarray, np.ndarray],
+    has_token: np.ndarray,
+    duration_s: float,
+) -> tuple[float | None, float | None]:
     """(share of answered requests meeting the TTFT and TPOT objectives, such requests per second); None without."""
     if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
         return None, None
@@ -118,16 +139,26 @@ def _goodput(slo: SLO | None, first: np.ndarray, intended: np.ndarray, *, tpot_o
 def _reasons(figures: LlmFigures, answered: int, workload: LlmWorkload) -> list[Reason]:
     reasons = []
     if answered and figures.mismatched_requests / answered > MISMATCH_SHARE_MAX:
-        reasons.append(Reason(code="token_mismatch", text=(
-            f"token counts disagree on {figures.mismatched_requests} of {answered} requests: asked "
-            f"{figures.output_tokens_asked} output tokens, the server counted {figures.output_tokens_server} and "
-            f"streamed {figures.token_events} events with text (the client's tokenizer finds "
-            f"{figures.output_tokens_client} in the text)"
-            + ("" if workload.ignore_eos else " (lengths not enforced: ignore_eos is off)")
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="token_mismatch",
+                text=(
+                    f"token counts disagree on {figures.mismatched_requests} of {answered} requests: asked "
+                    f"{figures.output_tokens_asked} output tokens, the server counted {figures.output_tokens_server} and "
+                    f"streamed {figures.token_events} events with text (the client's tokenizer finds "
+                    f"{figures.output_tokens_client} in the text)"
+                    + ("" if workload.ignore_eos else " (lengths not enforced: ignore_eos is off)")
+                ),
+            )
+        )
     if workload.stream and answered and figures.buffered_requests / answered > BUFFERED_SHARE_MAX:
-        reasons.append(Reason(code="buffered_stream", text=(
-            f"{figures.buffered_requests} of {answered} streamed answers arrived with all their token events at once "
-            "(a buffering proxy or server): their time to first token is their whole answer's"
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="buffered_stream",
+                text=(
+                    f"{figures.buffered_requests} of {answered} streamed answers arrived with all their token events at once "
+                    "(a buffering proxy or server): their time to first token is their whole answer's"
+                ),
+            )
+        )
     return reasons

@@ -41,8 +41,16 @@ TickCallback = Callable[[LoadRecords, int], bool]
 class _Driver:
     """One run's in-flight accounting and recording (on the event loop); the transport carries the requests."""
 
-    def __init__(self, transport: Transport, bodies: Sequence[bytes], records: LoadRecords, stop: threading.Event,
-                 max_concurrency: int, cap_policy: CapPolicy, body_index: np.ndarray | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        transport: Transport,
+        bodies: Sequence[bytes],
+        records: LoadRecords,
+        stop: threading.Event,
+        max_concurrency: int,
+        cap_policy: CapPolicy,
+        body_index: np.ndarray | None,
+    ) -> None:
         self.transport, self.rec, self.stop = transport, records, stop
         self.encoded = [transport.encode(b) for b in bodies]  # built once, reused per request
         # Request i sends bodies[pick[i]] (a trace's per-request input) or, by default, bodies[i % len(bodies)].
@@ -180,8 +188,10 @@ async def run_open_loop(
     """
     if not bodies:
         raise ValueError("need at least one request body")
-    if body_index is not None and (len(body_index) != len(offsets_ns) or (len(body_index) and (
-            int(body_index.min()) < 0 or int(body_index.max()) >= len(bodies)))):  # fmt: skip
+    if body_index is not None and (
+        len(body_index) != len(offsets_ns)
+        or (len(body_index) and (int(body_index.min()) < 0 or int(body_index.max()) >= len(bodies)))
+    ):
         raise ValueError("body_index must give each request an index into bodies")
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}")
@@ -216,8 +226,12 @@ async def run_open_loop(
     try:
         if timer == "thread":
             sys.setswitchinterval(timing.SWITCH_INTERVAL_S)
-            thread = threading.Thread(target=timing.dispatch_in_thread, name="loadgen-timer", daemon=True,
-                                      args=(loop, driver.intended, driver.launch, stop, driver.dispatched))  # fmt: skip
+            thread = threading.Thread(
+                target=timing.dispatch_in_thread,
+                name="loadgen-timer",
+                daemon=True,
+                args=(loop, driver.intended, driver.launch, stop, driver.dispatched),
+            )
             thread.start()
         else:
             dispatcher = loop.create_task(timing.dispatch_on_loop(driver.intended, driver.launch, stop, driver.dispatched))
@@ -279,10 +293,20 @@ def drive(
         opened = open_transport(endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
         async with opened as transport:
             return await run_open_loop(
-                transport, bodies, offsets_ns, start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
-                max_concurrency=max_concurrency, timer=timer, stop=stop, cap_policy=cap_policy, on_tick=on_tick,
-                tick_every_ns=tick_every_ns, body_index=body_index, cap_rule=cap_rule, drain_s=drain_s,
-            )  # fmt: skip
+                transport,
+                bodies,
+                offsets_ns,
+                start_ns if start_ns is not None else time.monotonic_ns() + lead_ns,
+                max_concurrency=max_concurrency,
+                timer=timer,
+                stop=stop,
+                cap_policy=cap_policy,
+                on_tick=on_tick,
+                tick_every_ns=tick_every_ns,
+                body_index=body_index,
+                cap_rule=cap_rule,
+                drain_s=drain_s,
+            )
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main())

@@ -10,8 +10,18 @@ from common.wire import records as fmt
 from common.wire.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, TRANSPORT_ERROR, UNANSWERED
 from follower.loadgen.llmrecords import LlmColumns
 
-__all__ = ["DROPPED", "NOT_SENT", "OPTIONAL_STAGES", "STAGES", "TRANSPORT_ERROR", "UNANSWERED", "LoadRecords",
-           "decode_records", "encode_records", "shifted"]
+__all__ = [
+    "DROPPED",
+    "NOT_SENT",
+    "OPTIONAL_STAGES",
+    "STAGES",
+    "TRANSPORT_ERROR",
+    "UNANSWERED",
+    "LoadRecords",
+    "decode_records",
+    "encode_records",
+    "shifted",
+]
 
 
 @dataclass
@@ -121,17 +131,28 @@ def decode_records(blob: bytes, *, cpu_s: float = 0.0, wall_s: float = 0.0) -> L
     llm = None
     if fmt.LLM_OFFSETS in arrays:
         tokens, offsets = np.asarray(arrays[fmt.LLM_TOKENS], dtype=np.int64), np.asarray(arrays[fmt.LLM_OFFSETS])
-        llm = LlmColumns(column("llm_prompt_tokens"), column("llm_completion_tokens"), column("llm_events"),
-                         [tokens[offsets[i]:offsets[i + 1]] for i in range(n)], [None] * n,
-                         column("llm_client_tokens"))  # fmt: skip
+        llm = LlmColumns(
+            column("llm_prompt_tokens"),
+            column("llm_completion_tokens"),
+            column("llm_events"),
+            [tokens[offsets[i] : offsets[i + 1]] for i in range(n)],
+            [None] * n,
+            column("llm_client_tokens"),
+        )
 
     return LoadRecords(
-        intended_ns=column("intended_ns"), sent_ns=column("sent_ns"), first_byte_ns=column("first_byte_ns"),
-        done_ns=column("done_ns"), status=np.asarray(arrays["status"]).astype(np.int32),
+        intended_ns=column("intended_ns"),
+        sent_ns=column("sent_ns"),
+        first_byte_ns=column("first_byte_ns"),
+        done_ns=column("done_ns"),
+        status=np.asarray(arrays["status"]).astype(np.int32),
         stages_ns={stage: column(f"{fmt.STAGE_PREFIX}{stage}") for stage in STAGES},
-        start_ns=int(np.asarray(arrays[fmt.START]).ravel()[0]), cpu_s=cpu_s, wall_s=wall_s,
-        capped=column("capped") > 0 if "capped" in arrays else np.zeros(n, dtype=bool), llm=llm,
-    )  # fmt: skip
+        start_ns=int(np.asarray(arrays[fmt.START]).ravel()[0]),
+        cpu_s=cpu_s,
+        wall_s=wall_s,
+        capped=column("capped") > 0 if "capped" in arrays else np.zeros(n, dtype=bool),
+        llm=llm,
+    )
 
 
 def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
@@ -141,12 +162,23 @@ def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
         return np.where(values >= 0, values + delta_ns, values)
 
     return LoadRecords(
-        intended_ns=records.intended_ns + delta_ns, sent_ns=move(records.sent_ns), first_byte_ns=move(records.first_byte_ns),
-        done_ns=move(records.done_ns), status=records.status, stages_ns=records.stages_ns,
-        start_ns=records.start_ns + delta_ns, cpu_s=records.cpu_s, wall_s=records.wall_s, loop_lag_ns=records.loop_lag_ns,
-        error_sample=records.error_sample, timer=records.timer, capped=records.capped, scheduling=records.scheduling,
-        cap=records.cap, llm=records.llm.shifted(delta_ns) if records.llm is not None else None,
-    )  # fmt: skip
+        intended_ns=records.intended_ns + delta_ns,
+        sent_ns=move(records.sent_ns),
+        first_byte_ns=move(records.first_byte_ns),
+        done_ns=move(records.done_ns),
+        status=records.status,
+        stages_ns=records.stages_ns,
+        start_ns=records.start_ns + delta_ns,
+        cpu_s=records.cpu_s,
+        wall_s=records.wall_s,
+        loop_lag_ns=records.loop_lag_ns,
+        error_sample=records.error_sample,
+        timer=records.timer,
+        capped=records.capped,
+        scheduling=records.scheduling,
+        cap=records.cap,
+        llm=records.llm.shifted(delta_ns) if records.llm is not None else None,
+    )
 
 
 def encode_records(records: LoadRecords, client_tokens: np.ndarray | None = None) -> bytes:
@@ -154,16 +186,24 @@ def encode_records(records: LoadRecords, client_tokens: np.ndarray | None = None
     each text, for a blob another follower merges (the texts themselves stay here)."""
     capped = records.capped if len(records.capped) == len(records) else np.zeros(len(records), dtype=bool)
     columns = {
-        "intended_ns": records.intended_ns, "sent_ns": records.sent_ns, "first_byte_ns": records.first_byte_ns,
-        "done_ns": records.done_ns, "status": records.status, "capped": capped,
-    }  # fmt: skip
+        "intended_ns": records.intended_ns,
+        "sent_ns": records.sent_ns,
+        "first_byte_ns": records.first_byte_ns,
+        "done_ns": records.done_ns,
+        "status": records.status,
+        "capped": capped,
+    }
     llm = None
     if records.llm is not None:
         cols = records.llm
         times = [t if t is not None else np.zeros(0, dtype=np.int64) for t in cols.token_times]
-        llm = {"llm_prompt_tokens": cols.prompt_tokens, "llm_completion_tokens": cols.completion_tokens,
-               "llm_events": cols.events, fmt.LLM_TOKENS: np.concatenate(times) if times else np.zeros(0, dtype=np.int64),
-               fmt.LLM_OFFSETS: np.concatenate([[0], np.cumsum([len(t) for t in times])])}  # fmt: skip
+        llm = {
+            "llm_prompt_tokens": cols.prompt_tokens,
+            "llm_completion_tokens": cols.completion_tokens,
+            "llm_events": cols.events,
+            fmt.LLM_TOKENS: np.concatenate(times) if times else np.zeros(0, dtype=np.int64),
+            fmt.LLM_OFFSETS: np.concatenate([[0], np.cumsum([len(t) for t in times])]),
+        }
         if client_tokens is not None:
             llm["llm_client_tokens"] = client_tokens
     return fmt.encode(columns, records.stages_ns, records.start_ns, llm)

@@ -42,8 +42,12 @@ class CpuCost:
     """Running estimates of generator CPU seconds per request and per token event of a streamed answer, from the
     runs this follower has measured."""
 
-    def __init__(self, prior_s: float = DEFAULT_CPU_PER_REQUEST_S, weight: float = 0.3,
-                 event_prior_s: float = DEFAULT_CPU_PER_TOKEN_EVENT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        prior_s: float = DEFAULT_CPU_PER_REQUEST_S,
+        weight: float = 0.3,
+        event_prior_s: float = DEFAULT_CPU_PER_TOKEN_EVENT_S,
+    ) -> None:
         self.estimate_s = prior_s
         self.event_estimate_s = event_prior_s
         self.weight = weight
@@ -71,8 +75,14 @@ class CpuCost:
 COST = CpuCost()
 
 
-def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: int | None = None,
-                    tokens_per_request: float = 0.0, cpu_per_event_s: float = 0.0) -> GeneratorPlan:  # fmt: skip
+def plan_generators(
+    rate: float,
+    cpu_per_request_s: float,
+    cores: int,
+    forced: int | None = None,
+    tokens_per_request: float = 0.0,
+    cpu_per_event_s: float = 0.0,
+) -> GeneratorPlan:
     """How many generator processes a point at `rate` runs on `cores` generator cores, and why. A streamed answer's
     `tokens_per_request` token events cost `cpu_per_event_s` each on top of the request's own cost.
 
@@ -87,8 +97,10 @@ def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: i
     saturated = needed > cores
     cost = f"{cpu_per_request_s * 1e6:.0f} us CPU per request"
     if tokens_per_request > 0:
-        cost = (f"({cost} + {tokens_per_request:.0f} token events x {cpu_per_event_s * 1e6:.1f} us = "
-                f"{per_request * 1e6:.0f} us per request; {rate * tokens_per_request:,.0f} token events/s)")  # fmt: skip
+        cost = (
+            f"({cost} + {tokens_per_request:.0f} token events x {cpu_per_event_s * 1e6:.1f} us = "
+            f"{per_request * 1e6:.0f} us per request; {rate * tokens_per_request:,.0f} token events/s)"
+        )
     why = f"needs {needed:.2f} cores at {rate:g} req/s x {cost}, {cores} available"
     if forced is not None:
         why += f"; {processes} processes set by the follower setting generators"
@@ -97,11 +109,16 @@ def plan_generators(rate: float, cpu_per_request_s: float, cores: int, forced: i
     if saturated:
         why += ": the generator is saturated"
     return GeneratorPlan(
-        processes=processes, cores_needed=round(needed, 3), cores_available=cores,
-        cpu_per_request_us=round(cpu_per_request_s * 1e6, 1), forced=forced is not None, saturated=saturated, reason=why,
+        processes=processes,
+        cores_needed=round(needed, 3),
+        cores_available=cores,
+        cpu_per_request_us=round(cpu_per_request_s * 1e6, 1),
+        forced=forced is not None,
+        saturated=saturated,
+        reason=why,
         cpu_per_token_event_us=round(cpu_per_event_s * 1e6, 2) if tokens_per_request > 0 else None,
         token_events_per_s=round(rate * tokens_per_request, 1) if tokens_per_request > 0 else None,
-    )  # fmt: skip
+    )
 
 
 def generator_count(rate: float, cpu_per_request_s: float, max_processes: int) -> int:
@@ -159,13 +176,17 @@ def _merged_llm(parts: Sequence[LoadRecords], order: np.ndarray) -> LlmColumns |
 
     counted = None
     if any(c.client_tokens is not None for c in each):
-        counted = np.concatenate([c.client_tokens if c.client_tokens is not None else np.full(len(c.events), -1)
-                                  for c in each])[order]  # fmt: skip
+        counted = np.concatenate([c.client_tokens if c.client_tokens is not None else np.full(len(c.events), -1) for c in each])[
+            order
+        ]
     return LlmColumns(
-        np.concatenate([c.prompt_tokens for c in each])[order], np.concatenate([c.completion_tokens for c in each])[order],
-        np.concatenate([c.events for c in each])[order], pick([t for c in each for t in c.token_times]),
-        pick([t for c in each for t in c.texts]), counted,
-    )  # fmt: skip
+        np.concatenate([c.prompt_tokens for c in each])[order],
+        np.concatenate([c.completion_tokens for c in each])[order],
+        np.concatenate([c.events for c in each])[order],
+        pick([t for c in each for t in c.token_times]),
+        pick([t for c in each for t in c.texts]),
+        counted,
+    )
 
 
 def _merged_scheduling(each: list[str | None]) -> str | None:
@@ -197,8 +218,15 @@ def _child(
 
 
 def drive_processes(
-    endpoint: Endpoint, bodies: Sequence[bytes], offsets_ns: np.ndarray, n: int, *, lead_ns: int = SPAWN_LEAD_NS,
-    body_index: np.ndarray | None = None, cpus: Sequence[int] | None = None, **kwargs: Any,
+    endpoint: Endpoint,
+    bodies: Sequence[bytes],
+    offsets_ns: np.ndarray,
+    n: int,
+    *,
+    lead_ns: int = SPAWN_LEAD_NS,
+    body_index: np.ndarray | None = None,
+    cpus: Sequence[int] | None = None,
+    **kwargs: Any,
 ) -> list[LoadRecords]:
     """Run the schedule split over `n` generator processes sharing one start; returns each process's records.
 
@@ -218,8 +246,16 @@ def drive_processes(
         cores = sorted(cpus) if cpus else []
         realtime = len(cores) >= n
         futures = [
-            pool.submit(_child, endpoint, list(bodies), part, start_ns, {**kwargs, "body_index": pick},
-                        cores[k % len(cores)] if cores else None, realtime)  # fmt: skip
+            pool.submit(
+                _child,
+                endpoint,
+                list(bodies),
+                part,
+                start_ns,
+                {**kwargs, "body_index": pick},
+                cores[k % len(cores)] if cores else None,
+                realtime,
+            )
             for k, (part, pick) in enumerate(zip(split(offsets_ns, n), picks, strict=True))
         ]
         return [f.result() for f in futures]

@@ -42,8 +42,12 @@ class _TimerFd:
     """
 
     class _Spec(ctypes.Structure):
-        _fields_ = [("interval_s", ctypes.c_long), ("interval_ns", ctypes.c_long),
-                    ("value_s", ctypes.c_long), ("value_ns", ctypes.c_long)]  # fmt: skip
+        _fields_ = [
+            ("interval_s", ctypes.c_long),
+            ("interval_ns", ctypes.c_long),
+            ("value_s", ctypes.c_long),
+            ("value_ns", ctypes.c_long),
+        ]
 
     _libc: ctypes.CDLL | None = None
 
@@ -82,8 +86,9 @@ class _TimerFd:
         os.close(self.fd)
 
 
-def dispatch_in_thread(loop: asyncio.AbstractEventLoop, intended: list[int], launch: Launch, stop: threading.Event,
-                       dispatched: asyncio.Event) -> None:  # fmt: skip
+def dispatch_in_thread(
+    loop: asyncio.AbstractEventLoop, intended: list[int], launch: Launch, stop: threading.Event, dispatched: asyncio.Event
+) -> None:
     """The "thread" timer (run in its own thread): sleep precisely until each intended time, hand `launch(i)` to the loop."""
     call = loop.call_soon_threadsafe
     for i, target in enumerate(intended):
@@ -158,8 +163,9 @@ async def _spin_dispatch(intended: list[int], launch: Launch, stop: threading.Ev
     dispatched.set()
 
 
-async def tick(lags: list[int], on_tick: Callable[[int], None] | None = None, first_call_ns: int = 0,
-               every_ns: int = 1_000_000_000) -> None:  # fmt: skip
+async def tick(
+    lags: list[int], on_tick: Callable[[int], None] | None = None, first_call_ns: int = 0, every_ns: int = 1_000_000_000
+) -> None:
     """Event-loop lag: how late a 10 ms periodic sleep wakes (includes asyncio's ~1 ms timer rounding), into `lags`.
 
     From `first_call_ns` on, every `every_ns`, it also calls `on_tick(now)`. Runs until cancelled.

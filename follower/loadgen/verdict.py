@@ -109,8 +109,9 @@ class WindowSummary:
     unanswered: int = 0  # sent and still unanswered when the run ended (its drain bound ran out): latency unknown
 
 
-def summarize_window(records: LoadRecords, duration_s: float, *, delivered_rate: float | None = None,
-                     backlog: Backlog | None = None) -> WindowSummary:  # fmt: skip
+def summarize_window(
+    records: LoadRecords, duration_s: float, *, delivered_rate: float | None = None, backlog: Backlog | None = None
+) -> WindowSummary:
     """Summarise the requests of a measured window (records already cut to it by intended time).
 
     Offered = scheduled / duration. Achieved counts the same requests (answered 200, over the duration), exact in a
@@ -203,8 +204,10 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
     # answer time grew (requests queued inside it), or requests it was sent were still unanswered when the run's
     # drain ended (it held them longer than the bound); a backlog of requests waiting for slots while the server
     # answers as fast as ever is the cap's.
-    saturated = summary.backlog is not None and summary.backlog.grew(summary.requests) and (
-        not summary.capped or summary.backlog.server_slowed() or summary.unanswered > 0
+    saturated = (
+        summary.backlog is not None
+        and summary.backlog.grew(summary.requests)
+        and (not summary.capped or summary.backlog.server_slowed() or summary.unanswered > 0)
     )
     lag = summary.send_lag_ms
     if lag is None:
@@ -212,32 +215,52 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
     else:
         own = summary.send_lag_uncapped_ms
         if own is not None and own.p99 > SEND_LAG_P99_MAX_MS:
-            reasons.append(Reason(code="send_lag", text=(
-                f"send lag p99 {own.p99:.3f} ms (of requests that had a free in-flight slot) exceeds "
-                f"{SEND_LAG_P99_MAX_MS:g} ms: the generator (or its host) could not send on time"
-            )))  # fmt: skip
+            reasons.append(
+                Reason(
+                    code="send_lag",
+                    text=(
+                        f"send lag p99 {own.p99:.3f} ms (of requests that had a free in-flight slot) exceeds "
+                        f"{SEND_LAG_P99_MAX_MS:g} ms: the generator (or its host) could not send on time"
+                    ),
+                )
+            )
         if summary.capped and lag.p99 > SEND_LAG_P99_MAX_MS:
             cap = f"all {max_concurrency}" if max_concurrency else "all"
             share = 100 * summary.capped / max(summary.requests, 1)
-            reasons.append(Reason(code="cap_reached", text=(
-                f"the in-flight cap was reached: {summary.capped} requests ({share:.1f}%) found {cap} slots busy and "
-                f"waited for one (send lag p99 {lag.p99:.1f} ms); latency from the intended time includes that wait. "
-                "Raise the cap (load.max_concurrency; unset, it follows the load up to the follower's max_in_flight) to "
-                "the rate x the server's latency"
-            )))  # fmt: skip
+            reasons.append(
+                Reason(
+                    code="cap_reached",
+                    text=(
+                        f"the in-flight cap was reached: {summary.capped} requests ({share:.1f}%) found {cap} slots busy and "
+                        f"waited for one (send lag p99 {lag.p99:.1f} ms); latency from the intended time includes that wait. "
+                        "Raise the cap (load.max_concurrency; unset, it follows the load up to the follower's max_in_flight) to "
+                        "the rate x the server's latency"
+                    ),
+                )
+            )
     miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate if summary.offered_rate > 0 else 0.0
     if saturated and summary.backlog is not None:
         counts = summary.backlog.counts
-        reasons.append(Reason(code="server_saturated", text=(
-            f"the server could not keep up: it delivered {summary.achieved_rate:.1f} of the {summary.offered_rate:.1f} "
-            f"req/s offered, and the requests waiting for an answer grew from {counts[0]} to {counts[-1]} across the "
-            "measured windows"
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="server_saturated",
+                text=(
+                    f"the server could not keep up: it delivered {summary.achieved_rate:.1f} of the {summary.offered_rate:.1f} "
+                    f"req/s offered, and the requests waiting for an answer grew from {counts[0]} to {counts[-1]} across the "
+                    "measured windows"
+                ),
+            )
+        )
     elif miss > RATE_TOLERANCE:
-        reasons.append(Reason(code="rate_missed", text=(
-            f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered {summary.offered_rate:.1f} req/s "
-            f"by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)"
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="rate_missed",
+                text=(
+                    f"achieved rate {summary.achieved_rate:.1f} req/s misses the offered {summary.offered_rate:.1f} req/s "
+                    f"by {100 * miss:.1f}% (> {100 * RATE_TOLERANCE:g}%)"
+                ),
+            )
+        )
     if summary.ok < MIN_COMPLETED:
         reasons.append(
             Reason(
@@ -262,11 +285,16 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
             )
         )
     if summary.unanswered:
-        reasons.append(Reason(code="unanswered", text=(
-            f"{summary.unanswered} requests were still unanswered when the run ended (the wait for answers after the "
-            f"last request was due is the point's duration, bounded to {DRAIN_MIN_S:g}-{DRAIN_MAX_S:g} s): their "
-            "latency is unknown, longer than that wait, and not in the percentiles, which cover the answered requests"
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="unanswered",
+                text=(
+                    f"{summary.unanswered} requests were still unanswered when the run ended (the wait for answers after the "
+                    f"last request was due is the point's duration, bounded to {DRAIN_MIN_S:g}-{DRAIN_MAX_S:g} s): their "
+                    "latency is unknown, longer than that wait, and not in the percentiles, which cover the answered requests"
+                ),
+            )
+        )
     if summary.requests > 0 and summary.errors / summary.requests > ERROR_RATE_MAX:
         sample = f"; first: {summary.error_sample}" if summary.error_sample else ""
         reasons.append(

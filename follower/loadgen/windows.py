@@ -60,7 +60,8 @@ def window_stats(
                 p50_ms=float(np.percentile(lat, 50)) / 1e6 if len(lat) else None,
                 p99_ms=float(np.percentile(lat, 99)) / 1e6 if len(lat) else None,
                 send_lag_p99_ms=float(np.percentile(np.maximum(lag, 0), 99)) / 1e6 if len(lag) else None,
-                tokens_per_s=tokens_per_s, ttft_p99_ms=ttft_p99,
+                tokens_per_s=tokens_per_s,
+                ttft_p99_ms=ttft_p99,
             )
         )
     return out
@@ -100,10 +101,13 @@ def stall(windows: list[WindowStat]) -> Reason | None:
     p99 = worst.p99_ms or 0.0
     if p99 < STALL_FACTOR * others or p99 - others < STALL_MIN_MS:
         return None
-    return Reason(code="unsteady", text=(
-        f"unsteady: the window {worst.t_s:g}-{worst.t_s + worst.duration_s:g} s into the measured part had p99 "
-        f"{p99:.0f} ms against {others:.1f} ms in the others (a stall); the point's figures include it"
-    ))  # fmt: skip
+    return Reason(
+        code="unsteady",
+        text=(
+            f"unsteady: the window {worst.t_s:g}-{worst.t_s + worst.duration_s:g} s into the measured part had p99 "
+            f"{p99:.0f} ms against {others:.1f} ms in the others (a stall); the point's figures include it"
+        ),
+    )
 
 
 class WindowMonitor:

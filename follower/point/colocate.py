@@ -59,7 +59,10 @@ async def run_colocated(
                 for point, cpus in zip(group, cores, strict=True):
                     model, path = models[point.served]
                     own = dataclasses.replace(
-                        run, model=model, model_path=path, cpus=cpus,
+                        run,
+                        model=model,
+                        model_path=path,
+                        cpus=cpus,
                         workdir=run.workdir / f"group{point.group}-model{point.served}",
                         extra_env=mps.client_env(shares[point.served]) if mps else {},
                         writable=tuple(mps.dirs) if mps else (),

@@ -65,9 +65,7 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
         sink = ctx.run.progress_sink
         publish = (lambda windows: sink(point, windows)) if sink is not None else None
         origin_ns = start_ns + plan.warmup_ns
-        monitor.append(
-            WindowMonitor(origin_ns, plan.window_ns, min_ns=plan.duration_ns, rule=point.stability, publish=publish)
-        )
+        monitor.append(WindowMonitor(origin_ns, plan.window_ns, min_ns=plan.duration_ns, rule=point.stability, publish=publish))
         return monitor[0]
 
     # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
@@ -92,32 +90,66 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
     return driven
 
 
-async def _run_generators(plan: PointPlan, ctx: PointContext, stop: threading.Event,
-                          monitor_factory: Callable[[int], WindowMonitor], start_ns: int | None) -> LoadRecords:  # fmt: skip
+async def _run_generators(
+    plan: PointPlan,
+    ctx: PointContext,
+    stop: threading.Event,
+    monitor_factory: Callable[[int], WindowMonitor],
+    start_ns: int | None,
+) -> LoadRecords:
     point, cores = plan.point, plan.generator_cores
     endpoint = protocol_of(ctx.endpoint).route(ctx.endpoint, point.llm)
     if plan.processes > 1 and start_ns is None:
         parts = await asyncio.to_thread(
-            drive_processes, endpoint, plan.bodies, plan.offsets_ns, plan.processes, max_concurrency=plan.cap,
-            body_index=plan.body_index, cpus=sorted(cores) if cores else None, timeout_s=REQUEST_TIMEOUT_S,
-            timer=ctx.run.timer, cap_policy=point.cap_policy, drain_s=plan.drain_s, credentials=ctx.run.credentials,
-        )  # fmt: skip
+            drive_processes,
+            endpoint,
+            plan.bodies,
+            plan.offsets_ns,
+            plan.processes,
+            max_concurrency=plan.cap,
+            body_index=plan.body_index,
+            cpus=sorted(cores) if cores else None,
+            timeout_s=REQUEST_TIMEOUT_S,
+            timer=ctx.run.timer,
+            cap_policy=point.cap_policy,
+            drain_s=plan.drain_s,
+            credentials=ctx.run.credentials,
+        )
         return merge(parts, min(p.start_ns for p in parts))
     if plan.closed:
         return await asyncio.to_thread(
-            _drive_closed_isolated, cores, endpoint, plan.bodies, point.concurrency or 1,
-            plan.warmup_ns + plan.duration_ns, timeout_s=REQUEST_TIMEOUT_S, credentials=ctx.run.credentials,
-        )  # fmt: skip
+            _drive_closed_isolated,
+            cores,
+            endpoint,
+            plan.bodies,
+            point.concurrency or 1,
+            plan.warmup_ns + plan.duration_ns,
+            timeout_s=REQUEST_TIMEOUT_S,
+            credentials=ctx.run.credentials,
+        )
     # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
     rule = None
     if plan.follow_load and plan.warmup_ns > 0:
         rule = CapRule(plan.warmup_ns, functools.partial(little_cap, rate=point.rate, bound=plan.cap))
     return await asyncio.to_thread(
-        _drive_isolated, cores, endpoint, plan.bodies, plan.offsets_ns, max_concurrency=plan.cap,
-        timeout_s=REQUEST_TIMEOUT_S, timer=ctx.run.timer, stop=stop, cap_policy=point.cap_policy,
-        monitor_factory=monitor_factory, tick_every_ns=plan.window_ns, body_index=plan.body_index, cap_rule=rule,
-        drain_s=plan.drain_s, credentials=ctx.run.credentials, start_ns=start_ns,
-    )  # fmt: skip
+        _drive_isolated,
+        cores,
+        endpoint,
+        plan.bodies,
+        plan.offsets_ns,
+        max_concurrency=plan.cap,
+        timeout_s=REQUEST_TIMEOUT_S,
+        timer=ctx.run.timer,
+        stop=stop,
+        cap_policy=point.cap_policy,
+        monitor_factory=monitor_factory,
+        tick_every_ns=plan.window_ns,
+        body_index=plan.body_index,
+        cap_rule=rule,
+        drain_s=plan.drain_s,
+        credentials=ctx.run.credentials,
+        start_ns=start_ns,
+    )
 
 
 def _drive_isolated(

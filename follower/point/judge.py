@@ -44,28 +44,33 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     measured_end = measured_start + measured_ns
     measured = records.window(measured_start, measured_end)
     summary = summarize_window(
-        measured, measured_ns / 1e9,
+        measured,
+        measured_ns / 1e9,
         delivered_rate=delivered_rate(records, measured_start, measured_end),
         backlog=None if plan.closed else backlog(records, measured_start, measured_end, plan.window_ns),
-    )  # fmt: skip
+    )
     windows = window_stats(records, measured_start, plan.window_ns, measured_end)
     stable = is_stable(windows, point.stability or Stability())
     reasons = window_reasons(summary, records.cap or plan.cap) + list(plan.reasons) + driven.reasons
     if (stalled := stall(windows)) is not None:
         reasons.append(stalled)
     if point.stability is not None and stable is not True:
-        reasons.append(Reason(code="unstable", text=(
-            f"not stable: the last {point.stability.windows} windows did not agree within "
-            f"{100 * point.stability.tolerance:g}% on throughput and p99 within {plan.max_s:g}s"
-        )))  # fmt: skip
+        reasons.append(
+            Reason(
+                code="unstable",
+                text=(
+                    f"not stable: the last {point.stability.windows} windows did not agree within "
+                    f"{100 * point.stability.tolerance:g}% on throughput and p99 within {plan.max_s:g}s"
+                ),
+            )
+        )
     llm = None
     if point.llm is not None and plan.asked_tokens is not None and plan.prompt_tokens is not None:
         inside = (records.intended_ns >= measured_start) & (records.intended_ns < measured_end)
         held, asked = plan.prompt_tokens, plan.asked_tokens
         if records.body is not None:  # a closed loop: each request's lengths are those of the body it sent
             held, asked = held[records.body], asked[records.body]
-        tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.run.slo,
-                             ctx.prompts)  # fmt: skip
+        tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.run.slo, ctx.prompts)
         if tokens is not None:
             llm = tokens.figures.model_copy(update={"server": driven.llm_server})
             reasons += tokens.reasons

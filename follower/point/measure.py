@@ -38,10 +38,14 @@ async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | 
     summary = judged.summary
     log.info(
         "point %d: %d req, %d ok, lag p99 %s ms, generator cpu %.0f%%, loop lag p99 %s ms, %s",
-        plan.point.index, summary.requests, summary.ok, summary.send_lag_ms and round(summary.send_lag_ms.p99, 3),
-        100 * summary.cpu_share, summary.loop_lag_ms and round(summary.loop_lag_ms.p99, 3),
+        plan.point.index,
+        summary.requests,
+        summary.ok,
+        summary.send_lag_ms and round(summary.send_lag_ms.p99, 3),
+        100 * summary.cpu_share,
+        summary.loop_lag_ms and round(summary.loop_lag_ms.p99, 3),
         [r.text for r in judged.reasons] or "valid",
-    )  # fmt: skip
+    )
     return point_result(plan, driven, judged, ctx, started_at=started_at, cold_start=cold_start)
 
 
@@ -65,10 +69,13 @@ async def _search(point: PointSpec, ctx: PointContext, cold_start: ColdStart | N
         passed = result.valid and result.slo_met is True
         steps.append(
             SearchStep(
-                rate=rate, valid=result.valid, slo_met=result.slo_met, achieved_rate=result.achieved_rate,
+                rate=rate,
+                valid=result.valid,
+                slo_met=result.slo_met,
+                achieved_rate=result.achieved_rate,
                 p99_ms=result.latency_ms.p99 if result.latency_ms else None,
             )
-        )  # fmt: skip
+        )
         if lowest is None or rate < lowest.point.rate:
             lowest = result
         if passed:

@@ -100,8 +100,10 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         workload, prompt_rows = point.llm, ctx.run.prompt_rows
         if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
             # A trace that gives each request's lengths: request i takes entry i's.
-            prompt_rows = [PromptRow(prompt_tokens=int(p), output_tokens=int(o))
-                           for p, o in zip(replayed.prompt_tokens, replayed.output_tokens, strict=True)]  # fmt: skip
+            prompt_rows = [
+                PromptRow(prompt_tokens=int(p), output_tokens=int(o))
+                for p, o in zip(replayed.prompt_tokens, replayed.output_tokens, strict=True)
+            ]
             workload = workload.model_copy(update={"order": "sequential"})
         bodies, body_index, held, asked = llm_bodies(workload, model.name, ctx.prompts, count, point.seed, prompt_rows)
         if closed:
@@ -109,8 +111,10 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         room = point.server.llm.model_len(model.llm.context_length) if model.llm is not None else None
         if room is not None and len(held) and int((held + asked).max()) > room:
             worst = int(np.argmax(held + asked))
-            raise ValueError(f"a request of {int(held[worst])} prompt tokens and {int(asked[worst])} output tokens "
-                             f"exceeds the {room} tokens a sequence may hold on the server (server.llm.max_model_len)")
+            raise ValueError(
+                f"a request of {int(held[worst])} prompt tokens and {int(asked[worst])} output tokens "
+                f"exceeds the {room} tokens a sequence may hold on the server (server.llm.max_model_len)"
+            )
     sampling = ctx.run.sampling
     if sampling.gpu_indices is None:
         # Only the GPU this point's server runs on is its GPU: a CPU-served point on a GPU host gets no GPU figures
@@ -125,17 +129,36 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
     if not closed:
         tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
         cost_s = ctx.cpu_per_request_s or COST.estimate_s  # a target's calibrated cost, else the learned one
-        gen_plan = plan_generators(point.rate, cost_s, len(generator_cores or ()), ctx.run.forced_generators,
-                                   tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
+        gen_plan = plan_generators(
+            point.rate,
+            cost_s,
+            len(generator_cores or ()),
+            ctx.run.forced_generators,
+            tokens_per_request=tokens,
+            cpu_per_event_s=COST.event_estimate_s,
+        )
         if gen_plan.saturated:
             reasons.append(Reason(code="generator_capacity", text=f"load generator {gen_plan.reason}"))
     return PointPlan(
-        point=point, bodies=bodies, body_index=body_index, offsets_ns=offsets, warmup_ns=warmup_ns,
-        duration_ns=duration_ns, max_s=max_s, window_ns=max(int(round(point.window_s * 1e9)), 1_000_000), closed=closed,
-        sampling=sampling, generator_cores=generator_cores, generator_plan=gen_plan, reasons=tuple(reasons),
-        cap=point.max_concurrency or ctx.run.max_in_flight, follow_load=point.max_concurrency is None,
-        drain_s=drain_bound_s(point.duration_s), asked_tokens=asked, prompt_tokens=held,
-    )  # fmt: skip
+        point=point,
+        bodies=bodies,
+        body_index=body_index,
+        offsets_ns=offsets,
+        warmup_ns=warmup_ns,
+        duration_ns=duration_ns,
+        max_s=max_s,
+        window_ns=max(int(round(point.window_s * 1e9)), 1_000_000),
+        closed=closed,
+        sampling=sampling,
+        generator_cores=generator_cores,
+        generator_plan=gen_plan,
+        reasons=tuple(reasons),
+        cap=point.max_concurrency or ctx.run.max_in_flight,
+        follow_load=point.max_concurrency is None,
+        drain_s=drain_bound_s(point.duration_s),
+        asked_tokens=asked,
+        prompt_tokens=held,
+    )
 
 
 def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> Trace:
@@ -150,5 +173,9 @@ def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> Trace:
         return None if first is None or then is None else np.concatenate([first, then])
 
     offsets = np.concatenate([warm.offsets_ns, measured.offsets_ns + int(round(warmup_s * 1e9))])
-    return Trace(offsets, cat(warm.inputs, measured.inputs), cat(warm.prompt_tokens, measured.prompt_tokens),
-                 cat(warm.output_tokens, measured.output_tokens))  # fmt: skip
+    return Trace(
+        offsets,
+        cat(warm.inputs, measured.inputs),
+        cat(warm.prompt_tokens, measured.prompt_tokens),
+        cat(warm.output_tokens, measured.output_tokens),
+    )

@@ -16,8 +16,9 @@ from follower.point.judge import Judgement
 from follower.point.plan import PointPlan
 
 
-def point_result(plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointContext, *, started_at: datetime,
-                 cold_start: ColdStart | None) -> PointResult:  # fmt: skip
+def point_result(
+    plan: PointPlan, driven: Driven, judged: Judgement, ctx: PointContext, *, started_at: datetime, cold_start: ColdStart | None
+) -> PointResult:
     """Everything the point measured, its verdict and the environment it ran in."""
     summary, records, point = judged.summary, driven.records, plan.point
     return PointResult(
@@ -76,8 +77,11 @@ def llm_stages(figures: LlmFigures) -> dict[str, float] | None:
     if any(v is None for v in parts.values()) or server.e2e_ms_mean is None:
         return None
     service = figures.e2e_sent_ms.mean
-    return {**{k: float(v) for k, v in parts.items() if v is not None}, "transmission": service - server.e2e_ms_mean,
-            "service": service}  # fmt: skip
+    return {
+        **{k: float(v) for k, v in parts.items() if v is not None},
+        "transmission": service - server.e2e_ms_mean,
+        "service": service,
+    }
 
 
 def environment(env_base: Mapping[str, Any], *, backend_version: str, seed: int) -> Environment:

@@ -71,8 +71,11 @@ async def serving(backend_name: str, first: PointSpec | None, run: ServerRun) ->
     sandbox = None
     if run.target is None:
         sandbox = await asyncio.to_thread(
-            sandboxes.for_server, run.workdir, runs_model_code=backend_name in MODEL_CODE_BACKENDS,
-            trusted=run.model.trusted, what=f"{backend_name} serving model {run.model.ref}",
+            sandboxes.for_server,
+            run.workdir,
+            runs_model_code=backend_name in MODEL_CODE_BACKENDS,
+            trusted=run.model.trusted,
+            what=f"{backend_name} serving model {run.model.ref}",
         )
     backend: Backend | None = None
     try:
@@ -136,8 +139,13 @@ async def _answering(
         cold = ColdStart(to_ready_s=to_ready_s, to_first_answer_s=to_first_answer_s)
         log.info("%s ready in %.3fs, first answer at %.3fs", backend_name, cold.to_ready_s, cold.to_first_answer_s)
     ctx = PointContext(
-        run=run, backend=backend, endpoint=endpoint, backend_version=backend.version(), wakeup=wakeup,
-        prompts=prompts, cpu_per_request_s=cost_s,
+        run=run,
+        backend=backend,
+        endpoint=endpoint,
+        backend_version=backend.version(),
+        wakeup=wakeup,
+        prompts=prompts,
+        cpu_per_request_s=cost_s,
     )
     return Served(ctx, cold, shaped)
 
@@ -170,9 +178,7 @@ def prompt_maker(model: ModelMeta, model_path: Path) -> PromptMaker:
     return PromptMaker(*hfbundle.tokenizer_files(Path(model_path), limit_bytes=hfbundle.unpack_limit(Path(model_path))))
 
 
-async def first_answer(
-    endpoint: Endpoint, body: bytes, timeout_s: float, credentials: Credentials = NO_CREDENTIALS
-) -> None:
+async def first_answer(endpoint: Endpoint, body: bytes, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
     """Send one inference request, retrying briefly, until the server answers 200 (the end of cold start)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"

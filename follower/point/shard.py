@@ -56,20 +56,36 @@ def share(plan: PointPlan, shard: int, count: int, cpu_per_request_s: float | No
     bodies = max(len(plan.bodies), 1)
     body_index = plan.body_index if plan.body_index is not None else np.arange(len(plan.offsets_ns)) % bodies
     p = plan.point
-    point = p.model_copy(update={"rate": p.rate / count, "rate_end": p.rate_end / count if p.rate_end else None,
-                                 "spike_rate": p.spike_rate / count if p.spike_rate else None})  # fmt: skip
+    point = p.model_copy(
+        update={
+            "rate": p.rate / count,
+            "rate_end": p.rate_end / count if p.rate_end else None,
+            "spike_rate": p.spike_rate / count if p.spike_rate else None,
+        }
+    )
     asked = plan.asked_tokens[mine] if plan.asked_tokens is not None else None
     tokens = float(asked.mean()) if asked is not None and len(asked) else 0.0
-    gen = plan_generators(point.rate, cpu_per_request_s or COST.estimate_s, len(plan.generator_cores or ()),
-                          tokens_per_request=tokens, cpu_per_event_s=COST.event_estimate_s)  # fmt: skip
+    gen = plan_generators(
+        point.rate,
+        cpu_per_request_s or COST.estimate_s,
+        len(plan.generator_cores or ()),
+        tokens_per_request=tokens,
+        cpu_per_event_s=COST.event_estimate_s,
+    )
     reasons = [r for r in plan.reasons if r.code != "generator_capacity"]
     if gen.saturated:
         reasons.append(Reason(code="generator_capacity", text=f"load generator of shard {shard}: {gen.reason}"))
     return dataclasses.replace(
-        plan, point=point, offsets_ns=plan.offsets_ns[mine], body_index=body_index[mine], reasons=tuple(reasons),
-        generator_plan=gen.model_copy(update={"processes": 1}), cap=max(1, plan.cap // count), asked_tokens=asked,
+        plan,
+        point=point,
+        offsets_ns=plan.offsets_ns[mine],
+        body_index=body_index[mine],
+        reasons=tuple(reasons),
+        generator_plan=gen.model_copy(update={"processes": 1}),
+        cap=max(1, plan.cap // count),
+        asked_tokens=asked,
         prompt_tokens=plan.prompt_tokens[mine] if plan.prompt_tokens is not None else None,
-    )  # fmt: skip
+    )
 
 
 def start_lag_ns(records: LoadRecords) -> int | None:
@@ -97,13 +113,22 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
     driven = await drive_point(mine, ctx, start_ns=start_ns)
     lag_ns = start_lag_ns(driven.records)
     own = ShardRun(
-        shard=link.index, follower_id=link.follower_id, state="merged", requests=len(driven.records),
-        offset_ms=offset_ns / 1e6, offset_uncertainty_ms=uncertainty_ns / 1e6, start_lag_ms=_ms(lag_ns),
+        shard=link.index,
+        follower_id=link.follower_id,
+        state="merged",
+        requests=len(driven.records),
+        offset_ms=offset_ns / 1e6,
+        offset_uncertainty_ms=uncertainty_ns / 1e6,
+        start_lag_ms=_ms(lag_ns),
     )
     # Every shard's own records go to the leader: the coordinator merges the others', and anyone may check the merge.
     figures = ShardFigures(
-        cpu_s=driven.records.cpu_s, wall_s=driven.records.wall_s, offset_ns=offset_ns, uncertainty_ns=uncertainty_ns,
-        start_lag_ns=lag_ns or 0, requests=len(driven.records),
+        cpu_s=driven.records.cpu_s,
+        wall_s=driven.records.wall_s,
+        offset_ns=offset_ns,
+        uncertainty_ns=uncertainty_ns,
+        start_lag_ns=lag_ns or 0,
+        requests=len(driven.records),
     )
     # A language model's texts stay here: the client's token count of each travels instead (the same tokenizer).
     llm = driven.records.llm
@@ -119,8 +144,10 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
     skew = round(max(lags) - min(lags), 4) if len(lags) > 1 else None
     unsure = max((r.offset_uncertainty_ms or 0.0 for r in runs if r.state == "merged"), default=0.0)
     if (skew is not None and skew > SKEW_LIMIT_MS) or unsure > SKEW_LIMIT_MS:
-        text = (f"the shards' starts spread {skew or 0:.3f} ms, their clock offsets are known to {unsure:.3f} ms: "
-                f"over the {SKEW_LIMIT_MS:g} ms a merged point allows")
+        text = (
+            f"the shards' starts spread {skew or 0:.3f} ms, their clock offsets are known to {unsure:.3f} ms: "
+            f"over the {SKEW_LIMIT_MS:g} ms a merged point allows"
+        )
         reasons.append(Reason(code="shard_skew", text=text))
     driven = dataclasses.replace(driven, records=merged, reasons=driven.reasons + reasons, shards=runs, shard_skew_ms=skew)
     # Judged as one point against the full schedule, by one shard's generator plan (each carried its share).
@@ -164,10 +191,17 @@ async def _gather(
             theirs = decode_records(blob, cpu_s=figures.cpu_s, wall_s=figures.wall_s)
             # Both started at the leader's one instant: their start is ours on this clock.
             parts.append(shifted(theirs, own.start_ns - theirs.start_ns))
-            runs.append(ShardRun(
-                shard=k, follower_id=follower, state="merged", requests=len(theirs), offset_ms=_ms(figures.offset_ns),
-                offset_uncertainty_ms=_ms(figures.uncertainty_ns), start_lag_ms=_ms(figures.start_lag_ns),
-            ))
+            runs.append(
+                ShardRun(
+                    shard=k,
+                    follower_id=follower,
+                    state="merged",
+                    requests=len(theirs),
+                    offset_ms=_ms(figures.offset_ns),
+                    offset_uncertainty_ms=_ms(figures.uncertainty_ns),
+                    start_lag_ms=_ms(figures.start_lag_ns),
+                )
+            )
             continue
         state: Literal["lost", "absent"] = "absent" if s.state == "absent" else "lost"
         why = s.reason or f"no records within {plan.drain_s + GATHER_GRACE_S:g} s of the point's end"

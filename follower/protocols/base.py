@@ -94,7 +94,10 @@ class ServingProtocol(ABC):
         """The transport that carries this protocol's requests to `endpoint` (by default: HTTP to its infer URL).
         `raw_http`: our own HTTP/1.1 client for plain http:// (a fraction of aiohttp's CPU per request)."""
         return open_http(
-            self.infer_url(endpoint), max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials,
+            self.infer_url(endpoint),
+            max_concurrency=max_concurrency,
+            timeout_s=timeout_s,
+            credentials=credentials,
             raw_http=raw_http,
         )
 

@@ -61,7 +61,13 @@ class KserveGrpc(ServingProtocol):
         raw_http: bool = True,
     ) -> Transport:
         return GrpcTransport(
-            endpoint.address, tls=endpoint.tls, method=kserve_v2.method_path("ModelInfer"),
-            answer_type=pb.ModelInferResponse, prefix=self.prefix(endpoint), stages=_stages,
-            max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials,
+            endpoint.address,
+            tls=endpoint.tls,
+            method=kserve_v2.method_path("ModelInfer"),
+            answer_type=pb.ModelInferResponse,
+            prefix=self.prefix(endpoint),
+            stages=_stages,
+            max_concurrency=max_concurrency,
+            timeout_s=timeout_s,
+            credentials=credentials,
         )

@@ -79,7 +79,13 @@ class TfservingGrpc(ServingProtocol):
         raw_http: bool = True,
     ) -> Transport:
         return GrpcTransport(
-            endpoint.address, tls=endpoint.tls, method=tfserving_api.method_path("Predict"),
-            answer_type=pb.PredictResponse, prefix=self.prefix(endpoint), stages=None,
-            max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials,
+            endpoint.address,
+            tls=endpoint.tls,
+            method=tfserving_api.method_path("Predict"),
+            answer_type=pb.PredictResponse,
+            prefix=self.prefix(endpoint),
+            stages=None,
+            max_concurrency=max_concurrency,
+            timeout_s=timeout_s,
+            credentials=credentials,
         )

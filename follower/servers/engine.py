@@ -40,8 +40,18 @@ class KServeModel:
     platform = "unknown"
     engine_version = "unknown"
 
-    def __init__(self, model_path: str, name: str, version: str, *, instances: int = 1, max_batch_size: int = 0,
-                 max_queue_delay_us: int = 0, preprocess: str | None = None, postprocess: str | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        name: str,
+        version: str,
+        *,
+        instances: int = 1,
+        max_batch_size: int = 0,
+        max_queue_delay_us: int = 0,
+        preprocess: str | None = None,
+        postprocess: str | None = None,
+    ) -> None:
         self.model_path = model_path
         self.name = name
         self.version = version
@@ -52,8 +62,16 @@ class KServeModel:
         # One worker per instance: the wait for a free worker is exactly the server's queue stage.
         self.executor = EnginePool(max(1, instances), f"{self.platform}-run")
         # executions = engine runs (a dynamic batch is one); queue_ns/infer_ns are summed per request, Triton's way.
-        self.stats: dict[str, Any] = {"requests": 0, "ok": 0, "errors": 0, "batches": 0, "batched_rows": 0,
-                                      "executions": 0, "queue_ns": 0, "infer_ns": 0}
+        self.stats: dict[str, Any] = {
+            "requests": 0,
+            "ok": 0,
+            "errors": 0,
+            "batches": 0,
+            "batched_rows": 0,
+            "executions": 0,
+            "queue_ns": 0,
+            "infer_ns": 0,
+        }
         # Dynamic batching is on when max_batch_size > 0: requests wait up to max_queue_delay_us to share one run.
         self.max_batch_size = max_batch_size
         self.max_queue_delay_ns = max_queue_delay_us * 1000
@@ -109,8 +127,10 @@ class KServeModel:
         from follower.servers.processing import RAW_INPUT_SHAPE, get_processor
 
         self._engine_inputs = {k: dict(v) for k, v in self.inputs.items()}
-        sides = (("pre", self.preprocess, self.inputs, "preprocessing feeds a model with one input"),
-                 ("post", self.postprocess, self.outputs, "postprocessing reads a model with one output"))  # fmt: skip
+        sides = (
+            ("pre", self.preprocess, self.inputs, "preprocessing feeds a model with one input"),
+            ("post", self.postprocess, self.outputs, "postprocessing reads a model with one output"),
+        )
         for side, processor, tensors, needs in sides:
             if not processor:
                 continue

@@ -25,10 +25,18 @@ from protos import kserve_v2
 
 # Which typed `contents` field carries each datatype (FP16 has none: raw only).
 _CONTENTS_FIELD = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
-}  # fmt: skip
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
 
 
 def decode_request(model: KServeModel, request: pb.ModelInferRequest) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -114,9 +122,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:  # noqa: N802
         """The server's name, engine version and extensions."""
         return pb.ServerMetadataResponse(
-            name=f"benchfleet-{self.model.platform}", version=str(self.model.engine_version),
+            name=f"benchfleet-{self.model.platform}",
+            version=str(self.model.engine_version),
             extensions=["benchfleet_stage_timings", "benchfleet_dynamic_batching"],
-        )  # fmt: skip
+        )
 
     async def ModelMetadata(  # noqa: N802
         self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
@@ -126,10 +135,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         meta = self.model.metadata()
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
             inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["inputs"]],
             outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["outputs"]],
-        )  # fmt: skip
+        )
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:  # noqa: N802
         """One inference; stage timings in the response parameters."""
@@ -161,8 +172,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             out.name, out.datatype = name, model.outputs[name]["datatype"]
             out.shape.extend(array.shape)
             response.raw_output_contents.append(raw_contents("BYTES" if array.dtype == np.dtype(object) else out.datatype, array))
-        params = {"queue_ns": queue_ns, "infer_ns": infer_ns, "decode_ns": submitted - t_decode,
-                  "encode_ns": time.perf_counter_ns() - t_encode, **processing}  # fmt: skip
+        params = {
+            "queue_ns": queue_ns,
+            "infer_ns": infer_ns,
+            "decode_ns": submitted - t_decode,
+            "encode_ns": time.perf_counter_ns() - t_encode,
+            **processing,
+        }
         for key, value in params.items():
             response.parameters[key].int64_param = value
         model.stats["ok"] += 1

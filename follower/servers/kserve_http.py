@@ -106,13 +106,23 @@ class _KServeApp(Starlette):
                 chunks.append(message.get("body", b""))
             body = b"".join(chunks)
         status, payload = await self._infer_body(body)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-length", str(len(payload)).encode("ascii")), (b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-length", str(len(payload)).encode("ascii")), (b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 
-def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callable[[], None] | None = None,
-              companions: Sequence[AbstractAsyncContextManager[Any]] = ()) -> Starlette:
+def build_app(
+    server: KServeModel,
+    *,
+    load: bool = True,
+    on_load_failure: Callable[[], None] | None = None,
+    companions: Sequence[AbstractAsyncContextManager[Any]] = (),
+) -> Starlette:
     """The ASGI app around `server`; `load` starts the background model load at startup.
 
     `companions` run for the app's lifetime on its loop (follower.servers.process adds the gRPC door this way).
@@ -215,5 +225,3 @@ def build_app(server: KServeModel, *, load: bool = True, on_load_failure: Callab
     # The hot path, POST /v2/models/<this model>/infer, is served as raw ASGI (see _KServeApp); the route above
     # still answers every other spelling of it (a wrong model name or method), with the same bodies.
     return _KServeApp(f"/v2/models/{server.name}/infer", infer_body, routes=routes, lifespan=lifespan)
-
-

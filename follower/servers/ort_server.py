@@ -24,7 +24,6 @@ from follower.servers.process import add_common_args, engine_options
 __all__ = ["ModelServer", "main", "parser"]
 
 
-
 def _dims(shape: list[Any]) -> list[int]:
     """ORT shapes carry symbolic names or None for dynamic dimensions; KServe writes those as -1."""
     return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
@@ -36,8 +35,16 @@ class ModelServer(KServeModel):
     platform = "onnxruntime_onnx"
     engine_version = ort.__version__
 
-    def __init__(self, model_path: str, name: str, version: str, providers: list[str], intra_op_threads: int | None,
-                 device_id: int = 0, **options: Any) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        name: str,
+        version: str,
+        providers: list[str],
+        intra_op_threads: int | None,
+        device_id: int = 0,
+        **options: Any,
+    ) -> None:
         super().__init__(model_path, name, version, **options)
         self.providers = providers
         self.device_id = device_id
@@ -56,15 +63,15 @@ class ModelServer(KServeModel):
         # the generator's core and shows up as send lag, so they sleep instead.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        providers: list[Any] = [
-            (p, {"device_id": self.device_id}) if p in GPU_PROVIDERS else p for p in self.providers
-        ]
+        providers: list[Any] = [(p, {"device_id": self.device_id}) if p in GPU_PROVIDERS else p for p in self.providers]
         session = ort.InferenceSession(self.model_path, sess_options=options, providers=providers)
         # ORT quietly falls back to the CPU when a requested provider cannot load (no CUDA, a CPU-only wheel):
         # a GPU benchmark that ran on the CPU would be a false result, so refuse to become ready instead.
         if session.get_providers()[0] != self.providers[0]:
-            raise RuntimeError(f"{self.providers[0]} is not available to onnxruntime {ort.__version__} here "
-                               f"(available: {', '.join(ort.get_available_providers())})")
+            raise RuntimeError(
+                f"{self.providers[0]} is not available to onnxruntime {ort.__version__} here "
+                f"(available: {', '.join(ort.get_available_providers())})"
+            )
         self.inputs = {
             i.name: {"name": i.name, "datatype": ORT_TO_V2.get(i.type, i.type), "shape": _dims(i.shape)}
             for i in session.get_inputs()

@@ -35,13 +35,17 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The KServeModel keyword options every server takes from add_common_args' options."""
     return {
-        "instances": args.instances, "max_batch_size": args.max_batch_size, "max_queue_delay_us": args.max_queue_delay_us,
-        "preprocess": args.preprocess, "postprocess": args.postprocess,
-    }  # fmt: skip
+        "instances": args.instances,
+        "max_batch_size": args.max_batch_size,
+        "max_queue_delay_us": args.max_queue_delay_us,
+        "preprocess": args.preprocess,
+        "postprocess": args.postprocess,
+    }
 
 
-def main(parser: argparse.ArgumentParser, argv: list[str] | None,
-         make: Callable[[argparse.Namespace, set[int] | None], KServeModel]) -> int:  # fmt: skip
+def main(
+    parser: argparse.ArgumentParser, argv: list[str] | None, make: Callable[[argparse.Namespace, set[int] | None], KServeModel]
+) -> int:
     """A server process: parse the options, pin the CPUs (before the engine starts its threads), build the engine with
     `make(args, pinned cpus)`, serve until SIGTERM/SIGINT; exit 1 if the model failed to load."""
     args = parser.parse_args(argv)

@@ -42,8 +42,10 @@ def image_to_tensor(image: np.ndarray | bytes, size: int = 224) -> np.ndarray:
 
 def tokenize(text: str, length: int = 32, vocab: int = 30_000) -> np.ndarray:
     """Lower-cased whitespace tokens hashed into `vocab` ids (0 = padding), padded or cut to `length`; INT64."""
-    ids = [1 + int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little") % (vocab - 1)
-           for w in text.lower().split()]
+    ids = [
+        1 + int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little") % (vocab - 1)
+        for w in text.lower().split()
+    ]
     ids = (ids + [0] * length)[:length]
     return np.asarray(ids, dtype=np.int64)
 
@@ -56,8 +58,12 @@ def top_k(logits: np.ndarray, k: int = 5, labels: Sequence[str] | None = None) -
     out = []
     for row in probs:
         best = np.argsort(-row)[:k]
-        out.append([{"index": int(i), "score": float(row[i]), "label": labels[i] if labels and i < len(labels) else str(i)}
-                    for i in best])
+        out.append(
+            [
+                {"index": int(i), "score": float(row[i]), "label": labels[i] if labels and i < len(labels) else str(i)}
+                for i in best
+            ]
+        )
     return out
 
 

@@ -25,8 +25,16 @@ class TorchScriptServer(KServeModel):
 
     platform = "pytorch_libtorch"
 
-    def __init__(self, model_path: str, name: str, version: str, signature: dict[str, Any], threads: int | None,
-                 device: str = "cpu", **options: Any) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        name: str,
+        version: str,
+        signature: dict[str, Any],
+        threads: int | None,
+        device: str = "cpu",
+        **options: Any,
+    ) -> None:
         super().__init__(model_path, name, version, **options)
         self.signature = signature
         self.threads = threads
@@ -47,10 +55,12 @@ class TorchScriptServer(KServeModel):
             raise RuntimeError(f"device {self.device_name} asked for, but CUDA is not available to torch {torch.__version__}")
         self._device = torch.device(self.device_name)
         module = torch.jit.load(self.model_path, map_location=self._device).eval()
-        self.inputs = {i["name"]: {"name": i["name"], "datatype": i["datatype"], "shape": i["shape"]}
-                       for i in self.signature["inputs"]}
-        self.outputs = {o["name"]: {"name": o["name"], "datatype": o["datatype"], "shape": o["shape"]}
-                        for o in self.signature["outputs"]}
+        self.inputs = {
+            i["name"]: {"name": i["name"], "datatype": i["datatype"], "shape": i["shape"]} for i in self.signature["inputs"]
+        }
+        self.outputs = {
+            o["name"]: {"name": o["name"], "datatype": o["datatype"], "shape": o["shape"]} for o in self.signature["outputs"]
+        }
         self._torch = torch
         self.handle = module  # published last: readiness flips only when everything above is in place
 

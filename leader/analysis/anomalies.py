@@ -37,8 +37,9 @@ def slow_outlier(z: float, value: float, median: float, threshold: float, z_limi
     return z > z_limit and median > 0 and (value - median) / median > threshold
 
 
-def across_followers(rows: list[dict[str, Any]], *, name: str, metric: str = "p99_ms",
-                     threshold: float = THRESHOLD) -> OutlierResponse:  # fmt: skip
+def across_followers(
+    rows: list[dict[str, Any]], *, name: str, metric: str = "p99_ms", threshold: float = THRESHOLD
+) -> OutlierResponse:
     """Leaderboard rows of the same benchmark on several followers: per point key, each follower against the rest."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -52,18 +53,34 @@ def across_followers(rows: list[dict[str, Any]], *, name: str, metric: str = "p9
         for row in sorted(group, key=lambda r: r["follower_id"]):
             value = float(row[metric])
             median, mad, z = robust_z(values, value)
-            points.append(FollowerOutlier(
-                follower_id=row["follower_id"], job_id=row["job_id"], key=key, metric=metric, value_ms=value,
-                median_ms=median, mad_ms=mad, z=z, deviation=(value - median) / median if median else 0.0,
-                outlier=slow_outlier(z, value, median, threshold),
-            ))  # fmt: skip
-    return OutlierResponse(name=name, metric=metric, threshold=threshold, z_limit=Z_LIMIT,
-                           followers=sorted({row["follower_id"] for row in rows}), points=points,
-                           outliers=sorted({p.follower_id for p in points if p.outlier}))  # fmt: skip
+            points.append(
+                FollowerOutlier(
+                    follower_id=row["follower_id"],
+                    job_id=row["job_id"],
+                    key=key,
+                    metric=metric,
+                    value_ms=value,
+                    median_ms=median,
+                    mad_ms=mad,
+                    z=z,
+                    deviation=(value - median) / median if median else 0.0,
+                    outlier=slow_outlier(z, value, median, threshold),
+                )
+            )
+    return OutlierResponse(
+        name=name,
+        metric=metric,
+        threshold=threshold,
+        z_limit=Z_LIMIT,
+        followers=sorted({row["follower_id"] for row in rows}),
+        points=points,
+        outliers=sorted({p.follower_id for p in points if p.outlier}),
+    )
 
 
-def against_history(latest: Mapping[tuple[str, str], float], earlier: Mapping[tuple[str, str], list[float]],
-                    *, threshold: float = THRESHOLD) -> list[HistoryOutlier]:  # fmt: skip
+def against_history(
+    latest: Mapping[tuple[str, str], float], earlier: Mapping[tuple[str, str], list[float]], *, threshold: float = THRESHOLD
+) -> list[HistoryOutlier]:
     """Each (follower, key)'s latest figure against its own earlier fleet checks (at least MIN_HISTORY of them): a
     machine that became slower is found even when the whole class is small or slowed together."""
     out = []
@@ -72,6 +89,15 @@ def against_history(latest: Mapping[tuple[str, str], float], earlier: Mapping[tu
         if len(history) < MIN_HISTORY:
             continue
         median, _mad, z = robust_z(history, value)
-        out.append(HistoryOutlier(follower_id=follower, key=key, value_ms=value, history=list(history), median_ms=median,
-                                  z=z, outlier=slow_outlier(z, value, median, threshold)))  # fmt: skip
+        out.append(
+            HistoryOutlier(
+                follower_id=follower,
+                key=key,
+                value_ms=value,
+                history=list(history),
+                median_ms=median,
+                z=z,
+                outlier=slow_outlier(z, value, median, threshold),
+            )
+        )
     return out

@@ -53,10 +53,17 @@ def matrix(job: JobView, points: list[PointResult]) -> Interference | None:
     for p in sorted(points, key=lambda p: p.point.index):
         base = alone.get(p.point.served)
         p99 = p.latency_ms.p99 if p.latency_ms else None
-        cells.append(Cell(
-            model=names[p.point.served], beside=names[p.point.beside[0]] if p.point.beside else None, index=p.point.index,
-            p50_ms=p.latency_ms.p50 if p.latency_ms else None, p99_ms=p99, achieved_rate=p.achieved_rate, valid=p.valid,
-            p99_ratio=ratio(p99, base.latency_ms.p99 if base is not None and base.latency_ms else None),
-            rate_ratio=ratio(p.achieved_rate, base.achieved_rate if base is not None else None),
-        ))  # fmt: skip
+        cells.append(
+            Cell(
+                model=names[p.point.served],
+                beside=names[p.point.beside[0]] if p.point.beside else None,
+                index=p.point.index,
+                p50_ms=p.latency_ms.p50 if p.latency_ms else None,
+                p99_ms=p99,
+                achieved_rate=p.achieved_rate,
+                valid=p.valid,
+                p99_ratio=ratio(p99, base.latency_ms.p99 if base is not None and base.latency_ms else None),
+                rate_ratio=ratio(p.achieved_rate, base.achieved_rate if base is not None else None),
+            )
+        )
     return Interference(models=names, cpus=spec.cpus, mps=spec.mps, cells=cells)

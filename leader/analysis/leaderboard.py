@@ -293,8 +293,9 @@ class LeaderboardIndex:
         cols = self.columns()
         return [cols.docs[i] for i in np.flatnonzero(cols.mask(parsed))]
 
-    def query(self, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
-              ) -> LeaderboardPage:  # fmt: skip
+    def query(
+        self, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
+    ) -> LeaderboardPage:
         """One sorted, filtered page (of `team`'s rows, when given) and the total count."""
         col = column(sort, "sort")
         if order not in {"asc", "desc"}:

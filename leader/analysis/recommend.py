@@ -24,8 +24,14 @@ def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
 
 
 def eligible(
-    row: dict[str, Any], *, p99_ms: float, min_throughput: float | None, max_cost: float | None, model: str | None,
-    confident: bool = False, min_samples_per_s: float | None = None,
+    row: dict[str, Any],
+    *,
+    p99_ms: float,
+    min_throughput: float | None,
+    max_cost: float | None,
+    model: str | None,
+    confident: bool = False,
+    min_samples_per_s: float | None = None,
 ) -> bool:
     """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit).
 
@@ -76,8 +82,18 @@ def recommend(
     counts: dict[tuple[str, str, str, int], int] = {}
     considered = 0
     for siblings in runs.values():
-        if not all(eligible(row, p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost, model=model,
-                            confident=confident, min_samples_per_s=min_samples_per_s) for row in siblings):  # fmt: skip
+        if not all(
+            eligible(
+                row,
+                p99_ms=p99_ms,
+                min_throughput=min_throughput,
+                max_cost=max_cost,
+                model=model,
+                confident=confident,
+                min_samples_per_s=min_samples_per_s,
+            )
+            for row in siblings
+        ):
             continue
         considered += len(siblings)
         row = max(siblings, key=rank_key)  # the run that ranks last stands for them
@@ -104,6 +120,12 @@ def recommend(
         for i, row in enumerate(chosen)
     ]
     return RecommendResponse(
-        p99_ms=p99_ms, min_throughput=min_throughput, min_samples_per_s=min_samples_per_s, max_cost=max_cost,
-        model=model, confident=confident, recommendations=recs, considered=considered,
-    )  # fmt: skip
+        p99_ms=p99_ms,
+        min_throughput=min_throughput,
+        min_samples_per_s=min_samples_per_s,
+        max_cost=max_cost,
+        model=model,
+        confident=confident,
+        recommendations=recs,
+        considered=considered,
+    )

@@ -23,8 +23,10 @@ log = logging.getLogger("benchfleet.audit")
 
 CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A follower's own routine traffic (it acts for the fleet, many times a second): not audited.
-ROUTINE = re.compile(r"^/api/v1/(followers/[^/]+/heartbeat|jobs/[^/]+/(points|progress|records|finish|claim)"
-                     r"|jobs/[^/]+/shards/\d+/points/\d+/(ready|records))$")
+ROUTINE = re.compile(
+    r"^/api/v1/(followers/[^/]+/heartbeat|jobs/[^/]+/(points|progress|records|finish|claim)"
+    r"|jobs/[^/]+/shards/\d+/points/\d+/(ready|records))$"
+)
 
 
 def install(app: FastAPI) -> None:
@@ -52,8 +54,15 @@ async def _record(request: Request, status: int, principal: Principal | None) ->
         "status": status,
         "client": request.client.host if request.client is not None else None,
     }
-    log.info("%s %s -> %d by %s (%s) from %s", entry["method"], entry["path"], status, entry["user"] or "anonymous",
-             entry["role"] or "-", entry["client"])  # fmt: skip
+    log.info(
+        "%s %s -> %d by %s (%s) from %s",
+        entry["method"],
+        entry["path"],
+        status,
+        entry["user"] or "anonymous",
+        entry["role"] or "-",
+        entry["client"],
+    )
     resources = getattr(request.app.state, "resources", None)
     if resources is None:
         return

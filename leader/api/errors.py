@@ -81,10 +81,18 @@ def _auth_header(status: int) -> dict[str, str] | None:
 # prefix): any may be refused (401, 403), fail validation (400, 422), not find what it names (404) or find the
 # database down (503); one that changes something may conflict (409), be too large (413), of a type not taken (415),
 # or over a queue cap (429, with Retry-After).
-_WHY = {400: "Bad request", 401: "No or unknown bearer token", 403: "The token's role may not do this",
-        404: "Not found", 409: "Conflict with the current state", 413: "Too large", 415: "Unsupported media type",
-        422: "Invalid input (the field is named)", 429: "Too many waiting jobs (see Retry-After)",
-        503: "The database is unreachable (see Retry-After)"}  # fmt: skip
+_WHY = {
+    400: "Bad request",
+    401: "No or unknown bearer token",
+    403: "The token's role may not do this",
+    404: "Not found",
+    409: "Conflict with the current state",
+    413: "Too large",
+    415: "Unsupported media type",
+    422: "Invalid input (the field is named)",
+    429: "Too many waiting jobs (see Retry-After)",
+    503: "The database is unreachable (see Retry-After)",
+}
 _ERROR_SCHEMA = {
     "type": "object",
     "required": ["error", "message", "field"],

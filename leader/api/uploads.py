@@ -22,8 +22,11 @@ CHUNK_BYTES = 255 * 1024
 
 def multipart_body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     """The OpenAPI request body of an upload: a binary `file` beside the given text fields."""
-    schema = {"type": "object", "required": ["file", *required],
-              "properties": {"file": {"type": "string", "format": "binary"}, **properties}}  # fmt: skip
+    schema = {
+        "type": "object",
+        "required": ["file", *required],
+        "properties": {"file": {"type": "string", "format": "binary"}, **properties},
+    }
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 

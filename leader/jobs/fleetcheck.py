@@ -71,32 +71,48 @@ def _matches(doc: dict[str, Any], hardware: str | None) -> bool:
     return any(hardware.lower() in name.lower() for name in names)
 
 
-async def create(db: AsyncDatabase, *, model: ModelMeta, hardware: str | None, rate: float, duration_s: float,
-                 owner: str) -> FleetCheckView:  # fmt: skip
+async def create(
+    db: AsyncDatabase, *, model: ModelMeta, hardware: str | None, rate: float, duration_s: float, owner: str
+) -> FleetCheckView:
     """One pinned job per available follower of the class (ONNX Runtime offered); InvalidRequest naming `hardware` when
     fewer than MIN_FOLLOWERS match."""
     followers = await followers_store.available_docs(db)
     chosen = sorted(doc["_id"] for doc in followers if _matches(doc, hardware))
     if len(chosen) < anomalies.MIN_FOLLOWERS:
         where = f"matching {hardware!r}" if hardware else "available"
-        raise InvalidRequest(f"a fleet check needs at least {anomalies.MIN_FOLLOWERS} followers {where} with onnxruntime; "
-                             f"found {len(chosen)}", field="hardware")  # fmt: skip
+        raise InvalidRequest(
+            f"a fleet check needs at least {anomalies.MIN_FOLLOWERS} followers {where} with onnxruntime; found {len(chosen)}",
+            field="hardware",
+        )
     check_id = uuid.uuid4().hex[:12]
     jobs = {}
     for follower_id in chosen:
         plan = plan_job(check_spec(check_id, model.ref, follower_id, rate=rate, duration_s=duration_s))
         jobs[follower_id] = (await jobs_store.insert_job(db, plan=plan, model=model, owner=owner)).id
-    doc = {"_id": check_id, "created_at": utcnow(), "model_ref": model.ref, "hardware": hardware, "jobs": jobs,
-           "state": "running"}  # fmt: skip
+    doc = {
+        "_id": check_id,
+        "created_at": utcnow(),
+        "model_ref": model.ref,
+        "hardware": hardware,
+        "jobs": jobs,
+        "state": "running",
+    }
     await store.insert(db, doc)
     return _view(doc)
 
 
 def _view(doc: dict[str, Any]) -> FleetCheckView:
     result = doc.get("result") or {}
-    return FleetCheckView(id=doc["_id"], created_at=doc["created_at"], model_ref=doc["model_ref"],
-                          hardware=doc.get("hardware"), jobs=doc["jobs"], recheck=doc.get("recheck") or {},
-                          state=doc["state"], **result)  # fmt: skip
+    return FleetCheckView(
+        id=doc["_id"],
+        created_at=doc["created_at"],
+        model_ref=doc["model_ref"],
+        hardware=doc.get("hardware"),
+        jobs=doc["jobs"],
+        recheck=doc.get("recheck") or {},
+        state=doc["state"],
+        **result,
+    )
 
 
 async def get(db: AsyncDatabase, *, check_id: str, drain: bool = False) -> FleetCheckView:
@@ -129,16 +145,18 @@ async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> list[dict[str, Any]]
     return rows
 
 
-def _tests(rows: list[dict[str, Any]], name: str,
-           earlier: dict[tuple[str, str], list[float]]) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:  # fmt: skip
+def _tests(
+    rows: list[dict[str, Any]], name: str, earlier: dict[tuple[str, str], list[float]]
+) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:
     """Both tests over the rows: across followers and against each follower's history; the followers either flags."""
     across = anomalies.across_followers(rows, name=name, metric=METRIC)
     history = anomalies.against_history({(row["follower_id"], point_key(row)): row[METRIC] for row in rows}, earlier)
     return across, history, sorted(set(across.outliers) | {h.follower_id for h in history if h.outlier})
 
 
-def _confirmed(across: OutlierResponse, history: list[HistoryOutlier],
-               suspects: list[str]) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:  # fmt: skip
+def _confirmed(
+    across: OutlierResponse, history: list[HistoryOutlier], suspects: list[str]
+) -> tuple[OutlierResponse, list[HistoryOutlier], list[str]]:
     """The second round's verdicts, kept only for the first round's suspects (a follower never re-run is not marked
     for a median its neighbours' re-runs moved)."""
     points = [p.model_copy(update={"outlier": p.outlier and p.follower_id in suspects}) for p in across.points]
@@ -196,22 +214,38 @@ async def settle(db: AsyncDatabase, doc: dict[str, Any], *, drain: bool) -> dict
     return done
 
 
-async def _mark(db: AsyncDatabase, check_id: str, followers: list[str], across: OutlierResponse, history: list[HistoryOutlier],
-                outliers: list[str], *, drain: bool) -> None:  # fmt: skip
+async def _mark(
+    db: AsyncDatabase,
+    check_id: str,
+    followers: list[str],
+    across: OutlierResponse,
+    history: list[HistoryOutlier],
+    outliers: list[str],
+    *,
+    drain: bool,
+) -> None:
     """Mark each outlier with its evidence (and drain it if asked); clear the mark of the check's other followers."""
     now = utcnow()
     for follower_id in followers:
         if follower_id not in outliers:
             await store.set_anomaly(db, follower_id=follower_id, anomaly=None)
             continue
-        words = [f"{p.metric} {p.value_ms:.3g} ms vs class median {p.median_ms:.3g} ms ({p.deviation:+.0%}, z {p.z:.1f}) "
-                 f"at {p.key}" for p in across.points if p.follower_id == follower_id and p.outlier]  # fmt: skip
-        words += [f"{h.value_ms:.3g} ms vs its own median {h.median_ms:.3g} ms over {len(h.history)} earlier checks "
-                  f"(z {h.z:.1f}) at {h.key}" for h in history if h.follower_id == follower_id and h.outlier]  # fmt: skip
+        words = [
+            f"{p.metric} {p.value_ms:.3g} ms vs class median {p.median_ms:.3g} ms ({p.deviation:+.0%}, z {p.z:.1f}) at {p.key}"
+            for p in across.points
+            if p.follower_id == follower_id and p.outlier
+        ]
+        words += [
+            f"{h.value_ms:.3g} ms vs its own median {h.median_ms:.3g} ms over {len(h.history)} earlier checks "
+            f"(z {h.z:.1f}) at {h.key}"
+            for h in history
+            if h.follower_id == follower_id and h.outlier
+        ]
         anomaly = Anomaly(check_id=check_id, since=now, evidence="; ".join(words), drained=drain)
         await store.set_anomaly(db, follower_id=follower_id, anomaly=anomaly)
         log.warning("fleet check %s: follower %s is anomalous: %s", check_id, follower_id, anomaly.evidence)
         if drain:
             await followers_store.set_draining(db, follower_id=follower_id, draining=True)
-            await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=DRAINED_REASON,
-                                                        states=[JobState.assigned.value])  # fmt: skip
+            await assignments_store.requeue_follower_jobs(
+                db, follower_ids=[follower_id], reason=DRAINED_REASON, states=[JobState.assigned.value]
+            )

@@ -39,8 +39,11 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
     ]
     for field, value, limit, unit in bounded:
         if _over(value, limit):
-            raise InvalidSpec(f"{value:g}{' ' + unit if unit else ''} is over this leader's limit of {limit:g}"
-                              f"{' ' + unit if unit == unit_s else ''}", field=field)  # fmt: skip
+            raise InvalidSpec(
+                f"{value:g}{' ' + unit if unit else ''} is over this leader's limit of {limit:g}"
+                f"{' ' + unit if unit == unit_s else ''}",
+                field=field,
+            )
     points = len(plan.points)
     if points > settings.max_points:
         raise InvalidSpec(

@@ -21,14 +21,18 @@ async def target_model(db: AsyncDatabase, spec: JobSpec, *, team: str, owner: st
     assert target is not None
     await secrets_store.check_target(db, team=team, target=target)
     try:
-        stored: ModelMeta | None = await models_store.get_model(db, name=spec.model.name, version=spec.model.version,
-                                                                field="model.ref", team=team)  # fmt: skip
+        stored: ModelMeta | None = await models_store.get_model(
+            db, name=spec.model.name, version=spec.model.version, field="model.ref", team=team
+        )
     except NotFound:
         stored = None
     if target.is_llm:
         if stored is None or not stored.is_llm:
-            raise InvalidSpec(f"an OpenAI-compatible target is driven with its model's tokenizer: upload {spec.model.ref}'s "
-                              "tokenizer (an hf bundle) to the repository under that name", field="model.ref")  # fmt: skip
+            raise InvalidSpec(
+                f"an OpenAI-compatible target is driven with its model's tokenizer: upload {spec.model.ref}'s "
+                "tokenizer (an hf bundle) to the repository under that name",
+                field="model.ref",
+            )
         return stored
     if stored is not None and stored.is_llm:
         raise InvalidSpec(f"{stored.ref} is a language model: its target needs protocol: openai", field="target.protocol")
@@ -37,5 +41,15 @@ async def target_model(db: AsyncDatabase, spec: JobSpec, *, team: str, owner: st
     # Every tensor protocol describes its models (KServe v2 metadata over HTTP or gRPC, TF Serving's signature): the
     # follower reads the signature there and checks it against `inputs`, when given.
     inputs = [TensorSpec(name=t.name, datatype=t.datatype, shape=t.shape) for t in spec.inputs or []]  # type: ignore[arg-type]
-    return ModelMeta(name=spec.model.name, version=spec.model.version or "endpoint", format="endpoint", inputs=inputs,
-                     outputs=[], sha256="", size_bytes=0, created_at=datetime.now(UTC), owner=owner, team=team)  # fmt: skip
+    return ModelMeta(
+        name=spec.model.name,
+        version=spec.model.version or "endpoint",
+        format="endpoint",
+        inputs=inputs,
+        outputs=[],
+        sha256="",
+        size_bytes=0,
+        created_at=datetime.now(UTC),
+        owner=owner,
+        team=team,
+    )

@@ -61,8 +61,10 @@ def unable_reason(job: QueuedJob | Needs, candidate: Candidate, backends: frozen
             return f"needs a follower that can shape its servers' links with {what}"
         unsandboxed = sorted(b for b in missing if f"{b}{TRUSTED_ONLY}" in candidate.backends)
         if unsandboxed and len(unsandboxed) == len(missing):
-            return (f"needs a follower that sandboxes {', '.join(unsandboxed)} (the model's code runs in its server), "
-                    "or the model marked trusted by an admin")  # fmt: skip
+            return (
+                f"needs a follower that sandboxes {', '.join(unsandboxed)} (the model's code runs in its server), "
+                "or the model marked trusted by an admin"
+            )
         return f"needs backends {', '.join(sorted(b.removesuffix(TRUSTED_ONLY) for b in backends - {NETEM, TBF}))}"
     if not needs.gpu and needs.gpu_model is None and needs.min_gpu_memory_mb is None:
         return None

@@ -86,4 +86,3 @@ async def with_queue_info(db: AsyncDatabase, book: JobBook | None, view: JobView
     if view.state == JobState.queued:
         return await _queued(db, book, view, now)
     return view
-

@@ -33,8 +33,9 @@ def _eligible(views: list[FollowerView], spec: JobSpec) -> tuple[list[FollowerVi
     """Live followers carrying the job's and the shards' labels, least busy first; and the labels, said."""
     assert spec.target is not None
     wanted = {**spec.requires.labels, **spec.target.shards.labels}
-    eligible = [v for v in views if v.state in ("ready", "busy")
-                and all(v.info.labels.get(k) == value for k, value in wanted.items())]  # fmt: skip
+    eligible = [
+        v for v in views if v.state in ("ready", "busy") and all(v.info.labels.get(k) == value for k, value in wanted.items())
+    ]
     labelled = f" labelled {', '.join(f'{k}={v}' for k, v in sorted(wanted.items()))}" if wanted else ""
     return sorted(eligible, key=lambda v: (len(v.held), v.running_job is not None, v.info.follower_id)), labelled
 
@@ -51,8 +52,10 @@ def sized(views: list[FollowerView], spec: JobSpec, points: list[PointSpec]) -> 
     cost_us = max(cost_of(v, spec) for v in eligible)
     cores = min(max(v.info.generator_cores, 1) for v in eligible)
     n = max(1, math.ceil(rate * cost_us * 1e-6 / (AUTO_SHARE * cores)))
-    why = (f"shards: auto is {n}: {rate:g} req/s x {cost_us:.0f} us of generator CPU per request over followers of "
-           f"{cores} generator core(s), each at most {100 * AUTO_SHARE:g}% busy")  # fmt: skip
+    why = (
+        f"shards: auto is {n}: {rate:g} req/s x {cost_us:.0f} us of generator CPU per request over followers of "
+        f"{cores} generator core(s), each at most {100 * AUTO_SHARE:g}% busy"
+    )
     if n > len(eligible):
         raise InvalidSpec(f"{why}; the fleet has {len(eligible)} live follower(s){labelled}", field="target.shards.count")
     target = spec.target.model_copy(update={"shards": spec.target.shards.model_copy(update={"count": n})})
@@ -69,8 +72,9 @@ def choose_shard_followers(views: list[FollowerView], spec: JobSpec, points: lis
     eligible, labelled = _eligible(views, spec)
     if len(eligible) < n:
         names = ", ".join(sorted(v.info.follower_id for v in eligible)) or "none"
-        raise InvalidSpec(f"{n} shards need {n} live followers{labelled}; the fleet has {len(eligible)} ({names})",
-                          field="target.shards.count")  # fmt: skip
+        raise InvalidSpec(
+            f"{n} shards need {n} live followers{labelled}; the fleet has {len(eligible)} ({names})", field="target.shards.count"
+        )
     chosen = eligible[:n]
     rate = peak_rate(points)
     cost_us = max(cost_of(v, spec) for v in chosen)
@@ -85,5 +89,5 @@ def choose_shard_followers(views: list[FollowerView], spec: JobSpec, points: lis
             f"that needs {needed:.2f} generator cores per follower, and {short[0].info.follower_id} has "
             f"{short[0].info.generator_cores}: ask for at least {enough} shards (or a lower rate)",
             field="target.shards.count",
-        )  # fmt: skip
+        )
     return [v.info.follower_id for v in chosen]

@@ -29,8 +29,15 @@ def _meta(doc: dict[str, Any]) -> DataSetMeta:
 async def insert_stream(db: AsyncDatabase, *, meta: DataSetMeta, chunks: AsyncIterator[bytes]) -> DataSetMeta:
     """Bytes to GridFS chunk by chunk, then the metadata (what makes the set visible); a failure leaves nothing behind."""
     await store_then_publish(
-        db, bucket_for(db), filename=meta.id, sha256=meta.sha256, size_bytes=meta.size_bytes, chunks=chunks,
-        collection=COLLECTION, doc={"_id": meta.id, **meta.model_dump()}, what=f"data set {meta.id}",
+        db,
+        bucket_for(db),
+        filename=meta.id,
+        sha256=meta.sha256,
+        size_bytes=meta.size_bytes,
+        chunks=chunks,
+        collection=COLLECTION,
+        doc={"_id": meta.id, **meta.model_dump()},
+        what=f"data set {meta.id}",
     )
     return meta
 
@@ -49,8 +56,7 @@ async def list_all(db: AsyncDatabase, *, team: str | None = None) -> list[DataSe
     return [_meta(d) for d in await db[COLLECTION].find(team_query(team)).sort([("created_at", -1)]).to_list(None)]
 
 
-async def open_file(db: AsyncDatabase, *, data_id: str, team: str | None = None
-                    ) -> tuple[DataSetMeta, AsyncIterator[bytes]]:  # fmt: skip
+async def open_file(db: AsyncDatabase, *, data_id: str, team: str | None = None) -> tuple[DataSetMeta, AsyncIterator[bytes]]:
     """The metadata (of `team`, when given) and an iterator over the bytes, read from GridFS chunk by chunk."""
     doc = await _doc(db, data_id, team)
     return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])

@@ -32,22 +32,29 @@ async def find(db: AsyncDatabase, check_id: str, *, running: bool = False) -> di
 async def earlier_figures(db: AsyncDatabase, *, model_ref: str, before: str, limit: int) -> list[list[list[Any]]]:
     """The figures ([follower, key, value] rows) of the model's last `limit` settled checks other than `before`,
     oldest first."""
-    docs = db[COLLECTION].find({"state": "done", "model_ref": model_ref, "_id": {"$ne": before}},
-                               {"figures": 1}).sort("created_at", -1).limit(limit)  # fmt: skip
+    docs = (
+        db[COLLECTION]
+        .find({"state": "done", "model_ref": model_ref, "_id": {"$ne": before}}, {"figures": 1})
+        .sort("created_at", -1)
+        .limit(limit)
+    )
     return [doc.get("figures") or [] async for doc in docs][::-1]
 
 
 async def settle(db: AsyncDatabase, check_id: str, *, result: dict[str, Any], figures: list[list[Any]]) -> dict[str, Any] | None:
     """Mark a running check done with its result; None when another caller settled it first."""
-    return await db[COLLECTION].find_one_and_update({"_id": check_id, "state": "running"},
-                                                    {"$set": {"state": "done", "result": result, "figures": figures}},
-                                                    return_document=ReturnDocument.AFTER)  # fmt: skip
+    return await db[COLLECTION].find_one_and_update(
+        {"_id": check_id, "state": "running"},
+        {"$set": {"state": "done", "result": result, "figures": figures}},
+        return_document=ReturnDocument.AFTER,
+    )
 
 
 async def set_recheck(db: AsyncDatabase, check_id: str, *, jobs: dict[str, str]) -> bool:
     """Record a running check's re-run jobs (follower id -> job id); False when it already has them."""
-    done = await db[COLLECTION].update_one({"_id": check_id, "state": "running", "recheck": {"$exists": False}},
-                                           {"$set": {"recheck": jobs}})  # fmt: skip
+    done = await db[COLLECTION].update_one(
+        {"_id": check_id, "state": "running", "recheck": {"$exists": False}}, {"$set": {"recheck": jobs}}
+    )
     return done.modified_count == 1
 
 

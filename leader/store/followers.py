@@ -27,18 +27,20 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
     """A stored follower document as the API shows it."""
     # Draining is an admin's flag on top of the heartbeat state; missing wins (a drained host can also die).
     state = DRAINING if doc.get("draining") and doc["state"] != MISSING else doc["state"]
-    return FollowerView.model_validate({
-        "info": doc["info"],
-        "state": state,
-        "last_seen": as_utc(doc["last_seen"]),
-        "registered_at": as_utc(doc["registered_at"]),
-        "running_job": doc.get("running_job"),
-        "held": doc.get("held") or [],
-        "waiting_reason": doc.get("waiting_reason"),
-        "anomaly": doc.get("anomaly"),
-        "clock": doc.get("clock") or doc["info"].get("clock"),
-        "target_costs_us": doc.get("target_costs_us") or doc["info"].get("target_costs_us") or {},
-    })
+    return FollowerView.model_validate(
+        {
+            "info": doc["info"],
+            "state": state,
+            "last_seen": as_utc(doc["last_seen"]),
+            "registered_at": as_utc(doc["registered_at"]),
+            "running_job": doc.get("running_job"),
+            "held": doc.get("held") or [],
+            "waiting_reason": doc.get("waiting_reason"),
+            "anomaly": doc.get("anomaly"),
+            "clock": doc.get("clock") or doc["info"].get("clock"),
+            "target_costs_us": doc.get("target_costs_us") or doc["info"].get("target_costs_us") or {},
+        }
+    )
 
 
 async def register(db: AsyncDatabase, *, info: FollowerInfo) -> tuple[FollowerView, str | None]:
@@ -126,16 +128,18 @@ async def candidates(db: AsyncDatabase) -> list[Candidate]:
     """Followers that may take work (not missing, not draining) with their backends and GPUs."""
     docs = (
         await db[COLLECTION]
-        .find({"state": {"$ne": MISSING}, "draining": {"$ne": True}},
-              {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1,
-               "info.labels": 1})  # fmt: skip
+        .find(
+            {"state": {"$ne": MISSING}, "draining": {"$ne": True}},
+            {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1, "info.labels": 1},
+        )
         .to_list(None)
     )
     return [
         Candidate(
             doc["_id"],
-            offered_backends(doc["info"]["backends"], doc["info"].get("trusted_only") or (),
-                             shaping=doc["info"].get("network_shaping") or ()),
+            offered_backends(
+                doc["info"]["backends"], doc["info"].get("trusted_only") or (), shaping=doc["info"].get("network_shaping") or ()
+            ),
             tuple(Gpu(g["name"], int(g["memory_mb"])) for g in doc["info"].get("gpus") or []),
             tuple(sorted((doc["info"].get("labels") or {}).items())),
         )

@@ -51,6 +51,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
 
 def job_task(doc: dict[str, Any]) -> JobTask:
     """The Celery payload for the job's current attempt."""
+
     def meta(snapshot: dict[str, Any]) -> ModelMeta:
         return ModelMeta.model_validate({**snapshot, "created_at": as_utc(snapshot["created_at"])})
 
@@ -70,11 +71,26 @@ def job_task(doc: dict[str, Any]) -> JobTask:
 BOOK_FIELDS = {
     key: 1
     for key in (
-        "state", "attempt", "follower_id", "dispatched", "estimate_s", "base_estimate_s", "created_at", "updated_at",
-        "spec.backends", "spec.requires", "spec.network", "waiting_reason", "model_ref", "owner", "parts", "part_of",
-        "measured_s", "model.trusted",
+        "state",
+        "attempt",
+        "follower_id",
+        "dispatched",
+        "estimate_s",
+        "base_estimate_s",
+        "created_at",
+        "updated_at",
+        "spec.backends",
+        "spec.requires",
+        "spec.network",
+        "waiting_reason",
+        "model_ref",
+        "owner",
+        "parts",
+        "part_of",
+        "measured_s",
+        "model.trusted",
     )
-}  # fmt: skip
+}
 
 
 def queued_job(doc: dict[str, Any]) -> QueuedJob:
@@ -84,8 +100,9 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
     return QueuedJob(
         doc["_id"],
         int(doc["attempt"]),
-        placement_backends(spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted")),
-                           network=spec.get("network")),
+        placement_backends(
+            spec.get("backends") or (), trusted=bool((doc.get("model") or {}).get("trusted")), network=spec.get("network")
+        ),
         float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0))),
         Needs(**{**requires, "labels": tuple(sorted((requires.get("labels") or {}).items()))}),
         doc.get("waiting_reason"),

@@ -148,8 +148,9 @@ def counted_parts(doc: dict[str, Any]) -> list[str]:
     return parts[:1] if doc.get("shards") else parts
 
 
-async def list_jobs(db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None,
-                    team: str | None = None) -> list[JobView]:  # fmt: skip
+async def list_jobs(
+    db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None, team: str | None = None
+) -> list[JobView]:
     """Jobs newest first (of `team`, when given), optionally of one state; with `after` (created_at, id), those that
     come after it."""
     query: dict[str, Any] = team_query(team)
@@ -178,8 +179,9 @@ async def model_in_use(db: AsyncDatabase, *, model_ref: str) -> bool:
 async def set_model_trusted(db: AsyncDatabase, *, model_ref: str, trusted: bool) -> int:
     """Carry a model's `trusted` mark into the unfinished jobs that hold a copy of its metadata; how many changed."""
     # updated_at moves too: the placer's change feed reads the job again (a trusted model's job may go elsewhere).
-    done = await db[COLLECTION].update_many({"model_ref": model_ref, "state": {"$nin": TERMINAL}},
-                                            {"$set": {"model.trusted": trusted, "updated_at": utcnow()}})  # fmt: skip
+    done = await db[COLLECTION].update_many(
+        {"model_ref": model_ref, "state": {"$nin": TERMINAL}}, {"$set": {"model.trusted": trusted, "updated_at": utcnow()}}
+    )
     return int(done.modified_count)
 
 

@@ -178,8 +178,13 @@ async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: d
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
     model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1})
     row = row_from_result(
-        job_id=job_id, job_name=job.get("name", ""), model=job.get("model_ref", ""), slo_p99_ms=slo, attempt=attempt,
+        job_id=job_id,
+        job_name=job.get("name", ""),
+        model=job.get("model_ref", ""),
+        slo_p99_ms=slo,
+        attempt=attempt,
         team=job.get("team") or DEFAULT_TEAM,
-        result=result, canonical=(model or {}).get("canonical"),
+        result=result,
+        canonical=(model or {}).get("canonical"),
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -18,8 +18,9 @@ def team_query(team: str | None) -> dict[str, Any]:
     return {"team": {"$in": [team, None]}} if team == DEFAULT_TEAM else {"team": team}
 
 
-async def by_id(db: AsyncDatabase, collection: str, doc_id: str, *, what: str, field: str = "id",
-                team: str | None = None) -> dict[str, Any]:  # fmt: skip
+async def by_id(
+    db: AsyncDatabase, collection: str, doc_id: str, *, what: str, field: str = "id", team: str | None = None
+) -> dict[str, Any]:
     """The document with this _id (of `team`, when given); NotFound naming `field` ("{what} {doc_id} does not exist")
     otherwise: another team's document is answered as if it did not exist."""
     doc = await db[collection].find_one({"_id": doc_id, **team_query(team)})

@@ -68,15 +68,15 @@ async def orphan_chunks(db: AsyncDatabase) -> int:
     return await db[f"{BUCKET}.chunks"].count_documents({"files_id": {"$nin": known}})
 
 
-async def get_model(db: AsyncDatabase, *, name: str, version: str | None, field: str = "version",
-                    team: str | None = None) -> ModelMeta:  # fmt: skip
+async def get_model(
+    db: AsyncDatabase, *, name: str, version: str | None, field: str = "version", team: str | None = None
+) -> ModelMeta:
     """name:version, or the newest version of name when version is None or `latest` (of `team`, when given: another
     team's model does not exist for it); NotFound naming `field`."""
     return _meta(await _get_doc(db, name=name, version=version, field=field, team=team))
 
 
-async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: str, team: str | None = None
-                   ) -> dict[str, Any]:  # fmt: skip
+async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: str, team: str | None = None) -> dict[str, Any]:
     scope = team_query(team)
     if version is None or version == LATEST:
         newest = [("created_at", DESCENDING), ("_id", DESCENDING)]
@@ -107,8 +107,9 @@ async def list_models(db: AsyncDatabase, *, team: str | None = None) -> list[Mod
     return [_meta(doc) for doc in docs]
 
 
-async def open_model_file(db: AsyncDatabase, *, name: str, version: str, team: str | None = None
-                          ) -> tuple[ModelMeta, AsyncIterator[bytes]]:  # fmt: skip
+async def open_model_file(
+    db: AsyncDatabase, *, name: str, version: str, team: str | None = None
+) -> tuple[ModelMeta, AsyncIterator[bytes]]:
     """The model's metadata (of `team`, when given) and an iterator over its bytes, read from GridFS chunk by chunk."""
     doc = await _get_doc(db, name=name, version=version, field="version", team=team)
     return _meta(doc), await read_chunks(bucket_for(db), doc["gridfs_id"])

@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 GRACE = timedelta(hours=1)
 SWEEP_S = 600.0
 # GridFS bucket -> the collection whose documents publish its files (by `gridfs_id`); None: its files publish themselves.
-PUBLISHED: dict[str, str | None] = {models.BUCKET: models.COLLECTION, datasets.BUCKET: datasets.COLLECTION,
-                                    records.BUCKET: None}  # fmt: skip
+PUBLISHED: dict[str, str | None] = {models.BUCKET: models.COLLECTION, datasets.BUCKET: datasets.COLLECTION, records.BUCKET: None}
 
 
 async def collect_orphans(db: AsyncDatabase, *, older_than: datetime) -> dict[str, int]:
@@ -37,13 +36,19 @@ async def collect_orphans(db: AsyncDatabase, *, older_than: datetime) -> dict[st
     for bucket, collection in PUBLISHED.items():
         files, chunks = db[f"{bucket}.files"], db[f"{bucket}.chunks"]
         with_file = set(await files.distinct("_id"))
-        stray = [i for i in await chunks.distinct("files_id", {"files_id": {"$lt": cutoff}})
-                 if i not in with_file and i not in IN_PROGRESS]  # fmt: skip
+        stray = [
+            i
+            for i in await chunks.distinct("files_id", {"files_id": {"$lt": cutoff}})
+            if i not in with_file and i not in IN_PROGRESS
+        ]
         count = (await chunks.delete_many({"files_id": {"$in": stray}})).deleted_count if stray else 0
         if collection is not None:
             published = set(await db[collection].distinct("gridfs_id"))
-            unpublished = [doc["_id"] async for doc in files.find({"_id": {"$lt": cutoff}}, {"_id": 1})
-                           if doc["_id"] not in published and doc["_id"] not in IN_PROGRESS]  # fmt: skip
+            unpublished = [
+                doc["_id"]
+                async for doc in files.find({"_id": {"$lt": cutoff}}, {"_id": 1})
+                if doc["_id"] not in published and doc["_id"] not in IN_PROGRESS
+            ]
             for file_id in unpublished:
                 await AsyncGridFSBucket(db, bucket_name=bucket).delete(file_id)
             count += len(unpublished)

@@ -37,5 +37,3 @@ async def load_records(db: AsyncDatabase, *, job_id: str, attempt: int, index: i
         return None
     stream = await _bucket(db).open_download_stream(doc["_id"])
     return await stream.read()
-
-

@@ -27,19 +27,29 @@ def _id(team: str, name: str) -> str:
 
 
 def _view(doc: dict[str, Any]) -> SecretView:
-    return SecretView(name=doc["name"], team=doc["team"], kind=doc["kind"], header=doc.get("header"),
-                      created_at=doc["created_at"], created_by=doc["created_by"])  # fmt: skip
+    return SecretView(
+        name=doc["name"],
+        team=doc["team"],
+        kind=doc["kind"],
+        header=doc.get("header"),
+        created_at=doc["created_at"],
+        created_by=doc["created_by"],
+    )
 
 
 async def put(db: AsyncDatabase, box: SecretBox, *, team: str, body: SecretCreate, user: str) -> SecretView:
     """Store (or replace) a team's secret, sealed; acknowledged before returning."""
     binding = _id(team, body.name)
     doc = {
-        "_id": binding, "team": team, "name": body.name, "kind": body.kind,
+        "_id": binding,
+        "team": team,
+        "name": body.name,
+        "kind": body.kind,
         "header": body.header if body.kind == "header" else None,
         "sealed": Binary(box.seal(body.value.get_secret_value(), binding=binding)),
-        "created_at": utcnow(), "created_by": user,
-    }  # fmt: skip
+        "created_at": utcnow(),
+        "created_by": user,
+    }
     await db[COLLECTION].replace_one({"_id": binding}, doc, upsert=True)
     return _view(doc)
 

@@ -31,17 +31,19 @@ async def start(db: AsyncDatabase, *, principal: Principal, token: str, ttl_s: f
     now = utcnow()
     await db[COLLECTION].delete_many({"expires_at": {"$lte": now}})  # sweep: logins are rare, sessions few
     session_id = new_token()
-    await db[COLLECTION].insert_one({
-        "_id": hash_token(session_id),
-        "user": principal.user,
-        "role": principal.role,
-        "team": principal.team,
-        "token_id": principal.token_id,
-        # The bootstrap admin token has no stored record to revoke: remember which secret it was.
-        "static_hash": hash_token(token) if principal.token_id is None else None,
-        "created_at": now,
-        "expires_at": now + timedelta(seconds=ttl_s),
-    })  # fmt: skip
+    await db[COLLECTION].insert_one(
+        {
+            "_id": hash_token(session_id),
+            "user": principal.user,
+            "role": principal.role,
+            "team": principal.team,
+            "token_id": principal.token_id,
+            # The bootstrap admin token has no stored record to revoke: remember which secret it was.
+            "static_hash": hash_token(token) if principal.token_id is None else None,
+            "created_at": now,
+            "expires_at": now + timedelta(seconds=ttl_s),
+        }
+    )
     return session_id
 
 
@@ -55,8 +57,7 @@ async def principal_for(db: AsyncDatabase, *, session_id: str, admin_token: str)
             return None
     elif not same_secret(doc.get("static_hash") or "", hash_token(admin_token)):
         return None
-    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"),
-                     team=doc.get("team", DEFAULT_TEAM))  # fmt: skip
+    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"), team=doc.get("team", DEFAULT_TEAM))
 
 
 async def end(db: AsyncDatabase, *, session_id: str) -> None:

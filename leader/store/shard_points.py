@@ -33,13 +33,25 @@ def _point_id(job_id: str, index: int) -> str:
     return f"{job_id}:{index}"
 
 
-async def arrive(db: AsyncDatabase, *, job_id: str, index: int, shard: int, count: int, attempt: int, follower_id: str,
-                 now_ns: int, wait_s: float = SHARD_WAIT_S) -> dict[str, Any]:  # fmt: skip
+async def arrive(
+    db: AsyncDatabase,
+    *,
+    job_id: str,
+    index: int,
+    shard: int,
+    count: int,
+    attempt: int,
+    follower_id: str,
+    now_ns: int,
+    wait_s: float = SHARD_WAIT_S,
+) -> dict[str, Any]:
     """Record that a shard is ready for a point and release the point when every shard is (or the wait ran out);
     the point's document as it is now."""
     doc_id = _point_id(job_id, index)
-    update = {"$setOnInsert": {"first_ns": now_ns, "count": count, "start_at_ns": None},
-              "$set": {f"arrivals.{shard}": {"attempt": attempt, "follower_id": follower_id, "at_ns": now_ns}}}  # fmt: skip
+    update = {
+        "$setOnInsert": {"first_ns": now_ns, "count": count, "start_at_ns": None},
+        "$set": {f"arrivals.{shard}": {"attempt": attempt, "follower_id": follower_id, "at_ns": now_ns}},
+    }
     try:
         await db[POINTS].update_one({"_id": doc_id}, update, upsert=True)
     except DuplicateKeyError:  # two shards inserted it at once: it exists now, so this one updates
@@ -49,8 +61,9 @@ async def arrive(db: AsyncDatabase, *, job_id: str, index: int, shard: int, coun
     arrivals = doc.get("arrivals") or {}
     if doc.get("start_at_ns") is None and (len(arrivals) >= count or now_ns - doc["first_ns"] > wait_s * 1e9):
         # Conditional: of two shards releasing at once, one sets the start and both read it.
-        await db[POINTS].update_one({"_id": doc_id, "start_at_ns": None},
-                                    {"$set": {"start_at_ns": now_ns + START_LEAD_NS, "roster": arrivals}})  # fmt: skip
+        await db[POINTS].update_one(
+            {"_id": doc_id, "start_at_ns": None}, {"$set": {"start_at_ns": now_ns + START_LEAD_NS, "roster": arrivals}}
+        )
         doc = await db[POINTS].find_one({"_id": doc_id})
         assert doc is not None
     return doc
@@ -61,12 +74,21 @@ async def point_doc(db: AsyncDatabase, *, job_id: str, index: int) -> dict[str, 
     return await db[POINTS].find_one({"_id": _point_id(job_id, index)})
 
 
-async def put_records(db: AsyncDatabase, *, job_id: str, index: int, shard: int, attempt: int, follower_id: str,
-                      blob: bytes, meta: dict[str, Any]) -> None:  # fmt: skip
+async def put_records(
+    db: AsyncDatabase, *, job_id: str, index: int, shard: int, attempt: int, follower_id: str, blob: bytes, meta: dict[str, Any]
+) -> None:
     """A shard's records of a point (replacing an earlier upload of the same shard)."""
     doc_id = f"{_point_id(job_id, index)}:{shard}"
-    doc = {"_id": doc_id, "job_id": job_id, "index": index, "shard": shard, "attempt": attempt, "follower_id": follower_id,
-           "blob": Binary(blob), "meta": meta}  # fmt: skip
+    doc = {
+        "_id": doc_id,
+        "job_id": job_id,
+        "index": index,
+        "shard": shard,
+        "attempt": attempt,
+        "follower_id": follower_id,
+        "blob": Binary(blob),
+        "meta": meta,
+    }
     await db[RECORDS].replace_one({"_id": doc_id}, doc, upsert=True)
 
 

@@ -38,8 +38,14 @@ def _view(doc: dict[str, Any]) -> TokenView:
 
 
 async def create_token(
-    db: AsyncDatabase, *, user: str, role: str, label: str = "", follower_id: str | None = None,
-    expires_in_s: float | None = None, team: str = DEFAULT_TEAM,
+    db: AsyncDatabase,
+    *,
+    user: str,
+    role: str,
+    label: str = "",
+    follower_id: str | None = None,
+    expires_in_s: float | None = None,
+    team: str = DEFAULT_TEAM,
 ) -> TokenIssued:
     """Store a new token's hash (acknowledged before the secret is returned, once); it expires after `expires_in_s`."""
     token = new_token()
@@ -65,8 +71,13 @@ async def principal_for(db: AsyncDatabase, *, token: str) -> Principal | None:
     doc = await db[COLLECTION].find_one({"hash": hash_token(token), "revoked_at": None})
     if doc is None or _expired(doc):
         return None
-    return Principal(user=doc["user"], role=doc["role"], follower_id=doc.get("follower_id"), token_id=doc["_id"],
-                     team=doc.get("team", DEFAULT_TEAM))  # fmt: skip
+    return Principal(
+        user=doc["user"],
+        role=doc["role"],
+        follower_id=doc.get("follower_id"),
+        token_id=doc["_id"],
+        team=doc.get("team", DEFAULT_TEAM),
+    )
 
 
 def _expired(doc: dict[str, Any]) -> bool:

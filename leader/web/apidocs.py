@@ -20,15 +20,17 @@ async def swagger_ui() -> HTMLResponse:
     if not all((VENDOR / name).is_file() for name in ASSETS):
         return HTMLResponse(
             "<p>Swagger UI is not in this installation: run scripts/vendor_web.sh (or scripts/setup.sh) where it was "
-            "built. The API schema itself is at <a href=\"/openapi.json\">/openapi.json</a>.</p>", status_code=503,
-        )  # fmt: skip
+            'built. The API schema itself is at <a href="/openapi.json">/openapi.json</a>.</p>',
+            status_code=503,
+        )
     return get_swagger_ui_html(
-        openapi_url="/openapi.json", title="benchfleet leader API",
+        openapi_url="/openapi.json",
+        title="benchfleet leader API",
         swagger_js_url="/static/vendor/swagger-ui/swagger-ui-bundle.js",
         swagger_css_url="/static/vendor/swagger-ui/swagger-ui.css",
         swagger_favicon_url="data:,",  # no icon fetched from anywhere
         swagger_ui_parameters={"validatorUrl": None},  # Swagger UI's default validator badge is fetched from its site
-    )  # fmt: skip
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -28,32 +28,61 @@ def _finite(value: float | None) -> bool:
 
 
 def line(
-    title: str, series: Sequence[Series], *, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
-    lines: bool = True, empty: str = "no data", flagged: Sequence[Sequence[bool]] | None = None,
-) -> Chart:  # fmt: skip
+    title: str,
+    series: Sequence[Series],
+    *,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+    lines: bool = True,
+    empty: str = "no data",
+    flagged: Sequence[Sequence[bool]] | None = None,
+) -> Chart:
     """Lines through each (label, xs, ys) series; pairs with a missing value are left out, and a pair that cannot sit
     on a log axis (≤ 0) too. `flagged[s][i]` marks series s's i-th pair as an invalid measurement."""
     drawn = []
     for s, (label, xs, ys) in enumerate(series):
         flags = list(flagged[s]) if flagged is not None else [False] * len(xs)
-        kept = [(x, y, f) for x, y, f in zip(xs, ys, flags, strict=False)
-                if _finite(x) and _finite(y) and not (logx and x <= 0) and not (logy and y <= 0)]  # type: ignore[operator]  # fmt: skip
+        kept = [
+            (x, y, f)
+            for x, y, f in zip(xs, ys, flags, strict=False)
+            if _finite(x) and _finite(y) and not (logx and x <= 0) and not (logy and y <= 0)  # type: ignore[operator]
+        ]
         if kept:
-            drawn.append({"label": label, "x": [k[0] for k in kept], "y": [k[1] for k in kept],
-                          "invalid": [i for i, k in enumerate(kept) if k[2]]})  # fmt: skip
-    chart: Chart = {"kind": "line", "title": title, "x": {"label": xlabel, "log": logx},
-                    "y": {"label": ylabel, "log": logy}, "lines": lines, "series": drawn}  # fmt: skip
+            drawn.append(
+                {
+                    "label": label,
+                    "x": [k[0] for k in kept],
+                    "y": [k[1] for k in kept],
+                    "invalid": [i for i, k in enumerate(kept) if k[2]],
+                }
+            )
+    chart: Chart = {
+        "kind": "line",
+        "title": title,
+        "x": {"label": xlabel, "log": logx},
+        "y": {"label": ylabel, "log": logy},
+        "lines": lines,
+        "series": drawn,
+    }
     if not drawn:
         chart["empty"] = empty
     return chart
 
 
-def bars(title: str, labels: Sequence[str], stacks: Mapping[str, Sequence[float | None]], *, ylabel: str,
-         empty: str = "no data") -> Chart:  # fmt: skip
+def bars(
+    title: str, labels: Sequence[str], stacks: Mapping[str, Sequence[float | None]], *, ylabel: str, empty: str = "no data"
+) -> Chart:
     """Stacked bars: one bar per label, one colour per stack name (a missing value is no bar, not zero)."""
     values = {name: [v if _finite(v) else None for v in vals] for name, vals in stacks.items()}
-    chart: Chart = {"kind": "bar", "title": title, "labels": list(labels), "y": {"label": ylabel, "log": False},
-                    "stacks": [{"label": name, "values": vals} for name, vals in values.items()]}  # fmt: skip
+    chart: Chart = {
+        "kind": "bar",
+        "title": title,
+        "labels": list(labels),
+        "y": {"label": ylabel, "log": False},
+        "stacks": [{"label": name, "values": vals} for name, vals in values.items()],
+    }
     if not labels or not any(v for vals in values.values() for v in vals):
         chart["empty"] = empty
     return chart
@@ -62,8 +91,15 @@ def bars(title: str, labels: Sequence[str], stacks: Mapping[str, Sequence[float 
 def heat(title: str, grid: HeatMap, *, xlabel: str, ylabel: str, empty: str = "no data") -> Chart:
     """A value per (x, y) cell, coloured from the lowest to the highest."""
     cells = [[c.x, c.y, c.value] for c in grid.cells if _finite(c.value)]
-    chart: Chart = {"kind": "heatmap", "title": title, "xs": list(grid.xs), "ys": list(grid.ys), "cells": cells,
-                    "x": {"label": xlabel}, "y": {"label": ylabel}}  # fmt: skip
+    chart: Chart = {
+        "kind": "heatmap",
+        "title": title,
+        "xs": list(grid.xs),
+        "ys": list(grid.ys),
+        "cells": cells,
+        "x": {"label": xlabel},
+        "y": {"label": ylabel},
+    }
     if not cells:
         chart["empty"] = empty
     return chart
@@ -88,31 +124,63 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[S
 
 def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Chart]:
     """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start."""
-    charts = [line("Latency CDF per point", _cdf_series(points, raw), xlabel="latency from intended time (ms)",
-                   ylabel="percent of requests", logx=True, empty="no latencies yet")]  # fmt: skip
+    charts = [
+        line(
+            "Latency CDF per point",
+            _cdf_series(points, raw),
+            xlabel="latency from intended time (ms)",
+            ylabel="percent of requests",
+            logx=True,
+            empty="no latencies yet",
+        )
+    ]
     ladders: dict[str, list[PointResult]] = {}
     for p in points:
         ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}", []).append(p)
     ordered = {k: sorted(v, key=lambda p: p.point.rate) for k, v in ladders.items()}
-    curve = [(k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v])
-             for k, v in ordered.items()]  # fmt: skip
-    charts.append(line("p99 latency vs throughput (rate ladder; ringed red: invalid)", curve,
-                       xlabel="achieved throughput (req/s)", ylabel="p99 ms",
-                       flagged=[[not p.valid for p in v] for v in ordered.values()]))  # fmt: skip
+    curve = [
+        (k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v]) for k, v in ordered.items()
+    ]
+    charts.append(
+        line(
+            "p99 latency vs throughput (rate ladder; ringed red: invalid)",
+            curve,
+            xlabel="achieved throughput (req/s)",
+            ylabel="p99 ms",
+            flagged=[[not p.valid for p in v] for v in ordered.values()],
+        )
+    )
     timeline = [(f"#{p.point.index} p99", [w.t_s for w in p.windows], [w.p99_ms for w in p.windows]) for p in points if p.windows]
-    charts.append(line("Timeline: p99 per window", timeline, xlabel="seconds into the measured part", ylabel="p99 ms",
-                       empty="no per-window metrics were reported"))  # fmt: skip
+    charts.append(
+        line(
+            "Timeline: p99 per window",
+            timeline,
+            xlabel="seconds into the measured part",
+            ylabel="p99 ms",
+            empty="no per-window metrics were reported",
+        )
+    )
     labels = [f"#{p.point.index}" for p in points]
     stage_names = sorted({name for p in points for name in (p.stages_ms or {})})
     stages = {s: [(p.stages_ms or {}).get(s) for p in points] for s in stage_names}
     charts.append(bars("Stage breakdown (mean ms)", labels, stages, ylabel="ms", empty="no stage breakdown was measured"))
     res = [p.resources for p in points]
     resource_charts = [
-        ("Server CPU (mean %)", "cpu %", [r.server_cpu_percent_mean if r else None for r in res], "% of one core",
-         "no resource samples"),
-        ("GPU utilisation (mean %)", "gpu %", [r.gpu_util_percent_mean if r else None for r in res], "%",
-         "no GPU on this host (not measured, not zero)"),
-    ]  # fmt: skip
+        (
+            "Server CPU (mean %)",
+            "cpu %",
+            [r.server_cpu_percent_mean if r else None for r in res],
+            "% of one core",
+            "no resource samples",
+        ),
+        (
+            "GPU utilisation (mean %)",
+            "gpu %",
+            [r.gpu_util_percent_mean if r else None for r in res],
+            "%",
+            "no GPU on this host (not measured, not zero)",
+        ),
+    ]
     for title, name, values, ylabel, empty in resource_charts:
         charts.append(bars(title, labels, {name: values}, ylabel=ylabel, empty=empty))
     cold = [p.cold_start for p in points]
@@ -128,8 +196,14 @@ def roofline_chart(data: Roofline) -> Chart:
     """The roofline on log-log axes, ceilings first."""
     if not data.measured:
         return line("Roofline", [], xlabel="", ylabel="", empty="no valid points of models with countable dense layers")
-    return line("Roofline (FP32 ceilings)", data.ceilings + data.measured, xlabel="arithmetic intensity (FLOP/byte)",
-                ylabel="FLOP/s", logx=True, logy=True)  # fmt: skip
+    return line(
+        "Roofline (FP32 ceilings)",
+        data.ceilings + data.measured,
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="FLOP/s",
+        logx=True,
+        logy=True,
+    )
 
 
 def heatmap_chart(grid: HeatMap, metric: str, x: str, y: str) -> Chart:
@@ -139,6 +213,10 @@ def heatmap_chart(grid: HeatMap, metric: str, x: str, y: str) -> Chart:
 
 def cost_chart(cost_rows: list[dict[str, Any]]) -> Chart:
     """Cost per 1M requests by hardware class."""
-    return bars("Cost per 1M requests by hardware", [c["hardware"] for c in cost_rows],
-                {"cost": [c["cost"] for c in cost_rows]}, ylabel="per 1M requests",
-                empty="no cost measured (needs resource sampling and a configured price)")  # fmt: skip
+    return bars(
+        "Cost per 1M requests by hardware",
+        [c["hardware"] for c in cost_rows],
+        {"cost": [c["cost"] for c in cost_rows]},
+        ylabel="per 1M requests",
+        empty="no cost measured (needs resource sampling and a configured price)",
+    )

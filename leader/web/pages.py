@@ -141,8 +141,14 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
     job = await jobs_store.get_job(db, job_id=job_id, team=team)
     points = await results_store.job_points(db, job)
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
-    return {"job": job, "points": points, "charts": draw.job_charts(points, raw), "repeats": summarize_repeats(points),
-            "running": job.state not in TERMINAL_STATES, "interference": interference.matrix(job, points)}  # fmt: skip
+    return {
+        "job": job,
+        "points": points,
+        "charts": draw.job_charts(points, raw),
+        "repeats": summarize_repeats(points),
+        "running": job.state not in TERMINAL_STATES,
+        "interference": interference.matrix(job, points),
+    }
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -187,13 +193,20 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     every = draw.job_charts(points, raw)
     charts = every[:1] + every[2:3]
     result_json = json.dumps(points[0].model_dump(mode="json", exclude={"latency_hdr", "service_hdr"}), indent=1)
-    return HTMLResponse(render("point.html", job=job, index=index, point=points[0], charts=charts,
-                               has_records=index in raw, result_json=result_json))  # fmt: skip
+    return HTMLResponse(
+        render(
+            "point.html", job=job, index=index, point=points[0], charts=charts, has_records=index in raw, result_json=result_json
+        )
+    )
 
 
 @router.get("/analysis", response_class=HTMLResponse)
 async def analysis_page(
-    request: Request, metric: str = "p99_ms", x: str = "batch_size", y: str = "rate", filter: str = "",  # noqa: A002
+    request: Request,
+    metric: str = "p99_ms",
+    x: str = "batch_size",
+    y: str = "rate",
+    filter: str = "",  # noqa: A002
     model: str | None = None,
 ) -> HTMLResponse:
     """Heat map over two hyper-parameters (of one model unless `model=*` or an axis is the model: averaging different

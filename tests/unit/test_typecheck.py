@@ -22,3 +22,16 @@ def test_ruff_finds_nothing() -> None:
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, f"ruff found problems:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
+
+
+def test_the_formatter_has_laid_out_the_packages_and_the_benchmarks() -> None:
+    """`ruff format` (pyproject.toml's line length) leaves the packages, the benchmarks and the scripts unchanged."""
+    folders = ["common", "leader", "follower", "benchfleet", "bench", "scripts"]
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", *folders],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"ruff format would change:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"

@@ -20,8 +20,9 @@ class AiohttpTransport(Transport):
     def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
         super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
         tls = credentials.ssl_context() if url.startswith("https://") else None
-        connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency, force_close=False,
-                                         ssl=tls or True)  # fmt: skip
+        connector = aiohttp.TCPConnector(
+            limit=max_concurrency, limit_per_host=max_concurrency, force_close=False, ssl=tls or True
+        )
         self.headers = {**_HEADERS, **dict(credentials.headers)}
         self.session = aiohttp.ClientSession(
             connector=connector,

@@ -156,4 +156,3 @@ def http_answer(status: int, first_ns: int, payload: bytes) -> Answer:
     if status == 200:
         return Answer(200, first_ns, done_ns, stage_timings(payload))
     return Answer(status, first_ns, done_ns, None, f"HTTP {status}: {payload[:300].decode('utf-8', 'replace')}")
-

@@ -60,8 +60,21 @@ def usage_of(doc: Any) -> tuple[int | None, int | None]:
 class _StreamConn(ConnBase):
     """One keep-alive connection whose answers are read as they stream."""
 
-    __slots__ = ("buf", "first_ns", "head", "dechunker", "parser", "events_ns", "texts", "events", "usage", "body",
-                 "done_seen", "sse", "received")  # fmt: skip
+    __slots__ = (
+        "buf",
+        "first_ns",
+        "head",
+        "dechunker",
+        "parser",
+        "events_ns",
+        "texts",
+        "events",
+        "usage",
+        "body",
+        "done_seen",
+        "sse",
+        "received",
+    )
 
     def __init__(self, pool: RawHttpSession) -> None:
         self.pool = pool

@@ -218,8 +218,9 @@ class RawHttpSession:
     is idle and never has more open than requests ever were in flight at once.
     """
 
-    def __init__(self, url: str, timeout_s: float = 30.0, conn_factory: Any = None,
-                 headers: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, timeout_s: float = 30.0, conn_factory: Any = None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         parts = urlsplit(url)
         # A target's own headers (a secret's), written into every request; CR/LF were refused when it was stored.
         self.extra_head = "".join(f"{name}: {value}\r\n" for name, value in headers)

@@ -75,14 +75,22 @@ async def recommend(
     """
     index = await queries.synced_index(request.app.state, db)
     return recommend_rows(
-        index.select(filter or [], team=viewer.scope), p99_ms=p99_ms, min_throughput=min_throughput, max_cost=max_cost,
-        model=model, confident=confident, min_samples_per_s=min_samples_per_s,
-    )  # fmt: skip
+        index.select(filter or [], team=viewer.scope),
+        p99_ms=p99_ms,
+        min_throughput=min_throughput,
+        max_cost=max_cost,
+        model=model,
+        confident=confident,
+        min_samples_per_s=min_samples_per_s,
+    )
 
 
 @router.get("/compare", response_model=CompareResponse)
 async def compare(
-    db: Db, viewer: Viewer, a: str, b: str,
+    db: Db,
+    viewer: Viewer,
+    a: str,
+    b: str,
     threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD,
 ) -> CompareResponse:
     """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney."""
@@ -111,7 +119,10 @@ async def pin_baseline(
 
 @router.get("/outliers", response_model=OutlierResponse)
 async def outliers(
-    request: Request, db: Db, viewer: Viewer, name: str,
+    request: Request,
+    db: Db,
+    viewer: Viewer,
+    name: str,
     threshold: Annotated[float, Query(gt=0, lt=10)] = anomalies.THRESHOLD,
     metric: Literal["p50_ms", "p99_ms"] = "p99_ms",
 ) -> OutlierResponse:
@@ -138,8 +149,14 @@ async def export_job(job_id: str, db: Db, viewer: Viewer, format: str = "csv") -
 
 
 @router.get("/jobs/{job_id}/points/{index}/records/export")
-async def export_records(job_id: str, index: int, db: Db, viewer: Viewer, format: str = "parquet",  # noqa: A002
-                         attempt: int | None = None) -> Response:  # fmt: skip
+async def export_records(
+    job_id: str,
+    index: int,
+    db: Db,
+    viewer: Viewer,
+    format: str = "parquet",  # noqa: A002
+    attempt: int | None = None,
+) -> Response:
     """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet."""
     fmt = export.check_format(format)
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)

@@ -31,8 +31,12 @@ class AuditEntry(BaseModel):
 
 @router.get("", response_model=list[AuditEntry])
 async def audit_log(
-    request: Request, response: Response, db: Db, user: Annotated[str | None, Query(max_length=64)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: Annotated[str | None, Query(max_length=200)] = None,
+    request: Request,
+    response: Response,
+    db: Db,
+    user: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[AuditEntry]:
     """Who changed what, newest first (optionally one user's); a full page names the next in `Link`/`X-Next-Cursor`."""
     rows = [AuditEntry(**row) for row in await audit_store.entries(db, user=user, limit=limit, after=paging.decode(cursor))]

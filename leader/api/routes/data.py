@@ -21,11 +21,14 @@ from leader.store import datasets as data_store
 
 router = APIRouter(prefix="/data", tags=["data"])
 
-_UPLOAD_BODY = multipart_body(["name", "format"], {
-    "name": {"type": "string", "pattern": NAME_PATTERN},
-    "format": {"type": "string", "enum": list(DATA_FORMATS)},
-    "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
-})  # fmt: skip
+_UPLOAD_BODY = multipart_body(
+    ["name", "format"],
+    {
+        "name": {"type": "string", "pattern": NAME_PATTERN},
+        "format": {"type": "string", "enum": list(DATA_FORMATS)},
+        "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
+    },
+)
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
@@ -67,11 +70,19 @@ async def upload_data(request: Request, db: Db, settings: SettingsDep, principal
         if data_format == "trace":  # what a job naming this trace is checked against at submission
             span_s, max_input = await anyio.to_thread.run_sync(trace_facts, upload.file)
         meta = DataSetMeta(
-            id=uuid.uuid4().hex, name=name, format=cast(DataFormat, data_format),  # checked above
-            samples=samples, fields=fields, sha256=sha256,
-            size_bytes=size, created_at=utcnow(), owner=principal.user, span_s=span_s, max_input=max_input,
+            id=uuid.uuid4().hex,
+            name=name,
+            format=cast(DataFormat, data_format),  # checked above
+            samples=samples,
+            fields=fields,
+            sha256=sha256,
+            size_bytes=size,
+            created_at=utcnow(),
+            owner=principal.user,
+            span_s=span_s,
+            max_input=max_input,
             team=team_of_upload(principal, form.get("team")),
-        )  # fmt: skip
+        )
         return await data_store.insert_stream(db, meta=meta, chunks=spooled_chunks(upload.file))
 
 

@@ -35,14 +35,16 @@ async def create(body: FleetCheckBody, db: Db, placer: PlacerDep, admin: Admin) 
     `hardware` when fewer than three followers match: a median of two cannot say which one is odd)."""
     name, version = body.model.split(":", 1)
     model = await models_store.get_model(db, name=name, version=version, field="model", team=admin.scope)
-    check = await fleetcheck.create(db, model=model, hardware=body.hardware, rate=body.rate, duration_s=body.duration_s,
-                               owner=admin.user)  # fmt: skip
+    check = await fleetcheck.create(
+        db, model=model, hardware=body.hardware, rate=body.rate, duration_s=body.duration_s, owner=admin.user
+    )
     placer.nudge()
     return check
 
 
 @router.get("/{check_id}", response_model=FleetCheckView)
-async def get(check_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], db: Db, settings: SettingsDep,
-              viewer: Viewer) -> FleetCheckView:  # fmt: skip
+async def get(
+    check_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], db: Db, settings: SettingsDep, viewer: Viewer
+) -> FleetCheckView:
     """A fleet check: running, or done with the test across followers, each one's history and the outliers."""
     return await fleetcheck.get(db, check_id=check_id, drain=settings.fleetcheck_drain)

@@ -42,7 +42,12 @@ async def list_followers(db: Db) -> list[FollowerView]:
 
 @router.post("/register", response_model=FollowerRegistration)
 async def register(
-    info: FollowerInfo, db: Db, placer: PlacerDep, principal: Joining, request: Request, settings: SettingsDep,
+    info: FollowerInfo,
+    db: Db,
+    placer: PlacerDep,
+    principal: Joining,
+    request: Request,
+    settings: SettingsDep,
     heard: HeardDep,
 ) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
@@ -83,14 +88,22 @@ async def _refuse_live_takeover(db: AsyncDatabase, info: FollowerInfo, missing_a
     if age_s >= missing_after_s:
         return
     wait = max(1, math.ceil(missing_after_s - age_s))
-    raise Conflict(f"follower {info.follower_id} is live (seen {age_s:.1f} s ago): the join token cannot take its id "
-                   f"over; a restarted agent may retry in {wait} s, once the old one is missing", field="follower_id",
-                   retry_after_s=wait)  # fmt: skip
+    raise Conflict(
+        f"follower {info.follower_id} is live (seen {age_s:.1f} s ago): the join token cannot take its id "
+        f"over; a restarted agent may retry in {wait} s, once the old one is missing",
+        field="follower_id",
+        retry_after_s=wait,
+    )
 
 
 @router.post("/{follower_id}/heartbeat", response_model=HeartbeatReply)
 async def heartbeat(
-    follower_id: str, beat: Heartbeat, db: Db, principal: FollowerPrincipal, placer: PlacerDep, settings: SettingsDep,
+    follower_id: str,
+    beat: Heartbeat,
+    db: Db,
+    principal: FollowerPrincipal,
+    placer: PlacerDep,
+    settings: SettingsDep,
     heard: HeardDep,
 ) -> HeartbeatReply:
     """Record a heartbeat; known=False asks the agent to register again."""
@@ -104,8 +117,13 @@ async def heartbeat(
     if known:
         # Sent long enough ago (by the placer's monotonic clock), yet not among what the agent holds: the message was
         # lost on the way; place it again.
-        lost = await assignments_store.requeue_undelivered(db, follower_id=follower_id, held={h.job_id for h in beat.held},
-                                                         sent_age_s=placer.sent.age_s, after_s=settings.undelivered_after_s)
+        lost = await assignments_store.requeue_undelivered(
+            db,
+            follower_id=follower_id,
+            held={h.job_id for h in beat.held},
+            sent_age_s=placer.sent.age_s,
+            after_s=settings.undelivered_after_s,
+        )
         if lost:
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
             placer.nudge()

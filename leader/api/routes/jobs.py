@@ -65,14 +65,18 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
     """What a language model's server would refuse request by request, refused at submission naming the field."""
     workload = spec.llm or LlmWorkload()
     if workload.api == "chat" and not llm.chat_template:
-        raise InvalidSpec(f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions",
-                          field="llm.api")  # fmt: skip
+        raise InvalidSpec(
+            f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions", field="llm.api"
+        )
     longest = workload.longest_prompt + workload.output_tokens.upper
     room = spec.server.llm.model_len(llm.context_length)
     if longest > room:
-        raise InvalidSpec(f"the longest prompt plus the longest output ({longest} tokens) exceed the {room} tokens a "
-                          f"sequence of {ref} may hold on the server (server.llm.max_model_len, at most its context "
-                          f"{llm.context_length})", field="llm")  # fmt: skip
+        raise InvalidSpec(
+            f"the longest prompt plus the longest output ({longest} tokens) exceed the {room} tokens a "
+            f"sequence of {ref} may hold on the server (server.llm.max_model_len, at most its context "
+            f"{llm.context_length})",
+            field="llm",
+        )
 
 
 @router.post("", status_code=201, response_model=JobView, openapi_extra=_SPEC_BODY)
@@ -95,8 +99,7 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     if spec.target is not None:  # an endpoint already running: its model need not be stored (leader/jobs/targets.py)
         model = await target_model(db, spec, team=principal.team, owner=principal.user)
     else:
-        model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref",
-                                             team=team)  # fmt: skip
+        model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref", team=team)
     if spec.inputs is not None and model.inputs and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
     # A language model is served over an OpenAI-compatible API by an LLM server; a tensor model over KServe v2.
@@ -116,8 +119,9 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         if data_meta.format == "trace":
             raise InvalidSpec(f"data set {spec.data.id} is a trace (send times), not request data", field="data.id")
         if data_meta.format == "prompts":
-            raise InvalidSpec(f"data set {spec.data.id} is a language model's prompt set: name it in llm.dataset",
-                              field="data.id")  # fmt: skip
+            raise InvalidSpec(
+                f"data set {spec.data.id} is a language model's prompt set: name it in llm.dataset", field="data.id"
+            )
     if spec.llm is not None and spec.llm.dataset is not None:
         await _check_prompt_set(db, spec.llm, team)
     if isinstance(spec.load.trace, TraceRef):
@@ -140,8 +144,7 @@ async def _colocated_models(db: Db, spec: JobSpec, model: ModelMeta, team: str |
     out: list[ModelMeta] = []
     for k, ref in enumerate(spec.colocate.models):
         name, _, version = ref.partition(":")
-        other = await models_store.get_model(db, name=name, version=version or None, field=f"colocate.models.{k}",
-                                             team=team)  # fmt: skip
+        other = await models_store.get_model(db, name=name, version=version or None, field=f"colocate.models.{k}", team=team)
         if other.is_llm:
             raise InvalidSpec(f"{other.ref} is a language model; colocate serves tensor models", field=f"colocate.models.{k}")
         if other.ref == model.ref or other.ref in [m.ref for m in out]:
@@ -158,11 +161,15 @@ async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None) -> 
     except NotFound:
         raise InvalidSpec(f"data set {workload.dataset} does not exist", field=field) from None
     if meta.format != "prompts":
-        raise InvalidSpec(f"data set {workload.dataset} is {meta.format} data, not a prompt set (upload it with format "
-                          "prompts)", field=field)  # fmt: skip
+        raise InvalidSpec(
+            f"data set {workload.dataset} is {meta.format} data, not a prompt set (upload it with format prompts)", field=field
+        )
     if wrong := [k for k in meta.fields if k not in KINDS_FOR_API[workload.api]]:
-        raise InvalidSpec(f"prompt set {workload.dataset} holds {', '.join(wrong)} rows, which api {workload.api} cannot "
-                          "send (chat messages and conversations need api: chat)", field=field)  # fmt: skip
+        raise InvalidSpec(
+            f"prompt set {workload.dataset} holds {', '.join(wrong)} rows, which api {workload.api} cannot "
+            "send (chat messages and conversations need api: chat)",
+            field=field,
+        )
 
 
 async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None, team: str | None) -> None:
@@ -173,22 +180,32 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None,
     except NotFound:
         raise InvalidSpec(f"data set {ref.dataset} does not exist", field=field) from None
     if meta.format != "trace":
-        raise InvalidSpec(f"data set {ref.dataset} is {meta.format} request data, not a trace (upload it with format trace)",
-                          field=field)  # fmt: skip
+        raise InvalidSpec(
+            f"data set {ref.dataset} is {meta.format} request data, not a trace (upload it with format trace)", field=field
+        )
     if meta.max_input is None:
         return
     if data_meta is None:
-        raise InvalidSpec(f"trace {ref.dataset} names request-data rows (input); give data: {{source: upload, id: ...}}",
-                          field=field)  # fmt: skip
+        raise InvalidSpec(
+            f"trace {ref.dataset} names request-data rows (input); give data: {{source: upload, id: ...}}", field=field
+        )
     if meta.max_input >= data_meta.samples:
-        raise InvalidSpec(f"trace {ref.dataset} names input row {meta.max_input}; data set {data_meta.id} has "
-                          f"{data_meta.samples} rows (0..{data_meta.samples - 1})", field=field)  # fmt: skip
+        raise InvalidSpec(
+            f"trace {ref.dataset} names input row {meta.max_input}; data set {data_meta.id} has "
+            f"{data_meta.samples} rows (0..{data_meta.samples - 1})",
+            field=field,
+        )
 
 
 @router.get("", response_model=list[JobView])
 async def list_jobs(
-    request: Request, response: Response, db: Db, viewer: Viewer, state: JobState | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100, cursor: Annotated[str | None, Query(max_length=200)] = None,
+    request: Request,
+    response: Response,
+    db: Db,
+    viewer: Viewer,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[JobView]:
     """The caller's team's jobs (every team's for an admin) newest first, optionally of one state, a page of `limit`
     at a time: a full page names the next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as
@@ -246,8 +263,7 @@ async def report_point(job_id: str, report: PointReport, db: Db, principal: Foll
 
 
 @router.post("/{job_id}/finish", response_model=JobView)
-async def finish_job(job_id: str, report: FinishReport, db: Db, settings: SettingsDep,
-                     principal: FollowerPrincipal) -> JobView:  # fmt: skip
+async def finish_job(job_id: str, report: FinishReport, db: Db, settings: SettingsDep, principal: FollowerPrincipal) -> JobView:
     """Close the running attempt as succeeded or failed (the same finish again is a no-op; 409 if stale)."""
     check_follower(principal, report.follower_id)
     finished = await jobs_store.finish_job(db, job_id=job_id, report=report)

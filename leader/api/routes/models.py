@@ -30,12 +30,15 @@ FORMATS: tuple[str, ...] = get_args(ModelFormat)
 # Formats whose signature the leader parses from the bytes (the others declare it and are never opened here).
 PARSED_FORMATS = ("onnx", "bundle")
 
-_UPLOAD_BODY = multipart_body(["name", "version"], {
-    "name": {"type": "string", "pattern": NAME_PATTERN},
-    "version": {"type": "string", "pattern": VERSION_PATTERN},
-    "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
-    "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
-})  # fmt: skip
+_UPLOAD_BODY = multipart_body(
+    ["name", "version"],
+    {
+        "name": {"type": "string", "pattern": NAME_PATTERN},
+        "version": {"type": "string", "pattern": VERSION_PATTERN},
+        "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
+        "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
+    },
+)
 
 
 @router.post("", status_code=201, response_model=ModelMeta, openapi_extra=_UPLOAD_BODY)

@@ -22,6 +22,11 @@ async def job_progress(job_id: str, db: Db, viewer: Viewer) -> JobProgress:
         return JobProgress(job_id=job_id, state=state)
     points = sorted((PointProgress.model_validate(p) for p in doc.get("points", {}).values()), key=lambda p: p.index)
     return JobProgress(
-        job_id=job_id, state=state, attempt=doc.get("attempt"), follower_id=doc.get("follower_id"), points=points,
-        updated_at=doc.get("updated_at"), dropped=int(doc.get("dropped", 0)),
-    )  # fmt: skip
+        job_id=job_id,
+        state=state,
+        attempt=doc.get("attempt"),
+        follower_id=doc.get("follower_id"),
+        points=points,
+        updated_at=doc.get("updated_at"),
+        dropped=int(doc.get("dropped", 0)),
+    )

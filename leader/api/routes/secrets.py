@@ -28,8 +28,9 @@ def secret_box(request: Request, settings: LeaderSettings) -> SecretBox:
     box = getattr(request.app.state, "secret_box", None)
     if box is None:
         if settings.secret_key is None:
-            raise Unavailable("target secrets need a key: set BENCHFLEET_LEADER_SECRET_KEY (24 characters or more)",
-                              field="secret_key")  # fmt: skip
+            raise Unavailable(
+                "target secrets need a key: set BENCHFLEET_LEADER_SECRET_KEY (24 characters or more)", field="secret_key"
+            )
         box = request.app.state.secret_box = SecretBox(settings.secret_key.get_secret_value())
     return box
 
@@ -58,8 +59,9 @@ async def delete_secret(name: str, db: Db, principal: Submitter) -> SecretView:
 
 
 @job_router.get("/{job_id}/target-credentials", response_model=TargetCredentials)
-async def target_credentials(job_id: str, attempt: int, follower_id: str, request: Request, db: Db,
-                             settings: SettingsDep, principal: FollowerPrincipal) -> TargetCredentials:  # fmt: skip
+async def target_credentials(
+    job_id: str, attempt: int, follower_id: str, request: Request, db: Db, settings: SettingsDep, principal: FollowerPrincipal
+) -> TargetCredentials:
     """The opened secrets of a target job, for the follower running its current attempt (403 for anyone else, 409
     for an attempt that is not the job's running one)."""
     check_follower(principal, follower_id)

@@ -55,8 +55,14 @@ async def ready(
     the common start (leader clock, ns), or "skip" for a shard that came after the start."""
     parent = await _sharded(db, principal, job_id, shard, attempt, follower_id)
     doc = await shard_points_store.arrive(
-        db, job_id=job_id, index=index, shard=shard, count=len(parent.parts), attempt=attempt,
-        follower_id=follower_id, now_ns=time.time_ns(),
+        db,
+        job_id=job_id,
+        index=index,
+        shard=shard,
+        count=len(parent.parts),
+        attempt=attempt,
+        follower_id=follower_id,
+        now_ns=time.time_ns(),
     )
     if doc.get("start_at_ns") is None:
         arrived = {int(k) for k in doc.get("arrivals") or {}}
@@ -91,7 +97,13 @@ async def put_records(
     data = await read_limited(request, MAX_SHARD_RECORDS_BYTES)
     check_records_blob(data)
     await shard_points_store.put_records(
-        db, job_id=job_id, index=index, shard=shard, attempt=attempt, follower_id=follower_id, blob=data,
+        db,
+        job_id=job_id,
+        index=index,
+        shard=shard,
+        attempt=attempt,
+        follower_id=follower_id,
+        blob=data,
         meta=figures.model_dump(),
     )
     return Response(status_code=204)
@@ -148,5 +160,8 @@ async def get_records(
     else:
         await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
     data = await shard_points_store.get_records(db, job_id=job_id, index=index, shard=shard)
-    return Response(content=data, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-shard{shard}.npz"'})
+    return Response(
+        content=data,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-shard{shard}.npz"'},
+    )

@@ -20,8 +20,9 @@ async def create_token(body: TokenCreate, db: Db, settings: SettingsDep) -> Toke
     """Issue a token for a user with a role; the reply holds the secret, which is never shown again. It expires after
     `expires_in_s` (default: the leader's token_ttl_s; 0 there means never)."""
     ttl = body.expires_in_s if body.expires_in_s is not None else (settings.token_ttl_s or None)
-    issued = await users_store.create_token(db, user=body.user, role=body.role, label=body.label, expires_in_s=ttl,
-                                             team=body.team)  # fmt: skip
+    issued = await users_store.create_token(
+        db, user=body.user, role=body.role, label=body.label, expires_in_s=ttl, team=body.team
+    )
     # The id identifies the token in logs; the secret never appears there.
     log.info("token %s issued to %s (%s, team %s)", issued.id, issued.user, issued.role, issued.team)
     return issued
