@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from follower.loadgen.closedloop import run_closed_loop
-from follower.protocols import Endpoint, open_transport
+from follower.protocols import Endpoint, protocol_of
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ def calibrate(
     import uvloop
 
     async def main() -> tuple[int, int, int]:
-        async with open_transport(endpoint, max_concurrency=1, timeout_s=timeout_s, credentials=credentials) as transport:
+        async with protocol_of(endpoint).open_transport(
+            endpoint, max_concurrency=1, timeout_s=timeout_s, credentials=credentials
+        ) as transport:
             cpu0 = time.thread_time_ns()
             records = await run_closed_loop(transport, bodies, 1, int(duration_s * 1e9))
             return time.thread_time_ns() - cpu0, len(records), int((records.status == 200).sum())

@@ -17,7 +17,7 @@ import numpy as np
 from follower.loadgen import timing
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import STAGES, TRANSPORT_ERROR, LoadRecords
-from follower.protocols import Endpoint, open_transport
+from follower.protocols import Endpoint, protocol_of
 from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
 from follower.protocols.transports.base import Stream
 
@@ -122,7 +122,7 @@ def drive_closed(
 
     async def main() -> LoadRecords:
         # aiohttp for HTTP, as the closed loop has always been measured (the raw client serves the open loop).
-        opened = open_transport(
+        opened = protocol_of(endpoint).open_transport(
             endpoint, max_concurrency=concurrency, timeout_s=timeout_s, raw_http=False, credentials=credentials
         )
         async with opened as transport:

@@ -26,7 +26,7 @@ from follower.loadgen.cap import CapRule
 from follower.loadgen.llmrecords import LlmColumns
 from follower.loadgen.records import DROPPED, STAGES, TRANSPORT_ERROR, UNANSWERED, LoadRecords
 from follower.loadgen.timing import TIMERS, Timer
-from follower.protocols import Endpoint, open_transport
+from follower.protocols import Endpoint, protocol_of
 from follower.protocols.transports import NO_CREDENTIALS, Answer, Credentials, Transport
 
 __all__ = ["CapPolicy", "LoadRecords", "Timer", "drive", "run_open_loop"]
@@ -290,7 +290,9 @@ def drive(
     import uvloop
 
     async def main() -> LoadRecords:
-        opened = open_transport(endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+        opened = protocol_of(endpoint).open_transport(
+            endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials
+        )
         async with opened as transport:
             return await run_open_loop(
                 transport,

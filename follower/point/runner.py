@@ -31,7 +31,7 @@ from follower.loadgen.llmprompts import PromptMaker, request_body
 from follower.point.context import PointContext, ServerRun
 from follower.point.drive import REQUEST_TIMEOUT_S
 from follower.point.measure import measure_point
-from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint, infer_url, open_transport
+from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint, infer_url, protocol_of
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ async def first_answer(endpoint: Endpoint, body: bytes, timeout_s: float, creden
     """Send one inference request, retrying briefly, until the server answers 200 (the end of cold start)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    opened = open_transport(
+    opened = protocol_of(endpoint).open_transport(
         endpoint, max_concurrency=1, timeout_s=min(timeout_s, REQUEST_TIMEOUT_S), raw_http=False, credentials=credentials
     )
     async with opened as transport:

@@ -28,20 +28,6 @@ def infer_url(endpoint: Endpoint) -> str:
     return protocol_of(endpoint).infer_url(endpoint)
 
 
-def open_transport(
-    endpoint: Endpoint,
-    *,
-    max_concurrency: int,
-    timeout_s: float,
-    credentials: Credentials = NO_CREDENTIALS,
-    raw_http: bool = True,
-) -> Transport:
-    """The transport of the endpoint's protocol (see ServingProtocol.open_transport)."""
-    return protocol_of(endpoint).open_transport(
-        endpoint, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials, raw_http=raw_http
-    )
-
-
 __all__ = [
     "NO_CREDENTIALS",
     "PROTOCOLS",
@@ -52,6 +38,5 @@ __all__ = [
     "ServingProtocol",
     "Transport",
     "infer_url",
-    "open_transport",
     "protocol_of",
 ]

@@ -9,15 +9,23 @@ in: nothing is encoded into a URL or sniffed back out of one.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 from common.spec.llm import LlmWorkload
 from common.spec.target import ProtocolName
 from common.wire.models import TensorSpec
-from follower.protocols.transports import NO_CREDENTIALS, AiohttpTransport, Credentials, RawHttpTransport, Transport
+from follower.protocols.transports import (
+    NO_CREDENTIALS,
+    AiohttpTransport,
+    Credentials,
+    GrpcTransport,
+    OpenAiStreamTransport,
+    RawHttpTransport,
+    Transport,
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class ServingProtocol(ABC):
     name: ClassVar[ProtocolName]
     #: Whether its requests are a language model's (prompts and token streams) rather than tensors.
     llm: ClassVar[bool] = False
+    #: Whether its answers are streams of events, each timed as it arrives.
+    streams: ClassVar[bool] = False
 
     @abstractmethod
     def infer_url(self, endpoint: Endpoint) -> str:
@@ -91,19 +101,53 @@ class ServingProtocol(ABC):
         credentials: Credentials = NO_CREDENTIALS,
         raw_http: bool = True,
     ) -> Transport:
-        """The transport that carries this protocol's requests to `endpoint` (by default: HTTP to its infer URL).
-        `raw_http`: our own HTTP/1.1 client for plain http:// (a fraction of aiohttp's CPU per request)."""
-        return open_http(
-            self.infer_url(endpoint),
+        """The transport that carries this protocol's requests to `endpoint` (by default: HTTP to its infer URL): for
+        plain http://, our streaming client where answers are token streams (every event timed), else our raw HTTP/1.1
+        client unless `raw_http` is False (a fraction of aiohttp's CPU per request); aiohttp otherwise (https://, and
+        where per-request CPU does not matter; it reads a stream whole)."""
+        url = self.infer_url(endpoint)
+        plain = urlsplit(url).scheme == "http"
+        kind: type[Transport] = AiohttpTransport
+        if plain and self.streams:
+            kind = OpenAiStreamTransport
+        elif plain and raw_http:
+            kind = RawHttpTransport
+        return kind(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
+
+
+class GrpcProtocol(ServingProtocol):
+    """A protocol of unary gRPC calls: one `method` per request, answered by `answer_type`; each body is sent behind
+    the serialized model fields (`prefix`), which protobuf merges into one request."""
+
+    method: ClassVar[str]
+    answer_type: ClassVar[Any]
+
+    @abstractmethod
+    def prefix(self, endpoint: Endpoint) -> bytes:
+        """The serialized model fields, prefixed to every body (a concatenation of messages is their merge)."""
+
+    def stages(self, answer: Any) -> Mapping[str, Any] | None:
+        """The server's stage timings (ns) an answer carries, if the protocol has a place for them."""
+        return None
+
+    def open_transport(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_concurrency: int,
+        timeout_s: float,
+        credentials: Credentials = NO_CREDENTIALS,
+        raw_http: bool = True,
+    ) -> Transport:
+        """A gRPC channel to the endpoint (`raw_http` does not apply)."""
+        return GrpcTransport(
+            endpoint.address,
+            tls=endpoint.tls,
+            method=self.method,
+            answer_type=self.answer_type,
+            prefix=self.prefix(endpoint),
+            stages=self.stages,
             max_concurrency=max_concurrency,
             timeout_s=timeout_s,
             credentials=credentials,
-            raw_http=raw_http,
         )
-
-
-def open_http(url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials, raw_http: bool) -> Transport:
-    """The transport for a request/answer HTTP protocol: our raw HTTP/1.1 client for plain http:// unless `raw_http`
-    is False, aiohttp otherwise (https://, and where per-request CPU does not matter)."""
-    kind = RawHttpTransport if raw_http and urlsplit(url).scheme == "http" else AiohttpTransport
-    return kind(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)

@@ -8,20 +8,17 @@ from typing import Any, cast
 
 from common.formats.datatypes import raw_contents
 from common.wire.models import TensorSpec
-from follower.protocols.base import Endpoint, Entry, ServingProtocol
+from follower.protocols.base import Endpoint, Entry, GrpcProtocol
 from follower.protocols.calls import unary
-from follower.protocols.transports import NO_CREDENTIALS, Credentials, GrpcTransport, Transport
+from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
 
 
-def _stages(answer: Any) -> Mapping[str, Any]:
-    """The int64 parameters of a ModelInferResponse: our servers' stage timings in ns."""
-    return {k: v.int64_param for k, v in answer.parameters.items() if v.WhichOneof("parameter_choice") == "int64_param"}
-
-
-class KserveGrpc(ServingProtocol):
+class KserveGrpc(GrpcProtocol):
     name = "kserve-grpc"
+    method = kserve_v2.method_path("ModelInfer")
+    answer_type = pb.ModelInferResponse
 
     def infer_url(self, endpoint: Endpoint) -> str:
         version = f"/versions/{endpoint.version}" if endpoint.version else ""
@@ -47,27 +44,11 @@ class KserveGrpc(ServingProtocol):
             request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
         return request.SerializeToString()
 
+    def stages(self, answer: Any) -> Mapping[str, Any]:
+        """The int64 parameters of a ModelInferResponse: our servers' stage timings in ns."""
+        params = answer.parameters.items()
+        return {k: v.int64_param for k, v in params if v.WhichOneof("parameter_choice") == "int64_param"}
+
     def prefix(self, endpoint: Endpoint) -> bytes:
         """The serialized model fields, prefixed to every body (a concatenation of messages is their merge)."""
         return pb.ModelInferRequest(model_name=endpoint.model, model_version=endpoint.version or "").SerializeToString()
-
-    def open_transport(
-        self,
-        endpoint: Endpoint,
-        *,
-        max_concurrency: int,
-        timeout_s: float,
-        credentials: Credentials = NO_CREDENTIALS,
-        raw_http: bool = True,
-    ) -> Transport:
-        return GrpcTransport(
-            endpoint.address,
-            tls=endpoint.tls,
-            method=kserve_v2.method_path("ModelInfer"),
-            answer_type=pb.ModelInferResponse,
-            prefix=self.prefix(endpoint),
-            stages=_stages,
-            max_concurrency=max_concurrency,
-            timeout_s=timeout_s,
-            credentials=credentials,
-        )

@@ -8,9 +8,9 @@ import dataclasses
 from urllib.parse import urlsplit
 
 from common.spec.llm import LlmWorkload
-from follower.protocols.base import Endpoint, ServingProtocol, open_http
+from follower.protocols.base import Endpoint, ServingProtocol
 from follower.protocols.calls import get
-from follower.protocols.transports import NO_CREDENTIALS, Credentials, OpenAiStreamTransport, Transport
+from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -24,6 +24,7 @@ def completions_url(base: str) -> str:
 class OpenAi(ServingProtocol):
     name = "openai"
     llm = True
+    streams = True
 
     def infer_url(self, endpoint: Endpoint) -> str:
         return completions_url(endpoint.base)
@@ -37,18 +38,3 @@ class OpenAi(ServingProtocol):
         if workload is None or workload.api != "chat":
             return endpoint
         return dataclasses.replace(endpoint, base=self.infer_url(endpoint).replace(COMPLETIONS, CHAT))
-
-    def open_transport(
-        self,
-        endpoint: Endpoint,
-        *,
-        max_concurrency: int,
-        timeout_s: float,
-        credentials: Credentials = NO_CREDENTIALS,
-        raw_http: bool = True,
-    ) -> Transport:
-        """Our streaming client over plain http:// (every event timed); aiohttp, which reads answers whole, over TLS."""
-        url = self.infer_url(endpoint)
-        if urlsplit(url).scheme == "http":
-            return OpenAiStreamTransport(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
-        return open_http(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials, raw_http=False)

@@ -9,16 +9,18 @@ from typing import cast
 
 from common.formats.datatypes import V2_TO_TF, raw_contents
 from common.wire.models import TensorSpec
-from follower.protocols.base import Endpoint, Entry, ServingProtocol
+from follower.protocols.base import Endpoint, Entry, GrpcProtocol
 from follower.protocols.calls import EndpointError, unary
 from follower.protocols.tfserving_rest import tf_tensor
-from follower.protocols.transports import NO_CREDENTIALS, Credentials, GrpcTransport, Transport
+from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from protos import tfserving_api
 from protos import tfserving_pb2 as pb
 
 
-class TfservingGrpc(ServingProtocol):
+class TfservingGrpc(GrpcProtocol):
     name = "tfserving-grpc"
+    method = tfserving_api.method_path("Predict")
+    answer_type = pb.PredictResponse
 
     def infer_url(self, endpoint: Endpoint) -> str:
         return f"{endpoint.base}/{endpoint.model_path()}"
@@ -68,24 +70,3 @@ class TfservingGrpc(ServingProtocol):
         """The serialized model spec, prefixed to every body (a concatenation of messages is their merge)."""
         spec = tfserving_api.model_spec(endpoint.model, endpoint.version)
         return pb.PredictRequest(model_spec=spec).SerializeToString()
-
-    def open_transport(
-        self,
-        endpoint: Endpoint,
-        *,
-        max_concurrency: int,
-        timeout_s: float,
-        credentials: Credentials = NO_CREDENTIALS,
-        raw_http: bool = True,
-    ) -> Transport:
-        return GrpcTransport(
-            endpoint.address,
-            tls=endpoint.tls,
-            method=tfserving_api.method_path("Predict"),
-            answer_type=pb.PredictResponse,
-            prefix=self.prefix(endpoint),
-            stages=None,
-            max_concurrency=max_concurrency,
-            timeout_s=timeout_s,
-            credentials=credentials,
-        )

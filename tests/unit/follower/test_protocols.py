@@ -12,7 +12,7 @@ import pytest
 from common.spec.llm import LlmWorkload
 from common.spec.target import ProtocolName, TargetSpec
 from follower.backends.endpoint import target_endpoint
-from follower.protocols import PROTOCOLS, Endpoint, open_transport, protocol_of
+from follower.protocols import PROTOCOLS, Endpoint, protocol_of
 from follower.protocols.transports import AiohttpTransport, GrpcTransport, OpenAiStreamTransport, RawHttpTransport
 
 
@@ -79,7 +79,7 @@ def test_tensor_bodies_in_each_rest_protocols_format() -> None:
 )
 def test_each_protocol_opens_its_transport(endpoint: Endpoint, raw_http: bool, kind: type) -> None:
     async def opened() -> type:
-        transport = open_transport(endpoint, max_concurrency=1, timeout_s=1.0, raw_http=raw_http)
+        transport = protocol_of(endpoint).open_transport(endpoint, max_concurrency=1, timeout_s=1.0, raw_http=raw_http)
         try:
             return type(transport)
         finally:
