@@ -18,6 +18,7 @@ from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store
+from leader.store import shard_points as shard_points_store
 from leader.store.jobdocs import history_entry, job_task, job_view
 from leader.store.lookup import by_id, team_query
 
@@ -207,6 +208,12 @@ async def cancel_job(db: AsyncDatabase, *, job_id: str, reason: str = "cancelled
     return job_view(doc)
 
 
+async def _shards_owing(db: AsyncDatabase, job_id: str, parts: list[str], *, points: int) -> list[str]:
+    """The shards of a sharded job (after the coordinator, parts[0]) whose records of some point never arrived."""
+    delivered = await shard_points_store.delivered(db, job_id=job_id)
+    return [part for k, part in enumerate(parts) if k > 0 and len(delivered.get(k, set())) < points]
+
+
 async def _cancel_parts(db: AsyncDatabase, part_ids: list[str], *, reason: str) -> None:
     """Each part stops like any cancelled job (its follower learns on the next heartbeat); finished parts stay."""
     for part_id in part_ids:
@@ -305,9 +312,11 @@ async def finish_job(db: AsyncDatabase, *, job_id: str, report: FinishReport) ->
         if actual_s is not None:
             await _record_actual(doc, report, actual_s, db)
         if (doc.get("shard") or {}).get("index") == 0:
-            # The coordinator is done: the other shards have nothing left to drive (a lost one may still wait).
+            # The coordinator is done: a shard that never delivered its records has nothing left to drive (a lost one
+            # may still wait) and is cancelled; one that delivered them reports its own share and finishes by itself.
             parent = await db[COLLECTION].find_one({"_id": doc["part_of"]}, {"parts": 1})
-            await _cancel_parts(db, (parent or {}).get("parts", [])[1:], reason=f"shard 0 (the coordinator) {state.value}")
+            owing = await _shards_owing(db, doc["part_of"], (parent or {}).get("parts", []), points=len(doc["points"]))
+            await _cancel_parts(db, owing, reason=f"shard 0 (the coordinator) {state.value}")
         if doc.get("part_of"):
             await settle_split(db, job_id=doc["part_of"])
         return job_view(doc)

@@ -104,3 +104,11 @@ async def get_records(db: AsyncDatabase, *, job_id: str, index: int, shard: int)
     if doc is None:
         raise NotFound(f"shard {shard} stored no records of point {index}", field="shard")
     return bytes(doc["blob"])
+
+
+async def delivered(db: AsyncDatabase, *, job_id: str) -> dict[int, set[int]]:
+    """Which points each shard's records are stored for: shard → point indexes."""
+    out: dict[int, set[int]] = {}
+    async for d in db[RECORDS].find({"job_id": job_id}, {"shard": 1, "index": 1}):
+        out.setdefault(int(d["shard"]), set()).add(int(d["index"]))
+    return out
