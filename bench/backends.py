@@ -151,7 +151,7 @@ def main() -> int:
             return [
                 r
                 async for r in run_backend(
-                    name, expand(spec), ServerRun(model=model, model_path=path, workdir=workdir / name, env_base={}, slo=None)
+                    name, expand(spec), ServerRun(model=model, model_path=path, workdir=workdir / name, slo=None)
                 )
             ]
 

@@ -24,7 +24,7 @@ from common.spec.parse import parse_spec  # noqa: E402
 from follower.convert.canonical import CanonicalSpec, generate, local_model  # noqa: E402
 from follower.host import hostinfo  # noqa: E402
 from follower.host.sampler import SamplerConfig  # noqa: E402
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun  # noqa: E402
 from follower.point.runner import run_backend  # noqa: E402
 from leader.analysis.hardware import ceiling_for  # noqa: E402
 
@@ -52,7 +52,13 @@ def main() -> int:
     model = local_model(bundle, meta, "fc")
     flops = meta["cost_per_inference"]["flops"]
     table_name, ceiling = ceiling_for(gpus[0].name)
-    env = {"follower_id": "bench", "host": "bench", "cpu_model": hostinfo.cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus}
+    facts = HostFacts(
+        follower_id="bench",
+        host="bench",
+        cpu_model=hostinfo.cpu_model(),
+        cpu_count=os.cpu_count() or 1,
+        gpus=tuple(g.name for g in gpus),
+    )
     print(
         f"{gpus[0].name}, {gpus[0].memory_mb} MiB; torch {torch.__version__}; model fc depth {args.depth} width "
         f"{args.width}: {flops / 1e6:.1f} MFLOP per sample; Poisson {args.rate:g} req/s, {args.duration:g} s per point"
@@ -86,7 +92,7 @@ def main() -> int:
                         model=model,
                         model_path=path,
                         workdir=workdir / label,
-                        env_base=env,
+                        host_facts=facts,
                         slo=None,
                         sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
                     ),

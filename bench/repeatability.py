@@ -90,7 +90,6 @@ def run_points(
                     model=model,
                     model_path=model_path,
                     workdir=workdir,
-                    env_base={},
                     slo=None,
                     wakeup_latency_us=wakeup_latency_us,
                     records_sink=lambda p, rec, s: seen.append((p, rec, s)),

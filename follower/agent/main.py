@@ -28,6 +28,7 @@ from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.scaleout import COST
+from follower.point.context import HostFacts
 from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
@@ -67,15 +68,15 @@ def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     )
 
 
-def env_base_for(settings: FollowerSettings, info: FollowerInfo) -> dict:
-    """The environment facts every point result of this follower carries."""
-    return {
-        "follower_id": settings.follower_id,
-        "host": info.host,
-        "cpu_model": info.cpu_model,
-        "cpu_count": info.cpu_count,
-        "gpus": [gpu.name for gpu in info.gpus],
-    }
+def host_facts_for(settings: FollowerSettings, info: FollowerInfo) -> HostFacts:
+    """The host facts every point result of this follower carries."""
+    return HostFacts(
+        follower_id=settings.follower_id,
+        host=info.host,
+        cpu_model=info.cpu_model,
+        cpu_count=info.cpu_count,
+        gpus=tuple(gpu.name for gpu in info.gpus),
+    )
 
 
 def build_celery(settings: FollowerSettings, holding: HoldingQueue) -> Celery:
@@ -121,10 +122,10 @@ def run_agent(settings: FollowerSettings) -> None:
         settings.held_dir, order=settings.order, ageing_per_s=settings.ageing_per_s, wait_bound=settings.wait_bound
     )
     gate = Gate(check_gpu=settings.wait_for_gpu, max_host_cpu_percent=settings.max_host_cpu_percent)
-    env_base = env_base_for(settings, info)
+    host_facts = host_facts_for(settings, info)
 
     def run_held(payload: dict, cancel: threading.Event) -> str:
-        return execute(payload, settings=settings, client=client, incarnation=incarnation, env_base=env_base, cancel=cancel)
+        return execute(payload, settings=settings, client=client, incarnation=incarnation, host_facts=host_facts, cancel=cancel)
 
     loop = RunLoop(holding, gate, run_held)
     loop.start()

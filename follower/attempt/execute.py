@@ -13,6 +13,7 @@ from typing import Any
 
 from common.logs import JOB_ID
 from common.spec.grid import server_runs
+from common.spec.job import PointSpec
 from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
 from common.wire.results import PointResult
 from follower.attempt.model_cache import fetch_model
@@ -27,9 +28,10 @@ from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
 from follower.loadgen.calibrate import TargetCosts
-from follower.loadgen.records import encode_records
+from follower.loadgen.records import LoadRecords, encode_records
+from follower.loadgen.verdict import WindowSummary
 from follower.point.colocate import run_colocated
-from follower.point.context import ServerRun, ShardLink
+from follower.point.context import HostFacts, ServerRun, ShardLink
 from follower.point.runner import run_backend
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from follower.settings import FollowerSettings
@@ -40,7 +42,9 @@ log = logging.getLogger(__name__)
 CANCEL_POLL_S = 0.1
 
 
-async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSettings, model_path: Path, env_base: dict) -> None:
+async def _run_points(
+    task: JobTask, client: LeaderClient, settings: FollowerSettings, model_path: Path, host_facts: HostFacts
+) -> None:
     workdir = settings.jobs_dir / f"{task.job_id}-{task.attempt}"
     workdir.mkdir(parents=True, exist_ok=True)
     outbox = Outbox(settings.work_dir / "outbox")
@@ -65,7 +69,7 @@ async def _run_points(task: JobTask, client: LeaderClient, settings: FollowerSet
             ca_file=settings.leader_ca_file,
         )
     try:
-        await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, env_base, reporter, credentials)
+        await _run_backends(task, client, settings, workdir, outbox, blobs, model_path, host_facts, reporter, credentials)
     finally:
         if reporter is not None:
             await asyncio.to_thread(reporter.close)
@@ -81,11 +85,11 @@ async def _run_backends(
     outbox: Outbox,
     blobs: dict[int, bytes],
     model_path: Path,
-    env_base: dict,
+    host_facts: HostFacts,
     reporter: ProgressReporter | None,
     credentials: Credentials,
 ) -> None:
-    def keep_records(point: Any, records: Any, _summary: Any) -> None:
+    def keep_records(point: PointSpec, records: LoadRecords, _summary: WindowSummary) -> None:
         blobs[point.index] = encode_records(records)
 
     sampling = SamplerConfig(
@@ -110,7 +114,7 @@ async def _run_backends(
         model=task.model,
         model_path=model_path,
         workdir=workdir,
-        env_base=env_base,
+        host_facts=host_facts,
         slo=task.spec.slo,
         records_sink=keep_records,
         progress_sink=reporter.sink if reporter is not None else None,
@@ -186,7 +190,7 @@ def execute(
     settings: FollowerSettings,
     client: LeaderClient,
     incarnation: str,
-    env_base: dict,
+    host_facts: HostFacts,
     cancel: threading.Event | None = None,
 ) -> str:
     """Run the attempt the payload names; returns its outcome (succeeded, failed or stale)."""
@@ -208,7 +212,7 @@ def execute(
         else:
             model_path, cached = fetch_model(client, task.model, settings.cache_dir)
             log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
-        if not asyncio.run(_until_cancelled(_run_points(task, client, settings, model_path, env_base), cancel)):
+        if not asyncio.run(_until_cancelled(_run_points(task, client, settings, model_path, host_facts), cancel)):
             log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
             outcome = "cancelled"
             return outcome

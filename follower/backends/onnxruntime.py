@@ -3,46 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
-from common.procs import free_port
 from common.spec.job import ServerOptions
 from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.host.sandbox import Sandbox
-
-
-def kserve_server_argv(
-    module: str,
-    model_file: Path,
-    model: ModelMeta,
-    host: str,
-    port: int,
-    cpus: frozenset[int] | None,
-    server: ServerOptions,
-    grpc_port: int | None = None,
-    parent_pid: int | None = None,
-) -> list[str]:
-    """The command line shared by benchfleet's own model servers (module = follower.servers.<x>)."""
-    argv = [sys.executable, "-m", module, "--model", str(model_file), "--name", model.name]
-    argv += ["--version", model.version, "--host", host, "--port", str(port), "--instances", str(server.instances)]
-    if server.dynamic_batching is not None:
-        argv += ["--max-batch-size", str(server.dynamic_batching.max_batch_size)]
-        argv += ["--max-queue-delay-us", str(server.dynamic_batching.max_queue_delay_us)]
-    if grpc_port is not None:
-        argv += ["--grpc-port", str(grpc_port)]
-    # Server-side processing: the server takes raw data and runs the named benchfleet processors itself.
-    if server.preprocess:
-        argv += ["--preprocess", server.preprocess]
-    if server.postprocess:
-        argv += ["--postprocess", server.postprocess]
-    if cpus:
-        argv += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
-    if parent_pid is not None:  # the server exits by itself if this process dies, even by SIGKILL
-        argv += ["--parent-pid", str(parent_pid)]
-    return argv
 
 
 class OnnxRuntimeBackend(ProcessBackend):
@@ -80,19 +47,7 @@ class OnnxRuntimeBackend(ProcessBackend):
     def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
         """Spawn the server on a free loopback port with its log at workdir/onnxruntime.log."""
         onnx_file = artifact(model_path, model, "onnx", workdir)
-        port = self._new_port()
-        self.grpc_port = free_port() if self.server.protocol == "grpc" else None
-        argv = kserve_server_argv(
-            "follower.servers.ort_server",
-            onnx_file,
-            model,
-            self.host,
-            port,
-            self.cpus,
-            self.server,
-            self.grpc_port,
-            self.parent_pid,
-        )
+        argv = self._own_server_argv("follower.servers.ort_server", onnx_file, model)
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":
             argv += ["--device-id", str(self.server.gpu_index)]

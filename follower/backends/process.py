@@ -137,3 +137,26 @@ class ProcessBackend:
     def _new_port(self) -> int:
         self.port = free_port()
         return self.port
+
+    def _own_server_argv(self, module: str, model_file: Path, model: ModelMeta) -> list[str]:
+        """The command line of one of benchfleet's own KServe v2 servers (module = follower.servers.<x>), on a new
+        port, and on a gRPC one too where server.protocol asks for it."""
+        server, port = self.server, self._new_port()
+        self.grpc_port = free_port() if server.protocol == "grpc" else None
+        argv = [sys.executable, "-m", module, "--model", str(model_file), "--name", model.name]
+        argv += ["--version", model.version, "--host", self.host, "--port", str(port), "--instances", str(server.instances)]
+        if server.dynamic_batching is not None:
+            argv += ["--max-batch-size", str(server.dynamic_batching.max_batch_size)]
+            argv += ["--max-queue-delay-us", str(server.dynamic_batching.max_queue_delay_us)]
+        if self.grpc_port is not None:
+            argv += ["--grpc-port", str(self.grpc_port)]
+        # Server-side processing: the server takes raw data and runs the named benchfleet processors itself.
+        if server.preprocess:
+            argv += ["--preprocess", server.preprocess]
+        if server.postprocess:
+            argv += ["--postprocess", server.postprocess]
+        if self.cpus:
+            argv += ["--cpus", ",".join(str(c) for c in sorted(self.cpus))]
+        if self.parent_pid is not None:  # the server exits by itself if this process dies, even by SIGKILL
+            argv += ["--parent-pid", str(self.parent_pid)]
+        return argv

@@ -6,10 +6,8 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-from common.procs import free_port
 from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
-from follower.backends.onnxruntime import kserve_server_argv
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 
 
@@ -43,19 +41,7 @@ class TorchScriptBackend(ProcessBackend):
         if torch_available() is None:
             raise RuntimeError("the torchscript backend needs PyTorch on this follower (pip install 'benchfleet[torch]')")
         ts_file = artifact(model_path, model, "torchscript", workdir)
-        port = self._new_port()
-        self.grpc_port = free_port() if self.server.protocol == "grpc" else None
-        argv = kserve_server_argv(
-            "follower.servers.torchscript_server",
-            ts_file,
-            model,
-            self.host,
-            port,
-            self.cpus,
-            self.server,
-            self.grpc_port,
-            self.parent_pid,
-        )
+        argv = self._own_server_argv("follower.servers.torchscript_server", ts_file, model)
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature), "--device", self.server.device]
         if self.server.threads is not None:

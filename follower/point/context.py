@@ -3,10 +3,10 @@ shares once the server answers (PointContext)."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from common.formats.llmdata import PromptRow
 from common.formats.traces import Trace
@@ -44,6 +44,17 @@ class ShardLink:
     follower_id: str
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """What every point result of this follower says of its host (follower/agent/main.py reads them once)."""
+
+    follower_id: str = ""
+    host: str = field(default_factory=platform.node)
+    cpu_model: str = field(default_factory=lambda: platform.processor() or platform.machine())
+    cpu_count: int = 0
+    gpus: tuple[str, ...] = ()
+
+
 # Receives each point's raw per-request records and window summary (stage timings, generator CPU share).
 RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
 # Receives a point's closed windows as they close (live progress); called on the generator's thread.
@@ -59,7 +70,7 @@ class ServerRun:
     model: ModelMeta
     model_path: Path
     workdir: Path
-    env_base: Mapping[str, Any] = field(default_factory=dict)
+    host_facts: HostFacts = field(default_factory=HostFacts)
     slo: SLO | None = None
     ready_timeout_s: float = READY_TIMEOUT_S
     timer: Timer = "yield"

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 import common
 from common.wire.results import ColdStart, Environment, LlmFigures, PointResult
 from follower.loadgen.verdict import slo_met
-from follower.point.context import PointContext
+from follower.point.context import HostFacts, PointContext
 from follower.point.drive import Driven
 from follower.point.judge import Judgement
 from follower.point.plan import PointPlan
@@ -38,7 +36,7 @@ def point_result(
         valid=not judged.reasons,
         reasons=judged.reasons,
         slo_met=slo_met(ctx.run.slo, summary.latency_ms),
-        environment=environment(ctx.run.env_base, backend_version=ctx.backend_version, seed=point.seed),
+        environment=environment(ctx.run.host_facts, backend_version=ctx.backend_version, seed=point.seed),
         generator_cpu_share=summary.cpu_share,
         loop_lag_ms=summary.loop_lag_ms,
         latency_ci_ms=summary.latency_ci_ms,
@@ -84,14 +82,14 @@ def llm_stages(figures: LlmFigures) -> dict[str, float] | None:
     }
 
 
-def environment(env_base: Mapping[str, Any], *, backend_version: str, seed: int) -> Environment:
+def environment(facts: HostFacts, *, backend_version: str, seed: int) -> Environment:
     """The Environment of a point: the host facts the agent knows plus versions and the seed."""
     return Environment(
-        follower_id=str(env_base.get("follower_id", "")),
-        host=str(env_base.get("host", platform.node())),
-        cpu_model=str(env_base.get("cpu_model", platform.processor() or platform.machine())),
-        cpu_count=int(env_base.get("cpu_count", 0)),
-        gpus=[str(g) for g in env_base.get("gpus", [])],
+        follower_id=facts.follower_id,
+        host=facts.host,
+        cpu_model=facts.cpu_model,
+        cpu_count=facts.cpu_count,
+        gpus=list(facts.gpus),
         python=platform.python_version(),
         benchfleet=common.__version__,
         backend_version=backend_version,

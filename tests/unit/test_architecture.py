@@ -24,9 +24,9 @@ ALLOWED = {
 AT_TOP = {"benchfleet": {"common", "protos"}}
 MAX_LINES = 450
 # Folders of the follower in the order a job travels, each importing only its own rank and below: the agent takes a
-# job, an attempt runs it, a point is measured by the load generator against a backend's server; the host's facts
-# and the links to the outside serve all of them.
-# and below them the protocols (each one's URLs, readiness, metadata, bodies and transport).
+# job, an attempt runs it, a point is measured by the load generator against a backend's server; below them the
+# protocols (each one's URLs, readiness, metadata, bodies and transport); the host's facts and the links to the outside
+# serve all of them.
 FOLLOWER_RANKS = {
     "agent": 6,
     "attempt": 5,
@@ -159,6 +159,7 @@ def test_no_module_imports_itself_round_a_loop() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name)
+
     def exposes(a: str, b: str) -> bool:
         # A package's __init__ importing its own modules is how a package exposes them, not a circle between files.
         return a.startswith(b + ".") or b.startswith(a + ".")

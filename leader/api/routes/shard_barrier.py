@@ -15,6 +15,7 @@ from common.wire.jobs import JobState, JobView
 from common.wire.shards import BarrierAnswer, PointShards, ShardArrival, ShardFigures, ShardState
 from leader.api.body import check_records_blob, read_limited
 from leader.api.deps import Db, FollowerPrincipal, Reader, check_follower
+from leader.auth.tokens import Principal
 from leader.store import jobs as jobs_store
 from leader.store import shard_points as shard_points_store
 
@@ -31,7 +32,7 @@ async def clock() -> dict[str, int]:
     return {"now_ns": time.time_ns()}
 
 
-async def _sharded(db: Db, principal: Any, job_id: str, shard: int, attempt: int, follower_id: str) -> JobView:
+async def _sharded(db: Db, principal: Principal, job_id: str, shard: int, attempt: int, follower_id: str) -> JobView:
     """Sharded job `job_id`, once this follower is shown to hold the running attempt of its shard `shard` (403/409)."""
     check_follower(principal, follower_id)
     parent = await jobs_store.get_job(db, job_id=job_id)

@@ -52,7 +52,7 @@ async def _collect(backend: str, points: list, canon: tuple[Path, ModelMeta], wo
     return [
         r
         async for r in run_backend(
-            backend, points, ServerRun(model=model, model_path=path, workdir=workdir, env_base={}, slo=None)
+            backend, points, ServerRun(model=model, model_path=path, workdir=workdir, slo=None)
         )
     ]
 

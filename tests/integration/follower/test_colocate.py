@@ -18,7 +18,7 @@ from common.wire.results import PointResult
 from follower.host.cpuplan import plan_cpus
 from follower.point.colocate import assign_cpus, run_colocated
 from follower.point.context import ServerRun
-from tests.integration.follower.test_runner import ENV
+from tests.integration.follower.test_runner import HOST
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_two_cpu_models_sharing_one_core_are_slower_together_than_alone(tmp_path
             async for r in run_colocated(
                 "onnxruntime",
                 points,
-                ServerRun(model=models[0][0], model_path=models[0][1], workdir=tmp_path, env_base=ENV, slo=SLO(p99_ms=10_000.0)),
+                ServerRun(model=models[0][0], model_path=models[0][1], workdir=tmp_path, host_facts=HOST, slo=SLO(p99_ms=10_000)),
                 models=models,
                 colocate=colocate,
             )

@@ -14,12 +14,12 @@ from common.spec.load import SearchSpec, Stability
 from common.stats import decode, merge
 from common.wire.models import ModelMeta
 from common.wire.results import PointResult, WindowStat
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 
-ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+HOST = HostFacts(follower_id="f-test", host="testhost", cpu_model="test cpu", cpu_count=os.cpu_count() or 1)
 
 
 def _point(index: int, **kw: object) -> PointSpec:
@@ -51,7 +51,7 @@ def measured(mlp_meta: ModelMeta, mlp_path: Path, tmp_path_factory: pytest.TempP
                     model=mlp_meta,
                     model_path=mlp_path,
                     workdir=tmp_path_factory.mktemp("m"),
-                    env_base=ENV,
+                    host_facts=HOST,
                     slo=SLO(p99_ms=10_000.0),
                     progress_sink=lambda p, w: progress.append((p.index, w)),
                 ),

@@ -26,7 +26,7 @@ from follower.host import sandbox as sandboxes
 from follower.point.context import ServerRun
 from follower.point.runner import run_backend
 from tests.conftest import wait_for_port
-from tests.integration.follower.test_runner import ENV, point
+from tests.integration.follower.test_runner import HOST, point
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ async def _points(spec: NetworkSpec | None, model: ModelMeta, path: Path, workdi
         async for r in run_backend(
             "onnxruntime",
             points,
-            ServerRun(model=model, model_path=path, workdir=workdir, env_base=ENV, slo=SLO(p99_ms=10_000.0), network=spec),
+            ServerRun(model=model, model_path=path, workdir=workdir, host_facts=HOST, slo=SLO(p99_ms=10_000.0), network=spec),
         )
     ]
 

@@ -16,12 +16,12 @@ from common.wire.models import ModelMeta
 from common.wire.results import PointResult
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 
-ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+HOST = HostFacts(follower_id="f-test", host="testhost", cpu_model="test cpu", cpu_count=os.cpu_count() or 1)
 
 
 def point(index: int = 0, *, rate: float = 200.0, duration_s: float = 3.0, warmup_s: float = 1.0, seed: int = 1) -> PointSpec:
@@ -47,7 +47,7 @@ async def collect(points: list[PointSpec], model: ModelMeta, model_path: Path, w
     return [
         r
         async for r in run_backend(
-            "onnxruntime", points, ServerRun(model=model, model_path=model_path, workdir=workdir, env_base=ENV, **kw)
+            "onnxruntime", points, ServerRun(model=model, model_path=model_path, workdir=workdir, host_facts=HOST, **kw)
         )
     ]  # type: ignore[arg-type]
 
@@ -125,7 +125,7 @@ def test_server_dying_mid_run_gives_invalid_results_not_exceptions(mlp_meta: Mod
                         model=mlp_meta,
                         model_path=mlp_path,
                         workdir=tmp_path,
-                        env_base=ENV,
+                        host_facts=HOST,
                         slo=None,
                         progress_sink=lambda p, _windows: measuring.set() if p.index == 0 else None,
                     ),

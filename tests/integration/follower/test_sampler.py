@@ -17,12 +17,12 @@ from follower.backends import get_backend
 from follower.host.sampler import ResourceSampler, SamplerConfig, Window, _Nvml, summarize
 from follower.loadgen.bodies import build_bodies
 from follower.loadgen.schedule import point_offsets_ns
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
 
 pytestmark = pytest.mark.integration
 
-ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+HOST = HostFacts(follower_id="f-test", host="testhost", cpu_model="cpu", cpu_count=os.cpu_count() or 1)
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -97,7 +97,7 @@ def test_point_result_carries_resources(mlp_meta: ModelMeta, mlp_path: Path, tmp
             async for r in run_backend(
                 "onnxruntime",
                 [point],
-                ServerRun(model=mlp_meta, model_path=mlp_path, workdir=tmp_path, env_base=ENV, slo=None, sampling=config),
+                ServerRun(model=mlp_meta, model_path=mlp_path, workdir=tmp_path, host_facts=HOST, slo=None, sampling=config),
             )
         ]
 

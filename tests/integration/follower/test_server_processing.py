@@ -22,7 +22,7 @@ from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec.job import DataRef, PointSpec, ServerOptions
 from common.wire.models import ModelMeta, TensorSpec
 from follower.attempt.request_data import resolve_request_data, with_client_stages
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
 from tests.integration.follower.conftest import serve_ort
 
@@ -31,7 +31,7 @@ skimage = pytest.importorskip("skimage", reason="scikit-image (images extra) shi
 
 ROOT = Path(__file__).resolve().parents[3]
 SIDE = 32
-ENV = {"follower_id": "f-test", "host": "testhost", "cpu_model": "test cpu", "cpu_count": os.cpu_count() or 1, "gpus": []}
+HOST = HostFacts(follower_id="f-test", host="testhost", cpu_model="test cpu", cpu_count=os.cpu_count() or 1)
 
 
 def image_classifier() -> bytes:
@@ -197,7 +197,7 @@ def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta
             async for r in run_backend(
                 "onnxruntime",
                 [_point(processing)],
-                ServerRun(model=meta, model_path=path, workdir=tmp_path, env_base=ENV, slo=None, samples=samples),
+                ServerRun(model=meta, model_path=path, workdir=tmp_path, host_facts=HOST, slo=None, samples=samples),
             )
         ]
 
@@ -271,7 +271,7 @@ def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMe
             async for r in run_backend(
                 "triton",
                 [point],
-                ServerRun(model=meta, model_path=path, workdir=tmp_path / "run", env_base=ENV, slo=None, samples=samples),
+                ServerRun(model=meta, model_path=path, workdir=tmp_path / "run", host_facts=HOST, slo=None, samples=samples),
             )
         ]
 

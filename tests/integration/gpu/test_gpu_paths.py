@@ -22,7 +22,7 @@ from follower.backends import get_backend
 from follower.backends.artifacts import artifact
 from follower.host import hostinfo
 from follower.host.sampler import SamplerConfig
-from follower.point.context import ServerRun
+from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
 from follower.protocols import infer_url
 
@@ -104,13 +104,13 @@ def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path
         }
     )
     assert spec.requires.gpu  # a GPU server implies a GPU follower
-    env = {
-        "follower_id": "f-gpu",
-        "host": "gpuhost",
-        "cpu_model": hostinfo.cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "gpus": GPUS,
-    }
+    facts = HostFacts(
+        follower_id="f-gpu",
+        host="gpuhost",
+        cpu_model=hostinfo.cpu_model(),
+        cpu_count=os.cpu_count() or 1,
+        gpus=tuple(g.name for g in GPUS),
+    )
 
     async def collect() -> list:
         return [
@@ -122,7 +122,7 @@ def test_torchscript_point_on_cuda_samples_gpu_power_and_energy(wide: tuple[Path
                     model=model,
                     model_path=path,
                     workdir=tmp_path,
-                    env_base=env,
+                    host_facts=facts,
                     slo=None,
                     sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
                 ),
@@ -184,7 +184,6 @@ def test_cpu_point_on_a_gpu_host_reports_no_gpu_energy(wide: tuple[Path, ModelMe
                     model=model,
                     model_path=path,
                     workdir=tmp_path,
-                    env_base={},
                     slo=None,
                     sampling=SamplerConfig(grid_g_co2_per_kwh=400.0),
                 ),

@@ -15,7 +15,7 @@ from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import PointResult, Reason
 from follower.backends import get_backend
 from follower.loadgen.records import LoadRecords
-from follower.point.context import PointContext, ServerRun
+from follower.point.context import HostFacts, PointContext, ServerRun
 from follower.point.drive import Driven
 from follower.point.judge import judge
 from follower.point.plan import plan_point
@@ -30,7 +30,7 @@ MODEL = ModelMeta(name="m", version="1", format="onnx", inputs=[TensorSpec(name=
 
 def _context(point_server: object = None) -> PointContext:
     # A backend object that is never started: plan and judge only read what it speaks.
-    run = ServerRun(model=MODEL, model_path=Path("m.onnx"), workdir=Path("unused"), env_base={"follower_id": "f"})
+    run = ServerRun(model=MODEL, model_path=Path("m.onnx"), workdir=Path("unused"), host_facts=HostFacts(follower_id="f"))
     backend = get_backend("onnxruntime", server=point_server)
     endpoint = Endpoint("kserve-http", "http://127.0.0.1:1", "m")
     return PointContext(run=run, backend=backend, endpoint=endpoint, backend_version="test")
