@@ -6,8 +6,11 @@ from __future__ import annotations
 import ast
 from functools import cache
 from pathlib import Path
+from typing import get_args
 
 import pytest
+
+from common.spec.target import ProtocolName
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = {"common", "leader", "follower", "protos", "benchfleet"}
@@ -42,7 +45,7 @@ FOLLOWER_RANKS = {
 }
 # Where a protocol may be named: its own room, the spec that declares the names, and the backends, each of which
 # declares the protocol it serves. Anywhere else, a protocol's behaviour is asked of its module, never branched on.
-PROTOCOL_NAMES = frozenset({"kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"})
+PROTOCOL_NAMES = frozenset(get_args(ProtocolName))  # the spec's one list of them
 PROTOCOL_HOMES = ("follower/protocols/", "follower/backends/", "common/spec/target.py")
 # The rooms of common/, each importing only its own rank and below: the base (the strict model, name patterns) and
 # the plain utilities; the job-spec language; the wire contracts that carry specs; the upload formats and the maths
