@@ -6,6 +6,8 @@ the two cannot drift: only the transport (httpx.Client or httpx.AsyncClient) dif
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,23 @@ def _raise_for(response: httpx.Response) -> None:
     raise ApiError(response.status_code, str(body.get("error", "http_error")), str(message), body.get("field"))
 
 
+# A read the leader answers 503 with Retry-After (its database unreachable for a moment) is asked again, at most once a
+# second, until this many seconds have passed since the first try; then the 503 is raised. A write is never repeated
+# (it may have taken effect before the answer was lost).
+UNAVAILABLE_RETRY_S = 30.0
+
+
+def _retry_in(response: httpx.Response, call: Call[Any], started: float, budget_s: float) -> float | None:
+    """How long to wait before asking `call` again, or None to take this answer as it is."""
+    if response.status_code != 503 or call.method not in ("GET", "HEAD"):
+        return None
+    try:
+        wait = min(max(float(response.headers["Retry-After"]), 0.1), 1.0)
+    except (KeyError, ValueError):
+        return None  # a 503 that does not say "retry later" (e.g. a feature the leader has off)
+    return wait if time.monotonic() + wait - started <= budget_s else None
+
+
 def _headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -52,9 +71,16 @@ class BenchfleetClient:
     """Synchronous client; one per thread of use."""
 
     def __init__(
-        self, base_url: str, token: str, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        unavailable_retry_s: float = UNAVAILABLE_RETRY_S,
     ) -> None:
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport)
+        self._unavailable_retry_s = unavailable_retry_s
 
     def __enter__(self) -> BenchfleetClient:
         return self
@@ -67,7 +93,11 @@ class BenchfleetClient:
         self._http.close()
 
     def _do(self, call: Call[T]) -> T:
+        started = time.monotonic()
         response = self._http.request(call.method, call.path, **call.request_args())
+        while (wait := _retry_in(response, call, started, self._unavailable_retry_s)) is not None:
+            time.sleep(wait)
+            response = self._http.request(call.method, call.path, **call.request_args())
         _raise_for(response)
         return call.parse(response)
 
@@ -217,11 +247,18 @@ class AsyncBenchfleetClient:
     """Asyncio client with the same methods as `BenchfleetClient`, as coroutines."""
 
     def __init__(
-        self, base_url: str, token: str, *, timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        unavailable_retry_s: float = UNAVAILABLE_RETRY_S,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport
         )
+        self._unavailable_retry_s = unavailable_retry_s
 
     async def __aenter__(self) -> AsyncBenchfleetClient:
         return self
@@ -234,7 +271,11 @@ class AsyncBenchfleetClient:
         await self._http.aclose()
 
     async def _do(self, call: Call[T]) -> T:
+        started = time.monotonic()
         response = await self._http.request(call.method, call.path, **call.request_args())
+        while (wait := _retry_in(response, call, started, self._unavailable_retry_s)) is not None:
+            await asyncio.sleep(wait)
+            response = await self._http.request(call.method, call.path, **call.request_args())
         _raise_for(response)
         return call.parse(response)
 

@@ -2,9 +2,11 @@
 budget; two failed pings in a row call it down.
 
 While the database is down, every request that needs it is answered at once with 503 and Retry-After (the middleware
-below) instead of waiting out pymongo's server selection and failing as a 500; a request that runs into a connection
-failure itself marks the database down and gets the same answer. Followers take a 5xx as "retry later" and keep
-their results on disk until the leader takes them (follower/link/outbox.py).
+below) instead of waiting out pymongo's server selection and failing as a 500. A request that runs into a connection
+failure itself gets the same answer and counts as one failed ping: with a failed ping beside it the database is down,
+alone it is not (a pooled connection reset under vLLM's load once answered every request 503 for a second). Followers
+take a 5xx as "retry later" and keep their results on disk until the leader takes them (follower/link/outbox.py); the
+Python client asks a read again (benchfleet/client.py).
 """
 
 from __future__ import annotations
@@ -54,19 +56,27 @@ class DbHealth:
             self.down_since = time.monotonic()
             log.warning("PerfDB unreachable (%s): answering 503 until it is back", why)
 
+    def failed(self, why: str) -> None:
+        """One failed ping, or one request that ran into a connection failure; PROBE_FAILURES in a row call it down."""
+        self.failures += 1
+        if self.failures >= PROBE_FAILURES:
+            self.mark_down(f"{why}, {self.failures} failures in a row")
+
     async def probe(self) -> bool:
         try:
             await self.client.admin.command("ping")
         except PyMongoError as exc:
-            self.failures += 1
-            if self.failures >= PROBE_FAILURES:
-                self.mark_down(f"{type(exc).__name__}, {self.failures} pings in a row")
+            self.failed(type(exc).__name__)
             return False
+        self.answered()
+        return True
+
+    def answered(self) -> None:
+        """A good ping: the failures in a row start again from none, and a down database is up."""
         self.failures = 0
         if self.down_since is not None:
             log.info("PerfDB reachable again after %.1f s", time.monotonic() - self.down_since)
             self.down_since = None
-        return True
 
     async def run(self) -> None:
         while True:
@@ -96,7 +106,7 @@ def install(app: FastAPI) -> None:
     async def _connection_failure(request: Request, exc: Exception) -> JSONResponse:
         health: DbHealth | None = getattr(request.app.state, "dbhealth", None)
         if health is not None:
-            health.mark_down(type(exc).__name__)
+            health.failed(type(exc).__name__)
         return unavailable()
 
     app.add_exception_handler(ConnectionFailure, _connection_failure)

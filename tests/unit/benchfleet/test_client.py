@@ -57,3 +57,48 @@ def test_errors_name_status_code_and_field() -> None:
     assert (missing.value.status, missing.value.code, missing.value.field) == (404, "not_found", "job_id")
     assert "field job_id" in str(missing.value)
     assert broken.value.status == 500 and "boom" in broken.value.message
+
+
+UNAVAILABLE = {"error": "unavailable", "message": "PerfDB (the results database) is unreachable; retry later", "field": "mongo"}
+
+
+def _flaky(seen: list[httpx.Request], unavailable: int, retry_after: str | None = "5"):  # type: ignore[no-untyped-def]
+    """The leader's database away for the first `unavailable` requests (503, with Retry-After unless None)."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) <= unavailable:
+            headers = {"Retry-After": retry_after} if retry_after is not None else {}
+            return httpx.Response(503, json=UNAVAILABLE, headers=headers)
+        return httpx.Response(200, json=PAGE if request.url.path == "/api/v1/leaderboard" else {"deleted": True})
+
+    return handle
+
+
+def test_a_read_answered_503_with_retry_after_is_asked_again_and_a_write_never() -> None:
+    seen: list[httpx.Request] = []
+    with BenchfleetClient("http://leader", "t" * 20, transport=httpx.MockTransport(_flaky(seen, 2))) as client:
+        assert client.leaderboard().total == 1  # two 503s, then the answer
+    assert [r.method for r in seen] == ["GET", "GET", "GET"]
+
+    seen = []
+    transport = httpx.MockTransport(_flaky(seen, 1))
+    with BenchfleetClient("http://leader", "t" * 20, transport=transport) as client, pytest.raises(ApiError) as refused:
+        client.cancel("j1")  # a write may have taken effect: its 503 is the caller's to handle
+    assert refused.value.status == 503 and refused.value.field == "mongo" and len(seen) == 1
+
+    seen = []
+    transport = httpx.MockTransport(_flaky(seen, 1, None))
+    with BenchfleetClient("http://leader", "t" * 20, transport=transport) as client, pytest.raises(ApiError):
+        client.leaderboard()  # a 503 that does not say "retry later"
+    assert len(seen) == 1
+
+    async def run(seen: list[httpx.Request], budget_s: float) -> object:
+        transport = httpx.MockTransport(_flaky(seen, 1_000))
+        async with AsyncBenchfleetClient("http://leader", "t" * 20, transport=transport, unavailable_retry_s=budget_s) as c:
+            return await c.leaderboard()
+
+    seen = []
+    with pytest.raises(ApiError) as gave_up:
+        asyncio.run(run(seen, 2.5))  # never back within the budget: the last 503 is raised
+    assert gave_up.value.status == 503 and 2 <= len(seen) <= 4
