@@ -100,6 +100,9 @@ def fleet_check_sheet(check: FleetCheckView) -> Sheet:
                 "YES" if p.outlier else "-",
             ]
         )
+    for follower_id, why in sorted(check.no_figure.items()):
+        sheet.rows.append([follower_id, "-", "none", "-", "-", "-", "YES"])
+        sheet.note(f"{follower_id}: no figure, run with the others and again alone: {why}")
     for h in check.history:
         if h.outlier:
             sheet.note(
@@ -107,12 +110,13 @@ def fleet_check_sheet(check: FleetCheckView) -> Sheet:
                 f"{len(h.history)} earlier checks (z {h.z:.1f})"
             )
     for follower_id in sorted(check.recheck):
-        verdict = (
-            ("still an outlier" if follower_id in check.outliers else "not again: its first figure was noise")
-            if check.state == "done"
-            else "running"
-        )
-        sheet.note(f"{follower_id}: an outlier in the first round, re-run alone (its figure above): {verdict}")
+        if check.state != "done":
+            verdict = "running"
+        elif follower_id in check.no_figure:
+            verdict = "still no figure"
+        else:
+            verdict = "still an outlier" if follower_id in check.outliers else "not again: its first round was noise"
+        sheet.note(f"{follower_id}: a suspect in the first round, re-run alone (its figure above): {verdict}")
     sheet.footer = f"outliers: {', '.join(check.outliers) or 'none'}" if check.state == "done" else "still running"
     return sheet
 

@@ -204,4 +204,5 @@ class FleetCheckView(BaseModel):
     state: Literal["running", "done"]
     across: OutlierResponse | None = None  # when done
     history: list[HistoryOutlier] = []
-    outliers: list[str] = []  # followers flagged by either test
+    outliers: list[str] = []  # followers marked: flagged by either test, or without a figure even when re-run alone
+    no_figure: dict[str, str] = {}  # follower id -> why it gave no figure (its job failed, was cancelled, ...)

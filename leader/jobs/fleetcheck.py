@@ -36,6 +36,7 @@ from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
+from leader.store import results as results_store
 
 log = logging.getLogger(__name__)
 
@@ -133,16 +134,28 @@ async def job_ended(db: AsyncDatabase, *, job_name: str, drain: bool) -> None:
             await settle(db, doc, drain=drain)
 
 
-async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> list[dict[str, Any]] | None:
-    """The check's leaderboard rows (one per point of each job that succeeded), or None while a job has not ended."""
-    rows = []
-    for job_id in jobs.values():
+async def _rows(db: AsyncDatabase, jobs: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
+    """The check's leaderboard rows (one per point of each job that succeeded) and, for each follower that gave no
+    figure, why; None while a job has not ended."""
+    rows: list[dict[str, Any]] = []
+    missing: dict[str, str] = {}
+    for follower_id, job_id in jobs.items():
         job = await jobs_store.get_job(db, job_id=job_id)
         if job.state not in TERMINAL_STATES:
             return None
-        if job.state == JobState.succeeded:
-            rows += [row for row in await leaderboard_store.job_rows(db, job_id=job_id) if row.get(METRIC) is not None]
-    return rows
+        if job.state != JobState.succeeded:
+            missing[follower_id] = f"its job {job_id} {job.state.value}" + (f": {job.error}" if job.error else "")
+            continue
+        mine = [row for row in await leaderboard_store.job_rows(db, job_id=job_id) if row.get(METRIC) is not None]
+        if not mine:
+            points = await results_store.job_points(db, job)
+            answered = "; ".join(
+                f"{p.ok} of {p.requests} requests answered" + (f", {p.errors} errors ({p.error_sample})" if p.errors else "")
+                for p in points
+            )
+            missing[follower_id] = f"its job {job_id} succeeded without a {METRIC} figure ({answered or 'no point'})"
+        rows += mine
+    return rows, missing
 
 
 def _tests(
@@ -183,11 +196,14 @@ async def _recheck(db: AsyncDatabase, doc: dict[str, Any], suspects: list[str]) 
 
 
 async def settle(db: AsyncDatabase, doc: dict[str, Any], *, drain: bool) -> dict[str, Any] | None:
-    """Once every job has ended: run the tests; re-run the suspects alone (first round), or store the result and mark
-    (and maybe drain) the suspects still outliers (after their re-run, or when there were none)."""
-    rows = await _rows(db, doc["jobs"])
-    if rows is None:
+    """Once every job has ended: run the tests; re-run the suspects alone (first round: the outliers, and the followers
+    that gave no figure), or store the result and mark (and maybe drain) the suspects still outliers or still without
+    a figure (after their re-run, or when there were none). A follower that cannot run the check is never left out of
+    its verdict in silence."""
+    first = await _rows(db, doc["jobs"])
+    if first is None:
         return None
+    rows, missing = first
     earlier: dict[tuple[str, str], list[float]] = {}
     for old in await store.earlier_figures(db, model_ref=doc["model_ref"], before=doc["_id"], limit=HISTORY):
         for follower_id, key, value in old:
@@ -195,22 +211,29 @@ async def settle(db: AsyncDatabase, doc: dict[str, Any], *, drain: bool) -> dict
     name = f"{PREFIX}{doc['_id']}"
     across, history, outliers = _tests(rows, name, earlier)
     rechecked = doc.get("recheck")
-    if rechecked is None and outliers:
-        await _recheck(db, doc, outliers)
+    if rechecked is None and (outliers or missing):
+        await _recheck(db, doc, sorted(set(outliers) | set(missing)))
         return None
     if rechecked:
-        again = await _rows(db, rechecked)
-        if again is None:
+        second = await _rows(db, rechecked)
+        if second is None:
             return None
+        again, missing = second
         suspects = sorted(rechecked)
-        rows = [row for row in rows if row["follower_id"] not in {row["follower_id"] for row in again}] + again
+        rows = [row for row in rows if row["follower_id"] not in set(suspects)] + again
         across, history, outliers = _confirmed(*_tests(rows, name, earlier)[:2], suspects)
     figures = [[row["follower_id"], point_key(row), row[METRIC]] for row in rows]  # (keys may hold dots: a list)
-    result = {"across": across.model_dump(), "history": [h.model_dump() for h in history], "outliers": outliers}
+    marked = sorted(set(outliers) | set(missing))
+    result = {
+        "across": across.model_dump(),
+        "history": [h.model_dump() for h in history],
+        "outliers": marked,
+        "no_figure": missing,
+    }
     done = await store.settle(db, doc["_id"], result=result, figures=figures)
     if done is None:
         return await store.find(db, doc["_id"])  # settled by another caller meanwhile
-    await _mark(db, doc["_id"], list(doc["jobs"]), across, history, outliers, drain=drain)
+    await _mark(db, doc["_id"], list(doc["jobs"]), across, history, marked, missing, drain=drain)
     return done
 
 
@@ -221,10 +244,12 @@ async def _mark(
     across: OutlierResponse,
     history: list[HistoryOutlier],
     outliers: list[str],
+    missing: dict[str, str],
     *,
     drain: bool,
 ) -> None:
-    """Mark each outlier with its evidence (and drain it if asked); clear the mark of the check's other followers."""
+    """Mark each outlier, and each follower that gave no figure even alone, with its evidence (and drain it if asked);
+    clear the mark of the check's other followers."""
     now = utcnow()
     for follower_id in followers:
         if follower_id not in outliers:
@@ -241,6 +266,8 @@ async def _mark(
             for h in history
             if h.follower_id == follower_id and h.outlier
         ]
+        if follower_id in missing:
+            words.append(f"no figure in the check, run with the others and again alone: {missing[follower_id]}")
         anomaly = Anomaly(check_id=check_id, since=now, evidence="; ".join(words), drained=drain)
         await store.set_anomaly(db, follower_id=follower_id, anomaly=anomaly)
         log.warning("fleet check %s: follower %s is anomalous: %s", check_id, follower_id, anomaly.evidence)

@@ -17,13 +17,19 @@ def get(leader: Leader, path: str) -> Any:
     return response.json()
 
 
-def play(leader: Leader, follower: str, job_id: str, p50: float) -> None:
-    """Play a follower's part in a check job as its agent would: claim the pinned job, report, finish."""
+def play(leader: Leader, follower: str, job_id: str, p50: float | None) -> None:
+    """Play a follower's part in a check job as its agent would: claim the pinned job, report, finish (a p50 of None:
+    the attempt fails before its point, as when the server cannot start)."""
     job = leader.wait_dispatched(job_id)
     assert job["follower_id"] == follower and job["spec"]["requires"]["follower"] == follower  # pinned, and placed so
     body = {"attempt": 1, "follower_id": follower, "incarnation": f"inc-{follower}-0000"}
     claim = leader.client.post(f"/api/v1/jobs/{job_id}/claim", headers=leader.as_follower(follower), json=body)
     assert claim.status_code == 200, claim.text
+    if p50 is None:
+        failed = {"attempt": 1, "follower_id": follower, "state": "failed", "error": "server did not become ready in 60 s"}
+        done = leader.client.post(f"/api/v1/jobs/{job_id}/finish", headers=leader.as_follower(follower), json=failed)
+        assert done.status_code == 200, done.text
+        return
     for point in claim.json()["points"]:
         body = point_result(point["index"], follower)
         body["point"] = point
@@ -36,7 +42,9 @@ def play(leader: Leader, follower: str, job_id: str, p50: float) -> None:
     assert done.status_code == 200, done.text
 
 
-def run_check(leader: Leader, p50s: dict[str, float], again: dict[str, float] | None = None) -> dict[str, Any]:
+def run_check(
+    leader: Leader, p50s: dict[str, float | None], again: dict[str, float | None] | None = None
+) -> dict[str, Any]:
     """Start a check and play every follower's part; then, where the first round found suspects, their re-runs with
     the figures in `again` (which must name exactly the suspects)."""
     made = leader.client.post("/api/v1/fleet-checks", headers=ADMIN, json={"model": "ident:1", "rate": 20, "duration_s": 2})
@@ -102,3 +110,24 @@ def test_a_suspect_whose_re_run_alone_is_ordinary_is_not_marked(make_leader: Cal
     assert {p["follower_id"]: p["value_ms"] for p in noisy["across"]["points"]}["n2"] == 0.57
     listed = anomalies(leader)
     assert not any(v["anomaly"] for v in listed.values()) and all(v["state"] != "draining" for v in listed.values())
+
+
+def test_a_follower_whose_job_fails_is_re_run_alone_and_marked_when_it_fails_again(
+    make_leader: Callable[..., Leader],
+) -> None:
+    """A follower that gives no figure is not left out of the verdict in silence: it is a suspect, re-run alone; failing
+    again, it is marked with the reason (the check no longer reads "outliers: none" over three of four followers)."""
+    leader = start(make_leader)
+    broken = run_check(leader, {"n1": 2.0, "n2": 2.06, "n3": None, "n4": 1.97}, again={"n3": None})
+    assert broken["outliers"] == ["n3"] and sorted(broken["no_figure"]) == ["n3"], broken
+    assert "failed: server did not become ready in 60 s" in broken["no_figure"]["n3"]
+    assert broken["recheck"]["n3"] in broken["no_figure"]["n3"]  # the reason names the re-run's job
+    assert sorted(p["follower_id"] for p in broken["across"]["points"]) == ["n1", "n2", "n4"]
+    listed = anomalies(leader)
+    assert [f for f, v in listed.items() if v["anomaly"]] == ["n3"]
+    assert "no figure in the check, run with the others and again alone" in listed["n3"]["anomaly"]["evidence"]
+
+    recovered = run_check(leader, {"n1": 2.0, "n2": None, "n3": 2.01, "n4": 1.97}, again={"n2": 2.03})
+    assert recovered["outliers"] == [] and recovered["no_figure"] == {}, recovered
+    assert {p["follower_id"]: p["value_ms"] for p in recovered["across"]["points"]}["n2"] == 2.03
+    assert not any(v["anomaly"] for v in anomalies(leader).values())  # n3's mark cleared by a clean check
