@@ -31,7 +31,7 @@ PROBE_TIMEOUT_MS = 3000
 PROBE_FAILURES = 2
 RETRY_AFTER_S = 5
 # Paths answered without the database (or that report on it themselves).
-EXEMPT = ("/healthz", "/metrics", "/static/", "/docs", "/openapi.json", "/login", "/favicon")
+EXEMPT = ("/healthz", "/livez", "/metrics", "/static/", "/docs", "/openapi.json", "/login", "/favicon")
 
 
 class DbHealth:

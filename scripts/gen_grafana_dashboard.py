@@ -38,7 +38,7 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
             ("benchfleet_follower_generator_achieved_rate", "achieved {{instance}}"),
         ],
     ),
-    ("Generator send lag", "s", [("benchfleet_follower_generator_send_lag_seconds", "q{{quantile}} {{instance}}")]),
+    ("Generator send lag", "s", [("benchfleet_follower_generator_send_lag_seconds", "p{{percentile}} {{instance}}")]),
     ("Server CPU", "percent", [("benchfleet_follower_server_cpu_percent", "{{proc}} {{instance}}")]),
     ("Server RSS", "bytes", [("benchfleet_follower_server_rss_bytes", "{{proc}} {{instance}}")]),
     ("GPU utilisation", "percent", [("benchfleet_follower_gpu_utilization_percent", "gpu {{gpu}} {{instance}}")]),
@@ -56,7 +56,7 @@ def dashboard() -> dict:
                 "id": i + 1,
                 "type": "timeseries",
                 "title": title,
-                "datasource": {"type": "prometheus", "uid": "prometheus"},
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
                 "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
                 "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
                 "targets": [
@@ -74,6 +74,20 @@ def dashboard() -> dict:
         "refresh": "5s",
         "time": {"from": "now-1h", "to": "now"},
         "panels": panels,
+        # The Prometheus data source is chosen on the dashboard (any the Grafana knows), never pinned to one uid.
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                    "refresh": 1,
+                }
+            ]
+        },
     }
 
 

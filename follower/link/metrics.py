@@ -54,14 +54,14 @@ class FollowerMetrics:
         )
         self.send_lag = Gauge(
             "benchfleet_follower_generator_send_lag_seconds",
-            "Send lag (sent - intended) of the last point.",
-            ["quantile"],
+            "Send lag (sent - intended) of the last point, by percentile (50, 99, 100 = the maximum).",
+            ["percentile"],
             registry=r,
         )
         self.latency = Gauge(
             "benchfleet_follower_point_latency_seconds",
-            "Latency from the intended send time of the last point.",
-            ["quantile"],
+            "Latency from the intended send time of the last point, by percentile (50, 99, 100 = the maximum).",
+            ["percentile"],
             registry=r,
         )
         self.proc_cpu = Gauge(
@@ -101,11 +101,12 @@ class FollowerMetrics:
             self.points_done.inc()
             self.target_rate.set(result.offered_rate)
             self.achieved_rate.set(result.achieved_rate)
-            for quantile, attr in (("0.5", "p50"), ("0.99", "p99"), ("1", "max")):
+            # `percentile`, not `quantile`: that label belongs to summaries (promtool check metrics refuses it on a gauge).
+            for percentile, attr in (("50", "p50"), ("99", "p99"), ("100", "max")):
                 if result.send_lag_ms is not None:
-                    self.send_lag.labels(quantile).set(getattr(result.send_lag_ms, attr) / 1000)
+                    self.send_lag.labels(percentile).set(getattr(result.send_lag_ms, attr) / 1000)
                 if result.latency_ms is not None:
-                    self.latency.labels(quantile).set(getattr(result.latency_ms, attr) / 1000)
+                    self.latency.labels(percentile).set(getattr(result.latency_ms, attr) / 1000)
             order = self._order
             after = order.index(result.point.index) + 1 if result.point.index in order else len(order)
             self.running_point.set(order[after] if after < len(order) else IDLE)

@@ -1,4 +1,8 @@
-"""Liveness of the leader and its dependencies (open: no token)."""
+"""Liveness of the leader, and readiness with its dependencies (open: no token).
+
+Two questions, two answers: `/livez` says the process serves requests at all (a liveness probe restarts it when it
+does not); `/healthz` says it can do its work, PerfDB and the broker answering (a readiness probe takes it out of
+service meanwhile). A Redis outage makes the leader unready; it never restarts it."""
 
 from __future__ import annotations
 
@@ -12,6 +16,12 @@ from leader.api.deps import ResourcesDep
 router = APIRouter(tags=["health"])
 
 PING_TIMEOUT_S = 2.0
+
+
+@router.get("/livez")
+async def livez() -> dict[str, str]:
+    """{"status": "ok"} while the leader's event loop serves requests; asks nothing of PerfDB or Redis."""
+    return {"status": "ok"}
 
 
 @router.get("/healthz")

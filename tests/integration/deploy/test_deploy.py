@@ -71,34 +71,118 @@ def _by_kind(docs: list[dict], kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def _env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def _pod(docs: list[dict], kind: str, component: str) -> dict:
+    [workload] = [d for d in _by_kind(docs, kind) if d["metadata"]["name"] == f"bf-benchfleet-{component}"]
+    return workload["spec"]["template"]["spec"]
+
+
 def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
     docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}})
     _validate(docs)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["DaemonSet", "Deployment", "Deployment", "Secret", "Service", "Service", "Service", "StatefulSet"]
-    [daemonset] = _by_kind(docs, "DaemonSet")
-    pod = daemonset["spec"]["template"]["spec"]
+    assert kinds == ["Deployment", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget", "Secret",
+                     "Service", "Service", "Service", "Service", "StatefulSet", "StatefulSet", "StatefulSet"]  # fmt: skip
+    # Followers: a StatefulSet of agents with stable ids (the pod's name), no GPU unless asked, each with its volume.
+    pod = _pod(docs, "StatefulSet", "follower")
     [follower] = pod["containers"]
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert follower["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert _env(follower)["BENCHFLEET_FOLLOWER_FOLLOWER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "nvidia.com/gpu" not in follower["resources"]["limits"]
     assert follower["readinessProbe"] and follower["livenessProbe"]
-    leader = next(d for d in _by_kind(docs, "Deployment") if d["metadata"]["name"] == "bf-benchfleet-leader")
-    [leader_c] = leader["spec"]["template"]["spec"]["containers"]
+    # Their model servers stay sandboxed: root with exactly the two capabilities the sandbox needs, declared.
+    assert pod["securityContext"]["runAsUser"] == 0 and follower["securityContext"]["capabilities"] == {
+        "add": ["NET_ADMIN", "SYS_ADMIN"]
+    }
+    assert "BENCHFLEET_SANDBOX" not in _env(follower)
+    # The leader: the restricted Pod Security Standard, as the image's own user; alive and ready asked apart.
+    leader_pod = _pod(docs, "Deployment", "leader")
+    [leader_c] = leader_pod["containers"]
+    uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "deploy" / "images" / "Dockerfile").read_text()).group(1))  # type: ignore[union-attr]
+    assert leader_pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid,
+                                             "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert leader_c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                           "capabilities": {"drop": ["ALL"]}}  # fmt: skip
     assert leader_c["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    env = {e["name"]: e for e in leader_c["env"]}
+    assert leader_c["livenessProbe"]["httpGet"]["path"] == "/livez"  # a Redis outage never restarts the leader
+    env = _env(leader_c)
+    # Live progress: on every interface, and followers are told the Service's name, never loopback.
+    assert env["BENCHFLEET_LEADER_GRPC_HOST"]["value"] == "0.0.0.0"
+    assert env["BENCHFLEET_LEADER_GRPC_ADVERTISE"]["value"] == "bf-benchfleet-leader:8701"
+    [service] = [d for d in _by_kind(docs, "Service") if d["metadata"]["name"] == "bf-benchfleet-leader"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"http": 8700, "progress": 8701}
+    # Datastores with authentication: the passwords reach pods from the Secret only.
+    assert env["BENCHFLEET_MONGO_URI"]["value"].startswith("mongodb://benchfleet:$(MONGO_PASSWORD)@bf-benchfleet-mongodb:")
+    assert env["BENCHFLEET_REDIS_URL"]["value"] == "redis://:$(REDIS_PASSWORD)@bf-benchfleet-redis:6379/0"
+    assert list(env).index("MONGO_PASSWORD") < list(env).index("BENCHFLEET_MONGO_URI")  # defined before it is used
+    [secret] = _by_kind(docs, "Secret")
+    assert len(secret["stringData"]["mongo-password"]) == 32 and len(secret["stringData"]["redis-password"]) == 32
+    redis = _pod(docs, "StatefulSet", "redis")["containers"][0]
+    assert "--requirepass" in redis["args"] and "$(REDIS_PASSWORD)" in redis["args"] and redis["volumeMounts"]
     assert env["BENCHFLEET_LEADER_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "admin-token"
-    assert "a" * 24 not in json.dumps(leader), "tokens reach pods only through the Secret"
+    assert "a" * 24 not in json.dumps([d for d in docs if d["kind"] != "Secret"]), "tokens reach pods only by the Secret"
     key_ref = env["BENCHFLEET_LEADER_SECRET_KEY"]["valueFrom"]["secretKeyRef"]
     assert key_ref["key"] == "secret-key" and key_ref["optional"] is True  # not given: the secrets API is off
-    assert "secret-key" not in _by_kind(docs, "Secret")[0]["stringData"]
+    assert "secret-key" not in secret["stringData"]
     sealed = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24, "secretKey": "k" * 32}})
     _validate(sealed)
     assert _by_kind(sealed, "Secret")[0]["stringData"]["secret-key"] == "k" * 32
     assert "k" * 32 not in json.dumps([d for d in sealed if d["kind"] != "Secret"]), "the key reaches the leader by the Secret"
-    assert "SECRET_KEY" not in json.dumps(_by_kind(sealed, "DaemonSet")), "followers never hold the key"
-    # Pods run as the image's own user (deploy/Dockerfile), whose home exists and is its own.
-    uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "deploy" / "Dockerfile").read_text()).group(1))  # type: ignore[union-attr]
-    assert pod["securityContext"]["runAsUser"] == leader["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == uid
+    assert "SECRET_KEY" not in json.dumps(_pod(sealed, "StatefulSet", "follower")), "followers never hold the key"
+    assert "MONGO_PASSWORD" not in json.dumps(_pod(sealed, "StatefulSet", "follower")), "followers never reach PerfDB"
+    # NetworkPolicies: PerfDB from the leader only; the progress port from followers only.
+    policies = {d["metadata"]["name"]: d["spec"] for d in _by_kind(docs, "NetworkPolicy")}
+    [mongo_in] = policies["bf-benchfleet-mongodb"]["ingress"]
+    assert [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in mongo_in["from"]] == ["leader"]
+    progress_in = next(rule for rule in policies["bf-benchfleet-leader"]["ingress"] if rule["ports"] == [{"port": "progress"}])
+    assert progress_in["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "follower"
+
+
+def test_helm_chart_gpu_hosts_mode_and_the_sandbox_turned_off() -> None:
+    """Dedicated GPU hosts: one agent per selected node (a DaemonSet), each holding its GPUs; the sandbox turned off
+    is said in the agent's environment (it refuses code-carrying models then) and the agent runs unprivileged."""
+    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}, "follower": {
+        "kind": "DaemonSet", "gpus": 1, "nodeSelector": {"nvidia.com/gpu.present": "true"}, "sandbox": False}})  # fmt: skip
+    _validate(docs)
+    pod = _pod(docs, "DaemonSet", "follower")
+    [follower] = pod["containers"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and follower["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert _env(follower)["BENCHFLEET_FOLLOWER_FOLLOWER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert _env(follower)["BENCHFLEET_SANDBOX"]["value"] == "off"
+    assert pod["securityContext"]["runAsNonRoot"] is True and follower["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "work", "emptyDir": {}} in pod["volumes"]
+
+
+def test_helm_values_are_checked_by_the_schema_naming_the_value() -> None:
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    tokens = {"admin": "a" * 24, "follower": "b" * 24}
+    for bad, where in [
+        ({"tokens": {**tokens, "admin": "short"}}, "/tokens/admin"),
+        ({"tokens": tokens, "follower": {"kind": "Deployment"}}, "/follower/kind"),
+        ({"tokens": tokens, "image": {"leader": {"repository": "x", "tag": "latest"}}}, "/image/leader/tag"),
+        ({"tokens": tokens, "leader": {"prot": 1}}, "/leader"),
+        ({"tokens": {**tokens, "redisPassword": "has:colon@and-is-long"}}, "/tokens/redisPassword"),
+    ]:
+        with pytest.raises(helm.HelmError, match=where):
+            _render(bad)
+
+
+def test_helm_monitoring_objects_and_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24},
+                    "monitoring": {"serviceMonitor": True, "rules": True, "labels": {"release": "prometheus"}}})  # fmt: skip
+    [monitor] = _by_kind(docs, "ServiceMonitor")
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"http", "metrics"}
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    [rules] = _by_kind(docs, "PrometheusRule")
+    promtool = ROOT / ".benchfleet" / "deploy-tools" / "bin" / "promtool"
+    if not promtool.is_file():
+        pytest.skip(f"promtool is not installed at {promtool} (scripts/install_deploy_tools.sh)")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rules["spec"]))
+    done = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "SUCCESS: 4 rules found" in done.stdout, done.stdout + done.stderr
 
 
 def test_helm_chart_with_external_datastores_and_an_existing_secret() -> None:
@@ -108,18 +192,19 @@ def test_helm_chart_with_external_datastores_and_an_existing_secret() -> None:
         "redis": {"enabled": False, "externalUrl": "redis://broker.example:6379/0"},
     })
     _validate(docs)
-    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Deployment", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "Service",
+                                               "StatefulSet"]  # fmt: skip
     text = json.dumps(docs)
     assert "perfdb.example" in text and "broker.example" in text and "team-tokens" in text
 
 
 def test_helm_chart_can_give_the_follower_the_pm_qos_device() -> None:
     tokens = {"admin": "a" * 24, "follower": "b" * 24}
-    off = _by_kind(_render({"tokens": tokens}), "DaemonSet")[0]["spec"]["template"]["spec"]
+    off = _pod(_render({"tokens": tokens}), "StatefulSet", "follower")
     assert "cpu_dma_latency" not in json.dumps(off) and "supplementalGroups" not in off["securityContext"]
     docs = _render({"tokens": tokens, "follower": {"cpuWakeupLatency": {"enabled": True, "group": 2001}}})
     _validate(docs)
-    pod = _by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]
+    pod = _pod(docs, "StatefulSet", "follower")
     assert pod["securityContext"]["supplementalGroups"] == [2001]
     [volume] = [v for v in pod["volumes"] if v["name"] == "cpu-dma-latency"]
     assert volume["hostPath"] == {"path": "/dev/cpu_dma_latency", "type": "CharDevice"}

@@ -64,6 +64,8 @@ def test_health_reports_redis_down(make_leader: Callable[..., Leader]) -> None:
     response = leader.client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["field"] == "redis"
+    # Unready, yet alive: a liveness probe on /livez does not restart a leader for its broker's outage.
+    assert leader.client.get("/livez").json() == {"status": "ok"}
 
 
 def test_bad_bodies_are_422_naming_the_field(leader: Leader) -> None:
@@ -114,6 +116,7 @@ def test_a_database_outage_is_a_fast_503_with_retry_after_and_ends_when_it_does(
                                   json={"incarnation": "incarnation-1", "state": "ready"})  # fmt: skip
         assert beat.status_code == 503 and beat.headers["Retry-After"] == "5"  # a follower keeps its work and retries
         assert leader.client.get("/healthz").status_code == 503  # health still reports on the database itself
+        assert leader.client.get("/livez").status_code == 200  # and the process is alive: nothing restarts it
         proxy.restore()
         # A pooled connection the cut left stalled fails after the leader's socket timeout (15 s) and is replaced.
         deadline = time.monotonic() + 45

@@ -1,0 +1,122 @@
+"""Real deployments: the images built here with podman, a real single-node Kubernetes from the kit in ../shared/k8s
+(apiserver, scheduler, controller-manager, kubelet, containerd), the chart installed with the real Helm engine.
+
+Everything a test starts is stopped in a `finally`: the cluster's `down` stops exactly what its `up` started."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = Path(os.environ.get("K8S_KIT", ROOT.parent / "shared" / "k8s"))
+ADMIN_TOKEN = "a" * 24
+FOLLOWER_TOKEN = "f" * 24
+T = TypeVar("T")
+
+
+def until(what: str, probe: Callable[[], T | None], *, timeout_s: float, every_s: float = 0.5) -> T:
+    """Poll `probe` until it returns something truthy (readiness, never a bare sleep); fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+PROMTOOL = ROOT / ".benchfleet" / "deploy-tools" / "bin" / "promtool"  # scripts/install_deploy_tools.sh
+
+
+def promtool_check_metrics(exposition: str) -> None:
+    """`promtool check metrics` on an exposition: it must be clean (no lint finding, no error)."""
+    if not PROMTOOL.is_file():
+        pytest.skip(f"promtool is not installed at {PROMTOOL} (scripts/install_deploy_tools.sh)")
+    done = subprocess.run([str(PROMTOOL), "check", "metrics"], input=exposition, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+
+
+def _kit_or_skip() -> Path:
+    if not (KIT / "cluster.sh").is_file():
+        pytest.skip(f"the Kubernetes kit is not on this machine ({KIT}/cluster.sh; set K8S_KIT)")
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/test.sh installs it with the kit: cluster.sh deps)")
+    return KIT
+
+
+@pytest.fixture(scope="session")
+def image_tag() -> str:
+    """The images of this checkout (scripts/build_images.sh: leader, CPU follower, Redis, embedded PerfDB), built once
+    per session; podman's layer cache makes a rebuild of unchanged code quick."""
+    _kit_or_skip()
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "test"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1200, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"images built in {time.monotonic() - started:.0f} s:\n{done.stderr}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    kubeconfig: Path
+    forwards: dict[str, str] = field(default_factory=dict)
+
+    def sh(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["bash", str(KIT / "cluster.sh"), *args], capture_output=True, text=True, timeout=timeout,
+                              check=False)  # fmt: skip
+        if check:
+            assert done.returncode == 0, f"cluster.sh {' '.join(args)}: {done.stderr[-2000:]}"
+        return done
+
+    def kubectl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        return self.sh("kubectl", str(self.dir), *args, timeout=timeout, check=check).stdout
+
+    def json(self, *args: str) -> Any:
+        import json
+
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def forward(self, target: str) -> str:
+        """http://127.0.0.1:PORT on the host to `target` (svc/NAME:PORT: its ClusterIP, which outlives the pods behind
+        it) inside the cluster's network namespace. The kit's forwarder runs until the cluster's `down`; one per
+        target."""
+        if target not in self.forwards:
+            line = self.sh("forward", str(self.dir), target, "0").stdout
+            found = re.search(r"127\.0\.0\.1:(\d+)", line)
+            assert found, f"cluster.sh forward printed {line!r}"
+            self.forwards[target] = f"http://127.0.0.1:{found.group(1)}"
+        return self.forwards[target]
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, image_tag: str) -> Iterator[Cluster]:
+    """A real single-node Kubernetes with this checkout's images loaded; `down` in any case."""
+    kit = _kit_or_skip()
+    where = tmp_path_factory.mktemp("k8s")
+    try:
+        started = time.monotonic()
+        up = subprocess.run(["bash", str(kit / "cluster.sh"), "up", str(where)], capture_output=True, text=True,
+                            timeout=600, check=False)  # fmt: skip
+        assert up.returncode == 0, up.stderr[-3000:]
+        info = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
+        cluster = Cluster(where, Path(info["KUBECONFIG"]))
+        images = [f"localhost/benchfleet-{name}:{image_tag}" for name in ("leader", "follower", "redis", "perfdb")]
+        cluster.sh("load-image", str(where), *images, timeout=600)
+        print(f"cluster up and {len(images)} images loaded in {time.monotonic() - started:.0f} s")
+        yield cluster
+    finally:
+        subprocess.run(["bash", str(kit / "cluster.sh"), "down", str(where)], capture_output=True, timeout=300, check=False)

@@ -1,0 +1,133 @@
+"""The chart installed for real: `helm install` in a single-node Kubernetes with the images built here, the leader
+Ready, a follower registered with its sandbox on, a job from submit to result with its live progress streamed over
+the leader's Service, `helm upgrade` keeping the data, a follower pod deleted mid-job giving one result per point,
+and `helm uninstall` leaving nothing of the release behind.
+
+The live progress is asserted from the windows the leader received: with the progress listener back on 127.0.0.1 (or
+advertised as loopback) the follower's windows never arrive, and the test fails."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from benchfleet.client import BenchfleetClient
+from benchfleet.generate.modelgen import mlp_onnx
+from tests.deploy.conftest import ADMIN_TOKEN, FOLLOWER_TOKEN, ROOT, Cluster, promtool_check_metrics, until
+
+pytestmark = pytest.mark.deploy
+
+CHART = ROOT / "deploy" / "helm" / "benchfleet"
+RELEASE = "bf"
+LEADER = f"{RELEASE}-benchfleet-leader"
+FOLLOWER_POD = f"{RELEASE}-benchfleet-follower-0"
+SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}  # a 2-core node
+
+
+def values(tag: str, **more: Any) -> dict[str, Any]:
+    return {
+        "image": {
+            "leader": {"repository": "localhost/benchfleet-leader", "tag": tag},
+            "follower": {"repository": "localhost/benchfleet-follower", "tag": tag},
+        },
+        "tokens": {"admin": ADMIN_TOKEN, "follower": FOLLOWER_TOKEN},
+        "mongodb": {"image": f"localhost/benchfleet-perfdb:{tag}"},
+        "redis": {"image": f"localhost/benchfleet-redis:{tag}"},
+        "keepVolumes": False,
+        "leader": {"resources": SMALL},
+        "follower": {"resources": SMALL},
+        **more,
+    }
+
+
+def job_yaml(name: str, *, seconds: int, rates: list[int]) -> str:
+    return yaml.safe_dump({
+        "name": name,
+        "model": {"ref": "mlp:1"},
+        "backends": ["onnxruntime"],
+        "batch_sizes": [1],
+        "load": {"pattern": "constant", "rate": rates, "duration": f"{seconds}s", "warmup": "1s"},
+    })  # fmt: skip
+
+
+def finished(client: BenchfleetClient, job_id: str, timeout_s: float) -> Any:
+    return until(f"job {job_id} to end", lambda: (j := client.job(job_id)).state in ("succeeded", "failed", "cancelled")
+                 and j, timeout_s=timeout_s)  # fmt: skip
+
+
+def test_the_chart_installs_runs_a_job_upgrades_survives_a_follower_loss_and_uninstalls(
+    cluster: Cluster, image_tag: str
+) -> None:
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
+    with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
+        started = time.monotonic()
+        release = cfg.install(str(CHART), RELEASE, values(image_tag), wait="watcher", timeout=300)
+        try:
+            assert release["status"] == "deployed"
+            print(f"helm install to all Ready: {time.monotonic() - started:.0f} s")
+            _run_it(cluster, cfg, image_tag)
+        finally:
+            cfg.uninstall(RELEASE, wait="watcher", timeout=180, ignore_not_found=True)
+    # The release's objects go at once; their pods and claims follow through the garbage collector.
+    query = ("get", "all,pvc,pv,secret,networkpolicy,pdb", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name")
+    until("helm uninstall to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)
+    volumes = cluster.kubectl("get", "pv", "-o", "name").strip()
+    assert volumes == "", f"the release's volumes outlived it: {volumes}"  # keepVolumes: false
+
+
+def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
+    leader = cluster.json("get", "deploy", LEADER)
+    assert leader["status"]["readyReplicas"] == 1
+    url = cluster.forward(f"svc/{LEADER}:8700")
+    with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
+        mine = lambda: [f for f in client.followers() if f.info.follower_id == FOLLOWER_POD]  # noqa: E731
+        follower = until("the follower to register", mine, timeout_s=120)[0]
+        # The agent runs as root with NET_ADMIN and SYS_ADMIN: its model servers are sandboxed, and the sandbox's
+        # link can be shaped (the probe that offers tbf opens a real sandbox).
+        assert "tbf" in follower.info.network_shaping and follower.info.trusted_only == [], follower.info
+        client.upload_model(mlp_onnx(inputs=16, hidden=32, layers=2), name="mlp", version="1")
+
+        first = client.submit_yaml(job_yaml("k8s-first", seconds=3, rates=[40]))
+        done = finished(client, first.id, 180)
+        assert done.state == "succeeded", done.error
+        [point] = client.results(first.id).points
+        assert point.requests > 0 and point.latency_ms is not None
+        progress = client.progress(first.id)
+        windows = [w for p in progress["points"] for w in p["windows"]]
+        assert progress["follower_id"] == FOLLOWER_POD and len(windows) >= 1, progress  # streamed over the Service
+
+        # Both processes' metrics, after a real point (the follower's per-percentile gauges are set), pass promtool.
+        pod_ip = cluster.kubectl("get", "pod", FOLLOWER_POD, "-o", "jsonpath={.status.podIP}")
+        follower_metrics = httpx.get(cluster.forward(f"{pod_ip}:9701") + "/metrics", timeout=10).text
+        assert 'benchfleet_follower_point_latency_seconds{percentile="99"}' in follower_metrics
+        promtool_check_metrics(follower_metrics)
+        promtool_check_metrics(httpx.get(url + "/metrics", timeout=10).text)
+
+    # An upgrade (a changed value restarts the leader) keeps PerfDB's data and the broker's.
+    cfg.upgrade(str(CHART), RELEASE, values(tag, leader={"resources": SMALL, "logFormat": "text"}), wait="watcher",
+                timeout=300)  # fmt: skip
+    with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
+        again = until("the upgraded leader to answer", lambda: _or_none(lambda: client.job(first.id)), timeout_s=120)
+        assert again.state == "succeeded" and len(client.results(first.id).points) == 1
+
+        # A follower pod deleted mid-job: the StatefulSet brings it back under the same name and volume; the job ends
+        # with one result per point, whichever attempt delivered them.
+        second = client.submit_yaml(job_yaml("k8s-follower-lost", seconds=4, rates=[20, 30]))
+        until("the second job to run", lambda: client.job(second.id).state == "running", timeout_s=120, every_s=0.2)
+        cluster.kubectl("delete", "pod", FOLLOWER_POD, "--wait=false")
+        done = finished(client, second.id, 300)
+        assert done.state == "succeeded", done.error
+        points = client.results(second.id).points
+        assert sorted(p.point.index for p in points) == [0, 1], [p.point for p in points]
+        assert {p.point.rate for p in points} == {20, 30}
+
+
+def _or_none(call: Any) -> Any:
+    try:
+        return call()
+    except Exception:  # the forwarded Service has no ready endpoint yet: connection refused or reset
+        return None
