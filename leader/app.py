@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
 
 import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
 from pymongo import AsyncMongoClient
+from pymongo.errors import ConnectionFailure
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from leader import dbhealth
@@ -93,6 +95,24 @@ async def _bounded(what: str, step: Awaitable[object]) -> None:
         log.warning("shutdown: %s did not stop within %.0f s; going on without it", what, SHUTDOWN_STEP_S)
 
 
+STARTUP_WAIT_S = 120.0  # how long a starting leader waits for PerfDB (started beside it, by compose or a chart)
+
+
+async def _first_contact(resources: Resources) -> None:
+    """Create the indexes, waiting up to STARTUP_WAIT_S for PerfDB to answer: a leader started beside its database
+    (compose, a Helm release) waits for it, saying so, instead of exiting on the first refused connection."""
+    deadline = time.monotonic() + STARTUP_WAIT_S
+    while True:
+        try:
+            await ensure_indexes(resources)
+            return
+        except ConnectionFailure as exc:  # (a refused credential or a bad URI is not a database still starting)
+            if time.monotonic() > deadline:
+                raise
+            log.warning("PerfDB does not answer yet (%s); waiting for it", type(exc).__name__)
+            await asyncio.sleep(2.0)
+
+
 def create_app(settings: LeaderSettings) -> FastAPI:
     """Build the leader app; nothing connects until the lifespan starts."""
 
@@ -128,7 +148,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         telemetry = None
         app.state.telemetry_address = None
         try:
-            await ensure_indexes(resources)
+            await _first_contact(resources)
             app.state.resources = resources
             if settings.grpc_port:
                 tls = None

@@ -19,8 +19,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = Path(os.environ.get("K8S_KIT", ROOT.parent / "shared" / "k8s"))
-ADMIN_TOKEN = "a" * 24
-FOLLOWER_TOKEN = "f" * 24
 T = TypeVar("T")
 
 

@@ -1,7 +1,7 @@
 """The chart installed for real: `helm install` in a single-node Kubernetes with the images built here, the leader
 Ready, a follower registered with its sandbox on, a job from submit to result with its live progress streamed over
 the leader's Service, `helm upgrade` keeping the data, a follower pod deleted mid-job giving one result per point,
-and `helm uninstall` leaving nothing of the release behind.
+and `helm uninstall` leaving nothing of the release behind. The values are the README's (its helm-values block).
 
 The live progress is asserted from the windows the leader received: with the progress listener back on 127.0.0.1 (or
 advertised as loopback) the follower's windows never arrive, and the test fails."""
@@ -17,7 +17,7 @@ import yaml
 
 from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
-from tests.deploy.conftest import ADMIN_TOKEN, FOLLOWER_TOKEN, ROOT, Cluster, promtool_check_metrics, until
+from tests.deploy.conftest import ROOT, Cluster, promtool_check_metrics, until
 
 pytestmark = pytest.mark.deploy
 
@@ -28,18 +28,31 @@ FOLLOWER_POD = f"{RELEASE}-benchfleet-follower-0"
 SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}  # a 2-core node
 
 
+def readme_values() -> dict[str, Any]:
+    """The values.yaml the README's Kubernetes section gives (what a newcomer installs)."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("<!-- helm-values:start -->") : text.index("<!-- helm-values:end -->")]
+    return yaml.safe_load(block.split("```yaml\n", 1)[1].rsplit("```", 1)[0])
+
+
+README = readme_values()
+ADMIN_TOKEN = README["tokens"]["admin"]
+
+
 def values(tag: str, **more: Any) -> dict[str, Any]:
+    """The README's values, with what this machine needs: the images built here (nothing can be pulled), requests
+    that fit a 2-core node, and the volumes deleted with the release (so the test leaves nothing)."""
     return {
+        **README,
         "image": {
             "leader": {"repository": "localhost/benchfleet-leader", "tag": tag},
             "follower": {"repository": "localhost/benchfleet-follower", "tag": tag},
         },
-        "tokens": {"admin": ADMIN_TOKEN, "follower": FOLLOWER_TOKEN},
         "mongodb": {"image": f"localhost/benchfleet-perfdb:{tag}"},
         "redis": {"image": f"localhost/benchfleet-redis:{tag}"},
         "keepVolumes": False,
         "leader": {"resources": SMALL},
-        "follower": {"resources": SMALL},
+        "follower": {**README["follower"], "resources": SMALL},
         **more,
     }
 
@@ -82,6 +95,9 @@ def test_the_chart_installs_runs_a_job_upgrades_survives_a_follower_loss_and_uni
 def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
     leader = cluster.json("get", "deploy", LEADER)
     assert leader["status"]["readyReplicas"] == 1
+    # Started beside its database, the leader waited for it rather than exiting (a restart would count here).
+    [pod] = cluster.json("get", "pod", "-l", "app.kubernetes.io/component=leader")["items"]
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
     url = cluster.forward(f"svc/{LEADER}:8700")
     with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
         mine = lambda: [f for f in client.followers() if f.info.follower_id == FOLLOWER_POD]  # noqa: E731

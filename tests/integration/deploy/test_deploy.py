@@ -18,6 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "benchfleet"
 TOKENS = {"BENCHFLEET_ADMIN_TOKEN": "a" * 24, "BENCHFLEET_FOLLOWER_TOKEN": "b" * 24}
+PASSWORDS = {"BENCHFLEET_MONGO_PASSWORD": "m" * 20, "BENCHFLEET_REDIS_PASSWORD": "r" * 20}
 
 
 def _compose() -> str:
@@ -29,29 +30,49 @@ def _compose() -> str:
 
 def _compose_config(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT)}
-    return subprocess.run([_compose(), "-f", str(ROOT / "docker-compose.yml"), *args, "config", "--format", "json"],
+    files = [] if "-f" in args else ["-f", str(ROOT / "docker-compose.yml")]
+    return subprocess.run([_compose(), *files, *args, "config", "--format", "json"],
                           capture_output=True, text=True, env={**base, **env}, cwd=ROOT, timeout=60, check=False)
 
 
-def test_compose_config_validates_with_every_profile() -> None:
-    out = _compose_config("--profile", "triton", "--profile", "tfserving", "--profile", "monitoring", env=TOKENS)
+def test_compose_config_validates_with_every_profile_and_override() -> None:
+    env = {**TOKENS, **PASSWORDS}
+    gpu = ("-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / "deploy" / "compose.gpu.yml"))
+    out = _compose_config(*gpu, "--profile", "monitoring", env=env)
     assert out.returncode == 0, out.stderr
     services = json.loads(out.stdout)["services"]
-    assert {"mongo", "redis", "leader", "follower", "triton", "tfserving", "prometheus", "grafana"} <= set(services)
-    gpu = services["follower"]["deploy"]["resources"]["reservations"]["devices"][0]
-    assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
-    default = json.loads(_compose_config(env=TOKENS).stdout)["services"]
-    assert "triton" not in default and "tfserving" not in default, "serving images are optional profiles"
-    assert default["leader"]["environment"]["BENCHFLEET_LEADER_SECRET_KEY"] == ""  # the secrets API off, the leader up
-    sealed = json.loads(_compose_config(env={**TOKENS, "BENCHFLEET_SECRET_KEY": "s" * 32}).stdout)["services"]
+    assert set(services) == {"mongo", "redis", "leader", "follower", "prometheus", "grafana"}
+    device = services["follower"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert services["follower"]["build"]["dockerfile"] == "deploy/images/Dockerfile.gpu"
+    default = json.loads(_compose_config(env=env).stdout)["services"]
+    assert set(default) == {"mongo", "redis", "leader", "follower"}
+    assert all(service["restart"] == "unless-stopped" for service in default.values())
+    leader, follower = default["leader"]["environment"], default["follower"]["environment"]
+    # Live progress off one host: on every interface, advertised by the service's name.
+    assert leader["BENCHFLEET_LEADER_GRPC_HOST"] == "0.0.0.0" and leader["BENCHFLEET_LEADER_GRPC_ADVERTISE"] == "leader:8701"
+    # The datastores authenticate every client; the follower's id is its own container's (so `--scale` works).
+    assert default["mongo"]["environment"]["MONGO_INITDB_ROOT_PASSWORD"] == PASSWORDS["BENCHFLEET_MONGO_PASSWORD"]
+    assert f"benchfleet:{PASSWORDS['BENCHFLEET_MONGO_PASSWORD']}@mongo:27017" in leader["BENCHFLEET_MONGO_URI"]
+    assert PASSWORDS["BENCHFLEET_REDIS_PASSWORD"] in default["redis"]["command"]
+    assert "BENCHFLEET_FOLLOWER_FOLLOWER_ID" not in follower and "MONGO" not in json.dumps(follower)
+    assert leader["BENCHFLEET_LEADER_SECRET_KEY"] == ""  # the secrets API off, the leader up
+    sealed = json.loads(_compose_config(env={**env, "BENCHFLEET_SECRET_KEY": "s" * 32}).stdout)["services"]
     assert sealed["leader"]["environment"]["BENCHFLEET_LEADER_SECRET_KEY"] == "s" * 32
     assert "BENCHFLEET_LEADER_SECRET_KEY" not in json.dumps(sealed["follower"]), "followers never hold the key"
+    hostnet = ("-f", str(ROOT / "docker-compose.yml"), "-f", str(ROOT / "deploy" / "compose.hostnet.yml"))
+    on_host = json.loads(_compose_config(*hostnet, env=env).stdout)["services"]
+    assert {s["network_mode"] for s in on_host.values()} == {"host"}
+    assert "leader:127.0.0.1" in on_host["follower"]["extra_hosts"] or "leader=127.0.0.1" in json.dumps(on_host["follower"])
 
 
 def test_compose_names_the_missing_tokens() -> None:
     out = _compose_config(env={})
     # Compose reports the first missing one it meets (its order varies).
-    assert re.search(r"required variable BENCHFLEET_(ADMIN|FOLLOWER)_TOKEN is missing", out.stderr), out.stderr
+    assert re.search(r"required variable BENCHFLEET_(ADMIN_TOKEN|FOLLOWER_TOKEN|MONGO_PASSWORD|REDIS_PASSWORD) is missing",
+                     out.stderr), out.stderr  # fmt: skip
+    out = _compose_config(env=TOKENS)
+    assert re.search(r"required variable BENCHFLEET_(MONGO|REDIS)_PASSWORD is missing", out.stderr), out.stderr
 
 
 def _render(values: dict) -> list[dict]:
