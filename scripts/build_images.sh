@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 TAG="${1:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)}"
 KIT="${K8S_KIT:-$(cd .. && pwd)/shared/k8s}"
 
+command -v podman >/dev/null 2>&1 || bash "$KIT/cluster.sh" deps >&2   # podman, runc (the kit's Debian packages)
 if [ -z "${BASE:-}" ]; then
     BASE=localhost/k8s-kit/bookworm-minbase:latest
     podman image exists "$BASE" || bash "$KIT/cluster.sh" build-base >&2

@@ -22,7 +22,7 @@ import pytest
 
 from tests.deploy.conftest import ROOT
 
-pytestmark = pytest.mark.deploy
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]  # images built, a cluster started: minutes, not seconds
 
 COMPOSE = ROOT / ".benchfleet" / "deploy-tools" / "compose" / "bin" / "podman-compose"  # install_deploy_tools.sh
 

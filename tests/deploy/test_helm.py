@@ -8,6 +8,8 @@ advertised as loopback) the follower's windows never arrive, and the test fails.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from typing import Any
 
@@ -19,7 +21,7 @@ from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
 from tests.deploy.conftest import ROOT, Cluster, promtool_check_metrics, until
 
-pytestmark = pytest.mark.deploy
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]  # images built, a cluster started: minutes, not seconds
 
 CHART = ROOT / "deploy" / "helm" / "benchfleet"
 RELEASE = "bf"
@@ -147,3 +149,36 @@ def _or_none(call: Any) -> Any:
         return call()
     except Exception:  # the forwarded Service has no ready endpoint yet: connection refused or reset
         return None
+
+
+def test_the_leader_pod_is_admitted_under_the_restricted_pod_security_standard(cluster: Cluster, image_tag: str) -> None:
+    """The API server's own Pod Security admission judges the chart's pods: in a namespace that enforces `restricted`,
+    the leader's pod is admitted (server-side dry run) and the sandboxing follower's is refused, naming why."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
+    with helm.Chart.load(str(CHART)) as chart:
+        rendered = chart.render(values(image_tag), name=RELEASE, namespace="restricted-check")
+    docs = [doc for text in rendered.values() for doc in yaml.safe_load_all(text) if doc]
+    namespace = "restricted-check"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+
+        def admitted(component: str) -> subprocess.CompletedProcess[str]:
+            [workload] = [d for d in docs if d["metadata"]["name"] == f"{RELEASE}-benchfleet-{component}"
+                          and d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")]  # fmt: skip
+            spec = workload["spec"]["template"]["spec"]
+            claims = [{"name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": c["metadata"]["name"]}}
+                      for c in workload["spec"].get("volumeClaimTemplates", [])]  # what the StatefulSet adds to its pods
+            spec = {**spec, "volumes": spec.get("volumes", []) + claims}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"psa-{component}", "namespace": namespace},
+                   "spec": spec}  # fmt: skip
+            manifest = cluster.dir / f"psa-{component}.json"
+            manifest.write_text(json.dumps(pod))
+            return cluster.sh("kubectl", str(cluster.dir), "apply", "--dry-run=server", "-f", str(manifest), check=False)
+
+        leader = admitted("leader")
+        assert leader.returncode == 0, leader.stderr
+        follower = admitted("follower")
+        assert follower.returncode != 0 and 'violates PodSecurity "restricted' in follower.stderr, follower.stderr
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
