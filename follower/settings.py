@@ -62,6 +62,8 @@ class FollowerSettings(BaseSettings):
     # Prometheus /metrics: loopback by default (set 0.0.0.0 in a pod so Prometheus can scrape); port -1 disables it.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9701, ge=-1, lt=65536)
+    # An on-demand pod's agent (leader/placement/ondemand.py): it runs the one job it was started for, then exits.
+    exit_after_job: bool = False
     # Resource sampler: its period (>= 10 Hz), and the figures that turn usage into CO2 and cost per 1M requests
     # (None: not configured, those fields stay absent). Grid intensity in g CO2 per kWh; price per instance hour.
     # Live progress: the leader's gRPC address (host:port) if set, else the one the leader gives at registration.

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable
 import redis.asyncio as aioredis
 from fastapi import APIRouter, FastAPI
 from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -113,6 +114,25 @@ async def _first_contact(resources: Resources) -> None:
             await asyncio.sleep(2.0)
 
 
+def _ondemand(settings: LeaderSettings, db: AsyncDatabase, placer: Placer) -> list[asyncio.Task[None]]:
+    """The on-demand pod launcher's loop, when a Job template is configured (Kubernetes mode)."""
+    if settings.ondemand_template is None:
+        return []
+    from leader.placement import ondemand
+
+    launcher = ondemand.Launcher(
+        db=db,
+        kube=ondemand.ClusterJobs(settings.ondemand_namespace),
+        template=ondemand.load_template(settings.ondemand_template),
+        queue=settings.ondemand_queue,
+        max_pods=settings.ondemand_max_pods,
+        interval_s=settings.place_interval_s * 4,
+        on_pinned=placer.nudge,
+    )
+    log.info("benchmarks run as on-demand Kubernetes Jobs (at most %d at once)", settings.ondemand_max_pods)
+    return [asyncio.create_task(launcher.run(), name="ondemand-launcher")]
+
+
 def create_app(settings: LeaderSettings) -> FastAPI:
     """Build the leader app; nothing connects until the lifespan starts."""
 
@@ -159,6 +179,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 host = "" if settings.grpc_host in ("0.0.0.0", "::") else settings.grpc_host
                 app.state.telemetry_address = settings.grpc_advertise or f"{host}:{telemetry[1]}"
             tasks = [
+                *_ondemand(settings, db, placer),
                 asyncio.create_task(db_health.run(), name="perfdb-probe"),
                 asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
                 asyncio.create_task(placer.run(), name="placement"),

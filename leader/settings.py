@@ -69,6 +69,13 @@ class LeaderSettings(BaseSettings):
     # Reverse proxies whose X-Forwarded-For/-Proto are believed (comma-separated addresses or networks; "*": any).
     # Behind a TLS proxy listed here the login cookie is marked Secure and the audit log names the real client.
     trusted_proxies: str = "127.0.0.1"
+    # Benchmarks as on-demand Kubernetes pods (leader/placement/ondemand.py): the batch/v1 Job template the chart renders
+    # (YAML); unset: off. Its namespace (default: the leader's own), a Kueue LocalQueue to label the Jobs with, and how
+    # many such pods may exist at once.
+    ondemand_template: Path | None = None
+    ondemand_namespace: str | None = None
+    ondemand_queue: str | None = None
+    ondemand_max_pods: int = Field(default=4, gt=0)
     # How long a user token issued over the API lives unless its request says (0: never expires). 90 days by default.
     token_ttl_s: int = Field(default=90 * 86400, ge=0)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
+import signal
 import threading
 import uuid
 
@@ -125,7 +127,13 @@ def run_agent(settings: FollowerSettings) -> None:
     host_facts = host_facts_for(settings, info)
 
     def run_held(payload: dict, cancel: threading.Event) -> str:
-        return execute(payload, settings=settings, client=client, incarnation=incarnation, host_facts=host_facts, cancel=cancel)
+        outcome = execute(
+            payload, settings=settings, client=client, incarnation=incarnation, host_facts=host_facts, cancel=cancel
+        )
+        if settings.exit_after_job and outcome != "stale":
+            log.info("job ended (%s): this on-demand agent exits", outcome)
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's warm shutdown, as a pod's stop would ask
+        return outcome
 
     loop = RunLoop(holding, gate, run_held)
     loop.start()

@@ -188,20 +188,30 @@ async def set_model_trusted(db: AsyncDatabase, *, model_ref: str, trusted: bool)
 
 async def cancel_job(db: AsyncDatabase, *, job_id: str, reason: str = "cancelled by user") -> JobView:
     """Cancel a job that has not finished; Conflict if it has. A follower holding it learns on its next report."""
+    return await _end_job(db, job_id=job_id, state=JobState.cancelled, reason=reason)
+
+
+async def fail_job(db: AsyncDatabase, *, job_id: str, reason: str) -> JobView:
+    """Fail a job that has not finished, from outside its attempt (its on-demand pod failed); Conflict if it ended."""
+    return await _end_job(db, job_id=job_id, state=JobState.failed, reason=reason)
+
+
+async def _end_job(db: AsyncDatabase, *, job_id: str, state: JobState, reason: str) -> JobView:
     current = await _get_doc(db, job_id)
     if current["state"] in TERMINAL:
         raise Conflict(f"job {job_id} is already {current['state']}", field="state")
+    error = {"error": reason} if state == JobState.failed else {}
     doc = await update_then_read(
         db,
         {"_id": job_id, "state": current["state"], "attempt": current["attempt"]},
         {
-            "$set": {"state": JobState.cancelled.value, "updated_at": utcnow()},
-            "$push": {"history": history_entry(JobState.cancelled, current["attempt"], reason=reason)},
+            "$set": {"state": state.value, "updated_at": utcnow(), **error},
+            "$push": {"history": history_entry(state, current["attempt"], reason=reason)},
         },
     )
     if doc is None:
         # It moved between the read and the update; judge it again on its new state.
-        return await cancel_job(db, job_id=job_id, reason=reason)
+        return await _end_job(db, job_id=job_id, state=state, reason=reason)
     await _cancel_parts(db, doc.get("parts") or [], reason=reason)
     if doc.get("part_of"):
         await settle_split(db, job_id=doc["part_of"])
@@ -410,3 +420,11 @@ async def count_waiting(db: AsyncDatabase, *, owner: str) -> int:
     """How many of the owner's jobs wait to run (queued at the leader, or assigned to a follower and not started)."""
     query = {"owner": owner, "state": {"$in": [JobState.queued.value, JobState.assigned.value]}, "parts": {"$exists": False}}
     return await db[COLLECTION].count_documents(query)
+
+
+async def pin_queued(db: AsyncDatabase, *, job_id: str, follower_id: str, launch: dict[str, Any]) -> bool:
+    """Pin a queued, unpinned job to a follower that does not exist yet (its on-demand pod), recording the launch;
+    False if it was placed, pinned or launched meanwhile (so a job is launched once)."""
+    query = {"_id": job_id, "state": JobState.queued.value, "spec.requires.follower": None, "ondemand": {"$exists": False}}
+    update = {"$set": {"spec.requires.follower": follower_id, "ondemand": launch, "updated_at": utcnow()}}
+    return (await db[COLLECTION].update_one(query, update)).modified_count == 1

@@ -182,3 +182,42 @@ def test_the_leader_pod_is_admitted_under_the_restricted_pod_security_standard(c
         assert follower.returncode != 0 and 'violates PodSecurity "restricted' in follower.stderr, follower.stderr
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gone_after(
+    cluster: Cluster, image_tag: str
+) -> None:
+    """No standing agent: the leader (as its ServiceAccount, through the official client) creates a Kubernetes Job for
+    the submitted job; its pod registers as that job's follower, runs it with live progress, and exits; the leader
+    then deletes the Job and forgets the follower."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
+    release, leader = "bfo", "bfo-benchfleet-leader"
+    on_demand = values(image_tag, follower={**README["follower"], "replicas": 0, "resources": SMALL},
+                       ondemand={"enabled": True, "maxPods": 2})  # fmt: skip
+    with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
+        cfg.install(str(CHART), release, on_demand, wait="watcher", timeout=300)
+        try:
+            url = cluster.forward(f"svc/{leader}:8700")
+            with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
+                assert client.followers() == []  # nothing stands by, nothing holds a GPU
+                client.upload_model(mlp_onnx(inputs=16, hidden=32, layers=2), name="mlp", version="1")
+                job = client.submit_yaml(job_yaml("k8s-on-demand", seconds=3, rates=[40]))
+                selector = f"benchfleet.io/job={job.id}"
+                pods_job = until("its Kubernetes Job", lambda: cluster.json("get", "jobs", "-l", selector)["items"],
+                                 timeout_s=60)[0]  # fmt: skip
+                name = pods_job["metadata"]["name"]
+                assert name == f"bf-run-{job.id[:12]}" and pods_job["spec"]["backoffLimit"] == 0
+                done = finished(client, job.id, 240)
+                assert done.state == "succeeded" and done.follower_id == name, done
+                [point] = client.results(job.id).points
+                assert point.requests > 0 and point.environment.follower_id == name
+                progress = client.progress(job.id)
+                assert [w for p in progress["points"] for w in p["windows"]], progress  # streamed from the pod
+                until("the Job to be deleted", lambda: not cluster.json("get", "jobs", "-l", selector)["items"],
+                      timeout_s=120)  # fmt: skip
+                until("its follower to be forgotten", lambda: client.followers() == [], timeout_s=60)
+        finally:
+            cfg.uninstall(release, wait="watcher", timeout=180, ignore_not_found=True)
+    query = ("get", "all,pvc,secret,role,rolebinding,serviceaccount,configmap", "-l", f"app.kubernetes.io/instance={release}",
+             "-o", "name")  # fmt: skip
+    until("helm uninstall to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)

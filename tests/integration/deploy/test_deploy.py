@@ -263,3 +263,31 @@ def test_grafana_dashboard_is_current_and_queries_real_metrics() -> None:
                 assert base in names, f"panel {panel['title']!r} queries unknown metric {metric}"
     prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     assert {job["job_name"] for job in prometheus["scrape_configs"]} == {"benchfleet-leader", "benchfleet-follower"}
+
+
+def test_helm_on_demand_mode_gives_the_leader_a_job_template_and_only_the_rights_it_needs() -> None:
+    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}, "follower": {"replicas": 0},
+                    "ondemand": {"enabled": True, "gpus": 1, "kueueQueue": "team-a", "maxPods": 3}})  # fmt: skip
+    _validate(docs)
+    [role] = _by_kind(docs, "Role")
+    assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "delete"]}]
+    [binding] = _by_kind(docs, "RoleBinding")
+    [account] = _by_kind(docs, "ServiceAccount")
+    assert binding["subjects"][0]["name"] == account["metadata"]["name"] == "bf-benchfleet-leader"
+    leader_pod = _pod(docs, "Deployment", "leader")
+    assert leader_pod["serviceAccountName"] == "bf-benchfleet-leader" and leader_pod["automountServiceAccountToken"] is True
+    env = _env(leader_pod["containers"][0])
+    assert env["BENCHFLEET_LEADER_ONDEMAND_QUEUE"]["value"] == "team-a"
+    assert env["BENCHFLEET_LEADER_ONDEMAND_MAX_PODS"]["value"] == "3"
+    # The pods' template: the follower's pod (sandbox and all) with its GPU, its id left to the leader.
+    [config] = _by_kind(docs, "ConfigMap")
+    job = yaml.safe_load(config["data"]["job.yaml"])
+    _validate([job])
+    pod = job["spec"]["template"]["spec"]
+    [follower] = pod["containers"]
+    assert follower["resources"]["limits"]["nvidia.com/gpu"] == 1 and "BENCHFLEET_FOLLOWER_FOLLOWER_ID" not in _env(follower)
+    assert follower["securityContext"]["capabilities"] == {"add": ["NET_ADMIN", "SYS_ADMIN"]}
+    assert {"name": "work", "emptyDir": {}} in pod["volumes"]
+    assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "follower"  # policies apply
+    off = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}})
+    assert not _by_kind(off, "Role") and _pod(off, "Deployment", "leader")["automountServiceAccountToken"] is False
