@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -95,6 +96,8 @@ def failure(kube_job: dict[str, Any]) -> str | None:
 
 
 class Launcher:
+    """The loop that launches queued jobs as Kubernetes Jobs and reaps the Jobs whose benchmark job ended."""
+
     def __init__(
         self,
         *,
@@ -104,7 +107,7 @@ class Launcher:
         queue: str | None,
         max_pods: int,
         interval_s: float,
-        on_pinned: Any,
+        on_pinned: Callable[[], None],
     ) -> None:
         self._db, self._kube, self._template = db, kube, template
         self._queue, self._max_pods, self._interval_s, self._on_pinned = queue, max_pods, interval_s, on_pinned
