@@ -125,7 +125,7 @@ class Launcher:
         room = self._max_pods - live
         if room <= 0:
             return
-        for job_id, _estimate in await assignments_store.launchable(self._db, limit=room):
+        for job_id in await assignments_store.launchable(self._db, limit=room):
             follower_id = follower_id_for(job_id)
             launch = {"follower_id": follower_id, "kube_job": follower_id, "launched_at": utcnow()}
             if not await jobs_store.pin_queued(self._db, job_id=job_id, follower_id=follower_id, launch=launch):

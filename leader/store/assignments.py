@@ -29,12 +29,12 @@ async def queued_jobs(db: AsyncDatabase, *, limit: int) -> list[QueuedJob]:
     return [queued_job(d) for d in await cursor.limit(limit).to_list(limit)]
 
 
-async def launchable(db: AsyncDatabase, *, limit: int) -> list[tuple[str, float]]:
+async def launchable(db: AsyncDatabase, *, limit: int) -> list[str]:
     """Queued jobs that no follower is pinned to and no on-demand pod was launched for (split jobs aside: their parts
-    are the jobs), as (id, estimated seconds), shortest first."""
+    are the jobs), shortest estimate first."""
     query = {"state": JobState.queued.value, "spec.requires.follower": None, "ondemand": {"$exists": False}, "parts": None}
-    cursor = db[COLLECTION].find(query, {"estimate_s": 1}).sort([("estimate_s", ASCENDING), ("created_at", ASCENDING)])
-    return [(d["_id"], float(d.get("estimate_s", 0.0))) for d in await cursor.limit(limit).to_list(limit)]
+    cursor = db[COLLECTION].find(query, {"_id": 1}).sort([("estimate_s", ASCENDING), ("created_at", ASCENDING)])
+    return [d["_id"] for d in await cursor.limit(limit).to_list(limit)]
 
 
 async def set_waiting_reasons(db: AsyncDatabase, *, job_ids: list[str], reason: str | None) -> None:

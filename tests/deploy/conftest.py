@@ -41,8 +41,9 @@ def promtool_check_metrics(exposition: str) -> None:
     """`promtool check metrics` on an exposition: it must be clean (no lint finding, no error)."""
     if not PROMTOOL.is_file():
         pytest.skip(f"promtool is not installed at {PROMTOOL} (scripts/install_deploy_tools.sh)")
-    done = subprocess.run([str(PROMTOOL), "check", "metrics"], input=exposition, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(PROMTOOL), "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
 
 
@@ -60,8 +61,14 @@ def image_tag() -> str:
     per session; podman's layer cache makes a rebuild of unchanged code quick."""
     _kit_or_skip()
     started = time.monotonic()
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "test"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1200, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_images.sh"), "test"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"images built in {time.monotonic() - started:.0f} s:\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
@@ -74,8 +81,9 @@ class Cluster:
     forwards: dict[str, str] = field(default_factory=dict)
 
     def sh(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(["bash", str(KIT / "cluster.sh"), *args], capture_output=True, text=True, timeout=timeout,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            ["bash", str(KIT / "cluster.sh"), *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check:
             assert done.returncode == 0, f"cluster.sh {' '.join(args)}: {done.stderr[-2000:]}"
         return done
@@ -107,8 +115,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, image_tag: str) -> Iterato
     where = tmp_path_factory.mktemp("k8s")
     try:
         started = time.monotonic()
-        up = subprocess.run(["bash", str(kit / "cluster.sh"), "up", str(where)], capture_output=True, text=True,
-                            timeout=600, check=False)  # fmt: skip
+        up = subprocess.run(
+            ["bash", str(kit / "cluster.sh"), "up", str(where)], capture_output=True, text=True, timeout=600, check=False
+        )
         assert up.returncode == 0, up.stderr[-3000:]
         info = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
         cluster = Cluster(where, Path(info["KUBECONFIG"]))

@@ -60,23 +60,26 @@ def values(tag: str, **more: Any) -> dict[str, Any]:
 
 
 def job_yaml(name: str, *, seconds: int, rates: list[int]) -> str:
-    return yaml.safe_dump({
-        "name": name,
-        "model": {"ref": "mlp:1"},
-        "backends": ["onnxruntime"],
-        "batch_sizes": [1],
-        "load": {"pattern": "constant", "rate": rates, "duration": f"{seconds}s", "warmup": "1s"},
-    })  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "name": name,
+            "model": {"ref": "mlp:1"},
+            "backends": ["onnxruntime"],
+            "batch_sizes": [1],
+            "load": {"pattern": "constant", "rate": rates, "duration": f"{seconds}s", "warmup": "1s"},
+        }
+    )
 
 
 def finished(client: BenchfleetClient, job_id: str, timeout_s: float) -> Any:
-    return until(f"job {job_id} to end", lambda: (j := client.job(job_id)).state in ("succeeded", "failed", "cancelled")
-                 and j, timeout_s=timeout_s)  # fmt: skip
+    return until(
+        f"job {job_id} to end",
+        lambda: (j := client.job(job_id)).state in ("succeeded", "failed", "cancelled") and j,
+        timeout_s=timeout_s,
+    )
 
 
-def test_the_chart_installs_runs_a_job_upgrades_survives_a_follower_loss_and_uninstalls(
-    cluster: Cluster, image_tag: str
-) -> None:
+def test_the_chart_installs_runs_a_job_upgrades_survives_a_follower_loss_and_uninstalls(cluster: Cluster, image_tag: str) -> None:
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
     with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
         started = time.monotonic()
@@ -126,8 +129,7 @@ def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
         promtool_check_metrics(httpx.get(url + "/metrics", timeout=10).text)
 
     # An upgrade (a changed value restarts the leader) keeps PerfDB's data and the broker's.
-    cfg.upgrade(str(CHART), RELEASE, values(tag, leader={"resources": SMALL, "logFormat": "text"}), wait="watcher",
-                timeout=300)  # fmt: skip
+    cfg.upgrade(str(CHART), RELEASE, values(tag, leader={"resources": SMALL, "logFormat": "text"}), wait="watcher", timeout=300)
     with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
         again = until("the upgraded leader to answer", lambda: _or_none(lambda: client.job(first.id)), timeout_s=120)
         assert again.state == "succeeded" and len(client.results(first.id).points) == 1
@@ -164,14 +166,24 @@ def test_the_leader_pod_is_admitted_under_the_restricted_pod_security_standard(c
         cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
 
         def admitted(component: str) -> subprocess.CompletedProcess[str]:
-            [workload] = [d for d in docs if d["metadata"]["name"] == f"{RELEASE}-benchfleet-{component}"
-                          and d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")]  # fmt: skip
+            [workload] = [
+                d
+                for d in docs
+                if d["metadata"]["name"] == f"{RELEASE}-benchfleet-{component}"
+                and d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")
+            ]
             spec = workload["spec"]["template"]["spec"]
-            claims = [{"name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": c["metadata"]["name"]}}
-                      for c in workload["spec"].get("volumeClaimTemplates", [])]  # what the StatefulSet adds to its pods
+            claims = [
+                {"name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": c["metadata"]["name"]}}
+                for c in workload["spec"].get("volumeClaimTemplates", [])
+            ]  # what the StatefulSet adds to its pods
             spec = {**spec, "volumes": spec.get("volumes", []) + claims}
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"psa-{component}", "namespace": namespace},
-                   "spec": spec}  # fmt: skip
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"psa-{component}", "namespace": namespace},
+                "spec": spec,
+            }
             manifest = cluster.dir / f"psa-{component}.json"
             manifest.write_text(json.dumps(pod))
             return cluster.sh("kubectl", str(cluster.dir), "apply", "--dry-run=server", "-f", str(manifest), check=False)
@@ -184,16 +196,15 @@ def test_the_leader_pod_is_admitted_under_the_restricted_pod_security_standard(c
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gone_after(
-    cluster: Cluster, image_tag: str
-) -> None:
+def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gone_after(cluster: Cluster, image_tag: str) -> None:
     """No standing agent: the leader (as its ServiceAccount, through the official client) creates a Kubernetes Job for
     the submitted job; its pod registers as that job's follower, runs it with live progress, and exits; the leader
     then deletes the Job and forgets the follower."""
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
     release, leader = "bfo", "bfo-benchfleet-leader"
-    on_demand = values(image_tag, follower={**README["follower"], "replicas": 0, "resources": SMALL},
-                       ondemand={"enabled": True, "maxPods": 2})  # fmt: skip
+    on_demand = values(
+        image_tag, follower={**README["follower"], "replicas": 0, "resources": SMALL}, ondemand={"enabled": True, "maxPods": 2}
+    )
     with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
         cfg.install(str(CHART), release, on_demand, wait="watcher", timeout=300)
         try:
@@ -203,8 +214,9 @@ def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gon
                 client.upload_model(mlp_onnx(inputs=16, hidden=32, layers=2), name="mlp", version="1")
                 job = client.submit_yaml(job_yaml("k8s-on-demand", seconds=3, rates=[40]))
                 selector = f"benchfleet.io/job={job.id}"
-                pods_job = until("its Kubernetes Job", lambda: cluster.json("get", "jobs", "-l", selector)["items"],
-                                 timeout_s=60)[0]  # fmt: skip
+                pods_job = until(
+                    "its Kubernetes Job", lambda: cluster.json("get", "jobs", "-l", selector)["items"], timeout_s=60
+                )[0]
                 name = pods_job["metadata"]["name"]
                 assert name == f"bf-run-{job.id[:12]}" and pods_job["spec"]["backoffLimit"] == 0
                 done = finished(client, job.id, 240)
@@ -213,11 +225,16 @@ def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gon
                 assert point.requests > 0 and point.environment.follower_id == name
                 progress = client.progress(job.id)
                 assert [w for p in progress["points"] for w in p["windows"]], progress  # streamed from the pod
-                until("the Job to be deleted", lambda: not cluster.json("get", "jobs", "-l", selector)["items"],
-                      timeout_s=120)  # fmt: skip
+                until("the Job to be deleted", lambda: not cluster.json("get", "jobs", "-l", selector)["items"], timeout_s=120)
                 until("its follower to be forgotten", lambda: client.followers() == [], timeout_s=60)
         finally:
             cfg.uninstall(release, wait="watcher", timeout=180, ignore_not_found=True)
-    query = ("get", "all,pvc,secret,role,rolebinding,serviceaccount,configmap", "-l", f"app.kubernetes.io/instance={release}",
-             "-o", "name")  # fmt: skip
+    query = (
+        "get",
+        "all,pvc,secret,role,rolebinding,serviceaccount,configmap",
+        "-l",
+        f"app.kubernetes.io/instance={release}",
+        "-o",
+        "name",
+    )
     until("helm uninstall to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)

@@ -31,8 +31,15 @@ def _compose() -> str:
 def _compose_config(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT)}
     files = [] if "-f" in args else ["-f", str(ROOT / "docker-compose.yml")]
-    return subprocess.run([_compose(), *files, *args, "config", "--format", "json"],
-                          capture_output=True, text=True, env={**base, **env}, cwd=ROOT, timeout=60, check=False)
+    return subprocess.run(
+        [_compose(), *files, *args, "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_compose_config_validates_with_every_profile_and_override() -> None:
@@ -69,8 +76,9 @@ def test_compose_config_validates_with_every_profile_and_override() -> None:
 def test_compose_names_the_missing_tokens() -> None:
     out = _compose_config(env={})
     # Compose reports the first missing one it meets (its order varies).
-    assert re.search(r"required variable BENCHFLEET_(ADMIN_TOKEN|FOLLOWER_TOKEN|MONGO_PASSWORD|REDIS_PASSWORD) is missing",
-                     out.stderr), out.stderr  # fmt: skip
+    assert re.search(
+        r"required variable BENCHFLEET_(ADMIN_TOKEN|FOLLOWER_TOKEN|MONGO_PASSWORD|REDIS_PASSWORD) is missing", out.stderr
+    ), out.stderr
     out = _compose_config(env=TOKENS)
     assert re.search(r"required variable BENCHFLEET_(MONGO|REDIS)_PASSWORD is missing", out.stderr), out.stderr
 
@@ -105,8 +113,21 @@ def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
     docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}})
     _validate(docs)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["Deployment", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget", "Secret",
-                     "Service", "Service", "Service", "Service", "StatefulSet", "StatefulSet", "StatefulSet"]  # fmt: skip
+    assert kinds == [
+        "Deployment",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Secret",
+        "Service",
+        "Service",
+        "Service",
+        "Service",
+        "StatefulSet",
+        "StatefulSet",
+        "StatefulSet",
+    ]
     # Followers: a StatefulSet of agents with stable ids (the pod's name), no GPU unless asked, each with its volume.
     pod = _pod(docs, "StatefulSet", "follower")
     [follower] = pod["containers"]
@@ -122,10 +143,17 @@ def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
     leader_pod = _pod(docs, "Deployment", "leader")
     [leader_c] = leader_pod["containers"]
     uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "deploy" / "images" / "Dockerfile").read_text()).group(1))  # type: ignore[union-attr]
-    assert leader_pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid,
-                                             "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-    assert leader_c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                           "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    assert leader_pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert leader_c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert leader_c["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert leader_c["livenessProbe"]["httpGet"]["path"] == "/livez"  # a Redis outage never restarts the leader
     env = _env(leader_c)
@@ -164,8 +192,12 @@ def test_helm_chart_renders_and_every_manifest_is_valid_kubernetes() -> None:
 def test_helm_chart_gpu_hosts_mode_and_the_sandbox_turned_off() -> None:
     """Dedicated GPU hosts: one agent per selected node (a DaemonSet), each holding its GPUs; the sandbox turned off
     is said in the agent's environment (it refuses code-carrying models then) and the agent runs unprivileged."""
-    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}, "follower": {
-        "kind": "DaemonSet", "gpus": 1, "nodeSelector": {"nvidia.com/gpu.present": "true"}, "sandbox": False}})  # fmt: skip
+    docs = _render(
+        {
+            "tokens": {"admin": "a" * 24, "follower": "b" * 24},
+            "follower": {"kind": "DaemonSet", "gpus": 1, "nodeSelector": {"nvidia.com/gpu.present": "true"}, "sandbox": False},
+        }
+    )
     _validate(docs)
     pod = _pod(docs, "DaemonSet", "follower")
     [follower] = pod["containers"]
@@ -191,8 +223,12 @@ def test_helm_values_are_checked_by_the_schema_naming_the_value() -> None:
 
 
 def test_helm_monitoring_objects_and_alert_rules_pass_promtool(tmp_path: Path) -> None:
-    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24},
-                    "monitoring": {"serviceMonitor": True, "rules": True, "labels": {"release": "prometheus"}}})  # fmt: skip
+    docs = _render(
+        {
+            "tokens": {"admin": "a" * 24, "follower": "b" * 24},
+            "monitoring": {"serviceMonitor": True, "rules": True, "labels": {"release": "prometheus"}},
+        }
+    )
     [monitor] = _by_kind(docs, "ServiceMonitor")
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"http", "metrics"}
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
@@ -207,14 +243,22 @@ def test_helm_monitoring_objects_and_alert_rules_pass_promtool(tmp_path: Path) -
 
 
 def test_helm_chart_with_external_datastores_and_an_existing_secret() -> None:
-    docs = _render({
-        "tokens": {"existingSecret": "team-tokens"},
-        "mongodb": {"enabled": False, "externalUri": "mongodb://perfdb.example:27017/?replicaSet=rs0"},
-        "redis": {"enabled": False, "externalUrl": "redis://broker.example:6379/0"},
-    })
+    docs = _render(
+        {
+            "tokens": {"existingSecret": "team-tokens"},
+            "mongodb": {"enabled": False, "externalUri": "mongodb://perfdb.example:27017/?replicaSet=rs0"},
+            "redis": {"enabled": False, "externalUrl": "redis://broker.example:6379/0"},
+        }
+    )
     _validate(docs)
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "Service",
-                                               "StatefulSet"]  # fmt: skip
+    assert sorted(d["kind"] for d in docs) == [
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Service",
+        "Service",
+        "StatefulSet",
+    ]
     text = json.dumps(docs)
     assert "perfdb.example" in text and "broker.example" in text and "team-tokens" in text
 
@@ -266,8 +310,13 @@ def test_grafana_dashboard_is_current_and_queries_real_metrics() -> None:
 
 
 def test_helm_on_demand_mode_gives_the_leader_a_job_template_and_only_the_rights_it_needs() -> None:
-    docs = _render({"tokens": {"admin": "a" * 24, "follower": "b" * 24}, "follower": {"replicas": 0},
-                    "ondemand": {"enabled": True, "gpus": 1, "kueueQueue": "team-a", "maxPods": 3}})  # fmt: skip
+    docs = _render(
+        {
+            "tokens": {"admin": "a" * 24, "follower": "b" * 24},
+            "follower": {"replicas": 0},
+            "ondemand": {"enabled": True, "gpus": 1, "kueueQueue": "team-a", "maxPods": 3},
+        }
+    )
     _validate(docs)
     [role] = _by_kind(docs, "Role")
     assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "delete"]}]

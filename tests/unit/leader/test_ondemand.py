@@ -38,14 +38,20 @@ def test_a_jobs_manifest_names_labels_and_configures_its_pod() -> None:
     manifest = job_manifest(TEMPLATE, job_id=job_id, queue=None)
     assert before == TEMPLATE  # the template is copied, never changed
     assert manifest["metadata"]["name"] == "bf-run-0123456789ab"
-    assert manifest["metadata"]["labels"] == {"app.kubernetes.io/component": "follower", LABEL_JOB: job_id,
-                                              LABEL_MANAGED: "benchfleet-leader"}  # fmt: skip
+    assert manifest["metadata"]["labels"] == {
+        "app.kubernetes.io/component": "follower",
+        LABEL_JOB: job_id,
+        LABEL_MANAGED: "benchfleet-leader",
+    }
     assert manifest["spec"]["backoffLimit"] == 0 and "suspend" not in manifest["spec"]
     pod = manifest["spec"]["template"]
     assert pod["metadata"]["labels"][LABEL_JOB] == job_id and pod["spec"]["restartPolicy"] == "Never"
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
-    assert env == {"BENCHFLEET_FOLLOWER_WORK_DIR": "/work", "BENCHFLEET_FOLLOWER_FOLLOWER_ID": "bf-run-0123456789ab",
-                   "BENCHFLEET_FOLLOWER_EXIT_AFTER_JOB": "true"}  # fmt: skip
+    assert env == {
+        "BENCHFLEET_FOLLOWER_WORK_DIR": "/work",
+        "BENCHFLEET_FOLLOWER_FOLLOWER_ID": "bf-run-0123456789ab",
+        "BENCHFLEET_FOLLOWER_EXIT_AFTER_JOB": "true",
+    }
     queued = job_manifest(TEMPLATE, job_id=job_id, queue="team-a")
     assert queued["metadata"]["labels"][KUEUE_LABEL] == "team-a" and queued["spec"]["suspend"] is True
 
