@@ -92,7 +92,7 @@ def run_points(
                     workdir=workdir,
                     slo=None,
                     wakeup_latency_us=wakeup_latency_us,
-                    records_sink=lambda p, rec, s: seen.append((p, rec, s)),
+                    records_sink=lambda p, rec, s, probe=None: seen.append((p, rec, s)),
                 ),
             )
         ]

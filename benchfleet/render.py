@@ -9,7 +9,7 @@ from rich.console import Console
 from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.wire.jobs import JobResults, JobView
-from common.wire.results import Percentiles
+from common.wire.results import Percentiles, PointResult
 
 
 def _ms(p: Percentiles | None, attr: str) -> str:
@@ -19,6 +19,7 @@ def _ms(p: Percentiles | None, attr: str) -> str:
 def results_sheets(results: JobResults) -> list[Sheet]:
     """The job's point table, then (a language model's job) its token table, then (with repeats) the runs' spread."""
     sheets = [points_sheet(results)]
+    sheets += [search_sheet(r) for r in results.points if r.search is not None]
     if (llm := llm_sheet(results)) is not None:
         sheets.append(llm)
     if results.repeats:
@@ -133,6 +134,48 @@ def llm_sheet(results: JobResults) -> Sheet | None:
             ]
         )
     return sheet
+
+
+def search_sheet(result: PointResult) -> Sheet:
+    """A search point's answer (its interval and how it stopped, as the title) and every probe in the order run: the
+    load, what it achieved, the p99 with its 95% interval or the attainment with its interval, and the verdict."""
+    answer = result.search
+    assert answer is not None
+    sheet = Sheet(
+        title=f"search, point {result.point.index}: {answer.summary()}",
+        columns=[
+            Col("probe"),
+            Col(answer.unit),
+            Col("req/s", rank=1),
+            Col("p99 ms"),
+            Col("p99 95% CI", rank=2),
+            Col("attained", rank=1),
+            Col("verdict", right=False),
+        ],
+    )
+    for k, probe in enumerate(answer.probes):
+        ci = f"{probe.p99_ci_ms[0]:.2f}-{probe.p99_ci_ms[1]:.2f}" if probe.p99_ci_ms else "-"
+        attained = _pct(probe.attainment)
+        if probe.attainment_ci:
+            attained += f" [{_pct(probe.attainment_ci[0])}-{_pct(probe.attainment_ci[1])}]"
+        verdict = "pass" if probe.passed else "FAIL"
+        if not probe.valid:
+            verdict += " (invalid) " + sheet.note("; ".join(probe.reasons))
+        if probe.uncertain:
+            verdict += ", uncertain"
+        if probe.pooled:
+            verdict += ", pooled"
+        verdict += " *" if k == answer.chosen else ""
+        row = [str(k), f"{probe.load:g}", f"{probe.achieved_rate:.1f}", _ms_value(probe.p99_ms), ci, attained, verdict]
+        sheet.rows.append(row)
+    for text in answer.notes:
+        sheet.note(text)
+    sheet.footer = "*: the probe whose run is the point's figures and records; uncertain: the interval held the limit"
+    return sheet
+
+
+def _ms_value(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"
 
 
 def _pct(value: float | None) -> str:

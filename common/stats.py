@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -145,3 +146,18 @@ def block_bootstrap_diff_ci(
     tail = (1 - confidence) / 2
     lo, hi = np.quantile(draws_b[0] - draws_a[0], [tail, 1 - tail])
     return float(lo), float(hi)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The Wilson score interval of a share (successes of trials): right near 0 and 1, where the normal approximation
+    is not, and never outside [0, 1]. None without trials."""
+    if trials <= 0:
+        return None
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    share = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (share + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)

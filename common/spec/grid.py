@@ -143,6 +143,15 @@ def _runs_per_point(spec: JobSpec) -> int:
     return spec.load.search.max_steps if spec.load.search is not None else 1  # every search step is a run of its own
 
 
+def _point_seconds(spec: JobSpec) -> float:
+    """One point's warm-up and measured time; a search's every probe, the lowest rate's as long as its p99 needs."""
+    load, search = spec.load, spec.load.search
+    if search is None:
+        return load.warmup + load.max_run_s
+    first = load.warmup + max(load.max_run_s, search.probe_duration(search.low, load.duration))
+    return first + (search.max_steps - 1) * (load.warmup + load.max_run_s)
+
+
 def server_starts(spec: JobSpec) -> int:
     """How many times the job starts a server: once per backend, or once per backend and round with fresh servers,
     or once per model of each co-location run."""
@@ -154,7 +163,7 @@ def server_starts(spec: JobSpec) -> int:
 def estimate_seconds(spec: JobSpec) -> float:
     """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per server start
     (a co-location group's points run at once: one point's time per group)."""
-    per_point = (spec.load.warmup + spec.load.max_run_s) * _runs_per_point(spec)
+    per_point = _point_seconds(spec)
     n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates) * spec.repeats.count
     if spec.colocate is not None:
         n_points = len(colocate.runs(len(spec.colocate.models) + 1))

@@ -18,6 +18,7 @@ from common.spec.colocate import ColocateSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
+from common.spec.slo import SLO
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
 
 # A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
@@ -69,20 +70,6 @@ class ModelRef(StrictModel):
     def version(self) -> str | None:
         """The pinned version, or None for the latest."""
         return self.ref.partition(":")[2] or None
-
-
-class SLO(StrictModel):
-    """Latency objectives a point must meet (measured from the intended send time); for a language model also what a
-    request must meet to count toward goodput: its time to first token and its time per output token."""
-
-    p50_ms: Annotated[float, Field(gt=0)] | None = None
-    """The p50 latency limit in ms, from the intended send time."""
-    p99_ms: Annotated[float, Field(gt=0)] | None = None
-    """The p99 latency limit in ms, from the intended send time."""
-    ttft_ms: Annotated[float, Field(gt=0)] | None = None
-    """A language-model request's time-to-first-token limit in ms: goodput counts the requests meeting it and `tpot_ms`."""
-    tpot_ms: Annotated[float, Field(gt=0)] | None = None
-    """A language-model request's time-per-output-token limit in ms (goodput)."""
 
 
 class DynamicBatching(StrictModel):
@@ -345,8 +332,10 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _search_needs_slo(self) -> JobSpec:
-        if self.load.search is not None and (self.slo is None or (self.slo.p50_ms is None and self.slo.p99_ms is None)):
-            raise ValueError("load.search needs an slo (p50_ms or p99_ms) to search against")
+        if self.load.search is not None and self.slo is None:
+            raise ValueError("load.search needs an slo to search against (p99_ms, or for a language model ttft_ms/tpot_ms)")
+        if self.slo is not None and self.slo.per_request and self.llm is None:
+            raise ValueError("slo.ttft_ms, tpot_ms and e2e_ms are a language model's limits: they need llm")
         return self
 
     @model_validator(mode="after")

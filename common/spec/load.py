@@ -70,19 +70,43 @@ def _check_rate_value(item: Any) -> float:
 
 
 class SearchSpec(StrictModel):
-    """Binary search for the highest rate that is valid and meets the SLO, between `low` and `high` req/s."""
+    """Search for the highest load that is valid and meets the job's SLO: the offered rate (open loop) or the number of
+    users (closed loop). Both bounds are probed first (the bracket), then the bracket is narrowed until it is within
+    `precision`; every probe is a full measured point (follower/point/search.py)."""
 
+    over: Literal["rate", "concurrency"] = "rate"
+    """What is searched: the offered rate in req/s (patterns poisson, constant, gamma) or the closed loop's users
+    (pattern closed)."""
     low: Annotated[float, Field(gt=0, le=MAX_RATE)] = 10.0
-    """The lowest rate tried, in req/s."""
+    """The lowest load tried (default: 10 req/s, or 1 user)."""
     high: Annotated[float, Field(gt=0, le=MAX_RATE)] = 1000.0
-    """The highest rate tried, in req/s."""
+    """The highest load tried (default: 1000 req/s, or 256 users)."""
     precision: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    """Stop when (high - low) / high falls below this."""
-    max_steps: Annotated[int, Field(ge=1, le=20)] = 8
-    """The most rates tried."""
+    """The resolution: stop when the bracket's (lowest failing - highest passing) / lowest failing is at most this
+    (for users also when they are 1 apart). The answer then lies within it of the true limit."""
+    max_steps: Annotated[int, Field(ge=2, le=20)] = 10
+    """The most probes run (repeats of an uncertain probe included)."""
+
+    def probe_duration(self, load: float, duration: float) -> float:
+        """A probe's measured part: the job's duration, longer where a rate's probe would hold too few requests for a
+        p99 claim (P99_MIN_SAMPLES, with 10% to spare), up to MAX_DURATION_S."""
+        if self.over == "concurrency":
+            return duration
+        return min(max(duration, 1.1 * P99_MIN_SAMPLES / load), MAX_DURATION_S)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("over") == "concurrency":
+            return {"low": 1, "high": 256, **data}
+        return data
 
     @model_validator(mode="after")
-    def _ordered(self) -> SearchSpec:
+    def _bounds(self) -> SearchSpec:
+        if self.over == "concurrency" and not (
+            self.low == int(self.low) and self.high == int(self.high) and self.high <= MAX_CONCURRENCY
+        ):
+            raise ValueError(f"search over concurrency: low and high must be whole numbers of users in [1, {MAX_CONCURRENCY}]")
         if self.low >= self.high:
             raise ValueError("search.low must be below search.high")
         return self
@@ -124,7 +148,7 @@ class LoadSpec(StrictModel):
     """The arrival process: poisson, constant, gamma, ramp, step, spike, onoff or trace (open loops), or closed (a closed
     loop of users)."""
     search: SearchSpec | None = None
-    """Search for the highest valid rate that meets the SLO, instead of fixed rates."""
+    """Search for the highest valid load (rate, or users of a closed loop) that meets the SLO, instead of fixed ones."""
     rate: Annotated[list[float] | None, Field(validate_default=True)] = None
     """Offered rates in req/s, one point each (a ladder when several); a number is one rate. Not for trace, closed or
     search."""
@@ -262,11 +286,13 @@ class LoadSpec(StrictModel):
     @classmethod
     def _check_concurrency(cls, value: Any, info: ValidationInfo) -> list[int] | None:
         if value is None:
-            if info.data.get("pattern") == "closed":
+            if info.data.get("pattern") == "closed" and info.data.get("search") is None:
                 raise ValueError("field required for pattern 'closed' (number of concurrent users)")
             return None
         if info.data.get("pattern") != "closed":
             raise ValueError("only used with pattern 'closed'")
+        if info.data.get("search") is not None:
+            raise ValueError("must not be given with search (the search chooses the users)")
         values = value if isinstance(value, list) else [value]
         if not values:
             raise ValueError("must name at least one concurrency")
@@ -280,12 +306,23 @@ class LoadSpec(StrictModel):
     @field_validator("search")
     @classmethod
     def _check_search(cls, value: SearchSpec | None, info: ValidationInfo) -> SearchSpec | None:
-        if value is not None and info.data.get("pattern") in ("trace", "closed"):
-            raise ValueError(f"cannot search a rate with pattern {info.data.get('pattern')!r}")
+        pattern = info.data.get("pattern")
+        if value is None:
+            return value
+        if value.over == "concurrency" and pattern != "closed":
+            raise ValueError(f"search over concurrency needs pattern 'closed', not {pattern!r}")
+        if value.over == "rate" and pattern not in STEADY_PATTERNS:
+            raise ValueError(
+                f"cannot search a rate with pattern {pattern!r}: only a steady rate ({', '.join(STEADY_PATTERNS)}) has one "
+                "load to search (for pattern closed, search over: concurrency)"
+            )
         return value
 
     def ladder(self) -> list[tuple[float, int | None]]:
         """(rate, concurrency) per grid entry: the rate ladder, the concurrency ladder, a trace or a search."""
+        if self.search is not None:
+            high = self.search.high
+            return [(0.0, int(high))] if self.search.over == "concurrency" else [(high, None)]
         if self.pattern == "closed":
             return [(0.0, c) for c in self.concurrency or []]
         if isinstance(self.trace, TraceRef):
@@ -294,8 +331,6 @@ class LoadSpec(StrictModel):
         if self.pattern == "trace":
             inside = [t for t in self.trace or [] if t < self.duration]
             return [(max(len(inside), 1) / self.duration, None)]
-        if self.search is not None:
-            return [(self.search.high, None)]
         return [(r, None) for r in self.rate or []]
 
     @property

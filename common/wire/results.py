@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from common.spec.job import PointSpec
+from common.wire.search import SearchAnswer
 
 
 class Percentiles(BaseModel):
@@ -67,18 +68,6 @@ class WindowStat(BaseModel):
     # to first token p99 from the intended time (requests still waiting for their first token count with their age).
     tokens_per_s: float | None = None
     ttft_p99_ms: float | None = None
-
-
-class SearchStep(BaseModel):
-    """One probe of the highest-rate search: the rate tried and what it gave."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rate: float
-    valid: bool
-    slo_met: bool | None
-    p99_ms: float | None = None
-    achieved_rate: float = 0.0
 
 
 class Resources(BaseModel):
@@ -214,8 +203,11 @@ class LlmFigures(BaseModel):
     output_tokens_per_s: float  # the server's output token count over the measured window
     input_tokens_per_s: float
     user_tokens_per_s_p50: float | None  # per request: output tokens / (done - first token), its median
-    goodput_rps: float | None = None  # requests meeting the SLO's ttft_ms and tpot_ms, per second (None: no such SLO)
-    goodput_share: float | None = None
+    goodput_rps: float | None = None  # requests meeting the SLO's ttft_ms, tpot_ms and e2e_ms per second (None: no such SLO)
+    goodput_share: float | None = None  # their share of all the measured requests (failed ones miss): the attainment
+    goodput_requests: int | None = None  # how many met them
+    goodput_of: int | None = None  # of how many measured requests
+    goodput_ci: tuple[float, float] | None = None  # 95% Wilson interval of the share
     output_tokens_asked: int = 0
     output_tokens_server: int = 0  # the server's usage counts, summed
     output_tokens_client: int = 0  # the client tokenizer's count of the text received, summed
@@ -341,7 +333,7 @@ class PointResult(BaseModel):
     dropped: int = 0
     windows: list[WindowStat] = []
     stable: bool | None = None  # last windows agree on throughput and p99 (None: too few windows)
-    search: list[SearchStep] | None = None
+    search: SearchAnswer | None = None  # a search point: the answer, its interval and every probe
     generators: int = 1
     generator_plan: GeneratorPlan | None = None  # open loop: the count's reason (None: closed loop, or older results)
     # The generator thread's scheduling: "fifo", or "nice N (SCHED_FIFO refused: errno; the rule)"; None: not recorded

@@ -55,7 +55,7 @@ async def _run_points(
     if task.model.format != "endpoint":
         # Refuse a model that does not match the job (or its own metadata) before any server starts.
         await asyncio.to_thread(check_before_serving, task.spec, task.model, model_path)
-    blobs: dict[int, bytes] = {}  # raw records per point index (the last run of a search point)
+    blobs: dict[int, dict[int | None, bytes]] = {}  # raw records per point index: the point's (None) and each probe's
     address = resolve_address(settings.telemetry_address or client.telemetry_address, settings.leader_url)
     reporter = None
     if address is not None:
@@ -83,14 +83,14 @@ async def _run_backends(
     settings: FollowerSettings,
     workdir: Path,
     outbox: Outbox,
-    blobs: dict[int, bytes],
+    blobs: dict[int, dict[int | None, bytes]],
     model_path: Path,
     host_facts: HostFacts,
     reporter: ProgressReporter | None,
     credentials: Credentials,
 ) -> None:
-    def keep_records(point: PointSpec, records: LoadRecords, _summary: WindowSummary) -> None:
-        blobs[point.index] = encode_records(records)
+    def keep_records(point: PointSpec, records: LoadRecords, summary: WindowSummary, probe: int | None = None) -> None:
+        blobs.setdefault(point.index, {})[probe] = encode_records(records)
 
     sampling = SamplerConfig(
         interval_s=settings.sample_interval_s,
@@ -159,10 +159,9 @@ async def _run_backends(
             # On disk first (a leader outage loses nothing), then sent; the server is idle between points meanwhile.
             await asyncio.to_thread(outbox.put, task.job_id, report)
             await asyncio.to_thread(outbox.flush, client, task.job_id)
-            blob = blobs.pop(result.point.index, None)
-            if blob is not None:
+            for probe, blob in blobs.pop(result.point.index, {}).items():
                 try:
-                    await asyncio.to_thread(client.upload_records, task.job_id, task.attempt, result.point.index, blob)
+                    await asyncio.to_thread(client.upload_records, task.job_id, task.attempt, result.point.index, blob, probe)
                 except StaleAttempt:
                     raise
                 except Exception as exc:

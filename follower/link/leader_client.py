@@ -212,12 +212,13 @@ class LeaderClient:
         self._post(f"/api/v1/jobs/{job_id}/points", report.model_dump_json())
 
     @_retrying
-    def upload_records(self, job_id: str, attempt: int, index: int, blob: bytes) -> None:
-        """Send one point's raw records blob (npz); the leader replaces any earlier upload of it."""
+    def upload_records(self, job_id: str, attempt: int, index: int, blob: bytes, probe: int | None = None) -> None:
+        """Send one point's (or one probe's of its search) raw records blob (npz); the leader replaces any earlier
+        upload of it."""
         self._send(
             "POST",
             f"/api/v1/jobs/{job_id}/points/{index}/records",
-            params={"attempt": attempt},
+            params={"attempt": attempt} if probe is None else {"attempt": attempt, "probe": probe},
             content=blob,
             content_type="application/octet-stream",
         )

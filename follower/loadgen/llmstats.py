@@ -5,8 +5,9 @@ Definitions (as MLPerf's and vLLM's benchmark use them, but from the intended ti
   - ITL: the gap between successive events with text, every request's gaps pooled (`itl_ms`), and each request's
     mean gap (`itl_request_ms`);
   - TPOT: per request, (last token event - first token event) / (output tokens - 1), the output tokens the server's;
-  - goodput: requests per second meeting both the SLO's `ttft_ms` (from the intended time) and `tpot_ms`
-    (DistServe's definition), over the measured window.
+  - goodput: requests per second meeting every per-request limit of the SLO: `ttft_ms` and `e2e_ms` (from the
+    intended time) and `tpot_ms` (DistServe's definition), over the measured window; its share of all the window's
+    requests (a failed or unanswered one misses) is the attainment the SLO asks for, with its Wilson interval.
 
 Token truth: every figure counts tokens by the server's own count (its usage), never the client's. Per request the
 asked output length, the server's count, the stream's events with text and the client tokenizer's count of the text
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.spec.job import SLO
 from common.spec.llm import LlmWorkload
-from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
+from common.spec.slo import SLO
+from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns, wilson_interval
 from common.wire.results import LlmFigures, Reason
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.llmrecords import ttft_ns
@@ -83,7 +84,7 @@ def llm_figures(
     buffered = np.array(
         [t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1] for t in (cols.token_times[i] for i in idx)], dtype=bool
     )
-    good_share, goodput = _goodput(slo, first, intended, tpot_of=(multi, tpot), has_token=has_token, duration_s=duration_s)
+    goodput = _goodput(slo, records, first, tpot_of=(multi, tpot), has_token=has_token, duration_s=duration_s)
     ttfts = ttft_ns(np.where(ok, first, -1), intended)  # the answered requests'
     # Block bootstrap over intended time (as for latency): slow first tokens come in bursts.
     bounds = block_bootstrap_ci(intended[has_token], ttfts, (0.50, 0.99)) or []
@@ -100,8 +101,11 @@ def llm_figures(
         output_tokens_per_s=float(np.maximum(server, 0).sum()) / duration_s,
         input_tokens_per_s=float(np.maximum(cols.prompt_tokens[idx], 0).sum()) / duration_s,
         user_tokens_per_s_p50=float(np.median(user_rate)) if len(user_rate) else None,
-        goodput_rps=goodput,
-        goodput_share=good_share,
+        goodput_rps=goodput.per_s if goodput else None,
+        goodput_share=goodput.share if goodput else None,
+        goodput_requests=goodput.good if goodput else None,
+        goodput_of=goodput.of if goodput else None,
+        goodput_ci=wilson_interval(goodput.good, goodput.of) if goodput else None,
         output_tokens_asked=int(wanted.sum()),
         output_tokens_server=int(np.maximum(server, 0).sum()),
         output_tokens_client=int(np.maximum(client, 0).sum()),
@@ -112,18 +116,33 @@ def llm_figures(
     return LlmJudgement(figures, _reasons(figures, len(idx), workload))
 
 
+@dataclass(frozen=True)
+class Goodput:
+    """The requests of a measured window meeting every per-request limit of the SLO, against all its requests."""
+
+    good: int
+    of: int
+    per_s: float
+
+    @property
+    def share(self) -> float:
+        return self.good / self.of if self.of else 0.0
+
+
 def _goodput(
     slo: SLO | None,
+    records: LoadRecords,
     first: np.ndarray,
-    intended: np.ndarray,
     *,
     tpot_of: tuple[np.ndarray, np.ndarray],
     has_token: np.ndarray,
     duration_s: float,
-) -> tuple[float | None, float | None]:
-    """(share of answered requests meeting the TTFT and TPOT objectives, such requests per second); None without."""
-    if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
-        return None, None
+) -> Goodput | None:
+    """The requests meeting the SLO's ttft_ms, tpot_ms and e2e_ms (each from the intended time where a user waits) of
+    all the window's requests: a failed or unanswered one meets none; None without such limits."""
+    if slo is None or not slo.per_request:
+        return None
+    intended = records.intended_ns
     good = has_token.copy()
     if slo.ttft_ms is not None:
         good &= (first - intended) <= slo.ttft_ms * 1e6
@@ -132,8 +151,10 @@ def _goodput(
         tpot_full = np.zeros(len(first))
         tpot_full[multi] = tpot
         good &= tpot_full <= slo.tpot_ms * 1e6
-    answered = int(has_token.sum())
-    return (float(good.sum()) / answered if answered else 0.0), float(good.sum()) / duration_s
+    if slo.e2e_ms is not None:
+        good &= records.ok & ((records.done_ns - intended) <= slo.e2e_ms * 1e6)
+    count = int(good.sum())
+    return Goodput(good=count, of=len(good), per_s=count / duration_s)
 
 
 def _reasons(figures: LlmFigures, answered: int, workload: LlmWorkload) -> list[Reason]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.spec.grid import DRAIN_MAX_S, DRAIN_MIN_S
-from common.spec.job import SLO
 from common.spec.load import P99_MIN_SAMPLES
+from common.spec.slo import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
-from common.wire.results import Percentiles, Reason
+from common.wire.results import LlmFigures, Percentiles, Reason
 from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, UNANSWERED, LoadRecords
 
 # MEASUREMENT.md's rules.
@@ -307,12 +307,19 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
     return reasons
 
 
-def slo_met(slo: SLO | None, latency_ms: Percentiles | None) -> bool | None:
-    """Whether latency-from-intended meets the SLO's p50/p99; None when there is no objective to judge."""
-    if slo is None or (slo.p50_ms is None and slo.p99_ms is None):
+def slo_met(slo: SLO | None, latency_ms: Percentiles | None, llm: LlmFigures | None = None) -> bool | None:
+    """Whether the point meets the SLO: latency-from-intended within its p50/p99, and for a language model with
+    per-request limits, the share of requests meeting them (goodput_share) at least its attainment; None when there is
+    no objective to judge."""
+    if slo is None:
         return None
-    if latency_ms is None:
-        return False
-    if slo.p50_ms is not None and latency_ms.p50 > slo.p50_ms:
-        return False
-    return not (slo.p99_ms is not None and latency_ms.p99 > slo.p99_ms)
+    met = True
+    if slo.percentiles:
+        if latency_ms is None:
+            return False
+        met = not (slo.p50_ms is not None and latency_ms.p50 > slo.p50_ms) and not (
+            slo.p99_ms is not None and latency_ms.p99 > slo.p99_ms
+        )
+    if slo.per_request and llm is not None:
+        met = met and llm.goodput_share is not None and llm.goodput_share >= slo.attainment
+    return met if (slo.percentiles or llm is not None) else None

@@ -7,11 +7,13 @@ import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from common.formats.llmdata import PromptRow
 from common.formats.traces import Trace
-from common.spec.job import SLO, PointSpec
+from common.spec.job import PointSpec
 from common.spec.network import NetworkSpec
+from common.spec.slo import SLO
 from common.spec.target import TargetSpec
 from common.wire.models import ModelMeta
 from common.wire.results import WindowStat
@@ -55,8 +57,13 @@ class HostFacts:
     gpus: tuple[str, ...] = ()
 
 
-# Receives each point's raw per-request records and window summary (stage timings, generator CPU share).
-RecordsSink = Callable[[PointSpec, LoadRecords, WindowSummary], None]
+class RecordsSink(Protocol):
+    """Receives each point's raw per-request records and window summary (stage timings, generator CPU share); a search
+    point's once per probe (`probe`: its place in the answer's probes) and once as the point's own (the chosen probe's)."""
+
+    def __call__(self, point: PointSpec, records: LoadRecords, summary: WindowSummary, probe: int | None = None) -> None: ...
+
+
 # Receives a point's closed windows as they close (live progress); called on the generator's thread.
 ProgressSink = Callable[[PointSpec, list[WindowStat]], None]
 

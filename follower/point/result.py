@@ -35,7 +35,7 @@ def point_result(
         cold_start=cold_start,
         valid=not judged.reasons,
         reasons=judged.reasons,
-        slo_met=slo_met(ctx.run.slo, summary.latency_ms),
+        slo_met=slo_met(ctx.run.slo, summary.latency_ms, judged.llm),
         environment=environment(ctx.run.host_facts, backend_version=ctx.backend_version, seed=point.seed),
         generator_cpu_share=summary.cpu_share,
         loop_lag_ms=summary.loop_lag_ms,

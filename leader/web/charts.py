@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from common.spec.slo import SLO
 from common.wire.results import PointResult
+from common.wire.search import SearchProbe
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
 
@@ -122,8 +124,8 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[S
     return series
 
 
-def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Chart]:
-    """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start."""
+def job_charts(points: list[PointResult], raw: dict[int, np.ndarray], slo: SLO | None = None) -> list[Chart]:
+    """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start, and each search's probes."""
     charts = [
         line(
             "Latency CDF per point",
@@ -189,7 +191,43 @@ def job_charts(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Ch
         "ready → first answer": [(c.to_first_answer_s - c.to_ready_s) if c else None for c in cold],
     }
     charts.append(bars("Cold start (s)", labels, stacks, ylabel="s", empty="no cold start measured"))
+    charts += [search_chart(p, slo) for p in points if p.search is not None]
     return charts
+
+
+def search_chart(p: PointResult, slo: SLO | None) -> Chart:
+    """A search point's probes against the load: the p99 (or, for a language model's goodput search, the share of
+    requests meeting the SLO), passing and failing probes apart, the limit as a line and the load found marked."""
+    answer = p.search
+    assert answer is not None
+    share = any(probe.attainment is not None for probe in answer.probes) and slo is not None and slo.per_request
+
+    def figure(probe: SearchProbe) -> float | None:
+        return probe.attainment if share else probe.p99_ms
+
+    limit = (slo.attainment if share else slo.p99_ms) if slo is not None else None
+    loads = [probe.load for probe in answer.probes]
+    series: list[Series] = [
+        (
+            f"{kind} probes",
+            [x.load for x in answer.probes if x.passed == ok],
+            [figure(x) for x in answer.probes if x.passed == ok],
+        )
+        for kind, ok in (("passed", True), ("failed", False))
+    ]
+    if limit is not None and loads:
+        series.append(("the SLO's limit", [min(loads), max(loads)], [limit, limit]))
+    if answer.found is not None:
+        at = next((figure(x) for x in answer.probes if x.load == answer.found), None)
+        series.append((f"found: {answer.found:g} {answer.unit}", [answer.found], [at]))
+    return line(
+        f"Search #{p.point.index}: {'attainment' if share else 'p99'} against load ({answer.stopped.replace('_', ' ')})",
+        series,
+        xlabel=f"offered load ({answer.unit})",
+        ylabel="share of requests meeting the SLO" if share else "p99 ms",
+        lines=False,
+        empty="no probe has a figure",
+    )
 
 
 def roofline_chart(data: Roofline) -> Chart:

@@ -144,7 +144,7 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
     return {
         "job": job,
         "points": points,
-        "charts": draw.job_charts(points, raw),
+        "charts": draw.job_charts(points, raw, job.spec.slo),
         "repeats": summarize_repeats(points),
         "running": job.state not in TERMINAL_STATES,
         "interference": interference.matrix(job, points),

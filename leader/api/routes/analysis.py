@@ -156,11 +156,13 @@ async def export_records(
     viewer: Viewer,
     format: str = "parquet",  # noqa: A002
     attempt: int | None = None,
+    probe: Annotated[int | None, Query(ge=0, le=40)] = None,
 ) -> Response:
-    """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet."""
+    """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet; a
+    search point's are its chosen probe's, `probe` picks another of its probes."""
     fmt = export.check_format(format)
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
-    blob = await records.load_records(db, job_id=job_id, attempt=attempt or job.attempt, index=index)
+    blob = await records.load_records(db, job_id=job_id, attempt=attempt or job.attempt, index=index, probe=probe)
     if blob is None:
         raise NotFound(f"no raw records for point {index} of job {job_id}", field="index")
     return Response(

@@ -15,6 +15,7 @@ from leader.store import records as records_store
 router = APIRouter(prefix="/jobs", tags=["records"])
 
 MAX_RECORDS_BYTES = 64 * 1024 * 1024
+MAX_PROBE = 40  # a search runs at most 20 probes (SearchSpec.max_steps); room to spare
 NPZ_TYPE = "application/octet-stream"
 
 
@@ -26,8 +27,10 @@ async def upload_records(
     db: Db,
     principal: FollowerPrincipal,
     attempt: Annotated[int, Query(ge=1)],
+    probe: Annotated[int | None, Query(ge=0, le=MAX_PROBE)] = None,
 ) -> Response:
-    """Store (or replace) the records blob of a point of the running attempt; 409 for a stale attempt."""
+    """Store (or replace) the records blob of a point of the running attempt (or of one probe of its search); 409 for
+    a stale attempt."""
     job = await jobs_store.get_job(db, job_id=job_id)
     follower_id = job.follower_id or ""
     check_follower(principal, follower_id)
@@ -36,22 +39,26 @@ async def upload_records(
         raise InvalidSpec(f"point index must be in [0, {job.points_total})", field="index")
     data = await read_limited(request, MAX_RECORDS_BYTES)
     check_records_blob(data)
-    await records_store.save_records(db, job_id=job_id, attempt=attempt, index=index, data=data)
+    await records_store.save_records(db, job_id=job_id, attempt=attempt, index=index, data=data, probe=probe)
     return Response(status_code=204)
 
 
 @router.get("/{job_id}/points/{index}/records")
 async def download_records(
-    job_id: str, index: int, db: Db, viewer: Viewer, attempt: Annotated[int | None, Query(ge=1)] = None
+    job_id: str,
+    index: int,
+    db: Db,
+    viewer: Viewer,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+    probe: Annotated[int | None, Query(ge=0, le=MAX_PROBE)] = None,
 ) -> Response:
-    """The records blob of a point (of the job's current attempt unless `attempt` is given); 404 when none."""
+    """The records blob of a point (of the job's current attempt unless `attempt` is given; of one probe of its
+    search with `probe`); 404 when none."""
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     chosen = attempt or job.attempt
-    data = await records_store.load_records(db, job_id=job_id, attempt=chosen, index=index)
+    data = await records_store.load_records(db, job_id=job_id, attempt=chosen, index=index, probe=probe)
     if data is None:
-        raise NotFound(f"no records for point {index} of job {job_id} attempt {chosen}", field="index")
-    return Response(
-        content=data,
-        media_type=NPZ_TYPE,
-        headers={"Content-Disposition": f'attachment; filename="{job_id}-{chosen}-{index}.npz"'},
-    )
+        of = "" if probe is None else f" probe {probe}"
+        raise NotFound(f"no records for point {index}{of} of job {job_id} attempt {chosen}", field="index")
+    name = f"{job_id}-{chosen}-{index}" + ("" if probe is None else f"-probe-{probe}")
+    return Response(content=data, media_type=NPZ_TYPE, headers={"Content-Disposition": f'attachment; filename="{name}.npz"'})

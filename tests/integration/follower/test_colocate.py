@@ -12,7 +12,8 @@ import pytest
 from benchfleet.generate.modelgen import mlp_onnx
 from common.spec.colocate import ColocateSpec
 from common.spec.grid import expand
-from common.spec.job import SLO, JobSpec
+from common.spec.job import JobSpec
+from common.spec.slo import SLO
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import PointResult
 from follower.host.cpuplan import plan_cpus

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from common.spec.job import SLO, PointSpec
+from common.spec.job import PointSpec
 from common.spec.network import NetworkSpec
+from common.spec.slo import SLO
 from common.wire.models import ModelMeta
 from common.wire.results import PointResult
 from follower.host import netshape

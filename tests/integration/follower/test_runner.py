@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.spec.job import SLO, PointSpec
+from common.spec.job import PointSpec
+from common.spec.slo import SLO
 from common.wire.models import ModelMeta
 from common.wire.results import PointResult
 from follower.loadgen.records import LoadRecords

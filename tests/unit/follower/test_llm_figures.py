@@ -11,8 +11,8 @@ import pytest
 
 from benchfleet.generate.llmgen import LlamaSpec, generate
 from common.formats import hfbundle
-from common.spec.job import SLO
 from common.spec.llm import LlmWorkload, TokenLengths
+from common.spec.slo import SLO
 from common.wire.records import LLM_OFFSETS, LLM_TOKENS, decode, per_request
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies
 from follower.loadgen.llmrecords import LlmColumns

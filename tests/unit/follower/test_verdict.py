@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from common.spec.job import SLO
-from common.wire.results import Percentiles, Reason
+from common.spec.slo import SLO
+from common.wire.results import LlmFigures, Percentiles, Reason
 from follower.loadgen.records import NOT_SENT, TRANSPORT_ERROR, LoadRecords
 from follower.loadgen.verdict import backlog, delivered_rate, slo_met, summarize_window, window_reasons
 
@@ -104,12 +105,22 @@ def _pct(p50: float, p99: float) -> Percentiles:
 def test_slo() -> None:
     latency = _pct(5.0, 20.0)
     assert slo_met(None, latency) is None
-    assert slo_met(SLO(), latency) is None
+    assert slo_met(SLO(ttft_ms=100.0), latency) is None  # a language model's limits, and no language-model figures
     assert slo_met(SLO(p99_ms=25.0), latency) is True
     assert slo_met(SLO(p99_ms=15.0), latency) is False
     assert slo_met(SLO(p50_ms=4.0, p99_ms=25.0), latency) is False
     assert slo_met(SLO(p50_ms=6.0, p99_ms=20.0), latency) is True
     assert slo_met(SLO(p99_ms=25.0), None) is False
+    with pytest.raises(ValidationError, match="at least one limit"):
+        SLO()
+
+
+def test_slo_of_a_language_model_asks_its_attainment() -> None:
+    llm = LlmFigures.model_construct(goodput_share=0.96)
+    assert slo_met(SLO(ttft_ms=100.0), None, llm) is True  # 0.96 >= the default attainment 0.95
+    assert slo_met(SLO(ttft_ms=100.0, attainment=0.97), None, llm) is False
+    assert slo_met(SLO(ttft_ms=100.0, p99_ms=15.0), _pct(5.0, 20.0), llm) is False  # both asked: both must hold
+    assert slo_met(SLO(ttft_ms=100.0), None, LlmFigures.model_construct(goodput_share=None)) is False
 
 
 def _served(rate: float, duration_s: float, *, service_ns: int, workers: int | None, cap: int = 100_000) -> LoadRecords:

@@ -1,0 +1,117 @@
+"""A search through the whole system against a single-worker FIFO server of known capacity (a target: one request at
+a time, 4 ms each): the answer lies within its resolution of the true knee (an M/D/1 queue's p99 at the SLO, from
+the server's own service time); the point's stored records are the chosen probe's, its count and rate; every probe
+keeps its own records; the load the CLI and the job page show is the rate found, with the probes (the CLI at 80
+columns: tests/unit/benchfleet/test_render_search.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from common.procs import SupervisedProcess, free_port, http_ready
+from common.wire.records import decode, measured_mask
+from tests.e2e.test_walking_skeleton import _wait_done
+
+pytestmark = pytest.mark.e2e
+
+SERVER = Path(__file__).resolve().parents[1] / "integration" / "follower" / "capacity_server.py"
+SERVICE_MS = 4.0
+SLO_MS = 40.0
+
+
+def md1_knee(service_s: float, slo_s: float, n: int = 100_000) -> float:
+    """The Poisson rate at which a single FIFO worker of constant service time keeps p99 sojourn at the SLO (Lindley's
+    recursion on a fixed draw, bisected)."""
+    gaps = np.random.default_rng(1).exponential(1.0, n)
+
+    def p99(rate: float) -> float:
+        wait, sojourn = 0.0, np.empty(n)
+        for i, gap in enumerate(gaps / rate):
+            wait = max(0.0, wait + service_s - gap) if i else 0.0
+            sojourn[i] = wait + service_s
+        return float(np.quantile(sojourn, 0.99))
+
+    low, high = 1.0, 1 / service_s
+    for _ in range(16):
+        low, high = ((low + high) / 2, high) if p99((low + high) / 2) <= slo_s else (low, (low + high) / 2)
+    return low
+
+
+@pytest.fixture(scope="module")
+def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(SERVICE_MS), "--workers", "1"]
+    log = tmp_path_factory.mktemp("fifo") / "server.log"
+    with SupervisedProcess(argv, name="single-worker FIFO server", log_path=log) as proc:
+        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_a_search_finds_the_knee_of_a_server_of_known_capacity_and_shows_it(fleet, fifo: str) -> None:  # type: ignore[no-untyped-def]
+    fleet.start_follower("f-search")
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: fifo-search
+model: fifo
+inputs: [{{name: input, datatype: FP32, shape: [-1, 4]}}]
+target: {{url: "{fifo}", protocol: kserve-http}}
+load: {{pattern: poisson, duration: 4s, warmup: 1s, search: {{low: 20, high: 240, precision: 0.05}}}}
+slo: {{p99_ms: {SLO_MS:g}}}
+""")
+        results = _wait_done(client, job.id, timeout_s=400)
+    (point,) = results.points
+    answer = point.search
+    assert answer is not None and answer.over == "rate"
+    service_s = httpx.get(f"{fifo}/stats").json()["service_s"]
+    knee = md1_knee(service_s, SLO_MS / 1000)
+    # Within its resolution of the knee, with the p99's sampling noise over 4 s probes as margin (10%).
+    assert answer.stopped == "resolved", answer
+    assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 10
+    assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
+    assert 0.85 * knee <= answer.found <= 1.10 * knee, (answer.found, knee, service_s)
+    # The point is the chosen probe's run, at the rate found.
+    chosen = answer.probes[answer.chosen or 0]
+    assert chosen.load == answer.found == point.point.rate and chosen.passed and point.valid
+    assert point.latency_ms is not None and chosen.p99_ms == point.latency_ms.p99 <= SLO_MS
+    headers = {"Authorization": f"Bearer {fleet.admin_token}"}
+    base = f"{fleet.url}/api/v1/jobs/{job.id}/points/0/records"
+    own = httpx.get(base, headers=headers)
+    assert own.status_code == 200
+    arrays = decode(own.content)
+    measured = measured_mask(arrays, warmup_s=point.point.warmup_s, measured_s=point.measured_s)
+    assert int(measured.sum()) == point.requests
+    assert int(measured.sum()) / point.measured_s == pytest.approx(answer.found, rel=0.2)
+    blobs = [httpx.get(base, params={"probe": k}, headers=headers) for k in range(len(answer.probes))]
+    assert all(b.status_code == 200 for b in blobs)
+    assert blobs[answer.chosen or 0].content == own.content
+    assert len({b.content for b in blobs}) == len(blobs)  # each probe's own run
+    # The CLI and the job page show the rate found, the interval and every probe.
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "BENCHFLEET_URL": fleet.url,
+        "BENCHFLEET_TOKEN": fleet.admin_token,
+        "COLUMNS": "80",
+        "TERM": "dumb",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "benchfleet", "results", job.id], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    summary = answer.summary()
+    assert f"{answer.found:g} req/s (fails at {answer.lowest_fail:g})" in summary
+    assert "search, point 0:" in shown.stdout and f"fails at {answer.lowest_fail:g}" in shown.stdout
+    with httpx.Client(base_url=fleet.url) as browser:
+        assert browser.post("/login", data={"token": fleet.admin_token, "next": "/"}).status_code in (200, 303)
+        page = browser.get(f"/jobs/{job.id}").text
+    assert 'id="search-0"' in page and summary in page.replace("&gt;", ">").replace("&lt;", "<")
+    assert page.count('class="probe ') == len(answer.probes)
+    assert "Search #0: p99 against load" in page
