@@ -29,6 +29,8 @@ class LeaderboardRow(BaseModel):
     concurrency: int | None = None  # a closed loop's users
     load: str = ""  # the load as shown: "200 req/s" or "16 users"
     repeat: int = 0  # which run of its configuration this point is (a spec's `repeats`), from 0
+    options: str = ""  # the server options that differ from the defaults (JSON), "" for none
+    role: str = ""  # a co-location point's: the model it measured, alone or beside which ("" otherwise)
     throughput: float | None = None  # requests/s the server delivered
     samples_per_s: float | None = None  # throughput x batch size (None on rows stored before it)
     p50_ms: float | None = None
@@ -57,7 +59,14 @@ class LeaderboardRow(BaseModel):
     tpot_p99_ms: float | None = None  # time per output token
     itl_p99_ms: float | None = None  # inter-token latency
     tokens_per_s: float | None = None  # output tokens the server counted, per second
-    goodput_rps: float | None = None  # requests/s meeting the TTFT and TPOT SLOs
+    goodput_rps: float | None = None  # requests/s meeting the TTFT, TPOT and e2e SLOs
+    goodput_share: float | None = None  # their share of the requests (the attainment)
+    cost_usd_per_1m_tokens: float | None = None  # per 1M output tokens, at the follower's instance price
+    energy_j_per_1k_tokens: float | None = None  # where the follower measures energy
+    # A search point (its rate or users are the load found): the lowest failing load, how it stopped, its probes.
+    search_lowest_fail: float | None = None
+    search_stopped: str | None = None
+    search_probes: int | None = None
     best: bool = False  # the valid point of its model serving the most samples/s that meets its SLO
     team: str = DEFAULT_TEAM  # the job's team (only it and admins see the row)
 

@@ -89,6 +89,8 @@ class Resources(BaseModel):
     energy_per_request_j: float | None = None
     co2_g_per_1m_requests: float | None = None
     cost_per_1m_requests: float | None = None  # in the configured instance price's currency
+    cost_per_1m_output_tokens: float | None = None  # a language model's: the price over the output tokens served
+    energy_per_1k_output_tokens_j: float | None = None  # a language model's, where energy is measured
 
 
 class ServerStats(BaseModel):

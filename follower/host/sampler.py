@@ -262,6 +262,7 @@ class Window:
     start_ns: int
     end_ns: int
     requests: int
+    output_tokens: int = 0  # a language model's output tokens over it (the server's count)
 
 
 def _integrate_w(t_ns: np.ndarray, watts: np.ndarray, start_ns: int, end_ns: int) -> float | None:
@@ -274,7 +275,8 @@ def _integrate_w(t_ns: np.ndarray, watts: np.ndarray, start_ns: int, end_ns: int
 
 
 def summarize(samples: Samples, window: Window, config: SamplerConfig) -> Resources:
-    """Mean/max over the samples inside the window, energy per request, CO2 and cost per 1M requests."""
+    """Mean/max over the samples inside the window, energy per request (and per 1k output tokens), CO2, and cost per
+    1M requests (and per 1M output tokens) at the follower's instance price."""
     t = samples.t_ns
     inside = (t >= window.start_ns) & (t <= window.end_ns)
     n = int(inside.sum())
@@ -300,6 +302,8 @@ def summarize(samples: Samples, window: Window, config: SamplerConfig) -> Resour
         res.cpu_energy_j = float(edges[1] - edges[0])
     # Energy counts what was measured: GPU and/or CPU package; with neither there is no energy figure at all.
     parts = [e for e in (res.energy_j, res.cpu_energy_j) if e is not None]
+    if parts and window.output_tokens > 0:
+        res.energy_per_1k_output_tokens_j = sum(parts) / window.output_tokens * 1e3
     if parts and window.requests > 0:
         res.energy_per_request_j = sum(parts) / window.requests
         if config.grid_g_co2_per_kwh is not None:
@@ -307,4 +311,6 @@ def summarize(samples: Samples, window: Window, config: SamplerConfig) -> Resour
     if config.instance_price_per_hour is not None and window.requests > 0 and duration_s > 0:
         # The host is paid for by the hour whatever it serves: the run's share of the price over its answers.
         res.cost_per_1m_requests = config.instance_price_per_hour * duration_s / 3600.0 / window.requests * 1e6
+        if window.output_tokens > 0:
+            res.cost_per_1m_output_tokens = config.instance_price_per_hour * duration_s / 3600.0 / window.output_tokens * 1e6
     return res

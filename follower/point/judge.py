@@ -76,7 +76,9 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
             reasons += tokens.reasons
     resources = None
     if driven.samples is not None:
-        resources = summarize(driven.samples, Window(measured_start, measured_start + measured_ns, summary.ok), plan.sampling)
+        tokens_out = llm.output_tokens_server if llm is not None else 0
+        window = Window(measured_start, measured_start + measured_ns, summary.ok, tokens_out)
+        resources = summarize(driven.samples, window, plan.sampling)
     return Judgement(measured_ns, summary, windows, stable, _with_send_lag_causes(reasons, driven, ctx), resources, llm)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,12 +18,25 @@ DEFAULT_THRESHOLD = 0.10
 LatencyLoader = Callable[[dict[str, Any]], Awaitable[tuple[np.ndarray, np.ndarray] | None]]
 
 
-def point_key(row: dict[str, Any]) -> str:
-    """What makes two points the same experiment: backend, batch size, arrival pattern and load (rate or users); with
-    repeats, each run is compared with the other job's run of the same number."""
+# What can tell two points of one job apart beyond backend, batch, pattern and load: the model (a co-location job's
+# points measure several), the hardware class, the server options (a sweep over them) and the co-location role.
+DIMENSIONS = ("model", "hardware", "options", "role")
+
+
+def point_key(row: dict[str, Any], dims: Sequence[str] = ("options", "role")) -> str:
+    """What makes two points the same experiment: backend, batch size, arrival pattern and load (rate or users), and
+    each of `dims` the row has (by default the server options and co-location role, which followers running one spec
+    share); with repeats, each run is compared with the other job's run of the same number."""
     load = load_label(row["pattern"], row["rate"], row.get("concurrency"))
     run = f"|run {row['repeat'] + 1}" if row.get("repeat") else ""
-    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{load}{run}"
+    extra = "".join(f"|{dim} {row[dim]}" for dim in dims if row.get(dim))
+    return f"{row['backend']}|b{row['batch_size']}|{row['pattern']}|{load}{extra}{run}"
+
+
+def varying(*jobs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The dimensions that take more than one value inside some job: they must be in the key, or two of its points
+    would be one. One a job holds constant is what a comparison of two jobs compares (A on one GPU, B on another)."""
+    return tuple(dim for dim in DIMENSIONS if any(len({row.get(dim) or "" for row in rows}) > 1 for rows in jobs))
 
 
 def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> Verdict:
@@ -47,8 +60,9 @@ async def compare_rows(
     threshold: float = DEFAULT_THRESHOLD,
 ) -> CompareResponse:
     """Match points by key and test each pair (raw latencies when both have records, else the summaries)."""
-    a_by = {point_key(row): row for row in a_rows}
-    b_by = {point_key(row): row for row in b_rows}
+    dims = varying(a_rows, b_rows)
+    a_by = {point_key(row, dims): row for row in a_rows}
+    b_by = {point_key(row, dims): row for row in b_rows}
     out: list[PointComparison] = []
     for key in list(a_by) + [k for k in b_by if k not in a_by]:
         ra, rb = a_by.get(key), b_by.get(key)

@@ -53,8 +53,27 @@ NUMERIC = (
     "itl_p99_ms",
     "tokens_per_s",
     "goodput_rps",
+    "goodput_share",
+    "cost_usd_per_1m_tokens",
+    "energy_j_per_1k_tokens",
+    "search_lowest_fail",
+    "search_probes",
 )
-TEXT = ("model", "backend", "hardware", "follower_id", "job_id", "job_name", "pattern", "started_at", "kind", "team")
+TEXT = (
+    "model",
+    "backend",
+    "hardware",
+    "follower_id",
+    "job_id",
+    "job_name",
+    "pattern",
+    "started_at",
+    "kind",
+    "team",
+    "search_stopped",
+    "options",
+    "role",
+)
 BOOL = ("valid", "slo_met")
 COLUMNS = NUMERIC + TEXT + BOOL
 # Short names people type (`sort=p99`).
@@ -73,6 +92,8 @@ ALIASES = {
     "itl": "itl_p99_ms",
     "tokens": "tokens_per_s",
     "goodput": "goodput_rps",
+    "attainment": "goodput_share",
+    "cost_tokens": "cost_usd_per_1m_tokens",
 }
 MAX_LIMIT = 1000
 # A row is stamped before its write commits; re-read a margin of recent stamps (idempotent by _id).

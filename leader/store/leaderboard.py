@@ -6,6 +6,7 @@ Rows are denormalised from point results so the leaderboard never joins jobs and
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -65,6 +66,23 @@ def served_by(point: dict[str, Any], env: dict[str, Any]) -> str:
     return str(env.get("cpu_model") or "unknown")
 
 
+def server_options(point: dict[str, Any]) -> str:
+    """The point's server options that differ from the defaults, as stable text ("" for none): what tells apart the
+    configurations of a sweep over them."""
+    options = ServerOptions.model_validate(point.get("server") or {}).model_dump(mode="json", exclude_defaults=True)
+    return json.dumps(options, sort_keys=True, separators=(",", ":")) if options else ""
+
+
+def _role(point: dict[str, Any], names: list[str]) -> str:
+    """A co-location point's role: the model it measured, alone or beside the others served with it."""
+
+    def name(k: int) -> str:
+        return names[k] if 0 <= k < len(names) else f"model {k}"
+
+    served, beside = int(point.get("served") or 0), [int(b) for b in point.get("beside") or []]
+    return f"{name(served)} " + (("beside " + ", ".join(name(b) for b in beside)) if beside else "alone")
+
+
 def row_from_result(
     *,
     job_id: str,
@@ -75,8 +93,10 @@ def row_from_result(
     attempt: int,
     result: dict[str, Any],
     canonical: dict[str, Any] | None = None,
+    colocated: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A point result (as dumped JSON) flattened to a leaderboard row document (with the model's canonical params)."""
+    """A point result (as dumped JSON) flattened to a leaderboard row document (with the model's canonical params;
+    `colocated`: a co-location job's other models, which name the point's role)."""
     canon = canonical or {}
     point = result.get("point", {})
     env = result.get("environment") or {}
@@ -99,6 +119,8 @@ def row_from_result(
         "concurrency": point.get("concurrency"),
         "load": load_label(str(point.get("pattern", "")), float(point.get("rate", 0.0)), point.get("concurrency")),
         "repeat": int(point.get("repeat") or 0),  # which run of its configuration (a spec's `repeats`), from 0
+        "options": server_options(point),
+        "role": _role(point, [model, *(colocated or [])]) if colocated else "",
         "throughput": _num(result, "achieved_rate"),  # requests/s
         "samples_per_s": _samples(result, point),
         "p50_ms": _num(result, "latency_ms.p50"),
@@ -113,6 +135,8 @@ def row_from_result(
         "slo_met": result.get("slo_met"),
         # Resources are None where not measurable (no GPU): the row keeps None, shown as "—".
         "cost_usd_per_1m": _num(result, "resources.cost_per_1m_requests"),
+        "cost_usd_per_1m_tokens": _num(result, "resources.cost_per_1m_output_tokens"),
+        "energy_j_per_1k_tokens": _num(result, "resources.energy_per_1k_output_tokens_j"),
         "energy_wh_per_1m": _wh_per_1m(_num(result, "resources.energy_per_request_j")),
         "co2_g_per_1m": _num(result, "resources.co2_g_per_1m_requests"),
         "gpu_util": _num(result, "resources.gpu_util_percent_mean"),
@@ -124,6 +148,11 @@ def row_from_result(
         "itl_p99_ms": _num(result, "llm.itl_ms.p99"),
         "tokens_per_s": _num(result, "llm.output_tokens_per_s"),
         "goodput_rps": _num(result, "llm.goodput_rps"),
+        "goodput_share": _num(result, "llm.goodput_share"),
+        # A search point: the load found is the row's rate (or users); the lowest failing load and how it stopped.
+        "search_lowest_fail": _num(result, "search.lowest_fail"),
+        "search_stopped": (result.get("search") or {}).get("stopped"),
+        "search_probes": len((result.get("search") or {}).get("probes") or []) or None,
         # A canonical model's hyper-parameters (None for other models) so the heat map can group by them.
         "kind": canon.get("kind"),
         "depth": canon.get("depth"),
@@ -172,7 +201,8 @@ async def get_baseline(db: AsyncDatabase, *, team: str, name: str) -> str | None
 
 async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: dict[str, Any]) -> None:
     """Write the leaderboard row of a point just stored (the job supplies name, model and SLO)."""
-    job = await db["jobs"].find_one({"_id": job_id}, {"name": 1, "model_ref": 1, "spec.slo": 1, "team": 1, "shard": 1})
+    fields = {"name": 1, "model_ref": 1, "spec.slo": 1, "spec.colocate": 1, "team": 1, "shard": 1}
+    job = await db["jobs"].find_one({"_id": job_id}, fields)
     if job is None or (job.get("shard") or {}).get("index", 0) > 0:
         return  # a shard's own share of a point is not a row: its coordinator's merged point is
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
@@ -186,5 +216,6 @@ async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: d
         team=job.get("team") or DEFAULT_TEAM,
         result=result,
         canonical=(model or {}).get("canonical"),
+        colocated=((job.get("spec") or {}).get("colocate") or {}).get("models") or [],
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -93,7 +93,10 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert llm.itl_ms is not None and llm.tpot_ms is not None and llm.tpot_ms.count == point.ok
     assert point.latency_ms is not None and llm.ttft_ms.p50 <= point.latency_ms.p50
     assert llm.goodput_rps is not None and llm.goodput_share is not None
-    assert llm.goodput_rps == pytest.approx(llm.goodput_share * point.ok / point.measured_s)
+    # The attainment is the share of every measured request (a failed one misses), with its Wilson interval.
+    assert llm.goodput_rps == pytest.approx(llm.goodput_share * point.requests / point.measured_s)
+    assert llm.goodput_of == point.requests and llm.goodput_ci is not None
+    assert llm.goodput_ci[0] <= llm.goodput_share <= llm.goodput_ci[1]
     assert point.valid == (not point.reasons)
     # vLLM's own view of the run (warm-up included): every request it finished carried exactly the asked lengths.
     server = llm.server
@@ -108,6 +111,42 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     out = io.StringIO()
     print_results(Console(file=out, width=200), results)
     assert "language model" in out.getvalue() and f"{llm.output_tokens_asked}/{llm.output_tokens_server}/" in out.getvalue()
+
+
+def test_a_goodput_search_answers_with_its_interval_and_probes(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """The highest rate at which 90% of requests meet both TTFT and TPOT limits, searched on the real vLLM."""
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-goodput-search
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: poisson, duration: 12s, warmup: 2s, search: {{low: 40, high: 160, precision: 0.15, max_steps: 6}}}}
+llm: {{prompt_tokens: {PROMPT_TOKENS}, output_tokens: {OUTPUT_TOKENS}}}
+slo: {{ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=900)
+    (point,) = results.points
+    answer = point.search
+    assert answer is not None and answer.criterion == "attainment >= 0.9 of ttft <= 1000 ms, tpot <= 200 ms"
+    print(f"goodput search on vLLM: {answer.summary()}; probes: {[(p.load, p.attainment, p.passed) for p in answer.probes]}")
+    assert 1 <= len(answer.probes) <= 6 and answer.probes[0].load == 40
+    for probe in answer.probes:  # every measured probe is judged on its attainment, with its interval
+        if probe.attainment is not None:
+            assert probe.attainment_ci is not None and probe.attainment_ci[0] <= probe.attainment <= probe.attainment_ci[1]
+        if probe.passed:
+            assert probe.valid and (probe.pooled or (probe.attainment is not None and probe.attainment >= 0.9)), probe
+    out = io.StringIO()
+    print_results(Console(file=out, width=200), results)
+    assert "search, point 0: " in out.getvalue() and answer.criterion in out.getvalue()
+    if answer.found is None:  # this host could not serve even the floor: said, and the point is invalid
+        assert answer.stopped == "floor_fails" and not point.valid and point.reasons[-1].code == "search_failed"
+        return
+    chosen = answer.probes[answer.chosen or 0]
+    assert chosen.load == answer.found == point.point.rate and chosen.passed and point.valid
+    assert point.llm is not None and point.slo_met is True
+    assert point.llm.goodput_share == chosen.attainment
+    assert answer.stopped in ("resolved", "out_of_probes", "ceiling_not_reached"), answer
+    assert (answer.lowest_fail is None) == (answer.stopped == "ceiling_not_reached")
 
 
 def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]

@@ -72,6 +72,7 @@ slo: {{p99_ms: {SLO_MS:g}}}
     assert answer is not None and answer.over == "rate"
     service_s = httpx.get(f"{fifo}/stats").json()["service_s"]
     knee = md1_knee(service_s, SLO_MS / 1000)
+    print(f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} req/s (service {1e3 * service_s:.3f} ms)")
     # Within its resolution of the knee, with the p99's sampling noise over 4 s probes as margin (10%).
     assert answer.stopped == "resolved", answer
     assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 10
