@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 
 from common.formats.datasets import DataSetMeta
 from common.spec.job import JobSpec
-from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
+from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
 from common.wire.jobs import JobResults, JobView
@@ -177,10 +177,9 @@ class Calls:
         return Call("GET", f"{API}/leaderboard", _LEADERBOARD, params=params)
 
     @staticmethod
-    def recommend(
-        p99_ms: float | None, filters: Mapping[str, str] | Sequence[str] | None, confident: bool
-    ) -> Call[RecommendResponse]:
-        params = {"p99_ms": p99_ms, "filter": _filters(filters)} | ({"confident": "true"} if confident else {})
+    def recommend(query: RecommendQuery, filters: Mapping[str, str] | Sequence[str] | None) -> Call[RecommendResponse]:
+        asked = query.model_dump(exclude_none=True, exclude_defaults=True)
+        params = {**asked, "filter": _filters(filters)} | ({"confident": "true"} if query.confident else {})
         return Call("GET", f"{API}/recommend", _RECOMMEND, params=params)
 
     @staticmethod

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from benchfleet.cli_common import (
     DEFAULT_URL,
@@ -25,7 +26,8 @@ from benchfleet.cli_common import (
     show,
 )
 from benchfleet.tables import Col, Sheet
-from common.wire.analysis import CompareResponse, LeaderboardPage, RecommendResponse
+from common.errors import field_errors
+from common.wire.analysis import CompareResponse, LeaderboardPage, RecommendQuery, RecommendResponse
 
 FilterOpt = Annotated[list[str] | None, typer.Option("--filter", help="backend=triton, p99<20 ...; repeatable.")]
 
@@ -93,44 +95,44 @@ def leaderboard_sheet(page: LeaderboardPage) -> Sheet:
 
 
 def recommend_sheet(answer: RecommendResponse) -> Sheet:
-    """One row per recommended configuration, with the point that backs it."""
-    held = " (held at the CI's upper end)" if answer.confident else ""
+    """One row per recommended configuration, with the point that backs it (a language model's: tokens/s, TTFT and
+    TPOT p99, cost per 1M output tokens); with none, what to run as the note."""
+    llm = answer.query.llm
     sheet = Sheet(
-        title=f"recommendation: p99 <= {answer.p99_ms:g} ms{held}",
+        title=f"recommendation: {answer.query.describe()}",
         columns=[
             Col("#"),
-            Col("model", right=False),
+            Col("model", right=False, rank=2),
             Col("backend", right=False),
             Col("hardware", right=False, rank=3),
-            Col("batch"),
+            Col("batch", rank=1),
             Col("load"),
-            Col("p99 ms"),
-            Col("p99 CI high", rank=2),
-            Col("req/s", rank=1),
-            Col("samples/s"),
-            Col("cost/1M $", rank=4),
+            *(
+                [Col("tok/s"), Col("TTFT p99"), Col("TPOT p99"), Col("$/1M tok", rank=4)]
+                if llm
+                else [Col("p99 ms"), Col("p99 CI high", rank=2), Col("req/s", rank=1), Col("samples/s"), Col("cost/1M $", rank=4)]
+            ),
             Col("points", rank=5),
             Col("evidence", right=False, rank=2),
         ],
     )
     for r in answer.recommendations:
-        sheet.rows.append(
-            [
-                str(r.rank),
-                r.model,
-                r.backend,
-                r.hardware,
-                str(r.batch_size),
-                r.evidence.load,
+        figures = (
+            [_num(r.tokens_per_s, ".1f"), _num(r.ttft_p99_ms), _num(r.tpot_p99_ms), _num(r.cost_usd_per_1m_tokens, ".3g")]
+            if llm
+            else [
                 _num(r.p99_ms),
                 _num(r.p99_ci_high_ms),
                 _num(r.throughput, ".1f"),
                 _num(r.samples_per_s, ".1f"),
                 _num(r.cost_usd_per_1m, ".3g"),
-                str(r.candidates),
-                f"{r.evidence.job_id}:{r.evidence.index}",
             ]
         )
+        backend = r.backend + (f" {r.options}" if r.options else "")
+        row = [str(r.rank), r.model, backend, r.hardware, str(r.batch_size), r.evidence.load, *figures, str(r.candidates)]
+        sheet.rows.append([*row, f"{r.evidence.job_id}:{r.evidence.index}"])
+    if answer.missing:
+        sheet.note(answer.missing)
     sheet.footer = f"{answer.considered} measured points met every constraint"
     return sheet
 
@@ -181,18 +183,43 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def recommend(
-        p99_ms: Annotated[float, typer.Option("--p99-ms", min=0.0, help="The p99 latency SLO in ms.")],
         url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
+        p99_ms: Annotated[float | None, typer.Option("--p99-ms", help="The p99 latency SLO in ms.")] = None,
+        ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", help="A language model's TTFT p99 SLO in ms.")] = None,
+        tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", help="A language model's TPOT p99 SLO in ms.")] = None,
+        min_rps: Annotated[float | None, typer.Option("--min-rps", help="Traffic to carry, in requests/s.")] = None,
+        min_tokens: Annotated[float | None, typer.Option("--min-tokens-per-s", help="Traffic, in output tokens/s.")] = None,
+        max_cost: Annotated[float | None, typer.Option("--max-cost", help="Budget per 1M requests.")] = None,
+        max_cost_tokens: Annotated[
+            float | None, typer.Option("--max-cost-per-1m-tokens", help="Budget per 1M output tokens.")
+        ] = None,
+        model: Annotated[str | None, typer.Option("--model", help="Only this model (name:version).")] = None,
         filter: FilterOpt = None,  # noqa: A002 - the option's name
-        confident: Annotated[bool, typer.Option("--confident", help="Hold the SLO at the upper end of each p99's CI.")] = False,
+        confident: Annotated[bool, typer.Option("--confident", help="Hold p99 and TTFT at the upper end of their CIs.")] = False,
         as_json: JsonOpt = False,
         wide: WideOpt = False,
     ) -> None:
-        """The configurations serving the most samples/s that meet the SLO."""
+        """The configurations serving the most (samples/s, or a language model's output tokens/s) that meet the SLO,
+        the traffic and the budget; with none, what to run."""
         filters = _parse_filters(filter)
+        try:
+            query = RecommendQuery(
+                p99_ms=p99_ms,
+                ttft_ms=ttft_ms,
+                tpot_ms=tpot_ms,
+                min_throughput=min_rps,
+                min_tokens_per_s=min_tokens,
+                max_cost=max_cost,
+                max_cost_per_1m_tokens=max_cost_tokens,
+                model=model,
+                confident=confident,
+            )
+        except ValidationError as exc:
+            first = field_errors(exc)[0]
+            fail(f"{first['field'] or 'query'}: {first['message']}", EXIT_USAGE)
         with client_for(url, token) as client:
-            answer = call(client.recommend, p99_ms=p99_ms, filters=filters, confident=confident)
+            answer = call(client.recommend, query, filters=filters)
         show(answer, recommend_sheet, as_json=as_json, wide=wide)
 
     @app.command()

@@ -17,7 +17,7 @@ import httpx
 from benchfleet.calls import Call, Calls, T
 from common.formats.datasets import DataSetMeta
 from common.spec.job import JobSpec
-from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendResponse
+from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
 from common.wire.jobs import JobResults, JobView
@@ -184,11 +184,10 @@ class BenchfleetClient:
         """One page of leaderboard rows, sorted and filtered by the leader, and how many rows match."""
         return self._do(Calls.leaderboard(sort, filters, limit, order, offset))
 
-    def recommend(
-        self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, confident: bool = False
-    ) -> RecommendResponse:
-        """The configurations the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
-        return self._do(Calls.recommend(p99_ms, filters, confident))
+    def recommend(self, query: RecommendQuery, *, filters: Mapping[str, str] | Sequence[str] | None = None) -> RecommendResponse:
+        """The configurations the recommender picks for a query (an SLO, a traffic target, a budget), or with none
+        `missing`: what to run."""
+        return self._do(Calls.recommend(query, filters))
 
     def compare(self, a: str, b: str, *, threshold: float | None = None) -> CompareResponse:
         """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse."""
@@ -363,10 +362,11 @@ class AsyncBenchfleetClient:
         return await self._do(Calls.leaderboard(sort, filters, limit, order, offset))
 
     async def recommend(
-        self, *, p99_ms: float | None = None, filters: Mapping[str, str] | Sequence[str] | None = None, confident: bool = False
+        self, query: RecommendQuery, *, filters: Mapping[str, str] | Sequence[str] | None = None
     ) -> RecommendResponse:
-        """The configurations the recommender picks for an SLO (`confident`: at the upper end of each p99's CI)."""
-        return await self._do(Calls.recommend(p99_ms, filters, confident))
+        """The configurations the recommender picks for a query (an SLO, a traffic target, a budget), or with none
+        `missing`: what to run."""
+        return await self._do(Calls.recommend(query, filters))
 
     async def compare(self, a: str, b: str, *, threshold: float | None = None) -> CompareResponse:
         """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse."""

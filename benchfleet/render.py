@@ -8,6 +8,7 @@ from rich.console import Console
 
 from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
+from common.spec.sweep import label as sweep_label
 from common.wire.jobs import JobResults, JobView
 from common.wire.results import Percentiles, PointResult
 
@@ -65,6 +66,8 @@ def points_sheet(results: JobResults) -> Sheet:
         backend: str = r.point.backend
         if names:  # a co-location job: which model the point measured, and beside which
             backend += f" {names[r.point.served]}" + "".join(f" beside {names[b]}" for b in r.point.beside)
+        if job.spec.sweep:  # a sweep: the server configuration the point ran on
+            backend += f" {sweep_label(job.spec.sweep, r.point.server)}"
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO " + sheet.note(f"point {r.point.index}: " + "; ".join(r.invalid_reasons))
         sheet.rows.append(

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from common.spec import colocate
-from common.spec.job import LLM_BACKENDS, JobSpec, PointSpec, ServerOptions
+from common.spec.job import LLM_BACKENDS, JobSpec, PointSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import TraceRef
+from common.spec.server import ServerOptions
+from common.spec.sweep import configurations
 
 # What starting one backend's server costs a job before its first point (start, load, first answer), in seconds:
 # the part of an estimate that does not scale with the points.
@@ -73,21 +75,24 @@ def expand(spec: JobSpec) -> list[PointSpec]:
     shared = {point_field: getattr(load, load_field) for point_field, load_field in POINT_FROM_LOAD.items()}
     trace_s = load.trace if isinstance(load.trace, list) else None
     trace_dataset = load.trace.dataset if isinstance(load.trace, TraceRef) else None
+    servers = configurations(spec.sweep, server) if spec.sweep else [server]
     configs = [
-        (backend, batch, rate, concurrency)
+        (backend, served, batch, rate, concurrency)
         for backend in spec.backends
+        for served in servers
         for batch in spec.batch_sizes
         for rate, concurrency in load.ladder()
     ]
-    per_backend = len(configs) // len(spec.backends)
+    per_server = len(configs) // (len(spec.backends) * len(servers))  # the configurations one server start runs
     rounds = range(spec.repeats.count)
     if spec.repeats.fresh_server:
         order = [(r, c) for r in rounds for c in range(len(configs))]
     else:
-        order = [(r, b * per_backend + k) for b in range(len(spec.backends)) for r in rounds for k in range(per_backend)]
+        starts = len(configs) // per_server
+        order = [(r, s * per_server + k) for s in range(starts) for r in rounds for k in range(per_server)]
     points: list[PointSpec] = []
     for repeat, config in order:
-        backend, batch, rate, concurrency = configs[config]
+        backend, served, batch, rate, concurrency = configs[config]
         index = len(points)
         points.append(
             PointSpec(
@@ -99,7 +104,7 @@ def expand(spec: JobSpec) -> list[PointSpec]:
                 seed=(spec.seed * 1_000_003 + index) % 2**32,
                 trace_s=trace_s,
                 trace_dataset=trace_dataset,
-                server=server,
+                server=served,
                 config=config,
                 repeat=repeat,
                 llm=_workload(spec, backend),
@@ -121,18 +126,20 @@ def expand(spec: JobSpec) -> list[PointSpec]:
 def server_runs(points: Sequence[PointSpec], fresh_server: bool) -> list[list[PointSpec]]:
     """The points in the runs of consecutive points that share one server start: a backend's points, or with fresh
     servers a backend's points of one round, or a co-location group's points (each against a server of its own, all
-    at once). The follower starts a server per run (per point of a group); estimates count a start per run."""
+    at once), or one server configuration's of a sweep. The follower starts a server per run (per point of a group);
+    estimates count a start per run."""
     if points and points[0].group is not None:
         groups: dict[int, list[PointSpec]] = {}
         for point in points:
             groups.setdefault(point.group or 0, []).append(point)
         return list(groups.values())
+
+    def start(point: PointSpec) -> tuple[str, ServerOptions, int]:
+        return point.backend, point.server, point.repeat if fresh_server else 0
+
     runs: list[list[PointSpec]] = []
     for point in points:
-        if runs and (runs[-1][-1].backend, runs[-1][-1].repeat if fresh_server else 0) == (
-            point.backend,
-            point.repeat if fresh_server else 0,
-        ):
+        if runs and start(runs[-1][-1]) == start(point):
             runs[-1].append(point)
         else:
             runs.append([point])
@@ -157,14 +164,16 @@ def server_starts(spec: JobSpec) -> int:
     or once per model of each co-location run."""
     if spec.colocate is not None:
         return colocate.server_starts(len(spec.colocate.models) + 1)
-    return len(spec.backends) * (spec.repeats.count if spec.repeats.fresh_server else 1)
+    servers = len(configurations(spec.sweep, spec.server)) if spec.sweep else 1
+    return len(spec.backends) * servers * (spec.repeats.count if spec.repeats.fresh_server else 1)
 
 
 def estimate_seconds(spec: JobSpec) -> float:
     """A first estimate of a job's run time: every point's warm-up and duration plus a start cost per server start
     (a co-location group's points run at once: one point's time per group)."""
     per_point = _point_seconds(spec)
-    n_points = len(spec.backends) * len(spec.batch_sizes) * len(spec.load.rates) * spec.repeats.count
+    servers = len(configurations(spec.sweep, spec.server)) if spec.sweep else 1
+    n_points = len(spec.backends) * servers * len(spec.batch_sizes) * len(spec.load.rates) * spec.repeats.count
     if spec.colocate is not None:
         n_points = len(colocate.runs(len(spec.colocate.models) + 1))
     return n_points * per_point + START_COST_S * server_starts(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -18,7 +19,9 @@ from common.spec.colocate import ColocateSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
+from common.spec.server import MAX_BATCH, ServerOptions
 from common.spec.slo import SLO
+from common.spec.sweep import configurations
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
 
 # A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
@@ -26,9 +29,7 @@ LabelText = Annotated[str, Field(pattern=NAME_PATTERN)]
 Labels = Annotated[dict[LabelText, LabelText], Field(max_length=32)]
 
 # Upper bounds of the grid and the document (the load's are common.spec.load's).
-MAX_BATCH = 4_096
 MAX_POINTS = 512
-DEFAULT_MAX_MODEL_LEN = 4096  # an LLM server's sequence length unless server.llm.max_model_len says otherwise
 MAX_SPEC_BYTES = 256 * 1024
 
 BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai", "endpoint"]
@@ -70,81 +71,6 @@ class ModelRef(StrictModel):
     def version(self) -> str | None:
         """The pinned version, or None for the latest."""
         return self.ref.partition(":")[2] or None
-
-
-class DynamicBatching(StrictModel):
-    """Server-side dynamic batching: requests wait up to `max_queue_delay_us` to be merged into one run."""
-
-    max_batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 32
-    """The largest batch the server forms."""
-    preferred_batch_sizes: list[Annotated[int, Field(gt=0, le=MAX_BATCH)]] = []
-    """Batch sizes the server prefers to form (Triton's preferred_batch_size)."""
-    max_queue_delay_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100
-    """How long a request may wait, in microseconds, to be batched with others."""
-
-
-class LlmServerOptions(StrictModel):
-    """An LLM server's engine settings, under vLLM's names (SGLang gets its equivalents); unset: the server's default."""
-
-    max_model_len: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
-    """Tokens a sequence may hold."""
-    max_num_batched_tokens: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
-    """Tokens per engine step."""
-    max_num_seqs: Annotated[int, Field(gt=0, le=65_536)] | None = None
-    """Sequences per engine step."""
-    kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None
-    """KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)."""
-    prefix_caching: bool | None = None
-    """Reuse the KV cache of a shared prompt prefix."""
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """The data type the server computes in."""
-
-    def model_len(self, context_length: int) -> int:
-        """Tokens a sequence may hold on the server: the set max_model_len, else the model's context up to 4,096
-        (what a server reserves KV-cache room for; the CPU build's default space holds that)."""
-        return self.max_model_len or min(context_length, DEFAULT_MAX_MODEL_LEN)
-
-
-class ServerOptions(StrictModel):
-    """How the serving system is configured (each backend applies what it supports; defaults keep old YAML valid)."""
-
-    dynamic_batching: DynamicBatching | None = None
-    """Server-side dynamic batching; unset: off."""
-    instances: Annotated[int, Field(gt=0, le=64)] = 1
-    """Model instances the server runs (Triton's instance group count)."""
-    threads: Annotated[int, Field(gt=0, le=256)] | None = None
-    """Threads per instance for the model's operators; unset: the server's default."""
-    execution_provider: Annotated[str, Field(pattern=r"^[A-Za-z]{1,64}$")] = "CPUExecutionProvider"
-    """onnxruntime's execution provider."""
-    protocol: Literal["http", "grpc"] = "http"
-    """KServe v2 over HTTP or gRPC."""
-    preprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
-    """The processor the server runs on each request (follower.servers.processing); set from `data` when
-    `data.processing: server`."""
-    postprocess: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] | None = None
-    """The processor the server runs on each answer; set from `data` like `preprocess`."""
-    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:[0-9]{1,2})?)$")] = "cpu"
-    """Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider (unless
-    execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU."""
-    llm: LlmServerOptions = LlmServerOptions()
-    """The engine settings of LLM servers (vllm, sglang, triton-openai)."""
-
-    @property
-    def uses_gpu(self) -> bool:
-        """Whether this configuration runs the model on a GPU."""
-        return self.device != "cpu" or self.execution_provider in GPU_PROVIDERS
-
-    @property
-    def ort_provider(self) -> str:
-        """The onnxruntime execution provider to ask for: `device: cuda` upgrades the CPU default to CUDA."""
-        if self.device != "cpu" and self.execution_provider == "CPUExecutionProvider":
-            return "CUDAExecutionProvider"
-        return self.execution_provider
-
-    @property
-    def gpu_index(self) -> int:
-        """The GPU ordinal of `device` (cuda → 0)."""
-        return int(self.device.partition(":")[2] or 0)
 
 
 class DataRef(StrictModel):
@@ -280,6 +206,19 @@ class JobSpec(StrictModel):
     interference matrix)."""
     target: TargetSpec | None = None
     """An endpoint already running, benchmarked as it is (no server started; backends: [endpoint])."""
+    sweep: dict[str, list[Any]] | None = None
+    """Server options to sweep: an option path (threads, llm.max_num_seqs, dynamic_batching.max_queue_delay_us, ...)
+    to the values to try; every combination is a configuration with its own server start, crossed with the grid."""
+
+    @field_validator("sweep")
+    @classmethod
+    def _check_sweep(cls, value: dict[str, list[Any]] | None, info: ValidationInfo) -> dict[str, list[Any]] | None:
+        if value is None:
+            return value
+        if info.data.get("target") is not None or info.data.get("colocate") is not None:
+            raise ValueError("sweeps the options of the server benchfleet starts: not with a target or colocate")
+        configurations(value, info.data.get("server") or ServerOptions())
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -370,9 +309,10 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:
-        n = len(self.backends) * len(self.batch_sizes) * len(self.load.rates) * self.repeats.count
+        servers = math.prod(len(values) for values in (self.sweep or {}).values())
+        n = len(self.backends) * servers * len(self.batch_sizes) * len(self.load.rates) * self.repeats.count
         if n > MAX_POINTS:
-            raise ValueError(f"grid has {n} points (repeats included); at most {MAX_POINTS} are allowed")
+            raise ValueError(f"grid has {n} points (sweeps and repeats included); at most {MAX_POINTS} are allowed")
         return self
 
 

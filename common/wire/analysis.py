@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from common.spec.job import load_label
 from common.wire.auth import DEFAULT_TEAM
@@ -56,6 +56,7 @@ class LeaderboardRow(BaseModel):
     bytes_per_inference: float | None = None
     # A language model's figures (None for tensor models and for older rows).
     ttft_p99_ms: float | None = None  # time to first token, from the intended time
+    ttft_p99_ci_high_ms: float | None = None  # upper end of its 95% CI (block bootstrap)
     tpot_p99_ms: float | None = None  # time per output token
     itl_p99_ms: float | None = None  # inter-token latency
     tokens_per_s: float | None = None  # output tokens the server counted, per second
@@ -90,6 +91,59 @@ class LeaderboardPage(BaseModel):
     offset: int
 
 
+class RecommendQuery(BaseModel):
+    """What a team asks the recommender: its SLO (a p99 latency, or a language model's TTFT and TPOT p99s), the
+    traffic to carry (requests/s, samples/s or output tokens/s) and an optional budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    p99_ms: Annotated[float, Field(gt=0)] | None = None
+    ttft_ms: Annotated[float, Field(gt=0)] | None = None  # a language model's time to first token, its p99
+    tpot_ms: Annotated[float, Field(gt=0)] | None = None  # its time per output token, p99
+    min_throughput: Annotated[float, Field(ge=0)] | None = None  # requests/s
+    min_samples_per_s: Annotated[float, Field(ge=0)] | None = None
+    min_tokens_per_s: Annotated[float, Field(ge=0)] | None = None  # output tokens/s
+    max_cost: Annotated[float, Field(ge=0)] | None = None  # per 1M requests
+    max_cost_per_1m_tokens: Annotated[float, Field(ge=0)] | None = None  # per 1M output tokens
+    model: Annotated[str, Field(max_length=200)] | None = None
+    confident: bool = False  # hold the p99 and TTFT limits at the upper end of their 95% CIs
+
+    @model_validator(mode="after")
+    def _an_slo(self) -> RecommendQuery:
+        if self.p99_ms is None and self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("p99_ms, or for a language model ttft_ms and/or tpot_ms, is required: the SLO to meet")
+        return self
+
+    @property
+    def llm(self) -> bool:
+        """A language model's question: ranked by output tokens/s."""
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.min_tokens_per_s, self.max_cost_per_1m_tokens))
+
+    def describe(self) -> str:
+        """The question in words."""
+        parts = [
+            f"{name} p99 <= {limit:g} ms"
+            for name, limit in (("latency", self.p99_ms), ("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms))
+            if limit is not None
+        ]
+        parts += [
+            f">= {v:g} {unit}"
+            for v, unit in (
+                (self.min_throughput, "req/s"),
+                (self.min_samples_per_s, "samples/s"),
+                (self.min_tokens_per_s, "output tokens/s"),
+            )
+            if v is not None
+        ]
+        parts += [
+            f"<= {v:g} per 1M {what}"
+            for v, what in ((self.max_cost, "requests"), (self.max_cost_per_1m_tokens, "output tokens"))
+            if v is not None
+        ]
+        held = " (held at the CIs' upper ends)" if self.confident else ""
+        return ", ".join(parts) + held + (f", model {self.model}" if self.model else "")
+
+
 class Recommendation(BaseModel):
     """One recommended configuration with the measured point that backs it."""
 
@@ -98,26 +152,30 @@ class Recommendation(BaseModel):
     backend: str
     hardware: str
     batch_size: int
+    options: str = ""  # its server options beyond the defaults (a sweep's configuration)
     throughput: float  # requests/s
-    samples_per_s: float  # what the ranking reads: throughput x batch size
-    p99_ms: float
+    samples_per_s: float  # what a tensor model's ranking reads: throughput x batch size
+    p99_ms: float | None
     p99_ci_high_ms: float | None
     cost_usd_per_1m: float | None
+    # A language model's: what its ranking reads (output tokens/s), its TTFT and TPOT p99, cost per 1M output tokens.
+    tokens_per_s: float | None = None
+    ttft_p99_ms: float | None = None
+    ttft_p99_ci_high_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    cost_usd_per_1m_tokens: float | None = None
+    energy_j_per_1k_tokens: float | None = None
     evidence: LeaderboardRow
     candidates: int  # valid points of this configuration that met the constraints
 
 
 class RecommendResponse(BaseModel):
-    """The top configurations (at most 3) meeting an SLO, most samples/s first."""
+    """The top configurations (at most 3) meeting the query, most work served first; or, with none, what to run."""
 
-    p99_ms: float
-    min_throughput: float | None  # requests/s
-    min_samples_per_s: float | None = None
-    max_cost: float | None
-    model: str | None
-    confident: bool  # the SLO was held against the upper end of each p99's 95% CI, not the estimate
+    query: RecommendQuery
     recommendations: list[Recommendation]
     considered: int  # points that met every constraint
+    missing: str | None = None  # with no recommendation: which constraint no point met, the closest, and what to run
 
 
 Verdict = Literal["regression", "improvement", "unchanged", "missing"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from common.spec.job import ServerOptions
+from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
 from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.spec.job import ServerOptions
+from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
 from follower.host.sandbox import Sandbox, server_environment
 from follower.protocols import Endpoint

@@ -60,6 +60,8 @@ class TritonOpenAiBackend(OpenAiServerBackend):
             engine["max_num_seqs"] = llm.max_num_seqs
         if llm.prefix_caching is not None:
             engine["enable_prefix_caching"] = llm.prefix_caching
+        if llm.chunked_prefill is not None:
+            engine["enable_chunked_prefill"] = llm.chunked_prefill
         if llm.kv_cache_gb is not None:
             engine["kv_cache_memory_bytes"] = int(llm.kv_cache_gb * 2**30)
         version = Path(workdir) / "repository" / model.name / "1"

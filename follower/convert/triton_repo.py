@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from common.formats.datatypes import V2_TO_TRITON
-from common.spec.job import MAX_BATCH, ServerOptions
+from common.spec.server import MAX_BATCH, ServerOptions
 from common.wire.models import ModelMeta, TensorSpec
 from follower.servers import processing as processors
 

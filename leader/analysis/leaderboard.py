@@ -49,6 +49,7 @@ NUMERIC = (
     "flops_per_inference",
     "bytes_per_inference",
     "ttft_p99_ms",
+    "ttft_p99_ci_high_ms",
     "tpot_p99_ms",
     "itl_p99_ms",
     "tokens_per_s",
@@ -223,9 +224,11 @@ def samples_per_s(row: dict[str, Any]) -> float | None:
 
 
 def run_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The runs of one point of one job: the same configuration at the same load (they differ in `repeat` only)."""
+    """The runs of one point of one job: the same configuration (server options and co-location role included) at
+    the same load (they differ in `repeat` only)."""
     load = row.get("load") or load_label(str(row.get("pattern", "")), float(row.get("rate") or 0.0), row.get("concurrency"))
-    return (row.get("job_id"), row["model"], row["backend"], row["hardware"], row["batch_size"], load)
+    config = (row.get("options") or "", row.get("role") or "")
+    return (row.get("job_id"), row["model"], row["backend"], row["hardware"], row["batch_size"], load, *config)
 
 
 def best_ids(rows: Iterable[dict[str, Any]]) -> set[str]:

@@ -1,131 +1,187 @@
-"""The configuration recommender: the best measured configurations that meet an SLO."""
+"""The configuration recommender: the best measured configurations that meet a query (common.wire.analysis
+RecommendQuery: an SLO, a traffic target, a budget) with their evidence, or when none does, why and what to run."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from common.wire.analysis import Recommendation, RecommendResponse
+from pydantic import ValidationError
+
+from common.errors import InvalidRequest, field_errors
+from common.wire.analysis import Recommendation, RecommendQuery, RecommendResponse
 from leader.analysis.leaderboard import run_key, samples_per_s, to_row
 
 TOP = 3
+INF = float("inf")
 
 
-def config_key(row: dict[str, Any]) -> tuple[str, str, str, int]:
-    """A configuration: the same model on the same backend and hardware at the same batch size."""
-    return (row["model"], row["backend"], row["hardware"], row["batch_size"])
+def parse_query(params: dict[str, Any]) -> RecommendQuery:
+    """A query from request parameters (None: not given); InvalidRequest naming the parameter that is wrong."""
+    try:
+        return RecommendQuery.model_validate({k: v for k, v in params.items() if v is not None})
+    except ValidationError as exc:
+        first = field_errors(exc)[0]
+        raise InvalidRequest(first["message"], field=first["field"] or "p99_ms") from None
 
 
-def rank_key(row: dict[str, Any]) -> tuple[float, float, float, str]:
-    """Most samples/s first (the work served: requests/s alone undervalues larger batches); then cheaper, then lower
-    p99; the id makes ties deterministic."""
+def config_key(row: dict[str, Any]) -> tuple[str, str, str, int, str]:
+    """A configuration: the same model on the same backend, hardware and server options at the same batch size."""
+    return (row["model"], row["backend"], row["hardware"], row["batch_size"], row.get("options") or "")
+
+
+def rank_key(row: dict[str, Any], query: RecommendQuery) -> tuple[float, float, float, str]:
+    """The most work served first: output tokens/s for a language model's question, else samples/s (requests/s alone
+    undervalues larger batches); then cheaper, then faster; the id makes ties deterministic."""
+    if query.llm:
+        cost = row.get("cost_usd_per_1m_tokens")
+        return (-(row.get("tokens_per_s") or 0.0), INF if cost is None else cost, row.get("ttft_p99_ms") or INF, row["_id"])
     cost = row.get("cost_usd_per_1m")
-    return (-(samples_per_s(row) or 0.0), cost if cost is not None else float("inf"), row["p99_ms"], row["_id"])
+    return (-(samples_per_s(row) or 0.0), INF if cost is None else cost, row.get("p99_ms") or INF, row["_id"])
 
 
-def eligible(
-    row: dict[str, Any],
-    *,
-    p99_ms: float,
-    min_throughput: float | None,
-    max_cost: float | None,
-    model: str | None,
-    confident: bool = False,
-    min_samples_per_s: float | None = None,
-) -> bool:
-    """A valid, error-free-enough point that meets every constraint (an unknown cost fails a cost limit).
-
-    `min_throughput` is in requests/s, `min_samples_per_s` in samples (inputs) per second.
-
-    `confident`: the p99 must meet the SLO at the upper end of its 95% CI, so a point that met it by luck of the
-    run is not recommended; a point without a recorded CI cannot qualify then.
-    """
-    if not row.get("valid") or row.get("p99_ms") is None or row.get("throughput") is None:
-        return False
-    if model is not None and row["model"] != model:
-        return False
-    if row["p99_ms"] > p99_ms:
-        return False
-    if confident and (row.get("p99_ci_high_ms") is None or row["p99_ci_high_ms"] > p99_ms):
-        return False
-    if min_throughput is not None and row["throughput"] < min_throughput:
-        return False
-    if min_samples_per_s is not None and (samples_per_s(row) or 0.0) < min_samples_per_s:
-        return False
-    if max_cost is not None:
-        cost = row.get("cost_usd_per_1m")
-        if cost is None or cost > max_cost:
-            return False
-    return True
+def _within(value: float | None, limit: float | None) -> bool:
+    return limit is None or (value is not None and value <= limit)
 
 
-def recommend(
-    rows: Iterable[dict[str, Any]],
-    *,
-    p99_ms: float,
-    min_throughput: float | None = None,
-    max_cost: float | None = None,
-    model: str | None = None,
-    top: int = TOP,
-    confident: bool = False,
-    min_samples_per_s: float | None = None,
-) -> RecommendResponse:
-    """The top configurations, each backed by its best point and the count of points that qualified.
+def meets_slo(row: dict[str, Any], query: RecommendQuery) -> bool:
+    """Valid and within every latency limit asked. `confident`: the p99 and TTFT p99 at the upper end of their 95% CIs,
+    so a point that met the SLO by the luck of its run is not recommended (a point without a CI cannot qualify then;
+    TPOT keeps no CI and is held at its estimate)."""
+    if not row.get("valid") or row.get("throughput") is None:
+        return False
+    if query.model is not None and row["model"] != query.model:
+        return False
+    p99 = row.get("p99_ci_high_ms") if query.confident else row.get("p99_ms")
+    ttft = row.get("ttft_p99_ci_high_ms") if query.confident else row.get("ttft_p99_ms")
+    return _within(p99, query.p99_ms) and _within(ttft, query.ttft_ms) and _within(row.get("tpot_p99_ms"), query.tpot_ms)
+
+
+def carries(row: dict[str, Any], query: RecommendQuery) -> bool:
+    """Serves the traffic asked: requests/s, samples/s, output tokens/s."""
+    return (
+        (query.min_throughput is None or row["throughput"] >= query.min_throughput)
+        and (query.min_samples_per_s is None or (samples_per_s(row) or 0.0) >= query.min_samples_per_s)
+        and (query.min_tokens_per_s is None or (row.get("tokens_per_s") or 0.0) >= query.min_tokens_per_s)
+    )
+
+
+def affordable(row: dict[str, Any], query: RecommendQuery) -> bool:
+    """Within the budget (an unknown cost fails a cost limit)."""
+    return _within(row.get("cost_usd_per_1m"), query.max_cost) and _within(
+        row.get("cost_usd_per_1m_tokens"), query.max_cost_per_1m_tokens
+    )
+
+
+def eligible(row: dict[str, Any], query: RecommendQuery) -> bool:
+    """A valid point that meets every constraint of the query."""
+    return meets_slo(row, query) and carries(row, query) and affordable(row, query)
+
+
+def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int = TOP) -> RecommendResponse:
+    """The top configurations, each backed by its best point and the count of points that qualified; with none, the
+    reason and what to run.
 
     A point run several times (a spec's `repeats`) qualifies only if every run does, and stands for its runs by the
-    one that served the fewest samples/s: the luckiest of several runs is not evidence.
+    one that served the least: the luckiest of several runs is not evidence.
     """
+    rows = list(rows)
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         runs.setdefault(run_key(row), []).append(row)
-    best: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    counts: dict[tuple[str, str, str, int], int] = {}
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    counts: dict[tuple[Any, ...], int] = {}
     considered = 0
     for siblings in runs.values():
-        if not all(
-            eligible(
-                row,
-                p99_ms=p99_ms,
-                min_throughput=min_throughput,
-                max_cost=max_cost,
-                model=model,
-                confident=confident,
-                min_samples_per_s=min_samples_per_s,
-            )
-            for row in siblings
-        ):
+        if not all(eligible(row, query) for row in siblings):
             continue
         considered += len(siblings)
-        row = max(siblings, key=rank_key)  # the run that ranks last stands for them
+        row = max(siblings, key=lambda r: rank_key(r, query))  # the run that ranks last stands for them
         key = config_key(row)
         counts[key] = counts.get(key, 0) + len(siblings)
-        if key not in best or rank_key(row) < rank_key(best[key]):
+        if key not in best or rank_key(row, query) < rank_key(best[key], query):
             best[key] = row
-    chosen = sorted(best.values(), key=rank_key)[:top]
-    recs = [
-        Recommendation(
-            rank=i + 1,
-            model=row["model"],
-            backend=row["backend"],
-            hardware=row["hardware"],
-            batch_size=row["batch_size"],
-            throughput=row["throughput"],
-            samples_per_s=samples_per_s(row) or 0.0,
-            p99_ms=row["p99_ms"],
-            p99_ci_high_ms=row.get("p99_ci_high_ms"),
-            cost_usd_per_1m=row.get("cost_usd_per_1m"),
-            evidence=to_row(row),
-            candidates=counts[config_key(row)],
-        )
-        for i, row in enumerate(chosen)
-    ]
+    chosen = sorted(best.values(), key=lambda r: rank_key(r, query))[:top]
+    recs = [_recommendation(i + 1, row, counts[config_key(row)]) for i, row in enumerate(chosen)]
     return RecommendResponse(
-        p99_ms=p99_ms,
-        min_throughput=min_throughput,
-        min_samples_per_s=min_samples_per_s,
-        max_cost=max_cost,
-        model=model,
-        confident=confident,
-        recommendations=recs,
-        considered=considered,
+        query=query, recommendations=recs, considered=considered, missing=None if recs else what_to_run(rows, query)
+    )
+
+
+def _recommendation(rank: int, row: dict[str, Any], candidates: int) -> Recommendation:
+    return Recommendation(
+        rank=rank,
+        model=row["model"],
+        backend=row["backend"],
+        hardware=row["hardware"],
+        batch_size=row["batch_size"],
+        options=row.get("options") or "",
+        throughput=row["throughput"],
+        samples_per_s=samples_per_s(row) or 0.0,
+        p99_ms=row.get("p99_ms"),
+        p99_ci_high_ms=row.get("p99_ci_high_ms"),
+        cost_usd_per_1m=row.get("cost_usd_per_1m"),
+        tokens_per_s=row.get("tokens_per_s"),
+        ttft_p99_ms=row.get("ttft_p99_ms"),
+        ttft_p99_ci_high_ms=row.get("ttft_p99_ci_high_ms"),
+        tpot_p99_ms=row.get("tpot_p99_ms"),
+        cost_usd_per_1m_tokens=row.get("cost_usd_per_1m_tokens"),
+        energy_j_per_1k_tokens=row.get("energy_j_per_1k_tokens"),
+        evidence=to_row(row),
+        candidates=candidates,
+    )
+
+
+def _where(row: dict[str, Any]) -> str:
+    options = f" ({row['options']})" if row.get("options") else ""
+    return f"{row['backend']}{options} on {row['hardware']}, batch {row['batch_size']}, at {row.get('load') or row['rate']}"
+
+
+def _slo_yaml(query: RecommendQuery) -> str:
+    limits = [f"{k}: {v:g}" for k, v in (("p99_ms", query.p99_ms), ("ttft_ms", query.ttft_ms), ("tpot_ms", query.tpot_ms)) if v]
+    return "{" + ", ".join(limits) + "}"
+
+
+def what_to_run(rows: list[dict[str, Any]], query: RecommendQuery) -> str:
+    """Not enough evidence: the first constraint no measured point passes, the closest point, and the job to run."""
+    of = f" of model {query.model}" if query.model else ""
+    valid = [r for r in rows if r.get("valid") and (query.model is None or r["model"] == query.model)]
+    if query.llm:
+        valid = [r for r in valid if r.get("ttft_p99_ms") is not None]
+    kind = "language-model " if query.llm else ""
+    search = f"run a search (load: {{search: {{low: ..., high: ...}}}}, slo: {_slo_yaml(query)})"
+    if not valid:
+        return f"not enough evidence: no valid {kind}point{of} in the history you can see; {search} to measure one"
+    in_slo = [r for r in valid if meets_slo(r, query)]
+    if not in_slo:
+
+        def excess(r: dict[str, Any]) -> float:
+            pairs = (
+                (r.get("p99_ms"), query.p99_ms),
+                (r.get("ttft_p99_ms"), query.ttft_ms),
+                (r.get("tpot_p99_ms"), query.tpot_ms),
+            )
+            return max((v / limit for v, limit in pairs if limit and v is not None), default=INF)
+
+        near = min(valid, key=excess)
+        return (
+            f"not enough evidence: none of {len(valid)} valid {kind}points{of} meets {query.describe()}; the closest, "
+            f"{_where(near)}, is {100 * (excess(near) - 1):.0f}% over its limit: {search} on it to find the load "
+            "where the SLO holds, or measure lower loads"
+        )
+    carried = [r for r in in_slo if carries(r, query)]
+    if not carried:
+        most = min(in_slo, key=lambda r: rank_key(r, query))
+        served = f"{most.get('tokens_per_s') or 0:.1f} output tokens/s" if query.llm else f"{most['throughput']:.1f} req/s"
+        return (
+            f"not enough evidence: {len(in_slo)} points meet the SLO but none carries the traffic asked; the most, "
+            f"{served}, was {_where(most)}: {search} to find the most each configuration carries within the SLO, or "
+            "sweep its server options (sweep: {llm.max_num_seqs: [...]}) or measure other hardware"
+        )
+    cheapest = min(carried, key=lambda r: rank_key(r, query)[1])
+    cost = rank_key(cheapest, query)[1]
+    priced = "an unknown cost (no instance price set on its follower)" if cost == INF else f"{cost:.3g} per 1M"
+    return (
+        f"not enough evidence: {len(carried)} points meet the SLO and the traffic but none the budget; the cheapest, "
+        f"{_where(cheapest)}, costs {priced}"
     )

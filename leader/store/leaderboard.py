@@ -13,7 +13,8 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.spec.job import ServerOptions, load_label
+from common.spec.job import load_label
+from common.spec.server import ServerOptions
 from common.wire.auth import DEFAULT_TEAM
 from leader.store.lookup import team_query
 
@@ -64,6 +65,11 @@ def served_by(point: dict[str, Any], env: dict[str, Any]) -> str:
     if server.uses_gpu and server.gpu_index < len(gpus):
         return str(gpus[server.gpu_index])
     return str(env.get("cpu_model") or "unknown")
+
+
+def _ttft_ci_high(result: dict[str, Any]) -> float | None:
+    ci = ((result.get("llm") or {}).get("ttft_ci_ms") or {}).get("p99")
+    return float(ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else None
 
 
 def server_options(point: dict[str, Any]) -> str:
@@ -144,6 +150,7 @@ def row_from_result(
         # A language model's figures (None for tensor models): TTFT from the intended time, per-token time, the
         # server's output tokens/s and goodput (requests/s meeting the TTFT and TPOT SLOs).
         "ttft_p99_ms": _num(result, "llm.ttft_ms.p99"),
+        "ttft_p99_ci_high_ms": _ttft_ci_high(result),
         "tpot_p99_ms": _num(result, "llm.tpot_ms.p99"),
         "itl_p99_ms": _num(result, "llm.itl_ms.p99"),
         "tokens_per_s": _num(result, "llm.output_tokens_per_s"),

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from common.spec.slo import SLO
+from common.spec.sweep import label as sweep_label
 from common.wire.results import PointResult
 from common.wire.search import SearchProbe
 from leader.analysis.heatmap import HeatMap
@@ -124,7 +125,9 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[S
     return series
 
 
-def job_charts(points: list[PointResult], raw: dict[int, np.ndarray], slo: SLO | None = None) -> list[Chart]:
+def job_charts(
+    points: list[PointResult], raw: dict[int, np.ndarray], slo: SLO | None = None, sweep: dict[str, list[Any]] | None = None
+) -> list[Chart]:
     """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start, and each search's probes."""
     charts = [
         line(
@@ -138,7 +141,8 @@ def job_charts(points: list[PointResult], raw: dict[int, np.ndarray], slo: SLO |
     ]
     ladders: dict[str, list[PointResult]] = {}
     for p in points:
-        ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}", []).append(p)
+        config = f" {sweep_label(sweep, p.point.server)}" if sweep else ""  # a sweep: one line per configuration
+        ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}{config}", []).append(p)
     ordered = {k: sorted(v, key=lambda p: p.point.rate) for k, v in ladders.items()}
     curve = [
         (k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v]) for k, v in ordered.items()

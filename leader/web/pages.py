@@ -20,7 +20,7 @@ from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
 from leader.analysis import hardware, heatmap, interference, queries
 from leader.analysis.leaderboard import NUMERIC, column
-from leader.analysis.recommend import recommend
+from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
 from leader.api import API_PREFIX, deps
 from leader.store import jobs as jobs_store
@@ -82,9 +82,20 @@ def _float_arg(params: dict[str, str], name: str) -> float | None:
         value = float(raw)
     except ValueError:
         raise InvalidRequest(f"{name} must be a number", field=name) from None
-    if not value > 0 and name == "p99_ms":
-        raise InvalidRequest("p99_ms must be > 0", field=name)
     return value
+
+
+# The recommender form's number fields (common.wire.analysis.RecommendQuery).
+RECOMMEND_FIELDS = (
+    "p99_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "min_throughput",
+    "min_samples_per_s",
+    "min_tokens_per_s",
+    "max_cost",
+    "max_cost_per_1m_tokens",
+)
 
 
 @router.get("/leaderboard", response_class=HTMLResponse)
@@ -98,18 +109,15 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     sort, order = params.get("sort", "p99_ms"), params.get("order", "asc")
     offset = int(params.get("offset", "0") or 0) if params.get("offset", "0").isdigit() else 0
     page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset, team=team)
-    rec_args = {k: _float_arg(params, k) for k in ("p99_ms", "min_throughput", "min_samples_per_s", "max_cost")}
+    rec_args = {k: _float_arg(params, k) for k in RECOMMEND_FIELDS}
     rec_confident = params.get("confident") == "true"
-    rec = None
-    if rec_args["p99_ms"] is not None:
-        rec = recommend(
-            index.select(filters, team=team),
-            p99_ms=rec_args["p99_ms"],
-            min_throughput=rec_args["min_throughput"],
-            min_samples_per_s=rec_args["min_samples_per_s"],
-            max_cost=rec_args["max_cost"],
-            confident=rec_confident,
-        )
+    rec, rec_error = None, None
+    if any(rec_args[k] is not None for k in ("p99_ms", "ttft_ms", "tpot_ms")):
+        try:
+            query = parse_query({**rec_args, "confident": rec_confident, "model": params.get("model") or None})
+            rec = recommend(index.select(filters, team=team), query)
+        except InvalidRequest as exc:
+            rec_error = f"{exc.field}: {exc}"
     keep = {k: v for k, v in params.items() if k.startswith("f_") and v}
 
     def link(**changes: Any) -> str:
@@ -131,6 +139,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
         sort_link=sort_link,
         page_link=lambda off: link(offset=max(0, off)),
         rec=rec,
+        rec_error=rec_error,
         rec_args=rec_args,
         rec_confident=rec_confident,
     )
@@ -144,7 +153,7 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
     return {
         "job": job,
         "points": points,
-        "charts": draw.job_charts(points, raw, job.spec.slo),
+        "charts": draw.job_charts(points, raw, job.spec.slo, job.spec.sweep),
         "repeats": summarize_repeats(points),
         "running": job.state not in TERMINAL_STATES,
         "interference": interference.matrix(job, points),

@@ -8,6 +8,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from common.spec.sweep import label as sweep_label
+
 HERE = Path(__file__).parent
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 
@@ -20,6 +22,7 @@ def num(value: Any, digits: int = 2) -> str:
 
 
 env.globals["num"] = num
+env.globals["sweep_label"] = sweep_label
 
 
 def render(name: str, **context: Any) -> str:

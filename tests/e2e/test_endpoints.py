@@ -153,7 +153,7 @@ def test_submission_refuses_a_missing_secret_and_credentials_in_the_url(fleet, f
 @pytest.fixture(scope="module")
 def outside_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """A real Triton started by the test, not by any follower: (its HTTP base URL, its gRPC port)."""
-    from common.spec.job import ServerOptions
+    from common.spec.server import ServerOptions
     from follower.backends.triton import TritonBackend, find_triton, why_no_triton
 
     if find_triton() is None:

@@ -149,6 +149,33 @@ slo: {{ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}}
     assert (answer.lowest_fail is None) == (answer.stopped == "ceiling_not_reached")
 
 
+def test_a_sweep_over_a_vllm_option_starts_a_server_per_value_with_token_truth(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-sweep
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: poisson, rate: {RATE}, duration: {DURATION_S}s, warmup: {WARMUP_S}s}}
+llm: {{prompt_tokens: {PROMPT_TOKENS}, output_tokens: {OUTPUT_TOKENS}}}
+sweep: {{llm.max_num_seqs: [2, 16]}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=600)
+        board = client.leaderboard(filters=[f"job_id={job.id}"], sort="index")
+    points = results.points
+    assert [p.point.server.llm.max_num_seqs for p in points] == [2, 16]
+    for point in points:  # each configuration's own server, the same token truth
+        llm = point.llm
+        assert llm is not None and llm.server is not None and llm.mismatched_requests == 0, llm
+        assert llm.output_tokens_asked == llm.output_tokens_server == OUTPUT_TOKENS * point.ok
+    # The option reached each server: two sequences at a time queue the same load far longer than sixteen.
+    queued = [p.llm.server.queue_ms_mean for p in points]  # type: ignore[union-attr]
+    assert queued[0] is not None and queued[1] is not None and queued[0] > queued[1], queued
+    assert [row.options for row in board.rows] == ['{"llm":{"max_num_seqs":2}}', '{"llm":{"max_num_seqs":16}}']
+    out = io.StringIO()
+    print_results(Console(file=out, width=200), results)
+    assert "vllm max_num_seqs=2" in out.getvalue() and "vllm max_num_seqs=16" in out.getvalue()
+
+
 def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
     import json
 
@@ -254,7 +281,7 @@ def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(  # type: ign
     tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one
     point on the coordinator, every request's first token and the server's exact counts included, and the client's
     token counts of the other shard's texts arrive with its records."""
-    from common.spec.job import ServerOptions
+    from common.spec.server import ServerOptions
 
     labels = {"BENCHFLEET_FOLLOWER_LABELS": '{"pool": "llm-shards"}'}
     for follower in ("llm-shard-a", "llm-shard-b"):

@@ -14,6 +14,7 @@ from common.wire.analysis import CompareResponse, LeaderboardPage, OutlierRespon
 from leader.analysis import anomalies, export, heatmap, queries, records
 from leader.analysis import compare as compare_mod
 from leader.analysis.leaderboard import to_row
+from leader.analysis.recommend import parse_query
 from leader.analysis.recommend import recommend as recommend_rows
 from leader.api.deps import Db, Submitter, Viewer
 from leader.store import jobs as jobs_store
@@ -60,29 +61,41 @@ async def recommend(
     request: Request,
     db: Db,
     viewer: Viewer,
-    p99_ms: Annotated[float, Query(gt=0)],
-    min_throughput: Annotated[float | None, Query(ge=0)] = None,
-    min_samples_per_s: Annotated[float | None, Query(ge=0)] = None,
-    max_cost: Annotated[float | None, Query(ge=0)] = None,
+    p99_ms: float | None = None,
+    ttft_ms: float | None = None,
+    tpot_ms: float | None = None,
+    min_throughput: float | None = None,
+    min_samples_per_s: float | None = None,
+    min_tokens_per_s: float | None = None,
+    max_cost: float | None = None,
+    max_cost_per_1m_tokens: float | None = None,
     model: str | None = None,
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002
     confident: bool = False,
 ) -> RecommendResponse:
-    """The top-3 configurations meeting the SLO, most samples/s first, each with the point that backs it.
+    """The top-3 configurations meeting the query (common.wire.analysis.RecommendQuery), the most work served first
+    (output tokens/s for a language model's TTFT/TPOT question, else samples/s), each with the point that backs it;
+    with none, `missing` says which constraint no point met and what to run.
 
-    `min_throughput` is in requests/s, `min_samples_per_s` in samples (inputs) per second.
-    `confident=true` holds the SLO against the upper end of each point's p99 95% CI instead of the estimate.
+    `min_throughput` is in requests/s; `max_cost` per 1M requests, `max_cost_per_1m_tokens` per 1M output tokens.
+    `confident=true` holds the p99 and TTFT limits against the upper end of each point's 95% CI.
     """
-    index = await queries.synced_index(request.app.state, db)
-    return recommend_rows(
-        index.select(filter or [], team=viewer.scope),
-        p99_ms=p99_ms,
-        min_throughput=min_throughput,
-        max_cost=max_cost,
-        model=model,
-        confident=confident,
-        min_samples_per_s=min_samples_per_s,
+    query = parse_query(
+        {
+            "p99_ms": p99_ms,
+            "ttft_ms": ttft_ms,
+            "tpot_ms": tpot_ms,
+            "min_throughput": min_throughput,
+            "min_samples_per_s": min_samples_per_s,
+            "min_tokens_per_s": min_tokens_per_s,
+            "max_cost": max_cost,
+            "max_cost_per_1m_tokens": max_cost_per_1m_tokens,
+            "model": model,
+            "confident": confident,
+        }
     )
+    index = await queries.synced_index(request.app.state, db)
+    return recommend_rows(index.select(filter or [], team=viewer.scope), query)
 
 
 @router.get("/compare", response_model=CompareResponse)

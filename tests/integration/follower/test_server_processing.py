@@ -19,7 +19,8 @@ import onnxruntime as ort
 import pytest
 
 from common.procs import SupervisedProcess, free_port, http_ready
-from common.spec.job import DataRef, PointSpec, ServerOptions
+from common.spec.job import DataRef, PointSpec
+from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta, TensorSpec
 from follower.attempt.request_data import resolve_request_data, with_client_stages
 from follower.point.context import HostFacts, ServerRun

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from common.spec.grid import expand
-from common.spec.job import ServerOptions
 from common.spec.parse import parse_spec
+from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.backends.artifacts import artifact

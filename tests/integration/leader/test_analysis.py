@@ -185,11 +185,19 @@ def test_confident_recommendation_holds_the_slo_at_the_ci_upper_end(leader: Lead
     job = seed_job(leader, name="confident", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
                    follower_id="conf", metrics=metrics)  # fmt: skip
     plain = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
-    assert not plain["confident"] and [r["batch_size"] for r in plain["recommendations"]] == [8, 1]
+    assert not plain["query"]["confident"] and [r["batch_size"] for r in plain["recommendations"]] == [8, 1]
     assert plain["recommendations"][0]["p99_ci_high_ms"] == 26.0
     sure = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", confident="true")
-    assert sure["confident"] and [r["batch_size"] for r in sure["recommendations"]] == [1]
+    assert sure["query"]["confident"] and [r["batch_size"] for r in sure["recommendations"]] == [1]
     assert sure["recommendations"][0]["p99_ci_high_ms"] == 15.0 and sure["considered"] == 1
+    # Nothing qualifies: the answer says which constraint no point met, the closest, and what to run.
+    none = get(leader, "/api/v1/recommend", p99_ms=5, filter=f"job_id={job}")
+    assert none["recommendations"] == [] and none["missing"].startswith("not enough evidence: none of 2 valid points")
+    assert "run a search" in none["missing"] and "slo: {p99_ms: 5}" in none["missing"]
+    asked_nothing = leader.client.get("/api/v1/recommend", headers=ADMIN, params={"min_throughput": 10})
+    assert asked_nothing.status_code == 400 and "ttft_ms" in asked_nothing.json()["message"], asked_nothing.text
+    bad = leader.client.get("/api/v1/recommend", headers=ADMIN, params={"ttft_ms": -1})
+    assert bad.status_code == 400 and bad.json()["field"] == "ttft_ms", bad.text
     row = next(r for r in get(leader, "/api/v1/leaderboard", filter=f"job_id={job}", limit=10)["rows"] if r["batch_size"] == 8)
     assert row["p99_ci_high_ms"] == 26.0
 

@@ -11,8 +11,8 @@ import pytest
 
 from common.formats.bundle import BundleError, read_member, read_meta, write_bundle
 from common.formats.signature import input_mismatches
-from common.spec.job import DynamicBatching, ServerOptions
 from common.spec.parse import parse_spec
+from common.spec.server import DynamicBatching, ServerOptions
 from common.wire.models import ModelMeta, TensorSpec
 from follower.convert.check import ConversionMismatch, compare, require
 from follower.convert.triton_repo import config_pbtxt

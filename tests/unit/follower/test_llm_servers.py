@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from common.spec.job import JobSpec, LlmServerOptions, ServerOptions
+from common.spec.job import JobSpec
+from common.spec.server import LlmServerOptions, ServerOptions
 from common.wire.models import LlmParams, ModelMeta
 from follower.backends import BACKENDS, SglangBackend, TritonOpenAiBackend, available_backends
 from follower.backends.llmserver import parse_metrics
