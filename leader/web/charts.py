@@ -108,10 +108,11 @@ def heat(title: str, grid: HeatMap, *, xlabel: str, ylabel: str, empty: str = "n
     return chart
 
 
-def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray]) -> list[Series]:
+def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray], sweep: dict[str, list[Any]] | None = None) -> list[Series]:
     series: list[Series] = []
     for p in points:
-        label = f"#{p.point.index} {p.point.backend} b{p.point.batch_size} {p.point.load_label()}"
+        config = f" {sweep_label(sweep, p.point.server)}" if sweep else ""
+        label = f"#{p.point.index} {p.point.backend}{config} b{p.point.batch_size} {p.point.load_label()}"
         label += "" if p.valid else " INVALID"
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
@@ -132,7 +133,7 @@ def job_charts(
     charts = [
         line(
             "Latency CDF per point",
-            _cdf_series(points, raw),
+            _cdf_series(points, raw, sweep),
             xlabel="latency from intended time (ms)",
             ylabel="percent of requests",
             logx=True,
@@ -201,7 +202,8 @@ def job_charts(
 
 def search_chart(p: PointResult, slo: SLO | None) -> Chart:
     """A search point's probes against the load: the p99 (or, for a language model's goodput search, the share of
-    requests meeting the SLO), passing and failing probes apart, the limit as a line and the load found marked."""
+    requests meeting the SLO) through every probe in load order, the failing ones ringed, the limit as a line and the
+    load found marked."""
     answer = p.search
     assert answer is not None
     share = any(probe.attainment is not None for probe in answer.probes) and slo is not None and slo.per_request
@@ -210,26 +212,23 @@ def search_chart(p: PointResult, slo: SLO | None) -> Chart:
         return probe.attainment if share else probe.p99_ms
 
     limit = (slo.attainment if share else slo.p99_ms) if slo is not None else None
-    loads = [probe.load for probe in answer.probes]
-    series: list[Series] = [
-        (
-            f"{kind} probes",
-            [x.load for x in answer.probes if x.passed == ok],
-            [figure(x) for x in answer.probes if x.passed == ok],
-        )
-        for kind, ok in (("passed", True), ("failed", False))
-    ]
-    if limit is not None and loads:
-        series.append(("the SLO's limit", [min(loads), max(loads)], [limit, limit]))
+    probes = sorted(answer.probes, key=lambda x: x.load)
+    name = "attainment" if share else "p99"
+    series: list[Series] = [(f"{name} at each probe", [x.load for x in probes], [figure(x) for x in probes])]
+    flagged = [[not x.passed for x in probes]]
+    if limit is not None and probes:
+        series.append(("the SLO's limit", [probes[0].load, probes[-1].load], [limit, limit]))
+        flagged.append([False, False])
     if answer.found is not None:
         at = next((figure(x) for x in answer.probes if x.load == answer.found), None)
         series.append((f"found: {answer.found:g} {answer.unit}", [answer.found], [at]))
+        flagged.append([False])
     return line(
-        f"Search #{p.point.index}: {'attainment' if share else 'p99'} against load ({answer.stopped.replace('_', ' ')})",
+        f"Search #{p.point.index}: {name} against load ({answer.stopped.replace('_', ' ')}; ringed red: failed)",
         series,
         xlabel=f"offered load ({answer.unit})",
         ylabel="share of requests meeting the SLO" if share else "p99 ms",
-        lines=False,
+        flagged=flagged,
         empty="no probe has a figure",
     )
 

@@ -248,6 +248,84 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         assert page.evaluate(OVERFLOW_JS) <= 0  # the token table fits a 1,400 px window too
 
 
+def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
+    server: dict[str, Any], leader: Leader, artifacts_dir: Path
+) -> None:
+    """A sweep's curves, one line per server configuration with a legend that reads at 1,400 px; a search point's
+    answer, probes and chart with the limit and the load found; the recommender form taking TTFT and TPOT limits and
+    an output-token target, and saying what to run when nothing carries it."""
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    p99s = iter([4.0, 9.0, 3.0, 6.0])  # threads=1 at 50 and 100 req/s, then threads=2
+
+    def swept(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(next(p99s)), "achieved_rate": rate}
+
+    sweep = seed_job(leader, name="web-sweep", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
+                     follower_id="host-s", metrics=swept, extra="sweep: {threads: [1, 2]}\n")
+    probes = [{"load": 20.0, "valid": True, "passed": True, "margin": 0.8, "p99_ms": 4.0, "achieved_rate": 20.0},
+              {"load": 240.0, "valid": True, "passed": False, "margin": -2.0, "p99_ms": 60.0, "achieved_rate": 230.0},
+              {"load": 69.3, "valid": True, "passed": True, "margin": 0.6, "p99_ms": 8.0, "achieved_rate": 69.0},
+              {"load": 186.0, "valid": True, "passed": True, "margin": 0.05, "p99_ms": 19.0, "p99_ci_ms": [17.0, 21.5],
+               "uncertain": True, "achieved_rate": 185.0},
+              {"load": 195.0, "valid": True, "passed": False, "margin": -0.3, "p99_ms": 26.0, "achieved_rate": 194.0}]
+    answer = {"criterion": "p99 <= 20 ms", "found": 186.0, "lowest_fail": 195.0, "precision": 0.05, "width": 0.046,
+              "stopped": "resolved", "chosen": 3, "probes": probes,
+              "notes": ["the verdict at 186 req/s is uncertain: both runs together still straddle the limit"]}
+
+    def searched(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(19.0), "achieved_rate": 185.0, "search": answer}
+
+    search = seed_job(leader, name="web-search", backends=["onnxruntime"], batches=[1], rates=[186], p99_slo=20,
+                      follower_id="host-q", metrics=searched)
+
+    def tokens(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        figures = {"ttft_ms": pct(40.0 * rate / 10), "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0), "itl_request_ms": pct(4.0),
+                   "tpot_ms": pct(4.5), "e2e_sent_ms": pct(200.0), "output_tokens_per_s": 16 * rate,
+                   "input_tokens_per_s": 48 * rate, "user_tokens_per_s_p50": 200.0}
+        return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures}
+
+    seed_job(leader, name="web-llm-rec", backends=["onnxruntime"], batches=[1], rates=[10, 20, 40], p99_slo=300,
+             follower_id="host-t", metrics=tokens)
+    with job_page(server["url"], sweep) as page:
+        charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
+        ladder = next(c for t, c in charts.items() if "throughput" in t)
+        assert ladder["series"] == ["onnxruntime b1 threads=1", "onnxruntime b1 threads=2"] and ladder["values"] == 4
+        cells = page.locator("#points td.t").all_inner_texts()
+        assert cells == ["onnxruntime threads=1", "onnxruntime threads=1", "onnxruntime threads=2", "onnxruntime threads=2"]
+        legend = page.locator("#charts figure", has_text="throughput").locator(".u-legend")
+        assert legend.is_visible() and "threads=1" in legend.inner_text() and "threads=2" in legend.inner_text()
+        assert page.evaluate(OVERFLOW_JS) <= 0
+        page.screenshot(path=str(shots / "sweep.png"), full_page=True)
+
+        page.goto(f"{server['url']}/jobs/{search}")
+        page.wait_for_selector("#search-0")
+        card = page.locator("#search-0").inner_text()
+        assert "186 req/s (fails at 195), p99 <= 20 ms; 5 probes, resolved to the asked precision" in card
+        assert "the verdict at 186 req/s is uncertain" in card and page.locator("#search-0 tr.probe").count() == 5
+        chart = next(c for c in drawn_charts(page, "#charts") if c["title"].startswith("Search #0"))
+        assert chart["series"][:3] == ["p99 at each probe", "the SLO's limit", "found: 186 req/s"]
+        assert chart["inked"] > 300 and chart["values"] == 5 + 2 + 1 + 2  # probes, the limit's ends, found, 2 rings
+        page.screenshot(path=str(shots / "search.png"), full_page=True)
+
+        page.goto(f"{server['url']}/leaderboard")
+        page.fill("#rec-ttft", "100")
+        page.fill("#rec-tpot", "10")
+        page.fill("#rec-tokens", "200")
+        page.click("#rec-submit")
+        page.wait_for_selector("#recommendations li.rec")
+        recs = page.locator("#recommendations li.rec").all_inner_texts()
+        # 40 req/s's TTFT p99 (160 ms) is over 100 ms; 10 req/s carries 160 tokens/s, under 200: only 20 req/s.
+        assert len(recs) == 1 and "320.0 output tokens/s" in recs[0] and "TTFT p99 80.00 ms" in recs[0], recs
+        assert page.locator("#rec-query").inner_text() == "TTFT p99 <= 100 ms, TPOT p99 <= 10 ms, >= 200 output tokens/s"
+        page.screenshot(path=str(shots / "recommend-llm.png"), full_page=True)
+        page.fill("#rec-tokens", "1000")
+        page.click("#rec-submit")
+        page.wait_for_selector("#no-recommendation")
+        missing = page.locator("#no-recommendation").inner_text()
+        assert "none carries the traffic asked; the most, 320.0 output tokens/s" in missing, missing
+
+
 def test_api_docs_render_offline(server: dict[str, Any], artifacts_dir: Path) -> None:
     """/docs draws every operation with every request to anywhere but the leader refused (an air-gapped cluster)."""
     from leader.web.apidocs import ASSETS, VENDOR
