@@ -192,11 +192,15 @@ def follower() -> None:
 def demo(
     job: Annotated[Path | None, typer.Option(help="A job YAML to run instead of the built-in example.")] = None,
     workdir: Annotated[Path, typer.Option(help="Where logs and data of this demo go.")] = Path(".benchfleet/demo"),
+    llm: Annotated[
+        bool, typer.Option("--llm", help="A goodput search on vLLM (its CPU build) serving the canonical LLM instead.")
+    ] = False,
 ) -> None:
     """Start an embedded DB, Redis, a leader and a local follower; run one real benchmark; print the results."""
-    from benchfleet.demo import DEMO_JOB, run_demo
+    from benchfleet.demo import DEMO_JOB, LLM_JOB, run_demo
 
-    raise typer.Exit(run_demo(job_yaml=job.read_text() if job else DEMO_JOB, workdir=workdir, console=console))
+    default = LLM_JOB if llm else DEMO_JOB
+    raise typer.Exit(run_demo(job_yaml=job.read_text() if job else default, workdir=workdir, console=console, llm=llm))
 
 
 FleetDirOpt = Annotated[Path, typer.Option("--workdir", help="Where the local fleet keeps its data, logs and token.")]

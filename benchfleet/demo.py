@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchfleet.client import ApiError, BenchfleetClient
+from benchfleet.generate import llama
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.render import print_results
 from benchfleet.stack import LocalStack
@@ -26,6 +27,17 @@ load: {pattern: poisson, rate: 200, duration: 10s, warmup: 2s}
 slo: {p99_ms: 20}
 """
 DEMO_MODEL = ("mlp-small", "1")
+# `demo --llm`: the highest rate vLLM (its CPU build) serves the canonical LLM at while 90% of requests get their
+# first token within 1 s and each next within 200 ms: a goodput search, answered with its interval and probes.
+LLM_JOB = """\
+name: llm-goodput-search
+model: {ref: tiny-llama:1}
+backends: [vllm]
+load: {pattern: poisson, duration: 12s, warmup: 2s, search: {low: 10, high: 160, precision: 0.1, max_steps: 8}}
+llm: {prompt_tokens: 48, output_tokens: 16}
+slo: {ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}
+"""
+LLM_MODEL = ("tiny-llama", "1")
 FOLLOWER_ID = "local"
 
 
@@ -51,8 +63,24 @@ def _watch(client: BenchfleetClient, job_id: str, console: Console, timeout_s: f
     return client.results(job_id)
 
 
-def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo"), console: Console | None = None) -> int:
-    """Start everything, run one benchmark, print its results, stop everything; returns the exit code."""
+def _upload_model(client: BenchfleetClient, llm: bool, console: Console) -> None:
+    """The demo's model, generated here: the canonical MLP, or with `llm` the canonical LLM (a small Llama)."""
+    if llm:
+        made = llama(layers=2, hidden=128, heads=4, kv_heads=None, intermediate=None, vocab=2048, context=512, seed=5)
+        name, version = LLM_MODEL
+        meta = client.upload_model(made.data, name=name, version=version, format=made.format)
+        console.print(f"generated and uploaded model {meta.ref}: {made.summary}")
+        return
+    name, version = DEMO_MODEL
+    meta = client.upload_model(mlp_onnx(), name=name, version=version)
+    console.print(f"generated and uploaded model {meta.ref} ({meta.size_bytes} bytes, sha256 {meta.sha256[:12]})")
+
+
+def run_demo(
+    *, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo"), console: Console | None = None, llm: bool = False
+) -> int:
+    """Start everything, run one benchmark, print its results, stop everything; returns the exit code. `llm`: a
+    goodput search on vLLM instead, ending with the answer, its interval and its probes."""
     console = console or Console()
     shutil.rmtree(workdir, ignore_errors=True)
     # Running Redis or a database named in the environment are used as they are; the rest is started here.
@@ -74,9 +102,7 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
             stack.start_follower(FOLLOWER_ID)
             with stack.client() as client:
                 if not client.models():
-                    name, version = DEMO_MODEL
-                    meta = client.upload_model(mlp_onnx(), name=name, version=version)
-                    console.print(f"generated and uploaded model {meta.ref} ({meta.size_bytes} bytes, sha256 {meta.sha256[:12]})")
+                    _upload_model(client, llm, console)
                 job = client.submit_yaml(job_yaml)
                 most = job.estimate_max_s or job.estimate_s
                 console.print(
@@ -85,6 +111,9 @@ def run_demo(*, job_yaml: str = DEMO_JOB, workdir: Path = Path(".benchfleet/demo
                 )
                 results = _watch(client, job.id, console, timeout_s=most * 2 + 120)
             print_results(console, results)
+            for point in results.points:  # a search ends with its answer: what the team decides with
+                if point.search is not None:
+                    console.print(f"answer: {point.search.summary()}", markup=False, highlight=False, soft_wrap=True)
             if results.job.state != JobState.succeeded:
                 console.print(f"[red]job {results.job.state}: {results.job.error}[/]")
                 return 1

@@ -148,8 +148,8 @@ def search_sheet(result: PointResult) -> Sheet:
         title=f"search, point {result.point.index}: {answer.summary()}",
         columns=[
             Col("probe"),
-            Col(answer.unit),
-            Col("req/s", rank=1),
+            Col("load"),
+            Col("achieved", rank=1),
             Col("p99 ms"),
             Col("p99 95% CI", rank=2),
             Col("attained", rank=1),
@@ -173,7 +173,10 @@ def search_sheet(result: PointResult) -> Sheet:
         sheet.rows.append(row)
     for text in answer.notes:
         sheet.note(text)
-    sheet.footer = "*: the probe whose run is the point's figures and records; uncertain: the interval held the limit"
+    sheet.footer = (
+        f"load in {answer.unit}, achieved in req/s; *: the probe whose run is the point's figures and records; "
+        "uncertain: the interval held the limit"
+    )
     return sheet
 
 

@@ -186,10 +186,16 @@ class SearchPlan:
                 "intervals do not overlap): the server does better under more load there (batching), so the curve "
                 "may pass again above the answer"
             )
+        if fail is not None and not self.verdicts[fail].valid:
+            notes.append(
+                f"the lowest failing load, {fail:g} {unit}, failed as an invalid measurement, not by the SLO (its "
+                "reasons are on its probe): the answer is the most this run could measure within the SLO, which may "
+                "be below what the server itself carries"
+            )
         cliff = False
-        if stopped == "resolved" and found is not None and fail is not None:
+        if stopped == "resolved" and found is not None and fail is not None and self.verdicts[fail].valid:
             top, bottom = self.verdicts[found].margin, self.verdicts[fail].margin
-            if top is not None and bottom is not None and top >= CLIFF_MARGIN:
+            if top is not None and bottom is not None and top >= CLIFF_MARGIN and bottom < 0:
                 cliff = True
                 notes.append(
                     f"a cliff: met with {100 * top:.0f}% to spare at {found:g} {unit}, missed by {-100 * bottom:.0f}% at "

@@ -145,16 +145,13 @@ def job_charts(
         config = f" {sweep_label(sweep, p.point.server)}" if sweep else ""  # a sweep: one line per configuration
         ladders.setdefault(f"{p.point.backend} b{p.point.batch_size}{config}", []).append(p)
     ordered = {k: sorted(v, key=lambda p: p.point.rate) for k, v in ladders.items()}
-    curve = [
-        (k, [p.achieved_rate for p in v], [p.latency_ms.p99 if p.latency_ms else None for p in v]) for k, v in ordered.items()
-    ]
     charts.append(
-        line(
-            "p99 latency vs throughput (rate ladder; ringed red: invalid)",
-            curve,
+        _curves(
+            "p99 latency vs throughput (one line per configuration; ringed red: invalid)",
+            ordered,
+            lambda p: (p.achieved_rate, p.latency_ms.p99 if p.latency_ms else None),
             xlabel="achieved throughput (req/s)",
             ylabel="p99 ms",
-            flagged=[[not p.valid for p in v] for v in ordered.values()],
         )
     )
     timeline = [(f"#{p.point.index} p99", [w.t_s for w in p.windows], [w.p99_ms for w in p.windows]) for p in points if p.windows]
@@ -196,8 +193,85 @@ def job_charts(
         "ready → first answer": [(c.to_first_answer_s - c.to_ready_s) if c else None for c in cold],
     }
     charts.append(bars("Cold start (s)", labels, stacks, ylabel="s", empty="no cold start measured"))
+    windowed = [p for p in points if p.llm is not None and p.windows]
+    if windowed:  # a language model's point over time: the load offered and served, and its first tokens' wait
+        charts.append(
+            line(
+                "Timeline: offered and answered req/s per window",
+                [
+                    (f"#{p.point.index} {kind}", [w.t_s for w in p.windows], [v(w) for w in p.windows])
+                    for p in windowed
+                    for kind, v in (("offered", lambda w: w.requests / w.duration_s), ("answered", lambda w: w.throughput))
+                ],
+                xlabel="seconds into the measured part",
+                ylabel="req/s",
+            )
+        )
+        charts.append(
+            line(
+                "Timeline: TTFT p99 per window",
+                [(f"#{p.point.index}", [w.t_s for w in p.windows], [w.ttft_p99_ms for w in p.windows]) for p in windowed],
+                xlabel="seconds into the measured part",
+                ylabel="TTFT p99 ms",
+                empty="no per-window TTFT was reported",
+            )
+        )
+    llm = {k: [p for p in v if p.llm is not None] for k, v in ordered.items()}
+    llm = {k: v for k, v in llm.items() if v}
+    if llm:  # a language model's decision curves: the work served against what each user waits
+        for name, attr in (("TPOT", "tpot_ms"), ("TTFT", "ttft_ms")):
+            charts.append(
+                _curves(
+                    f"Output tokens/s vs {name} p99 (one line per configuration; ringed red: invalid)",
+                    llm,
+                    lambda p, attr=attr: _tokens_and(p, attr),
+                    xlabel="output tokens/s (the server's count)",
+                    ylabel=f"{name} p99 ms",
+                )
+            )
     charts += [search_chart(p, slo) for p in points if p.search is not None]
     return charts
+
+
+def _tokens_and(p: PointResult, attr: str) -> tuple[float | None, float | None]:
+    figures = p.llm
+    if figures is None:
+        return None, None
+    latency = getattr(figures, attr)
+    return figures.output_tokens_per_s, latency.p99 if latency is not None else None
+
+
+def pareto(pairs: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both counts (more served, less waited), in order of what they serve."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(pairs, key=lambda xy: (-xy[0], xy[1])):
+        if not front or y < front[-1][1]:
+            front.append((x, y))
+    return sorted(front)
+
+
+def _curves(
+    title: str,
+    lines: Mapping[str, list[PointResult]],
+    xy: Any,
+    *,
+    xlabel: str,
+    ylabel: str,
+) -> Chart:
+    """One line per configuration (x: what it served, y: what its users waited), invalid points ringed, and with
+    several configurations the Pareto front of the valid points across them."""
+    series: list[Series] = []
+    flagged: list[list[bool]] = []
+    for label, points in lines.items():
+        pairs = [xy(p) for p in points]
+        series.append((label, [x for x, _ in pairs], [y for _, y in pairs]))
+        flagged.append([not p.valid for p in points])
+    valid = [xy(p) for points in lines.values() for p in points if p.valid]
+    front = pareto([(x, y) for x, y in valid if _finite(x) and _finite(y)])
+    if len(lines) > 1 and front:
+        series.append(("Pareto front", [x for x, _ in front], [y for _, y in front]))
+        flagged.append([False] * len(front))
+    return line(title, series, xlabel=xlabel, ylabel=ylabel, flagged=flagged)
 
 
 def search_chart(p: PointResult, slo: SLO | None) -> Chart:

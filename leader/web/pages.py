@@ -200,7 +200,7 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
         raise InvalidRequest(f"job {job_id} has no point {index}", field="index")
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     every = draw.job_charts(points, raw)
-    charts = every[:1] + every[2:3]
+    charts = every[:1] + [c for c in every if c["title"].startswith("Timeline:")]
     result_json = json.dumps(points[0].model_dump(mode="json", exclude={"latency_hdr", "service_hdr"}), indent=1)
     return HTMLResponse(
         render(

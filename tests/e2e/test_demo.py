@@ -55,3 +55,30 @@ def test_demo_runs_a_benchmark_and_cleans_up(tmp_path: Path, artifacts_dir: Path
     assert header.split() == ["#", "backend", "batch", "load", "req/s", "req", "err", "p50", "ms", "p90", "p99", "p99.9",
                               "max", "svc", "p99", "lag", "p99", "cold", "s", "SLO", "valid"], header  # fmt: skip
     assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
+
+
+def test_demo_llm_runs_a_goodput_search_on_vllm_and_ends_with_its_answer(tmp_path: Path, artifacts_dir: Path) -> None:
+    from follower.backends.vllm import VllmBackend
+
+    ok, why = VllmBackend.available()
+    if not ok:
+        if os.environ.get("CI"):  # CI installs vLLM (scripts/install_vllm.sh) and must run this, not skip it
+            pytest.fail(f"vLLM is required under CI: {why}")
+        pytest.skip(why)
+    workdir = tmp_path / "demo-llm"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFLEET_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchfleet", "demo", "--llm", "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    (artifacts_dir / "demo-llm-output.txt").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "generated and uploaded model tiny-llama:1: LlamaForCausalLM" in out.stdout
+    assert "search, point 0:" in out.stdout  # the probes, each with its attainment and verdict
+    answer = out.stdout.strip().splitlines()
+    last = next(line for line in reversed(answer) if line.startswith("answer: "))
+    assert "attainment >= 0.9 of ttft <= 1000 ms, tpot <= 200 ms" in last and " probes, " in last, last
+    assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"

@@ -186,7 +186,8 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
             for title in ("Latency CDF per point", "Timeline: p99 per window", "Stage breakdown (mean ms)"):
                 assert charts[title]["values"] >= 8 and charts[title]["inked"] > 500, charts[title]
             ladder = next(c for t, c in charts.items() if "throughput" in t)
-            assert ladder["series"] == ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"] and ladder["values"] == 8
+            configs = ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"]
+            assert ladder["series"] == [*configs, "Pareto front"] and ladder["values"] > 8
             page.screenshot(path=str(shots / "job.png"), full_page=True)
 
             page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate")
@@ -235,7 +236,11 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
                    "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5,
                               "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
                                             "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
-        return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures}
+        windows = [
+            {"t_s": t, "duration_s": 1.0, "requests": int(rate), "ok": int(rate), "throughput": 0.9 * rate, "ttft_p99_ms": 40 + t}
+            for t in range(3)
+        ]
+        return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures, "windows": windows}
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
                    follower_id="host-l", metrics=metrics)  # fmt: skip
@@ -246,6 +251,12 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         assert "[38.00–43.50]" in rows[0]  # the TTFT p99's CI beside it
         assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s
         assert page.evaluate(OVERFLOW_JS) <= 0  # the token table fits a 1,400 px window too
+        curves = {c["title"].split(" (")[0]: c for c in drawn_charts(page, "#charts")}
+        for name in ("Output tokens/s vs TPOT p99", "Output tokens/s vs TTFT p99"):
+            assert curves[name]["series"] == ["onnxruntime b1"] and curves[name]["values"] == 2, curves[name]
+        ttft = curves["Timeline: TTFT p99 per window"]
+        assert ttft["series"] == ["#0", "#1"] and ttft["values"] == 6 and ttft["inked"] > 100, ttft
+        assert curves["Timeline: offered and answered req/s per window"]["values"] == 12
 
 
 def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
@@ -290,7 +301,9 @@ def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
     with job_page(server["url"], sweep) as page:
         charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
         ladder = next(c for t, c in charts.items() if "throughput" in t)
-        assert ladder["series"] == ["onnxruntime b1 threads=1", "onnxruntime b1 threads=2"] and ladder["values"] == 4
+        assert ladder["series"] == ["onnxruntime b1 threads=1", "onnxruntime b1 threads=2", "Pareto front"]
+        # threads=2 serves 50 and 100 req/s at 3 and 6 ms, better than threads=1 at both: it is the front.
+        assert ladder["values"] == 4 + 2
         cells = page.locator("#points td.t").all_inner_texts()
         assert cells == ["onnxruntime threads=1", "onnxruntime threads=1", "onnxruntime threads=2", "onnxruntime threads=2"]
         legend = page.locator("#charts figure", has_text="throughput").locator(".u-legend")

@@ -133,3 +133,15 @@ def test_interpolation_needs_fewer_probes_than_bisection_on_smooth_curves() -> N
             for shape in (queue, power):
                 count[narrow] += drive(RATE, shape(10 + share * 990), narrow).probes
     assert count[interpolate] < count[bisect]
+
+
+def test_an_invalid_fail_is_named_as_such_and_is_never_a_cliff() -> None:
+    """A load the run could not measure validly (the generator's send lag) fails whatever its margin: the answer
+    says the limit is the measurement's, and a comfortable pass below it is no cliff."""
+    plan = SearchPlan(SearchSpec(low=10, high=160, precision=0.1))
+    while (step := plan.next_load()) is not None:
+        load, _ = step
+        plan.record(load, Reading(valid=load < 38, margin=1.0))
+    out = plan.outcome()
+    assert out.stopped == "resolved" and not out.cliff and out.found is not None and out.found < 38 <= (out.lowest_fail or 0)
+    assert any("failed as an invalid measurement, not by the SLO" in n for n in out.notes)
