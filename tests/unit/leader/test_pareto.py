@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leader.web.charts import pareto
+from leader.web.curves import pareto
 
 
 def test_the_front_keeps_only_points_no_other_beats_on_both_counts() -> None:

@@ -1,0 +1,86 @@
+"""The charts a decision is made from: one line per configuration with the Pareto front (what each served against
+what its users waited), and a search's probes against load with the limit and the load found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from common.spec.slo import SLO
+from common.wire.results import PointResult
+from common.wire.search import SearchProbe
+from leader.web.chartkit import Chart, Series, finite, line
+
+
+def tokens_and(p: PointResult, attr: str) -> tuple[float | None, float | None]:
+    figures = p.llm
+    if figures is None:
+        return None, None
+    latency = getattr(figures, attr)
+    return figures.output_tokens_per_s, latency.p99 if latency is not None else None
+
+
+def pareto(pairs: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both counts (more served, less waited), in order of what they serve."""
+    front: list[tuple[float, float]] = []
+    for x, y in sorted(pairs, key=lambda xy: (-xy[0], xy[1])):
+        if not front or y < front[-1][1]:
+            front.append((x, y))
+    return sorted(front)
+
+
+def curves(
+    title: str,
+    lines: Mapping[str, list[PointResult]],
+    xy: Any,
+    *,
+    xlabel: str,
+    ylabel: str,
+) -> Chart:
+    """One line per configuration (x: what it served, y: what its users waited), invalid points ringed, and with
+    several configurations the Pareto front of the valid points across them."""
+    series: list[Series] = []
+    flagged: list[list[bool]] = []
+    for label, points in lines.items():
+        pairs = [xy(p) for p in points]
+        series.append((label, [x for x, _ in pairs], [y for _, y in pairs]))
+        flagged.append([not p.valid for p in points])
+    valid = [xy(p) for points in lines.values() for p in points if p.valid]
+    front = pareto([(x, y) for x, y in valid if finite(x) and finite(y)])
+    if len(lines) > 1 and front:
+        series.append(("Pareto front", [x for x, _ in front], [y for _, y in front]))
+        flagged.append([False] * len(front))
+    return line(title, series, xlabel=xlabel, ylabel=ylabel, flagged=flagged)
+
+
+def search_chart(p: PointResult, slo: SLO | None) -> Chart:
+    """A search point's probes against the load: the p99 (or, for a language model's goodput search, the share of
+    requests meeting the SLO) through every probe in load order, the failing ones ringed, the limit as a line and the
+    load found marked."""
+    answer = p.search
+    assert answer is not None
+    share = any(probe.attainment is not None for probe in answer.probes) and slo is not None and slo.per_request
+
+    def figure(probe: SearchProbe) -> float | None:
+        return probe.attainment if share else probe.p99_ms
+
+    limit = (slo.attainment if share else slo.p99_ms) if slo is not None else None
+    probes = sorted(answer.probes, key=lambda x: x.load)
+    name = "attainment" if share else "p99"
+    series: list[Series] = [(f"{name} at each probe", [x.load for x in probes], [figure(x) for x in probes])]
+    flagged = [[not x.passed for x in probes]]
+    if limit is not None and probes:
+        series.append(("the SLO's limit", [probes[0].load, probes[-1].load], [limit, limit]))
+        flagged.append([False, False])
+    if answer.found is not None:
+        at = next((figure(x) for x in answer.probes if x.load == answer.found), None)
+        series.append((f"found: {answer.found:g} {answer.unit}", [answer.found], [at]))
+        flagged.append([False])
+    return line(
+        f"Search #{p.point.index}: {name} against load ({answer.stopped.replace('_', ' ')}; ringed red: failed)",
+        series,
+        xlabel=f"offered load ({answer.unit})",
+        ylabel="share of requests meeting the SLO" if share else "p99 ms",
+        flagged=flagged,
+        empty="no probe has a figure",
+    )
