@@ -156,6 +156,11 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
         ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
         change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
         sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, p.verdict])
+        for m in p.llm:  # a language model's figures, each under its point
+            ci = f"{m.ci_low:+.2f} .. {m.ci_high:+.2f}" if m.ci_low is not None and m.ci_high is not None else "-"
+            change = "-" if m.change is None else f"{100 * m.change:+.1f}%"
+            test = "bootstrap" if m.ci_low is not None else "summary"
+            sheet.rows.append([f"  {m.metric}", _num(m.a), _num(m.b), change, ci, "-", test, m.verdict])
     sheet.footer = f"{answer.regressions} regression(s) at a threshold of {100 * answer.threshold:g}%"
     return sheet
 

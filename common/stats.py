@@ -161,3 +161,27 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     centre = (share + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / denominator
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def block_bootstrap_rate_diff_ci(
+    a: tuple[np.ndarray, np.ndarray, float],
+    b: tuple[np.ndarray, np.ndarray, float],
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Confidence interval of rate(b) - rate(a), each run given as (t_ns of each amount, amounts, its window in s): what
+    it served per second (tokens, requests). Each run's window is cut into BLOCK_NS stretches, empty ones included (a
+    stall serves nothing), and whole stretches are resampled; None when a window holds fewer than two stretches."""
+    draws = []
+    for k, (t_ns, amounts, window_s) in enumerate((a, b)):
+        n_blocks = int(window_s * 1e9 // BLOCK_NS)
+        if n_blocks < 2 or len(t_ns) != len(amounts):
+            return None
+        t0 = int(t_ns.min()) if len(t_ns) else 0
+        block = np.minimum((t_ns - t0) // BLOCK_NS, n_blocks - 1)
+        sums = np.bincount(block.astype(np.int64), weights=amounts.astype(np.float64), minlength=n_blocks)
+        weights = np.random.default_rng(seed + k).multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks), size=BOOTSTRAP_DRAWS)
+        draws.append(weights @ sums / window_s)
+    tail = (1 - confidence) / 2
+    lo, hi = np.quantile(draws[1] - draws[0], [tail, 1 - tail])
+    return float(lo), float(hi)

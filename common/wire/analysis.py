@@ -181,6 +181,22 @@ class RecommendResponse(BaseModel):
 Verdict = Literal["regression", "improvement", "unchanged", "missing"]
 
 
+LlmMetric = Literal["ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "tokens_per_s"]
+
+
+class MetricComparison(BaseModel):
+    """A language model's figure of B against the same point of A: a p99 (TTFT, TPOT, ITL; lower is better) or output
+    tokens/s (higher is better)."""
+
+    metric: LlmMetric
+    a: float | None
+    b: float | None
+    change: float | None  # (b - a) / a
+    ci_low: float | None  # 95% block-bootstrap CI of b - a (ms, or tokens/s); None without both points' raw records
+    ci_high: float | None
+    verdict: Verdict
+
+
 class PointComparison(BaseModel):
     """One point of B against the same point (backend, batch, pattern, rate) of A."""
 
@@ -195,6 +211,7 @@ class PointComparison(BaseModel):
     p_value: float | None  # two-sided Mann-Whitney U on the raw latencies
     test: Literal["bootstrap+mannwhitney", "summary"]
     verdict: Verdict
+    llm: list[MetricComparison] = []  # a language model's TTFT, TPOT and ITL p99 and output tokens/s
 
 
 class CompareResponse(BaseModel):

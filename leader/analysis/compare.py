@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import mannwhitneyu
 
 from common.spec.job import load_label
-from common.stats import block_bootstrap_diff_ci
-from common.wire.analysis import CompareResponse, PointComparison, Verdict
+from common.stats import block_bootstrap_diff_ci, block_bootstrap_rate_diff_ci
+from common.wire.analysis import CompareResponse, LlmMetric, MetricComparison, PointComparison, Verdict
+from leader.analysis.records import LlmSeries, Timed
 
 DEFAULT_THRESHOLD = 0.10
 
-# A point's raw records as (intended ns, latency ms) of its answered requests; None when none were kept.
-LatencyLoader = Callable[[dict[str, Any]], Awaitable[tuple[np.ndarray, np.ndarray] | None]]
+
+@dataclass(frozen=True)
+class Measured:
+    """A point's raw records as compare resamples them: (intended ns, latency ms) of its answered requests, and a
+    language model's series."""
+
+    latency: Timed
+    llm: LlmSeries | None = None
+
+
+# Loads a row's raw records; None when none were kept.
+LatencyLoader = Callable[[dict[str, Any]], Awaitable[Measured | None]]
+
+# A language model's figures compared: the row's column and the raw series it is the p99 of (None: a rate).
+LLM_METRICS: tuple[tuple[LlmMetric, str | None], ...] = (
+    ("ttft_p99_ms", "ttft_ms"),
+    ("tpot_p99_ms", "tpot_ms"),
+    ("itl_p99_ms", "itl_ms"),
+    ("tokens_per_s", None),
+)
 
 
 # What can tell two points of one job apart beyond backend, batch, pattern and load: the model (a co-location job's
@@ -39,15 +59,45 @@ def varying(*jobs: list[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(dim for dim in DIMENSIONS if any(len({row.get(dim) or "" for row in rows}) > 1 for rows in jobs))
 
 
-def judge(change: float | None, ci: tuple[float, float] | None, threshold: float) -> Verdict:
-    """Regression: p99 grew beyond the threshold and (with raw records) the CI excludes no change."""
+def judge(change: float | None, ci: tuple[float, float] | None, threshold: float, higher_is_better: bool = False) -> Verdict:
+    """Regression: a latency grew (a rate fell) beyond the threshold and (with raw records) its CI excludes no change."""
     if change is None:
         return "missing"
+    if higher_is_better:
+        change, ci = -change, (None if ci is None else (-ci[1], -ci[0]))
     if change > threshold and (ci is None or ci[0] > 0):
         return "regression"
     if change < -threshold and (ci is None or ci[1] < 0):
         return "improvement"
     return "unchanged"
+
+
+def compare_llm(
+    ra: dict[str, Any], rb: dict[str, Any], ma: Measured | None, mb: Measured | None, threshold: float
+) -> list[MetricComparison]:
+    """A language model's TTFT, TPOT and ITL p99 and output tokens/s of B against A: from both points' raw records a
+    block-bootstrap 95% CI of the difference (the p99s recomputed from the records), else the rows' figures."""
+    if ra.get("ttft_p99_ms") is None or rb.get("ttft_p99_ms") is None:
+        return []
+    la = ma.llm if ma is not None else None
+    lb = mb.llm if mb is not None else None
+    out = []
+    for column, series in LLM_METRICS:
+        a, b = ra.get(column), rb.get(column)
+        ci: tuple[float, float] | None = None
+        if la is not None and lb is not None:
+            if series is None:
+                ci = block_bootstrap_rate_diff_ci((*la.tokens, la.window_s), (*lb.tokens, lb.window_s))
+            else:
+                (ta, va), (tb, vb) = getattr(la, series), getattr(lb, series)
+                if len(va) and len(vb):
+                    a, b = float(np.quantile(va, 0.99)), float(np.quantile(vb, 0.99))
+                    ci = block_bootstrap_diff_ci((ta, va), (tb, vb), 0.99)
+        change = (b - a) / a if a and b is not None else None
+        verdict = judge(change, ci, threshold, higher_is_better=series is None)
+        low, high = ci if ci is not None else (None, None)
+        out.append(MetricComparison(metric=column, a=a, b=b, change=change, ci_low=low, ci_high=high, verdict=verdict))
+    return out
 
 
 async def compare_rows(
@@ -71,8 +121,11 @@ async def compare_rows(
         change = (pb - pa) / pa if pa and pb is not None else None
         ci: tuple[float, float] | None = None
         p_value: float | None = None
+        metrics: list[MetricComparison] = []
         if ra is not None and rb is not None:
-            ta, tb = await load_latencies(ra), await load_latencies(rb)
+            ma, mb = await load_latencies(ra), await load_latencies(rb)
+            metrics = compare_llm(ra, rb, ma, mb, threshold)
+            ta, tb = (ma.latency if ma else None), (mb.latency if mb else None)
             # Block bootstrap over each run's intended time: slow answers come in bursts, and resampling single
             # requests called two runs of one bursty server different in 21 of 30 simulated pairs, blocks in 1
             # (tests/unit/common/test_stats.py).
@@ -96,6 +149,8 @@ async def compare_rows(
                 p_value=p_value,
                 test="bootstrap+mannwhitney" if ci else "summary",
                 verdict=judge(change, ci, threshold),
+                llm=metrics,
             )
         )
-    return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=sum(p.verdict == "regression" for p in out))
+    regressions = sum(p.verdict == "regression" for p in out) + sum(m.verdict == "regression" for p in out for m in p.llm)
+    return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=regressions)

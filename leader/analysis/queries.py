@@ -54,13 +54,17 @@ async def job_rows(db: Any, job_ref: str, field: str, team: str | None = None) -
 
 
 def latency_loader(db: Any) -> compare.LatencyLoader:
-    """Loads a row's measured (intended ns, latency ms) for comparisons, None where its records were not kept."""
+    """Loads a row's measured latencies (and a language model's series) for comparisons, None where its records were
+    not kept."""
 
-    async def load(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    async def load(row: dict[str, Any]) -> compare.Measured | None:
         where = {"job_id": row["job_id"], "attempt": row["attempt"], "index": row["index"]}
         blob = await records.load_records(db, **where)
         result = await results_store.get_point(db, **where) if blob else None
-        return records.measured_latencies_ms(records.decode(blob), result) if blob and result else None
+        if not blob or not result:
+            return None
+        arrays = records.decode(blob)
+        return compare.Measured(records.measured_latencies_ms(arrays, result), records.measured_llm(arrays, result))
 
     return load
 
@@ -78,6 +82,19 @@ async def raw_latencies(db: Any, job_id: str, attempt: int, points: list[PointRe
         blob = await records.load_records(db, job_id=job_id, attempt=attempt, index=p.point.index)
         if blob:
             out[p.point.index] = records.measured_latencies_ms(records.decode(blob), p)[1]
+    return out
+
+
+async def raw_llm(db: Any, job_id: str, attempt: int, points: list[PointResult]) -> dict[int, records.LlmSeries]:
+    """Each language-model point's token series by point index, where its records were kept."""
+    out = {}
+    for p in points:
+        if p.llm is None:
+            continue
+        blob = await records.load_records(db, job_id=job_id, attempt=attempt, index=p.point.index)
+        series = records.measured_llm(records.decode(blob), p) if blob else None
+        if series is not None:
+            out[p.point.index] = series
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from common.spec.slo import SLO
 from common.wire.results import PointResult
 from common.wire.search import SearchProbe
@@ -83,4 +85,20 @@ def search_chart(p: PointResult, slo: SLO | None) -> Chart:
         ylabel="share of requests meeting the SLO" if share else "p99 ms",
         flagged=flagged,
         empty="no probe has a figure",
+    )
+
+
+def prefill_chart(index: int, ttft_ms: np.ndarray, prompt_tokens: np.ndarray) -> Chart:
+    """A language-model point's TTFT against each request's prompt length: the prefill's cost per token, and the
+    queueing above it."""
+    known = prompt_tokens >= 0
+    order = np.argsort(prompt_tokens[known], kind="stable")
+    xs, ys = prompt_tokens[known][order].astype(float).tolist(), ttft_ms[known][order].tolist()
+    return line(
+        f"TTFT against prompt length, point #{index} (each request)",
+        [("TTFT", xs, ys)],
+        xlabel="prompt tokens (the server's count)",
+        ylabel="TTFT ms (from the intended time)",
+        lines=False,
+        empty="no request's prompt length was counted",
     )

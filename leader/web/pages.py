@@ -27,6 +27,7 @@ from leader.store import jobs as jobs_store
 from leader.store import results as results_store
 from leader.web import charts as draw
 from leader.web import login
+from leader.web.curves import prefill_chart
 from leader.web.render import HERE, render
 
 COLUMNS = [
@@ -201,6 +202,8 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     every = draw.job_charts(points, raw)
     charts = every[:1] + [c for c in every if c["title"].startswith("Timeline:")]
+    for i, series in (await queries.raw_llm(db, job_id, job.attempt, points)).items():  # a language model's prefill cost
+        charts.append(prefill_chart(i, series.ttft_ms[1], series.prompt_tokens))
     result_json = json.dumps(points[0].model_dump(mode="json", exclude={"latency_hdr", "service_hdr"}), indent=1)
     return HTMLResponse(
         render(

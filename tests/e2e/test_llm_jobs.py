@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -111,6 +112,11 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     out = io.StringIO()
     print_results(Console(file=out, width=200), results)
     assert "language model" in out.getvalue() and f"{llm.output_tokens_asked}/{llm.output_tokens_server}/" in out.getvalue()
+    # The point page draws each request's TTFT against its prompt length from the point's token records.
+    with httpx.Client(base_url=fleet.url) as browser:
+        assert browser.post("/login", data={"token": fleet.admin_token, "next": "/"}).status_code in (200, 303)
+        page = browser.get(f"/jobs/{job.id}/points/0").text
+    assert "TTFT against prompt length, point #0 (each request)" in page
 
 
 def test_a_goodput_search_answers_with_its_interval_and_probes(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
