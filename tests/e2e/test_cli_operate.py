@@ -109,7 +109,11 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     # Held at the upper end of each p99's CI: these points' CIs end far below 10 s, so the same picks.
     sure = _cli(fleet, "recommend", "--p99-ms", "10000", "--confident", "--json")
     assert sure.returncode == 0, sure.stderr
-    assert json.loads(sure.stdout)["confident"] and not json.loads(recommended.stdout)["confident"]
+    assert json.loads(sure.stdout)["query"]["confident"] and not json.loads(recommended.stdout)["query"]["confident"]
+    # A language model's question with no language-model point in the history: what to run, not an empty answer.
+    llm = _cli(fleet, "recommend", "--ttft-ms", "500", "--tpot-ms", "50", "--json")
+    assert llm.returncode == 0 and json.loads(llm.stdout)["missing"].startswith("not enough evidence: no valid language")
+    assert _cli(fleet, "recommend", "--min-rps", "10").returncode == 2  # no SLO asked: a usage error naming it
     assert json.loads(sure.stdout)["recommendations"] == json.loads(recommended.stdout)["recommendations"]
     compared = _cli(fleet, "compare", job_id, job_id, "--json")
     assert compared.returncode == 0, compared.stderr
