@@ -57,6 +57,7 @@ def test_demo_runs_a_benchmark_and_cleans_up(tmp_path: Path, artifacts_dir: Path
     assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
 
 
+@pytest.mark.timeout(900)  # vLLM starts, then a search of up to 8 probes: minutes
 def test_demo_llm_runs_a_goodput_search_on_vllm_and_ends_with_its_answer(tmp_path: Path, artifacts_dir: Path) -> None:
     from follower.backends.vllm import VllmBackend
 

@@ -119,6 +119,7 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert "TTFT against prompt length, point #0 (each request)" in page
 
 
+@pytest.mark.timeout(900)  # a search of up to 6 probes, each a measured point: minutes
 def test_a_goodput_search_answers_with_its_interval_and_probes(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
     """The highest rate at which 90% of requests meet both TTFT and TPOT limits, searched on the real vLLM."""
     with fleet.client() as client:
@@ -155,6 +156,7 @@ slo: {{ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}}
     assert (answer.lowest_fail is None) == (answer.stopped == "ceiling_not_reached")
 
 
+@pytest.mark.timeout(600)  # two vLLM starts, one overloaded point
 def test_a_sweep_over_a_vllm_option_starts_a_server_per_value_with_token_truth(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
     with fleet.client() as client:
         job = client.submit_yaml(f"""

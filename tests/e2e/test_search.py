@@ -55,6 +55,7 @@ def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+@pytest.mark.timeout(600)  # up to 10 probes of 5 s and their drains
 def test_a_search_finds_the_knee_of_a_server_of_known_capacity_and_shows_it(fleet, fifo: str) -> None:  # type: ignore[no-untyped-def]
     fleet.start_follower("f-search")
     with fleet.client() as client:
