@@ -160,7 +160,8 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     denominator = 1 + z * z / trials
     centre = (share + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval holds the share itself: rounding must not leave 1.0 outside (1 - 1e-16) when every trial succeeded.
+    return min(max(0.0, centre - half), share), max(min(1.0, centre + half), share)
 
 
 def block_bootstrap_rate_diff_ci(

@@ -136,3 +136,16 @@ def test_a_real_slow_down_of_a_steady_server_is_found() -> None:
         found += slower[0] > 0
         false += not same[0] <= 0 <= same[1]
     assert found >= 17 and false <= 3, (found, false)  # measured: 20/20 found, 0/20 false
+
+
+def test_the_wilson_interval_holds_its_share_at_the_ends_and_matches_the_formula() -> None:
+    from common.stats import wilson_interval
+
+    for trials in (1, 7, 459, 600, 10_000):  # every trial a success, or none: the share itself is inside, to the bit
+        low, high = wilson_interval(trials, trials)  # type: ignore[misc]
+        assert low < 1.0 and high == 1.0
+        low, high = wilson_interval(0, trials)  # type: ignore[misc]
+        assert low == 0.0 < high
+    low, high = wilson_interval(90, 100)  # type: ignore[misc]
+    assert (round(low, 4), round(high, 4)) == (0.8256, 0.9448)  # Wilson's score interval at 95%, by hand
+    assert wilson_interval(0, 0) is None
