@@ -75,8 +75,8 @@ class SearchSpec(StrictModel):
     `precision`; every probe is a full measured point (follower/point/search.py)."""
 
     over: Literal["rate", "concurrency"] = "rate"
-    """What is searched: the offered rate in req/s (patterns poisson, constant, gamma) or the closed loop's users
-    (pattern closed)."""
+    """What is searched: the offered rate in req/s (an open-loop pattern's `rate`; poisson, constant or gamma keep it
+    steady) or the closed loop's users (pattern closed)."""
     low: Annotated[float, Field(gt=0, le=MAX_RATE)] = 10.0
     """The lowest load tried (default: 10 req/s, or 1 user)."""
     high: Annotated[float, Field(gt=0, le=MAX_RATE)] = 1000.0
@@ -84,7 +84,7 @@ class SearchSpec(StrictModel):
     precision: Annotated[float, Field(gt=0, lt=1)] = 0.05
     """The resolution: stop when the bracket's (lowest failing - highest passing) / lowest failing is at most this
     (for users also when they are 1 apart). The answer then lies within it of the true limit."""
-    max_steps: Annotated[int, Field(ge=2, le=20)] = 10
+    max_steps: Annotated[int, Field(ge=1, le=20)] = 10
     """The most probes run (repeats of an uncertain probe included)."""
 
     def probe_duration(self, load: float, duration: float) -> float:
@@ -311,10 +311,10 @@ class LoadSpec(StrictModel):
             return value
         if value.over == "concurrency" and pattern != "closed":
             raise ValueError(f"search over concurrency needs pattern 'closed', not {pattern!r}")
-        if value.over == "rate" and pattern not in STEADY_PATTERNS:
+        if value.over == "rate" and pattern in ("trace", "closed"):
             raise ValueError(
-                f"cannot search a rate with pattern {pattern!r}: only a steady rate ({', '.join(STEADY_PATTERNS)}) has one "
-                "load to search (for pattern closed, search over: concurrency)"
+                f"cannot search a rate with pattern {pattern!r}: it has no rate to search (for pattern closed, search "
+                "over: concurrency)"
             )
         return value
 

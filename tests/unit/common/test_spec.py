@@ -244,3 +244,19 @@ def test_a_model_reference_ending_in_a_newline_is_refused() -> None:
     with pytest.raises(InvalidSpec) as caught:
         parse_spec_yaml('name: x\nmodel: "m:1\\n"\nload: {rate: 10, duration: 1s}\n')
     assert caught.value.field.startswith("model")
+
+
+def test_specs_stored_before_the_search_redesign_still_read() -> None:
+    """The leader re-reads every stored spec: what was valid before the search took over-and-SLO criteria still is."""
+    from common.spec.parse import parse_spec
+
+    base = {"name": "old", "model": "m:1"}
+    assert parse_spec({**base, "load": {"rate": 10}, "slo": {}}).slo is not None  # an empty SLO: nothing to judge
+    one = parse_spec({**base, "load": {"search": {"low": 10, "high": 100, "max_steps": 1}}, "slo": {"p99_ms": 20}})
+    assert one.load.search is not None and one.load.search.max_steps == 1
+    ramp_load = {"pattern": "ramp", "rate_end": 50, "search": {"low": 10, "high": 100}}
+    ramp = parse_spec({**base, "load": ramp_load, "slo": {"p99_ms": 20}})
+    assert ramp.load.search is not None
+    target = {"url": "http://127.0.0.1:1", "protocol": "openai"}
+    llm_target = parse_spec({**base, "load": {"rate": 10}, "target": target, "slo": {"ttft_ms": 500}})
+    assert llm_target.slo is not None and llm_target.slo.ttft_ms == 500

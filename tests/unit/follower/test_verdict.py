@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from common.spec.slo import SLO
 from common.wire.results import LlmFigures, Percentiles, Reason
@@ -111,8 +110,7 @@ def test_slo() -> None:
     assert slo_met(SLO(p50_ms=4.0, p99_ms=25.0), latency) is False
     assert slo_met(SLO(p50_ms=6.0, p99_ms=20.0), latency) is True
     assert slo_met(SLO(p99_ms=25.0), None) is False
-    with pytest.raises(ValidationError, match="at least one limit"):
-        SLO()
+    assert slo_met(SLO(), latency) is None  # no limit (a stored job may hold `slo: {}`): nothing to judge
 
 
 def test_slo_of_a_language_model_asks_its_attainment() -> None:
