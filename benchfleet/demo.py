@@ -82,6 +82,13 @@ def run_demo(
     """Start everything, run one benchmark, print its results, stop everything; returns the exit code. `llm`: a
     goodput search on vLLM instead, ending with the answer, its interval and its probes."""
     console = console or Console()
+    if llm:  # the follower's own check, before anything starts: a fleet without vLLM would only wait for one
+        from follower.backends.vllm import VllmBackend
+
+        ok, why = VllmBackend.available()
+        if not ok:
+            console.print(f"demo --llm needs vLLM: {why}", markup=False, style="red")
+            return 2
     shutil.rmtree(workdir, ignore_errors=True)
     # Running Redis or a database named in the environment are used as they are; the rest is started here.
     stack = LocalStack(

@@ -8,6 +8,7 @@ from gridfs import AsyncGridFSBucket
 from pymongo.asynchronous.database import AsyncDatabase
 
 BUCKET = "records"
+MAX_PROBE = 40  # a search's probes a blob may belong to: it runs at most 20 (SearchSpec.max_steps), room to spare
 
 
 def _bucket(db: AsyncDatabase) -> AsyncGridFSBucket:

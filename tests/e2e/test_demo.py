@@ -83,3 +83,19 @@ def test_demo_llm_runs_a_goodput_search_on_vllm_and_ends_with_its_answer(tmp_pat
     last = next(line for line in reversed(answer) if line.startswith("answer: "))
     assert "attainment >= 0.9 of ttft <= 1000 ms, tpot <= 200 ms" in last and " probes, " in last, last
     assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
+
+
+def test_demo_llm_without_vllm_says_how_to_install_it_before_starting_anything(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFLEET_")}
+    env["BENCHFLEET_FOLLOWER_VLLM_PYTHON"] = str(tmp_path / "no-vllm" / "python")
+    workdir = tmp_path / "demo-none"
+    out = subprocess.run(
+        [sys.executable, "-m", "benchfleet", "demo", "--llm", "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "demo --llm needs vLLM: no vllm environment at" in out.stdout and "scripts/install_vllm.sh" in out.stdout
+    assert not workdir.exists()  # nothing was started

@@ -19,6 +19,7 @@ from leader.analysis.recommend import recommend as recommend_rows
 from leader.api.deps import Db, Submitter, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
+from leader.store.records import MAX_PROBE
 
 router = APIRouter(tags=["analysis"])
 
@@ -169,7 +170,7 @@ async def export_records(
     viewer: Viewer,
     format: str = "parquet",  # noqa: A002
     attempt: int | None = None,
-    probe: Annotated[int | None, Query(ge=0, le=40)] = None,
+    probe: Annotated[int | None, Query(ge=0, le=MAX_PROBE)] = None,
 ) -> Response:
     """One point's raw per-request records (intended/sent/first-byte/done ns, status) as CSV, JSON or Parquet; a
     search point's are its chosen probe's, `probe` picks another of its probes."""

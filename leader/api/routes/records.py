@@ -15,7 +15,6 @@ from leader.store import records as records_store
 router = APIRouter(prefix="/jobs", tags=["records"])
 
 MAX_RECORDS_BYTES = 64 * 1024 * 1024
-MAX_PROBE = 40  # a search runs at most 20 probes (SearchSpec.max_steps); room to spare
 NPZ_TYPE = "application/octet-stream"
 
 
@@ -27,7 +26,7 @@ async def upload_records(
     db: Db,
     principal: FollowerPrincipal,
     attempt: Annotated[int, Query(ge=1)],
-    probe: Annotated[int | None, Query(ge=0, le=MAX_PROBE)] = None,
+    probe: Annotated[int | None, Query(ge=0, le=records_store.MAX_PROBE)] = None,
 ) -> Response:
     """Store (or replace) the records blob of a point of the running attempt (or of one probe of its search); 409 for
     a stale attempt."""
@@ -50,7 +49,7 @@ async def download_records(
     db: Db,
     viewer: Viewer,
     attempt: Annotated[int | None, Query(ge=1)] = None,
-    probe: Annotated[int | None, Query(ge=0, le=MAX_PROBE)] = None,
+    probe: Annotated[int | None, Query(ge=0, le=records_store.MAX_PROBE)] = None,
 ) -> Response:
     """The records blob of a point (of the job's current attempt unless `attempt` is given; of one probe of its
     search with `probe`); 404 when none."""
