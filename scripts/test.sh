@@ -6,6 +6,8 @@ scripts/setup.sh
 # The LLM tests run a real vLLM: its CPU build in its own environment, cached outside the clone by version (fails
 # soft, except under CI, where those tests must run).
 bash scripts/install_vllm.sh
+# llama.cpp's server, built from its sources (PyPI's llama-cpp-python sdist), cached outside the clone by version.
+bash scripts/install_llamacpp.sh
 # The deployment tests build images with podman and start a real Kubernetes (../shared/k8s): its packages, podman-compose
 # and promtool.
 bash scripts/install_deploy_tools.sh

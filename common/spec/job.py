@@ -32,9 +32,11 @@ Labels = Annotated[dict[LabelText, LabelText], Field(max_length=32)]
 MAX_POINTS = 512
 MAX_SPEC_BYTES = 256 * 1024
 
-BackendName = Literal["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai", "endpoint"]
+BackendName = Literal[
+    "onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai", "llamacpp", "endpoint"
+]
 # Backends that serve language models (format "hf") over an OpenAI-compatible API; the others serve tensors (KServe v2).
-LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai"})
+LLM_BACKENDS = frozenset({"vllm", "sglang", "triton-openai", "llamacpp"})
 # Backends whose servers run code a model carries (a TorchScript forward(), a SavedModel's graph): a follower runs
 # them sandboxed, or only for models an admin marked trusted (follower/host/sandbox.py).
 MODEL_CODE_BACKENDS = frozenset({"torchscript", "tfserving"})
@@ -289,6 +291,17 @@ class JobSpec(StrictModel):
                 "server.llm.kv_cache_gb sizes vLLM's KV cache in bytes; SGLang sizes its own as a memory share "
                 "(leave it unset for sglang)"
             )
+        if "llamacpp" in self.backends:
+            llm = self.server.llm
+            if llm.kv_cache_gb is not None:
+                raise ValueError(
+                    "server.llm.kv_cache_gb sizes vLLM's KV cache; llama.cpp sizes its own from the context (leave it unset)"
+                )
+            if llm.chunked_prefill is not None:
+                raise ValueError(
+                    "server.llm.chunked_prefill: llama.cpp always prefills in batches of max_num_batched_tokens beside the "
+                    "decodes (leave it unset; set max_num_batched_tokens)"
+                )
         return self
 
     @field_validator("colocate")

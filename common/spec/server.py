@@ -29,19 +29,19 @@ class LlmServerOptions(StrictModel):
     """An LLM server's engine settings, under vLLM's names (SGLang gets its equivalents); unset: the server's default."""
 
     max_model_len: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
-    """Tokens a sequence may hold."""
+    """Tokens a sequence may hold (llama.cpp: each slot's context)."""
     max_num_batched_tokens: Annotated[int, Field(gt=0, le=1_048_576)] | None = None
-    """Tokens per engine step."""
+    """Tokens per engine step (llama.cpp: --batch-size and --ubatch-size)."""
     max_num_seqs: Annotated[int, Field(gt=0, le=65_536)] | None = None
-    """Sequences per engine step."""
+    """Sequences per engine step (llama.cpp: its slots, --parallel; unset there: 4)."""
     kv_cache_gb: Annotated[float, Field(gt=0, le=4096)] | None = None
     """KV-cache space (CPU: VLLM_CPU_KVCACHE_SPACE)."""
     prefix_caching: bool | None = None
-    """Reuse the KV cache of a shared prompt prefix."""
+    """Reuse the KV cache of a shared prompt prefix (llama.cpp: --cache-prompt)."""
     chunked_prefill: bool | None = None
     """Split long prefills into chunks scheduled beside decodes (vLLM's --enable-chunked-prefill)."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """The data type the server computes in."""
+    """The data type the server computes in (llama.cpp: the GGUF file's, auto meaning float16)."""
 
     def model_len(self, context_length: int) -> int:
         """Tokens a sequence may hold on the server: the set max_model_len, else the model's context up to 4,096
@@ -71,7 +71,7 @@ class ServerOptions(StrictModel):
     """Where the model runs: TorchScript moves module and tensors there, onnxruntime takes CUDAExecutionProvider (unless
     execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU."""
     llm: LlmServerOptions = LlmServerOptions()
-    """The engine settings of LLM servers (vllm, sglang, triton-openai)."""
+    """The engine settings of LLM servers (vllm, sglang, triton-openai, llamacpp)."""
 
     @property
     def uses_gpu(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from follower.backends.base import Backend
+from follower.backends.llamacpp import LlamaCppBackend
 from follower.backends.onnxruntime import OnnxRuntimeBackend
 from follower.backends.sglang import SglangBackend
 from follower.backends.tfserving import TFServingBackend
@@ -19,6 +20,7 @@ BACKENDS: dict[str, type[Backend]] = {
     "vllm": VllmBackend,
     "sglang": SglangBackend,
     "triton-openai": TritonOpenAiBackend,
+    "llamacpp": LlamaCppBackend,
 }
 
 
@@ -51,6 +53,7 @@ def available_backends(names: list[str] | None = None) -> tuple[list[str], dict[
 __all__ = [
     "BACKENDS",
     "Backend",
+    "LlamaCppBackend",
     "OnnxRuntimeBackend",
     "SglangBackend",
     "TFServingBackend",

@@ -22,11 +22,11 @@ from common.wire.models import ModelMeta
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.protocols import Endpoint
 
-_METRIC = re.compile(r"^((?:vllm|sglang):[a-zA-Z0-9_:]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN|\+Inf)$")
+_METRIC = re.compile(r"^((?:vllm|sglang|llamacpp):[a-zA-Z0-9_:]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN|\+Inf)$")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """An LLM server's Prometheus metrics (vllm:*, sglang:*), one entry per series, labels other than the model's kept
+    """An LLM server's Prometheus metrics (vllm:*, sglang:*, llamacpp:*), one entry per series, labels other than the model's kept
     in the key."""
     out: dict[str, float] = {}
     for line in text.splitlines():

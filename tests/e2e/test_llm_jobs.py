@@ -19,6 +19,7 @@ from rich.console import Console
 from benchfleet.render import print_results
 from common.stats import decode
 from common.wire.jobs import JobResults
+from follower.backends.llamacpp import LlamaCppBackend
 from follower.backends.vllm import VllmBackend
 from tests.e2e.test_walking_skeleton import _wait_done
 
@@ -258,6 +259,53 @@ llm: {{output_tokens: 64}}
     assert llm.output_tokens_asked == llm.output_tokens_server == sum(o for _, _, o in entries), llm
     assert llm.mismatched_requests == 0
     assert llm.input_tokens_per_s * point.measured_s == pytest.approx(sum(p for _, p, _ in entries), rel=1e-6)
+
+
+@pytest.mark.timeout(600)  # two servers started, one after the other
+def test_vllm_and_llamacpp_compared_on_the_same_model_and_load_with_token_truth(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """The same canonical LLM served by vLLM and by llama.cpp (converted to GGUF on the follower), the same workload:
+    both points carry the full LLM figures, each server generated exactly what was asked and counted every prompt as
+    the client built it, and the results and leaderboard set them side by side."""
+    ok, why = LlamaCppBackend.available()
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"llama.cpp is required under CI: {why}")  # scripts/install_llamacpp.sh builds it
+        pytest.skip(why)
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: vllm-vs-llamacpp
+model: {llm_model}
+backends: [vllm, llamacpp]
+server: {{llm: {{max_num_seqs: 8}}}}
+load: {{pattern: poisson, rate: 8, duration: 8s, warmup: 2s}}
+llm: {{prompt_tokens: 40, output_tokens: 12}}
+slo: {{ttft_ms: 2000, tpot_ms: 500}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=540)
+        board = client.leaderboard(filters=[f"job_id={job.id}"])
+    by_backend = {p.point.backend: p for p in results.points}
+    assert sorted(by_backend) == ["llamacpp", "vllm"]
+    for backend, point in by_backend.items():
+        llm = point.llm
+        assert llm is not None and point.ok == point.requests == 8 * 8, (backend, point.error_sample, point.reasons)
+        # Token truth on both servers: exactly the asked lengths, and every prompt counted as the client built it.
+        assert llm.output_tokens_asked == llm.output_tokens_server == 12 * point.ok, (backend, llm)
+        assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], backend
+        assert llm.input_tokens_per_s == pytest.approx(40 * point.ok / point.measured_s)
+        assert llm.ttft_ms is not None and llm.tpot_ms is not None and llm.itl_ms is not None and llm.goodput_share is not None
+        assert llm.ttft_ci_ms is not None and llm.goodput_ci is not None
+    env = by_backend["llamacpp"].environment
+    assert env.backend_version.startswith("llama.cpp"), env
+    assert by_backend["vllm"].environment.backend_version.startswith("vllm")
+    assert sorted(r.backend for r in board.rows) == ["llamacpp", "vllm"]
+    out = io.StringIO()
+    print_results(Console(file=out, width=200), results)
+    assert "llamacpp" in out.getvalue() and "vllm" in out.getvalue()
+    for backend, point in sorted(by_backend.items()):
+        llm = point.llm
+        assert llm is not None and llm.ttft_ms is not None and llm.tpot_ms is not None
+        print(f"\n{backend}: TTFT p50 {llm.ttft_ms.p50:.1f} p99 {llm.ttft_ms.p99:.1f} ms, TPOT p99 {llm.tpot_ms.p99:.2f} ms, "
+              f"{llm.output_tokens_per_s:.1f} tok/s, goodput {llm.goodput_share:.3f}")
 
 
 @pytest.mark.parametrize("backend", ["sglang", "triton-openai"])

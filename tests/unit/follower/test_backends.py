@@ -19,7 +19,7 @@ def test_unknown_backend_lists_known_names() -> None:
     with pytest.raises(ValueError, match="onnxruntime") as info:
         get_backend("tensorrt-llm")
     assert "tensorrt-llm" in str(info.value)
-    assert set(BACKENDS) == {"onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"}
+    assert set(BACKENDS) == {"onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai", "llamacpp"}
 
 
 @pytest.mark.parametrize("name", ["onnxruntime", "torchscript", "triton", "tfserving", "vllm", "sglang", "triton-openai"])

@@ -14,7 +14,7 @@ import pytest
 from common.spec.job import JobSpec
 from common.spec.server import LlmServerOptions, ServerOptions
 from common.wire.models import LlmParams, ModelMeta
-from follower.backends import BACKENDS, SglangBackend, TritonOpenAiBackend, available_backends
+from follower.backends import BACKENDS, LlamaCppBackend, SglangBackend, TritonOpenAiBackend, available_backends
 from follower.backends.llmserver import parse_metrics
 from follower.backends.stats import llm_server_delta
 
@@ -39,11 +39,41 @@ def test_sglangs_command_line_says_the_spec_in_its_own_words(tmp_path: Path) -> 
 
 
 def test_sglang_refuses_a_kv_cache_size_in_bytes_at_submission() -> None:
-    spec = {"name": "j", "model": "tiny:1", "backends": ["sglang"], "server": {"llm": {"kv_cache_gb": 2}},
-            "load": {"rate": 10, "duration": "1s"}}
+    spec = {
+        "name": "j",
+        "model": "tiny:1",
+        "backends": ["sglang"],
+        "server": {"llm": {"kv_cache_gb": 2}},
+        "load": {"rate": 10, "duration": "1s"},
+    }
     with pytest.raises(ValueError, match="SGLang sizes its own as a memory share"):
         JobSpec.model_validate(spec)
     JobSpec.model_validate({**spec, "backends": ["vllm"]})
+
+
+def test_llamacpps_command_line_says_the_spec_in_its_own_words(tmp_path: Path) -> None:
+    argv = LlamaCppBackend(server=OPTIONS).argv(tmp_path / "m.gguf", MODEL, 4321, tmp_path)
+    assert argv[0].endswith("llama-server")
+    pairs = dict(zip(argv[1::1], argv[2::1], strict=False))
+    assert pairs["--model"] == str(tmp_path / "m.gguf") and pairs["--alias"] == "tiny"
+    assert (pairs["--port"], pairs["--host"], pairs["--n-gpu-layers"]) == ("4321", "127.0.0.1", "0")
+    # max_num_seqs is its slots, each holding the model's context; max_num_batched_tokens its batch.
+    assert (pairs["--parallel"], pairs["--kv-unified-per-slot"]) == ("8", "2048")
+    assert (pairs["--batch-size"], pairs["--ubatch-size"]) == ("512", "512")
+    assert "--no-cache-prompt" in argv and "--metrics" in argv and "--jinja" in argv
+    plain = LlamaCppBackend(server=ServerOptions(threads=2)).argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+    pairs = dict(zip(plain[1::1], plain[2::1], strict=False))
+    assert (pairs["--parallel"], pairs["--threads"]) == ("4", "2")
+    assert not {"--batch-size", "--cache-prompt", "--no-cache-prompt"} & set(plain)
+    assert parse_metrics("llamacpp:prompt_tokens_total 96\nllamacpp:requests_processing 2")["llamacpp:requests_processing"] == 2
+
+
+def test_llamacpp_refuses_vllms_kv_cache_and_chunking_settings_at_submission() -> None:
+    spec = {"name": "j", "model": "tiny:1", "backends": ["llamacpp"], "load": {"rate": 10, "duration": "1s"}}
+    for llm, words in (({"kv_cache_gb": 2}, "llama.cpp sizes its own"), ({"chunked_prefill": False}, "always prefills")):
+        with pytest.raises(ValueError, match=words):
+            JobSpec.model_validate({**spec, "server": {"llm": llm}})
+    JobSpec.model_validate({**spec, "server": {"llm": {"max_num_seqs": 2, "prefix_caching": False}}})
 
 
 def test_triton_openai_gets_a_vllm_backend_repository_and_its_frontends_command_line(tmp_path: Path) -> None:

@@ -1,0 +1,128 @@
+"""The llama.cpp backend: llama.cpp's own OpenAI-compatible server (llama-server), a native program.
+
+The follower runs the llama-server at .benchfleet/llamacpp/bin/llama-server (scripts/install_llamacpp.sh builds it
+from the llama.cpp sources on PyPI, cached outside the clone by version), or at BENCHFLEET_FOLLOWER_LLAMACPP_SERVER.
+An "hf" model (a Llama with a byte-level BPE tokenizer) is converted to GGUF for it on the follower
+(follower/convert/to_gguf.py: data only, nothing of the upload runs). The spec's server.llm options in llama.cpp's words:
+max_num_seqs is its slots (--parallel, default 4), each holding max_model_len tokens (--kv-unified-per-slot);
+max_num_batched_tokens its batch (--batch-size, --ubatch-size); prefix_caching its --cache-prompt; dtype the GGUF
+file's type. Its /metrics (llamacpp:*) count tokens, not requests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from common.formats import hfbundle
+from common.wire.models import ModelMeta
+from follower.backends.llmserver import OpenAiServerBackend
+from follower.backends.process import SOURCE_ROOT
+from follower.convert.to_gguf import convert
+
+DEFAULT_SLOTS = 4  # llama-server's own default of parallel slots
+
+
+class LlamaCppBackend(OpenAiServerBackend):
+    """Serves an "hf" Llama with llama.cpp's llama-server (completions and chat, streaming; continuous batching)."""
+
+    name = "llamacpp"
+    python_setting = "BENCHFLEET_FOLLOWER_LLAMACPP_SERVER"
+    default_env = "llamacpp"
+    install_hint = "scripts/install_llamacpp.sh builds one"
+
+    @classmethod
+    def interpreter(cls) -> Path:
+        """The llama-server program (here the server is a native program, not an environment's Python)."""
+        return Path(os.environ.get(cls.python_setting) or SOURCE_ROOT / ".benchfleet" / cls.default_env / "bin" / "llama-server")
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether llama-server is installed here (its version), and why not."""
+        program = cls.interpreter()
+        return (True, _version(program)) if program.exists() else (False, cls.why_missing())
+
+    def version(self) -> str:
+        return _version(self.python) if self.python.exists() else "absent"
+
+    def runtime_paths(self) -> list[Path]:
+        """The program's installation (bin/ and its VERSION)."""
+        return [self.python.parent.parent]
+
+    def gpu_devices(self) -> list[str]:
+        """The GPU devices this build of llama.cpp can offload to (`--list-devices`); empty for a CPU build."""
+        done = subprocess.run(
+            [str(self.python), "--list-devices"], capture_output=True, text=True, timeout=30, check=False, env=self.environment()
+        )
+        lines = [line.strip() for line in (done.stdout + done.stderr).splitlines()]
+        return [line for line in lines if line.split(":")[0].strip().upper().startswith(("CUDA", "ROCM", "VULKAN", "SYCL"))]
+
+    def argv(self, model_file: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
+        """The server's command line: the spec's server.llm options in llama.cpp's words."""
+        llm = self.server.llm
+        if llm.kv_cache_gb is not None or llm.chunked_prefill is not None:
+            raise ValueError("llama.cpp takes neither server.llm.kv_cache_gb nor chunked_prefill (see the job's validation)")
+        context = llm.model_len(model.llm.context_length) if model.llm is not None else llm.max_model_len
+        argv = [
+            str(self.python),
+            "--model",
+            str(model_file),
+            "--alias",
+            model.name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--metrics",
+            "--no-webui",
+            "--jinja",  # the model's own chat template, rendered as Jinja
+            "--parallel",
+            str(llm.max_num_seqs or DEFAULT_SLOTS),
+            "--n-gpu-layers",
+            "999" if self.server.uses_gpu else "0",
+        ]
+        if context is not None:
+            argv += ["--kv-unified-per-slot", str(context)]
+        if llm.max_num_batched_tokens is not None:
+            argv += ["--batch-size", str(llm.max_num_batched_tokens), "--ubatch-size", str(llm.max_num_batched_tokens)]
+        if llm.prefix_caching is not None:
+            argv += ["--cache-prompt" if llm.prefix_caching else "--no-cache-prompt"]
+        threads = self.server.threads or (len(self.cpus) if self.cpus else None)
+        if threads:
+            argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+        return argv
+
+    def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
+        """Unpack the model directory (checked again), convert it to GGUF and spawn llama-server on a free port."""
+        if not model.is_llm:
+            raise RuntimeError(f"the {self.name} backend serves language models (format hf), not {model.format}")
+        if not self.python.exists():
+            raise RuntimeError(self.why_missing())
+        if self.server.uses_gpu and not self.gpu_devices():
+            raise RuntimeError(
+                f"this llama.cpp build ({self.version()}) has no GPU backend: a GPU configuration would run on the CPU"
+            )
+        source = Path(model_path)
+        model_dir = hfbundle.extract(source, Path(workdir) / "model", limit_bytes=hfbundle.unpack_limit(source))
+        dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
+        model_file = convert(model_dir, Path(workdir) / f"{model.name}-{dtype}.gguf", dtype=dtype)
+        port = self._new_port()
+        self._spawn(self.argv(model_file, model, port, Path(workdir)), workdir, model, env=self.environment())
+
+    def ready_url(self) -> str:
+        """llama-server answers /health with 200 once the model is loaded (503 while loading)."""
+        return f"{self.endpoint}/health"
+
+
+def _version(program: Path) -> str:
+    """What was built (the VERSION file the install script writes beside bin/), else the program's own words."""
+    written = program.parent.parent / "VERSION"
+    if written.is_file():
+        return written.read_text().strip()
+    try:
+        done = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "llama.cpp (version unknown)"
+    first = (done.stdout + done.stderr).strip().splitlines()
+    return f"llama.cpp {first[0].removeprefix('version: ')}" if first else "llama.cpp (version unknown)"

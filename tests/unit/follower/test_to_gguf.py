@@ -1,0 +1,137 @@
+"""The Hugging Face Llama → GGUF conversion llama.cpp serves (follower/convert/to_gguf.py): the file read back holds
+the model's hyperparameters, its whole tokenizer in id order and every tensor under llama.cpp's name; the query/key
+permutation makes GGML's interleaved RoPE compute what Hugging Face's rotate-half RoPE computes; anything it does not
+know is refused by name."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from benchfleet.generate.llmgen import BOS, EOS, LlamaSpec, generate
+from follower.convert.to_gguf import convert, gguf_name, permute_rope
+
+SPEC = LlamaSpec(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=1024, context=512, seed=3)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bundle, _ = generate(SPEC)
+    out = tmp_path_factory.mktemp("llama") / "model"
+    zipfile.ZipFile(io.BytesIO(bundle)).extractall(out)
+    return out
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> object:
+    return reader.fields[key].contents()
+
+
+def test_the_file_holds_the_models_shape_tokenizer_and_tensors(model_dir: Path, tmp_path: Path) -> None:
+    out = convert(model_dir, tmp_path / "m.gguf")
+    reader = gguf.GGUFReader(str(out))
+    assert _field(reader, "general.architecture") == "llama"
+    expected = {
+        "llama.block_count": 2,
+        "llama.embedding_length": 64,
+        "llama.feed_forward_length": 96,
+        "llama.attention.head_count": 4,
+        "llama.attention.head_count_kv": 2,
+        "llama.context_length": 512,
+        "llama.rope.dimension_count": 16,
+    }
+    assert {k: _field(reader, k) for k in expected} == expected
+    tok = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"] | {a["content"]: a["id"] for a in tok["added_tokens"]}
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    assert isinstance(tokens, list) and len(tokens) == max(vocab.values()) + 1
+    assert all(tokens[i] == t for t, i in vocab.items())
+    assert _field(reader, "tokenizer.ggml.model") == "gpt2"
+    assert _field(reader, "tokenizer.ggml.merges") == [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    assert (_field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.eos_token_id")) == (
+        vocab[BOS],
+        vocab[EOS],
+    )
+    assert _field(reader, "tokenizer.ggml.add_bos_token") is True
+    types = _field(reader, "tokenizer.ggml.token_type")
+    word = next(i for t, i in tok["model"]["vocab"].items() if t.startswith("Ġ"))
+    assert isinstance(types, list) and (types[vocab[BOS]], types[word]) == (3, 1)  # control, normal
+    assert "bos_token" in str(_field(reader, "tokenizer.chat_template"))
+    tensors = {t.name: t for t in reader.tensors}
+    assert len(tensors) == 2 + 2 * 9 + 1
+    assert tensors["blk.1.attn_k.weight"].tensor_type == gguf.GGMLQuantizationType.F16
+    assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32  # norms stay float32
+    # GGUF lists a matrix's dimensions innermost first: the key projection is (hidden) x (kv heads x head dim).
+    assert [int(d) for d in tensors["blk.1.attn_k.weight"].shape] == [64, 32]
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_other_types_and_what_it_refuses(model_dir: Path, tmp_path: Path) -> None:
+    f32 = gguf.GGUFReader(str(convert(model_dir, tmp_path / "f32.gguf", dtype="float32")))
+    assert {t.tensor_type for t in f32.tensors} == {gguf.GGMLQuantizationType.F32}
+    bf16 = gguf.GGUFReader(str(convert(model_dir, tmp_path / "bf16.gguf", dtype="bfloat16")))
+    assert gguf.GGMLQuantizationType.BF16 in {t.tensor_type for t in bf16.tensors}
+    with pytest.raises(ValueError, match="server.llm.dtype"):
+        convert(model_dir, tmp_path / "x.gguf", dtype="int4")
+    with pytest.raises(ValueError, match="not part of a Llama model"):
+        gguf_name("model.layers.0.mlp.experts.0.w1.weight")
+    assert gguf_name("model.layers.3.self_attn.rotary_emb.inv_freq") is None
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in model_dir.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    config = json.loads((other / "config.json").read_text()) | {"architectures": ["MistralForCausalLM"]}
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="this model is \\['MistralForCausalLM'\\]"):
+        convert(other, tmp_path / "o.gguf")
+    (other / "config.json").write_text((model_dir / "config.json").read_text())
+    tok = json.loads((other / "tokenizer.json").read_text())
+    tok["model"]["type"] = "Unigram"
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(ValueError, match="byte-level BPE"):
+        convert(other, tmp_path / "o.gguf")
+    assert not (tmp_path / "o.gguf").exists()
+
+
+def _rope_half(x: np.ndarray, pos: int, theta: float = 10000.0) -> np.ndarray:
+    """Hugging Face's RoPE: the head's first half rotated with its second (rotate_half)."""
+    d = x.shape[-1]
+    angle = pos * theta ** (-np.arange(0, d, 2) / d)
+    cos, sin = np.concatenate([np.cos(angle)] * 2), np.concatenate([np.sin(angle)] * 2)
+    rotated = np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def _rope_interleaved(x: np.ndarray, pos: int, theta: float = 10000.0) -> np.ndarray:
+    """GGML's RoPE for llama: neighbouring pairs (x0, x1), (x2, x3), ... rotated."""
+    d = x.shape[-1]
+    angle = pos * theta ** (-np.arange(0, d, 2) / d)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = even * np.cos(angle) - odd * np.sin(angle)
+    out[..., 1::2] = even * np.sin(angle) + odd * np.cos(angle)
+    return out
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2)])
+def test_the_permuted_projections_give_the_same_attention_scores_under_ggmls_rope(heads: int, kv_heads: int) -> None:
+    rng = np.random.default_rng(0)
+    hidden, head_dim = 64, 16
+    wq, wk = rng.standard_normal((heads * head_dim, hidden)), rng.standard_normal((kv_heads * head_dim, hidden))
+    x_q, x_k = rng.standard_normal(hidden), rng.standard_normal(hidden)
+    q_hf, k_hf = (wq @ x_q).reshape(heads, head_dim), (wk @ x_k).reshape(kv_heads, head_dim)
+    q_gg = (permute_rope(wq, heads) @ x_q).reshape(heads, head_dim)
+    k_gg = (permute_rope(wk, kv_heads) @ x_k).reshape(kv_heads, head_dim)
+    group = heads // kv_heads
+    for pos_q, pos_k in ((7, 3), (100, 0)):
+        hf = [_rope_half(q_hf[h], pos_q) @ _rope_half(k_hf[h // group], pos_k) for h in range(heads)]
+        gg = [_rope_interleaved(q_gg[h], pos_q) @ _rope_interleaved(k_gg[h // group], pos_k) for h in range(heads)]
+        np.testing.assert_allclose(gg, hf, rtol=1e-10)
+    # Without the permutation the scores differ: the check can fail.
+    plain = [_rope_interleaved(q_hf[h], 7) @ _rope_interleaved(k_hf[h // group], 3) for h in range(heads)]
+    assert not np.allclose(plain, [_rope_half(q_hf[h], 7) @ _rope_half(k_hf[h // group], 3) for h in range(heads)])
