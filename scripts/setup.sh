@@ -20,6 +20,10 @@ command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
 # tmux: the CLI's tables are tested in a real 80-column terminal; npm: the browser assets are vendored from npm.
 command -v tmux >/dev/null 2>&1 || apt_packages+=(tmux)
 command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
+# A C++ toolchain: scripts/install_llamacpp.sh builds llama.cpp's server from source.
+command -v cmake >/dev/null 2>&1 || apt_packages+=(cmake)
+command -v ninja >/dev/null 2>&1 || apt_packages+=(ninja-build)
+command -v g++ >/dev/null 2>&1 || apt_packages+=(g++)
 for pkg in "$@"; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_packages+=("$pkg")
 done
