@@ -68,6 +68,13 @@ class WindowStat(BaseModel):
     # to first token p99 from the intended time (requests still waiting for their first token count with their age).
     tokens_per_s: float | None = None
     ttft_p99_ms: float | None = None
+    # Its inter-token latency p50 (the gaps between token events of the answered requests), and the server's own
+    # gauges read once per window where its metrics give them: requests running (its batch) and waiting, and the
+    # share of its KV cache in use (0..1), each the mean of the reads inside the window.
+    itl_p50_ms: float | None = None
+    server_running: float | None = None
+    server_waiting: float | None = None
+    kv_cache_usage: float | None = None
 
 
 class Resources(BaseModel):

@@ -86,11 +86,31 @@ _LLM_COUNTERS = {
     "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
 }
 _KV_USAGE = ("vllm:kv_cache_usage_perc", "sglang:token_usage")
+# Gauges read once per window through a point (follower/point/gauges.py): field <- names, the first present.
+_LLM_GAUGES = {
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
+    "kv_cache_usage": _KV_USAGE,  # a share, 0..1
+}
 
 
 def _total(metrics: dict[str, float], name: str) -> float:
     """A counter summed over its label sets (vllm:request_success_total{finished_reason=...})."""
     return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+
+
+def llm_gauges(stats: dict[str, Any]) -> dict[str, float]:
+    """An LLM server's gauges in one snapshot of its metrics (its backend's stats()): `running` (its batch), `waiting`
+    and `kv_cache_usage` (0..1), those it reports, each summed over its label sets."""
+    metrics = stats.get("metrics")
+    if not isinstance(metrics, dict):
+        return {}
+    out: dict[str, float] = {}
+    for field, names in _LLM_GAUGES.items():
+        name = next((n for n in names if any(k == n or k.startswith(n + "{") for k in metrics)), None)
+        if name is not None:
+            out[field] = _total(metrics, name)
+    return out
 
 
 def histogram_quantile(before: dict[str, float], after: dict[str, float], name: str, q: float) -> ServerQuantile | None:

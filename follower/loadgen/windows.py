@@ -41,8 +41,11 @@ def window_stats(
         in_flight = (sent >= 0) & (done < 0)
         lat = np.concatenate([done[ok] - intended[lo:hi][ok], now_ns - intended[lo:hi][in_flight]])
         lag = sent[sent >= 0] - intended[lo:hi][sent >= 0]
-        tokens_per_s = ttft_p99 = None
+        tokens_per_s = ttft_p99 = itl_p50 = None
         if records.llm is not None:
+            times = records.llm.token_times[lo:hi]
+            gaps = [np.diff(t) for t, answered in zip(times, ok, strict=True) if answered and t is not None and len(t) > 1]
+            itl_p50 = float(np.percentile(np.concatenate(gaps), 50)) / 1e6 if gaps else None
             served = records.llm.completion_tokens[lo:hi][ok]
             tokens_per_s = float(np.maximum(served, 0).sum()) / (window_ns / 1e9)
             first = records.llm.first_token_ns(int(lo), int(hi))
@@ -62,6 +65,7 @@ def window_stats(
                 send_lag_p99_ms=float(np.percentile(np.maximum(lag, 0), 99)) / 1e6 if len(lag) else None,
                 tokens_per_s=tokens_per_s,
                 ttft_p99_ms=ttft_p99,
+                itl_p50_ms=itl_p50,
             )
         )
     return out

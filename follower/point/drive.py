@@ -26,6 +26,7 @@ from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge
 from follower.loadgen.windows import WindowMonitor
 from follower.point.context import PointContext
+from follower.point.gauges import GaugeSampler, Reading
 from follower.point.plan import PointPlan
 from follower.protocols import protocol_of
 
@@ -45,6 +46,7 @@ class Driven:
     server_stats: ServerStats | None = None
     llm_server: LlmServerView | None = None  # an LLM server's own view of the run (its metrics)
     samples: Samples | None = None  # the resource sampler's series; None where it did not run
+    gauges: list[Reading] | None = None  # an LLM server's gauges read through the point (follower/point/gauges.py)
     shards: list[ShardRun] | None = None  # a sharded point's shards, as its coordinator merged them
     shard_skew_ms: float | None = None
 
@@ -71,12 +73,14 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
     # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
     stats_before = await asyncio.to_thread(backend.stats)
     sampler = ResourceSampler(backend.pid(), plan.sampling).start()
+    gauges = GaugeSampler(backend.stats, plan.window_ns / 1e9).start() if point.llm is not None else None
     try:
         records = await _run_generators(plan, ctx, stop, monitor_factory, start_ns)
     finally:
         stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
         samples = sampler.stop()
-    driven = Driven(records, [], steal=steal_share(steal_before, cpu_times()), samples=samples)
+        readings = gauges.stop() if gauges is not None else None
+    driven = Driven(records, [], steal=steal_share(steal_before, cpu_times()), samples=samples, gauges=readings)
     if monitor and monitor[0].stopped_ns is not None:
         driven.stopped_ns = monitor[0].stopped_ns
     if not plan.closed and plan.processes == 1:

@@ -13,6 +13,7 @@ from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, sum
 from follower.loadgen.windows import is_stable, stall, window_stats
 from follower.point.context import PointContext
 from follower.point.drive import Driven
+from follower.point.gauges import with_gauges
 from follower.point.plan import PointPlan
 
 # Steal (or a run-queue wait) at or above this share of the run is named beside a send-lag reason.
@@ -49,7 +50,7 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
         delivered_rate=delivered_rate(records, measured_start, measured_end),
         backlog=None if plan.closed else backlog(records, measured_start, measured_end, plan.window_ns),
     )
-    windows = window_stats(records, measured_start, plan.window_ns, measured_end)
+    windows = with_gauges(window_stats(records, measured_start, plan.window_ns, measured_end), driven.gauges, measured_start)
     stable = is_stable(windows, point.stability or Stability())
     reasons = window_reasons(summary, records.cap or plan.cap) + list(plan.reasons) + driven.reasons
     if (stalled := stall(windows)) is not None:

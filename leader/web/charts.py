@@ -14,7 +14,7 @@ from common.wire.results import PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
 from leader.web.chartkit import Chart, Series, bars, heat, line
-from leader.web.curves import curves, search_chart, tokens_and
+from leader.web.curves import curves, goodput_chart, search_chart, server_charts, tokens_and
 
 CDF_QUANTILES = 200  # points per CDF curve: enough for a smooth curve, few enough for a page of 18 points
 
@@ -127,6 +127,7 @@ def job_charts(
                 empty="no per-window TTFT was reported",
             )
         )
+        charts += server_charts(windowed)
     llm = {k: [p for p in v if p.llm is not None] for k, v in ordered.items()}
     llm = {k: v for k, v in llm.items() if v}
     if llm:  # a language model's decision curves: the work served against what each user waits
@@ -140,6 +141,7 @@ def job_charts(
                     ylabel=f"{name} p99 ms",
                 )
             )
+        charts.append(goodput_chart(llm, slo))
     charts += [search_chart(p, slo) for p in points if p.search is not None]
     return charts
 

@@ -102,3 +102,79 @@ def prefill_chart(index: int, ttft_ms: np.ndarray, prompt_tokens: np.ndarray) ->
         lines=False,
         empty="no request's prompt length was counted",
     )
+
+
+def server_charts(points: Sequence[PointResult]) -> list[Chart]:
+    """A language-model point's server as its own gauges saw it, window by window (read once per window): its running
+    batch and queue, its KV cache in use, and each window's inter-token latency against the batch it ran."""
+    ts = {p.point.index: [w.t_s for w in p.windows] for p in points}
+    xlabel = "seconds into the measured part"
+    batch = [
+        (f"#{p.point.index} {kind}", ts[p.point.index], [getattr(w, f"server_{kind}") for w in p.windows])
+        for p in points
+        for kind in ("running", "waiting")
+    ]
+    kv = [
+        (
+            f"#{p.point.index}",
+            ts[p.point.index],
+            [100 * w.kv_cache_usage if w.kv_cache_usage is not None else None for w in p.windows],
+        )
+        for p in points
+    ]
+    itl = [(f"#{p.point.index}", [w.server_running for w in p.windows], [w.itl_p50_ms for w in p.windows]) for p in points]
+    silent = "the server's metrics give no {} (llama.cpp reports none of its KV cache)"
+    return [
+        line(
+            "Timeline: the server's running batch and queue per window",
+            batch,
+            xlabel=xlabel,
+            ylabel="requests",
+            empty=silent.format("running batch"),
+        ),
+        line(
+            "Timeline: KV-cache use per window",
+            kv,
+            xlabel=xlabel,
+            ylabel="% of the KV cache in use",
+            empty=silent.format("KV-cache use"),
+        ),
+        line(
+            "ITL p50 against the server's running batch (each window)",
+            itl,
+            xlabel="requests running (the server's gauge, the window's mean)",
+            ylabel="ITL p50 ms",
+            lines=False,
+            empty=silent.format("running batch"),
+        ),
+    ]
+
+
+def goodput_chart(lines: Mapping[str, list[PointResult]], slo: SLO | None) -> Chart:
+    """The share of requests meeting the SLO against the load offered, one line per configuration (a search's
+    probes included, each at its own load), invalid points ringed, the SLO's attainment as a line."""
+    series: list[Series] = []
+    flagged: list[list[bool]] = []
+    loads: list[float] = []
+    for label, points in lines.items():
+        pairs: list[tuple[float, float | None, bool]] = []
+        for p in points:
+            if p.search is not None:
+                pairs += [(x.load, x.attainment, not x.passed) for x in p.search.probes if x.attainment is not None]
+            elif p.llm is not None:
+                pairs.append((p.offered_rate, p.llm.goodput_share, not p.valid))
+        pairs.sort(key=lambda t: t[0])
+        loads += [x for x, _, _ in pairs]
+        series.append((label, [x for x, _, _ in pairs], [y for _, y, _ in pairs]))
+        flagged.append([f for _, _, f in pairs])
+    if slo is not None and slo.per_request and loads:
+        series.append(("the SLO's attainment", [min(loads), max(loads)], [slo.attainment, slo.attainment]))
+        flagged.append([False, False])
+    return line(
+        "Goodput: share of requests meeting the SLO against offered load (one line per configuration; ringed red: invalid)",
+        series,
+        xlabel="offered load (req/s; a search's probes at theirs)",
+        ylabel="share meeting the SLO",
+        flagged=flagged,
+        empty="no language-model point was judged against an SLO with TTFT, TPOT or e2e limits",
+    )

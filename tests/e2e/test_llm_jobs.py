@@ -117,7 +117,16 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     with httpx.Client(base_url=fleet.url) as browser:
         assert browser.post("/login", data={"token": fleet.admin_token, "next": "/"}).status_code in (200, 303)
         page = browser.get(f"/jobs/{job.id}/points/0").text
+        job_page = browser.get(f"/jobs/{job.id}").text
     assert "TTFT against prompt length, point #0 (each request)" in page
+    # vLLM's gauges, read once per window through the point: its running batch and its KV cache in use, beside each
+    # window's inter-token latency, drawn on the job page.
+    measured = [w for w in point.windows if w.t_s >= 0]
+    assert any(w.server_running is not None and w.server_running >= 0 for w in measured), measured
+    assert any(w.kv_cache_usage is not None and 0 <= w.kv_cache_usage <= 1 for w in measured)
+    assert any(w.itl_p50_ms is not None and w.itl_p50_ms > 0 for w in measured)
+    for title in ("Timeline: KV-cache use per window", "ITL p50 against the", "Goodput: share of requests meeting the SLO"):
+        assert title in job_page, title
 
 
 @pytest.mark.timeout(900)  # a search of up to 6 probes, each a measured point: minutes
@@ -294,6 +303,9 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
         assert llm.input_tokens_per_s == pytest.approx(40 * point.ok / point.measured_s)
         assert llm.ttft_ms is not None and llm.tpot_ms is not None and llm.itl_ms is not None and llm.goodput_share is not None
         assert llm.ttft_ci_ms is not None and llm.goodput_ci is not None
+    # llama.cpp's gauges give its slots in use (its running batch) but not its KV cache: absent, never 0.
+    windows = [w for w in by_backend["llamacpp"].windows if w.t_s >= 0]
+    assert any(w.server_running is not None for w in windows) and all(w.kv_cache_usage is None for w in windows)
     env = by_backend["llamacpp"].environment
     assert env.backend_version.startswith("llama.cpp"), env
     assert by_backend["vllm"].environment.backend_version.startswith("vllm")

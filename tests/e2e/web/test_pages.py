@@ -225,7 +225,7 @@ def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server:
         assert "10.00 [9.70–10.30], 10.20 [9.89–10.51], 14.00 [13.58–14.42]" in rows.nth(0).inner_text()
 
 
-def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], leader: Leader) -> None:
+def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], leader: Leader, artifacts_dir: Path) -> None:
     def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
         figures = {"ttft_ms": pct(40.0), "ttft_ci_ms": {"p99": [38.0, 43.5]}, "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0),
                    "itl_request_ms": pct(4.0),
@@ -237,10 +237,11 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
                               "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
                                             "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
         windows = [
-            {"t_s": t, "duration_s": 1.0, "requests": int(rate), "ok": int(rate), "throughput": 0.9 * rate, "ttft_p99_ms": 40 + t}
+            {"t_s": t, "duration_s": 1.0, "requests": int(rate), "ok": int(rate), "throughput": 0.9 * rate, "ttft_p99_ms": 40 + t,
+             "itl_p50_ms": 5 + t, "server_running": 2 + t, "server_waiting": t, "kv_cache_usage": 0.1 * (t + 1)}
             for t in range(3)
         ]
-        return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures, "windows": windows}
+        return {"latency_ms": pct(200.0), "achieved_rate": rate, "offered_rate": rate, "llm": figures, "windows": windows}
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
                    follower_id="host-l", metrics=metrics)  # fmt: skip
@@ -257,6 +258,17 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         ttft = curves["Timeline: TTFT p99 per window"]
         assert ttft["series"] == ["#0", "#1"] and ttft["values"] == 6 and ttft["inked"] > 100, ttft
         assert curves["Timeline: offered and answered req/s per window"]["values"] == 12
+        # The server's gauges per window: its batch and queue, its KV cache in use, each window's ITL against its batch.
+        batch = curves["Timeline: the server's running batch and queue per window"]
+        assert batch["series"] == ["#0 running", "#0 waiting", "#1 running", "#1 waiting"] and batch["values"] == 12, batch
+        assert curves["Timeline: KV-cache use per window"]["values"] == 6
+        itl = curves["ITL p50 against the server's running batch"]
+        assert itl["values"] == 6 and itl["inked"] > 20, itl
+        goodput = curves["Goodput: share of requests meeting the SLO against offered load"]
+        assert goodput["series"] == ["onnxruntime b1"] and goodput["values"] == 2, goodput
+        assert page.evaluate(OVERFLOW_JS) <= 0
+        (artifacts_dir / "web").mkdir(exist_ok=True)
+        page.screenshot(path=str(artifacts_dir / "web" / "llm-job.png"), full_page=True)
 
 
 def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(

@@ -137,9 +137,11 @@ def test_a_live_window_of_a_language_model_shows_its_token_rate_and_ttft() -> No
     assert window.tokens_per_s == 16.0  # the server's counts of the answered requests, per second of window
     # TTFTs: 50 ms, 400 ms and the waiting request's age (800 ms): p99 close to the largest.
     assert window.ttft_p99_ms == pytest.approx(float(np.percentile([50, 400, 800], 99)))
+    # The window's inter-token latency: the gaps between the answered requests' token events (5 ms each here).
+    assert window.itl_p50_ms == pytest.approx(5.0)
     tensor = LoadRecords.allocate(0, np.array([0], dtype=np.int64))
     (plain,) = window_stats(tensor, 0, 1000 * MS, 1000 * MS)
-    assert plain.tokens_per_s is None and plain.ttft_p99_ms is None
+    assert plain.tokens_per_s is None and plain.ttft_p99_ms is None and plain.itl_p50_ms is None
 
 
 def test_a_language_models_stage_breakdown_joins_the_servers_stages_to_the_clients_time() -> None:
