@@ -15,7 +15,6 @@ import os
 import subprocess
 from pathlib import Path
 
-from common.formats import hfbundle
 from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 from follower.backends.process import SOURCE_ROOT
@@ -93,22 +92,15 @@ class LlamaCppBackend(OpenAiServerBackend):
             argv += ["--threads", str(threads), "--threads-batch", str(threads)]
         return argv
 
-    def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
-        """Unpack the model directory (checked again), convert it to GGUF and spawn llama-server on a free port."""
-        if not model.is_llm:
-            raise RuntimeError(f"the {self.name} backend serves language models (format hf), not {model.format}")
-        if not self.python.exists():
-            raise RuntimeError(self.why_missing())
+    def prepare(self, model_dir: Path, model: ModelMeta, workdir: Path) -> Path:
+        """The model as a GGUF file in the spec's dtype (auto: float16); a GPU configuration on a build that cannot
+        offload is refused rather than run on the CPU."""
         if self.server.uses_gpu and not self.gpu_devices():
             raise RuntimeError(
                 f"this llama.cpp build ({self.version()}) has no GPU backend: a GPU configuration would run on the CPU"
             )
-        source = Path(model_path)
-        model_dir = hfbundle.extract(source, Path(workdir) / "model", limit_bytes=hfbundle.unpack_limit(source))
         dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
-        model_file = convert(model_dir, Path(workdir) / f"{model.name}-{dtype}.gguf", dtype=dtype)
-        port = self._new_port()
-        self._spawn(self.argv(model_file, model, port, Path(workdir)), workdir, model, env=self.environment())
+        return convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
 
     def ready_url(self) -> str:
         """llama-server answers /health with 200 once the model is loaded (503 while loading)."""

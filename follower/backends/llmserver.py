@@ -115,8 +115,13 @@ class OpenAiServerBackend(ProcessBackend):
             raise RuntimeError(self.why_missing())
         source = Path(model_path)
         model_dir = hfbundle.extract(source, Path(workdir) / "model", limit_bytes=hfbundle.unpack_limit(source))
+        served = self.prepare(model_dir, model, Path(workdir))
         port = self._new_port()
-        self._spawn(self.argv(model_dir, model, port, Path(workdir)), workdir, model, env=self.environment())
+        self._spawn(self.argv(served, model, port, Path(workdir)), workdir, model, env=self.environment())
+
+    def prepare(self, model_dir: Path, model: ModelMeta, workdir: Path) -> Path:
+        """What the server is given to serve, made from the unpacked model directory (here: the directory itself)."""
+        return model_dir
 
     def ready_url(self) -> str:
         """The server answers its model list once the engine is up."""
