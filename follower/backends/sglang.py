@@ -1,9 +1,12 @@
 """The SGLang backend: SGLang's OpenAI-compatible server (sglang.launch_server) in its own environment.
 
 The follower runs the Python of an environment with SGLang installed (.benchfleet/sglang, or
-BENCHFLEET_FOLLOWER_SGLANG_PYTHON). SGLang's published builds need a CUDA GPU (its kernels come as sgl-kernel CUDA
-wheels); its CPU path is built from source for Intel Xeon with AMX. Where no environment is installed the backend says
-so and jobs asking for it are not placed here. Metrics come from its /metrics (--enable-metrics): sglang:* series.
+BENCHFLEET_FOLLOWER_SGLANG_PYTHON). SGLang's published builds target CUDA GPUs; its own CPU path is built from source
+for Intel Xeon with AMX. On another CPU, PyPI's sglang (0.5.23 tried) falls back to torch-native attention and then
+needs vLLM's compiled ops for its RoPE (`vllm._custom_ops`, imported on any device that is neither CUDA nor HIP): with
+vLLM's CPU package on its path it served here, without it the model does not load. Where no environment is installed
+the backend says so and jobs asking for it are not placed here. Metrics come from its /metrics (--enable-metrics):
+sglang:* series.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class SglangBackend(OpenAiServerBackend):
     python_setting = "BENCHFLEET_FOLLOWER_SGLANG_PYTHON"
     default_env = "sglang"
     dists = ("sglang",)
-    install_hint = "a virtual environment with `pip install sglang` on a CUDA host"
+    install_hint = "a virtual environment with `pip install sglang`: a CUDA host, or a CPU one with AMX or vLLM's CPU ops"
 
     def argv(self, model_dir: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
         """The server's command line: the spec's server.llm options in SGLang's words."""
