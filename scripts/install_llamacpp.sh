@@ -3,7 +3,7 @@
 # registry, so its sources come from the sdist of llama-cpp-python on PyPI (which vendors them), and only llama-server
 # is built: CPU, Release, for this host's processor, statically linked to llama.cpp. The result lives in a cache outside
 # the clone keyed by the version ($CACHE/llamacpp-$VERSION: bin/llama-server and VERSION), so a machine that has it does
-# not build it again (about 20 minutes on 2 cores the first time), and .benchfleet/llamacpp links to it. The follower
+# not build it again (about 5 minutes on 2 cores the first time), and .benchfleet/llamacpp links to it. The follower
 # finds it there (or at BENCHFLEET_FOLLOWER_LLAMACPP_SERVER).
 # Fails soft outside CI (the llama.cpp tests then skip, saying why); under CI a failure fails the run.
 set -uo pipefail
@@ -25,7 +25,7 @@ fail() {
 
 if [ ! -f "$DEST/.complete" ]; then
     for tool in cmake ninja g++; do command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (scripts/setup.sh installs it)"; done
-    echo "install_llamacpp: building llama-server from llama-cpp-python==$VERSION's llama.cpp into $DEST (about 20 minutes on 2 cores)"
+    echo "install_llamacpp: building llama-server from llama-cpp-python==$VERSION's llama.cpp into $DEST (about 5 minutes on 2 cores)"
     WORK="$CACHE/llamacpp-build-$VERSION"
     rm -rf "$DEST" "$WORK" && mkdir -p "$WORK"
     "$PY" -m pip download -q --no-deps --no-binary=:all: -d "$WORK" "llama-cpp-python==$VERSION" 2>&1 | grep -v "^WARNING" | tail -2
