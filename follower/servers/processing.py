@@ -67,6 +67,7 @@ def top_k(logits: np.ndarray, k: int = 5, labels: Sequence[str] | None = None) -
     return out
 
 
+# The implementations of the processors a job may name: exactly the names of common/spec/processors.py.
 PREPROCESSORS: dict[str, Callable[..., np.ndarray]] = {"image_imagenet": image_to_tensor, "tokenize": tokenize}
 POSTPROCESSORS: dict[str, Callable[..., Any]] = {"topk": top_k}
 

@@ -16,6 +16,7 @@ from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
+from common.spec.processors import processing_problem
 from common.wire.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
@@ -110,6 +111,9 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
         raise InvalidSpec(f"{', '.join(wrong)} cannot serve {model.ref}, {kind}; use {serve}", field="backends")
     if model.llm is not None:
         check_llm_workload(spec, model.ref, model.llm)
+    outputs = [(o.name, o.datatype, o.shape) for o in model.outputs]
+    if (problem := processing_problem(spec.data, model.ref, outputs)) is not None:
+        raise InvalidSpec(problem[1], field=problem[0])
     data_meta = None
     if spec.data.id is not None:
         try:

@@ -57,6 +57,8 @@ GOOD = SPEC_YAML.format(model="ident:1")
         (GOOD.replace("ident:1", "nosuch:1"), "application/yaml", 404, "model.ref"),
         (GOOD.replace("ident:1", "ident:9"), "application/yaml", 404, "model.ref"),
         ('{"name": "x", ', "application/json", 422, "(body)"),
+        (GOOD + "data: {source: sample_images, preprocess: resize}\n", "application/yaml", 422, "data.preprocess"),
+        (GOOD + "data: {postprocess: argmax}\n", "application/yaml", 422, "data.postprocess"),
         (GOOD, "application/xml", 415, "Content-Type"),
         (GOOD, "", 415, "Content-Type"),
     ],
@@ -115,3 +117,22 @@ def test_list_get_cancel(leader: Leader) -> None:
     missing = leader.client.get("/api/v1/jobs/nope", headers=ADMIN)
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
     assert leader.client.get("/api/v1/jobs/nope/results", headers=ADMIN).status_code == 404
+
+
+def test_a_post_processor_the_models_outputs_cannot_feed_is_refused_naming_it(leader: Leader) -> None:
+    """topk ranks a [batch, classes] float score output: a model with an integer, or a 4-D, output cannot feed it."""
+    from onnx import TensorProto
+
+    from tests.unit.leader.onnx_models import identity_model
+
+    leader.upload_model("ints", "1", identity_model(elem_type=TensorProto.INT64))
+    leader.upload_model("maps", "1", identity_model(dims=("batch", 3, 8, 8)))
+    leader.upload_model("scores", "1", identity_model())
+    for model in ("ints:1", "maps:1"):
+        body = SPEC_YAML.format(model=model) + "data: {postprocess: topk}\n"
+        response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=body)
+        assert response.status_code == 422, response.text
+        error = response.json()
+        assert error["field"] == "data.postprocess" and "topk ranks a [batch, classes] float score output" in error["message"]
+        assert f"{model} outputs y " in error["message"], error
+    leader.submit(text=SPEC_YAML.format(model="scores:1") + "data: {postprocess: topk}\n")  # [batch, 4] FP32 feeds it
