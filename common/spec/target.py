@@ -62,7 +62,8 @@ class TargetSpec(StrictModel):
     """The model's name at the endpoint (default: the job's model name)."""
     model_version: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,32}$")] | None = None
     """The model version the endpoint serves to ask for (KServe: /versions/V or the request's model_version; TF
-    Serving: /versions/V, or over gRPC the model spec's version, or its version label when V is not a number)."""
+    Serving: /versions/V, or /labels/V when V is not a number; over gRPC the model spec's version, or its version
+    label when V is not a number)."""
     secret: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """A stored secret (POST /api/v1/secrets) sent as a header with every request, e.g. an API key."""
     verify_tls: bool = True

@@ -1,5 +1,7 @@
-"""TF Serving's REST API: row-format JSON (`{"inputs": {name: nested lists}}`) to /v1/models/NAME[/versions/V]:predict,
-readiness from the model's status, the signature from its metadata (serving_default's inputs)."""
+"""TF Serving's REST API (https://www.tensorflow.org/tfx/serving/api_rest): the columnar format
+(`{"inputs": {name: nested lists}}`, answered with `outputs`) to /v1/models/NAME[/versions/V | /labels/L]:predict (a
+numeric model_version is a version, another a version label), readiness from the model's status (a version
+AVAILABLE), the signature from its metadata (serving_default's inputs)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import orjson
 from common.formats.datatypes import TF_TO_V2
 from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
-from follower.protocols.calls import EndpointError, get, get_json
+from follower.protocols.calls import EndpointError, get_json
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from protos import tfserving_api
 
@@ -28,15 +30,28 @@ def tf_tensor(name: str, dtype: str, shape: list[int]) -> TensorSpec:
 class TfservingRest(ServingProtocol):
     name = "tfserving-rest"
 
+    def model_url(self, endpoint: Endpoint) -> str:
+        """The model's URL: its version, or its version label (TF Serving's /labels/L), where one is asked for."""
+        url = f"{endpoint.base}/v1/models/{quote(endpoint.model, safe='')}"
+        if endpoint.version is None:
+            return url
+        kind = "versions" if endpoint.version.isdigit() else "labels"
+        return f"{url}/{kind}/{quote(endpoint.version, safe='')}"
+
     def infer_url(self, endpoint: Endpoint) -> str:
-        return f"{endpoint.base}/v1/models/{endpoint.model_path()}:predict"
+        return f"{self.model_url(endpoint)}:predict"
 
     def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
-        get(f"{endpoint.base}/v1/models/{quote(endpoint.model, safe='')}", credentials)
-        return True
+        """Whether the model's status lists a version AVAILABLE (TF Serving answers 200 while it is still LOADING)."""
+        url = self.model_url(endpoint)
+        try:
+            versions = get_json(url, credentials)["model_version_status"]
+            return any(v.get("state") == "AVAILABLE" for v in versions)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise EndpointError(f"{url}: unexpected model status ({type(exc).__name__}: {exc})") from None
 
     def signature(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec]:
-        url = f"{endpoint.base}/v1/models/{endpoint.model_path()}/metadata"
+        url = f"{self.model_url(endpoint)}/metadata"
         meta = get_json(url, credentials)
         try:
             signature = meta["metadata"]["signature_def"]["signature_def"][tfserving_api.DEFAULT_SIGNATURE]["inputs"]

@@ -1,6 +1,7 @@
 """Endpoints started by hand for the endpoint and shard tests: benchfleet's ORT server as a plain process, behind a
 gateway that wants an API key (tests/e2e/auth_proxy.py), as a team's own deployment would be; and the stand-in for a
-tensorflow_model_server's gRPC API (tests/e2e/tfserving_standin.py), behind the same kind of key."""
+tensorflow_model_server's gRPC and REST APIs (tests/e2e/tfserving_standin.py, tfserving_rest_standin.py), behind the
+same kind of key."""
 
 from __future__ import annotations
 
@@ -72,3 +73,19 @@ def tfserving_grpc(work: Path, model: str, *, version: int = 3) -> Iterator[Gate
     with SupervisedProcess(argv, name="tf serving stand-in", log_path=work / "tfserving.log", cwd=ROOT) as server:
         server.wait_ready(listening, timeout_s=30)
         yield GatedEndpoint(f"grpc://127.0.0.1:{port}", key, model)
+
+
+@contextlib.contextmanager
+def tfserving_rest(work: Path, model: str, *, version: int = 3, label: str = "stable") -> Iterator[GatedEndpoint]:
+    """TF Serving's REST API for a small MLP as `model` (version `version`, labelled `label`), wanting an X-Api-Key;
+    stopped after."""
+    path = work / f"{model}.onnx"
+    path.write_bytes(mlp_onnx(inputs=12, hidden=32, outputs=3, seed=4))
+    key = "sk-" + secrets.token_urlsafe(24)
+    (work / "key").write_text(key)
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.e2e.tfserving_rest_standin", "--port", str(port), "--model", str(path)]
+    argv += ["--name", model, "--version", str(version), "--label", label, "--key-file", str(work / "key")]
+    with SupervisedProcess(argv, name="tf serving rest stand-in", log_path=work / "tfserving-rest.log", cwd=ROOT) as server:
+        server.wait_ready(http_ready(f"http://127.0.0.1:{port}/counts"), timeout_s=30)
+        yield GatedEndpoint(f"http://127.0.0.1:{port}", key, model)

@@ -15,7 +15,7 @@ from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
 from common.wire.jobs import TERMINAL_STATES, JobState, JobView
 from common.wire.models import ModelMeta, TensorSpec
-from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort, tfserving_grpc
+from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort, tfserving_grpc, tfserving_rest
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -130,6 +130,67 @@ target: {{url: "{tfserving.url}", protocol: tfserving-grpc}}
         assert point.cold_start is None and point.environment.backend_version.startswith("tfserving-grpc")
     ended = _wait_until(lambda: (j := _job(fleet, ungated.id)).state in TERMINAL_STATES and j, 120, "the job to end")
     assert ended.state == JobState.failed and "UNAUTHENTICATED (check target.secret)" in (ended.error or ""), ended.error
+
+
+@pytest.fixture(scope="module")
+def tfserving_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedEndpoint]:
+    with tfserving_rest(tmp_path_factory.mktemp("tfserving-rest"), "mlp-tfr", version=3, label="stable") as endpoint:
+        yield endpoint
+
+
+def test_the_rest_stand_in_answers_as_tf_servings_published_api(tfserving_http: GatedEndpoint) -> None:
+    """What the job below is checked against: the status, the metadata, both request formats and their answers, and
+    TF Serving's error codes and bodies."""
+    key = {"X-Api-Key": tfserving_http.key}
+    base = f"{tfserving_http.url}/v1/models/{tfserving_http.model}"
+    with httpx.Client(headers=key, timeout=10) as http:
+        (status,) = http.get(base).json()["model_version_status"]
+        assert status == {"version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        signature = http.get(f"{base}/versions/3/metadata").json()["metadata"]["signature_def"]["signature_def"]
+        dims = signature["serving_default"]["inputs"]["input"]["tensor_shape"]["dim"]
+        assert [d["size"] for d in dims] == ["-1", "12"]  # int64 sizes as strings, as TF Serving writes them
+        rows = [[0.5] * 12, [-1.0] * 12]
+        by_row = http.post(f"{base}/labels/stable:predict", json={"instances": rows})
+        by_column = http.post(f"{base}:predict", json={"signature_name": "serving_default", "inputs": {"input": rows}})
+        assert by_row.status_code == by_column.status_code == 200
+        assert by_row.json()["predictions"] == by_column.json()["outputs"] and len(by_row.json()["predictions"]) == 2
+        refusals = [
+            (http.post(f"{base}/versions/9:predict", json={"inputs": rows}), 404, "Specific(mlp-tfr, 9)"),
+            (http.post(f"{base}/labels/canary:predict", json={"inputs": rows}), 400, "version label: canary"),
+            (http.post(f"{base}:predict", json={"inputs": rows, "instances": rows}), 400, "both"),
+            (http.post(f"{base}:predict", json={"signature_name": "classify", "inputs": rows}), 400, '"classify" not found'),
+            (http.post(f"{base}:predict", json={"inputs": [[0.5] * 11]}), 400, "does not match"),
+            (http.post(f"{tfserving_http.url}/v1/models/other:predict", json={"inputs": rows}), 404, "Latest(other)"),
+            (httpx.post(f"{base}:predict", json={"inputs": rows}), 401, "API key"),
+        ]
+    for answer, code, words in refusals:
+        assert answer.status_code == code and words in answer.json()["error"], (code, answer.text)
+
+
+def test_a_job_drives_tf_servings_rest_api_by_its_version_label(fleet, follower: str, tfserving_http) -> None:  # type: ignore[no-untyped-def]
+    """No `inputs`: the signature from the metadata, readiness from the model's status (a version AVAILABLE), requests
+    in the columnar format to the label's URL with the key; the strict stand-in would have refused anything else."""
+    before = httpx.get(f"{tfserving_http.url}/counts").json()
+    with fleet.client() as client:
+        client.put_secret("tfr-key", tfserving_http.key, header="X-Api-Key")
+        results = _run(client, f"""
+name: tfserving-rest
+model: mlp-tfr
+batch_sizes: [1, 4]
+load: {LOAD}
+target: {{url: "{tfserving_http.url}", protocol: tfserving-rest, model_version: stable, secret: tfr-key}}
+""")
+    after = httpx.get(f"{tfserving_http.url}/counts").json()
+    assert [p.point.batch_size for p in results.points] == [1, 4]
+    for point in results.points:
+        assert point.valid, point.invalid_reasons
+        assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
+        assert point.environment.backend_version.startswith("tfserving-rest")
+    sent = sum(p.requests for p in results.points)
+    assert after.get("columnar", 0) - before.get("columnar", 0) >= sent
+    assert after.get("status", 0) > before.get("status", 0) and after.get("metadata", 0) > before.get("metadata", 0)
+    refused = [{k: v for k, v in counts.items() if k.startswith("refused")} for counts in (before, after)]
+    assert refused[0] == refused[1], refused  # nothing the job sent was refused
 
 
 def _job(fleet, job_id: str) -> JobView:  # type: ignore[no-untyped-def]
