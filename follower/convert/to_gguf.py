@@ -185,8 +185,11 @@ def convert(model_dir: Path, out: Path, *, dtype: str = "float16") -> Path:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-    finally:
+    except BaseException:
         writer.close()
+        partial.unlink(missing_ok=True)  # never a half-written file beside the model
+        raise
+    writer.close()
     os.replace(partial, out)
     return out
 

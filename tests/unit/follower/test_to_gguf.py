@@ -13,6 +13,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from benchfleet.generate.llmgen import BOS, EOS, LlamaSpec, generate
 from follower.convert.to_gguf import convert, gguf_name, permute_rope
@@ -80,6 +81,14 @@ def test_other_types_and_what_it_refuses(model_dir: Path, tmp_path: Path) -> Non
         convert(model_dir, tmp_path / "x.gguf", dtype="int4")
     with pytest.raises(ValueError, match="not part of a Llama model"):
         gguf_name("model.layers.0.mlp.experts.0.w1.weight")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    for f in model_dir.iterdir():
+        (extra / f.name).write_bytes(f.read_bytes())
+    save_file({"model.layers.0.mlp.experts.0.w1.weight": np.zeros((2, 2), dtype=np.float16)}, str(extra / "z.safetensors"))
+    with pytest.raises(ValueError, match="not part of a Llama model"):  # found while writing: nothing half-written stays
+        convert(extra, tmp_path / "e.gguf")
+    assert not (tmp_path / "e.gguf").exists() and not (tmp_path / "e.gguf.partial").exists()
     assert gguf_name("model.layers.3.self_attn.rotary_emb.inv_freq") is None
     other = tmp_path / "other"
     other.mkdir()
