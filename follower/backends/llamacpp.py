@@ -59,9 +59,7 @@ class LlamaCppBackend(OpenAiServerBackend):
 
     def argv(self, model_file: Path, model: ModelMeta, port: int, workdir: Path) -> list[str]:
         """The server's command line: the spec's server.llm options in llama.cpp's words."""
-        llm = self.server.llm
-        if llm.kv_cache_gb is not None or llm.chunked_prefill is not None:
-            raise ValueError("llama.cpp takes neither server.llm.kv_cache_gb nor chunked_prefill (see the job's validation)")
+        llm = self.server.llm  # kv_cache_gb and chunked_prefill, vLLM's, are refused for llamacpp at submission
         context = llm.model_len(model.llm.context_length) if model.llm is not None else llm.max_model_len
         argv = [
             str(self.python),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -23,9 +22,11 @@ MS = 1_000_000
 class Recording(ModelServer):
     """The ORT server's engine, with the rows of each engine run written down."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.runs: list[int] = []
+    runs: list[int]
+
+    def load(self) -> None:
+        self.runs = []
+        super().load()
 
     def run_batch(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
         self.runs.append(int(feeds["input"].shape[0]))

@@ -70,10 +70,10 @@ def test_a_cuda_process_joins_the_daemon_with_its_share_and_the_daemon_quits(tmp
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "4096"
+        env = server_environment(daemon.client_env(None))
         ask = subprocess.run(
-            [mps.CONTROL], input="get_server_list\n", env=server_environment(daemon.client_env(None)),
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            [mps.CONTROL], input="get_server_list\n", env=env, capture_output=True, text=True, timeout=30, check=False
+        )
         log = _control_log(daemon)
         print(f"\nMPS control log:\n{log}\nget_server_list: {ask.stdout.strip()!r}")
     # The client reached the daemon (it started an MPS server for it): the control log records the new client.
