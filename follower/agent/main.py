@@ -132,6 +132,7 @@ def run_agent(settings: FollowerSettings) -> None:
         )
         if settings.exit_after_job and outcome != "stale":
             log.info("job ended (%s): this on-demand agent exits", outcome)
+            heart.stopped.set()  # no beat after this: the leader forgets this agent, which must not register again
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's warm shutdown, as a pod's stop would ask
         return outcome
 

@@ -5,7 +5,8 @@ configured, so a shared cluster's quota admits it).
 The rest of the path is unchanged: the launcher pins the job to the pod's follower id (a conditional update, so a job
 is launched once), the pod registers, the placer assigns the job to it, the agent runs it with live progress and
 reports, and exits after that one job (`exit_after_job`). The launcher then deletes the Kubernetes Job and forgets
-the follower. A pod that fails before its job ends fails the job, naming the pod's reason. Launches go shortest job
+the follower, again on every tick while the follower shows up without its Kubernetes Job (a pod still stopping may
+register once more). A pod that fails before its job ends fails the job, naming the pod's reason. Launches go shortest job
 first and at most `max_pods` at once; the Kubernetes scheduler (or Kueue) decides when each pod starts.
 
 The pod's shape (image, the follower's settings and Secret references, security context, resources, GPUs, node
@@ -140,9 +141,16 @@ class Launcher:
 
     async def _reap(self) -> int:
         """Delete the Kubernetes Jobs whose benchmark job ended (and forget their followers); fail the benchmark job
-        of a pod that failed. Returns how many launched pods still work."""
+        of a pod that failed; forget every on-demand follower left without a Kubernetes Job (a pod still stopping
+        may have registered again after it was forgotten). Returns how many launched pods still work."""
         live = 0
-        for kube_job in await asyncio.to_thread(self._kube.managed):
+        kube_jobs = await asyncio.to_thread(self._kube.managed)
+        standing = {kube_job["metadata"]["name"] for kube_job in kube_jobs}
+        for view in await followers_store.list_followers(self._db):
+            follower_id = view.info.follower_id
+            if follower_id.startswith(PREFIX) and follower_id not in standing:
+                await _forget(self._db, follower_id)
+        for kube_job in kube_jobs:
             name = kube_job["metadata"]["name"]
             job_id = (kube_job["metadata"].get("labels") or {}).get(LABEL_JOB, "")
             try:
