@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchfleet.stack import LocalStack, port_open
+from tests import skip_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
@@ -49,6 +50,10 @@ def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
     """A real MongoDB wire-protocol server: SecantusDB run as a separate process (it is GPL; never imported)."""
     with LocalStack(tmp_path_factory.mktemp("mongo")) as stack:
         yield Service(stack.start_mongo())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(skip_budget, "skip-budget")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

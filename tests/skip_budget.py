@@ -1,0 +1,120 @@
+"""The skip budget: the tests allowed to skip on a CPU machine, each with the reason it must give and why.
+
+Under CI (`CI` set) or with BENCHFLEET_SKIP_BUDGET=enforce, a run in which any other test skips, or a budgeted test
+skips for another reason, fails (tests/conftest.py): a missing install step (Triton, the sandbox, the browser, vendored
+assets, tmux, torch, vLLM, llama.cpp, the Kubernetes kit) shows as a failure, never as a quiet skip. On a GPU machine
+the GPU entries do not skip; an entry that nothing used is reported, not failed. A pytest plugin, registered by
+tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+NO_GPU = "no NVIDIA GPU with CUDA and NVML on this host"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    tests: str  # an fnmatch pattern over pytest node ids
+    reason: str  # what the skip reason must start with
+    because: str  # why it cannot run on a CPU CI machine
+
+
+BUDGET = (
+    Allowed("tests/e2e/test_gpu_fleet.py*", NO_GPU, "a fleet on a GPU needs a GPU"),
+    Allowed("tests/integration/gpu/test_mps.py*", NO_GPU, "CUDA MPS needs a GPU"),
+    Allowed("tests/integration/gpu/test_gpu_paths.py::*", NO_GPU, "ONNX Runtime CUDA, TorchScript CUDA, vLLM's GPU flags"),
+    Allowed(
+        "tests/integration/follower/test_sampler.py::test_gpu_fields_present_with_nvml",
+        "no NVIDIA GPU / NVML driver on this host",
+        "GPU sampling reads NVML",
+    ),
+    Allowed(
+        "tests/integration/follower/test_netshape.py::*",
+        "this host cannot shape with netem",
+        "this kernel has no sch_netem (tbf runs; delay, jitter and loss need netem)",
+    ),
+    Allowed(
+        "tests/e2e/test_llm_jobs.py::test_an_llm_job_on_the_other_servers[[]sglang[]]",
+        "sglang cannot run on this host",
+        "SGLang's CPU build needs AMX or vLLM's CPU ops and a 9.5 GB environment",
+    ),
+    Allowed(
+        "tests/e2e/test_llm_jobs.py::test_an_llm_job_on_the_other_servers[[]triton-openai[]]",
+        "triton-openai cannot run on this host",
+        "Triton's OpenAI frontend ships in NVIDIA's containers only",
+    ),
+    Allowed(
+        "tests/integration/follower/test_backends_live.py::test_tfserving_live",
+        "tensorflow_model_server is not on PATH",
+        "TF Serving publishes no binary a package registry carries",
+    ),
+    Allowed(
+        "tests/unit/follower/test_convert.py::test_keras_to_savedmodel_is_checked_against_the_source",
+        "TensorFlow is not installed",
+        "TensorFlow (the tfserving extra) is not installed here: it is 600 MB for one converter test",
+    ),
+)
+
+
+def enforced() -> bool:
+    return bool(os.environ.get("CI")) or os.environ.get("BENCHFLEET_SKIP_BUDGET") == "enforce"
+
+
+def skip_of(report: Any) -> tuple[str, str] | None:
+    """(node id, reason) of a skipped test or collection report; None when it did not skip (or is an xfail)."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return None
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return report.nodeid, reason.removeprefix("Skipped: ")
+
+
+def allowance(nodeid: str, reason: str) -> Allowed | None:
+    """The budget entry that allows this skip, None if none does."""
+    for entry in BUDGET:
+        if fnmatch.fnmatchcase(nodeid, entry.tests) and reason.startswith(entry.reason):
+            return entry
+    return None
+
+
+def outside(skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The skips no budget entry allows."""
+    return [(nodeid, reason) for nodeid, reason in skips if allowance(nodeid, reason) is None]
+
+
+SKIPS: list[tuple[str, str]] = []  # (node id, reason) of every test or module that skipped in this run
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if (skip := skip_of(report)) is not None:
+        SKIPS.append(skip)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if (skip := skip_of(report)) is not None:
+        SKIPS.append(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under enforcement, a skip outside the budget fails a run that would otherwise pass."""
+    if enforced() and outside(SKIPS) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The budget's account: how many skips it allowed, and each skip outside it."""
+    if not SKIPS:
+        return
+    terminalreporter.section("skip budget")
+    within = sum(1 for nodeid, reason in SKIPS if allowance(nodeid, reason) is not None)
+    terminalreporter.write_line(f"{within} skip(s) within the budget (tests/skip_budget.py)")
+    verdict = "FAILS THE RUN" if enforced() else "would fail under CI"
+    for nodeid, reason in outside(SKIPS):
+        terminalreporter.write_line(f"OUTSIDE THE BUDGET ({verdict}): {nodeid}: {reason}", red=True)
