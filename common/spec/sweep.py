@@ -14,10 +14,12 @@ if TYPE_CHECKING:
     from common.spec.server import ServerOptions
 
 # The option paths a sweep may vary (ServerOptions' fields, `llm.` the LLM engine's, `dynamic_batching.` the
-# server-side batcher's: Triton's, and our ORT server's).
+# server-side batcher's: Triton's, and our ORT server's). `dynamic_batching` itself takes null (off) or a batcher's
+# settings: the batching-on-versus-off study in one job.
 SWEEPABLE = (
     "threads",
     "instances",
+    "dynamic_batching",
     "dynamic_batching.max_batch_size",
     "dynamic_batching.max_queue_delay_us",
     "dynamic_batching.preferred_batch_sizes",
@@ -49,6 +51,8 @@ def configurations(sweep: dict[str, list[Any]], server: ServerOptions) -> list[S
     unknown = [path for path in sweep if path not in SWEEPABLE]
     if unknown:
         raise ValueError(f"cannot sweep {', '.join(map(repr, unknown))}; the options a sweep may vary: {', '.join(SWEEPABLE)}")
+    if "dynamic_batching" in sweep and any(path.startswith("dynamic_batching.") for path in sweep):
+        raise ValueError("sweeps dynamic_batching whole (null: off, or its settings) or by its fields, not both")
     for path, values in sweep.items():
         if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
             raise ValueError(f"{path}: must be a list of 1 to {MAX_VALUES} values")
@@ -100,5 +104,14 @@ def label(sweep: dict[str, list[Any]] | None, server: ServerOptions) -> str:
         value = doc
         for key in path.split("."):
             value = value.get(key) if isinstance(value, dict) else None
-        parts.append(f"{path.removeprefix('llm.').removeprefix('dynamic_batching.')}={value}")
+        parts.append(f"{path.removeprefix('llm.').removeprefix('dynamic_batching.')}={_shown(value)}")
     return " ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    """A swept value as a user reads it: a batcher's settings as k=v pairs, null as off."""
+    if value is None:
+        return "off"
+    if isinstance(value, dict):
+        return "(" + ",".join(f"{k}={_shown(v)}" for k, v in value.items() if v not in ([], None)) + ")"
+    return str(value)

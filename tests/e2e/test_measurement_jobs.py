@@ -173,3 +173,38 @@ repeats: {{count: 2, fresh_server: true}}
     out = io.StringIO()
     print_results(Console(file=out, width=250), results)
     assert "repeats: spread across runs" in out.getvalue() and by_config[0].verdict.replace("_", " ") in out.getvalue()
+
+
+def test_a_batching_study_on_our_server_sweeps_batching_off_and_on_in_one_job(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    """The seed's dynamic-batching study on our ORT server, as one job: the same seeded load on a server without a
+    batcher and on one whose batcher waits up to 20 ms for 16 requests, each configuration its own server start."""
+    _only_follower(fleet, "meas-batching")
+    results = _run(fleet, f"""
+name: batching-study
+model: {model}
+batch_sizes: [1]
+load: {{pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}}
+sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 20000}}]}}
+""")
+    off, on = sorted(results.points, key=lambda r: r.point.config)
+    assert off.point.server.dynamic_batching is None
+    assert on.point.server.dynamic_batching is not None and on.point.server.dynamic_batching.max_batch_size == 16
+    assert off.requests == on.requests > 0, "the same seeded schedule on both"
+    for row in (off, on):
+        assert row.errors == 0 and row.ok == row.requests, row.error_sample
+        assert row.cold_start is not None, "each configuration starts its own server"
+    assert off.server_stats is not None and on.server_stats is not None
+    # Off: every request is its own run of the model. On: a 20 ms window merges several into one run, and they wait
+    # for it in the batcher's queue (never past its delay: tests/integration/follower/test_batcher.py holds that).
+    assert off.server_stats.executions == off.server_stats.inferences and off.server_stats.mean_batch == 1.0
+    assert on.server_stats.mean_batch is not None and on.server_stats.mean_batch > 1.5, on.server_stats
+    assert on.server_stats.executions < on.server_stats.inferences
+    assert on.server_stats.queue_ms_mean is not None and off.server_stats.queue_ms_mean is not None
+    assert on.server_stats.queue_ms_mean > off.server_stats.queue_ms_mean, (on.server_stats, off.server_stats)
+    out = io.StringIO()
+    print_results(Console(file=out, width=250), results)
+    assert "dynamic_batching=off" in out.getvalue()
+    assert "dynamic_batching=(max_batch_size=16,max_queue_delay_us=20000)" in out.getvalue()
+    assert off.latency_ms is not None and on.latency_ms is not None
+    print(f"our server, batching off: {off.server_stats} p50 {off.latency_ms.p50:.2f} ms; "
+          f"on: {on.server_stats} p50 {on.latency_ms.p50:.2f} ms")

@@ -10,6 +10,7 @@ import pytest
 from common.errors import InvalidSpec
 from common.spec.grid import estimate_seconds, expand, server_runs, server_starts
 from common.spec.parse import parse_spec
+from common.spec.server import DynamicBatching
 from common.spec.sweep import describe, label
 
 BASE: dict[str, Any] = {
@@ -36,6 +37,21 @@ def test_every_combination_is_a_configuration_with_its_own_server_start() -> Non
     # The estimate counts a server start per configuration.
     plain = parse_spec(BASE)
     assert estimate_seconds(spec) > 4 * estimate_seconds(plain) - 0.01
+
+
+def test_dynamic_batching_swept_whole_is_the_on_versus_off_study() -> None:
+    on = {"max_batch_size": 16, "max_queue_delay_us": 20000}
+    spec = parse_spec({**BASE, "batch_sizes": [1], "sweep": {"dynamic_batching": [None, on]}})
+    runs = server_runs(expand(spec), fresh_server=False)
+    assert [run[0].server.dynamic_batching for run in runs] == [None, DynamicBatching(**on)]
+    assert [label(spec.sweep, run[0].server) for run in runs] == [
+        "dynamic_batching=off",
+        "dynamic_batching=(max_batch_size=16,max_queue_delay_us=20000)",
+    ]
+    with pytest.raises(InvalidSpec, match="whole .* or by its fields, not both"):
+        parse_spec({**BASE, "sweep": {"dynamic_batching": [None, on], "dynamic_batching.max_batch_size": [4, 8]}})
+    with pytest.raises(InvalidSpec, match="max_batch_size"):
+        parse_spec({**BASE, "sweep": {"dynamic_batching": [None, {"max_batch_size": 0}]}})
 
 
 def test_repeats_run_within_each_configurations_server() -> None:
