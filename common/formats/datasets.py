@@ -27,6 +27,11 @@ from common.wire.auth import DEFAULT_TEAM
 DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
 DATA_FORMATS: tuple[str, ...] = ("npz", "jsonl", "images", "trace", "prompts")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# An images set may carry its classes' labels: labels.txt, one per line in class order (as ImageNet's), for the
+# topk post-processor's label lookup.
+LABELS_FILE = "labels.txt"
+MAX_LABELS = 100_000
+MAX_LABEL_CHARS = 200
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
 # What an archived data set (npz, images) may inflate to, besides the ratio bound of common.formats.ziplimits.
@@ -190,6 +195,8 @@ def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
             for name in images:
                 with zf.open(name) as member, Image.open(member) as img:
                     img.verify()  # headers and structure only; decoding happens on the follower
+            if LABELS_FILE in names:
+                _labels(zf.read(LABELS_FILE))
     except (BadData, ArchiveTooLarge):
         raise
     except (zipfile.BadZipFile, UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
@@ -216,3 +223,26 @@ def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | l
     with zipfile.ZipFile(path) as zf:
         names = sorted(n for n in zf.namelist() if n.lower().endswith(IMAGE_SUFFIXES))[:MAX_SAMPLES]
         return [zf.read(n) for n in names]
+
+
+def _labels(raw: bytes) -> list[str]:
+    """The labels of a labels.txt, or BadData saying what is wrong with it."""
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise BadData(f"{LABELS_FILE}: not UTF-8 text") from None
+    if not lines or len(lines) > MAX_LABELS:
+        raise BadData(f"{LABELS_FILE}: holds {len(lines)} labels; 1 to {MAX_LABELS} (one per line, in class order)")
+    long = next((i for i, line in enumerate(lines) if len(line) > MAX_LABEL_CHARS), None)
+    if long is not None:
+        raise BadData(f"{LABELS_FILE}: line {long + 1} is longer than {MAX_LABEL_CHARS} characters")
+    return [line.strip() for line in lines]
+
+
+def load_labels(path: str, data_format: str) -> list[str] | None:
+    """The class labels a stored data set carries (an images set's labels.txt), None when it carries none."""
+    if data_format != "images":
+        return None
+    with zipfile.ZipFile(path) as zf:
+        check_archive(zf, MAX_INFLATED_BYTES)
+        return _labels(zf.read(LABELS_FILE)) if LABELS_FILE in zf.namelist() else None

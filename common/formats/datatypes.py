@@ -110,3 +110,19 @@ def raw_contents(datatype: str, values: Sequence[object] | np.ndarray) -> bytes:
     if dtype is None:
         raise ValueError(f"unsupported datatype {datatype}")
     return np.ascontiguousarray(np.asarray(values, dtype=dtype.newbyteorder("<"))).tobytes()
+
+
+def from_raw_contents(datatype: str, raw: bytes, shape: Sequence[int]) -> np.ndarray:
+    """A tensor from its raw contents as KServe v2 gRPC (and TF Serving's tensor_content) carry them: little-endian
+    values, row major; BYTES as length-prefixed elements (an object array of bytes)."""
+    if datatype == "BYTES":
+        items, at = [], 0
+        while at < len(raw):
+            size = int.from_bytes(raw[at : at + 4], "little")
+            items.append(raw[at + 4 : at + 4 + size])
+            at += 4 + size
+        return np.asarray(items, dtype=object).reshape(list(shape))
+    dtype = V2_TO_NUMPY.get(datatype)
+    if dtype is None:
+        raise ValueError(f"unsupported datatype {datatype}")
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(list(shape))

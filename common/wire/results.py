@@ -334,8 +334,9 @@ class PointResult(BaseModel):
     latency_hdr: str | None = None  # latency-from-intended HDR histogram (ns), common.stats.encode; mergeable
     service_hdr: str | None = None
     stages_ms: dict[str, float] | None = None  # mean per stage; sums to the mean service time
-    # Client-side processing per request (ms, e.g. {"preprocess": ...}): done once before the run, since bodies are
-    # pre-encoded, so it is not in the service time; None when none ran on the client (e.g. processing: server).
+    # Client-side processing per request (ms): "preprocess" done once before the run, since bodies are pre-encoded;
+    # "postprocess" timed on up to 16 sample answers after the run (follower/point/postprocess.py). Neither is in the
+    # service time; None when none ran on the client (e.g. processing: server).
     client_stages_ms: dict[str, float] | None = None
     capped: int = 0  # requests that found the in-flight cap reached at their time (waited or dropped)
     in_flight_cap: int | None = None  # the cap in force (the spec's, or the one that followed the load); None: closed

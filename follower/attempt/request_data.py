@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.formats.datasets import DataSetMeta, load_samples
+from common.formats.datasets import DataSetMeta, load_labels, load_samples
 from common.spec.job import DataRef
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import PointResult
@@ -32,6 +32,15 @@ def fetch_data(client: LeaderClient, data_id: str, cache_dir: Path) -> tuple[Pat
         return path, meta, True
     client.download_data(meta, path)
     return path, meta, False
+
+
+def resolve_labels(data: DataRef, *, client: LeaderClient | None, cache_dir: Path) -> tuple[str, ...] | None:
+    """The class labels the job's uploaded data set carries (its labels.txt), for the topk post-processor."""
+    if data.source != "upload" or data.postprocess is None or client is None or data.id is None:
+        return None
+    path, meta, _ = fetch_data(client, data.id, cache_dir)
+    labels = load_labels(str(path), meta.format)
+    return tuple(labels) if labels is not None else None
 
 
 def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:
@@ -99,4 +108,4 @@ def with_client_stages(result: PointResult, per_sample_ms: dict[str, float] | No
     if not per_sample_ms:
         return result
     per_request = {k: v * result.point.batch_size for k, v in per_sample_ms.items()}
-    return result.model_copy(update={"client_stages_ms": per_request})
+    return result.model_copy(update={"client_stages_ms": {**per_request, **(result.client_stages_ms or {})}})

@@ -98,6 +98,8 @@ class ServerRun:
     credentials: Credentials = NO_CREDENTIALS  # a target's headers and TLS checks (target.secret, ca_bundle)
     shard: ShardLink | None = None  # this follower's share of every point of a sharded job (follower/point/shard.py)
     target_costs: TargetCosts | None = None  # where the generator's cost per request against a target is kept
+    postprocess: str | None = None  # a client-side post-processor, timed on sample answers after each point
+    labels: tuple[str, ...] | None = None  # the classes' labels it looks up (the data set's labels.txt)
 
 
 @dataclass(frozen=True)

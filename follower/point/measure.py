@@ -11,6 +11,7 @@ from follower.point.context import PointContext
 from follower.point.drive import drive_point
 from follower.point.judge import judge
 from follower.point.plan import plan_point
+from follower.point.postprocess import with_client_postprocess
 from follower.point.result import point_result
 from follower.point.search import run_search
 from follower.point.shard import drive_shard
@@ -21,8 +22,10 @@ log = logging.getLogger(__name__)
 async def measure_point(point: PointSpec, ctx: PointContext, cold_start: ColdStart | None = None) -> PointResult:
     """Measure one point (or search its highest SLO-meeting load); a dead server gives an invalid result, not an exception."""
     if point.search is None:
-        return await _measure(point, ctx, cold_start)
-    return await run_search(point, ctx, cold_start, _measure)
+        result = await _measure(point, ctx, cold_start)
+    else:
+        result = await run_search(point, ctx, cold_start, _measure)
+    return await with_client_postprocess(result, point, ctx)
 
 
 async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | None) -> PointResult:

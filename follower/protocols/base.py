@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
+import numpy as np
+
 from common.spec.llm import LlmWorkload
 from common.spec.target import ProtocolName
 from common.wire.models import TensorSpec
@@ -91,6 +93,11 @@ class ServingProtocol(ABC):
     def encode(self, entries: Sequence[Entry]) -> bytes:
         """One request's tensors in this protocol's body format."""
         raise ValueError(f"protocol {self.name} takes no tensor requests")
+
+    def outputs(self, endpoint: Endpoint, body: bytes, credentials: Credentials = NO_CREDENTIALS) -> dict[str, np.ndarray]:
+        """Send one encoded request (a body `encode` made) outside any load, and decode its answer's output tensors by
+        name: what a client's own post-processing reads (follower/point/postprocess.py)."""
+        raise ValueError(f"protocol {self.name} answers no tensors")
 
     def open_transport(
         self,

@@ -25,12 +25,25 @@ class EndpointRefused(EndpointError):
 
 def get(url: str, credentials: Credentials) -> httpx.Response:
     """A 200 answer to GET `url`; EndpointRefused for 401/403, EndpointError for anything else."""
+    return _call("GET", url, credentials)
+
+
+def get_json(url: str, credentials: Credentials) -> Any:
+    """The JSON of a 200 answer to GET `url` (EndpointError when it is not JSON)."""
+    return _json(url, get(url, credentials))
+
+
+def post_json(url: str, body: bytes, credentials: Credentials) -> Any:
+    """The JSON of a 200 answer to POST `body` (JSON) to `url`; EndpointRefused for 401/403, EndpointError otherwise."""
+    return _json(url, _call("POST", url, credentials, body))
+
+
+def _call(method: str, url: str, credentials: Credentials, body: bytes | None = None) -> httpx.Response:
     verify: Any = credentials.ssl_context()
+    headers = dict(credentials.headers) if body is None else {**dict(credentials.headers), "Content-Type": "application/json"}
     try:
-        with httpx.Client(
-            timeout=METADATA_TIMEOUT_S, verify=verify, headers=dict(credentials.headers), follow_redirects=False
-        ) as client:
-            response = client.get(url)
+        with httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, headers=headers, follow_redirects=False) as client:
+            response = client.request(method, url, content=body)
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):
@@ -40,10 +53,9 @@ def get(url: str, credentials: Credentials) -> httpx.Response:
     return response
 
 
-def get_json(url: str, credentials: Credentials) -> Any:
-    """The JSON of a 200 answer to GET `url` (EndpointError when it is not JSON)."""
+def _json(url: str, response: httpx.Response) -> Any:
     try:
-        return get(url, credentials).json()
+        return response.json()
     except ValueError:
         raise EndpointError(f"{url}: the answer is not JSON") from None
 

@@ -6,13 +6,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from common.formats.datatypes import raw_contents
+import numpy as np
+
+from common.formats.datatypes import V2_TO_NUMPY, from_raw_contents, raw_contents
 from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, GrpcProtocol
-from follower.protocols.calls import unary
+from follower.protocols.calls import EndpointError, unary
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from protos import grpc_predict_v2_pb2 as pb
 from protos import kserve_v2
+
+# The InferTensorContents field that carries each datatype's values when an answer has no raw contents.
+_CONTENTS = {
+    "BOOL": "bool_contents",
+    **dict.fromkeys(("INT8", "INT16", "INT32"), "int_contents"),
+    "INT64": "int64_contents",
+    **dict.fromkeys(("UINT8", "UINT16", "UINT32"), "uint_contents"),
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
 
 
 class KserveGrpc(GrpcProtocol):
@@ -43,6 +57,23 @@ class KserveGrpc(GrpcProtocol):
             tensor.shape.extend(cast(list[int], e["shape"]))
             request.raw_input_contents.append(raw_contents(str(e["datatype"]), cast(list[object], e["data"])))
         return request.SerializeToString()
+
+    def outputs(self, endpoint: Endpoint, body: bytes, credentials: Credentials = NO_CREDENTIALS) -> dict[str, np.ndarray]:
+        request = pb.ModelInferRequest.FromString(self.prefix(endpoint) + body)
+        answer = unary(endpoint, self.method, request, pb.ModelInferResponse, credentials)
+        out = {}
+        try:
+            for i, t in enumerate(answer.outputs):
+                shape = [int(d) for d in t.shape]
+                if i < len(answer.raw_output_contents):
+                    out[t.name] = from_raw_contents(t.datatype, answer.raw_output_contents[i], shape)
+                else:  # typed contents: the field its datatype names
+                    values = getattr(t.contents, _CONTENTS[t.datatype])
+                    dtype = object if t.datatype == "BYTES" else V2_TO_NUMPY[t.datatype]
+                    out[t.name] = np.asarray(list(values), dtype=dtype).reshape(shape)
+        except (KeyError, ValueError) as exc:
+            raise EndpointError(f"{endpoint.base}: ModelInfer: unexpected answer ({type(exc).__name__}: {exc})") from None
+        return out
 
     def stages(self, answer: Any) -> Mapping[str, Any]:
         """The int64 parameters of a ModelInferResponse: our servers' stage timings in ns."""

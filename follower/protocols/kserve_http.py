@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import orjson
 
+from common.formats.datatypes import V2_TO_NUMPY
 from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
-from follower.protocols.calls import EndpointError, get, get_json
+from follower.protocols.calls import EndpointError, get, get_json, post_json
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 
@@ -43,3 +45,15 @@ class KserveHttp(ServingProtocol):
 
     def encode(self, entries: Sequence[Entry]) -> bytes:
         return orjson.dumps({"inputs": entries})
+
+    def outputs(self, endpoint: Endpoint, body: bytes, credentials: Credentials = NO_CREDENTIALS) -> dict[str, np.ndarray]:
+        url = self.infer_url(endpoint)
+        answer = post_json(url, body, credentials)
+        try:
+            out = {}
+            for t in answer["outputs"]:
+                dtype = object if t["datatype"] == "BYTES" else V2_TO_NUMPY[t["datatype"]]
+                out[t["name"]] = np.asarray(t["data"], dtype=dtype).reshape([int(d) for d in t["shape"]])
+            return out
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(f"{url}: unexpected answer ({type(exc).__name__}: {exc})") from None

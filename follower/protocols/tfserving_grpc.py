@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from common.formats.datatypes import V2_TO_TF, raw_contents
+import numpy as np
+
+from common.formats.datatypes import TF_TO_V2, V2_TO_NUMPY, V2_TO_TF, from_raw_contents, raw_contents
 from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, GrpcProtocol
 from follower.protocols.calls import EndpointError, unary
@@ -66,7 +68,46 @@ class TfservingGrpc(GrpcProtocol):
                 tensor.tensor_content = raw_contents(datatype, data)
         return request.SerializeToString()
 
+    def outputs(self, endpoint: Endpoint, body: bytes, credentials: Credentials = NO_CREDENTIALS) -> dict[str, np.ndarray]:
+        request = pb.PredictRequest.FromString(self.prefix(endpoint) + body)
+        answer = unary(endpoint, self.method, request, pb.PredictResponse, credentials)
+        try:
+            return {name: _tensor(t) for name, t in sorted(answer.outputs.items())}
+        except (KeyError, ValueError) as exc:
+            raise EndpointError(f"{endpoint.base}: Predict: unexpected answer ({type(exc).__name__}: {exc})") from None
+
     def prefix(self, endpoint: Endpoint) -> bytes:
         """The serialized model spec, prefixed to every body (a concatenation of messages is their merge)."""
         spec = tfserving_api.model_spec(endpoint.model, endpoint.version)
         return pb.PredictRequest(model_spec=spec).SerializeToString()
+
+
+# The TensorProto field that carries each dtype's values when a tensor has no tensor_content.
+_VALUES = {
+    "DT_FLOAT": "float_val",
+    "DT_DOUBLE": "double_val",
+    **dict.fromkeys(("DT_INT8", "DT_INT16", "DT_INT32", "DT_UINT8", "DT_UINT16"), "int_val"),
+    "DT_INT64": "int64_val",
+    "DT_UINT32": "uint32_val",
+    "DT_UINT64": "uint64_val",
+    "DT_BOOL": "bool_val",
+    "DT_STRING": "string_val",
+}
+
+
+def _tensor(t: pb.TensorProto) -> np.ndarray:
+    """A TensorProto's values: its tensor_content, or its typed values (one value filling the whole shape, as
+    TensorFlow reads it); DT_HALF's typed values are float16 bit patterns."""
+    dtype = pb.DataType.Name(t.dtype)
+    datatype = TF_TO_V2[dtype]
+    shape = [int(d.size) for d in t.tensor_shape.dim]
+    if t.tensor_content:
+        return from_raw_contents(datatype, t.tensor_content, shape)
+    if dtype == "DT_HALF":
+        values = np.asarray(list(t.half_val), dtype=np.uint16).view(np.float16)
+    else:
+        values = np.asarray(list(getattr(t, _VALUES[dtype])), dtype=object if datatype == "BYTES" else V2_TO_NUMPY[datatype])
+    size = int(np.prod(shape)) if shape else 1
+    if len(values) == 1 and size > 1:
+        return np.full(shape, values[0], dtype=values.dtype)
+    return values.reshape(shape)

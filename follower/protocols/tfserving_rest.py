@@ -15,7 +15,7 @@ import orjson
 from common.formats.datatypes import TF_TO_V2
 from common.wire.models import TensorSpec
 from follower.protocols.base import Endpoint, Entry, ServingProtocol
-from follower.protocols.calls import EndpointError, get_json
+from follower.protocols.calls import EndpointError, get_json, post_json
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 from protos import tfserving_api
 
@@ -65,3 +65,15 @@ class TfservingRest(ServingProtocol):
     def encode(self, entries: Sequence[Entry]) -> bytes:
         nested = {e["name"]: np.asarray(e["data"]).reshape(cast(list[int], e["shape"])).tolist() for e in entries}
         return orjson.dumps({"inputs": nested})
+
+    def outputs(self, endpoint: Endpoint, body: bytes, credentials: Credentials = NO_CREDENTIALS) -> dict[str, np.ndarray]:
+        """The columnar answer's `outputs`: a map of named outputs, or the one output itself (named `outputs` here, as
+        TF Serving names none); JSON carries no dtype, so numbers come back as numpy infers them."""
+        url = self.infer_url(endpoint)
+        answer = post_json(url, body, credentials)
+        try:
+            outputs = answer["outputs"]
+            named = outputs if isinstance(outputs, dict) else {"outputs": outputs}
+            return {str(name): np.asarray(value) for name, value in named.items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(f"{url}: unexpected answer ({type(exc).__name__}: {exc})") from None

@@ -134,6 +134,7 @@ def test_image_job_with_processing_on_either_side(fleet, canon: str, processing:
     with zipfile.ZipFile(buf, "w") as archive:
         for i, image in enumerate(raw_sample_images()[:3]):
             archive.writestr(f"img{i}.png", image)
+        archive.writestr("labels.txt", "".join(f"class {i}\n" for i in range(10)))  # the top-k's label lookup
     with fleet.client() as client:
         data = client.upload_data(buf.getvalue(), name=f"imgs-{processing}", format="images")
         model = client.upload_model(image_classifier(), name=f"imgcls-{processing}", version="1", format="onnx")
@@ -155,8 +156,9 @@ data: {{source: upload, id: {data.id}, preprocess: image_imagenet, postprocess: 
             assert stats.preprocess_ms_mean and stats.preprocess_ms_mean > 0, (backend, stats)
             assert row.client_stages_ms is None, backend
         else:
-            assert stats.preprocess_ms_mean is None, (backend, stats)
+            assert stats.preprocess_ms_mean is None and stats.postprocess_ms_mean is None, (backend, stats)
             assert row.client_stages_ms is not None and row.client_stages_ms["preprocess"] > 0, backend
+            assert row.client_stages_ms["postprocess"] > 0, backend  # top-k on the follower, on the server's answers
     # Our server also reports the stages per request: they are in the point's stage breakdown.
     ort_stages = rows["onnxruntime"].stages_ms or {}
     assert (ort_stages.get("preprocess", 0) > 0) == (processing == "server"), ort_stages

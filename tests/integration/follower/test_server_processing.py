@@ -198,7 +198,16 @@ def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta
             async for r in run_backend(
                 "onnxruntime",
                 [_point(processing)],
-                ServerRun(model=meta, model_path=path, workdir=tmp_path, host_facts=HOST, slo=None, samples=samples),
+                ServerRun(
+                    model=meta,
+                    model_path=path,
+                    workdir=tmp_path,
+                    host_facts=HOST,
+                    slo=None,
+                    samples=samples,
+                    postprocess="topk" if processing == "client" else None,
+                    labels=tuple(f"class {i}" for i in range(10)),
+                ),
             )
         ]
 
@@ -215,6 +224,8 @@ def test_point_reports_where_preprocessing_ran(classifier: tuple[Path, ModelMeta
     else:
         assert "preprocess" not in result.stages_ms and stats.preprocess_ms_mean is None
         assert result.client_stages_ms is not None and result.client_stages_ms["preprocess"] > 0
+        # The top-k ran here on real answers, timed beside the pre-processing; the server ran neither.
+        assert result.client_stages_ms["postprocess"] > 0 and stats.postprocess_ms_mean is None
 
 
 def test_triton_python_model_runs_the_processors(classifier: tuple[Path, ModelMeta], tmp_path: Path) -> None:
