@@ -27,7 +27,7 @@ OPTIONAL_STAGES = ("preprocess_ns", "postprocess_ns")
 
 # A language model's records beside the columns: per request (LLM_COLUMNS: the server's prompt and output token
 # counts, -1 unknown; the data events received; in a load shard's blob, the client tokenizer's count of the text),
-# and every event with text, its arrival in request order (LLM_TOKENS, flat) with LLM_OFFSETS (n + 1 entries: request
+# and every token event, its arrival in request order (LLM_TOKENS, flat) with LLM_OFFSETS (n + 1 entries: request
 # i's events are LLM_TOKENS[offsets[i]:offsets[i + 1]]).
 LLM_COLUMNS = ("llm_prompt_tokens", "llm_completion_tokens", "llm_events", "llm_client_tokens")
 LLM_TOKENS, LLM_OFFSETS = "llm_token_ns", "llm_token_offsets"

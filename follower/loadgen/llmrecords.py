@@ -1,6 +1,7 @@
 """A language-model run's per-request token records, beside the request records (follower/loadgen/records.py): when
-each event with text arrived, the text, and the server's own token counts. Records read back from their blob (a load
-shard's, follower/point/shard.py) carry no text: the client's token count of it, made where the text was, instead."""
+each token event arrived (openai_stream.is_token_event), the text, and the server's own token counts. Records read
+back from their blob (a load shard's, follower/point/shard.py) carry no text: the client's token count of it, made
+where the text was, instead."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class LlmColumns:
     prompt_tokens: np.ndarray  # the server's count (usage)
     completion_tokens: np.ndarray  # the server's count (usage)
     events: np.ndarray  # data events received (with or without text)
-    token_times: list[np.ndarray | None]  # arrival (monotonic ns) of each event with text
+    token_times: list[np.ndarray | None]  # arrival (monotonic ns) of each token event
     texts: list[bytes | None]  # the text, JSON-escaped as it came
     # The client tokenizer's count of each text where the text itself is not here (read back from a blob); -1 unknown.
     client_tokens: np.ndarray | None = None
@@ -76,12 +77,12 @@ class LlmColumns:
         return int(self.events.sum())
 
     def first_token_ns(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """Each request's (of those from `lo` to `hi`) first event with text (-1: none)."""
+        """Each request's (of those from `lo` to `hi`) first token event (-1: none)."""
         times = self.token_times[lo:hi]
         return np.array([t[0] if t is not None and len(t) else -1 for t in times], dtype=np.int64)
 
     def last_token_ns(self) -> np.ndarray:
-        """Each request's last event with text (-1: none)."""
+        """Each request's last token event (-1: none)."""
         return np.array([t[-1] if t is not None and len(t) else -1 for t in self.token_times], dtype=np.int64)
 
     def text(self, i: int) -> str | None:

@@ -1,19 +1,24 @@
 """A language-model point's figures from its measured requests' token records, and the rules its tokens must keep.
 
-Definitions (as MLPerf's and vLLM's benchmark use them, but from the intended time where a user waits):
-  - TTFT: the first event that carries text, from the intended time (`ttft_ms`) and from the send (`ttft_sent_ms`);
-  - ITL: the gap between successive events with text, every request's gaps pooled (`itl_ms`), and each request's
-    mean gap (`itl_request_ms`);
+Definitions (vLLM's benchmark client's, but from the intended time where a user waits). A token event is every
+streamed event with choices, its text empty or not (a token whose bytes do not complete a character yet arrives
+with empty text, its bytes in the next event: 3-8% of vLLM's events), except a chat answer's role announcement and
+an empty closing event (follower/protocols/transports/openai_stream.py, `is_token_event`):
+  - TTFT: the first token event, from the intended time (`ttft_ms`) and from the send (`ttft_sent_ms`);
+  - ITL: the gap between successive token events, every request's gaps pooled (`itl_ms`), and each request's mean
+    gap (`itl_request_ms`). A server that sends one event per token (vLLM, SGLang, llama.cpp) gives the per-token
+    gaps; an event carrying several tokens is one gap here (its tokens are not split: the server's per-event count
+    is not asked for), and the token check below shows it as fewer events than tokens;
   - TPOT: per request, (last token event - first token event) / (output tokens - 1), the output tokens the server's;
   - goodput: requests per second meeting every per-request limit of the SLO: `ttft_ms` and `e2e_ms` (from the
     intended time) and `tpot_ms` (DistServe's definition), over the measured window; its share of all the window's
     requests (a failed or unanswered one misses) is the attainment the SLO asks for, with its Wilson interval.
 
 Token truth: every figure counts tokens by the server's own count (its usage), never the client's. Per request the
-asked output length, the server's count, the stream's events with text and the client tokenizer's count of the text
+asked output length, the server's count, the stream's token events and the client tokenizer's count of the text
 are all kept. A request disagrees when its answer has no usage, when the server gave other than what was asked with
-the length enforced (ignore_eos), when it streamed more text events than it says it generated tokens (fewer is
-normal: a token that ends inside a character arrives with the next), or when its count of the prompt is not the
+the length enforced (ignore_eos), when it streamed more token events than it says it generated tokens (fewer means
+events that carried several tokens), or when its count of the prompt is not the
 length the prompt was built to. The client tokenizer's count is shown, not
 judged: re-tokenizing generated text does not give back the generated tokens (a byte-level BPE re-splits it; on the
 canonical LLM's random output by 10-15%), which is why tools that count on the client miscount. A point with more
@@ -76,9 +81,9 @@ def llm_figures(
     client = np.array([cols.client_count(int(i), maker) for i in idx], dtype=np.int64)
     server = out_tokens[idx]
     held, wanted = asked[0][idx], asked[1][idx]
-    text_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
+    token_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
     # The prompt was built to its length by the model's tokenizer: the server must count the same.
-    disagree = (server < 0) | (text_events > server) | (cols.prompt_tokens[idx] != held)
+    disagree = (server < 0) | (token_events > server) | (cols.prompt_tokens[idx] != held)
     if workload.ignore_eos:
         disagree |= server != wanted
     buffered = np.array(
@@ -109,7 +114,7 @@ def llm_figures(
         output_tokens_asked=int(wanted.sum()),
         output_tokens_server=int(np.maximum(server, 0).sum()),
         output_tokens_client=int(np.maximum(client, 0).sum()),
-        token_events=int(text_events.sum()),
+        token_events=int(token_events.sum()),
         mismatched_requests=int(disagree.sum()),
         buffered_requests=int(buffered.sum()),
     )
@@ -166,7 +171,7 @@ def _reasons(figures: LlmFigures, answered: int, workload: LlmWorkload) -> list[
                 text=(
                     f"token counts disagree on {figures.mismatched_requests} of {answered} requests: asked "
                     f"{figures.output_tokens_asked} output tokens, the server counted {figures.output_tokens_server} and "
-                    f"streamed {figures.token_events} events with text (the client's tokenizer finds "
+                    f"streamed {figures.token_events} token events (the client's tokenizer finds "
                     f"{figures.output_tokens_client} in the text)"
                     + ("" if workload.ignore_eos else " (lengths not enforced: ignore_eos is off)")
                 ),

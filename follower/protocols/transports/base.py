@@ -48,8 +48,9 @@ NO_CREDENTIALS = Credentials()
 
 @dataclass(frozen=True, slots=True)
 class Stream:
-    """What a language model's answer carried: when each event with text arrived (monotonic ns), the text (its JSON
-    escapes still in: unescaped after the run, off the hot path), and the server's own token counts (its `usage`)."""
+    """What a language model's answer carried: when each token event arrived (monotonic ns; is_token_event in
+    openai_stream.py), the text (its JSON escapes still in: unescaped after the run, off the hot path), and the
+    server's own token counts (its `usage`)."""
 
     events_ns: list[int]
     text: bytes

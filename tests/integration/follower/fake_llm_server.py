@@ -35,7 +35,15 @@ def main() -> None:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await asyncio.sleep(args.ttft_ms / 1000)
+        # As vLLM does for a token whose bytes do not complete a character: an event with empty text, the bytes coming
+        # with the next token's event (every `fake_empty_every`-th token); and optionally a closing event of its own.
+        empty_every = int(body.get("fake_empty_every", 0))
+        held = ""
         for i, word in enumerate(words):
+            if empty_every and i % empty_every == empty_every - 1 and i < n - 1:
+                held, word = word, ""
+            elif held:
+                held, word = "", held + word
             chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": word, "finish_reason": None}]}
             event = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
             if i % 3 == 1:  # an event split across two writes
@@ -45,6 +53,8 @@ def main() -> None:
                 await response.write(event)
             if i < n - 1:
                 await asyncio.sleep(args.gap_ms / 1000)
+        if body.get("fake_closing_event"):
+            await response.write(b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n')
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         tail = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
         await response.write(tail)  # two events in one write

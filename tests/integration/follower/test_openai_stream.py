@@ -61,6 +61,20 @@ def test_each_token_event_arrives_stamped_and_the_text_and_usage_come_through(ur
     assert connections == 1  # the keep-alive connection carried both
 
 
+def test_a_token_event_with_empty_text_is_timed_and_a_closing_event_is_not(url: str) -> None:
+    """vLLM sends every token as an event; one whose bytes do not complete a character carries empty text. Each is a
+    token's arrival: dropping it would merge two gaps into one (ITL) or start TTFT a token late."""
+    (answer,), _ = asyncio.run(_requests(url, [_body(24, fake_empty_every=4, fake_closing_event=True)]))
+    stream = answer.stream
+    assert answer.status == 200 and stream is not None, answer.error
+    assert len(stream.events_ns) == 24 == stream.completion_tokens  # 5 of them empty; the closing event not a token
+    assert stream.events == 26  # 24 token events, the closing event, the usage event
+    gaps_ms = np.diff(stream.events_ns) / 1e6
+    assert np.median(gaps_ms) == pytest.approx(GAP_MS, abs=3.0) and gaps_ms.max() < 1.8 * GAP_MS + 5, gaps_ms
+    text = json.loads(b'"' + stream.text + b'"')
+    assert text.startswith(' say "hi" w1 w2') and " w23" in text  # the held bytes came with the next event
+
+
 def test_a_non_streamed_answer_and_an_error_come_back_as_such(url: str) -> None:
     (plain, bad), _ = asyncio.run(_requests(url, [_body(6, stream=False), b"{not json"]))
     assert plain.status == 200 and plain.stream is not None
