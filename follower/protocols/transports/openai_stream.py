@@ -18,7 +18,7 @@ from typing import Any, cast
 import orjson
 
 from follower.protocols.transports.base import Answer, Stream
-from follower.protocols.transports.rawhttp import ConnBase, HttpError, RawHttpSession, RawHttpTransport, parse_head
+from follower.protocols.transports.rawhttp import ConnBase, Head, HttpError, RawHttpSession, RawHttpTransport, parse_head
 from follower.protocols.transports.sse import DONE, Dechunker, SseParser, StreamError
 
 _monotonic_ns = time.monotonic_ns
@@ -115,7 +115,7 @@ class _StreamConn(ConnBase):
     def _reset(self) -> None:
         self.buf = bytearray()
         self.first_ns = 0
-        self.head: tuple[int, int, int, bool, bool] | None = None
+        self.head: Head | None = None
         self.dechunker = Dechunker()
         self.parser = SseParser()
         self.events_ns: list[int] = []
@@ -133,7 +133,7 @@ class _StreamConn(ConnBase):
             if self.head is not None and self.head[2] < 0 and not self.head[3]:  # an answer framed by the close
                 self._complete()
             else:
-                self._fail(f"server closed the connection mid-answer ({exc or 'EOF'})")
+                self._fail(self.mid_answer(exc))
 
     def data_received(self, data: bytes) -> None:
         ns = _monotonic_ns()
@@ -151,7 +151,8 @@ class _StreamConn(ConnBase):
                     return
                 data = bytes(self.buf[self.head[1] :])
                 self.buf = bytearray()
-            status, _, length, chunked, _ = self.head
+                self.pool.keep_alive(self, self.head[5])
+            status, _, length, chunked, _, _ = self.head
             payload = self.dechunker.feed(data) if chunked else data
             self.received += len(payload)
             if self.sse is None and payload:
@@ -189,7 +190,7 @@ class _StreamConn(ConnBase):
             self.closed = True
             self.transport.close()
         else:
-            self.pool._idle.append(self)  # type: ignore[arg-type]  # the pool holds this protocol in place of _Conn
+            self.pool.release(self)
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 

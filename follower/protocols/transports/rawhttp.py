@@ -24,7 +24,13 @@ class HttpError(ConnectionError):
     """A malformed or truncated HTTP answer (counted as a transport error, like aiohttp's ClientError)."""
 
 
-Head = tuple[int, int, int, bool, bool]  # status, body offset, Content-Length (-1: none), chunked, close after
+# status, body offset, Content-Length (-1: none), chunked, close after, the server's keep-alive timeout in ns (-1: none)
+Head = tuple[int, int, int, bool, bool, int]
+# How long a pooled connection may sit idle before it is closed rather than reused: below the 5 s keep-alive of
+# uvicorn, Node and Gunicorn (a server closing an idle connection as a request goes out on it resets that request),
+# and below the server's own `Keep-Alive: timeout=N` when it sends one (IDLE_SHARE of it).
+IDLE_LIMIT_NS = 4_000_000_000
+IDLE_SHARE = 0.8
 
 
 def parse_head(buf: bytearray) -> Head | None:
@@ -46,7 +52,7 @@ def parse_head(buf: bytearray) -> Head | None:
         if 100 <= status < 200:  # interim answer (100 Continue): skip it, the real one follows
             del buf[: end + 4]
             continue
-        length, chunked, close_after = -1, False, parts[0] == b"HTTP/1.0"
+        length, chunked, close_after, keep_alive_ns = -1, False, parts[0] == b"HTTP/1.0", -1
         if line_end >= 0:
             for line in head[line_end + 2 :].split(b"\r\n"):
                 name, sep, value = line.partition(b":")
@@ -66,20 +72,45 @@ def parse_head(buf: bytearray) -> Head | None:
                         close_after = True
                     elif v == b"keep-alive":
                         close_after = False
+                elif name == b"keep-alive":
+                    keep_alive_ns = _keep_alive_timeout_ns(value)
         if chunked:
             length = -1
         elif length < 0 and status in (204, 304):
             length = 0
-        return status, end + 4, length, chunked, close_after
+        return status, end + 4, length, chunked, close_after, keep_alive_ns
+
+
+def _keep_alive_timeout_ns(value: bytes) -> int:
+    """The `timeout=N` of a Keep-Alive header in ns (-1: none or unreadable)."""
+    for part in value.split(b","):
+        key, _, number = part.strip().partition(b"=")
+        if key.strip().lower() == b"timeout":
+            try:
+                return int(float(number.strip()) * 1e9)
+            except ValueError:
+                return -1
+    return -1
 
 
 class ConnBase(asyncio.Protocol):
     """What every keep-alive connection of the pool shares: its transport, and failing the request it carries."""
 
-    __slots__ = ("pool", "transport", "waiter", "closed")
+    __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused")
     transport: asyncio.Transport
     waiter: Any  # the request on the wire's future (or future-like waiter); None between requests
     closed: bool
+    idle_since: int  # monotonic ns when it last went back to the pool
+    idle_limit_ns: int  # how long it may stay idle and still be reused
+    reused: bool  # the request on it is not the connection's first
+
+    def mid_answer(self, exc: Exception | None) -> str:
+        """What a connection closed before its answer completed says: a reused connection closed before any byte of
+        the answer is a keep-alive race (the client's pool), not the server's failure to answer."""
+        if self.reused and self.first_ns == 0:  # type: ignore[attr-defined]
+            idle_ms = (_monotonic_ns() - self.idle_since) / 1e6
+            return f"a reused keep-alive connection closed before any answer (idle {idle_ms:.0f} ms): {exc or 'EOF'}"
+        return f"server closed the connection mid-answer ({exc or 'EOF'})"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
@@ -133,7 +164,7 @@ class _Conn(ConnBase):
             if self.body_at >= 0 and self.length < 0 and not self.chunked:  # body framed by the close
                 waiter.set_result((self.status, self.first_ns, bytes(self.buf[self.body_at :])))
             else:
-                waiter.set_exception(HttpError(f"server closed the connection mid-answer ({exc or 'EOF'})"))
+                waiter.set_exception(HttpError(self.mid_answer(exc)))
 
     def data_received(self, data: bytes) -> None:
         if self.waiter is None:  # bytes nobody asked for: the connection's framing is lost
@@ -155,7 +186,8 @@ class _Conn(ConnBase):
                 return
             if head is None:
                 return
-            self.status, self.body_at, self.length, self.chunked, self.close_after = head
+            self.status, self.body_at, self.length, self.chunked, self.close_after, keep_alive_ns = head
+            self.pool.keep_alive(self, keep_alive_ns)
         if self.length >= 0:
             end = self.body_at + self.length
             if len(buf) < end:
@@ -206,7 +238,7 @@ class _Conn(ConnBase):
             self.closed = True
             self.transport.close()
         else:
-            self.pool._idle.append(self)
+            self.pool.release(self)
         if waiter is not None and not waiter.done():
             waiter.set_result((status, first_ns, body))
 
@@ -249,22 +281,40 @@ class RawHttpSession:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(lambda: self.conn_factory(self), self.host, self.port)
+        conn.idle_since, conn.idle_limit_ns, conn.reused = 0, IDLE_LIMIT_NS, False
         self._all.add(conn)
         return conn
+
+    def keep_alive(self, conn: ConnBase, timeout_ns: int) -> None:
+        """The server's Keep-Alive timeout, read from an answer's head: the connection's idle limit goes below it."""
+        if timeout_ns >= 0:
+            conn.idle_limit_ns = min(IDLE_LIMIT_NS, int(timeout_ns * IDLE_SHARE))
+
+    def release(self, conn: ConnBase) -> None:
+        """A connection whose answer completed goes back to the pool, idle from now."""
+        conn.idle_since = _monotonic_ns()
+        self._idle.append(conn)  # type: ignore[arg-type]
+
+    def _take_idle(self) -> _Conn | None:
+        """An idle connection to reuse now, or None; connections closed, or idle past their limit, are dropped."""
+        idle, now = self._idle, _monotonic_ns()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since <= conn.idle_limit_ns:
+                conn.reused = True
+                return conn
+            if not conn.closed:
+                conn.closed = True
+                conn.transport.close()
+            self._all.discard(conn)
+        return None
 
     async def fetch(self, wire: bytes) -> Any:
         """Send one request; (status, monotonic ns of the answer's first byte, body), or what the connection protocol
         completes with. Raises OSError / TimeoutError."""
         if self._closed:
             raise HttpError("session closed")
-        idle = self._idle
-        conn = None
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                break
-            self._all.discard(conn)
-            conn = None
+        conn = self._take_idle()
         if conn is None:
             conn = await asyncio.wait_for(self._connect(), self.timeout_s)  # TimeoutError, like aiohttp's total
         loop = asyncio.get_running_loop()
@@ -292,16 +342,12 @@ class RawHttpSession:
         """
         if self._closed:
             raise HttpError("session closed")
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if conn.closed:
-                self._all.discard(conn)
-                continue
-            conn.waiter = waiter
-            conn.transport.write(wire)
-            return conn
-        return None
+        conn = self._take_idle()
+        if conn is None:
+            return None
+        conn.waiter = waiter
+        conn.transport.write(wire)
+        return conn
 
     async def connect_and_send(self, wire: bytes, waiter: Any) -> _Conn:
         """Open a new connection (bounded by the timeout) and write the request on it; `waiter` as for send_now."""

@@ -175,3 +175,63 @@ def test_open_loop_cap_waits_or_drops_and_says_so() -> None:
     assert bool((waited.sent_ns[1:] >= waited.done_ns[:-1]).all()), "each waited for the one before to be answered"
     dropped, _ = _run(_open_loop("/cl", 10, 0, max_concurrency=1, cap_policy="drop"))
     assert dropped.status.tolist() == [200] + [-2] * 9 and int(dropped.capped.sum()) == 9
+
+
+async def _idle_closing_server(connections: list[int], keep_alive_header: bool) -> asyncio.Server:
+    """Answers with `Keep-Alive: timeout=1` (or none) and, like a server closing an idle connection just as a request
+    goes out on it, resets a connection that was idle over 1 s when the next request arrives, answering nothing."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        last = time.monotonic()
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                length = next(int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length"))
+                await reader.readexactly(length)
+                if time.monotonic() - last > 1.0:
+                    writer.transport.abort()  # a reset: the request is lost
+                    return
+                extra = b"Keep-Alive: timeout=1\r\n" if keep_alive_header else b""
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + extra + b"\r\nok")
+                await writer.drain()
+                last = time.monotonic()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def _twice_with_an_idle_gap(keep_alive_header: bool) -> tuple[list[object], int]:
+    connections: list[int] = []
+    server = await _idle_closing_server(connections, keep_alive_header)
+    port = server.sockets[0].getsockname()[1]
+    results: list[object] = []
+    try:
+        async with RawHttpSession(f"http://127.0.0.1:{port}/", timeout_s=5) as session:
+            wire = session.wire(b"{}")
+            for gap in (0.0, 2.0):
+                await asyncio.sleep(gap)  # the idle time is what this test is about
+                try:
+                    results.append((await session.fetch(wire))[0])
+                except HttpError as exc:
+                    results.append(str(exc))
+    finally:
+        server.close()
+        await server.wait_closed()
+    return results, len(connections)
+
+
+def test_a_connection_idle_past_the_servers_keep_alive_is_not_reused() -> None:
+    results, connections = _run(_twice_with_an_idle_gap(keep_alive_header=True))
+    assert results == [200, 200] and connections == 2  # idle 2 s > 0.8 × the server's 1 s: a fresh connection
+
+
+def test_a_reset_on_a_reused_connection_is_named_as_such() -> None:
+    results, connections = _run(_twice_with_an_idle_gap(keep_alive_header=False))
+    assert results[0] == 200 and connections == 1
+    assert isinstance(results[1], str)
+    assert results[1].startswith("a reused keep-alive connection closed before any answer (idle 2"), results[1]
