@@ -12,6 +12,10 @@ from follower.loadgen.records import LoadRecords
 
 # In flight = rate x time in the system (Little's law); twice that leaves room for the latency to double.
 HEADROOM = 2.0
+# Requests in flight at rate λ with time T in the system are Poisson(λT) in number (an M/G/∞ count): the cap covers
+# the mean, and BURST_SIGMAS standard deviations above it for the bursts a Poisson schedule brings (at 5 σ about one
+# request in 3.5 million finds the cap full), so a cap the user did not set does not become a client-side queue.
+BURST_SIGMAS = 5.0
 # Never fewer slots than this: a handful of slow answers must not throttle a light load.
 MIN_CAP = 16
 
@@ -26,7 +30,8 @@ class CapRule:
 
 def little_cap(records: LoadRecords, now_ns: int, *, rate: float, bound: int) -> int:
     """Slots for `rate` at the time in the system seen so far (p99 of answered requests' send-to-answer time, and the
-    age of those still in flight, a lower bound of theirs), with HEADROOM, between MIN_CAP and `bound`."""
+    age of those still in flight, a lower bound of theirs), with HEADROOM and BURST_SIGMAS, between MIN_CAP and
+    `bound`."""
     sent = records.sent_ns >= 0
     answered = sent & (records.done_ns >= 0)
     waiting = sent & (records.done_ns < 0)
@@ -34,4 +39,5 @@ def little_cap(records: LoadRecords, now_ns: int, *, rate: float, bound: int) ->
     if not len(times):
         return bound
     in_system_s = float(np.percentile(times, 99)) / 1e9
-    return int(min(bound, max(MIN_CAP, math.ceil(rate * in_system_s * HEADROOM))))
+    mean = rate * in_system_s * HEADROOM
+    return int(min(bound, max(MIN_CAP, math.ceil(mean + BURST_SIGMAS * math.sqrt(mean)))))

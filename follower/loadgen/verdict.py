@@ -192,12 +192,14 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
     return out
 
 
-def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -> list[Reason]:
+def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *, automatic: bool = False) -> list[Reason]:
     """Every rule the window breaks, as a sentence a user can act on; empty when the point is valid.
 
     A load the point could not carry is blamed where the records place it: the server (answers fell behind while
     requests found free in-flight slots), the in-flight cap (requests waited for a slot, and that wait is the lateness),
-    or the generator (requests that had a free slot still left late).
+    or the generator (requests that had a free slot still left late). `automatic`: the cap is one the load set (the
+    user set none, and it stayed below the follower's bound): any request that waited for it is named, however few
+    (a silent client-side queue otherwise), unless the server is the limit.
     """
     reasons: list[Reason] = []
     # The server is the limit when answers fell behind and either no request waited for a slot, or the server's own
@@ -221,6 +223,17 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None) -
                     text=(
                         f"send lag p99 {own.p99:.3f} ms (of requests that had a free in-flight slot) exceeds "
                         f"{SEND_LAG_P99_MAX_MS:g} ms: the generator (or its host) could not send on time"
+                    ),
+                )
+            )
+        if summary.capped and automatic and not saturated and lag.p99 <= SEND_LAG_P99_MAX_MS:
+            reasons.append(
+                Reason(
+                    code="cap_reached",
+                    text=(
+                        f"{summary.capped} requests waited for the automatic in-flight cap of {max_concurrency} (up to "
+                        f"{lag.max:.1f} ms before they could be sent); latency from the intended time includes that wait. "
+                        "Set load.max_concurrency above the bursts"
                     ),
                 )
             )

@@ -52,7 +52,9 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
     )
     windows = with_gauges(window_stats(records, measured_start, plan.window_ns, measured_end), driven.gauges, measured_start)
     stable = is_stable(windows, point.stability or Stability())
-    reasons = window_reasons(summary, records.cap or plan.cap) + list(plan.reasons) + driven.reasons
+    cap = records.cap or plan.cap
+    automatic = plan.follow_load and cap < plan.cap  # the load set it, below the follower's bound
+    reasons = window_reasons(summary, cap, automatic=automatic) + list(plan.reasons) + driven.reasons
     if (stalled := stall(windows)) is not None:
         reasons.append(stalled)
     if point.stability is not None and stable is not True:

@@ -177,3 +177,35 @@ def test_requests_waiting_for_an_in_flight_slot_blame_the_cap_not_the_generator_
     cap = next(r for r in reasons if r.code == "cap_reached")
     assert "all 256 slots" in cap.text and f"{summary.capped} requests" in cap.text
     assert summary.achieved_rate == pytest.approx(256 / 0.2, rel=0.03)  # Little's law: the cap over the latency
+
+
+def test_a_few_requests_waiting_for_an_automatic_cap_are_named_however_few() -> None:
+    # A Poisson burst fills an automatic cap of 16: 5 of 1,000 requests wait up to 74 ms, far too few to move the send
+    # lag p99, but their latency from the intended time includes that wait: the verdict says how many and how long.
+    rec = records()
+    waited = np.arange(5) * 150
+    rec.capped[waited] = True
+    rec.sent_ns[waited] += np.array([10, 20, 40, 60, 74]) * MS
+    summary = summarize_window(rec, 1.0)
+    assert summary.send_lag_ms is not None and summary.send_lag_ms.p99 < 1.0
+    (reason,) = window_reasons(summary, 16, automatic=True)
+    assert reason.code == "cap_reached"
+    # Up to 74 ms, and the 0.1 ms every send takes here.
+    assert reason.text.startswith("5 requests waited for the automatic in-flight cap of 16 (up to 74.1 ms"), reason.text
+    assert window_reasons(summary, 16) == []  # a cap the user set, barely touched: the existing rule (send lag p99)
+
+
+def test_the_automatic_cap_leaves_room_for_poisson_bursts() -> None:
+    from follower.loadgen.cap import little_cap
+    from follower.loadgen.schedule import arrival_offsets_ns
+
+    # LLM streams at 16 req/s answered in 0.5 s: 8 in flight on average. Poisson arrivals put 17+ in flight now and
+    # then, which a cap of 16 (twice the mean, Little's law with headroom alone) made wait; the cap covers them.
+    offsets = arrival_offsets_ns("poisson", 16.0, 600.0, seed=5)
+    rec = LoadRecords.allocate(10**12, offsets)
+    rec.sent_ns[:] = rec.intended_ns
+    rec.done_ns[:] = rec.sent_ns + 500 * MS
+    cap = little_cap(rec, int(rec.done_ns.max()), rate=16.0, bound=4096)
+    starts, ends = np.sort(rec.sent_ns), np.sort(rec.done_ns)
+    most_in_flight = int(max(np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="right") for t in starts))
+    assert most_in_flight > 16 and cap > most_in_flight, (most_in_flight, cap)
