@@ -18,7 +18,8 @@ from typing import Any, cast
 import orjson
 
 from follower.protocols.transports.base import Answer, Stream
-from follower.protocols.transports.rawhttp import ConnBase, Head, HttpError, RawHttpSession, RawHttpTransport, parse_head
+from follower.protocols.transports.http1 import Head, HttpError, parse_head
+from follower.protocols.transports.rawhttp import ConnBase, RawHttpSession, RawHttpTransport
 from follower.protocols.transports.sse import DONE, Dechunker, SseParser, StreamError
 
 _monotonic_ns = time.monotonic_ns

@@ -16,81 +16,16 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from follower.protocols.transports.base import NO_CREDENTIALS, Answer, Credentials, Reply, Transport, http_answer
+from follower.protocols.transports.http1 import HttpError, parse_head
 
 _monotonic_ns = time.monotonic_ns
 
 
-class HttpError(ConnectionError):
-    """A malformed or truncated HTTP answer (counted as a transport error, like aiohttp's ClientError)."""
-
-
-# status, body offset, Content-Length (-1: none), chunked, close after, the server's keep-alive timeout in ns (-1: none)
-Head = tuple[int, int, int, bool, bool, int]
 # How long a pooled connection may sit idle before it is closed rather than reused: below the 5 s keep-alive of
 # uvicorn, Node and Gunicorn (a server closing an idle connection as a request goes out on it resets that request),
 # and below the server's own `Keep-Alive: timeout=N` when it sends one (IDLE_SHARE of it).
 IDLE_LIMIT_NS = 4_000_000_000
 IDLE_SHARE = 0.8
-
-
-def parse_head(buf: bytearray) -> Head | None:
-    """The response head at the start of `buf` (1xx interim answers dropped from it); None until it is complete.
-    Raises HttpError for a malformed or over-long head."""
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > 65536:
-                raise HttpError("HTTP response head over 64 KiB")
-            return None
-        head = bytes(buf[:end])
-        line_end = head.find(b"\r\n")
-        status_line = head if line_end < 0 else head[:line_end]
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise HttpError(f"malformed HTTP status line {status_line[:80]!r}")
-        status = int(parts[1])
-        if 100 <= status < 200:  # interim answer (100 Continue): skip it, the real one follows
-            del buf[: end + 4]
-            continue
-        length, chunked, close_after, keep_alive_ns = -1, False, parts[0] == b"HTTP/1.0", -1
-        if line_end >= 0:
-            for line in head[line_end + 2 :].split(b"\r\n"):
-                name, sep, value = line.partition(b":")
-                if not sep:
-                    continue
-                name = name.strip().lower()
-                if name == b"content-length":
-                    try:
-                        length = int(value)
-                    except ValueError:
-                        raise HttpError(f"bad Content-Length {value[:40]!r}") from None
-                elif name == b"transfer-encoding":
-                    chunked = b"chunked" in value.lower()
-                elif name == b"connection":
-                    v = value.strip().lower()
-                    if v == b"close":
-                        close_after = True
-                    elif v == b"keep-alive":
-                        close_after = False
-                elif name == b"keep-alive":
-                    keep_alive_ns = _keep_alive_timeout_ns(value)
-        if chunked:
-            length = -1
-        elif length < 0 and status in (204, 304):
-            length = 0
-        return status, end + 4, length, chunked, close_after, keep_alive_ns
-
-
-def _keep_alive_timeout_ns(value: bytes) -> int:
-    """The `timeout=N` of a Keep-Alive header in ns (-1: none or unreadable)."""
-    for part in value.split(b","):
-        key, _, number = part.strip().partition(b"=")
-        if key.strip().lower() == b"timeout":
-            try:
-                return int(float(number.strip()) * 1e9)
-            except ValueError:
-                return -1
-    return -1
 
 
 class ConnBase(asyncio.Protocol):

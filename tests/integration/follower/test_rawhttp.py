@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from follower.protocols.transports.rawhttp import HttpError, RawHttpSession
+from follower.protocols.transports.http1 import HttpError
+from follower.protocols.transports.rawhttp import RawHttpSession
 
 RESPONSES = {
     b"/cl": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello",
