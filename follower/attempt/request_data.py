@@ -35,8 +35,9 @@ def fetch_data(client: LeaderClient, data_id: str, cache_dir: Path) -> tuple[Pat
 
 
 def resolve_labels(data: DataRef, *, client: LeaderClient | None, cache_dir: Path) -> tuple[str, ...] | None:
-    """The class labels the job's uploaded data set carries (its labels.txt), for the topk post-processor."""
-    if data.source != "upload" or data.postprocess is None or client is None or data.id is None:
+    """The class labels the job's uploaded data set carries (its labels.txt), for a client-side topk post-processor
+    (a server runs its own processors without them)."""
+    if data.source != "upload" or data.postprocess is None or data.processing != "client" or client is None or data.id is None:
         return None
     path, meta, _ = fetch_data(client, data.id, cache_dir)
     labels = load_labels(str(path), meta.format)

@@ -19,7 +19,7 @@ import numpy as np
 
 from common.spec.job import PointSpec
 from common.wire.results import PointResult
-from follower.loadgen.bodies import build_bodies
+from follower.loadgen.bodies import DEFAULT_VARIANTS, build_bodies
 from follower.point.context import PointContext
 from follower.protocols import PROTOCOLS, Credentials, Endpoint
 from follower.servers.processing import get_processor
@@ -63,7 +63,9 @@ async def with_client_postprocess(result: PointResult, point: PointSpec, ctx: Po
     if name is None or point.llm is not None or result.ok == 0:  # nothing answered: no answer to post-process
         return result
     inputs, protocol = ctx.run.model.inputs, ctx.endpoint.protocol
-    bodies = build_bodies(inputs, point.batch_size, seed=point.seed, protocol=protocol, samples=ctx.run.samples)
+    # The point's own first bodies (the same seed draws them in the same order), built only as many as are sent.
+    count = min(SAMPLE_ANSWERS, DEFAULT_VARIANTS)
+    bodies = build_bodies(inputs, point.batch_size, point.seed, count, protocol=protocol, samples=ctx.run.samples)
     ms = await asyncio.to_thread(
         postprocess_ms, name, bodies, endpoint=ctx.endpoint, credentials=ctx.run.credentials, labels=ctx.run.labels
     )
