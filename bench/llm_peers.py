@@ -70,8 +70,9 @@ def _run(tool: str, argv: list[str], load: Load, out: Path, parse: Callable[[Pat
         return PeerRun(tool, False, cpu, note=f"unreadable result: {exc!r}")
 
 
-def vllm_bench(load: Load, tmp: Path) -> PeerRun:
-    out = tmp / "vllm.json"
+def vllm_bench_argv(load: Load, *, with_rate: bool = True) -> list[str]:
+    """`vllm bench serve` from vLLM's environment, asked what every client here is asked (`with_rate` False: no
+    --request-rate, for a caller that sets it, as serve_sla does)."""
     code = (
         "import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
         "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
@@ -98,11 +99,17 @@ def vllm_bench(load: Load, tmp: Path) -> PeerRun:
         str(load.output_tokens),
         "--num-prompts",
         str(load.n),
-        "--request-rate",
-        str(load.rate),
         "--ignore-eos",
         "--seed",
         str(load.seed),
+    ]
+    return [*argv, "--request-rate", str(load.rate)] if with_rate else argv
+
+
+def vllm_bench(load: Load, tmp: Path) -> PeerRun:
+    out = tmp / "vllm.json"
+    argv = [
+        *vllm_bench_argv(load),
         "--percentile-metrics",
         "ttft,itl",
         "--metric-percentiles",

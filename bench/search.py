@@ -9,11 +9,19 @@ knee), a smooth power law, and a cliff; knees at 2%, 10%, 20%, 50% and 90% of [1
 carries Gaussian noise (sd 0.03 of the limit: a p99 over ~2,000 requests), and a probe reads `uncertain` when the
 noise-free margin lies within two sds of zero (its interval straddles the limit), as the follower's CI does.
 
-Run: `.venv/bin/python bench/search.py`. Ends with one line: RESULT search key=value ...
+With --real (a second part, minutes): the same question against a real vLLM (CPU build, the canonical LLM), once by
+benchfleet (an endpoint job on a local leader and follower: a rate search whose criterion is attainment >= 0.99 of
+TTFT <= the limit, i.e. p99 TTFT <= the limit) and once by vLLM 0.16's `vllm bench sweep serve_sla` (the last vLLM
+with it; bench/install_peers.sh puts it in its own environment) on the same running server, its SLA `p99_ttft_ms <=
+the limit` over request_rate, each of its probes a `vllm bench serve` run from vLLM 0.32's environment. Per tool: the
+probes, the server-minutes its probes held the server, its answer and bracket, and how far the answers lie apart.
+
+Run: `.venv/bin/python bench/search.py [--real]`. Ends with one line: RESULT search key=value ...
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from collections.abc import Callable
@@ -94,7 +102,8 @@ def explorer_probes(knee: float) -> int:
     return math.ceil((HIGH - LOW) / (PRECISION * knee)) + 1
 
 
-def main() -> None:
+def synthetic() -> dict[str, float]:
+    """The searches on synthetic curves of known knee; the figures for RESULT."""
     rng = np.random.default_rng(7)
     methods: dict[str, Callable[[Curve], tuple[int, float | None, float | None]]] = {
         "benchfleet": lambda c: plan_search(c, interpolate, rng),
@@ -138,6 +147,25 @@ def main() -> None:
         f"{summary['probes_old']:.2f} ({summary['within_pct_old']:.0f}% within); vLLM 0.32's explorer needs "
         f"{summary['probes_vllm_explorer_mean']:.0f} evenly spaced loads for the same resolution"
     )
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--real", action="store_true", help="also against a real vLLM, beside vLLM's serve_sla (minutes)")
+    parser.add_argument("--ttft-ms", type=float, default=250.0, help="the SLO: p99 TTFT at most this")
+    parser.add_argument("--low", type=float, default=40.0, help="benchfleet's search range (req/s)")
+    parser.add_argument("--high", type=float, default=320.0)
+    parser.add_argument("--precision", type=float, default=0.02, help="benchfleet's resolution")
+    parser.add_argument("--sla-prompts", type=int, default=300, help="requests in each of serve_sla's runs")
+    parser.add_argument("--sla-runs", type=int, default=3, help="runs per serve_sla probe (its default)")
+    parser.add_argument("--sla-as-is", action="store_true", help="vLLM's client unpinned at normal priority")
+    args = parser.parse_args()
+    summary = synthetic()
+    if args.real:
+        import search_real
+
+        summary |= search_real.run(args)
     print("RESULT search " + " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
 
 

@@ -15,14 +15,20 @@ from common.spec.job import JobSpec
 from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
-from common.wire.jobs import JobResults, JobView
-from common.wire.models import ModelMeta
+from common.wire.jobs import JobFootprint, JobResults, JobView
+from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
 
 T = TypeVar("T")
 
 API = "/api/v1"
 EXPORT_FORMATS = ("csv", "json", "parquet")
+
+
+def _query_params(query: ModelQuery) -> dict[str, Any]:
+    """A model search as the API's query parameters."""
+    named = {"text": "q", "tags": "tag"}
+    return {named.get(k, k): v for k, v in query.model_dump(exclude_none=True).items() if v != []}
 
 
 def _json(response: httpx.Response) -> Any:
@@ -92,6 +98,21 @@ def _upload(path: str, parse: Callable[[httpx.Response], T], content: bytes, fil
     return Call("POST", path, parse, kwargs={"data": fields, "files": files})
 
 
+@dataclass(frozen=True)
+class Described:
+    """What an upload says of a model besides its bytes: its signature as JSON (for a format the leader does not read
+    it from: torchscript, savedmodel), a description, tags."""
+
+    signature: str | None = None
+    description: str | None = None
+    tags: Sequence[str] = ()
+
+    def fields(self) -> dict[str, str]:
+        """The upload's form fields, those given."""
+        given = {"signature": self.signature, "description": self.description, "tags": ",".join(self.tags)}
+        return {k: v for k, v in given.items() if v}
+
+
 class Calls:
     """Every endpoint as a `Call`; shared by the sync and async clients."""
 
@@ -134,20 +155,30 @@ class Calls:
         return Call("POST", f"{API}/jobs/{job_id}/cancel", _JOB)
 
     @staticmethod
-    def upload_model(content: bytes, name: str, version: str, format: str) -> Call[ModelMeta]:
-        return _upload(f"{API}/models", _MODEL, content, f"{name}.{format}", name=name, version=version, format=format)
+    def footprint(job_id: str) -> Call[JobFootprint]:
+        return Call("GET", f"{API}/jobs/{job_id}/footprint", _model(TypeAdapter(JobFootprint)))
 
     @staticmethod
-    def models() -> Call[list[ModelMeta]]:
-        return Call("GET", f"{API}/models", _MODELS)
+    def delete_job(job_id: str) -> Call[JobFootprint]:
+        return Call("DELETE", f"{API}/jobs/{job_id}", _model(TypeAdapter(JobFootprint)))
+
+    @staticmethod
+    def upload_model(content: bytes, name: str, version: str, format: str, described: Described | None = None) -> Call[ModelMeta]:
+        fields = {"name": name, "version": version, "format": format, **(described.fields() if described else {})}
+        return _upload(f"{API}/models", _MODEL, content, f"{name}.{format}", **fields)
+
+    @staticmethod
+    def models(query: ModelQuery | None = None) -> Call[list[ModelMeta]]:
+        params = _query_params(query) if query is not None else {}
+        return Call("GET", f"{API}/models", _MODELS, kwargs={"params": params})
 
     @staticmethod
     def delete_model(name: str, version: str) -> Call[None]:
         return Call("DELETE", f"{API}/models/{name}/{version}", _none)
 
     @staticmethod
-    def trust_model(name: str, version: str, trusted: bool) -> Call[ModelMeta]:
-        return Call("PUT", f"{API}/models/{name}/{version}/trusted", _MODEL, kwargs={"json": {"trusted": trusted}})
+    def update_model(name: str, version: str, update: ModelUpdate) -> Call[ModelMeta]:
+        return Call("PATCH", f"{API}/models/{name}/{version}", _MODEL, kwargs={"json": update.model_dump(exclude_none=True)})
 
     @staticmethod
     def upload_data(content: bytes, name: str, format: str, filename: str) -> Call[DataSetMeta]:

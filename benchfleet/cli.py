@@ -12,7 +12,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from benchfleet import cli_admin, cli_analysis
+from benchfleet import cli_admin, cli_analysis, cli_store
 from benchfleet.calls import EXPORT_FORMATS
 from benchfleet.cli_common import (
     DEFAULT_PORT,
@@ -34,8 +34,8 @@ from benchfleet.cli_common import (
 )
 from benchfleet.cli_repo import data_app, models_app
 from benchfleet.client import ApiError, BenchfleetClient
-from benchfleet.render import jobs_sheet, point_label, print_results
-from common.wire.jobs import TERMINAL_STATES, JobState, JobView
+from benchfleet.render import footprint_sheet, jobs_sheet, point_label, print_results
+from common.wire.jobs import TERMINAL_STATES, JobState, JobView, as_ran
 from common.wire.results import PointResult
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark inference serving across a fleet of GPU hosts.", epilog=EXIT_CODES_HELP)
@@ -249,14 +249,18 @@ def submit(
 ) -> None:
     """Submit a job written in YAML."""
     with client_for(url, token) as client:
-        job = call(client.submit_yaml, file.read_text())
-        console.print(f"{job.id}")
-        if not watch:
-            return
-        job = watch_job(client, job)
-        print_results(console, call(client.results, job.id))
-        if job.state != JobState.succeeded:
-            fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
+        _submitted(client, call(client.submit_yaml, file.read_text()), watch)
+
+
+def _submitted(client: BenchfleetClient, job: JobView, watch: bool) -> None:
+    """Print a submitted job's id; with `watch`, follow it and print its results (exit code: its outcome)."""
+    console.print(f"{job.id}")
+    if not watch:
+        return
+    job = watch_job(client, job)
+    print_results(console, call(client.results, job.id))
+    if job.state != JobState.succeeded:
+        fail(f"job {job.id} {job.state}: {job.error or ''}", EXIT_JOB_FAILED)
 
 
 @app.command()
@@ -319,11 +323,43 @@ def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None
     console.print(f"{job.id} {job.state}")
 
 
+@app.command()
+def delete(
+    job_id: str,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be removed; remove nothing.")] = False,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+) -> None:
+    """Delete a finished job and all its data (results, leaderboard rows, raw records, progress, shard records)."""
+    with client_for(url, token) as client:
+        gone = call(client.footprint if dry_run else client.delete_job, job_id)
+    show(gone, footprint_sheet, as_json=as_json)
+
+
+@app.command()
+def rerun(
+    job_id: str,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    watch: Annotated[bool, typer.Option("--watch", help="Follow progress and print the results.")] = False,
+) -> None:
+    """Submit a job again exactly as it ran: its spec, the model version it ran (not the latest), the same seed."""
+    with client_for(url, token) as client:
+        old = call(client.job, job_id)
+        try:
+            spec = as_ran(old)
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
+        _submitted(client, call(client.submit, spec), watch)
+
+
 # After the job commands, in the order `--help` lists them: the repository, analysis, the fleet and its tokens.
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
 cli_analysis.register(app)
 cli_admin.register(app)
+cli_store.register(app)
 
 
 def main() -> None:

@@ -35,7 +35,8 @@ secrets_app = typer.Typer(no_args_is_help=True, help="Target secrets of your tea
 
 def followers_sheet(rows: list[FollowerView]) -> Sheet:
     """One row per follower: its state, machine, backends, running job, whether a fleet check found it anomalous
-    (the evidence as a numbered note under the table), and its clock's offset to the leader's."""
+    (the evidence as a numbered note under the table), its clock's offset to the leader's, and its benchfleet release
+    (one other than the leader's with a note saying so)."""
     sheet = simple_sheet(
         (
             Col("id", right=False),
@@ -49,6 +50,7 @@ def followers_sheet(rows: list[FollowerView]) -> Sheet:
             Col("running", right=False),
             Col("anomalous", right=False),
             Col("clock ms", right=False, rank=4),
+            Col("release", right=False, rank=3),
         ),
         [],
         title="followers",
@@ -68,9 +70,17 @@ def followers_sheet(rows: list[FollowerView]) -> Sheet:
                 f.running_job or "-",
                 anomalous,
                 f"{f.clock.offset_ms:+.3f} ±{f.clock.uncertainty_ms:.3f}" if f.clock else "-",
+                _release(sheet, f),
             ]
         )
     return sheet
+
+
+def _release(sheet: Sheet, f: FollowerView) -> str:
+    """The follower's release, with a numbered note where it is not the leader's."""
+    if f.release_note is None:
+        return f.info.version
+    return f"{f.info.version} {sheet.note(f'{f.info.follower_id}: {f.release_note}')}"
 
 
 def fleet_check_sheet(check: FleetCheckView) -> Sheet:

@@ -155,7 +155,10 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
     for p in answer.points:
         ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
         change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
-        sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, p.verdict])
+        verdict: str = p.verdict
+        if p.comparable is not None and p.comparable != "comparable":
+            verdict += " " + sheet.note(f"{p.key}: {p.comparable}")  # what differs between the two runs
+        sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, verdict])
         for m in p.llm:  # a language model's figures, each under its point
             ci = f"{m.ci_low:+.2f} .. {m.ci_high:+.2f}" if m.ci_low is not None and m.ci_high is not None else "-"
             change = "-" if m.change is None else f"{100 * m.change:+.1f}%"

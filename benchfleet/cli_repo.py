@@ -1,4 +1,5 @@
-"""The CLI's repository commands: models (push, ls, rm, trust, generate) and request-data sets (push, ls, rm)."""
+"""The CLI's repository commands: models (push, ls and search, update, rm, trust, generate) and request-data sets
+(push, ls, rm)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,26 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
-from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, WideOpt, call, client_for, console, show
+from benchfleet.calls import Described
+from benchfleet.cli_common import (
+    DEFAULT_URL,
+    EXIT_USAGE,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    WideOpt,
+    call,
+    client_for,
+    console,
+    fail,
+    show,
+)
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
 from common.formats.datasets import DataSetMeta
-from common.wire.models import ModelMeta, TensorSpec
+from common.wire.models import ModelMeta, ModelQuery, ModelUpdate, TensorSpec
 
 models_app = typer.Typer(no_args_is_help=True, help="The model repository.")
 data_app = typer.Typer(no_args_is_help=True, help="Request-data sets (npz, JSONL, a zip of images, a trace).")
@@ -24,12 +39,18 @@ def models_push(
     name: Annotated[str, typer.Option()],
     version: Annotated[str, typer.Option()],
     format: str = "onnx",
+    signature: Annotated[
+        str | None, typer.Option(help='inputs and outputs as JSON (torchscript, savedmodel): {"inputs": [...], "outputs": [...]}')
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="what the model is (500 characters at most)")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="a tag (repeat for more)")] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
     """Upload a model file."""
+    described = Described(signature=signature, description=description, tags=tag or ())
     with client_for(url, token) as client:
-        meta = call(client.upload_model, file, name=name, version=version, format=format)
+        meta = call(client.upload_model, file, name=name, version=version, format=format, described=described)
     console.print(f"{meta.ref} sha256={meta.sha256} size={meta.size_bytes}")
 
 
@@ -38,29 +59,80 @@ def _sig(tensors: list[TensorSpec]) -> str:
 
 
 def models_sheet(rows: list[ModelMeta]) -> Sheet:
-    """One row per model version: format, team, signature, size."""
+    """One row per model version: format, team, tags, signature, size."""
     return simple_sheet(
         (
             Col("name", right=False),
             Col("version", right=False),
             Col("format", right=False),
             Col("team", right=False, rank=4),
+            Col("tags", right=False, rank=2),
             Col("inputs", right=False, rank=1),
             Col("outputs", right=False, rank=2),
             Col("size", rank=3),
             Col("sha256", right=False, rank=5),
         ),
-        ((m.name, m.version, m.format, m.team, _sig(m.inputs), _sig(m.outputs), str(m.size_bytes), m.sha256[:12]) for m in rows),
+        (
+            (
+                m.name,
+                m.version,
+                m.format,
+                m.team,
+                ",".join(m.tags) or "-",
+                _sig(m.inputs),
+                _sig(m.outputs),
+                str(m.size_bytes),
+                m.sha256[:12],
+            )
+            for m in rows
+        ),
         title="models",
     )
 
 
 @models_app.command("ls")
-def models_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False, wide: WideOpt = False) -> None:
-    """List models."""
+def models_ls(
+    text: Annotated[str | None, typer.Option("--text", help="in the name or description, any case")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="carries this tag (repeat: all of them)")] = None,
+    format: Annotated[str | None, typer.Option("--format", help="stored as (onnx, torchscript, hf, ...)")] = None,  # noqa: A002
+    architecture: Annotated[str | None, typer.Option(help="a language model's architecture, a canonical model's kind")] = None,
+    min_parameters: Annotated[int | None, typer.Option(help="at least this many parameters")] = None,
+    max_parameters: Annotated[int | None, typer.Option(help="at most this many parameters")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """List (or search) models: every criterion given must hold."""
+    fields: dict[str, object] = {"text": text, "tags": tag or [], "format": format, "architecture": architecture}
+    fields |= {"min_parameters": min_parameters, "max_parameters": max_parameters}
+    try:
+        query = ModelQuery.model_validate(fields)
+    except ValidationError as exc:
+        fail(f"models ls: {exc.errors(include_url=False)[0]['msg']}", EXIT_USAGE)
     with client_for(url, token) as client:
-        rows = call(client.models)
+        rows = call(client.models, query)
     show(rows, models_sheet, as_json=as_json, wide=wide)
+
+
+@models_app.command("update")
+def models_update(
+    name: str,
+    version: str,
+    description: Annotated[str | None, typer.Option(help="what the model is (500 characters at most)")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="its tags, all of them (repeat); replaces the old")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a model's description or tags (its owner or an admin)."""
+    try:
+        update = ModelUpdate.model_validate({"description": description, "tags": tag})
+    except ValidationError as exc:
+        fail(f"models update: {exc.errors(include_url=False)[0]['msg']}", EXIT_USAGE)
+    with client_for(url, token) as client:
+        meta = call(client.update_model, name, version, update)
+    show([meta], models_sheet, as_json=as_json)
 
 
 @models_app.command("rm")
@@ -81,7 +153,7 @@ def models_trust(
 ) -> None:
     """Mark a model trusted (admins only): a follower that cannot sandbox model servers runs its code anyway."""
     with client_for(url, token) as client:
-        meta = call(client.trust_model, name, version, not untrust)
+        meta = call(client.update_model, name, version, ModelUpdate(trusted=not untrust))
     console.print(json.dumps({"model": f"{meta.name}:{meta.version}", "trusted": meta.trusted}))
 
 

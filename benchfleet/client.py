@@ -14,14 +14,14 @@ from typing import Any
 
 import httpx
 
-from benchfleet.calls import Call, Calls, T
+from benchfleet.calls import Call, Calls, Described, T
 from common.formats.datasets import DataSetMeta
 from common.spec.job import JobSpec
 from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
-from common.wire.jobs import JobResults, JobView
-from common.wire.models import ModelMeta
+from common.wire.jobs import JobFootprint, JobResults, JobView
+from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
 
 
@@ -137,22 +137,32 @@ class BenchfleetClient:
         """Cancel a job that has not ended."""
         return self._do(Calls.cancel(job_id))
 
-    def upload_model(self, data: bytes | Path, *, name: str, version: str, format: str = "onnx") -> ModelMeta:
-        """Push a model file into the repository."""
-        content = data.read_bytes() if isinstance(data, Path) else data
-        return self._do(Calls.upload_model(content, name, version, format))
+    def footprint(self, job_id: str) -> JobFootprint:
+        """What a job's data holds in PerfDB, kind by kind."""
+        return self._do(Calls.footprint(job_id))
 
-    def models(self) -> list[ModelMeta]:
-        """Every model in the repository."""
-        return self._do(Calls.models())
+    def delete_job(self, job_id: str) -> JobFootprint:
+        """Delete a finished job and all its data; returns what was removed."""
+        return self._do(Calls.delete_job(job_id))
+
+    def upload_model(
+        self, data: bytes | Path, *, name: str, version: str, format: str = "onnx", described: Described | None = None
+    ) -> ModelMeta:
+        """Push a model file into the repository (`described`: its signature, description, tags)."""
+        content = data.read_bytes() if isinstance(data, Path) else data
+        return self._do(Calls.upload_model(content, name, version, format, described))
+
+    def models(self, query: ModelQuery | None = None) -> list[ModelMeta]:
+        """The models in the repository (those `query` keeps)."""
+        return self._do(Calls.models(query))
 
     def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
         self._do(Calls.delete_model(name, version))
 
-    def trust_model(self, name: str, version: str, trusted: bool = True) -> ModelMeta:
-        """Mark a model trusted (admins): followers that cannot sandbox its server run its code anyway."""
-        return self._do(Calls.trust_model(name, version, trusted))
+    def update_model(self, name: str, version: str, update: ModelUpdate) -> ModelMeta:
+        """Change a model's description, tags (its owner or an admin) or trusted mark (admins)."""
+        return self._do(Calls.update_model(name, version, update))
 
     def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
         """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""
@@ -314,22 +324,28 @@ class AsyncBenchfleetClient:
         """Cancel a job that has not ended."""
         return await self._do(Calls.cancel(job_id))
 
-    async def upload_model(self, data: bytes | Path, *, name: str, version: str, format: str = "onnx") -> ModelMeta:
-        """Push a model file into the repository."""
-        content = data.read_bytes() if isinstance(data, Path) else data
-        return await self._do(Calls.upload_model(content, name, version, format))
+    async def delete_job(self, job_id: str) -> JobFootprint:
+        """Delete a finished job and all its data; returns what was removed."""
+        return await self._do(Calls.delete_job(job_id))
 
-    async def models(self) -> list[ModelMeta]:
-        """Every model in the repository."""
-        return await self._do(Calls.models())
+    async def upload_model(
+        self, data: bytes | Path, *, name: str, version: str, format: str = "onnx", described: Described | None = None
+    ) -> ModelMeta:
+        """Push a model file into the repository; `described`: signature (JSON), description, tags (Calls.upload_model)."""
+        content = data.read_bytes() if isinstance(data, Path) else data
+        return await self._do(Calls.upload_model(content, name, version, format, described))
+
+    async def models(self, query: ModelQuery | None = None) -> list[ModelMeta]:
+        """The models in the repository (those `query` keeps)."""
+        return await self._do(Calls.models(query))
 
     async def delete_model(self, name: str, version: str) -> None:
         """Remove a model version."""
         await self._do(Calls.delete_model(name, version))
 
-    async def trust_model(self, name: str, version: str, trusted: bool = True) -> ModelMeta:
-        """Mark a model trusted (admins): followers that cannot sandbox its server run its code anyway."""
-        return await self._do(Calls.trust_model(name, version, trusted))
+    async def update_model(self, name: str, version: str, update: ModelUpdate) -> ModelMeta:
+        """Change a model's description, tags (its owner or an admin) or trusted mark (admins)."""
+        return await self._do(Calls.update_model(name, version, update))
 
     async def upload_data(self, data: bytes | Path, *, name: str, format: str) -> DataSetMeta:
         """Push a request-data set (npz, jsonl, images zip or trace); jobs name it by the returned id."""

@@ -9,7 +9,7 @@ from rich.console import Console
 from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.spec.sweep import label as sweep_label
-from common.wire.jobs import JobResults, JobView
+from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.results import Percentiles, PointResult
 
 
@@ -23,6 +23,8 @@ def results_sheets(results: JobResults) -> list[Sheet]:
     sheets += [search_sheet(r) for r in results.points if r.search is not None]
     if (llm := llm_sheet(results)) is not None:
         sheets.append(llm)
+    if (wire := wire_sheet(results)) is not None:
+        sheets.append(wire)
     if results.repeats:
         sheets.append(repeats_sheet(results))
     return sheets
@@ -91,6 +93,8 @@ def points_sheet(results: JobResults) -> Sheet:
                 verdict,
             ]
         )
+    for backend, summary in sorted({(r.point.backend, r.conversion.summary()) for r in results.points if r.conversion}):
+        sheet.note(f"{backend} served the model {summary}")
     sheet.footer = "latencies in ms from the intended send time; svc: from the actual send; lag: send delay"
     return sheet
 
@@ -136,6 +140,46 @@ def llm_sheet(results: JobResults) -> Sheet | None:
                 f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
             ]
         )
+    return sheet
+
+
+def wire_sheet(results: JobResults) -> Sheet | None:
+    """A job with `audit: wire`: per point and figure, the client's p50 and p99 beside the wire's, the errors, and the
+    send overhead; a point not audited says why. None for a job without the audit."""
+    points = [r for r in results.points if r.wire is not None]
+    if not points:
+        return None
+    sheet = Sheet(
+        title="wire audit: the client's figures (ms) against the kernel's packet timestamps",
+        columns=[
+            Col("#"),
+            Col("figure", right=False),
+            Col("n", rank=2),
+            Col("client p50"),
+            Col("wire p50"),
+            Col("err p50"),
+            Col("client p99"),
+            Col("wire p99"),
+            Col("err p99"),
+            Col("send µs p50/p99", rank=1),
+        ],
+    )
+    for r in points:
+        wire = r.wire
+        assert wire is not None
+        if not wire.ran:
+            sheet.rows.append([str(r.point.index), "not audited " + sheet.note(wire.why_not or "")] + ["-"] * 8)
+            continue
+        send = f"{wire.send_us.p50:.0f}/{wire.send_us.p99:.0f}" if wire.send_us else "-"
+        for f in wire.figures:
+            errors = [f.error("p50"), f.error("p99")]
+            p50, p99 = (f"{100 * e:+.2f}%" if e is not None else "-" for e in errors)
+            row = [f"{f.client_p50:.3f}", f"{f.wire_p50:.3f}", p50, f"{f.client_p99:.3f}", f"{f.wire_p99:.3f}", p99]
+            sheet.rows.append([str(r.point.index), f.name, str(f.count), *row, send])
+        if wire.scope:
+            sheet.note(f"point {r.point.index}: {wire.scope}")
+        if wire.unmatched or wire.drops or wire.truncated:
+            sheet.note(f"point {r.point.index}: {wire.unmatched} requests not matched, {wire.drops} packets dropped")
     return sheet
 
 
@@ -226,6 +270,16 @@ def simple_sheet(columns: Sequence[str | Col], rows: Iterable[Sequence[str]], *,
     """A sheet of text cells under the given columns (a bare name: left-aligned, always shown)."""
     cols = [c if isinstance(c, Col) else Col(c, right=False) for c in columns]
     return Sheet(columns=cols, title=title, rows=[list(row) for row in rows])
+
+
+def footprint_sheet(footprint: JobFootprint) -> Sheet:
+    """A job's data in PerfDB, kind by kind: removed (a deletion) or held (a dry run)."""
+    verb = "deleted" if footprint.deleted else "would delete (dry run)"
+    rows = [[kind, str(s.documents), f"{s.bytes:,}"] for kind, s in footprint.kinds.items()]
+    total = sum(s.documents for s in footprint.kinds.values())
+    rows.append(["total", str(total), f"{footprint.bytes:,}"])
+    columns = (Col("kind", right=False), Col("documents"), Col("bytes"))
+    return simple_sheet(columns, rows, title=f"{verb}: job {footprint.job_id}")
 
 
 def jobs_sheet(jobs: list[JobView]) -> Sheet:

@@ -60,6 +60,11 @@ class Conflict(BenchfleetError, status=409, code="conflict"):
     """The resource exists already, or its state forbids the change (e.g. a stale attempt)."""
 
 
+class Incompatible(BenchfleetError, status=409, code="incompatible"):
+    """A follower whose leader/follower contract this leader does not speak (common/wire/compat.py); the message says
+    which side to upgrade."""
+
+
 class PayloadTooLarge(BenchfleetError, status=413, code="payload_too_large"):
     """A body or upload over this leader's limits."""
 

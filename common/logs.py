@@ -12,6 +12,7 @@ from typing import Any
 
 # Set where a job or follower is being worked on; every log record made in that context carries them.
 JOB_ID: ContextVar[str | None] = ContextVar("benchfleet_job_id", default=None)
+TRACE_ID: ContextVar[str | None] = ContextVar("benchfleet_trace_id", default=None)  # the job's trace (common/tracing.py)
 FOLLOWER_ID: ContextVar[str | None] = ContextVar("benchfleet_follower_id", default=None)
 
 # A process-wide default (a follower agent has one id for all its threads; threads do not inherit contextvars).
@@ -33,7 +34,8 @@ def _follower_id(record: logging.LogRecord) -> str | None:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, process, message, job_id, follower_id and any `extra` fields."""
+    """One JSON object per record: time, level, logger, process, message, job_id, follower_id, trace_id and any `extra`
+    fields."""
 
     def __init__(self, process: str) -> None:
         super().__init__()
@@ -54,6 +56,8 @@ class JsonFormatter(logging.Formatter):
             out["job_id"] = job_id
         if follower_id:
             out["follower_id"] = follower_id
+        if trace_id := TRACE_ID.get():
+            out["trace_id"] = trace_id
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in out and not key.startswith("_"):
                 out[key] = value if isinstance(value, str | int | float | bool | type(None)) else repr(value)
@@ -69,7 +73,11 @@ class _ContextText(logging.Formatter):
         line = super().format(record)
         ids = [
             f"{k}={v}"
-            for k, v in (("job", getattr(record, "job_id", None) or JOB_ID.get()), ("follower", _follower_id(record)))
+            for k, v in (
+                ("job", getattr(record, "job_id", None) or JOB_ID.get()),
+                ("follower", _follower_id(record)),
+                ("trace", TRACE_ID.get()),
+            )
             if v
         ]
         return f"{line} [{' '.join(ids)}]" if ids else line

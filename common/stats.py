@@ -1,4 +1,12 @@
-"""Shared maths: HDR-histogram summaries of nanosecond samples."""
+"""Shared maths: percentiles (one estimator, stated once), HDR histograms of nanosecond samples, bootstrap intervals.
+
+Every percentile benchfleet reports is the **nearest rank**: the q-quantile of n samples is the ⌈q·n⌉-th smallest
+(Hyndman and Fan's type 1, numpy's method="inverted_cdf"). It is always a value that was observed, and in a sparse tail
+it is the higher of the two samples an interpolating estimator would blend: of 360 latencies the p99 is the 357th
+(numpy's default reads 0.36 of the way from the 356th to the 357th; HdrHistogram's rank rounds to the 356th). A point's
+figures come from its raw samples; where only histograms exist (a search's pooled repeat) the same rank is read from
+the histogram, whose buckets hold 3 significant digits (its value is the bucket's top: at most 0.1% above the sample).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,28 @@ HIST_HIGHEST_NS = 600 * 10**9
 HIST_DIGITS = 3
 
 
+ESTIMATOR = "nearest rank: the q-quantile of n samples is the ⌈q·n⌉-th smallest"
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+
+
+def rank(q: float, n: int) -> int:
+    """The 1-based rank of the q-quantile of n samples: ⌈q·n⌉, at least 1 (q·n rounded first, so 0.99 x 1000 is 990)."""
+    return min(n, max(1, math.ceil(round(q * n, 9))))
+
+
+def quantiles(values: np.ndarray, qs: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The nearest-rank quantiles `qs` (0..1) of `values` (one sort for all); raises on an empty array."""
+    if not len(values):
+        raise ValueError("quantiles of no samples")
+    ordered = np.sort(np.asarray(values))
+    return ordered[[rank(q, len(ordered)) - 1 for q in qs]]
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """The nearest-rank q-quantile (0..1) of `values`: the ⌈q·n⌉-th smallest."""
+    return float(quantiles(values, (q,))[0])
+
+
 def new_histogram() -> HdrHistogram:
     """An empty histogram with benchfleet's fixed range, so any two can be merged."""
     return HdrHistogram(HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS)
@@ -29,27 +59,36 @@ def histogram_of(values_ns: Iterable[int]) -> HdrHistogram:
     return hist
 
 
+def _value_at_rank(hist: HdrHistogram, at: int) -> int:
+    """The histogram's value at a 1-based rank: the top of the bucket where the count reaches it."""
+    total = 0
+    for item in hist.get_recorded_iterator():
+        total += item.count_added_in_this_iter_step
+        if total >= at:
+            return int(hist.get_highest_equivalent_value(item.value_iterated_to))
+    return int(hist.get_max_value())
+
+
 def summarize(hist: HdrHistogram) -> Percentiles | None:
-    """Percentiles in milliseconds, or None for an empty histogram."""
+    """Percentiles in milliseconds of a histogram (nearest rank, to its 3 significant digits), or None if it is empty.
+    Where the samples themselves are at hand, summarize_ns reads them exactly."""
     count = hist.get_total_count()
     if count == 0:
         return None
     ms = 1e-6
-    return Percentiles(
-        count=count,
-        mean=hist.get_mean_value() * ms,
-        p50=hist.get_value_at_percentile(50) * ms,
-        p90=hist.get_value_at_percentile(90) * ms,
-        p95=hist.get_value_at_percentile(95) * ms,
-        p99=hist.get_value_at_percentile(99) * ms,
-        p999=hist.get_value_at_percentile(99.9) * ms,
-        max=hist.get_max_value() * ms,
-    )
+    at = {name: _value_at_rank(hist, rank(q, count)) * ms for name, q in QUANTILES.items()}
+    return Percentiles(count=count, mean=hist.get_mean_value() * ms, **at, max=hist.get_max_value() * ms)
 
 
 def summarize_ns(values_ns: np.ndarray) -> Percentiles | None:
-    """Percentiles in milliseconds of an array of nanosecond samples."""
-    return summarize(histogram_of(values_ns.tolist()))
+    """Percentiles in milliseconds of nanosecond samples, exact: the nearest-rank order statistics, the mean and the
+    largest of the samples themselves; None for no samples."""
+    if not len(values_ns):
+        return None
+    ordered = np.sort(np.asarray(values_ns, dtype=np.int64))
+    ms = 1e-6
+    at = {name: float(ordered[rank(q, len(ordered)) - 1]) * ms for name, q in QUANTILES.items()}
+    return Percentiles(count=len(ordered), mean=float(ordered.mean()) * ms, **at, max=float(ordered[-1]) * ms)
 
 
 def encode(hist: HdrHistogram) -> str:

@@ -15,7 +15,9 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from common import tracing
 from leader import dbhealth
+from leader.analysis import queries
 from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
@@ -45,6 +47,7 @@ from leader.store import fleetchecks as fleetchecks_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
+from leader.store import migrations, retention
 from leader.store import models as models_store
 from leader.store import orphans as orphans_store
 from leader.store import results as results_store
@@ -100,12 +103,14 @@ STARTUP_WAIT_S = 120.0  # how long a starting leader waits for PerfDB (started b
 
 
 async def _first_contact(resources: Resources) -> None:
-    """Create the indexes, waiting up to STARTUP_WAIT_S for PerfDB to answer: a leader started beside its database
-    (compose, a Helm release) waits for it, saying so, instead of exiting on the first refused connection."""
+    """Create the indexes and bring the schema to this leader's (leader/store/migrations.py), waiting up to
+    STARTUP_WAIT_S for PerfDB to answer: a leader started beside its database (compose, a Helm release) waits for it,
+    saying so, instead of exiting on the first refused connection."""
     deadline = time.monotonic() + STARTUP_WAIT_S
     while True:
         try:
             await ensure_indexes(resources)
+            await migrations.migrate(resources.db)
             return
         except ConnectionFailure as exc:  # (a refused credential or a bad URI is not a database still starting)
             if time.monotonic() > deadline:
@@ -131,6 +136,18 @@ def _ondemand(settings: LeaderSettings, db: AsyncDatabase, placer: Placer) -> li
     )
     log.info("benchmarks run as on-demand Kubernetes Jobs (at most %d at once)", settings.ondemand_max_pods)
     return [asyncio.create_task(launcher.run(), name="ondemand-launcher")]
+
+
+async def _retention(settings: LeaderSettings, db: AsyncDatabase, app: FastAPI) -> None:
+    """The retention sweep (leader/store/retention.py); the jobs it deletes leave the leaderboard's index too."""
+    policy = retention.Retention(
+        jobs_days=settings.retention_jobs_days,
+        records_days=settings.retention_records_days,
+        progress_days=settings.retention_progress_days,
+        audit_days=settings.retention_audit_days,
+    )
+    index = queries.leaderboard_index(app.state)
+    await retention.sweep(db, policy, interval_s=settings.retention_sweep_s, on_deleted=index.discard)
 
 
 def create_app(settings: LeaderSettings) -> FastAPI:
@@ -167,6 +184,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         tasks: list[asyncio.Task[None]] = []
         telemetry = None
         app.state.telemetry_address = None
+        tracing.setup("benchfleet-leader")  # spans exported over OTLP where configured (common/tracing.py)
         try:
             await _first_contact(resources)
             app.state.resources = resources
@@ -182,6 +200,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 *_ondemand(settings, db, placer),
                 asyncio.create_task(db_health.run(), name="perfdb-probe"),
                 asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
+                asyncio.create_task(_retention(settings, db, app), name="retention"),
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
                 asyncio.create_task(metrics.run(db, book=lambda: placer.book), name="metrics"),
@@ -195,6 +214,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             if telemetry is not None:
                 await _bounded("telemetry gRPC", telemetry[0].stop(grace=1.0))
             queue.close()
+            await _bounded("traces", asyncio.to_thread(tracing.flush))
             await _bounded("redis", redis.aclose())
             await _bounded("database probe", db_health.close())
             await _bounded("database", client.close())

@@ -76,6 +76,14 @@ class LeaderSettings(BaseSettings):
     ondemand_namespace: str | None = None
     ondemand_queue: str | None = None
     ondemand_max_pods: int = Field(default=4, gt=0)
+    # Retention (leader/store/retention.py), in days after a job finished; unset: kept for ever. Whole jobs (a baseline's
+    # job is kept), their raw records (results stay), live progress; audit entries by their age. Swept every
+    # retention_sweep_s, from the leader's start.
+    retention_jobs_days: float | None = Field(default=None, ge=0)
+    retention_records_days: float | None = Field(default=None, ge=0)
+    retention_progress_days: float | None = Field(default=None, ge=0)
+    retention_audit_days: float | None = Field(default=None, ge=0)
+    retention_sweep_s: float = Field(default=3600.0, gt=0)
     # How long a user token issued over the API lives unless its request says (0: never expires). 90 days by default.
     token_ttl_s: int = Field(default=90 * 86400, ge=0)
 

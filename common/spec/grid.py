@@ -108,6 +108,8 @@ def expand(spec: JobSpec) -> list[PointSpec]:
                 config=config,
                 repeat=repeat,
                 llm=_workload(spec, backend),
+                audit=spec.audit,
+                propagate_trace=spec.propagate_trace,
                 **shared,
             )
         )

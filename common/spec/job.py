@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -208,6 +209,14 @@ class JobSpec(StrictModel):
     interference matrix)."""
     target: TargetSpec | None = None
     """An endpoint already running, benchmarked as it is (no server started; backends: [endpoint])."""
+    audit: Literal["off", "wire"] = "off"
+    """`wire`: each point also captures its own connections with the kernel's packet timestamps and reports the
+    client's error against the wire (send and receive overheads, and TTFT, ITL and latency on the wire beside the
+    client's). Needs CAP_NET_RAW on the follower and plain HTTP; otherwise the point says why it was not audited."""
+    propagate_trace: bool = False
+    """Send every request a W3C `traceparent` header naming its point's span (as GuideLLM does), so a server
+    instrumented with OpenTelemetry puts its own spans in the job's trace. The job's trace exists whether or not this
+    is set; spans are exported where the leader and followers are configured to (OTEL_EXPORTER_OTLP_ENDPOINT)."""
     sweep: dict[str, list[Any]] | None = None
     """Server options to sweep: an option path (threads, llm.max_num_seqs, dynamic_batching.max_queue_delay_us, ...)
     to the values to try; every combination is a configuration with its own server start, crossed with the grid."""
@@ -318,6 +327,15 @@ class JobSpec(StrictModel):
             value.check_job(info.data)
         return value
 
+    @field_validator("audit")
+    @classmethod
+    def _audit_reads_plain_http(cls, value: str, info: ValidationInfo) -> str:
+        target = info.data.get("target")
+        scheme = urlsplit(target.url).scheme if target is not None else "http"
+        if value == "wire" and scheme != "http":
+            raise ValueError(f"a wire audit reads HTTP/1.1 off the wire; the target's {scheme}:// cannot be read (drop audit)")
+        return value
+
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:
         servers = math.prod(len(values) for values in (self.sweep or {}).values())
@@ -373,6 +391,8 @@ class PointSpec(StrictModel):
     config: int | None = None
     repeat: int = 0
     llm: LlmWorkload | None = None  # a language model's requests (the job's)
+    audit: Literal["off", "wire"] = "off"  # the job's
+    propagate_trace: bool = False  # the job's: each request carries the point span's traceparent
 
     @property
     def config_index(self) -> int:

@@ -90,6 +90,11 @@ class SharedPrefix(StrictModel):
     """How many different prefixes there are (each request's drawn at random)."""
 
 
+# Servers that put their usage (cumulative completion tokens) in every streamed event when asked with
+# stream_options.continuous_usage_stats.
+USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
+
+
 class LlmWorkload(StrictModel):
     """The requests of a language-model job (model format hf, an LLM backend)."""
 
@@ -111,6 +116,14 @@ class LlmWorkload(StrictModel):
     """How a prompt set's rows are taken: at random or in order."""
     shared_prefix: SharedPrefix | None = None
     """A system prompt a share of the requests start with (what prefix caching saves)."""
+    usage_per_event: bool | None = None
+    """Ask the server for its token count in every streamed event (`stream_options.continuous_usage_stats`), so an event
+    carrying several tokens counts as that many token arrivals at its time. Default: on for the servers known to take
+    it (vLLM, SGLang), off for the others and for a target (a server that does not know the option may refuse it)."""
+
+    def asks_usage_per_event(self, backend: str) -> bool:
+        """Whether the requests to `backend` ask for a token count in every event (`usage_per_event`, or its default)."""
+        return self.usage_per_event if self.usage_per_event is not None else backend in USAGE_PER_EVENT_SERVERS
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:

@@ -20,6 +20,7 @@ class LeaderboardRow(BaseModel):
     attempt: int
     index: int
     model: str
+    tags: list[str] = []  # the model's tags (the repository's, kept up to date on the row)
     backend: str
     hardware: str
     follower_id: str
@@ -212,6 +213,9 @@ class PointComparison(BaseModel):
     test: Literal["bootstrap+mannwhitney", "summary"]
     verdict: Verdict
     llm: list[MetricComparison] = []  # a language model's TTFT, TPOT and ITL p99 and output tokens/s
+    # Whether the two points can be compared at all (common/wire/repro.py): "comparable", or "not comparable: kernel,
+    # packages" naming what differs (the configuration hash, or an environment fact); None where one side is missing.
+    comparable: str | None = None
 
 
 class CompareResponse(BaseModel):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from common.base import NAME_PATTERN
 from common.spec.job import Labels
 from common.wire.analysis import Anomaly
+from common.wire.compat import WIRE
 
 FollowerState = Literal["ready", "busy", "draining", "missing"]
 
@@ -48,7 +49,8 @@ class FollowerInfo(BaseModel):
     memory_mb: int
     gpus: list[GpuInfo]  # empty: no GPU (NVML absent or no device), never faked
     backends: list[str]
-    version: str
+    version: str  # its benchfleet release
+    wire: int = WIRE  # the leader/follower contract it speaks (common/wire/compat.py)
     # Backends this agent runs only for models an admin marked trusted: those that run a model's code
     # (common.spec.job.MODEL_CODE_BACKENDS), on a host where model servers cannot be sandboxed.
     trusted_only: list[str] = []
@@ -112,6 +114,7 @@ class FollowerView(BaseModel):
     anomaly: Anomaly | None = None  # marked by the last fleet check that found it anomalous (cleared by a clean one)
     clock: ClockOffset | None = None  # its latest clock offset to the leader (registration, then heartbeats)
     target_costs_us: dict[str, float] = {}  # its generator's cost per request against each target it calibrated
+    release_note: str | None = None  # a compatible follower of another release than the leader's, said so
 
 
 class FollowerRegistration(FollowerView):

@@ -6,10 +6,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from common.base import NAME_PATTERN
-from common.spec.job import JobSpec, PointSpec
+from common.spec.job import JobSpec, ModelRef, PointSpec
 from common.wire.auth import DEFAULT_TEAM
 from common.wire.models import ModelMeta
 from common.wire.repeats import RepeatSummary
@@ -65,6 +65,7 @@ class JobTask(BaseModel):
     estimate_s: float
     colocated: list[ModelMeta] = []  # a co-location job's other models (spec.colocate.models, resolved), in order
     shard: ShardTask | None = None  # a shard of a sharded job (target.shards)
+    traceparent: str | None = None  # the job's trace (W3C): the follower's spans and log lines join it (common/tracing.py)
 
 
 class Claim(BaseModel):
@@ -129,6 +130,28 @@ class JobView(BaseModel):
     parts: list[str] = []  # a split job (spec.split): the ids of its part jobs, whose points make up its result
     part_of: str | None = None  # a part job: the split job it belongs to
     part_start: int | None = None  # a part job: the split job's index of its point 0 (its points map back from there)
+    records_expired_at: datetime | None = None  # when retention removed its raw records (its results stay)
+    traceparent: str | None = None  # the job's trace (W3C traceparent of its submission): every span of its way is in it
+    colocated_refs: list[str] = []  # a co-location job's other models as they ran (name:version), in spec order
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def trace_id(self) -> str | None:
+        """The job's trace id (what a tracing backend and the log lines name it by)."""
+        return self.traceparent.split("-")[1] if self.traceparent else None
+
+
+def as_ran(job: JobView) -> JobSpec:
+    """The job's spec exactly as it ran, to submit again: its model (and a co-location's other models) pinned to the
+    version it ran (a spec that named the
+    latest version would now get whatever is latest); the same seed, so the same schedules. A part of a split job is
+    not one: rerun the split job."""
+    if job.part_of is not None:
+        raise ValueError(f"job {job.id} is a part of split job {job.part_of}: rerun that job")
+    update: dict[str, object] = {"model": ModelRef(ref=job.model_ref)}
+    if job.spec.colocate is not None and job.colocated_refs:  # its other models too, at the versions they ran
+        update["colocate"] = job.spec.colocate.model_copy(update={"models": list(job.colocated_refs)})
+    return job.spec.model_copy(update=update)
 
 
 class JobResults(BaseModel):
@@ -138,3 +161,24 @@ class JobResults(BaseModel):
     points: list[PointResult]
     # With `repeats`: per configuration run more than once, the spread across its runs and the verdict on it.
     repeats: list[RepeatSummary] = []
+
+
+class Stored(BaseModel):
+    """What one kind of a job's data holds in PerfDB: documents (or files) and their bytes."""
+
+    documents: int = 0
+    bytes: int = 0
+
+
+class JobFootprint(BaseModel):
+    """A job's data in PerfDB, kind by kind (its document, results, leaderboard rows, raw records, progress, a sharded
+    job's barrier and shard records), what a deletion removes (or, dry, would)."""
+
+    job_id: str
+    job_ids: list[str]  # the job and its parts
+    deleted: bool
+    kinds: dict[str, Stored]
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.kinds.values())

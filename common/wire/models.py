@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from common.base import NAME_PATTERN, VERSION_PATTERN
 from common.wire.auth import DEFAULT_TEAM
@@ -59,6 +59,54 @@ class LlmParams(BaseModel):
     chat_template: bool = False  # its tokenizer_config.json holds a chat template (api: chat needs one)
 
 
+TAG_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,31}$"
+Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
+Tags = Annotated[list[Tag], Field(max_length=16)]
+Description = Annotated[str, Field(max_length=500)]
+
+
+def tidy_tags(tags: list[str]) -> list[str]:
+    """Tags as stored: each once, sorted."""
+    return sorted(set(tags))
+
+
+class ModelUpdate(BaseModel):
+    """What an update changes (fields left out stay): its owner or an admin the description and tags, an admin the
+    trusted mark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: Description | None = None
+    tags: Tags | None = None
+    trusted: StrictBool | None = None
+
+
+class ModelQuery(BaseModel):
+    """A search of the repository: every criterion given must hold (text: in the name or description, any case)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: Annotated[str, Field(max_length=100)] | None = None
+    tags: list[Tag] = []  # every one of them
+    format: ModelFormat | None = None  # the framework it was stored as
+    architecture: Annotated[str, Field(max_length=100)] | None = None  # a language model's, or a canonical model's kind
+    min_parameters: Annotated[int, Field(ge=0)] | None = None
+    max_parameters: Annotated[int, Field(ge=0)] | None = None
+
+    def keeps(self, model: ModelMeta) -> bool:
+        """Whether the model meets every criterion (a parameter bound drops a model whose count is unknown)."""
+        if self.text and self.text.lower() not in f"{model.name}\n{model.description}".lower():
+            return False
+        if not set(self.tags) <= set(model.tags) or (self.format is not None and model.format != self.format):
+            return False
+        if self.architecture is not None and self.architecture.lower() not in {a.lower() for a in model.architectures}:
+            return False
+        count = model.parameters
+        if self.min_parameters is not None and (count is None or count < self.min_parameters):
+            return False
+        return not (self.max_parameters is not None and (count is None or count > self.max_parameters))
+
+
 class ModelMeta(BaseModel):
     """A stored model: identity, format, signature and integrity."""
 
@@ -80,6 +128,19 @@ class ModelMeta(BaseModel):
     # Set by an admin: a follower that cannot sandbox model servers still runs this model's own code (TorchScript,
     # SavedModel); elsewhere every model server is sandboxed whatever this says (follower/host/sandbox.py).
     trusted: bool = False
+    description: Description = ""
+    tags: Tags = []  # what its team files it under (`vision`, `prod`); searched, and shown on the leaderboard
+
+    @property
+    def architectures(self) -> set[str]:
+        """What it is, as a search names it: a language model's architecture and type, a canonical model's kind."""
+        found = {self.llm.architecture, self.llm.model_type} if self.llm is not None else set()
+        return found | ({self.canonical.kind} if self.canonical is not None else set())
+
+    @property
+    def parameters(self) -> int | None:
+        """Its parameter count where the upload says it (a language model's weights), else None."""
+        return self.llm.parameters if self.llm is not None else None
 
     @property
     def is_llm(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from common.spec.job import PointSpec
+from common.wire.audit import WireAudit
 from common.wire.search import SearchAnswer
 
 
@@ -35,6 +36,33 @@ class ColdStart(BaseModel):
     to_first_answer_s: float
 
 
+class Conversion(BaseModel):
+    """A user's model converted on the follower to the form its backend serves (follower/convert/user_model.py), with
+    the numeric check of the converted model's outputs against the original's on the same inputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str  # the stored model's format (torchscript)
+    target: str  # the form served (onnx)
+    passed: bool
+    max_abs_diff: float
+    max_rel_diff: float
+    rtol: float
+    atol: float
+    samples: int  # rows of the batch the two were compared on
+    seconds: float  # the conversion's wall time, outside the cold start
+    sandboxed: bool  # whether the original's code ran in the model sandbox (else: a model an admin trusted)
+
+    def summary(self) -> str:
+        """One line: what was converted and how close the two models agree."""
+        verdict = "agrees" if self.passed else "DISAGREES"
+        return (
+            f"converted {self.source} -> {self.target} in {self.seconds:.1f} s; {verdict} with the original on "
+            f"{self.samples} samples (max abs diff {self.max_abs_diff:.2e}, rel {self.max_rel_diff:.2e}; "
+            f"rtol {self.rtol:g}, atol {self.atol:g})"
+        )
+
+
 class Environment(BaseModel):
     """What the point ran on, so a result can be reproduced and compared."""
 
@@ -49,6 +77,19 @@ class Environment(BaseModel):
     benchfleet: str
     backend_version: str
     seed: int
+    # The reproducibility record (common/wire/repro.py); None or empty where the host does not say, or in a result
+    # stored before it existed.
+    config_hash: str | None = None  # sha256 over everything that decides the number (repro.config_hash)
+    os: str | None = None  # the distribution's name and version (os-release PRETTY_NAME)
+    kernel: str | None = None
+    cpu_governor: str | None = None  # cpufreq's scaling governor of the CPUs (None: no cpufreq, as in most VMs)
+    gpu_uuids: list[str] = []
+    gpu_driver: str | None = None
+    cuda: str | None = None  # the CUDA version the driver supports
+    packages: dict[str, str] = {}  # the follower's key packages and their versions
+    # The container image the follower runs, as deployed (BENCHFLEET_IMAGE, which the chart and compose set): its
+    # digest where deployed by one (repository@sha256:...), else repository:tag.
+    image: str | None = None
 
 
 class WindowStat(BaseModel):
@@ -155,6 +196,7 @@ ReasonCode = Literal[
     "shard_lost",  # a shard of a sharded point started and its records never came (its follower died, say)
     "shard_absent",  # a shard was not ready when the point started: its share went unsent
     "shard_skew",  # the shards started further apart, or their clock offsets are less sure, than a merged point allows
+    "gpu_foreign",  # a process that is not the follower's used a GPU when the point started or ended
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
 
@@ -323,6 +365,7 @@ class PointResult(BaseModel):
     service_ms: Percentiles | None
     send_lag_ms: Percentiles | None
     cold_start: ColdStart | None
+    conversion: Conversion | None = None  # the model as served was converted from the user's upload
     valid: bool
     reasons: list[Reason] = []
     slo_met: bool | None = None
@@ -360,3 +403,4 @@ class PointResult(BaseModel):
     network: NetworkResult | None = None  # the shaped link it ran over (a job's `network`); None: the plain link
     shards: list[ShardRun] | None = None  # a sharded point (target.shards): each follower's part of the load
     shard_skew_ms: float | None = None  # the spread of the shards' start lags (a point past 1 ms is flagged)
+    wire: WireAudit | None = None  # the job's `audit: wire`: the client's clock against the wire

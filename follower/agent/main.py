@@ -11,7 +11,7 @@ import uuid
 
 from celery import Celery
 
-from common import __version__
+from common import __version__, tracing
 from common.logs import set_process_follower_id
 from common.spec.job import MODEL_CODE_BACKENDS
 from common.wire.followers import FollowerInfo
@@ -25,7 +25,7 @@ from follower.host import hostinfo, netshape
 from follower.host import sandbox as sandboxes
 from follower.host.cpuplan import plan_cpus
 from follower.host.gate import Gate
-from follower.link.leader_client import LeaderClient
+from follower.link.leader_client import LeaderClient, LeaderRejected
 from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.loadgen.calibrate import TargetCosts
@@ -78,6 +78,7 @@ def host_facts_for(settings: FollowerSettings, info: FollowerInfo) -> HostFacts:
         cpu_model=info.cpu_model,
         cpu_count=info.cpu_count,
         gpus=tuple(gpu.name for gpu in info.gpus),
+        platform=hostinfo.platform_record(),
     )
 
 
@@ -99,6 +100,7 @@ def run_agent(settings: FollowerSettings) -> None:
     """Register, start heartbeating, then consume jobs one at a time until stopped (SIGTERM: finish the running job)."""
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
+    tracing.setup("benchfleet-follower")  # spans exported over OTLP where configured (common/tracing.py)
     METRICS.start(settings.metrics_host, settings.metrics_port)
     incarnation = uuid.uuid4().hex
     client = LeaderClient(
@@ -111,7 +113,11 @@ def run_agent(settings: FollowerSettings) -> None:
     info = info.model_copy(
         update={"clock": measured_clock(client), "target_costs_us": TargetCosts(settings.target_costs_path).all()}
     )
-    client.register(info)
+    try:
+        client.register(info)
+    except LeaderRejected as exc:  # refused for good (an incompatible contract, a revoked join token): say why and stop
+        log.error("the leader refused this follower's registration: %s", exc)
+        raise SystemExit(2) from None
     log.info(
         "follower %s registered (incarnation %s, backends %s, %d GPU(s), %s)",
         settings.follower_id,

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
+from common import tracing
 from common.logs import JOB_ID
 from common.spec.grid import server_runs
 from common.spec.job import PointSpec
@@ -27,6 +28,7 @@ from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttem
 from follower.link.metrics import METRICS
 from follower.link.outbox import Outbox
 from follower.link.progress import ProgressReporter, resolve_address
+from follower.loadgen.apart import Generators
 from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.records import LoadRecords, encode_records
 from follower.loadgen.verdict import WindowSummary
@@ -112,6 +114,7 @@ async def _run_backends(
     shard = None
     if task.shard is not None:  # this follower's share of every point, from the common start
         shard = ShardLink(client, task.shard.of, task.shard.index, task.shard.count, task.attempt, settings.follower_id)
+    generators = Generators()  # the open loop's own processes, for every point of the attempt
     run = ServerRun(
         model=task.model,
         model_path=model_path,
@@ -126,6 +129,7 @@ async def _run_backends(
         prompt_rows=prompt_rows,
         forced_generators=settings.generators,
         wakeup_latency_us=settings.cpu_wakeup_latency_us,
+        gpu_gate=settings.wait_for_gpu,
         max_in_flight=settings.max_in_flight,
         network=task.spec.network,
         target=task.spec.target,
@@ -134,43 +138,58 @@ async def _run_backends(
         target_costs=TargetCosts(settings.target_costs_path),
         postprocess=task.spec.data.postprocess if task.spec.data.processing == "client" else None,
         labels=labels,
+        generators=generators,
     )
     sources: list[AsyncIterator[PointResult]]
-    if task.spec.colocate is not None:  # every model alone, then each pair at once (follower/point/colocate.py)
-        models = [(task.model, model_path)]
-        for other in task.colocated:
-            models.append((other, (await asyncio.to_thread(fetch_model, client, other, settings.cache_dir))[0]))
-        backend = task.points[0].backend
-        sources = [run_colocated(backend, task.points, run, models=models, colocate=task.spec.colocate)]
-    else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
-        runs = server_runs(task.points, task.spec.repeats.fresh_server)
-        sources = [run_backend(points[0].backend, points, run) for points in runs]
-    for source in sources:
-        async for result in source:
-            p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
-            log.info(
-                "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
-                task.job_id,
-                result.point.index,
-                result.requests,
-                p99,
-                result.valid,
-                "; ".join(result.invalid_reasons),
-            )
-            result = with_client_stages(result, client_ms)
-            METRICS.point_done(result)
-            report = PointReport(attempt=task.attempt, follower_id=settings.follower_id, result=result)
-            # On disk first (a leader outage loses nothing), then sent; the server is idle between points meanwhile.
-            await asyncio.to_thread(outbox.put, task.job_id, report)
-            await asyncio.to_thread(outbox.flush, client, task.job_id)
-            for probe, blob in blobs.pop(result.point.index, {}).items():
-                try:
-                    await asyncio.to_thread(client.upload_records, task.job_id, task.attempt, result.point.index, blob, probe)
-                except StaleAttempt:
-                    raise
-                except Exception as exc:
-                    # Raw records are supplementary (the summary and histogram are in the report): log, go on.
-                    log.warning("job %s point %d: records upload failed: %s", task.job_id, result.point.index, exc)
+    try:
+        await asyncio.to_thread(generators.prepare)  # started before the server: no point waits for it
+        if task.spec.colocate is not None:  # every model alone, then each pair at once (follower/point/colocate.py)
+            models = [(task.model, model_path)]
+            for other in task.colocated:
+                models.append((other, (await asyncio.to_thread(fetch_model, client, other, settings.cache_dir))[0]))
+            backend = task.points[0].backend
+            sources = [run_colocated(backend, task.points, run, models=models, colocate=task.spec.colocate)]
+        else:  # one server start per run of points sharing it: a backend's points, or each round's with fresh servers
+            runs = server_runs(task.points, task.spec.repeats.fresh_server)
+            sources = [run_backend(points[0].backend, points, run) for points in runs]
+        for source in sources:
+            async for result in source:
+                p99 = f"{result.latency_ms.p99:.2f}" if result.latency_ms else "-"
+                log.info(
+                    "job %s point %d: %d requests, p99 %s ms, valid=%s %s",
+                    task.job_id,
+                    result.point.index,
+                    result.requests,
+                    p99,
+                    result.valid,
+                    "; ".join(result.invalid_reasons),
+                )
+                result = with_client_stages(result, client_ms)
+                METRICS.point_done(result)
+                report = PointReport(attempt=task.attempt, follower_id=settings.follower_id, result=result)
+                with tracing.span("point.upload", attributes={"benchfleet.point": result.point.index}):
+                    await _upload(task, report, blobs.pop(result.point.index, {}), client, outbox)
+
+    finally:
+        await asyncio.to_thread(generators.close)
+
+
+async def _upload(
+    task: JobTask, report: PointReport, blobs: dict[int | None, bytes], client: LeaderClient, outbox: Outbox
+) -> None:
+    """A point's report, then its raw records. On disk first (a leader outage loses nothing), then sent; the server is
+    idle between points meanwhile."""
+    index = report.result.point.index
+    await asyncio.to_thread(outbox.put, task.job_id, report)
+    await asyncio.to_thread(outbox.flush, client, task.job_id)
+    for probe, blob in blobs.items():
+        try:
+            await asyncio.to_thread(client.upload_records, task.job_id, task.attempt, index, blob, probe)
+        except StaleAttempt:
+            raise
+        except Exception as exc:
+            # Raw records are supplementary (the summary and histogram are in the report): log, go on.
+            log.warning("job %s point %d: records upload failed: %s", task.job_id, index, exc)
 
 
 async def _until_cancelled(coro: Coroutine[Any, Any, None], cancel: threading.Event | None) -> bool:
@@ -196,12 +215,36 @@ def execute(
     host_facts: HostFacts,
     cancel: threading.Event | None = None,
 ) -> str:
-    """Run the attempt the payload names; returns its outcome (succeeded, failed or stale)."""
+    """Run the attempt the payload names; returns its outcome (succeeded, failed or stale). The attempt is a span of
+    the job's trace (common/tracing.py), claim, fetch, each server start and point, uploads and finish spans in it."""
     task = JobTask.model_validate(payload)
     JOB_ID.set(task.job_id)  # log lines of this attempt carry the job id (the Celery task runs in a fresh context)
+    attributes: tracing.Attributes = {
+        "benchfleet.job_id": task.job_id,
+        "benchfleet.attempt": task.attempt,
+        "benchfleet.follower_id": settings.follower_id,
+    }
+    try:
+        with tracing.span("job.attempt", parent=task.traceparent, attributes=attributes):
+            return _attempt(task, settings=settings, client=client, incarnation=incarnation, host_facts=host_facts, cancel=cancel)
+    finally:
+        tracing.flush()
+        JOB_ID.set(None)
+
+
+def _attempt(
+    task: JobTask,
+    *,
+    settings: FollowerSettings,
+    client: LeaderClient,
+    incarnation: str,
+    host_facts: HostFacts,
+    cancel: threading.Event | None,
+) -> str:
     claim = Claim(attempt=task.attempt, follower_id=settings.follower_id, incarnation=incarnation)
     try:
-        task = client.claim(task.job_id, claim)
+        with tracing.span("job.claim"):
+            task = client.claim(task.job_id, claim)
     except (StaleAttempt, LeaderRejected) as exc:
         log.info("job %s attempt %d is no longer ours (%s); dropping the message", task.job_id, task.attempt, exc)
         return "stale"
@@ -213,7 +256,8 @@ def execute(
         if task.model.format == "endpoint":  # a target's model: nothing to fetch
             model_path = settings.work_dir
         else:
-            model_path, cached = fetch_model(client, task.model, settings.cache_dir)
+            with tracing.span("model.fetch", attributes={"benchfleet.model": task.model.ref}):
+                model_path, cached = fetch_model(client, task.model, settings.cache_dir)
             log.info("model %s %s", task.model.ref, "from cache" if cached else "downloaded")
         if not asyncio.run(_until_cancelled(_run_points(task, client, settings, model_path, host_facts), cancel)):
             log.info("job %s attempt %d cancelled by the leader: point stopped, server stopped", task.job_id, task.attempt)
@@ -222,7 +266,8 @@ def execute(
         done = FinishReport(
             attempt=task.attempt, follower_id=settings.follower_id, state="succeeded", elapsed_s=time.monotonic() - claimed_at
         )
-        client.finish(task.job_id, done)
+        with tracing.span("job.finish"):
+            client.finish(task.job_id, done)
         log.info("job %s attempt %d succeeded", task.job_id, task.attempt)
         outcome = "succeeded"
         return outcome
@@ -246,4 +291,3 @@ def execute(
     finally:
         # the job's directory (server logs) stays for inspection
         METRICS.job_finished(outcome)
-        JOB_ID.set(None)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from common.wire.models import ModelMeta
+from common.wire.results import Conversion
 from follower.protocols import Endpoint
 
 
@@ -15,6 +16,7 @@ class Backend(Protocol):
 
     name: str
     extra_env: dict[str, str]  # more environment for the server (e.g. MPS's pipe directory and thread share)
+    conversion: Conversion | None  # the user's model as converted for this server, with its check (None: served as stored)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from common.spec.target import ENDPOINT, TargetSpec
 from common.wire.models import ModelMeta, TensorSpec
+from common.wire.results import Conversion
 from follower.protocols import NO_CREDENTIALS, PROTOCOLS, Credentials, Endpoint, EndpointError, EndpointRefused
 
 
@@ -32,6 +33,7 @@ class EndpointBackend:
         self.target, self.credentials = target, credentials
         self.protocol = PROTOCOLS[target.protocol]
         self.extra_env: dict[str, str] = {}
+        self.conversion: Conversion | None = None  # an endpoint serves what it serves: nothing is converted
         self._endpoint = target_endpoint(target, "")
         self._version = f"{target.protocol} endpoint"
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
-from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.host.sandbox import Sandbox
 
@@ -46,7 +45,7 @@ class OnnxRuntimeBackend(ProcessBackend):
 
     def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
         """Spawn the server on a free loopback port with its log at workdir/onnxruntime.log."""
-        onnx_file = artifact(model_path, model, "onnx", workdir)
+        onnx_file = self.served_file(model_path, model, "onnx", workdir)
         argv = self._own_server_argv("follower.servers.ort_server", onnx_file, model)
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":

@@ -10,9 +10,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common import tracing
 from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
+from common.wire.results import Conversion
+from follower.backends.artifacts import artifact
+from follower.convert import user_model
 from follower.host.sandbox import Sandbox, server_environment
 from follower.protocols import Endpoint
 
@@ -41,10 +45,29 @@ class ProcessBackend:
         self.process: SupervisedProcess | None = None
         self._model_name: str | None = None
         self.extra_env: dict[str, str] = {}
+        self.conversion: Conversion | None = None  # set by start() when it serves the user's model converted
 
     def environment(self) -> dict[str, str]:
         """The server's environment: the follower's, scrubbed of everything serving does not need (no credentials)."""
         return server_environment(self.extra_env)
+
+    def served_file(self, model_path: Path, model: ModelMeta, kind: str, workdir: Path) -> Path:
+        """The model in the form this server reads (onnx, torchscript): the stored file, a bundle's member, or the
+        user's model converted in this server's sandbox (follower/convert/user_model.py; its check kept in
+        `conversion`)."""
+        if user_model.converts(model, kind):
+            with tracing.span("model.convert", attributes={"benchfleet.from": model.format, "benchfleet.to": kind}):
+                path, self.conversion = user_model.convert(
+                    model_path,
+                    model,
+                    kind,
+                    workdir,
+                    sandbox=self.sandbox,
+                    runtime=self.runtime_paths(),
+                    source_root=SOURCE_ROOT,
+                )
+            return path
+        return artifact(model_path, model, kind, workdir)
 
     def runtime_paths(self) -> list[Path]:
         """What the server reads besides its model and work directory (here: benchfleet's Python and its code)."""

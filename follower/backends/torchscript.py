@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from common.wire.models import ModelMeta
-from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 
 
@@ -40,7 +39,7 @@ class TorchScriptBackend(ProcessBackend):
         """Spawn the server on a free loopback port with its log at workdir/torchscript.log."""
         if torch_available() is None:
             raise RuntimeError("the torchscript backend needs PyTorch on this follower (pip install 'benchfleet[torch]')")
-        ts_file = artifact(model_path, model, "torchscript", workdir)
+        ts_file = self.served_file(model_path, model, "torchscript", workdir)
         argv = self._own_server_argv("follower.servers.torchscript_server", ts_file, model)
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature), "--device", self.server.device]

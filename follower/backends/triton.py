@@ -21,7 +21,6 @@ from typing import Any
 
 from common.procs import free_port
 from common.wire.models import ModelMeta
-from follower.backends.artifacts import artifact
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.convert.triton_repo import write_repository
 
@@ -132,7 +131,7 @@ class TritonBackend(ProcessBackend):
         """Write the model repository under workdir/triton-repo and spawn tritonserver on free loopback ports."""
         if self.install is None:
             raise RuntimeError(f"the triton backend is unavailable on this follower: {why_no_triton()}")
-        onnx_file = artifact(model_path, model, "onnx", workdir)
+        onnx_file = self.served_file(model_path, model, "onnx", workdir)
         repo = Path(workdir) / "triton-repo"
         shutil.rmtree(repo, ignore_errors=True)
         write_repository(onnx_file, model, repo, self.server, onnxruntime_backend=self.install.has_onnxruntime_backend)

@@ -30,7 +30,11 @@ class ConversionCheck:
 
 
 class ConversionMismatch(RuntimeError):
-    """A converted model's outputs differ from its source's beyond the tolerance."""
+    """A converted model's outputs differ from its source's beyond the tolerance (`check`: by how much)."""
+
+    def __init__(self, message: str, check: ConversionCheck) -> None:
+        super().__init__(message)
+        self.check = check
 
 
 def compare(
@@ -64,6 +68,7 @@ def require(check: ConversionCheck) -> ConversionCheck:
     if not check.passed:
         raise ConversionMismatch(
             f"{check.target} output differs from the source model: max abs {check.max_abs_diff:.3g}, "
-            f"max rel {check.max_rel_diff:.3g} (rtol {check.rtol:g}, atol {check.atol:g})"
+            f"max rel {check.max_rel_diff:.3g} (rtol {check.rtol:g}, atol {check.atol:g})",
+            check,
         )
     return check

@@ -49,6 +49,18 @@ def foreign_gpu_processes() -> list[tuple[int, int, int]]:
         pynvml.nvmlShutdown()
 
 
+def describe_foreign(found: list[tuple[int, int, int]]) -> str:
+    """`NAME (pid N) on GPU i, M MiB` for each foreign process (its name where it still runs)."""
+
+    def name(pid: int) -> str:
+        try:
+            return psutil.Process(pid).name()
+        except psutil.Error:
+            return "a process that has ended"
+
+    return ", ".join(f"{name(pid)} (pid {pid}) on GPU {gpu}, {mib} MiB" for gpu, pid, mib in found[:5])
+
+
 class Gate:
     """Decides whether the next job may start; the reason it may not is reported in the heartbeat."""
 
@@ -62,8 +74,7 @@ class Gate:
         if self.check_gpu:
             foreign = foreign_gpu_processes()
             if foreign:
-                shown = ", ".join(f"pid {pid} on GPU {gpu} ({mib} MiB)" for gpu, pid, mib in foreign[:5])
-                return f"waiting: a foreign process uses the GPU: {shown}"
+                return f"waiting: a foreign process uses the GPU: {describe_foreign(foreign)}"
         if self.max_host_cpu_percent is not None:
             # Measured since the previous call (the run loop polls about once a second); our own servers are stopped then.
             busy = psutil.cpu_percent(interval=None)

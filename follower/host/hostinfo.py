@@ -75,3 +75,81 @@ def host_facts() -> HostFacts:
         "cpu_count": os.cpu_count() or 1,
         "memory_mb": int(psutil.virtual_memory().total // 2**20),
     }
+
+
+# The packages whose versions can move a number measured through the follower's own environment (its clients, its
+# ONNX Runtime and TorchScript servers, the tokenizers); a server in an environment of its own reports its own version
+# as the point's backend_version.
+KEY_PACKAGES = ("benchfleet", "numpy", "onnxruntime", "torch", "uvloop", "aiohttp", "grpcio", "tokenizers", "transformers")
+
+
+class PlatformRecord(TypedDict):
+    """The environment facts of a reproducibility record (common/wire/results.py Environment)."""
+
+    os: str | None
+    kernel: str
+    cpu_governor: str | None
+    gpu_uuids: list[str]
+    gpu_driver: str | None
+    cuda: str | None
+    packages: dict[str, str]
+    image: str | None
+
+
+def _governor() -> str | None:
+    """The CPUs' cpufreq scaling governor ("performance", "powersave", ...; several, comma-joined, if they differ);
+    None where the kernel exposes no cpufreq (most VMs)."""
+    found = set()
+    for cpu in range(os.cpu_count() or 1):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", encoding="ascii") as fh:
+                found.add(fh.read().strip())
+        except OSError:
+            continue
+    return ",".join(sorted(found)) or None
+
+
+def _driver() -> tuple[str | None, str | None]:
+    """The NVIDIA driver's version and the CUDA version it supports (None, None without NVML)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except (ImportError, Exception):  # pynvml.NVMLError, or no pynvml
+        return None, None
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        return driver, f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except Exception:  # an NVML call this driver does not have
+        return None, None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def platform_record() -> PlatformRecord:
+    """This host's facts for every result's reproducibility record (read once, at the agent's start)."""
+    from importlib import metadata
+
+    packages = {}
+    for name in KEY_PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        os_name: str | None = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        os_name = None
+    driver, cuda = _driver()
+    return {
+        "os": os_name,
+        "kernel": platform.release(),
+        "cpu_governor": _governor(),
+        "gpu_uuids": [gpu.uuid for gpu in gpus() if gpu.uuid],
+        "gpu_driver": driver,
+        "cuda": cuda,
+        "packages": packages,
+        "image": os.environ.get("BENCHFLEET_IMAGE") or None,
+    }

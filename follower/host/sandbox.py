@@ -106,7 +106,7 @@ def for_server(workdir: Path, *, runs_model_code: bool, trusted: bool, what: str
     if runs_model_code and not trusted:
         raise SandboxRefused(
             f"{what} runs the model's own code, and this follower cannot sandbox it: {found.reason}. "
-            "An admin may mark the model trusted (PUT /models/{name}/{version}/trusted) to run it anyway"
+            "An admin may mark the model trusted (PATCH /models/{name}/{version}, trusted: true) to run it anyway"
         )
     log.warning("%s runs unsandboxed (scrubbed environment only): %s", what, found.reason)
     return None

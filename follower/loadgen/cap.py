@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.stats import quantile
 from follower.loadgen.records import LoadRecords
 
 # In flight = rate x time in the system (Little's law); twice that leaves room for the latency to double.
@@ -38,6 +39,6 @@ def little_cap(records: LoadRecords, now_ns: int, *, rate: float, bound: int) ->
     times = np.concatenate([records.done_ns[answered] - records.sent_ns[answered], now_ns - records.sent_ns[waiting]])
     if not len(times):
         return bound
-    in_system_s = float(np.percentile(times, 99)) / 1e9
+    in_system_s = quantile(times, 0.99) / 1e9
     mean = rate * in_system_s * HEADROOM
     return int(min(bound, max(MIN_CAP, math.ceil(mean + BURST_SIGMAS * math.sqrt(mean)))))

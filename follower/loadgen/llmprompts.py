@@ -176,4 +176,6 @@ def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_
         body |= {"ignore_eos": True, "min_tokens": output_tokens}
     if workload.stream:
         body["stream_options"] = {"include_usage": True}
+        if workload.usage_per_event:  # the server's count in every event: the client splits multi-token events
+            body["stream_options"]["continuous_usage_stats"] = True
     return orjson.dumps(body)

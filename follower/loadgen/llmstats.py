@@ -7,8 +7,9 @@ an empty closing event (follower/protocols/transports/openai_stream.py, `is_toke
   - TTFT: the first token event, from the intended time (`ttft_ms`) and from the send (`ttft_sent_ms`);
   - ITL: the gap between successive token events, every request's gaps pooled (`itl_ms`), and each request's mean
     gap (`itl_request_ms`). A server that sends one event per token (vLLM, SGLang, llama.cpp) gives the per-token
-    gaps; an event carrying several tokens is one gap here (its tokens are not split: the server's per-event count
-    is not asked for), and the token check below shows it as fewer events than tokens;
+    gaps; an event carrying k tokens, where the server counts in every event (asked of vLLM and SGLang), is k
+    arrivals at its time (the first one's gap since the previous event, the others' 0); without that count it is one
+    gap, and the token check below shows it as fewer events than tokens;
   - TPOT: per request, (last token event - first token event) / (output tokens - 1), the output tokens the server's;
   - goodput: requests per second meeting every per-request limit of the SLO: `ttft_ms` and `e2e_ms` (from the
     intended time) and `tpot_ms` (DistServe's definition), over the measured window; its share of all the window's
@@ -34,7 +35,7 @@ import numpy as np
 
 from common.spec.llm import LlmWorkload
 from common.spec.slo import SLO
-from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns, wilson_interval
+from common.stats import block_bootstrap_ci, encode, histogram_of, quantile, summarize_ns, wilson_interval
 from common.wire.results import LlmFigures, Reason
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.llmrecords import ttft_ns
@@ -105,7 +106,7 @@ def llm_figures(
         e2e_sent_ms=summarize_ns(done[ok] - sent[ok]),
         output_tokens_per_s=float(np.maximum(server, 0).sum()) / duration_s,
         input_tokens_per_s=float(np.maximum(cols.prompt_tokens[idx], 0).sum()) / duration_s,
-        user_tokens_per_s_p50=float(np.median(user_rate)) if len(user_rate) else None,
+        user_tokens_per_s_p50=quantile(user_rate, 0.5) if len(user_rate) else None,
         goodput_rps=goodput.per_s if goodput else None,
         goodput_share=goodput.share if goodput else None,
         goodput_requests=goodput.good if goodput else None,

@@ -17,17 +17,19 @@ from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES,
 SEND_LAG_P99_MAX_MS = 1.0  # a generator that sends late measures its own lateness, not the server
 RATE_TOLERANCE = 0.02  # achieved vs offered
 MIN_COMPLETED = P99_MIN_SAMPLES  # a p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen)
+SERVER_QUEUED_MIN_MS = 0.5  # a queue inside the server adds at least this much (below it, host noise)
 CPU_SHARE_MAX = 0.90  # the generator's event loop is one thread: above 90% of a core it is saturated
 ERROR_RATE_MAX = 0.01
 
 
 @dataclass(frozen=True)
 class Backlog:
-    """Requests due and not yet answered (waiting for a slot, or sent and unanswered) at each window boundary, and the
-    service time (answer - send, p50) of the requests sent in the first and in the last window."""
+    """Requests due and not yet answered (waiting for a slot, or sent and unanswered) at each window boundary; the
+    server's own answer time (answer - send, p50) of the requests sent in the measured part's last window, and the
+    least of it over the run's windows from its start (warm-up included): the server with the least load on it."""
 
     counts: list[int]
-    service_first_ms: float | None = None
+    service_least_ms: float | None = None
     service_last_ms: float | None = None
 
     @property
@@ -41,27 +43,38 @@ class Backlog:
         steps = np.diff(self.counts)
         return bool(len(steps) and self.growth > max(10, 0.02 * requests) and (steps > 0).sum() >= 2 * len(steps) / 3)
 
-    def server_slowed(self) -> bool:
-        """The server's own answer time grew by half or more over the part: requests queued inside it."""
-        first, last = self.service_first_ms, self.service_last_ms
-        return first is not None and last is not None and last >= 1.5 * first
+    def server_queued(self) -> bool:
+        """Requests queued inside the server: its answer time at the end is half as long again as its least (and
+        longer by SERVER_QUEUED_MIN_MS). A server at its capacity answers the requests it holds in turn, so its time
+        grows with what it is sent, and a higher in-flight cap would only lengthen its queue; a server held back by
+        the cap answers in its least time however many wait for a slot."""
+        least, last = self.service_least_ms, self.service_last_ms
+        return least is not None and last is not None and last >= 1.5 * least and last - least >= SERVER_QUEUED_MIN_MS
 
 
 def backlog(records: LoadRecords, start_ns: int, end_ns: int, window_ns: int) -> Backlog:
-    """The backlog at each window boundary of [start_ns, end_ns] over the whole run's records."""
+    """The backlog at each window boundary of [start_ns, end_ns] over the whole run's records, and the server's answer
+    time in the last window and at its least over the windows since the run's start."""
     live = (records.status != DROPPED) & (records.status != NOT_SENT)
     due = np.sort(records.intended_ns[live])
     done = np.sort(records.done_ns[live & (records.done_ns >= 0)])
     step = max(window_ns, 1)
     bounds = np.arange(start_ns, end_ns + 1, step)
     counts = np.searchsorted(due, bounds, side="right") - np.searchsorted(done, bounds, side="right")
+    # Answer times in send order, so each window's are one slice (one pass over the run, however many windows).
     answered = records.ok & (records.sent_ns >= 0)
+    order = np.argsort(records.sent_ns[answered], kind="stable")
+    sent = records.sent_ns[answered][order]
+    service = (records.done_ns[answered] - records.sent_ns[answered])[order]
 
-    def service_ms(a: int, b: int) -> float | None:
-        inside = answered & (records.sent_ns >= a) & (records.sent_ns < b)
-        return float(np.median(records.done_ns[inside] - records.sent_ns[inside])) / 1e6 if inside.any() else None
+    def service_ms(a: int, b: int, least: int = 1) -> float | None:
+        lo, hi = np.searchsorted(sent, [a, b], side="left")
+        return float(np.median(service[lo:hi])) / 1e6 if hi - lo >= least else None
 
-    return Backlog([int(c) for c in counts], service_ms(start_ns, start_ns + step), service_ms(end_ns - step, end_ns))
+    first = min(records.start_ns, start_ns)
+    medians = [service_ms(a, a + step, least=5) for a in range(first, end_ns - step + 1, step)]
+    known = [m for m in medians if m is not None]
+    return Backlog([int(c) for c in counts], min(known) if known else None, service_ms(end_ns - step, end_ns))
 
 
 def delivered_rate(records: LoadRecords, start_ns: int, end_ns: int) -> float:
@@ -202,14 +215,14 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *
     (a silent client-side queue otherwise), unless the server is the limit.
     """
     reasons: list[Reason] = []
-    # The server is the limit when answers fell behind and either no request waited for a slot, or the server's own
-    # answer time grew (requests queued inside it), or requests it was sent were still unanswered when the run's
-    # drain ended (it held them longer than the bound); a backlog of requests waiting for slots while the server
-    # answers as fast as ever is the cap's.
+    # The server is the limit when answers fell behind and either no request waited for a slot, or requests queued
+    # inside the server (its answer time grew from its least: whatever the cap did, a higher one would only lengthen
+    # that queue), or requests it was sent were still unanswered when the run's drain ended (it held them longer than
+    # the bound); a backlog of requests waiting for slots while the server answers as fast as ever is the cap's.
     saturated = (
         summary.backlog is not None
         and summary.backlog.grew(summary.requests)
-        and (not summary.capped or summary.backlog.server_slowed() or summary.unanswered > 0)
+        and (not summary.capped or summary.backlog.server_queued() or summary.unanswered > 0)
     )
     lag = summary.send_lag_ms
     if lag is None:
@@ -237,7 +250,7 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *
                     ),
                 )
             )
-        if summary.capped and lag.p99 > SEND_LAG_P99_MAX_MS:
+        if summary.capped and lag.p99 > SEND_LAG_P99_MAX_MS and not saturated:  # raising the cap would change it
             cap = f"all {max_concurrency}" if max_concurrency else "all"
             share = 100 * summary.capped / max(summary.requests, 1)
             reasons.append(
@@ -254,13 +267,19 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *
     miss = abs(summary.achieved_rate - summary.offered_rate) / summary.offered_rate if summary.offered_rate > 0 else 0.0
     if saturated and summary.backlog is not None:
         counts = summary.backlog.counts
+        waited = ""
+        if summary.capped and lag is not None and lag.p99 > SEND_LAG_P99_MAX_MS:
+            waited = (
+                f"; {summary.capped} requests waited for a free in-flight slot (send lag p99 {lag.p99:.1f} ms), held back by "
+                "the server's own backlog: a higher cap would queue them inside the server instead"
+            )
         reasons.append(
             Reason(
                 code="server_saturated",
                 text=(
                     f"the server could not keep up: it delivered {summary.achieved_rate:.1f} of the {summary.offered_rate:.1f} "
                     f"req/s offered, and the requests waiting for an answer grew from {counts[0]} to {counts[-1]} across the "
-                    "measured windows"
+                    f"measured windows{waited}"
                 ),
             )
         )

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from common.spec.load import Stability
+from common.stats import quantile
 from common.wire.results import Reason, WindowStat
 from follower.loadgen.llmrecords import ttft_ns
 from follower.loadgen.records import LoadRecords
@@ -45,14 +46,14 @@ def window_stats(
         if records.llm is not None:
             times = records.llm.token_times[lo:hi]
             gaps = [np.diff(t) for t, answered in zip(times, ok, strict=True) if answered and t is not None and len(t) > 1]
-            itl_p50 = float(np.percentile(np.concatenate(gaps), 50)) / 1e6 if gaps else None
+            itl_p50 = quantile(np.concatenate(gaps), 0.5) / 1e6 if gaps else None
             served = records.llm.completion_tokens[lo:hi][ok]
             tokens_per_s = float(np.maximum(served, 0).sum()) / (window_ns / 1e9)
             first = records.llm.first_token_ns(int(lo), int(hi))
             waiting = (sent >= 0) & (first < 0) & (done < 0)
             # Requests still waiting for their first token count with the time they have waited so far.
             ttft = np.concatenate([ttft_ns(first, intended[lo:hi]), now_ns - intended[lo:hi][waiting]])
-            ttft_p99 = float(np.percentile(ttft, 99)) / 1e6 if len(ttft) else None
+            ttft_p99 = quantile(ttft, 0.99) / 1e6 if len(ttft) else None
         out.append(
             WindowStat(
                 t_s=(a - origin_ns) / 1e9,
@@ -60,9 +61,9 @@ def window_stats(
                 requests=int(hi - lo),
                 ok=int(ok.sum()),
                 throughput=float(ok.sum()) / (window_ns / 1e9),
-                p50_ms=float(np.percentile(lat, 50)) / 1e6 if len(lat) else None,
-                p99_ms=float(np.percentile(lat, 99)) / 1e6 if len(lat) else None,
-                send_lag_p99_ms=float(np.percentile(np.maximum(lag, 0), 99)) / 1e6 if len(lag) else None,
+                p50_ms=quantile(lat, 0.5) / 1e6 if len(lat) else None,
+                p99_ms=quantile(lat, 0.99) / 1e6 if len(lat) else None,
+                send_lag_p99_ms=quantile(np.maximum(lag, 0), 0.99) / 1e6 if len(lag) else None,
                 tokens_per_s=tokens_per_s,
                 ttft_p99_ms=ttft_p99,
                 itl_p50_ms=itl_p50,

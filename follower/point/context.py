@@ -16,11 +16,13 @@ from common.spec.network import NetworkSpec
 from common.spec.slo import SLO
 from common.spec.target import TargetSpec
 from common.wire.models import ModelMeta
-from common.wire.results import WindowStat
+from common.wire.results import Conversion, WindowStat
 from follower.backends import Backend
+from follower.host.hostinfo import PlatformRecord
 from follower.host.sampler import SamplerConfig
 from follower.host.wakeup import WakeupHold
 from follower.link.leader_client import LeaderClient
+from follower.loadgen.apart import Generators
 from follower.loadgen.bodies import Samples
 from follower.loadgen.calibrate import TargetCosts
 from follower.loadgen.llmprompts import PromptMaker
@@ -55,6 +57,7 @@ class HostFacts:
     cpu_model: str = field(default_factory=lambda: platform.processor() or platform.machine())
     cpu_count: int = 0
     gpus: tuple[str, ...] = ()
+    platform: PlatformRecord | None = None  # the reproducibility record's environment facts (hostinfo.platform_record)
 
 
 class RecordsSink(Protocol):
@@ -100,6 +103,8 @@ class ServerRun:
     target_costs: TargetCosts | None = None  # where the generator's cost per request against a target is kept
     postprocess: str | None = None  # a client-side post-processor, timed on sample answers after each point
     labels: tuple[str, ...] | None = None  # the classes' labels it looks up (the data set's labels.txt)
+    generators: Generators | None = None  # the open loop's own processes for the attempt's points (None: one a point)
+    gpu_gate: bool = False  # each point checks, as it starts and ends, that no foreign process uses a GPU (wait_for_gpu)
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,4 @@ class PointContext:
     wakeup: WakeupHold | None = None
     prompts: PromptMaker | None = None  # a language model's tokenizer, for exact prompts and the client's token count
     cpu_per_request_s: float | None = None  # the generator's cost per request against this target (calibrated)
+    conversion: Conversion | None = None  # the model as served was converted from the user's upload, with its check

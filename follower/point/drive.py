@@ -8,27 +8,26 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from common.wire.audit import WireAudit
 from common.wire.results import LlmServerView, Reason, ServerStats, ShardRun
 from follower.backends import Backend
 from follower.backends.stats import llm_server_delta, server_stats_delta
-from follower.host.cpuplan import cpu_times, isolate_generator_thread, steal_share, thread_run_queue_ns
+from follower.host.cpuplan import cpu_times, steal_share
+from follower.host.gate import describe_foreign, foreign_gpu_processes
 from follower.host.sampler import ResourceSampler, Samples
+from follower.loadgen.apart import ClosedLoopRun, Generators, OpenLoopRun, Watch
 from follower.loadgen.cap import CapRule, little_cap
-from follower.loadgen.closedloop import drive_closed
-from follower.loadgen.openloop import drive
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge
-from follower.loadgen.windows import WindowMonitor
+from follower.loadgen.wireaudit import WireTap
 from follower.point.context import PointContext
 from follower.point.gauges import GaugeSampler, Reading
 from follower.point.plan import PointPlan
-from follower.protocols import protocol_of
+from follower.protocols import Endpoint, protocol_of
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,7 @@ class Driven:
     gauges: list[Reading] | None = None  # an LLM server's gauges read through the point (follower/point/gauges.py)
     shards: list[ShardRun] | None = None  # a sharded point's shards, as its coordinator merged them
     shard_skew_ms: float | None = None
+    wire: WireAudit | None = None  # the job's `audit: wire`
 
 
 async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | None = None) -> Driven:
@@ -60,31 +60,35 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
         why = f"server process was not running when the point started{log_tail(backend)}"
         return Driven(records, [Reason(code="server_not_running", text=why)])
     stop = threading.Event()
+    foreign = await asyncio.to_thread(foreign_gpu_processes) if ctx.run.gpu_gate else []
     steal_before = cpu_times()
-    monitor: list[WindowMonitor] = []
-
-    def monitor_factory(start_ns: int) -> WindowMonitor:
-        sink = ctx.run.progress_sink
-        publish = (lambda windows: sink(point, windows)) if sink is not None else None
-        origin_ns = start_ns + plan.warmup_ns
-        monitor.append(WindowMonitor(origin_ns, plan.window_ns, min_ns=plan.duration_ns, rule=point.stability, publish=publish))
-        return monitor[0]
-
     # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
     stats_before = await asyncio.to_thread(backend.stats)
     sampler = ResourceSampler(backend.pid(), plan.sampling).start()
     gauges = GaugeSampler(backend.stats, plan.window_ns / 1e9).start() if point.llm is not None else None
+    protocol = protocol_of(ctx.endpoint)
+    tap = WireTap(protocol.infer_url(protocol.route(ctx.endpoint, point.llm))) if point.audit == "wire" else None
     try:
-        records = await _run_generators(plan, ctx, stop, monitor_factory, start_ns)
+        records, stopped_ns = await _run_generators(plan, ctx, stop, start_ns)
     finally:
         stop.set()  # on cancellation the driver thread notices within 50 ms and winds down
         samples = sampler.stop()
         readings = gauges.stop() if gauges is not None else None
+        if tap is not None:
+            await asyncio.to_thread(tap.stop)
     driven = Driven(records, [], steal=steal_share(steal_before, cpu_times()), samples=samples, gauges=readings)
-    if monitor and monitor[0].stopped_ns is not None:
-        driven.stopped_ns = monitor[0].stopped_ns
+    driven.stopped_ns = stopped_ns
+    if tap is not None:
+        measured_from = records.start_ns + plan.warmup_ns
+        window = (measured_from, stopped_ns or measured_from + plan.duration_ns)
+        driven.wire = await asyncio.to_thread(tap.audit, records, window)
     if not plan.closed and plan.processes == 1:
         COST.observe(records)
+    if ctx.run.gpu_gate:  # the host's gate, re-checked at each point (a job's first point passed it at the start)
+        foreign += [f for f in await asyncio.to_thread(foreign_gpu_processes) if f not in foreign]
+        if foreign:
+            why = f"a process that is not the follower's used the GPU during the point: {describe_foreign(foreign)}"
+            driven.reasons.append(Reason(code="gpu_foreign", text=why))
     if not backend.alive():
         driven.reasons.append(Reason(code="server_died", text=f"server process died during the point{log_tail(backend)}"))
     else:
@@ -95,12 +99,9 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
 
 
 async def _run_generators(
-    plan: PointPlan,
-    ctx: PointContext,
-    stop: threading.Event,
-    monitor_factory: Callable[[int], WindowMonitor],
-    start_ns: int | None,
-) -> LoadRecords:
+    plan: PointPlan, ctx: PointContext, stop: threading.Event, start_ns: int | None
+) -> tuple[LoadRecords, int | None]:
+    """The point's records, and when its windows ended it early (None: it ran its whole schedule)."""
     point, cores = plan.point, plan.generator_cores
     endpoint = protocol_of(ctx.endpoint).route(ctx.endpoint, point.llm)
     if plan.processes > 1 and start_ns is None:
@@ -119,83 +120,50 @@ async def _run_generators(
             drain_s=plan.drain_s,
             credentials=ctx.run.credentials,
         )
-        return merge(parts, min(p.start_ns for p in parts))
+        return merge(parts, min(p.start_ns for p in parts)), None
+    run: OpenLoopRun | ClosedLoopRun
     if plan.closed:
-        return await asyncio.to_thread(
-            _drive_closed_isolated,
-            cores,
-            endpoint,
-            plan.bodies,
-            point.concurrency or 1,
-            plan.warmup_ns + plan.duration_ns,
-            timeout_s=REQUEST_TIMEOUT_S,
-            credentials=ctx.run.credentials,
+        duration_ns = plan.warmup_ns + plan.duration_ns
+        run = ClosedLoopRun(
+            endpoint, list(plan.bodies), point.concurrency or 1, duration_ns, REQUEST_TIMEOUT_S, ctx.run.credentials, cores
         )
+    else:
+        run = _open_loop(plan, ctx, endpoint, start_ns)
+    sink = ctx.run.progress_sink
+    publish = (lambda windows: sink(point, windows)) if sink is not None else None
+    # In the generator's own process (follower/loadgen/apart.py): the job's, or one for this point alone.
+    generators = ctx.run.generators or Generators()
+    try:
+        ran = await asyncio.to_thread(generators.run, run, stop, publish)
+    finally:
+        if ctx.run.generators is None:
+            await asyncio.to_thread(generators.close)
+    return ran.records, ran.stopped_ns
+
+
+def _open_loop(plan: PointPlan, ctx: PointContext, endpoint: Endpoint, start_ns: int | None) -> OpenLoopRun:
+    """The point's open loop, as the generator process runs it."""
+    point = plan.point
     # Following the load: warm-up runs under the bound, then the cap becomes what Little's law needs at the latency seen.
     rule = None
     if plan.follow_load and plan.warmup_ns > 0:
         rule = CapRule(plan.warmup_ns, functools.partial(little_cap, rate=point.rate, bound=plan.cap))
-    return await asyncio.to_thread(
-        _drive_isolated,
-        cores,
+    return OpenLoopRun(
         endpoint,
-        plan.bodies,
+        list(plan.bodies),
         plan.offsets_ns,
         max_concurrency=plan.cap,
         timeout_s=REQUEST_TIMEOUT_S,
         timer=ctx.run.timer,
-        stop=stop,
         cap_policy=point.cap_policy,
-        monitor_factory=monitor_factory,
-        tick_every_ns=plan.window_ns,
         body_index=plan.body_index,
         cap_rule=rule,
         drain_s=plan.drain_s,
         credentials=ctx.run.credentials,
         start_ns=start_ns,
+        cpus=plan.generator_cores,
+        watch=Watch(plan.warmup_ns, plan.window_ns, plan.duration_ns, point.stability),
     )
-
-
-def _drive_isolated(
-    cpus: frozenset[int] | None,
-    *args: Any,
-    monitor_factory: Callable[[int], WindowMonitor] | None = None,
-    **kwargs: Any,
-) -> LoadRecords:
-    """Run the generator on its own core at raised priority (see follower.host.cpuplan), then undo both."""
-    undo = isolate_generator_thread(cpus)
-    if undo.fifo_refused:
-        # The operator should know why the generator is not real-time: on a shared host it decides the send lag.
-        log.warning("generator thread at %s", undo.describe())
-    waited0, wall0 = thread_run_queue_ns(), time.monotonic_ns()
-    try:
-        if monitor_factory is not None:
-            # The monitor needs the run's start, which drive() fixes; build it lazily on the first tick.
-            holder: dict[str, WindowMonitor] = {}
-
-            def on_tick(rec: LoadRecords, now_ns: int) -> bool:
-                if "m" not in holder:
-                    holder["m"] = monitor_factory(rec.start_ns)
-                return holder["m"](rec, now_ns)
-
-            kwargs["on_tick"] = on_tick
-        records = drive(*args, **kwargs)
-        records.scheduling = undo.describe()
-        waited1 = thread_run_queue_ns()
-        if waited0 is not None and waited1 is not None:
-            records.run_queue_share = (waited1 - waited0) / max(time.monotonic_ns() - wall0, 1)
-        return records
-    finally:
-        undo()
-
-
-def _drive_closed_isolated(cpus: frozenset[int] | None, *args: Any, **kwargs: Any) -> LoadRecords:
-    """The closed loop on the generator's core."""
-    undo = isolate_generator_thread(cpus)
-    try:
-        return drive_closed(*args, **kwargs)
-    finally:
-        undo()
 
 
 def unsent(offsets: np.ndarray, why: str) -> LoadRecords:

@@ -105,6 +105,8 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
                 for p, o in zip(replayed.prompt_tokens, replayed.output_tokens, strict=True)
             ]
             workload = workload.model_copy(update={"order": "sequential"})
+        # A token count in every event where the server takes the ask: an event carrying several tokens is split.
+        workload = workload.model_copy(update={"usage_per_event": workload.asks_usage_per_event(point.backend)})
         bodies, body_index, held, asked = llm_bodies(workload, model.name, ctx.prompts, count, point.seed, prompt_rows)
         if closed:
             body_index = None

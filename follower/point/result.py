@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from datetime import datetime
 
+import numpy as np
+
 import common
+from common.spec.job import PointSpec
+from common.wire.repro import config_hash
 from common.wire.results import ColdStart, Environment, LlmFigures, PointResult
 from follower.loadgen.verdict import slo_met
-from follower.point.context import HostFacts, PointContext
+from follower.point.context import HostFacts, PointContext, ServerRun
 from follower.point.drive import Driven
 from follower.point.judge import Judgement
 from follower.point.plan import PointPlan
@@ -33,10 +38,13 @@ def point_result(
         service_ms=summary.service_ms,
         send_lag_ms=summary.send_lag_ms,
         cold_start=cold_start,
+        conversion=ctx.conversion,
         valid=not judged.reasons,
         reasons=judged.reasons,
         slo_met=slo_met(ctx.run.slo, summary.latency_ms, judged.llm),
-        environment=environment(ctx.run.host_facts, backend_version=ctx.backend_version, seed=point.seed),
+        environment=environment(
+            ctx.run.host_facts, backend_version=ctx.backend_version, seed=point.seed, run_hash=run_hash(point, ctx)
+        ),
         generator_cpu_share=summary.cpu_share,
         loop_lag_ms=summary.loop_lag_ms,
         latency_ci_ms=summary.latency_ci_ms,
@@ -59,6 +67,7 @@ def point_result(
         generator_run_queue_share=records.run_queue_share,
         in_flight_cap=records.cap if not plan.closed else None,
         llm=judged.llm,
+        wire=driven.wire,
     )
 
 
@@ -82,9 +91,36 @@ def llm_stages(figures: LlmFigures) -> dict[str, float] | None:
     }
 
 
-def environment(facts: HostFacts, *, backend_version: str, seed: int) -> Environment:
-    """The Environment of a point: the host facts the agent knows plus versions and the seed."""
-    return Environment(
+def data_checksum(run: ServerRun) -> str | None:
+    """sha256 of the request data the points send (the samples by input, a prompt set's rows, a trace); None: none
+    uploaded (synthetic data, drawn from the point's seed)."""
+    digest, used = hashlib.sha256(), False
+    for name in sorted(run.samples or {}):
+        array = np.ascontiguousarray(np.asarray((run.samples or {})[name]))
+        digest.update(f"{name}|{array.dtype}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+        used = True
+    if run.prompt_rows:
+        digest.update(repr(run.prompt_rows).encode())
+        used = True
+    if run.trace is not None:
+        for part in (run.trace.offsets_ns, run.trace.inputs, run.trace.prompt_tokens, run.trace.output_tokens):
+            digest.update(b"|" if part is None else np.ascontiguousarray(part).tobytes())
+        used = True
+    return digest.hexdigest() if used else None
+
+
+def run_hash(point: PointSpec, ctx: PointContext) -> str:
+    """The point's configuration hash (common/wire/repro.py): its spec, the model's and the data's checksums, benchfleet's
+    version."""
+    return config_hash(
+        point, model_sha256=ctx.run.model.sha256, data_sha256=data_checksum(ctx.run), benchfleet=common.__version__
+    )
+
+
+def environment(facts: HostFacts, *, backend_version: str, seed: int, run_hash: str | None = None) -> Environment:
+    """The Environment of a point: the host facts the agent knows plus versions, the seed and the configuration hash."""
+    base = Environment(
         follower_id=facts.follower_id,
         host=facts.host,
         cpu_model=facts.cpu_model,
@@ -94,4 +130,6 @@ def environment(facts: HostFacts, *, backend_version: str, seed: int) -> Environ
         benchfleet=common.__version__,
         backend_version=backend_version,
         seed=seed,
+        config_hash=run_hash,
     )
+    return base if facts.platform is None else base.model_copy(update=dict(facts.platform))

@@ -7,12 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 
+from common import tracing
 from common.formats import hfbundle
 from common.spec.job import MODEL_CODE_BACKENDS, PointSpec
 from common.spec.llm import LlmWorkload
@@ -47,12 +48,31 @@ class Served:
     shaped: netshape.Shaped | None = None
 
     async def measure(self, point: PointSpec, *, first: bool) -> PointResult:
-        """One point against this server (the first carries the cold start; a shaped link's figures are recorded)."""
-        if self.shaped is None:
-            return await measure_point(point, self.ctx, self.cold if first else None)
-        await asyncio.to_thread(self.shaped.point_started)
-        result = await measure_point(point, self.ctx, self.cold if first else None)
-        return result.model_copy(update={"network": await asyncio.to_thread(self.shaped.result)})
+        """One point against this server, a span of the job's trace (the first carries the cold start; a shaped link's
+        figures are recorded). With the job's `propagate_trace`, every request carries the point span's traceparent."""
+        with tracing.span("point", attributes=_point_attributes(point)) as traced:
+            ctx = self.ctx
+            header = tracing.propagation_header(traced) if point.propagate_trace else None
+            if header is not None:
+                credentials = replace(ctx.run.credentials, headers=(*ctx.run.credentials.headers, header))
+                ctx = replace(ctx, run=replace(ctx.run, credentials=credentials))
+            if self.shaped is None:
+                return await measure_point(point, ctx, self.cold if first else None)
+            await asyncio.to_thread(self.shaped.point_started)
+            result = await measure_point(point, ctx, self.cold if first else None)
+            return result.model_copy(update={"network": await asyncio.to_thread(self.shaped.result)})
+
+
+def _point_attributes(point: PointSpec) -> tracing.Attributes:
+    """What a point's span says of it."""
+    load = point.concurrency if point.pattern == "closed" and point.concurrency else point.rate
+    return {
+        "benchfleet.point": point.index,
+        "benchfleet.backend": point.backend,
+        "benchfleet.batch_size": point.batch_size,
+        "benchfleet.pattern": point.pattern,
+        "benchfleet.load": float(load or 0),
+    }
 
 
 async def run_backend(backend_name: str, points: list[PointSpec], run: ServerRun) -> AsyncIterator[PointResult]:
@@ -89,7 +109,9 @@ async def serving(backend_name: str, first: PointSpec | None, run: ServerRun) ->
         with hold_wakeup_latency(run.wakeup_latency_us) as wakeup:
             if wakeup.held_us is None:
                 log.warning("CPU wake-up latency %s: idle CPUs may halt between requests", wakeup.describe())
-            yield await _answering(backend_name, first, run, backend, sandbox, wakeup)
+            with tracing.span("server.start", attributes={"benchfleet.backend": backend_name, "benchfleet.model": run.model.ref}):
+                served = await _answering(backend_name, first, run, backend, sandbox, wakeup)
+            yield served
     finally:
         # Shielded: a second cancellation while stopping must not leave the server (or its sandbox) behind.
         await asyncio.shield(asyncio.to_thread(_stop, backend, sandbox))
@@ -146,6 +168,7 @@ async def _answering(
         wakeup=wakeup,
         prompts=prompts,
         cpu_per_request_s=cost_s,
+        conversion=backend.conversion,
     )
     return Served(ctx, cold, shaped)
 

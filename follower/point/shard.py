@@ -149,7 +149,12 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
             f"over the {SKEW_LIMIT_MS:g} ms a merged point allows"
         )
         reasons.append(Reason(code="shard_skew", text=text))
-    driven = dataclasses.replace(driven, records=merged, reasons=driven.reasons + reasons, shards=runs, shard_skew_ms=skew)
+    wire = driven.wire  # the coordinator's own connections: each shard captures only its own host's
+    if wire is not None and wire.ran:
+        wire = wire.model_copy(update={"scope": f"shard 0's share of {link.count} (each follower sees its own connections)"})
+    driven = dataclasses.replace(
+        driven, records=merged, reasons=driven.reasons + reasons, shards=runs, shard_skew_ms=skew, wire=wire
+    )
     # Judged as one point against the full schedule, by one shard's generator plan (each carried its share).
     return driven, dataclasses.replace(plan, generator_plan=mine.generator_plan, reasons=mine.reasons)
 

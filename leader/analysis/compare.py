@@ -6,12 +6,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from pydantic import ValidationError
 from scipy.stats import mannwhitneyu
 
 from common.spec.job import load_label
-from common.stats import block_bootstrap_diff_ci, block_bootstrap_rate_diff_ci
+from common.stats import block_bootstrap_diff_ci, block_bootstrap_rate_diff_ci, quantile
 from common.wire.analysis import CompareResponse, LlmMetric, MetricComparison, PointComparison, Verdict
+from common.wire.repro import comparable_environments
+from common.wire.results import Environment
 from leader.analysis.records import LlmSeries, Timed
 
 DEFAULT_THRESHOLD = 0.10
@@ -91,13 +93,25 @@ def compare_llm(
             else:
                 (ta, va), (tb, vb) = getattr(la, series), getattr(lb, series)
                 if len(va) and len(vb):
-                    a, b = float(np.quantile(va, 0.99)), float(np.quantile(vb, 0.99))
+                    a, b = quantile(va, 0.99), quantile(vb, 0.99)
                     ci = block_bootstrap_diff_ci((ta, va), (tb, vb), 0.99)
         change = (b - a) / a if a and b is not None else None
         verdict = judge(change, ci, threshold, higher_is_better=series is None)
         low, high = ci if ci is not None else (None, None)
         out.append(MetricComparison(metric=column, a=a, b=b, change=change, ci_low=low, ci_high=high, verdict=verdict))
     return out
+
+
+def comparability(ra: dict[str, Any] | None, rb: dict[str, Any] | None) -> str | None:
+    """The "comparable?" verdict of two rows' reproducibility records (None: a side is missing, or a row stored before
+    rows kept their environment)."""
+    if not ra or not rb or not ra.get("environment") or not rb.get("environment"):
+        return None
+    try:
+        a, b = Environment.model_validate(ra["environment"]), Environment.model_validate(rb["environment"])
+    except ValidationError:
+        return None
+    return comparable_environments(a, b).verdict()
 
 
 async def compare_rows(
@@ -133,8 +147,8 @@ async def compare_rows(
                 la, lb = ta[1], tb[1]
                 # Informational only (the verdict is the CI's): Mann-Whitney takes requests as independent.
                 p_value = float(mannwhitneyu(la, lb, alternative="two-sided").pvalue)
-                # The raw records are the truth; the summary p99 is HDR-rounded.
-                pa, pb = float(np.quantile(la, 0.99)), float(np.quantile(lb, 0.99))
+                # From the raw records, by the estimator every figure uses (common/stats.py): the points' own p99s.
+                pa, pb = quantile(la, 0.99), quantile(lb, 0.99)
                 change = (pb - pa) / pa if pa else None
         out.append(
             PointComparison(
@@ -150,6 +164,7 @@ async def compare_rows(
                 test="bootstrap+mannwhitney" if ci else "summary",
                 verdict=judge(change, ci, threshold),
                 llm=metrics,
+                comparable=comparability(ra, rb),
             )
         )
     regressions = sum(p.verdict == "regression" for p in out) + sum(m.verdict == "regression" for p in out for m in p.llm)

@@ -21,7 +21,6 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.errors import InvalidRequest
 from common.spec.job import load_label
 from common.wire.analysis import LeaderboardPage, LeaderboardRow
-from common.wire.auth import DEFAULT_TEAM
 from leader.store import leaderboard as store
 
 NUMERIC = (
@@ -74,6 +73,7 @@ TEXT = (
     "search_stopped",
     "options",
     "role",
+    "tags",  # the model's tags: `filter=tags:vision` keeps the rows of models tagged vision
 )
 BOOL = ("valid", "slo_met")
 COLUMNS = NUMERIC + TEXT + BOOL
@@ -145,6 +145,11 @@ def _scoped(parsed: list[tuple[str, str, Any]], team: str | None) -> list[tuple[
 _MISSING = "\uffff"  # sorts after any real text
 
 
+def _text(value: Any) -> str:
+    """A text column's value: a list (tags) as its items joined by commas."""
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
 class _Columns:
     """The rows as numpy columns: numbers (NaN for absent), booleans as 1/0/NaN, text as sort-ordered codes."""
 
@@ -158,7 +163,7 @@ class _Columns:
         for col in NUMERIC + BOOL:
             self.num[col] = np.fromiter((nan if (v := d.get(col)) is None else v for d in self.docs), dtype=np.float64, count=n)
         for col in TEXT:
-            values = [_MISSING if (v := d.get(col)) is None else str(v) for d in self.docs]
+            values = [_MISSING if (v := d.get(col)) is None else _text(v) for d in self.docs]
             # Codes in sorted order of the distinct values, so comparing codes sorts the text.
             lookup = {value: i for i, value in enumerate(sorted(set(values)))}
             self.codes[col] = np.fromiter((lookup[v] for v in values), dtype=np.int64, count=n)
@@ -180,6 +185,10 @@ class _Columns:
                     ">=": arr >= target,
                 }
                 out &= ops[op] & present
+            elif col == "tags":  # one of the row's tags
+                held = [code for text, code in self.lookup[col].items() if value in text.split(",")]
+                found = np.isin(self.codes[col], held)
+                out &= found if op == "=" else ~found
             else:
                 code = self.lookup[col].get(value, -1)
                 out &= (self.codes[col] == code) if op == "=" else (self.codes[col] != code)
@@ -261,7 +270,7 @@ def meets_slo(row: dict[str, Any], p99_ms: float | None = None) -> bool:
 
 def to_row(doc: dict[str, Any], best: bool = False) -> LeaderboardRow:
     """A stored row document as the API's row."""
-    fields = {k: v for k, v in doc.items() if k not in {"_id", "updated_ns"}}
+    fields = {k: v for k, v in doc.items() if k not in {"_id", "updated_ns", "environment"}}
     return LeaderboardRow(id=doc["_id"], best=best, **fields)
 
 
@@ -290,10 +299,17 @@ class LeaderboardIndex:
     def add(self, doc: dict[str, Any]) -> None:
         """Insert or replace one row (a route that just stored it calls this too)."""
         doc["samples_per_s"] = samples_per_s(doc)
-        doc.setdefault("team", DEFAULT_TEAM)  # rows stored before teams are the default team's
         old = self.rows.get(doc["_id"])
         if old is None or old.get("updated_ns", 0) <= doc.get("updated_ns", 0):
             self.rows[doc["_id"]] = doc
+            self._best = None
+            self._columns = None
+
+    def discard(self, job_ids: list[str]) -> None:
+        """Forget the rows of deleted jobs (their documents are gone: no sync would say so)."""
+        gone = set(job_ids)
+        for row_id in [k for k, row in self.rows.items() if row.get("job_id") in gone]:
+            del self.rows[row_id]
             self._best = None
             self._columns = None
 

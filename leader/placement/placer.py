@@ -15,6 +15,7 @@ from typing import Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common import tracing
 from common.spec.needs import TRUSTED_ONLY
 from common.spec.network import NETEM, TBF
 from common.wire.jobs import JobTask
@@ -337,8 +338,14 @@ class Placer:
         return sent
 
     async def _dispatch(self, task: JobTask, follower_id: str) -> bool:
+        placed: tracing.Attributes = {
+            "benchfleet.job_id": task.job_id,
+            "benchfleet.attempt": task.attempt,
+            "benchfleet.follower_id": follower_id,
+        }
         try:
-            await self._queue.send_job(task, follower_id=follower_id)
+            with tracing.span("job.place", parent=task.traceparent, attributes=placed):
+                await self._queue.send_job(task, follower_id=follower_id)
         except Exception as exc:
             self._backoff_s = min(MAX_BROKER_BACKOFF_S, max(self._interval_s, 2 * self._backoff_s))
             self._paused_until = time.monotonic() + self._backoff_s

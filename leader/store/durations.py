@@ -74,15 +74,6 @@ def fold(sums: dict[str, float] | None, *, measured_s: float, actual_s: float) -
     return {k: DECAY * old[k] + obs[k] for k in SUMS}
 
 
-def measured_of(doc: dict[str, Any]) -> float:
-    """A job document's measured seconds (stored since the duration-aware estimator; else the spec estimate less the
-    start cost per backend)."""
-    if doc.get("measured_s") is not None:
-        return float(doc["measured_s"])
-    base = float(doc.get("base_estimate_s", doc.get("estimate_s", 0.0)))
-    return max(0.0, base - START_COST_S * len((doc.get("spec") or {}).get("backends") or ()))
-
-
 async def ensure_indexes(db: AsyncDatabase) -> None:
     """Documents are looked up by _id only."""
 

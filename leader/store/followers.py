@@ -9,6 +9,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
 from common.spec.needs import offered_backends
+from common.wire.compat import release_note
 from common.wire.followers import FollowerInfo, FollowerView, Heartbeat
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu
@@ -39,6 +40,7 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
             "anomaly": doc.get("anomaly"),
             "clock": doc.get("clock") or doc["info"].get("clock"),
             "target_costs_us": doc.get("target_costs_us") or doc["info"].get("target_costs_us") or {},
+            "release_note": release_note(doc["info"]["version"]),
         }
     )
 
@@ -61,7 +63,9 @@ async def register(db: AsyncDatabase, *, info: FollowerInfo) -> tuple[FollowerVi
         upsert=True,
         return_document=ReturnDocument.BEFORE,
     )
-    view = FollowerView(info=info, state="ready", last_seen=now, registered_at=now, running_job=None)
+    view = FollowerView(
+        info=info, state="ready", last_seen=now, registered_at=now, running_job=None, release_note=release_note(info.version)
+    )
     return view, (before["incarnation"] if before is not None else None)
 
 

@@ -7,7 +7,6 @@ from typing import Any
 from common.spec.grid import overload_allowance_s
 from common.spec.job import JobSpec
 from common.spec.needs import placement_backends
-from common.wire.auth import DEFAULT_TEAM
 from common.wire.jobs import JobState, JobTask, JobView, StateChange
 from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
@@ -39,13 +38,16 @@ def job_view(doc: dict[str, Any]) -> JobView:
         updated_at=as_utc(doc["updated_at"]),
         error=doc.get("error"),
         history=history,
-        owner=doc.get("owner", "admin"),
-        team=doc.get("team") or DEFAULT_TEAM,
+        owner=doc["owner"],
+        team=doc["team"],
         waiting_reason=doc.get("waiting_reason"),
         actual_s=doc.get("actual_s"),
         parts=doc.get("parts") or [],
         part_of=doc.get("part_of"),
         part_start=doc.get("part_start"),
+        records_expired_at=as_utc(doc["records_expired_at"]) if doc.get("records_expired_at") else None,
+        traceparent=doc.get("traceparent"),
+        colocated_refs=[f"{m['name']}:{m['version']}" for m in doc.get("colocated_models") or []],
     )
 
 
@@ -64,6 +66,7 @@ def job_task(doc: dict[str, Any]) -> JobTask:
         colocated=[meta(m) for m in doc.get("colocated_models") or []],
         estimate_s=doc["estimate_s"],
         shard=doc.get("shard"),
+        traceparent=doc.get("traceparent"),
     )
 
 
@@ -119,7 +122,7 @@ def job_change(doc: dict[str, Any]) -> JobChange:
         state=str(doc.get("state")),
         created_at=doc["created_at"],
         updated_at=as_utc(doc["updated_at"]) if doc.get("updated_at") is not None else None,
-        owner=str(doc.get("owner", "admin")),
+        owner=str(doc["owner"]),
         split=bool(doc.get("parts")),
         follower_id=doc.get("follower_id"),
         estimate_s=float(doc.get("estimate_s", 0.0)),

@@ -46,6 +46,7 @@ async def insert_job(
     model: ModelMeta,
     owner: str = "admin",
     colocated: list[ModelMeta] | None = None,
+    traceparent: str | None = None,
 ) -> JobView:
     """Store a planned job as queued (attempt 1), its parts first when it splits or is sharded; acknowledged before
     returning. A sharded job's parts come pinned each to its follower (leader/placement/pins.py; shard 0 coordinates)."""
@@ -77,6 +78,7 @@ async def insert_job(
         "owner": owner,
         "team": model.team,
         "history": [history_entry(JobState.queued, 1, reason="submitted")],
+        "traceparent": traceparent,
     }
     if not plan.parts:
         await db[COLLECTION].insert_one(doc)
@@ -389,9 +391,9 @@ async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: fl
         model_ref=doc["model_ref"],
         backends=",".join(sorted(doc["spec"]["backends"])),
         follower_id=report.follower_id,
-        estimate_s=doc.get("base_estimate_s", doc["estimate_s"]),
+        estimate_s=doc["base_estimate_s"],
         actual_s=actual_s,
-        measured_s=durations_store.measured_of(doc),
+        measured_s=doc["measured_s"],
     )
 
 

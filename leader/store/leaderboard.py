@@ -100,6 +100,7 @@ def row_from_result(
     result: dict[str, Any],
     canonical: dict[str, Any] | None = None,
     colocated: list[str] | None = None,
+    tags: list[str] | None = None,
 ) -> dict[str, Any]:
     """A point result (as dumped JSON) flattened to a leaderboard row document (with the model's canonical params;
     `colocated`: a co-location job's other models, which name the point's role)."""
@@ -116,6 +117,7 @@ def row_from_result(
         "attempt": attempt,
         "index": index,
         "model": model,
+        "tags": list(tags or []),
         "backend": str(point.get("backend", "")),
         "hardware": served_by(point, env),
         "follower_id": str(env.get("follower_id", "")),
@@ -167,14 +169,22 @@ def row_from_result(
         "input_size": canon.get("input_size"),
         "flops_per_inference": canon.get("flops"),
         "bytes_per_inference": canon.get("bytes"),
+        # The reproducibility record (configuration hash and environment), for compare's "comparable?" verdict.
+        "environment": env,
         "updated_ns": time.time_ns(),
     }
 
 
 async def rows_since(db: AsyncDatabase, *, updated_ns: int) -> list[dict[str, Any]]:
-    """Rows written at or after updated_ns (0: every row)."""
+    """Rows written at or after updated_ns (0: every row), without their environment (the leaderboard's index keeps
+    every row in memory; compare reads a job's rows whole, job_rows)."""
     query = {"updated_ns": {"$gte": updated_ns}} if updated_ns else {}
-    return await db[COLLECTION].find(query).batch_size(10_000).to_list(None)
+    return await db[COLLECTION].find(query, {"environment": 0}).batch_size(10_000).to_list(None)
+
+
+async def set_model_tags(db: AsyncDatabase, *, model_ref: str, tags: list[str]) -> None:
+    """The model's rows carry its new tags (stamped now, so the leaderboard's index reads them again)."""
+    await db[COLLECTION].update_many({"model": model_ref}, {"$set": {"tags": tags, "updated_ns": time.time_ns()}})
 
 
 async def job_rows(db: AsyncDatabase, *, job_id: str, team: str | None = None) -> list[dict[str, Any]]:
@@ -189,15 +199,20 @@ def _baseline_id(team: str, name: str) -> str:
 
 
 async def baseline_owner(db: AsyncDatabase, *, team: str, name: str) -> str | None:
-    """Who pinned the team's named baseline (baselines pinned before owners were kept: "admin"); None if none."""
+    """Who pinned the team's named baseline; None if none."""
     doc = await db[BASELINES].find_one({"_id": _baseline_id(team, name)}, {"owner": 1})
-    return None if doc is None else str(doc.get("owner", "admin"))
+    return None if doc is None else str(doc["owner"])
 
 
 async def set_baseline(db: AsyncDatabase, *, team: str, name: str, job_id: str, owner: str) -> None:
     """Pin a job as the team's named baseline, owned by whoever pinned it first."""
     update = {"$set": {"job_id": job_id}, "$setOnInsert": {"owner": owner, "team": team, "name": name}}
     await db[BASELINES].update_one({"_id": _baseline_id(team, name)}, update, upsert=True)
+
+
+async def baselines_of(db: AsyncDatabase, *, job_id: str) -> list[str]:
+    """The names of the baselines pinned to a job (any team's)."""
+    return sorted([str(d.get("name") or d["_id"]) async for d in db[BASELINES].find({"job_id": job_id}, {"name": 1})])
 
 
 async def get_baseline(db: AsyncDatabase, *, team: str, name: str) -> str | None:
@@ -213,16 +228,17 @@ async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: d
     if job is None or (job.get("shard") or {}).get("index", 0) > 0:
         return  # a shard's own share of a point is not a row: its coordinator's merged point is
     slo = ((job.get("spec") or {}).get("slo") or {}).get("p99_ms")
-    model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1})
+    model = await db["models"].find_one({"_id": job.get("model_ref", "")}, {"canonical": 1, "tags": 1})
     row = row_from_result(
         job_id=job_id,
         job_name=job.get("name", ""),
         model=job.get("model_ref", ""),
         slo_p99_ms=slo,
         attempt=attempt,
-        team=job.get("team") or DEFAULT_TEAM,
+        team=job["team"],
         result=result,
         canonical=(model or {}).get("canonical"),
+        tags=(model or {}).get("tags"),
         colocated=((job.get("spec") or {}).get("colocate") or {}).get("models") or [],
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)

@@ -7,15 +7,11 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import NotFound
-from common.wire.auth import DEFAULT_TEAM
 
 
 def team_query(team: str | None) -> dict[str, Any]:
-    """The filter for documents of one team (None: every team). Documents stored before teams have none and are the
-    default team's (`{"team": None}` matches a missing field)."""
-    if team is None:
-        return {}
-    return {"team": {"$in": [team, None]}} if team == DEFAULT_TEAM else {"team": team}
+    """The filter for documents of one team (None: every team)."""
+    return {} if team is None else {"team": team}
 
 
 async def by_id(

@@ -11,7 +11,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from common.errors import Conflict, NotFound
-from common.wire.models import ModelMeta
+from common.wire.models import ModelMeta, ModelQuery, ModelUpdate, tidy_tags
 from leader.clock import as_utc
 from leader.store.gridfs_files import read_chunks, store_then_publish
 from leader.store.lookup import team_query
@@ -91,20 +91,24 @@ async def _get_doc(db: AsyncDatabase, *, name: str, version: str | None, field: 
     return doc
 
 
-async def set_trusted(db: AsyncDatabase, *, name: str, version: str, trusted: bool) -> ModelMeta:
-    """Mark a model trusted (or not) by an admin; NotFound naming `version`."""
+async def update_model(db: AsyncDatabase, *, name: str, version: str, changes: ModelUpdate) -> ModelMeta:
+    """Set what `changes` gives (description, tags, trusted); NotFound naming `version`."""
+    fields = changes.model_dump(exclude_none=True)
+    if "tags" in fields:
+        fields["tags"] = tidy_tags(fields["tags"])
     doc = await db[COLLECTION].find_one_and_update(
-        {"_id": f"{name}:{version}"}, {"$set": {"trusted": trusted}}, return_document=ReturnDocument.AFTER
+        {"_id": f"{name}:{version}"}, {"$set": fields}, return_document=ReturnDocument.AFTER
     )
     if doc is None:
         raise NotFound(f"model {name}:{version} does not exist", field="version")
     return _meta(doc)
 
 
-async def list_models(db: AsyncDatabase, *, team: str | None = None) -> list[ModelMeta]:
-    """Every stored model (of `team`, when given), by name then newest first."""
+async def list_models(db: AsyncDatabase, *, team: str | None = None, query: ModelQuery | None = None) -> list[ModelMeta]:
+    """Every stored model (of `team`, when given) that `query` keeps, by name then newest first."""
     docs = await db[COLLECTION].find(team_query(team)).sort([("name", 1), ("created_at", DESCENDING)]).to_list(None)
-    return [_meta(doc) for doc in docs]
+    found = [_meta(doc) for doc in docs]
+    return found if query is None else [m for m in found if query.keeps(m)]
 
 
 async def open_model_file(

@@ -5,6 +5,7 @@ probe's."""
 from __future__ import annotations
 
 from gridfs import AsyncGridFSBucket
+from gridfs.errors import CorruptGridFile, NoFile
 from pymongo.asynchronous.database import AsyncDatabase
 
 BUCKET = "records"
@@ -43,5 +44,8 @@ async def load_records(db: AsyncDatabase, *, job_id: str, attempt: int, index: i
     doc = await db[f"{BUCKET}.files"].find_one(query, sort=[("uploadDate", -1)])
     if doc is None:
         return None
-    stream = await _bucket(db).open_download_stream(doc["_id"])
-    return await stream.read()
+    try:
+        stream = await _bucket(db).open_download_stream(doc["_id"])
+        return await stream.read()
+    except (NoFile, CorruptGridFile):  # deleted while read (a job's deletion, retention): as good as never uploaded
+        return None

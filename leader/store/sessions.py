@@ -13,7 +13,6 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.wire.auth import DEFAULT_TEAM
 from leader.auth.tokens import Principal, hash_token, new_token, same_secret
 from leader.clock import as_utc, utcnow
 from leader.store import users as users_store
@@ -57,7 +56,7 @@ async def principal_for(db: AsyncDatabase, *, session_id: str, admin_token: str)
             return None
     elif not same_secret(doc.get("static_hash") or "", hash_token(admin_token)):
         return None
-    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"), team=doc.get("team", DEFAULT_TEAM))
+    return Principal(user=doc["user"], role=doc["role"], token_id=doc.get("token_id"), team=doc["team"])
 
 
 async def end(db: AsyncDatabase, *, session_id: str) -> None:

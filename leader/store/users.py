@@ -28,7 +28,7 @@ def _view(doc: dict[str, Any]) -> TokenView:
         id=doc["_id"],
         user=doc["user"],
         role=doc["role"],
-        team=doc.get("team", DEFAULT_TEAM),
+        team=doc["team"],
         label=doc.get("label", ""),
         follower_id=doc.get("follower_id"),
         created_at=as_utc(doc["created_at"]),
@@ -76,7 +76,7 @@ async def principal_for(db: AsyncDatabase, *, token: str) -> Principal | None:
         role=doc["role"],
         follower_id=doc.get("follower_id"),
         token_id=doc["_id"],
-        team=doc.get("team", DEFAULT_TEAM),
+        team=doc["team"],
     )
 
 

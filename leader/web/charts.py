@@ -10,6 +10,7 @@ import numpy as np
 
 from common.spec.slo import SLO
 from common.spec.sweep import label as sweep_label
+from common.stats import quantiles
 from common.wire.results import PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
@@ -28,7 +29,7 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray], sweep: di
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
             qs = np.linspace(0, 1, CDF_QUANTILES)
-            series.append((label, np.quantile(lat, qs).round(4).tolist(), (qs * 100).round(3).tolist()))
+            series.append((label, quantiles(lat, qs).round(4).tolist(), (qs * 100).round(3).tolist()))
         elif p.latency_ms is not None:
             pc = p.latency_ms
             series.append(

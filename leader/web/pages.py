@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from common.errors import BenchfleetError, InvalidRequest
+from common.stats import ESTIMATOR
 from common.wire.jobs import TERMINAL_STATES
 from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
@@ -207,7 +208,14 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     result_json = json.dumps(points[0].model_dump(mode="json", exclude={"latency_hdr", "service_hdr"}), indent=1)
     return HTMLResponse(
         render(
-            "point.html", job=job, index=index, point=points[0], charts=charts, has_records=index in raw, result_json=result_json
+            "point.html",
+            job=job,
+            index=index,
+            point=points[0],
+            charts=charts,
+            has_records=index in raw,
+            result_json=result_json,
+            estimator=ESTIMATOR,
         )
     )
 

@@ -21,7 +21,13 @@ def num(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def pct(share: float | None) -> str:
+    """A relative difference as a signed percentage; absent is an em dash."""
+    return "—" if share is None else f"{100 * share:+.2f}%"
+
+
 env.globals["num"] = num
+env.globals["pct"] = pct
 env.globals["sweep_label"] = sweep_label
 
 

@@ -117,6 +117,7 @@ def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
         assert done.state == "succeeded", done.error
         [point] = client.results(first.id).points
         assert point.requests > 0 and point.latency_ms is not None
+        assert point.environment.image is not None and point.environment.image.endswith(f"benchfleet-follower:{tag}")
         progress = client.progress(first.id)
         windows = [w for p in progress["points"] for w in p["windows"]]
         assert progress["follower_id"] == FOLLOWER_POD and len(windows) >= 1, progress  # streamed over the Service

@@ -117,6 +117,17 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     assert json.loads(sure.stdout)["recommendations"] == json.loads(recommended.stdout)["recommendations"]
     compared = _cli(fleet, "compare", job_id, job_id, "--json")
     assert compared.returncode == 0, compared.stderr
+    # `rerun`: the job again exactly as it ran (its spec, its model's version, its seed); every point of the two runs
+    # comparable: the same configuration hash, measured on the same kind of host.
+    again = _cli(fleet, "rerun", job_id, "--watch", timeout=180)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rerun_id = again.stdout.splitlines()[0].strip()
+    first, second = (json.loads(_cli(fleet, "job", j).stdout) for j in (job_id, rerun_id))
+    assert rerun_id != job_id and second["spec"] == first["spec"] and second["model_ref"] == "mlp-cli:1"
+    verdicts = json.loads(_cli(fleet, "compare", job_id, rerun_id, "--json").stdout)
+    assert [p["comparable"] for p in verdicts["points"]] == ["comparable", "comparable"], verdicts["points"]
+    ran = json.loads(_cli(fleet, "results", rerun_id, "--format", "json").stdout)["points"][0]["environment"]
+    assert ran["kernel"] and ran["os"] and len(ran["config_hash"]) == 64 and ran["packages"]["numpy"], ran
     csv = _cli(fleet, "results", job_id, "--format", "csv")
     assert csv.returncode == 0 and len(csv.stdout.strip().splitlines()) == 3, csv.stdout[:500]
     parquet = tmp_path / "r.parquet"

@@ -63,6 +63,7 @@ backends: [vllm]
 load: {{pattern: poisson, rate: {RATE}, duration: {DURATION_S}s, warmup: {WARMUP_S}s}}
 llm: {{prompt_tokens: {PROMPT_TOKENS}, output_tokens: {OUTPUT_TOKENS}}}
 slo: {{ttft_ms: 2000, tpot_ms: 500}}
+audit: wire
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=420)
         board = client.leaderboard(sort="ttft", filters=[f"job_id={job.id}"])
@@ -127,6 +128,17 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     assert any(w.itl_p50_ms is not None and w.itl_p50_ms > 0 for w in measured)
     for title in ("Timeline: KV-cache use per window", "ITL p50 against the", "Goodput: share of requests meeting the SLO"):
         assert title in job_page, title
+    # The wire audit (`audit: wire`): every answered request found in the point's packets, token event for token event.
+    wire = point.wire
+    assert wire is not None
+    if os.geteuid() != 0:
+        assert not wire.ran and wire.why_not is not None and "CAP_NET_RAW" in wire.why_not
+        return
+    assert wire.ran and wire.interface not in (None, "all") and (wire.matched, wire.unmatched) == (point.ok, 0), wire
+    itl = wire.figure("itl")
+    assert itl is not None and itl.count == llm.itl_ms.count and {f.name for f in wire.figures} >= {"ttft", "latency"}
+    assert wire.token_us is not None and wire.token_us.count == itl.count + point.ok  # every token: a gap, or the first
+    assert 'id="wire-figures"' in page and "wire audit" in out.getvalue()
 
 
 @pytest.mark.timeout(900)  # a search of up to 6 probes, each a measured point: minutes

@@ -121,10 +121,44 @@ load: {{pattern: closed, concurrency: 2, duration: 1s, warmup: 0.5s}}
     measured_start = int(rec["start_ns"][0]) + 500_000_000
     warm = rec["sent_ns"] < measured_start
     assert warm.sum() > 0, "the warm-up sent requests"
-    # Exactly the requests sent after the warm-up are the point's statistics: counts, histogram and rate.
-    assert row.requests == int((~warm).sum()) and row.ok == row.requests, row.error_sample
+    # Exactly the requests sent after the warm-up, and within the measured second, are the point's statistics: counts,
+    # histogram and rate (a request the loop started right at the end is past it).
+    measured = ~warm & (rec["intended_ns"] < measured_start + 1_000_000_000)
+    assert row.requests == int(measured.sum()) and row.ok == row.requests, row.error_sample
     assert row.latency_hdr is not None and decode(row.latency_hdr).get_total_count() == row.ok
     assert abs(row.achieved_rate - row.ok / row.measured_s) < 1e-6 and row.measured_s == 1.0
+
+
+def test_one_percentile_estimator_the_figures_everywhere_are_the_raw_records_nearest_ranks(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    """The point's percentiles, the leaderboard's and the export's p99, and compare's p99 are one figure: the nearest
+    rank (the ceil(q*n)-th smallest) of the latencies in the point's own raw records, exactly. They used to be HDR's
+    rank (rounded, at the bucket's top), and compare interpolated its own."""
+    import json
+    import math
+
+    _only_follower(fleet, "meas-estimator")
+    results = _run(fleet, f"""
+name: one-estimator
+model: {model}
+load: {{pattern: poisson, rate: 150, duration: 2s, warmup: 0.5s}}
+seed: 4
+""")
+    (row,) = results.points
+    rec = _records(fleet, results)
+    start = int(rec["start_ns"][0]) + 500_000_000
+    inside = (rec["intended_ns"] >= start) & (rec["intended_ns"] < start + 2_000_000_000) & (rec["status"] == 200)
+    lat = np.sort(rec["done_ns"][inside] - rec["intended_ns"][inside])
+    assert row.latency_ms is not None and row.latency_ms.count == len(lat) == row.ok, row.error_sample
+    for name, q in {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}.items():
+        assert getattr(row.latency_ms, name) == pytest.approx(lat[math.ceil(round(q * len(lat), 9)) - 1] / 1e6, abs=1e-9), name
+    p99 = row.latency_ms.p99
+    assert row.latency_ms.max == pytest.approx(lat[-1] / 1e6, abs=1e-9)
+    with fleet.client() as client:
+        (board,) = client.leaderboard(filters=[f"job_id={results.job.id}"]).rows
+        (exported,) = json.loads(client.export(results.job.id, "json"))
+        (compared,) = client.compare(results.job.id, results.job.id).points
+    assert board.p99_ms == exported["p99_ms"] == p99
+    assert compared.test == "bootstrap+mannwhitney" and compared.a_p99_ms == compared.b_p99_ms == pytest.approx(p99, abs=1e-9)
 
 
 def test_generators_setting_runs_two_processes_merged_exactly(fleet, model: str) -> None:  # type: ignore[no-untyped-def]

@@ -23,7 +23,7 @@ from benchfleet.stack import LocalStack
 from tests.faults.outcomes import record
 
 MIN_REQUESTS = 10_000
-TARGET_REQUESTS = 10_500
+TARGET_REQUESTS = 11_500  # small operations (a path parameter only) give hypothesis fewer distinct examples than asked
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance, status_code_conformance]
 
 

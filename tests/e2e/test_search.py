@@ -1,6 +1,6 @@
 """A search through the whole system against a single-worker FIFO server of known capacity (a target: one request at
-a time, 4 ms each): the answer lies within its resolution of the true knee (an M/D/1 queue's p99 at the SLO, from
-the server's own service time); the point's stored records are the chosen probe's, its count and rate; every probe
+a time, 8 ms each): the answer lies within its resolution of the true knee (an M/D/1 queue's p99 at the SLO, from
+the server's own service time, bracketed); the point's stored records are the chosen probe's, its count and rate; every probe
 keeps its own records; the load the CLI and the job page show is the rate found, with the probes (the CLI at 80
 columns: tests/unit/benchfleet/test_render_search.py)."""
 
@@ -23,8 +23,8 @@ from tests.e2e.test_walking_skeleton import _wait_done
 pytestmark = pytest.mark.e2e
 
 SERVER = Path(__file__).resolve().parents[1] / "integration" / "follower" / "capacity_server.py"
-SERVICE_MS = 4.0
-SLO_MS = 40.0
+SERVICE_MS = 8.0  # long beside the event loop's own work per request, and few requests/s on a 2-core host
+SLO_MS = 80.0
 
 
 def md1_knee(service_s: float, slo_s: float, n: int = 100_000) -> float:
@@ -64,18 +64,25 @@ name: fifo-search
 model: fifo
 inputs: [{{name: input, datatype: FP32, shape: [-1, 4]}}]
 target: {{url: "{fifo}", protocol: kserve-http}}
-load: {{pattern: poisson, duration: 4s, warmup: 1s, search: {{low: 20, high: 240, precision: 0.05, max_steps: 16}}}}
+load: {{pattern: poisson, duration: 5s, warmup: 1s, search: {{low: 10, high: 120, precision: 0.05, max_steps: 16}}}}
 slo: {{p99_ms: {SLO_MS:g}}}
 """)
         results = _wait_done(client, job.id, timeout_s=400)
     (point,) = results.points
     answer = point.search
     assert answer is not None and answer.over == "rate"
-    service_s = httpx.get(f"{fifo}/stats").json()["service_s"]
-    knee = md1_knee(service_s, SLO_MS / 1000)
-    print(f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} req/s (service {1e3 * service_s:.3f} ms)")
-    # Within its resolution of the knee, with the p99's sampling noise over 4 s probes as margin (10%). Near the knee
-    # a 4 s probe's p99 interval often holds the limit: the probe is repeated, which spends probes, so 16 leave room;
+    stats = httpx.get(f"{fifo}/stats").json()
+    # The server's true service time lies between the handler's own time (a floor: the event loop also spends CPU on
+    # each request outside it) and that plus all the process's CPU outside handlers (a ceiling: it includes the loop's
+    # idle work and an overloaded probe's extra churn), so the true knee lies between the two knees they give.
+    service_s, handler_s = stats["service_s"], stats["handler_s"]
+    knee, knee_high = md1_knee(service_s, SLO_MS / 1000), md1_knee(handler_s, SLO_MS / 1000)
+    print(
+        f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} to {knee_high:.1f} req/s"
+        f" (service {1e3 * service_s:.3f} ms, handler {1e3 * handler_s:.3f} ms)"
+    )
+    # Within its resolution of the knee, with the p99's sampling noise over 5 s probes as margin (10%). Near the knee
+    # a 5 s probe's p99 interval often holds the limit: the probe is repeated, which spends probes, so 16 leave room;
     # stopping short is said, never hidden.
     assert answer.stopped in ("resolved", "out_of_probes"), answer
     assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 16
@@ -83,7 +90,7 @@ slo: {{p99_ms: {SLO_MS:g}}}
         assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
     else:
         assert any(n.startswith("stopped short after 16 probes") for n in answer.notes), answer.notes
-    assert 0.85 * knee <= answer.found <= 1.10 * knee, (answer.found, knee, service_s)
+    assert 0.85 * knee <= answer.found <= 1.10 * knee_high, (answer.found, knee, knee_high, stats)
     # The point is the chosen probe's run, at the rate found.
     chosen = answer.probes[answer.chosen or 0]
     assert chosen.load == answer.found == point.point.rate and chosen.passed and point.valid

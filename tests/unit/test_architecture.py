@@ -56,6 +56,7 @@ COMMON_RANKS = {
     "devices": 0,
     "logs": 0,
     "procs": 0,
+    "tracing": 1,
     "spec": 1,
     "wire": 2,
     "formats": 3,

@@ -3,7 +3,9 @@ or not: per request, when each token event arrived (every event with choices, it
 role announcement or a closing event: `is_token_event`), the text, and the server's own token counts.
 
 Each network read is stamped once, as it arrives, and every event it completes carries that stamp: a token's time
-is when its bytes reached the generator, not when anything parsed them. Per event the parser scans for the event's
+is when its bytes reached the generator, not when anything parsed them. Where the server puts its count in every event
+(`stream_options.continuous_usage_stats`, asked of vLLM and SGLang), an event carrying k tokens is k token arrivals
+at its time: the first token's gap is the time since the previous event, the others' 0. Per event the parser scans for the event's
 end and for its text field (byte searches, no JSON decode); only an event holding `usage` (the last, with
 `stream_options.include_usage`) and a non-streamed answer are decoded. The text stays JSON-escaped until the run is
 over (follower/loadgen/llmtruth.py counts its tokens then).
@@ -24,6 +26,18 @@ from follower.protocols.transports.sse import DONE, Dechunker, SseParser, Stream
 
 _monotonic_ns = time.monotonic_ns
 TEXT_KEYS = (b'"text":', b'"content":')  # completions, chat completions (delta)
+
+
+EVENT_STREAM_STARTS = (b"data:", b":", b"event:")
+
+
+def is_event_stream(start: bytes | bytearray) -> bool | None:
+    """Whether a 200 answer whose payload begins with `start` is a stream of server-sent events (None: too few bytes
+    to tell yet, as when a network read ends inside `data:`)."""
+    begun = bytes(start).lstrip()
+    if begun.startswith(EVENT_STREAM_STARTS):
+        return True
+    return None if any(s.startswith(begun) for s in EVENT_STREAM_STARTS) else False
 
 
 def text_field(data: bytes) -> bytes:
@@ -79,6 +93,31 @@ def is_token_event(data: bytes) -> bool:
     return not (0 <= reason < len(data) and data[reason] == 0x22)  # a finish reason, no text: the stream's close
 
 
+def count_field(data: bytes, key: bytes) -> int | None:
+    """The whole number after `key` in an event (b'"completion_tokens":'), found without decoding the JSON; None when
+    absent."""
+    at = _after(data, key)
+    if at < 0:
+        return None
+    end = at
+    while end < len(data) and 0x30 <= data[end] <= 0x39:
+        end += 1
+    return int(data[at:end]) if end > at else None
+
+
+def event_tokens(data: bytes, text: bytes, counted: int) -> tuple[int, int, int | None] | None:
+    """The tokens one data event brings (its `text` already found), given the `counted` so far: None when it is not a
+    token event; else (token arrivals at its time, the running count after it, the server's count where the event
+    carries one). With the server's count in every event (continuous usage), an event carrying k tokens is k arrivals
+    (none when it says no token came with it); without one, each token event is one token."""
+    if not (text or is_token_event(data)):
+        return None
+    count = count_field(data, b'"completion_tokens":')
+    if count is None:
+        return 1, counted + 1, None
+    return max(0, count - counted), max(counted, count), count
+
+
 def usage_of(doc: Any) -> tuple[int | None, int | None]:
     """(prompt_tokens, completion_tokens) of a decoded answer or event's `usage`."""
     usage = doc.get("usage") if isinstance(doc, dict) else None
@@ -88,23 +127,73 @@ def usage_of(doc: Any) -> tuple[int | None, int | None]:
     return (prompt if isinstance(prompt, int) else None), (completion if isinstance(completion, int) else None)
 
 
+class AnswerReader:
+    """One HTTP/1.1 answer read as its bytes arrive: the head, the body undone from chunked encoding, and (a 200 whose
+    first payload bytes say so: `is_event_stream`) its server-sent events, each with the time of the read that completed
+    it. The generator's streaming client reads every answer so, and the wire audit reads the captured packets with it
+    (follower/loadgen/wireaudit.py): one reading of an answer, on both clocks."""
+
+    __slots__ = ("buf", "head", "dechunker", "parser", "body", "sse", "received")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()  # the head's bytes until it is whole
+        self.head: Head | None = None
+        self.dechunker = Dechunker()
+        self.parser = SseParser()
+        self.body = bytearray()  # a non-streamed (or error) answer's body
+        self.sse: bool | None = None  # whether the answer is an event stream (decided by its first payload bytes)
+        self.received = 0  # payload bytes so far (a Content-Length answer ends at its length)
+
+    def feed(self, data: bytes, ns: int) -> list[tuple[int, bytes]]:
+        """The events `data` (read at `ns`) completes; HttpError or StreamError when the answer cannot be framed."""
+        if self.head is None:
+            self.buf += data
+            self.head = parse_head(self.buf)
+            if self.head is None:
+                return []
+            data = bytes(self.buf[self.head[1] :])
+            self.buf = bytearray()
+        status, _, _, chunked, _, _ = self.head
+        payload = self.dechunker.feed(data) if chunked else data
+        self.received += len(payload)
+        if self.sse is None and payload:  # held in body until its first bytes tell what the answer is
+            self.body += payload
+            self.sse = is_event_stream(self.body) if status == 200 else False
+            payload = b""
+            if self.sse:
+                payload, self.body = bytes(self.body), bytearray()
+        if self.sse:
+            return self.parser.feed(payload, ns)
+        self.body += payload
+        return []
+
+    @property
+    def whole(self) -> bool:
+        """Whether the answer's framing says it is complete."""
+        if self.head is None:
+            return False
+        length, chunked = self.head[2], self.head[3]
+        return self.dechunker.finished if chunked else 0 <= length <= self.received
+
+    @property
+    def framed_by_close(self) -> bool:
+        """Whether the answer ends when the connection closes (neither a length nor chunks)."""
+        return self.head is not None and self.head[2] < 0 and not self.head[3]
+
+
 class _StreamConn(ConnBase):
     """One keep-alive connection whose answers are read as they stream."""
 
     __slots__ = (
         "buf",
         "first_ns",
-        "head",
-        "dechunker",
-        "parser",
+        "reader",
         "events_ns",
         "texts",
         "events",
         "usage",
-        "body",
         "done_seen",
-        "sse",
-        "received",
+        "counted",
     )
 
     def __init__(self, pool: RawHttpSession) -> None:
@@ -114,24 +203,19 @@ class _StreamConn(ConnBase):
         self._reset()
 
     def _reset(self) -> None:
-        self.buf = bytearray()
         self.first_ns = 0
-        self.head: Head | None = None
-        self.dechunker = Dechunker()
-        self.parser = SseParser()
+        self.reader = AnswerReader()
         self.events_ns: list[int] = []
         self.texts: list[bytes] = []
         self.events = 0
         self.usage: tuple[int | None, int | None] = (None, None)
-        self.body = bytearray()  # a non-streamed (or error) answer's body
         self.done_seen = False
-        self.sse: bool | None = None  # whether the answer is an event stream (decided by its first payload bytes)
-        self.received = 0  # payload bytes so far (a Content-Length answer ends at its length)
+        self.counted = 0  # tokens timed so far (a multi-token event adds its count)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
-            if self.head is not None and self.head[2] < 0 and not self.head[3]:  # an answer framed by the close
+            if self.reader.framed_by_close:
                 self._complete()
             else:
                 self._fail(self.mid_answer(exc))
@@ -144,26 +228,14 @@ class _StreamConn(ConnBase):
             return
         if self.first_ns == 0:
             self.first_ns = ns
+        reader = self.reader
         try:
-            if self.head is None:
-                self.buf += data
-                self.head = parse_head(self.buf)
-                if self.head is None:
-                    return
-                data = bytes(self.buf[self.head[1] :])
-                self.buf = bytearray()
-                self.pool.keep_alive(self, self.head[5])
-            status, _, length, chunked, _, _ = self.head
-            payload = self.dechunker.feed(data) if chunked else data
-            self.received += len(payload)
-            if self.sse is None and payload:
-                self.sse = status == 200 and payload.lstrip().startswith((b"data:", b":", b"event:"))
-            if self.sse:
-                for event_ns, event in self.parser.feed(payload, ns):
-                    self._event(event_ns, event)
-            else:
-                self.body += payload
-            if (chunked and self.dechunker.finished) or (not chunked and 0 <= length <= self.received):
+            headless = reader.head is None
+            for event_ns, event in reader.feed(data, ns):
+                self._event(event_ns, event)
+            if headless and reader.head is not None:
+                self.pool.keep_alive(self, reader.head[5])
+            if reader.whole:
                 self._complete()
         except (HttpError, StreamError) as exc:
             self._fail(str(exc))
@@ -174,9 +246,14 @@ class _StreamConn(ConnBase):
             return
         self.events += 1
         text = text_field(data)
-        if text or is_token_event(data):
-            self.events_ns.append(ns)
+        tokens = event_tokens(data, text, self.counted)
+        if tokens is not None:
+            arrived, self.counted, count = tokens
+            self.events_ns.extend([ns] * arrived)
+            if count is not None:
+                self.usage = (count_field(data, b'"prompt_tokens":'), count)
             self.texts.append(text)
+            return
         at = data.find(b'"usage":')
         if at >= 0 and data[at + 8 : at + 16].lstrip().startswith(b"{"):  # not "usage": null
             with contextlib.suppress(orjson.JSONDecodeError):
@@ -184,7 +261,8 @@ class _StreamConn(ConnBase):
 
     def _complete(self) -> None:
         waiter, self.waiter = self.waiter, None
-        status, close = (self.head[0], self.head[4]) if self.head is not None else (0, True)
+        head = self.reader.head
+        status, close = (head[0], head[4]) if head is not None else (0, True)
         answer = self._answer(status)
         self._reset()
         if close:
@@ -197,18 +275,19 @@ class _StreamConn(ConnBase):
 
     def _answer(self, status: int) -> Answer:
         done_ns = _monotonic_ns()
+        body, sse = self.reader.body, self.reader.sse
         if status != 200:
-            error = f"HTTP {status}: {bytes(self.body[:300]).decode('utf-8', 'replace')}"
+            error = f"HTTP {status}: {bytes(body[:300]).decode('utf-8', 'replace')}"
             return Answer(status, self.first_ns, done_ns, None, error)
-        if self.sse:
+        if sse:
             stream = Stream(self.events_ns, b"".join(self.texts), *self.usage, events=self.events)
             return Answer(200, self.first_ns, done_ns, stream=stream)
         # Not streamed: one JSON answer; its text arrived with its last byte.
         try:
-            doc = orjson.loads(self.body)
+            doc = orjson.loads(body)
         except orjson.JSONDecodeError:
             return Answer(0, self.first_ns, done_ns, None, "a 200 answer that is neither a stream nor JSON")
-        text = text_field(bytes(self.body))
+        text = text_field(bytes(body))
         stream = Stream([done_ns] if text else [], text, *usage_of(doc), events=1)
         return Answer(200, self.first_ns, done_ns, stream=stream)
 

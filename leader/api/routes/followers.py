@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.errors import Conflict
+from common.errors import Conflict, Incompatible
+from common.wire import compat
 from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
 from common.wire.jobs import JobState
 from leader.api.deps import (
@@ -40,12 +43,28 @@ async def list_followers(db: Db) -> list[FollowerView]:
     return await followers_store.list_followers(db)
 
 
+async def compatible(request: Request) -> None:
+    """Refuse a follower whose contract this leader does not speak (409 `incompatible`, saying which side to upgrade),
+    read from the raw body before the body is validated: a follower of another contract is told that, not which of its
+    fields this leader does not know."""
+    try:
+        raw = json.loads(await request.body())
+    except ValueError:
+        return  # the body's own validation says what is wrong with it
+    if isinstance(raw, dict):
+        reason = compat.refusal(version=raw.get("version"), wire=raw.get("wire"))
+        if reason is not None:
+            log.warning("refused a follower's registration (%r): %s", str(raw.get("follower_id"))[:64], reason)
+            raise Incompatible(reason, field="wire")
+
+
 @router.post("/register", response_model=FollowerRegistration)
 async def register(
     info: FollowerInfo,
     db: Db,
     placer: PlacerDep,
     principal: Joining,
+    _compatible: Annotated[None, Depends(compatible)],  # after authentication: no version is told to a stranger
     request: Request,
     settings: SettingsDep,
     heard: HeardDep,
@@ -64,7 +83,13 @@ async def register(
         requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
-    log.info("follower %s registered (incarnation %s, backends %s)", info.follower_id, info.incarnation, info.backends)
+    log.info(
+        "follower %s registered (incarnation %s, backends %s%s)",
+        info.follower_id,
+        info.incarnation,
+        info.backends,
+        f"; {view.release_note}" if view.release_note else "",
+    )
     credential = None
     if principal.role != "follower":
         # A rejoining agent lost its old credential with its process: revoke it, issue a fresh one.

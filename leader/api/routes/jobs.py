@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Query, Request, Response
 
+from common import tracing
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.formats.datasets import DataSetMeta
 from common.formats.llmdata import KINDS_FOR_API
@@ -17,9 +19,21 @@ from common.spec.llm import LlmWorkload
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
 from common.spec.processors import processing_problem
-from common.wire.jobs import Claim, FinishReport, JobResults, JobState, JobTask, JobView, PointReport
+from common.tracing import fresh_traceparent
+from common.wire.jobs import (
+    TERMINAL_STATES,
+    Claim,
+    FinishReport,
+    JobFootprint,
+    JobResults,
+    JobState,
+    JobTask,
+    JobView,
+    PointReport,
+)
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
+from leader.analysis import queries
 from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
@@ -31,12 +45,15 @@ from leader.placement.pins import pin_shards
 from leader.placement.queueinfo import with_queue_info
 from leader.placement.shard_choice import choose_shard_followers, sized
 from leader.store import datasets as data_store
+from leader.store import deletion
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
+from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import results as results_store
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+log = logging.getLogger(__name__)
 
 YAML_TYPES = frozenset({"application/yaml", "text/yaml", "application/x-yaml", "text/plain"})
 JSON_TYPES = frozenset({"application/json"})
@@ -134,8 +151,18 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/placement/shard_choice.py)
         plan = pin_shards(plan, choose_shard_followers(await followers_store.list_followers(db), spec, plan.points))
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
+    submitted: tracing.Attributes = {
+        "benchfleet.model": model.ref,
+        "benchfleet.points": len(plan.points),
+        "benchfleet.user": principal.user,
+    }
     async with queue_admission(db, settings, principal, adding=plan.jobs_created):
-        job = await jobs_store.insert_job(db, plan=plan, model=model, owner=principal.user, colocated=colocated)
+        with tracing.span("job.submit", attributes=submitted) as traced:  # the root of the job's trace
+            job = await jobs_store.insert_job(
+                db, plan=plan, model=model, owner=principal.user, colocated=colocated, traceparent=traced or fresh_traceparent()
+            )
+            tracing.annotate({"benchfleet.job_id": job.id})
+    log.info("job %s submitted (trace %s)", job.id, job.trace_id)
     placer.nudge()
     return job
 
@@ -219,6 +246,32 @@ async def list_jobs(
     return jobs
 
 
+@router.get("/{job_id}/footprint", response_model=JobFootprint)
+async def job_footprint(job_id: str, db: Db, viewer: Viewer) -> JobFootprint:
+    """What the job's data holds in PerfDB, kind by kind (documents and bytes): what deleting it would remove."""
+    await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
+    return await deletion.footprint(db, job_id=job_id)
+
+
+@router.delete("/{job_id}", response_model=JobFootprint)
+async def delete_job(job_id: str, db: Db, principal: Submitter, request: Request) -> JobFootprint:
+    """Delete a finished job and all its data (results, leaderboard rows, raw records, progress, shard records; the
+    audit trail keeps the deletion): only its owner or an admin (403); refused while it has not finished, for a part of
+    a split job, and for a job pinned as a baseline (409, saying what to do first)."""
+    job = await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
+    if not principal.may_manage(job.owner):
+        raise Forbidden(f"job {job_id} belongs to {job.owner}; only they or an admin may delete it", field="owner")
+    if job.part_of is not None:
+        raise Conflict(f"job {job_id} is a part of job {job.part_of}: delete that job", field="job_id")
+    if job.state not in TERMINAL_STATES:
+        raise Conflict(f"job {job_id} is {job.state.value}: cancel it first, then delete it", field="state")
+    if pinned := await leaderboard_store.baselines_of(db, job_id=job_id):
+        raise Conflict(f"job {job_id} is pinned as baseline {', '.join(pinned)}: pin another job there first", field="job_id")
+    removed = await deletion.footprint(db, job_id=job_id, delete=True)
+    queries.leaderboard_index(request.app.state).discard(removed.job_ids)
+    return removed
+
+
 @router.get("/{job_id}", response_model=JobView)
 async def get_job(job_id: str, db: Db, placer: PlacerDep, viewer: Viewer) -> JobView:
     """One job; a waiting one with its queue position and estimated start."""
@@ -270,6 +323,13 @@ async def report_point(job_id: str, report: PointReport, db: Db, principal: Foll
 async def finish_job(job_id: str, report: FinishReport, db: Db, settings: SettingsDep, principal: FollowerPrincipal) -> JobView:
     """Close the running attempt as succeeded or failed (the same finish again is a no-op; 409 if stale)."""
     check_follower(principal, report.follower_id)
-    finished = await jobs_store.finish_job(db, job_id=job_id, report=report)
+    job = await jobs_store.get_job(db, job_id=job_id)
+    attributes: tracing.Attributes = {
+        "benchfleet.job_id": job_id,
+        "benchfleet.state": report.state,
+        "benchfleet.attempt": report.attempt,
+    }
+    with tracing.span("job.finish", parent=job.traceparent, attributes=attributes):
+        finished = await jobs_store.finish_job(db, job_id=job_id, report=report)
     await fleetcheck.job_ended(db, job_name=finished.name, drain=settings.fleetcheck_drain)  # the last one settles it
     return finished

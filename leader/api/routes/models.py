@@ -1,26 +1,28 @@
-"""Model repository routes: upload (multipart), list, metadata, download, delete, and an admin's trust mark."""
+"""Model repository routes: upload (multipart), search, metadata, download, update (description, tags, an admin's
+trust mark), delete."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from typing import BinaryIO, NamedTuple, NoReturn, cast, get_args
+from typing import Annotated, BinaryIO, NamedTuple, NoReturn, cast, get_args
 
 import anyio.to_thread
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import TypeAdapter, ValidationError
 
 from common.base import NAME_PATTERN, VERSION_PATTERN
-from common.errors import Conflict, Forbidden, InvalidSpec, PayloadTooLarge
+from common.errors import Conflict, Forbidden, InvalidRequest, InvalidSpec, PayloadTooLarge, field_errors
 from common.formats import hfbundle
-from common.wire.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, TensorSpec
-from leader.api.deps import Admin, Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
+from common.wire.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, ModelQuery, ModelUpdate, TensorSpec, tidy_tags
+from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params
 from leader.clock import utcnow
 from leader.model_signature import model_signature
 from leader.store import jobs as jobs_store
+from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -37,6 +39,8 @@ _UPLOAD_BODY = multipart_body(
         "version": {"type": "string", "pattern": VERSION_PATTERN},
         "format": {"type": "string", "enum": list(FORMATS), "default": "onnx"},
         "team": {"type": "string", "pattern": NAME_PATTERN, "description": "an admin's upload: the team it is for"},
+        "description": {"type": "string", "maxLength": 500},
+        "tags": {"type": "string", "description": "comma-separated tags (lower case, digits, . _ -)"},
     },
 )
 
@@ -49,6 +53,7 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         version = text_field(form.get("version"), "version", VERSION_PATTERN)
         model_format = form.get("format") or "onnx"
         declared = form.get("signature")
+        description, tags = _described(form.get("description"), form.get("tags"))
         if model_format not in FORMATS:
             raise InvalidSpec(f"must be one of {', '.join(FORMATS)}", field="format")
         upload = upload_file(form, "the model file")
@@ -75,8 +80,28 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
             team=team_of_upload(principal, form.get("team")),
             canonical=checked.canonical,
             llm=checked.llm,
+            description=description,
+            tags=tags,
         )
         return await models_store.insert_model_stream(db, meta=meta, chunks=spooled_chunks(spool))
+
+
+_DESCRIBED = TypeAdapter(ModelUpdate)
+
+
+def _described(description: object, tags: object) -> tuple[str, list[str]]:
+    """An upload's description and tags (comma-separated), checked as an update's are (422 naming the field)."""
+    fields: dict[str, object] = {}
+    if isinstance(description, str):
+        fields["description"] = description
+    if isinstance(tags, str):
+        fields["tags"] = [t.strip() for t in tags.split(",") if t.strip()]
+    try:
+        update = _DESCRIBED.validate_python(fields)
+    except ValidationError as exc:
+        first = field_errors(exc)[0]
+        raise InvalidSpec(first["message"], field=first["field"].split(".")[0]) from None
+    return update.description or "", tidy_tags(update.tags or [])
 
 
 class Checked(NamedTuple):
@@ -125,9 +150,37 @@ def raise_too_large(limit: int) -> NoReturn:
 
 
 @router.get("", response_model=list[ModelMeta])
-async def list_models(db: Db, viewer: Viewer) -> list[ModelMeta]:
-    """Every stored model of the caller's team (every team's for an admin)."""
-    return await models_store.list_models(db, team=viewer.scope)
+async def list_models(
+    db: Db,
+    viewer: Viewer,
+    q: Annotated[str | None, Query(max_length=100, description="in the name or description, any case")] = None,
+    tag: Annotated[list[str] | None, Query(description="every one of these tags")] = None,
+    format: Annotated[ModelFormat | None, Query(description="the framework it was stored as")] = None,  # noqa: A002
+    architecture: Annotated[str | None, Query(max_length=100)] = None,
+    min_parameters: Annotated[int | None, Query(ge=0)] = None,
+    max_parameters: Annotated[int | None, Query(ge=0)] = None,
+) -> list[ModelMeta]:
+    """The stored models of the caller's team (every team's for an admin) that meet every criterion given: text in
+    the name or description, tags, format, architecture (a language model's, a canonical model's kind), parameter
+    count."""
+    try:
+        query = ModelQuery(
+            text=q,
+            tags=tag or [],
+            format=format,
+            architecture=architecture,
+            min_parameters=min_parameters,
+            max_parameters=max_parameters,
+        )
+    except ValidationError as exc:
+        first = field_errors(exc)[0]
+        raise InvalidRequest(first["message"], field=_query_field(first["field"])) from None
+    return await models_store.list_models(db, team=viewer.scope, query=query)
+
+
+def _query_field(field: str) -> str:
+    """A ModelQuery field as its query parameter is named."""
+    return {"text": "q", "tags": "tag"}.get(field.split(".")[0], field)
 
 
 # Followers fetch the models of their tasks, so metadata and bytes also accept the follower token.
@@ -149,22 +202,23 @@ async def download_model(name: str, version: str, db: Db, reader: Reader) -> Str
     return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
 
 
-class TrustBody(BaseModel):
-    """Whether the model may run its own code on a follower that cannot sandbox model servers."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    trusted: StrictBool
-
-
-@router.put("/{name}/{version}/trusted", response_model=ModelMeta)
-async def set_trusted(name: str, version: str, body: TrustBody, db: Db, principal: Admin) -> ModelMeta:
-    """Mark a model trusted (admins only): followers that cannot sandbox a server still run its TorchScript or
-    SavedModel code. Sandboxing followers sandbox every model whatever the mark. Unfinished jobs take the mark too."""
-    meta = await models_store.set_trusted(db, name=name, version=version, trusted=body.trusted)
-    changed = await jobs_store.set_model_trusted(db, model_ref=meta.ref, trusted=body.trusted)
-    log.info("model %s marked trusted=%s by %s (%d unfinished jobs updated)", meta.ref, body.trusted, principal.user, changed)
-    return meta
+@router.patch("/{name}/{version}", response_model=ModelMeta)
+async def update_model(name: str, version: str, body: ModelUpdate, db: Db, principal: Submitter) -> ModelMeta:
+    """Change a model's description and tags (its owner or an admin; 403 otherwise) and its trusted mark (admins only:
+    followers that cannot sandbox a server then still run its TorchScript or SavedModel code, or convert it; sandboxing
+    followers sandbox every model whatever the mark). Unfinished jobs take the mark too; leaderboard rows the tags."""
+    meta = await models_store.get_model(db, name=name, version=version, team=principal.scope)
+    if not principal.may_manage(meta.owner):
+        raise Forbidden(f"model {meta.ref} belongs to {meta.owner}; only they or an admin may change it", field="owner")
+    if body.trusted is not None and not principal.is_admin:
+        raise Forbidden("only an admin may mark a model trusted", field="trusted")
+    updated = await models_store.update_model(db, name=meta.name, version=meta.version, changes=body)
+    if body.trusted is not None:
+        changed = await jobs_store.set_model_trusted(db, model_ref=meta.ref, trusted=body.trusted)
+        log.info("model %s marked trusted=%s by %s (%d unfinished jobs updated)", meta.ref, body.trusted, principal.user, changed)
+    if body.tags is not None:
+        await leaderboard_store.set_model_tags(db, model_ref=meta.ref, tags=updated.tags)
+    return updated
 
 
 @router.delete("/{name}/{version}", status_code=204, response_class=Response)

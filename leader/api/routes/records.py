@@ -56,6 +56,9 @@ async def download_records(
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     chosen = attempt or job.attempt
     data = await records_store.load_records(db, job_id=job_id, attempt=chosen, index=index, probe=probe)
+    if data is None and job.records_expired_at is not None:
+        when = job.records_expired_at.strftime("%Y-%m-%d %H:%M UTC")
+        raise NotFound(f"the raw records of job {job_id} were removed by retention on {when}; its results stay", field="index")
     if data is None:
         of = "" if probe is None else f" probe {probe}"
         raise NotFound(f"no records for point {index}{of} of job {job_id} attempt {chosen}", field="index")

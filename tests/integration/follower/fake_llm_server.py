@@ -38,20 +38,30 @@ def main() -> None:
         # As vLLM does for a token whose bytes do not complete a character: an event with empty text, the bytes coming
         # with the next token's event (every `fake_empty_every`-th token); and optionally a closing event of its own.
         empty_every = int(body.get("fake_empty_every", 0))
-        held = ""
+        # A server that batches its stream: `fake_tokens_per_event` tokens in each event; with continuous usage
+        # asked (vLLM's stream_options.continuous_usage_stats) every event carries the count so far.
+        per_event = int(body.get("fake_tokens_per_event", 1))
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        if per_event > 1:
+            words = ["".join(words[k : k + per_event]) for k in range(0, n, per_event)]
+        held, sent = "", 0
         for i, word in enumerate(words):
             if empty_every and i % empty_every == empty_every - 1 and i < n - 1:
                 held, word = word, ""
             elif held:
                 held, word = "", held + word
-            chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": word, "finish_reason": None}]}
+            sent = min(n, sent + per_event)
+            choice = {"index": 0, "text": word, "finish_reason": None}
+            chunk: dict[str, object] = {"id": "x", "object": "text_completion", "choices": [choice]}
+            if continuous:
+                chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
             event = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
             if i % 3 == 1:  # an event split across two writes
                 await response.write(event[:7])
                 await response.write(event[7:])
             else:
                 await response.write(event)
-            if i < n - 1:
+            if i < len(words) - 1:
                 await asyncio.sleep(args.gap_ms / 1000)
         if body.get("fake_closing_event"):
             await response.write(b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n')

@@ -131,3 +131,24 @@ def test_an_overloaded_point_waits_its_drain_bound_not_its_whole_backlog(tmp_pat
                                backlog=backlog(rec, start, end, 500_000_000))  # fmt: skip
     codes = [r.code for r in window_reasons(summary, rec.cap)]
     assert summary.unanswered == int(cut.sum()) and "unanswered" in codes and "server_saturated" in codes, codes
+
+
+@pytest.mark.parametrize("cap", ["automatic", "fixed"])
+def test_at_110_percent_of_its_capacity_the_server_is_named_whatever_the_cap_did(tmp_path: Path, cap: str) -> None:
+    """One worker offered 110% of what it can serve: the backlog is the server's. The cap (the one the load sets after
+    warm-up, or a user's 32) fills while the server is at capacity, so requests wait for a slot; raising it would only
+    queue them inside the server. The verdict names the server and never advises raising the cap (it used to, when the
+    server's answer time had stopped growing within the measured part because the cap was already full)."""
+    rate = 1.1 * CAPACITY
+    rule = CapRule(1_000_000_000, functools.partial(little_cap, rate=rate, bound=4096)) if cap == "automatic" else None
+    with serving(tmp_path, workers=1, service_ms=SERVICE_MS) as url:
+        rec, summary, reasons = _with_warmup(url, rate, cap=4096 if rule else 32, rule=rule)
+    codes = [r.code for r in reasons]
+    assert "server_saturated" in codes and "cap_reached" not in codes, reasons
+    assert not any("raise the cap" in r.text.lower() for r in reasons), reasons
+    assert summary.achieved_rate <= CAPACITY * 1.02, summary.achieved_rate
+    if cap == "fixed":  # the cap was full for the whole measured part: the old rule's blind spot
+        assert rec.cap == 32 and summary.capped > 0.5 * summary.requests, summary.capped
+        assert "waited for a free in-flight slot" in next(r.text for r in reasons if r.code == "server_saturated")
+    backlog_ = summary.backlog
+    assert backlog_ is not None and backlog_.server_queued(), backlog_

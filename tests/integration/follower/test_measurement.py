@@ -12,7 +12,7 @@ import pytest
 from common.spec.job import PointSpec
 from common.spec.load import SearchSpec, Stability
 from common.spec.slo import SLO
-from common.stats import decode, merge
+from common.stats import decode, merge, summarize
 from common.wire.models import ModelMeta
 from common.wire.results import PointResult, WindowStat
 from follower.point.context import HostFacts, ServerRun
@@ -117,7 +117,11 @@ def test_histograms_decode_and_merge_exactly(measured: dict) -> None:
     assert a.latency_hdr and b.latency_hdr
     ha = decode(a.latency_hdr)
     assert ha.get_total_count() == a.ok
-    assert ha.get_value_at_percentile(99) / 1e6 == pytest.approx(a.latency_ms.p99, rel=1e-3)  # type: ignore[union-attr]
+    # The histogram read with benchfleet's own estimator (nearest rank: HdrHistogram's get_value_at_percentile rounds
+    # its rank down, a neighbouring sample in a sparse tail) gives the exact p99 to its 3 significant digits.
+    from_hist = summarize(ha)
+    assert from_hist is not None and a.latency_ms is not None
+    assert from_hist.p99 == pytest.approx(a.latency_ms.p99, rel=1e-3)
     merged = merge([a.latency_hdr, b.latency_hdr])
     assert merged.get_total_count() == a.ok + b.ok
     assert merged.get_max_value() == max(ha.get_max_value(), decode(b.latency_hdr).get_max_value())

@@ -75,6 +75,22 @@ def test_a_token_event_with_empty_text_is_timed_and_a_closing_event_is_not(url: 
     assert text.startswith(' say "hi" w1 w2') and " w23" in text  # the held bytes came with the next event
 
 
+def test_an_event_carrying_several_tokens_is_split_by_the_servers_count_in_each_event(url: str) -> None:
+    """A server that batches its stream sends 3 tokens an event. Asked for its usage in every event (continuous usage),
+    each event counts as the tokens it brought, at its time: 24 arrivals, two of every three 0 ms after the one before.
+    Not asked, each event is one token: 8 arrivals for 24 tokens, shown as fewer events than tokens."""
+    asked = {"include_usage": True, "continuous_usage_stats": True}
+    (split, whole), _ = asyncio.run(
+        _requests(url, [_body(24, fake_tokens_per_event=3, stream_options=asked), _body(24, fake_tokens_per_event=3)])
+    )
+    assert split.stream is not None and whole.stream is not None, (split.error, whole.error)
+    assert len(split.stream.events_ns) == 24 == split.stream.completion_tokens and split.stream.prompt_tokens == 4
+    gaps_ms = np.diff(split.stream.events_ns) / 1e6
+    assert (gaps_ms == 0).sum() == 16 and np.median(gaps_ms[gaps_ms > 0]) == pytest.approx(GAP_MS, abs=3.0), gaps_ms
+    assert len(whole.stream.events_ns) == 8 and whole.stream.completion_tokens == 24
+    assert json.loads(b'"' + split.stream.text + b'"') == json.loads(b'"' + whole.stream.text + b'"')
+
+
 def test_a_non_streamed_answer_and_an_error_come_back_as_such(url: str) -> None:
     (plain, bad), _ = asyncio.run(_requests(url, [_body(6, stream=False), b"{not json"]))
     assert plain.status == 200 and plain.stream is not None

@@ -209,3 +209,33 @@ def test_follower_metrics_export_the_gpus() -> None:
     series = 'benchfleet_follower_gpu_power_watts{gpu="0"}'
     power = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(series)]
     assert power and power[0] > 10
+
+
+@needs_gpu
+def test_a_foreign_cuda_process_invalidates_the_point_with_its_name_and_pid(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    """The GPU-busy gate between points, on a real GPU: another user's CUDA process (not a child of the agent's) that
+    holds the GPU while a point runs makes that point invalid, naming it."""
+    import subprocess
+    import sys
+
+    path, model = wide
+    load = {"rate": 50, "duration": 1.0}
+    spec = parse_spec(
+        {"name": "gate", "model": "wide:1", "backends": ["torchscript"], "load": load, "server": {"device": "cuda"}}
+    )
+    facts = HostFacts(follower_id="f-gpu", host="gpuhost", cpu_model="cpu", cpu_count=os.cpu_count() or 1)
+    code = "import sys, time, torch; x = torch.ones(1 << 20, device='cuda'); print('ready', flush=True); time.sleep(120)"
+    stranger = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline().strip() == b"ready"  # on the GPU now
+
+        async def collect() -> list:
+            run = ServerRun(model=model, model_path=path, workdir=tmp_path, host_facts=facts, gpu_gate=True)
+            return [r async for r in run_backend("torchscript", expand(spec), run)]
+
+        (result,) = asyncio.run(collect())
+    finally:
+        stranger.kill()
+        stranger.wait()
+    (reason,) = [r for r in result.reasons if r.code == "gpu_foreign"]
+    assert not result.valid and f"(pid {stranger.pid}) on GPU" in reason.text, reason.text

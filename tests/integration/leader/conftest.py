@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from common import __version__
+from common.wire.compat import WIRE
 from common.wire.messaging import queue_for
 from leader.app import create_app
 from leader.settings import LeaderSettings
@@ -88,6 +90,11 @@ class Leader:
     def __init__(self, client: TestClient, settings: LeaderSettings, db: Database[dict[str, Any]]) -> None:
         self.client, self.settings, self.db = client, settings, db
         self.credentials: dict[str, str] = {}  # follower id → the credential registration returned
+
+    def stop(self) -> None:
+        """Stop this leader now (as an operator stops the old release before starting the new one)."""
+        _stop(self.client)
+        self.client.__dict__["_stopped"] = True
 
     def as_follower(self, follower_id: str) -> dict[str, str]:
         """The follower's own credential header; the admin's for one this Leader did not register (admins may act for any)."""
@@ -169,7 +176,8 @@ def follower_info(follower_id: str, incarnation: str, backends: list[str] | None
         "memory_mb": 8192,
         "gpus": [],
         "backends": backends if backends is not None else ["onnxruntime"],
-        "version": "0.1.0",
+        "version": __version__,
+        "wire": WIRE,
     }
 
 
@@ -245,7 +253,8 @@ def make_leader(make_settings: SettingsFactory, mongo_client: MongoClient[dict[s
 
     yield start
     for client in reversed(clients):
-        _stop(client)
+        if not client.__dict__.get("_stopped"):
+            _stop(client)
 
 
 STOP_S = 30.0

@@ -226,14 +226,14 @@ def test_only_an_admin_marks_a_model_trusted_and_unfinished_jobs_take_the_mark(l
     made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "sue", "role": "submitter"})
     submitter = {"Authorization": f"Bearer {made.json()['token']}"}
 
-    refused = leader.client.put("/api/v1/models/ident/1/trusted", headers=submitter, json={"trusted": True})
+    refused = leader.client.patch("/api/v1/models/ident/1", headers=submitter, json={"trusted": True})
     assert refused.status_code == 403
-    bad = leader.client.put("/api/v1/models/ident/1/trusted", headers=ADMIN, json={"trusted": "yes"})
+    bad = leader.client.patch("/api/v1/models/ident/1", headers=ADMIN, json={"trusted": "yes"})
     assert bad.status_code == 422 and "trusted" in bad.text
-    missing = leader.client.put("/api/v1/models/ident/9/trusted", headers=ADMIN, json={"trusted": True})
+    missing = leader.client.patch("/api/v1/models/ident/9", headers=ADMIN, json={"trusted": True})
     assert missing.status_code == 404 and missing.json()["field"] == "version"
 
-    marked = leader.client.put("/api/v1/models/ident/1/trusted", headers=ADMIN, json={"trusted": True})
+    marked = leader.client.patch("/api/v1/models/ident/1", headers=ADMIN, json={"trusted": True})
     assert marked.status_code == 200 and marked.json()["trusted"] is True
     assert leader.client.get("/api/v1/models/ident/1", headers=ADMIN).json()["trusted"] is True
     # The queued job's copy of the model (what its follower receives) carries the mark too.

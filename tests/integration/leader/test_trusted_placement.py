@@ -28,7 +28,7 @@ def test_an_untrusted_models_torchscript_job_waits_for_a_sandbox_and_a_trusted_o
     view = leader.job(job["id"])
     assert view["state"] == "queued" and "or the model marked trusted" in view["waiting_reason"]
 
-    marked = leader.client.put("/api/v1/models/ident/1/trusted", headers=ADMIN, json={"trusted": True})
+    marked = leader.client.patch("/api/v1/models/ident/1", headers=ADMIN, json={"trusted": True})
     assert marked.status_code == 200
     placed = leader.wait_dispatched(job["id"])  # the mark reaches the queued job: now the unsandboxed follower may run it
     assert placed["follower_id"] == unsandboxed

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from common.spec.grid import estimate_seconds, expand, server_runs, server_starts
 from common.spec.job import JobSpec
-from common.wire.jobs import JobView
+from common.wire.jobs import JobView, as_ran
 from common.wire.results import Percentiles, PointResult
 from leader.analysis.interference import matrix
 
@@ -70,3 +70,27 @@ def test_the_matrix_puts_each_model_beside_each_other_against_itself_alone() -> 
     beside = found.cell("a:1", "b:1")
     assert beside is not None and beside.p99_ms == 10.0 and beside.p99_ratio == 2.5 and beside.rate_ratio == 0.9
     assert found.cell("b:1", None) is not None and found.cell("b:1", "a:1").p99_ratio == 1.5  # type: ignore[union-attr]
+
+
+def test_a_rerun_pins_every_model_to_the_version_it_ran() -> None:
+    now = datetime.now(UTC)
+    job = JobView(
+        id="j",
+        name="co",
+        state="succeeded",
+        attempt=1,
+        follower_id="f",
+        spec=spec(colocate={"models": ["b"]}),
+        model_ref="a:3",
+        points_total=4,
+        points_done=4,
+        estimate_s=1,
+        created_at=now,
+        updated_at=now,
+        history=[],
+        colocated_refs=["b:7"],
+    )
+    again = as_ran(job)
+    assert again.model.ref == "a:3" and again.colocate is not None and again.colocate.models == ["b:7"]
+    assert again.colocate.cpus == job.spec.colocate.cpus and again.seed == job.spec.seed  # type: ignore[union-attr]
+    assert as_ran(job.model_copy(update={"colocated_refs": []})).colocate == job.spec.colocate  # stored before: as it was

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from common.spec.grid import expand
 from common.spec.job import JobSpec
 from common.spec.needs import offered_backends
 from common.wire.secrets import SecretCreate
@@ -66,8 +67,6 @@ def test_reserved_headers_and_ca_bundles() -> None:
 def test_an_openai_targets_points_carry_its_language_model_requests() -> None:
     """An OpenAI-compatible target is a language model's endpoint: its points get the job's llm workload (or the
     default one), as an LLM backend's would; a tensor target's get none."""
-    from common.spec.grid import expand
-
     llm = _job(target={"url": "http://h:8000", "protocol": "openai"}, llm={"prompt_tokens": 32, "output_tokens": 8})
     (point,) = expand(llm)
     assert point.backend == "endpoint" and point.llm is not None and point.llm.output_tokens.mean == 8
@@ -76,3 +75,14 @@ def test_an_openai_targets_points_carry_its_language_model_requests() -> None:
     (tensor,) = expand(_job(target={"url": "http://h:8000", "protocol": "kserve-http"}, inputs=[
         {"name": "x", "datatype": "FP32", "shape": [-1, 2]}]))  # fmt: skip
     assert tensor.llm is None
+
+
+def test_a_wire_audit_is_asked_only_of_plain_http_and_reaches_every_point() -> None:
+    plain = _job(target={"url": "http://h:1", "protocol": "openai"}, audit="wire")
+    assert {p.audit for p in expand(plain)} == {"wire"}
+    assert {p.audit for p in expand(_job(target={"url": "http://h:1", "protocol": "openai"}))} == {"off"}
+    for target in ({"url": "https://h:1", "protocol": "kserve-http"}, {"url": "grpc://h:1", "protocol": "kserve-grpc"}):
+        with pytest.raises(ValidationError, match=r"audit\n.*a wire audit reads HTTP/1.1 off the wire"):
+            _job(target=target, audit="wire")
+    with pytest.raises(ValidationError, match="audit"):
+        _job(audit="tcpdump")

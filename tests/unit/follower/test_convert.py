@@ -23,8 +23,9 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed (s
 
 def _meta(inputs: list[TensorSpec], fmt: str = "bundle") -> ModelMeta:
     out = [TensorSpec(name="output", datatype="FP32", shape=[-1, 10])]
-    return ModelMeta(name="m", version="1", format=fmt, inputs=inputs, outputs=out, sha256="0" * 64, size_bytes=1,
-                     created_at=datetime.now(UTC))
+    return ModelMeta(
+        name="m", version="1", format=fmt, inputs=inputs, outputs=out, sha256="0" * 64, size_bytes=1, created_at=datetime.now(UTC)
+    )
 
 
 @pytest.mark.parametrize("kind", ["fc", "conv", "lstm", "attention"])
@@ -71,8 +72,8 @@ def test_triton_config_with_and_without_dynamic_batching() -> None:
     assert 'backend: "python"' in off and "dynamic_batching" not in off and "count: 2" in off
     assert 'name: "input" data_type: TYPE_FP32 dims: [ 16 ]' in off
     on = config_pbtxt(
-        model, ServerOptions(dynamic_batching=DynamicBatching(max_batch_size=8, preferred_batch_sizes=[4, 8],
-                                                               max_queue_delay_us=300)),
+        model,
+        ServerOptions(dynamic_batching=DynamicBatching(max_batch_size=8, preferred_batch_sizes=[4, 8], max_queue_delay_us=300)),
         onnxruntime_backend=True,
     )
     assert 'platform: "onnxruntime_onnx"' in on and "max_batch_size: 8" in on
@@ -97,8 +98,9 @@ def test_preflight_refuses_a_bundle_that_does_not_match_the_job(tmp_path: Path) 
     model = _meta([TensorSpec(**meta["inputs"][0])])
     ok = parse_spec({"name": "j", "model": "m:1", "load": {"rate": 10}, "inputs": meta["inputs"]})
     check_before_serving(ok, model, path)
-    bad = parse_spec({"name": "j", "model": "m:1", "load": {"rate": 10},
-                      "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 5]}]})
+    bad = parse_spec(
+        {"name": "j", "model": "m:1", "load": {"rate": 10}, "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 5]}]}
+    )
     with pytest.raises(SignatureMismatch, match="shape"):
         check_before_serving(bad, model, path)
     lying = _meta([TensorSpec(name="input", datatype="INT64", shape=[-1, 4])])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from follower.protocols.transports.openai_stream import is_token_event, text_field
+from follower.protocols.transports.openai_stream import is_event_stream, is_token_event, text_field
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,19 @@ from follower.protocols.transports.openai_stream import is_token_event, text_fie
 )
 def test_token_events(event: bytes, token: bool) -> None:
     assert (bool(text_field(event)) or is_token_event(event)) is token
+
+
+@pytest.mark.parametrize(
+    ("start", "stream"),
+    [
+        (b"data: {", True),
+        (b"\n: keep-alive\n", True),
+        (b"event: x", True),
+        (b"dat", None),  # a read that ends inside `data:`: the next bytes decide
+        (b"  ", None),
+        (b'{"choices"', False),
+        (b"dax", False),
+    ],
+)
+def test_an_answer_is_an_event_stream_by_its_first_bytes_however_they_are_split(start: bytes, stream: bool | None) -> None:
+    assert is_event_stream(start) is stream

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from leader.store.durations import ALPHA, MAX_FACTOR, MIN_FACTOR, Correction, fit, fold, measured_of
+from leader.store.durations import ALPHA, MAX_FACTOR, MIN_FACTOR, Correction, fit, fold
 
 # The live bench's mix (bench/scheduler.py): load of 2 s or 30 s, every job paying ~3-4 s of fixed cost
 # (model fetch, server start, cold start). Spec estimates add 5 s per backend; one backend here.
@@ -92,9 +92,3 @@ def test_a_wild_run_is_clamped_and_the_overhead_never_negative() -> None:
     assert fast.rate == 0.5 and fast.overhead_s == 0.0
     hung = _fitted([(2.0, 5.0), (30.0, 900.0)])
     assert hung.rate == 3.0
-
-
-def test_measured_seconds_of_a_stored_job() -> None:
-    assert measured_of({"measured_s": 12.0, "base_estimate_s": 99.0}) == 12.0
-    # A document from before measured_s was stored: the spec estimate less 5 s per backend.
-    assert measured_of({"base_estimate_s": 17.0, "spec": {"backends": ["onnxruntime", "triton"]}}) == 7.0

@@ -35,7 +35,7 @@ securityContext:
   {{- end }}
 containers:
   - name: follower
-    image: "{{ .root.Values.image.follower.repository }}:{{ .root.Values.image.follower.tag }}"
+    image: {{ include "benchfleet.imageRef" .root.Values.image.follower | quote }}
     imagePullPolicy: {{ .root.Values.image.pullPolicy }}
     args: ["follower"]
     securityContext:
@@ -50,6 +50,9 @@ containers:
     ports:
       - {name: metrics, containerPort: {{ $f.metricsPort }}}
     env:
+      # What the follower records of its image in every result's reproducibility record.
+      - name: BENCHFLEET_IMAGE
+        value: {{ include "benchfleet.imageRef" .root.Values.image.follower | quote }}
       {{- if eq $mode "DaemonSet" }}
       # One agent per node: the node name is its id and its queue (follower.<node>).
       - name: BENCHFLEET_FOLLOWER_FOLLOWER_ID

@@ -65,3 +65,13 @@ redis://:$(REDIS_PASSWORD)@{{ include "benchfleet.fullname" . }}-redis:6379/0
   valueFrom: {secretKeyRef: {name: {{ include "benchfleet.secretName" . }}, key: redis-password}}
 {{- end }}
 {{- end -}}
+
+{{/* An image as deployed: repository@digest where a digest is given (what the follower records of its image), else
+repository:tag. */}}
+{{- define "benchfleet.imageRef" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}
