@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -139,6 +140,37 @@ class JobView(BaseModel):
     def trace_id(self) -> str | None:
         """The job's trace id (what a tracing backend and the log lines name it by)."""
         return self.traceparent.split("-")[1] if self.traceparent else None
+
+
+class JobFilter(BaseModel):
+    """Which jobs a list shows (every field optional; all given must hold): the API's and the console's job lists."""
+
+    team: Annotated[str, Field(max_length=100)] | None = None  # an admin's choice (a user sees only their team's)
+    state: JobState | None = None
+    owner: Annotated[str, Field(max_length=100)] | None = None  # the submitting user
+    model: Annotated[str, Field(max_length=200)] | None = None  # a model's name (every version) or name:version
+    backend: Annotated[str, Field(max_length=50)] | None = None  # one of the job's backends
+    follower_id: Annotated[str, Field(max_length=100)] | None = None  # where it runs or ran
+    since: datetime | None = None  # submitted at or after
+
+    def query(self) -> dict[str, object]:
+        """The PerfDB filter over job documents."""
+        out: dict[str, object] = {}
+        if self.team:
+            out["team"] = self.team
+        if self.state is not None:
+            out["state"] = self.state.value
+        if self.owner:
+            out["owner"] = self.owner
+        if self.model:
+            out["model_ref"] = self.model if ":" in self.model else {"$regex": "^" + re.escape(self.model) + ":"}
+        if self.backend:
+            out["spec.backends"] = self.backend
+        if self.follower_id:
+            out["follower_id"] = self.follower_id
+        if self.since is not None:
+            out["created_at"] = {"$gte": self.since}
+        return out
 
 
 def as_ran(job: JobView) -> JobSpec:

@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.base import NAME_PATTERN
 from common.errors import Forbidden, InvalidSpec, Unauthorized
 from common.wire.auth import DEFAULT_TEAM
-from leader.auth.tokens import SESSION_COOKIE, Principal, same_secret
+from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE, Principal, csrf_token, same_secret
 from leader.clock import Ages
 from leader.placement.placer import Placer
 from leader.settings import LeaderSettings
@@ -70,8 +70,9 @@ HeardDep = Annotated[Ages, Depends(get_heard)]
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-# A cookie is sent by the browser on its own, so it authenticates only reads (no cross-site writes, CSRF).
-_COOKIE_METHODS = frozenset({"GET", "HEAD"})
+# A cookie is sent by the browser on its own: it authenticates reads, and writes only with the session's CSRF token in
+# the X-CSRF-Token header (which a page of the leader's carries and another site's page cannot read or forge).
+_COOKIE_READS = frozenset({"GET", "HEAD"})
 
 
 async def authenticate(resources: Resources, token: str) -> Principal | None:
@@ -98,7 +99,9 @@ async def get_principal(request: Request, resources: ResourcesDep, credentials: 
     principal = None
     if credentials is not None:
         principal = await authenticate(resources, credentials.credentials)
-    elif request.method in _COOKIE_METHODS and (session_id := request.cookies.get(SESSION_COOKIE)):
+    elif session_id := request.cookies.get(SESSION_COOKIE):
+        if request.method not in _COOKIE_READS and not same_secret(request.headers.get(CSRF_HEADER, ""), csrf_token(session_id)):
+            raise Forbidden("a write from a web session needs its CSRF token (the page's csrf-token)", field=CSRF_HEADER)
         principal = await session_principal(resources, session_id)
     if principal is None:
         raise Unauthorized("missing or wrong bearer token")

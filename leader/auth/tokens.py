@@ -18,6 +18,9 @@ TOKEN_PREFIX = "bf_"
 TOKEN_BYTES = 32
 # The name of the cookie the web login sets (HttpOnly): a server-side session's id (leader/store/sessions.py).
 SESSION_COOKIE = "benchfleet_session"
+# The header a page's script sends its session's CSRF token in (and the field a page's form sends it as).
+CSRF_HEADER = "X-CSRF-Token"
+CSRF_FIELD = "csrf"
 
 
 def new_token() -> str:
@@ -28,6 +31,13 @@ def new_token() -> str:
 def hash_token(token: str) -> str:
     """The sha256 hex digest stored and looked up in place of the token."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def csrf_token(session_id: str) -> str:
+    """The CSRF token of a web session: derived from its id (which only the browser holding the cookie has), so a page
+    carries it for its forms and scripts while another site's page, which can make the browser send the cookie but
+    cannot read it, cannot forge it. Nothing is stored; it lives and dies with the session."""
+    return hmac.new(session_id.encode(), b"benchfleet-csrf", hashlib.sha256).hexdigest()
 
 
 def same_secret(given: str, expected: str) -> bool:

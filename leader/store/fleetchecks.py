@@ -62,3 +62,9 @@ async def set_anomaly(db: AsyncDatabase, *, follower_id: str, anomaly: Anomaly |
     """Mark a follower anomalous with the evidence, or clear its mark."""
     update = {"$set": {"anomaly": anomaly.model_dump()}} if anomaly is not None else {"$unset": {"anomaly": ""}}
     await db[followers_store.COLLECTION].update_one({"_id": follower_id}, update)
+
+
+async def recent(db: AsyncDatabase, *, limit: int) -> list[dict[str, Any]]:
+    """The last `limit` settled checks, newest first: id, when, model and figures ([follower, key, value] rows)."""
+    fields = {"created_at": 1, "model_ref": 1, "figures": 1}
+    return await db[COLLECTION].find({"state": "done"}, fields).sort("created_at", -1).limit(limit).to_list(limit)

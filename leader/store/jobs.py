@@ -13,7 +13,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Conflict
-from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView
+from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobFilter, JobState, JobTask, JobView
 from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
@@ -152,13 +152,13 @@ def counted_parts(doc: dict[str, Any]) -> list[str]:
 
 
 async def list_jobs(
-    db: AsyncDatabase, *, state: JobState | None, limit: int, after: tuple[datetime, str] | None = None, team: str | None = None
+    db: AsyncDatabase, *, where: JobFilter, limit: int, after: tuple[datetime, str] | None = None, team: str | None = None
 ) -> list[JobView]:
-    """Jobs newest first (of `team`, when given), optionally of one state; with `after` (created_at, id), those that
-    come after it."""
-    query: dict[str, Any] = team_query(team)
-    if state is not None:
-        query["state"] = state.value
+    """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
+    after it."""
+    if team is not None and where.team and where.team != team:
+        return []  # another team's jobs do not exist for this caller
+    query: dict[str, Any] = {**where.query(), **team_query(team)}
     if after is not None:
         at, job_id = after
         query["$or"] = [{"created_at": {"$lt": at}}, {"created_at": at, "_id": {"$lt": job_id}}]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo import ASCENDING
@@ -20,6 +22,16 @@ from leader.store.lookup import team_query
 
 COLLECTION = "leaderboard"
 BASELINES = "baselines"
+
+
+@dataclass
+class PointTally:
+    """A job's stored points: how many, how many valid, how many valid and within its SLO (leader.analysis.leaderboard's
+    meets_slo: the same test as the leaderboard's best-under-SLO)."""
+
+    points: int = 0
+    valid: int = 0
+    slo_met: int = 0
 
 
 async def ensure_indexes(db: AsyncDatabase) -> None:
@@ -242,3 +254,16 @@ async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: d
         colocated=((job.get("spec") or {}).get("colocate") or {}).get("models") or [],
     )
     await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)
+
+
+async def tallies(db: AsyncDatabase, *, job_ids: list[str], meets_slo: Callable[[dict[str, Any]], bool]) -> dict[str, PointTally]:
+    """Per job, its stored points counted: how many, how many valid, how many `meets_slo` (a job list's verdicts, in
+    one read)."""
+    out: dict[str, PointTally] = {}
+    fields = {"job_id": 1, "valid": 1, "slo_met": 1, "p99_ms": 1, "slo_p99_ms": 1}
+    async for doc in db[COLLECTION].find({"job_id": {"$in": job_ids}}, fields):
+        tally = out.setdefault(doc["job_id"], PointTally())
+        tally.points += 1
+        tally.valid += bool(doc.get("valid"))
+        tally.slo_met += meets_slo(doc)
+    return out

@@ -8,8 +8,9 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from common.errors import Forbidden
 from leader.api import deps
-from leader.auth.tokens import SESSION_COOKIE, Principal
+from leader.auth.tokens import CSRF_FIELD, SESSION_COOKIE, Principal, csrf_token, same_secret
 from leader.store import sessions as sessions_store
 from leader.web.render import render
 
@@ -28,11 +29,13 @@ class LoginRequired(Exception):
 
 
 async def require_login(request: Request) -> Principal:
-    """The logged-in user; pages redirect to /login without a valid session cookie."""
+    """The logged-in user; pages redirect to /login without a valid session cookie. The session's CSRF token is left
+    in `request.state.csrf` for the page to carry (base.html: its forms' field and its scripts' header)."""
     session_id = request.cookies.get(SESSION_COOKIE)
     principal = await deps.session_principal(deps.get_resources(request), session_id) if session_id else None
-    if principal is None or not _page_user(principal):
+    if session_id is None or principal is None or not _page_user(principal):
         raise LoginRequired()
+    request.state.csrf = csrf_token(session_id)
     return principal
 
 
@@ -70,9 +73,12 @@ async def login(request: Request, token: str = Form(""), next: str = Form("/lead
 
 
 @router.post("/logout")
-async def logout(request: Request) -> Response:
-    """End the session at the leader and forget its cookie."""
+async def logout(request: Request, csrf: str = Form("")) -> Response:
+    """End the session at the leader and forget its cookie (the form carries the session's CSRF token: another site
+    cannot log a user out)."""
     if session_id := request.cookies.get(SESSION_COOKIE):
+        if not same_secret(csrf, csrf_token(session_id)):
+            raise Forbidden("logging out needs the page's CSRF token", field=CSRF_FIELD)
         await sessions_store.end(deps.get_resources(request).db, session_id=session_id)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")

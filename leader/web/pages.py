@@ -27,7 +27,7 @@ from leader.api import API_PREFIX, deps
 from leader.store import jobs as jobs_store
 from leader.store import results as results_store
 from leader.web import charts as draw
-from leader.web import login
+from leader.web import console, login
 from leader.web.curves import prefill_chart
 from leader.web.render import HERE, render
 
@@ -134,6 +134,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     llm = any(r.ttft_p99_ms is not None for r in page.rows)
     html = render(
         "leaderboard.html",
+        csrf=request.state.csrf,
         page=page,
         columns=COLUMNS + LLM_COLUMNS if llm else COLUMNS,
         llm=llm,
@@ -165,9 +166,14 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     """A job: live progress while it runs, then its points and plots."""
-    team = (await require_login(request)).scope
-    context = await _job_context(deps.get_db(request), job_id, team)
-    return HTMLResponse(render("job.html", report=False, **context))
+    principal = await require_login(request)
+    context = await _job_context(deps.get_db(request), job_id, principal.scope)
+    job = context["job"]
+    actions = {
+        "may_cancel": principal.may_manage(job.owner) and job.state not in TERMINAL_STATES,
+        "may_submit": principal.at_least("submitter") and job.part_of is None,
+    }
+    return HTMLResponse(render("job.html", report=False, csrf=request.state.csrf, **actions, **context))
 
 
 def _report_assets() -> tuple[str, str]:
@@ -209,6 +215,7 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     return HTMLResponse(
         render(
             "point.html",
+            csrf=request.state.csrf,
             job=job,
             index=index,
             point=points[0],
@@ -248,6 +255,7 @@ async def analysis_page(
     ]
     html = render(
         "analysis.html",
+        csrf=request.state.csrf,
         charts=charts,
         cost=cost_rows,
         metrics=HEAT_METRICS,
@@ -272,7 +280,8 @@ async def compare_page(
             result = await queries.compare_jobs(db, a, b, threshold, team=team)
         except BenchfleetError as exc:
             error = exc.message
-    return HTMLResponse(render("compare.html", a=a, b=b, threshold=threshold, result=result, error=error))
+    html = render("compare.html", csrf=request.state.csrf, a=a, b=b, threshold=threshold, result=result, error=error)
+    return HTMLResponse(html)
 
 
 # In the API's schema beside the other exports; served here, where the job page is drawn.
@@ -290,6 +299,7 @@ def install(app: FastAPI) -> None:
     """Mount the pages, the login and the static assets on the app."""
     app.include_router(login.router)
     app.include_router(router)
+    app.include_router(console.router)
     app.include_router(report_router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_exception_handler(login.LoginRequired, login.login_redirect)

@@ -24,9 +24,9 @@ from common.wire.jobs import (
     TERMINAL_STATES,
     Claim,
     FinishReport,
+    JobFilter,
     JobFootprint,
     JobResults,
-    JobState,
     JobTask,
     JobView,
     PointReport,
@@ -234,14 +234,14 @@ async def list_jobs(
     response: Response,
     db: Db,
     viewer: Viewer,
-    state: JobState | None = None,
+    where: Annotated[JobFilter, Query()],
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> list[JobView]:
-    """The caller's team's jobs (every team's for an admin) newest first, optionally of one state, a page of `limit`
-    at a time: a full page names the next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as
-    `cursor`)."""
-    jobs = await jobs_store.list_jobs(db, state=state, limit=limit, after=paging.decode(cursor), team=viewer.scope)
+    """The caller's team's jobs (every team's for an admin) newest first, those the filters select (state, owner,
+    model name or name:version, backend, follower, submitted since), a page of `limit` at a time: a full page names the
+    next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
+    jobs = await jobs_store.list_jobs(db, where=where, limit=limit, after=paging.decode(cursor), team=viewer.scope)
     paging.link_next(request, response, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
     return jobs
 

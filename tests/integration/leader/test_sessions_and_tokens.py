@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from leader.auth.tokens import SESSION_COOKIE
+from leader.auth.tokens import SESSION_COOKIE, csrf_token
 from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
 
 
@@ -39,7 +39,8 @@ def test_the_cookie_is_a_server_side_session_that_logout_and_revocation_end(lead
     admin_session = _login(leader, ADMIN_TOKEN)
     assert _page_status(leader, admin_session) == 200
     leader.client.cookies.clear()
-    out = leader.client.post("/logout", cookies={SESSION_COOKIE: admin_session}, follow_redirects=False)
+    csrf = {"csrf": csrf_token(admin_session)}  # what its pages carry (tests/integration/leader/test_console.py)
+    out = leader.client.post("/logout", cookies={SESSION_COOKIE: admin_session}, data=csrf, follow_redirects=False)
     assert out.status_code == 303
     assert _page_status(leader, admin_session) == 303  # the old cookie is worthless after logout
     assert leader.db.sessions.count_documents({"user": "admin"}) == 0

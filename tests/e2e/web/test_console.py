@@ -1,0 +1,176 @@
+"""The console in a real browser (Playwright driving Debian's chromium against a real leader over HTTP): the jobs list
+(filter, live refresh, cancel, re-run, copy as YAML) and the fleet (drain, resume), as an admin and as a viewer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from common.procs import free_port
+from common.spec.parse import parse_spec_yaml
+from leader.app import create_app
+from tests.conftest import wait_for_port
+from tests.e2e.web.test_pages import ARGS, CHROMIUM, sync_api
+from tests.integration.leader.analysis_seed import pct, seed_job
+from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
+
+pytestmark = [pytest.mark.e2e]
+
+WIDTH = 1400
+
+
+@pytest.fixture
+def console(make_leader: Callable[..., Leader]) -> Iterator[dict[str, Any]]:
+    """A finished job (its points reported by a registered agent), a job waiting on that agent, the leader over HTTP.
+    The agent does not beat: it stays alive, and the waiting job on it, for as long as a test takes."""
+    leader = make_leader(missing_after_s=600, undelivered_after_s=600)
+    leader.upload_model()
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(5.0 if rate < 60 else 30.0), "achieved_rate": rate}
+
+    grid: dict[str, Any] = {"backends": ["onnxruntime"], "batches": [1], "rates": [50, 100]}
+    done = seed_job(leader, name="finished", p99_slo=10, follower_id="host0", metrics=metrics, **grid)
+    waiting = leader.submit()["id"]
+    leader.wait_state(waiting, "assigned")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(leader.settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        yield {"url": f"http://127.0.0.1:{port}", "done": done, "waiting": waiting, "leader": leader}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def logged_in(url: str, token: str) -> Iterator[Any]:
+    """Chromium at 1,400 x 1,000, logged in with `token`."""
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+            page.goto(url + "/login")
+            page.fill("#token", token)
+            page.click("#login-submit")
+            page.wait_for_load_state()
+            yield page
+        finally:
+            browser.close()
+
+
+def _fits(page: Any) -> None:
+    """No sideways scrolling at 1,400 px: not the page, not a table in its scroll box."""
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    boxes = page.evaluate("Array.from(document.querySelectorAll('.scroll')).map(e => [e.scrollWidth, e.clientWidth])")
+    assert all(inner <= outer for inner, outer in boxes), boxes
+
+
+def _state(page: Any, job_id: str) -> str:
+    return str(page.locator(f'tr[data-job="{job_id}"] td.job-state').inner_text())
+
+
+def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[str, Any], artifacts_dir: Path) -> None:
+    leader: Leader = console["leader"]
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    url, done, waiting = console["url"], console["done"], console["waiting"]
+    with logged_in(url, ADMIN_TOKEN) as page:
+        page.goto(url + "/jobs")
+        page.wait_for_selector(f'tr[data-job="{done}"]')
+        assert _state(page, done) == "succeeded" and _state(page, waiting) == "assigned"
+        done_row = page.locator(f'tr[data-job="{done}"]')
+        assert done_row.locator("td.job-verdict").inner_text() == "2/2 points valid, 1 within the SLO"
+        waiting_row = page.locator(f'tr[data-job="{waiting}"]')
+        agent = leader.job(waiting)["follower_id"]
+        assert agent in waiting_row.locator("td.job-where").inner_text()
+        assert waiting_row.locator("td.job-start").inner_text().startswith("~")  # the placer's estimate
+        _fits(page)
+        page.screenshot(path=str(shots / "console-jobs.png"))
+
+        # A job submitted elsewhere appears without reloading (the list refreshes while visible).
+        page.evaluate("window.__same_page = true")
+        later = leader.submit()["id"]
+        page.wait_for_selector(f'tr[data-job="{later}"]', timeout=15_000)
+        assert page.evaluate("window.__same_page") is True
+
+        page.select_option("#f-state", "succeeded")
+        page.click("#filter-submit")
+        page.wait_for_url("**state=succeeded**")
+        assert page.locator("tr.job").count() == 1 and _state(page, done) == "succeeded"
+
+        # Copy as YAML: the job as it ran, which parses back to a spec pinned to the version it ran.
+        page.click(f'tr[data-job="{done}"] [data-action="yaml"]')
+        page.wait_for_selector("#yaml-dialog[open]")
+        spec = parse_spec_yaml(page.input_value("#yaml-text"))
+        assert spec.model.ref == "ident:1" and spec.name == "finished"
+        page.click("#yaml-close")
+
+        # Cancel from the list: the row says so after the refresh, and the API agrees.
+        page.goto(url + "/jobs")
+        page.click(f'tr[data-job="{waiting}"] [data-action="cancel"]')
+        page.wait_for_function(
+            f"document.querySelector('tr[data-job=\"{waiting}\"] td.job-state').textContent === 'cancelled'", timeout=15_000
+        )
+        assert leader.job(waiting)["state"] == "cancelled"
+        assert page.locator(f'tr[data-job="{waiting}"] [data-action="cancel"]').count() == 0
+        assert page.locator("#console-error").is_hidden()
+
+        # Re-run from the job page: a new job, the same spec as it ran, and its page opens.
+        page.goto(f"{url}/jobs/{done}")
+        page.click('[data-action="rerun"]')
+        page.wait_for_url(lambda target: "/jobs/" in target and done not in target)
+        new_id = page.url.rsplit("/", 1)[1]
+        rerun = leader.job(new_id)
+        assert rerun["model_ref"] == "ident:1" and rerun["spec"]["load"] == leader.job(done)["spec"]["load"]
+        page.screenshot(path=str(shots / "console-rerun-job.png"))
+
+        # The fleet: the agent that ran the job, drained and resumed from its card.
+        page.goto(url + "/fleet")
+        card = page.locator(f"#follower-{agent}")
+        assert "onnxruntime" in card.inner_text() and "no GPU" in card.inner_text()
+        _fits(page)
+        page.screenshot(path=str(shots / "console-fleet.png"))
+        card.locator('[data-action="drain"]').click()
+        page.wait_for_selector(f'#follower-{agent} [data-action="resume"]')
+        assert card.locator(".follower-state").inner_text() == "draining"
+        listed = {f["info"]["follower_id"]: f for f in leader.client.get("/api/v1/followers", headers=ADMIN).json()}
+        assert listed[agent]["state"] == "draining"
+        card.locator('[data-action="resume"]').click()
+        page.wait_for_selector(f'#follower-{agent} [data-action="drain"]')
+        assert card.locator(".follower-state").inner_text() != "draining"
+
+
+def test_a_viewer_sees_no_controls_and_is_refused_if_it_posts(console: dict[str, Any]) -> None:
+    leader: Leader = console["leader"]
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "vic", "role": "viewer"})
+    assert made.status_code == 201, made.text
+    url, waiting = console["url"], console["waiting"]
+    with logged_in(url, made.json()["token"]) as page:
+        page.goto(url + "/jobs")
+        page.wait_for_selector(f'tr[data-job="{waiting}"]')
+        assert page.locator('[data-action="cancel"], [data-action="rerun"]').count() == 0
+        assert page.locator('[data-action="yaml"]').count() >= 1  # reading is allowed
+        page.goto(url + "/fleet")
+        page.wait_for_selector(".follower")
+        assert page.locator('[data-action="drain"], [data-action="resume"]').count() == 0
+        # Posting anyway, from the page itself with its CSRF token: the API refuses the role; without it, the token.
+        status = page.evaluate(
+            """async ([job]) => {
+                 const csrf = document.querySelector('meta[name="csrf-token"]').content;
+                 const signed = await fetch(`/api/v1/jobs/${job}/cancel`, {method: "POST", headers: {"X-CSRF-Token": csrf}});
+                 const bare = await fetch(`/api/v1/jobs/${job}/cancel`, {method: "POST"});
+                 return [signed.status, (await bare.json()).field];
+               }""",
+            [waiting],
+        )
+        assert status == [403, "X-CSRF-Token"], status
+    assert leader.job(waiting)["state"] == "assigned"

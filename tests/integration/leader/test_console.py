@@ -1,0 +1,150 @@
+"""The console's server side: a web session writes only with its CSRF token; the jobs list's filters (page and API
+alike, the caller's team always its scope); "copy as YAML" submits the job again as it ran."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from common.spec.parse import parse_spec_yaml
+from common.wire.jobs import JobView, as_ran
+from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE
+from tests.integration.leader.conftest import ADMIN, Leader
+from tests.unit.leader.onnx_models import identity_model
+
+pytestmark = pytest.mark.integration
+
+SPEC = "name: {name}\nmodel: {model}\nbackends: [{backend}]\nbatch_sizes: [1]\nload: {{rate: [10], duration: 2s}}\n"
+YAML = {"Content-Type": "application/yaml"}
+
+
+def _login(leader: Leader, token: str) -> tuple[dict[str, str], str]:
+    """A web session's cookie and the CSRF token its pages carry."""
+    answer = leader.client.post("/login", data={"token": token, "next": "/jobs"}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    cookies = {SESSION_COOKIE: answer.cookies[SESSION_COOKIE]}
+    leader.client.cookies.clear()
+    page = leader.client.get("/jobs", cookies=cookies)
+    assert page.status_code == 200, page.text
+    found = re.search(r'<meta name="csrf-token" content="([0-9a-f]{64})">', page.text)
+    assert found, "the page carries no CSRF token"
+    assert found.group(1) in re.search(r'name="csrf" value="([0-9a-f]+)"', page.text).group(1)  # type: ignore[union-attr]
+    return cookies, found.group(1)
+
+
+def _token(leader: Leader, user: str, role: str, team: str) -> str:
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": user, "role": role, "team": team})
+    assert made.status_code == 201, made.text
+    return str(made.json()["token"])
+
+
+def _submit(leader: Leader, headers: dict[str, str], *, name: str, model: str, backend: str = "onnxruntime") -> str:
+    body = SPEC.format(name=name, model=model, backend=backend)
+    answer = leader.client.post("/api/v1/jobs", headers={**headers, **YAML}, content=body)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
+
+
+def test_a_web_session_writes_only_with_its_csrf_token(leader: Leader) -> None:
+    leader.upload_model()
+    job_id = leader.submit()["id"]
+    cookies, csrf = _login(leader, ADMIN["Authorization"].split()[1])
+    cancel = f"/api/v1/jobs/{job_id}/cancel"
+    # The cookie alone (what another site's form or script makes the browser send) is refused, naming the header.
+    bare = leader.client.post(cancel, cookies=cookies)
+    assert bare.status_code == 403 and bare.json()["field"] == CSRF_HEADER, bare.text
+    wrong = leader.client.post(cancel, cookies=cookies, headers={CSRF_HEADER: "0" * 64})
+    assert wrong.status_code == 403 and wrong.json()["field"] == CSRF_HEADER, wrong.text
+    assert leader.job(job_id)["state"] in {"queued", "assigned"}  # nothing happened
+    # Another session's token does not fit this one.
+    _other_cookies, other_csrf = _login(leader, ADMIN["Authorization"].split()[1])
+    crossed = leader.client.post(cancel, cookies=cookies, headers={CSRF_HEADER: other_csrf})
+    assert crossed.status_code == 403, crossed.text
+    done = leader.client.post(cancel, cookies=cookies, headers={CSRF_HEADER: csrf})
+    assert done.status_code == 200 and done.json()["state"] == "cancelled", done.text
+    # The logout form too: without the token the session lives on.
+    refused = leader.client.post("/logout", cookies=cookies, follow_redirects=False)
+    assert refused.status_code == 403 and leader.client.get("/jobs", cookies=cookies, follow_redirects=False).status_code == 200
+    out = leader.client.post("/logout", cookies=cookies, data={"csrf": csrf}, follow_redirects=False)
+    assert out.status_code == 303 and leader.client.get("/jobs", cookies=cookies, follow_redirects=False).status_code == 303
+
+
+def test_a_viewer_session_is_refused_writes_even_with_its_token(leader: Leader) -> None:
+    leader.upload_model()
+    job_id = leader.submit()["id"]
+    cookies, csrf = _login(leader, _token(leader, "val", "viewer", "default"))
+    page = leader.client.get("/jobs", cookies=cookies)
+    assert job_id in page.text and 'data-action="cancel"' not in page.text and 'data-action="rerun"' not in page.text
+    refused = leader.client.post(f"/api/v1/jobs/{job_id}/cancel", cookies=cookies, headers={CSRF_HEADER: csrf})
+    assert refused.status_code == 403, refused.text
+    submitted = leader.client.post("/api/v1/jobs", cookies=cookies, headers={CSRF_HEADER: csrf, **YAML}, content="name: x\n")
+    assert submitted.status_code == 403, submitted.text
+    assert leader.job(job_id)["state"] in {"queued", "assigned"}
+
+
+def _rows(text: str) -> list[str]:
+    return re.findall(r'<tr class="job state-\w+" data-job="([0-9a-f]+)"', text)
+
+
+def test_the_jobs_list_filters_in_the_callers_scope(leader: Leader) -> None:
+    admin_alpha = _token(leader, "ann", "submitter", "alpha")
+    alpha = {"Authorization": f"Bearer {admin_alpha}"}
+    beta = {"Authorization": f"Bearer {_token(leader, 'bob', 'submitter', 'beta')}"}
+    for headers, name in ((alpha, "ma"), (beta, "mb")):
+        answer = leader.client.post(
+            "/api/v1/models",
+            headers=headers,
+            data={"name": name, "version": "1"},
+            files={"file": ("model.onnx", identity_model(), "application/octet-stream")},
+        )
+        assert answer.status_code == 201, answer.text
+    a1 = _submit(leader, alpha, name="a1", model="ma:1")
+    a2 = _submit(leader, alpha, name="a2", model="ma:1", backend="torchscript")
+    b1 = _submit(leader, beta, name="b1", model="mb:1")
+    leader.client.post(f"/api/v1/jobs/{a2}/cancel", headers=alpha)
+    admin_cookies, _ = _login(leader, ADMIN["Authorization"].split()[1])
+
+    def listed(cookies: dict[str, str], **params: str) -> list[str]:
+        page = leader.client.get("/jobs", cookies=cookies, params=params)
+        assert page.status_code == 200, page.text
+        api = leader.client.get("/api/v1/jobs", cookies=cookies, params=params)
+        assert api.status_code == 200, api.text
+        rows = _rows(page.text)
+        assert rows == [j["id"] for j in api.json()]  # the page and the API select alike
+        return rows
+
+    assert listed(admin_cookies) == [b1, a2, a1]  # newest first, every team for an admin
+    assert listed(admin_cookies, team="alpha") == [a2, a1]
+    assert listed(admin_cookies, owner="bob") == [b1]
+    assert listed(admin_cookies, state="cancelled") == [a2]
+    assert listed(admin_cookies, model="ma") == [a2, a1] == listed(admin_cookies, model="ma:1")
+    assert listed(admin_cookies, model="m") == []  # a name, not a prefix
+    assert listed(admin_cookies, backend="torchscript") == [a2]
+    assert listed(admin_cookies, since="2000-01-01") == [b1, a2, a1] and listed(admin_cookies, since="2999-01-01") == []
+    alpha_cookies, _ = _login(leader, admin_alpha)
+    assert listed(alpha_cookies) == [a2, a1]
+    assert listed(alpha_cookies, team="beta") == []  # a team filter never widens a user's scope
+    # A bad filter is a 4xx naming it, on the page and over the API.
+    page = leader.client.get("/jobs", cookies=admin_cookies, params={"state": "sleeping"})
+    assert page.status_code == 400 and 'data-field="state"' in page.text, page.text
+    api = leader.client.get("/api/v1/jobs", headers=ADMIN, params={"since": "yesterday"})
+    assert api.status_code == 422 and "since" in api.text, api.text
+
+
+def test_the_yaml_submits_the_job_again_as_it_ran(leader: Leader) -> None:
+    leader.upload_model()
+    spec = SPEC.format(name="y", model="ident", backend="onnxruntime") + "seed: 7\nserver: {threads: 2}\n"
+    job = leader.submit(text=spec)
+    leader.upload_model(version="2")  # "ident" now means version 2: the YAML must pin the version that ran
+    cookies, _ = _login(leader, ADMIN["Authorization"].split()[1])
+    answer = leader.client.get(f"/jobs/{job['id']}/spec.yaml", cookies=cookies)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/yaml"), answer.text
+    parsed = parse_spec_yaml(answer.text)
+    expected: Any = as_ran(JobView.model_validate(job))
+    assert parsed == expected and parsed.model.ref == "ident:1" and parsed.seed == 7
+    again = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=answer.text)
+    assert again.status_code == 201 and again.json()["model_ref"] == "ident:1", again.text
+    missing = leader.client.get("/jobs/0123456789abcdef0123456789abcdef/spec.yaml", cookies=cookies)
+    assert missing.status_code == 404
