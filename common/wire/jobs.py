@@ -173,6 +173,30 @@ class JobFilter(BaseModel):
         return out
 
 
+class SubmitPreview(BaseModel):
+    """What submitting a spec now would do, checked exactly as a submission is and stored nowhere."""
+
+    name: str
+    model_ref: str
+    points: int
+    jobs: int  # jobs it creates (a split job's parts; else 1)
+    estimate_s: float  # run time when the server keeps up with every point (the spec's estimate)
+    estimate_max_s: float | None = None  # every point overloading its server and waiting its drain bound
+    follower_id: str | None = None  # where placement would send it now (None: no follower can run it now)
+    jobs_ahead: int = 0  # jobs that would run there (or be placed) before it
+    start_in_s: float | None = None  # about when it would start, from now
+    waiting_reason: str | None = None  # why no follower can run it now
+
+    def describe(self) -> str:
+        """The preview in a sentence."""
+        what = f"{self.points} point{'s' if self.points != 1 else ''}, about {self.estimate_s:.0f} s"
+        if self.follower_id is None:
+            return f"{what}; it would wait: {self.waiting_reason}"
+        ahead = f"after {self.jobs_ahead} job{'s' if self.jobs_ahead != 1 else ''}" if self.jobs_ahead else "at once"
+        start = f", starting in about {self.start_in_s:.0f} s" if self.jobs_ahead and self.start_in_s is not None else ""
+        return f"{what}; it would run on follower {self.follower_id} {ahead}{start}"
+
+
 def as_ran(job: JobView) -> JobSpec:
     """The job's spec exactly as it ran, to submit again: its model (and a co-location's other models) pinned to the
     version it ran (a spec that named the

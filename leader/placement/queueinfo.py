@@ -15,12 +15,17 @@ from datetime import datetime, timedelta
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.wire.jobs import JobState, JobView
+from common.spec.grid import overload_allowance_s
+from common.wire.jobs import JobState, JobView, SubmitPreview
+from common.wire.models import ModelMeta
 from leader.clock import utcnow
+from leader.domain import Load
+from leader.jobplan import JobPlan
 from leader.placement.book import JobBook
-from leader.placement.placer import unable_reason
+from leader.placement.placer import Policy, choose_follower, explain_unplaceable, unable_reason
 from leader.store import assignments as assignments_store
 from leader.store import followers as followers_store
+from leader.store.jobdocs import queued_job
 
 
 def _at(seconds: float, now: datetime) -> datetime:
@@ -86,3 +91,34 @@ async def with_queue_info(db: AsyncDatabase, book: JobBook | None, view: JobView
     if view.state == JobState.queued:
         return await _queued(db, book, view, now)
     return view
+
+
+async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> SubmitPreview:
+    """What placement would do with a checked submission if it were stored now: the jobs queued at the leader for the
+    same kind of follower go first, one by one, to the follower the policy picks; then this one does. Its start is the
+    work queued there by then. An estimate, as `with_queue_info`'s is; a split job is previewed as its first part."""
+    spec = plan.spec
+    points = len(plan.points)
+    out = SubmitPreview(
+        name=spec.name,
+        model_ref=model.ref,
+        points=points,
+        jobs=plan.jobs_created,
+        estimate_s=round(plan.estimate_s, 3),
+        estimate_max_s=round(plan.estimate_s + overload_allowance_s(spec, points), 3),
+    )
+    doc = {"_id": "", "attempt": 1, "spec": spec.model_dump(mode="json"), "model": model.model_dump(), "model_ref": model.ref}
+    job = queued_job({**doc, "base_estimate_s": plan.estimate_s, "measured_s": plan.measured_s})
+    candidates = await followers_store.candidates(db)
+    loads = dict(book.loads) if book is not None else {}
+    queued = sorted(book.queued.values(), key=lambda entry: entry[0]) if book is not None else []
+    for _, other, _ in queued:
+        if (other.backends, other.needs) == (job.backends, job.needs):
+            target = choose_follower(job=other, candidates=candidates, loads=loads, policy=policy)
+            if target is not None:
+                loads[target] = loads.get(target, Load()).plus(other.estimate_s)
+    chosen = choose_follower(job=job, candidates=candidates, loads=loads, policy=policy)
+    if chosen is None:
+        return out.model_copy(update={"waiting_reason": explain_unplaceable(job, candidates)})
+    there = loads.get(chosen, Load())
+    return out.model_copy(update={"follower_id": chosen, "jobs_ahead": there.jobs, "start_in_s": round(there.seconds, 1)})

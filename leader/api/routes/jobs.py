@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Query, Request, Response
@@ -30,6 +31,7 @@ from common.wire.jobs import (
     JobTask,
     JobView,
     PointReport,
+    SubmitPreview,
 )
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
@@ -37,12 +39,13 @@ from leader.analysis import queries
 from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
-from leader.jobplan import plan_job
+from leader.auth.tokens import Principal
+from leader.jobplan import JobPlan, plan_job
 from leader.jobs import fleetcheck
 from leader.jobs.limits import check_spec_limits, queue_admission
 from leader.jobs.targets import target_model
 from leader.placement.pins import pin_shards
-from leader.placement.queueinfo import with_queue_info
+from leader.placement.queueinfo import preview, with_queue_info
 from leader.placement.shard_choice import choose_shard_followers, sized
 from leader.store import datasets as data_store
 from leader.store import deletion
@@ -97,9 +100,18 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
         )
 
 
-@router.post("", status_code=201, response_model=JobView, openapi_extra=_SPEC_BODY)
-async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep, principal: Submitter) -> JobView:
-    """Submit a job spec (YAML or JSON); it is stored as queued before the reply."""
+@dataclass(frozen=True)
+class Checked:
+    """A submission that passed every check: what inserting it (or previewing it) needs."""
+
+    plan: JobPlan
+    model: ModelMeta
+    colocated: list[ModelMeta]
+
+
+async def _checked(request: Request, db: Db, settings: SettingsDep, principal: Principal) -> Checked:
+    """Every check a submission passes before it is stored (submit and preview alike): 415, 413, 422 or 404 naming the
+    field otherwise."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in YAML_TYPES | JSON_TYPES:
         raise UnsupportedMediaType(
@@ -150,6 +162,14 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     colocated = await _colocated_models(db, spec, model, team)
     if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/placement/shard_choice.py)
         plan = pin_shards(plan, choose_shard_followers(await followers_store.list_followers(db), spec, plan.points))
+    return Checked(plan, model, colocated)
+
+
+@router.post("", status_code=201, response_model=JobView, openapi_extra=_SPEC_BODY)
+async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep, principal: Submitter) -> JobView:
+    """Submit a job spec (YAML or JSON); it is stored as queued before the reply."""
+    checked = await _checked(request, db, settings, principal)
+    plan, model, colocated = checked.plan, checked.model, checked.colocated
     # The cap counts what this submission creates (a split job's parts), checked and inserted under the user's lock.
     submitted: tracing.Attributes = {
         "benchfleet.model": model.ref,
@@ -165,6 +185,15 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     log.info("job %s submitted (trace %s)", job.id, job.trace_id)
     placer.nudge()
     return job
+
+
+@router.post("/preview", response_model=SubmitPreview, openapi_extra=_SPEC_BODY)
+async def preview_job(request: Request, db: Db, settings: SettingsDep, placer: PlacerDep, principal: Submitter) -> SubmitPreview:
+    """Check a job spec exactly as a submission is checked (the same 4xx naming the field), store nothing, and say what
+    submitting it now would do: its points and estimate, and where placement would send it (after how many jobs, about
+    when it would start), or why no follower can run it."""
+    checked = await _checked(request, db, settings, principal)
+    return await preview(db, placer.book, plan=checked.plan, model=checked.model, policy=settings.placement_policy)
 
 
 async def _colocated_models(db: Db, spec: JobSpec, model: ModelMeta, team: str | None) -> list[ModelMeta]:

@@ -11,6 +11,7 @@ import pytest
 from common.spec.parse import parse_spec_yaml
 from common.wire.jobs import JobView, as_ran
 from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE
+from leader.web.submit import templates
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.unit.leader.onnx_models import identity_model
 
@@ -148,3 +149,43 @@ def test_the_yaml_submits_the_job_again_as_it_ran(leader: Leader) -> None:
     assert again.status_code == 201 and again.json()["model_ref"] == "ident:1", again.text
     missing = leader.client.get("/jobs/0123456789abcdef0123456789abcdef/spec.yaml", cookies=cookies)
     assert missing.status_code == 404
+
+
+def test_a_preview_checks_like_a_submission_and_stores_nothing(leader: Leader) -> None:
+    leader.upload_model()
+    leader.register("f1")
+    spec = SPEC.format(name="p", model="ident:1", backend="onnxruntime")
+
+    def both(body: str) -> tuple[Any, Any]:
+        preview = leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=body)
+        return preview, leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=body)
+
+    answer = leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=spec)
+    assert answer.status_code == 200, answer.text
+    seen = answer.json()
+    assert seen["follower_id"] == "f1" and seen["points"] == 1 and seen["jobs_ahead"] == 0 and seen["estimate_s"] > 0
+    assert leader.db.jobs.count_documents({}) == 0  # stored nothing
+    # A bad spec: the preview's refusal is the submission's, word for word, field for field; nothing stored.
+    for bad in (spec.replace("rate: [10]", "rate: [-5]"), spec.replace("ident:1", "absent:1"), "name: [x\n"):
+        preview, submitted = both(bad)
+        assert preview.status_code == submitted.status_code >= 400 and preview.json() == submitted.json(), preview.text
+    assert leader.db.jobs.count_documents({}) == 0
+    # No follower offers triton: where it would wait, and why.
+    waiting = leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=spec.replace("onnxruntime", "triton"))
+    assert waiting.status_code == 200 and waiting.json()["follower_id"] is None and "triton" in waiting.json()["waiting_reason"]
+    # Two jobs on f1 first: the next one would run after them, once their estimates have passed.
+    first, second = leader.submit()["id"], leader.submit()["id"]
+    estimates = [leader.wait_state(j, "assigned")["estimate_s"] for j in (first, second)]
+    later = leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=spec).json()
+    assert (
+        later["follower_id"] == "f1"
+        and later["jobs_ahead"] == 2
+        and later["start_in_s"] == pytest.approx(sum(estimates), abs=0.2)
+    )
+    viewer = {"Authorization": f"Bearer {_token(leader, 'vee', 'viewer', 'default')}"}
+    assert leader.client.post("/api/v1/jobs/preview", headers={**viewer, **YAML}, content=spec).status_code == 403
+
+
+def test_every_template_is_a_valid_job() -> None:
+    for name, text in templates(None, None).items():
+        assert parse_spec_yaml(text).name, name
