@@ -11,15 +11,16 @@
   let asked = 0;
 
   function flag(field) {
-    document.querySelectorAll(".flagged").forEach((el) => el.classList.remove("flagged"));
+    document.querySelectorAll("#field-docs .flagged").forEach((el) => el.classList.remove("flagged"));
     if (!field) return;
     // The field itself, else its closest section (load.rate.2 is load.rate's; llm.output_tokens.upper is in llm).
     let path = field.replace(/\.\d+(?=\.|$)/g, "");
     while (path) {
-      const found = document.querySelectorAll(`[data-field="${CSS.escape(path)}"]`);
+      const found = document.querySelectorAll(`#field-docs [data-field="${CSS.escape(path)}"]`);
       if (found.length) {
         found.forEach((el) => el.classList.add("flagged"));
-        found[0].scrollIntoView({block: "nearest"});
+        const list = found[0].closest("aside");
+        if (list) list.scrollTop = Math.max(0, found[0].offsetTop - 40);
         return;
       }
       path = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "";
@@ -44,7 +45,8 @@
   async function problem(answer) {
     try {
       const body = await answer.json();
-      return [body.field ? `${body.field}: ${body.message}` : body.message, body.field];
+      const named = !body.field || String(body.message).includes(body.field);
+      return [named ? body.message : `${body.message} (${body.field})`, body.field];
     } catch (e) {
       return [`the leader answered ${answer.status}`, ""];
     }

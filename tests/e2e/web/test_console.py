@@ -174,3 +174,44 @@ def test_a_viewer_sees_no_controls_and_is_refused_if_it_posts(console: dict[str,
         )
         assert status == [403, "X-CSRF-Token"], status
     assert leader.job(waiting)["state"] == "assigned"
+
+
+def test_submitting_from_the_browser_checks_as_you_type(console: dict[str, Any], artifacts_dir: Path) -> None:
+    leader: Leader = console["leader"]
+    url = console["url"]
+    jobs_before = len(leader.client.get("/api/v1/jobs", headers=ADMIN).json())
+    with logged_in(url, ADMIN_TOKEN) as page:
+        page.goto(url + "/submit")
+        page.wait_for_selector("#spec-status.ok")  # the tensor-sweep template, on the team's model, checks out
+        status = page.inner_text("#spec-status")
+        assert status.startswith("valid: 6 point(s)") and "it would run on follower agent-" in status, status
+        _fits(page)
+        page.screenshot(path=str(artifacts_dir / "web" / "console-submit.png"))
+
+        # An invalid spec: the API's own message, its field flagged in the field list; Submit stores nothing.
+        bad = page.input_value("#spec").replace("rate: [50, 100, 200]", "rate: [50, -1]")
+        page.fill("#spec", bad)
+        page.wait_for_selector("#spec-status.err")
+        refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/yaml"}, content=bad).json()
+        assert page.get_attribute("#spec-status", "data-field") == refused["field"]
+        assert refused["message"] in page.inner_text("#spec-status")
+        flagged = page.locator("dt.flagged").get_attribute("data-field")
+        assert flagged is not None and refused["field"].startswith(flagged), (flagged, refused["field"])
+        page.screenshot(path=str(artifacts_dir / "web" / "console-submit-invalid.png"))
+        page.click("#submit-job")
+        page.wait_for_selector("#spec-status.err")
+        assert len(leader.client.get("/api/v1/jobs", headers=ADMIN).json()) == jobs_before
+
+        # A template, then Submit: the job's page opens with its live progress.
+        page.select_option("#template", "SLO search")
+        page.wait_for_selector("#spec-status.ok")
+        page.click("#submit-job")
+        page.wait_for_url("**/jobs/*")
+        job_id = page.url.rsplit("/", 1)[1]
+        page.wait_for_selector("#live-state")
+        submitted = leader.job(job_id)
+        assert submitted["name"] == "capacity" and submitted["spec"]["load"]["search"]["high"] == 1000
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "val", "role": "viewer"})
+    with logged_in(url, made.json()["token"]) as page:
+        page.goto(url + "/submit")
+        assert page.locator("#no-submit").is_visible() and page.locator("#spec").count() == 0
