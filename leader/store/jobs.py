@@ -430,3 +430,11 @@ async def pin_queued(db: AsyncDatabase, *, job_id: str, follower_id: str, launch
     query = {"_id": job_id, "state": JobState.queued.value, "spec.requires.follower": None, "ondemand": {"$exists": False}}
     update = {"$set": {"spec.requires.follower": follower_id, "ondemand": launch, "updated_at": utcnow()}}
     return (await db[COLLECTION].update_one(query, update)).modified_count == 1
+
+
+async def jobs_per_model(db: AsyncDatabase, *, model_refs: list[str]) -> dict[str, int]:
+    """How many jobs (of any state) name each model (name:version), in one read."""
+    counts: dict[str, int] = {}
+    async for doc in db[COLLECTION].find({"model_ref": {"$in": model_refs}}, {"model_ref": 1}):
+        counts[doc["model_ref"]] = counts.get(doc["model_ref"], 0) + 1
+    return counts

@@ -27,7 +27,7 @@ from leader.api import API_PREFIX, deps
 from leader.store import jobs as jobs_store
 from leader.store import results as results_store
 from leader.web import charts as draw
-from leader.web import console, login, submit
+from leader.web import console, login, repository, submit
 from leader.web.curves import prefill_chart
 from leader.web.render import HERE, render
 
@@ -301,6 +301,7 @@ def install(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(console.router)
     app.include_router(submit.router)
+    app.include_router(repository.router)
     app.include_router(report_router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_exception_handler(login.LoginRequired, login.login_redirect)

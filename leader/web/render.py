@@ -26,7 +26,18 @@ def pct(share: float | None) -> str:
     return "—" if share is None else f"{100 * share:+.2f}%"
 
 
+def size(n: int) -> str:
+    """A byte count as people read it: 512 B, 3.2 KiB, 4.1 MiB, 1.5 GiB."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 env.globals["num"] = num
+env.globals["size"] = size
 env.globals["pct"] = pct
 env.globals["sweep_label"] = sweep_label
 

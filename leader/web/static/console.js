@@ -56,6 +56,24 @@
       if (!answer.ok) throw new Error(await refused(answer));
       location.reload();
     },
+    async trust(el) {
+      const body = JSON.stringify({trusted: el.dataset.trusted === "true"});
+      const answer = await api("PATCH", `/api/v1/models/${el.dataset.name}/${el.dataset.version}`, body, "application/json");
+      if (!answer.ok) throw new Error(await refused(answer));
+      location.reload();
+    },
+    async "delete-model"(el) {
+      if (!confirm(`Delete model ${el.dataset.name}:${el.dataset.version}?`)) return;
+      const answer = await api("DELETE", `/api/v1/models/${el.dataset.name}/${el.dataset.version}`);
+      if (!answer.ok) throw new Error(await refused(answer));
+      location.reload();
+    },
+    async "delete-data"(el) {
+      if (!confirm(`Delete data set ${el.dataset.id}?`)) return;
+      const answer = await api("DELETE", `/api/v1/data/${el.dataset.id}`);
+      if (!answer.ok) throw new Error(await refused(answer));
+      location.reload();
+    },
     async resume(el) {
       const answer = await api("POST", `/api/v1/followers/${el.dataset.follower}/resume`);
       if (!answer.ok) throw new Error(await refused(answer));
@@ -75,6 +93,34 @@
     } finally {
       el.disabled = false;
     }
+  });
+
+  // Uploads: the form's fields as the API's multipart body; a refusal is shown in the form, its field marked.
+  document.querySelectorAll("form[data-upload]").forEach((form) => {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const box = form.querySelector(".form-error");
+      form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+      box.hidden = true;
+      const data = new FormData(form);
+      for (const [key, value] of Array.from(data.entries())) if (value === "") data.delete(key);
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      try {
+        const answer = await fetch(form.dataset.upload, {method: "POST", body: data, headers: {"X-CSRF-Token": csrf},
+                                                          credentials: "same-origin"});
+        if (answer.ok) { location.reload(); return; }
+        let field = "";
+        box.textContent = await refused(answer.clone());
+        try { field = (await answer.json()).field || ""; } catch (e) { /* not JSON */ }
+        const input = field && form.querySelector(`[name="${CSS.escape(field)}"]`);
+        if (input) input.setAttribute("aria-invalid", "true");
+        box.dataset.field = field;
+        box.hidden = false;
+      } finally {
+        button.disabled = false;
+      }
+    });
   });
 
   // The jobs list: its rows again every few seconds, only while the page is visible (a hidden tab asks nothing).

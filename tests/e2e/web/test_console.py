@@ -19,6 +19,7 @@ from tests.conftest import wait_for_port
 from tests.e2e.web.test_pages import ARGS, CHROMIUM, sync_api
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
+from tests.unit.leader.onnx_models import identity_model
 
 pytestmark = [pytest.mark.e2e]
 
@@ -215,3 +216,61 @@ def test_submitting_from_the_browser_checks_as_you_type(console: dict[str, Any],
     with logged_in(url, made.json()["token"]) as page:
         page.goto(url + "/submit")
         assert page.locator("#no-submit").is_visible() and page.locator("#spec").count() == 0
+
+
+def test_the_repository_uploads_checks_and_deletes(console: dict[str, Any], artifacts_dir: Path, tmp_path: Path) -> None:
+    leader: Leader = console["leader"]
+    url = console["url"]
+    good, bad, trace = tmp_path / "fc.onnx", tmp_path / "broken.onnx", tmp_path / "trace.txt"
+    good.write_bytes(identity_model())
+    bad.write_bytes(b"not an onnx model")
+    trace.write_bytes(b"0\n0.5\n1.0\n")
+    with logged_in(url, ADMIN_TOKEN) as page:
+        page.goto(url + "/models")
+        row = page.locator('tr.model[data-model="ident:1"]')
+        assert row.locator("td").nth(9).inner_text() == "2"  # the finished job and the waiting one
+        # A file that fails the API's check: its message in the form, the file field marked, nothing stored.
+        form = page.locator("#model-upload")
+        form.locator("[name=name]").fill("broken")
+        form.locator("[name=file]").set_input_files(str(bad))
+        form.locator("button[type=submit]").click()
+        page.wait_for_selector("#model-upload .form-error:not([hidden])")
+        assert form.locator(".form-error").get_attribute("data-field") == "file"
+        assert form.locator("[name=file]").get_attribute("aria-invalid") == "true"
+        assert leader.client.get("/api/v1/models/broken/1", headers=ADMIN).status_code == 404
+        # A good one: stored with its checksum and tags, listed after the upload.
+        form.locator("[name=name]").fill("fc")
+        form.locator("[name=tags]").fill("vision, small")
+        form.locator("[name=file]").set_input_files(str(good))
+        form.locator("button[type=submit]").click()
+        page.wait_for_selector('tr.model[data-model="fc:1"]')
+        stored = leader.client.get("/api/v1/models/fc/1", headers=ADMIN).json()
+        assert stored["tags"] == ["small", "vision"]  # the API keeps them sorted
+        assert stored["sha256"][:12] in page.locator('tr[data-model="fc:1"]').inner_text()
+        # Trusted by the admin, then deleted.
+        page.click('tr[data-model="fc:1"] [data-action="trust"]')
+        page.wait_for_function("document.querySelector('tr[data-model=\"fc:1\"] td.model-trusted').textContent === 'yes'")
+        assert leader.client.get("/api/v1/models/fc/1", headers=ADMIN).json()["trusted"] is True
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click('tr[data-model="fc:1"] [data-action="delete-model"]')
+        page.wait_for_selector('tr.model[data-model="fc:1"]', state="detached")
+        assert leader.client.get("/api/v1/models/fc/1", headers=ADMIN).status_code == 404
+        # A model a waiting job uses: the API's refusal, shown.
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click('tr[data-model="ident:1"] [data-action="delete-model"]')
+        page.wait_for_selector("#console-error:not([hidden])")
+        assert "job" in page.inner_text("#console-error")
+        # A data set (a trace of send times), listed and deleted.
+        data = page.locator("#data-upload")
+        data.locator("[name=name]").fill("arrivals")
+        data.locator("[name=format]").select_option("trace")
+        data.locator("[name=file]").set_input_files(str(trace))
+        data.locator("button[type=submit]").click()
+        page.wait_for_selector("tr.dataset")
+        assert "arrivals" in page.locator("tr.dataset").inner_text() and "trace" in page.locator("tr.dataset").inner_text()
+        _fits(page)
+        page.screenshot(path=str(artifacts_dir / "web" / "console-models.png"))
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click('tr.dataset [data-action="delete-data"]')
+        page.wait_for_selector("#no-data")
+        assert leader.client.get("/api/v1/data", headers=ADMIN).json() == []
