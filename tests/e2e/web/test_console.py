@@ -103,6 +103,12 @@ def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[s
         page.wait_for_selector(f'tr[data-job="{later}"]', timeout=15_000)
         assert page.evaluate("window.__same_page") is True
 
+        # From the keyboard: into the model filter, type, Enter submits the form.
+        page.focus("#f-model")
+        page.keyboard.type("ident")
+        page.keyboard.press("Enter")
+        page.wait_for_url("**model=ident**")
+        assert page.locator("tr.job").count() == 3
         page.select_option("#f-state", "succeeded")
         page.click("#filter-submit")
         page.wait_for_url("**state=succeeded**")
