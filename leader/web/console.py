@@ -34,8 +34,8 @@ from leader.web.render import render
 
 router = APIRouter(include_in_schema=False)
 
-PAGE = 50
-FILTERS = ("team", "state", "owner", "model", "backend", "follower_id", "since")
+PAGE, MAX_PAGE = 50, 500
+FILTERS = ("limit", "team", "state", "owner", "model", "backend", "follower_id", "since")
 CHECKS_SHOWN = 10  # fleet checks per follower on the fleet page
 
 
@@ -84,9 +84,18 @@ def job_row(job: JobView, tally: PointTally | None, *, may_cancel: bool) -> JobR
     return JobRow(job, where.strip(), start, end, estimated, _verdict(job, tally), cancellable)
 
 
+def _page_size(raw: str | None) -> int:
+    """Rows per page: `limit` when given (1 to MAX_PAGE), else PAGE."""
+    if not raw:
+        return PAGE
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_PAGE}", field="limit")
+    return int(raw)
+
+
 def _where(params: dict[str, str]) -> JobFilter:
     """The list's filters from the query string (empty inputs ignored); InvalidRequest naming the field."""
-    given = {k: v.strip() for k, v in params.items() if k in FILTERS and v.strip()}
+    given = {k: v.strip() for k, v in params.items() if k in FILTERS and k != "limit" and v.strip()}
     try:
         return JobFilter.model_validate(given)
     except ValidationError as exc:
@@ -107,12 +116,13 @@ async def jobs_page(request: Request) -> HTMLResponse:
     try:
         where = _where(params)
         after = paging.decode(params.get("cursor") or None)
-        jobs = await jobs_store.list_jobs(resources.db, where=where, limit=PAGE, after=after, team=principal.scope)
+        limit = _page_size(params.get("limit"))
+        jobs = await jobs_store.list_jobs(resources.db, where=where, limit=limit, after=after, team=principal.scope)
         jobs = [await with_queue_info(resources.db, resources.placer.book, j) for j in jobs]
         succeeded = [j.id for j in jobs if j.state == JobState.succeeded]
         tallies = await leaderboard_store.tallies(resources.db, job_ids=succeeded, meets_slo=meets_slo)
         rows = [job_row(j, tallies.get(j.id), may_cancel=principal.may_manage(j.owner)) for j in jobs]
-        if len(jobs) == PAGE:
+        if len(jobs) == limit:
             next_cursor = paging.encode(jobs[-1].created_at, jobs[-1].id)
     except InvalidRequest as exc:
         error, status = exc, exc.status

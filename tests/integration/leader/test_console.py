@@ -124,6 +124,15 @@ def test_the_jobs_list_filters_in_the_callers_scope(leader: Leader) -> None:
     assert listed(admin_cookies, model="m") == []  # a name, not a prefix
     assert listed(admin_cookies, backend="torchscript") == [a2]
     assert listed(admin_cookies, since="2000-01-01") == [b1, a2, a1] and listed(admin_cookies, since="2999-01-01") == []
+    # Paged: a page of one names the next (filters kept), which holds the next older job.
+    first = leader.client.get("/jobs", cookies=admin_cookies, params={"limit": "1"})
+    assert _rows(first.text) == [b1]
+    older = re.search(r'id="next-page" href="([^"]+)"', first.text)
+    assert older is not None and "limit=1" in older.group(1)
+    second = leader.client.get(older.group(1).replace("&amp;", "&"), cookies=admin_cookies)
+    assert _rows(second.text) == [a2]
+    bad_limit = leader.client.get("/jobs", cookies=admin_cookies, params={"limit": "0"})
+    assert bad_limit.status_code == 400 and 'data-field="limit"' in bad_limit.text
     alpha_cookies, _ = _login(leader, admin_alpha)
     assert listed(alpha_cookies) == [a2, a1]
     assert listed(alpha_cookies, team="beta") == []  # a team filter never widens a user's scope
