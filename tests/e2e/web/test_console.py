@@ -3,25 +3,19 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from common.procs import free_port
 from common.spec.parse import parse_spec_yaml
-from leader.app import create_app
-from tests.conftest import wait_for_port
-from tests.e2e.web.test_pages import ARGS, CHROMIUM, sync_api
+from tests.e2e.web.browser import NEEDS_CHROMIUM, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
 from tests.unit.leader.onnx_models import identity_model
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, NEEDS_CHROMIUM]
 
 WIDTH = 1400
 
@@ -40,32 +34,8 @@ def console(make_leader: Callable[..., Leader]) -> Iterator[dict[str, Any]]:
     done = seed_job(leader, name="finished", p99_slo=10, follower_id="host0", metrics=metrics, **grid)
     waiting = leader.submit()["id"]
     leader.wait_state(waiting, "assigned")
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(leader.settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for_port(port)
-        yield {"url": f"http://127.0.0.1:{port}", "done": done, "waiting": waiting, "leader": leader}
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
-@contextmanager
-def logged_in(url: str, token: str) -> Iterator[Any]:
-    """Chromium at 1,400 x 1,000, logged in with `token`."""
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
-            page.goto(url + "/login")
-            page.fill("#token", token)
-            page.click("#login-submit")
-            page.wait_for_load_state()
-            yield page
-        finally:
-            browser.close()
+    with serve(leader.settings) as url:
+        yield {"url": url, "done": done, "waiting": waiting, "leader": leader}
 
 
 def _fits(page: Any) -> None:
