@@ -17,6 +17,7 @@ from common.wire.jobs import TERMINAL_STATES, JobState, JobView
 from common.wire.models import ModelMeta, TensorSpec
 from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort, tfserving_grpc, tfserving_rest
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
+from tests.verdicts import unexplained
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ target: {{url: "{url}", protocol: kserve-http, secret: ort-key}}
                             params={"attempt": 1, "follower_id": follower},
                             headers={"Authorization": f"Bearer {fleet.admin_token}"})  # fmt: skip
     assert point.point.backend == "endpoint"
-    assert point.valid, point.invalid_reasons
+    assert not unexplained(point), point.invalid_reasons
     assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
     assert point.cold_start is None  # benchfleet started nothing: no cold start is claimed
     assert point.latency_ms is not None and point.latency_ms.p50 > 0
@@ -125,7 +126,7 @@ target: {{url: "{tfserving.url}", protocol: tfserving-grpc}}
 """)
     assert [p.point.batch_size for p in results.points] == [1, 4]
     for point in results.points:
-        assert point.valid, point.invalid_reasons
+        assert not unexplained(point), point.invalid_reasons
         assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
         assert point.cold_start is None and point.environment.backend_version.startswith("tfserving-grpc")
     ended = _wait_until(lambda: (j := _job(fleet, ungated.id)).state in TERMINAL_STATES and j, 120, "the job to end")
@@ -183,7 +184,7 @@ target: {{url: "{tfserving_http.url}", protocol: tfserving-rest, model_version: 
     after = httpx.get(f"{tfserving_http.url}/counts").json()
     assert [p.point.batch_size for p in results.points] == [1, 4]
     for point in results.points:
-        assert point.valid, point.invalid_reasons
+        assert not unexplained(point), point.invalid_reasons
         assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
         assert point.environment.backend_version.startswith("tfserving-rest")
     sent = sum(p.requests for p in results.points)
@@ -249,7 +250,7 @@ load: {LOAD}
 target: {{url: "{url}", protocol: {protocol}}}
 """)
     (point,) = results.points
-    assert point.valid, point.invalid_reasons
+    assert not unexplained(point), point.invalid_reasons
     assert point.errors == 0 and point.ok == point.requests > 0, point.error_sample
     assert point.cold_start is None
     assert point.environment.backend_version.startswith(protocol)
