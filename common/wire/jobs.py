@@ -135,6 +135,11 @@ class JobView(BaseModel):
     traceparent: str | None = None  # the job's trace (W3C traceparent of its submission): every span of its way is in it
     colocated_refs: list[str] = []  # a co-location job's other models as they ran (name:version), in spec order
 
+    def started_at(self) -> datetime | None:
+        """When its current attempt started running (None: it has not)."""
+        runs = [h.at for h in self.history if h.state == JobState.running and h.attempt == self.attempt]
+        return runs[-1] if runs else None
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def trace_id(self) -> str | None:

@@ -37,8 +37,8 @@ async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetim
     view = await assignments_store.running_on(db, follower_id=follower_id)
     if view is None:
         return 0.0
-    started = [h.at for h in view.history if h.state == JobState.running and h.attempt == view.attempt]
-    elapsed = (now - started[-1]).total_seconds() if started else 0.0
+    started = view.started_at()
+    elapsed = (now - started).total_seconds() if started else 0.0
     return max(0.0, view.estimate_s - elapsed)
 
 

@@ -52,11 +52,6 @@ class JobRow:
     may_cancel: bool
 
 
-def _started(job: JobView) -> datetime | None:
-    runs = [h.at for h in job.history if h.state == JobState.running and h.attempt == job.attempt]
-    return runs[-1] if runs else None
-
-
 def _verdict(job: JobView, tally: PointTally | None) -> str:
     if job.state == JobState.succeeded:
         t = tally or PointTally()
@@ -68,12 +63,14 @@ def _verdict(job: JobView, tally: PointTally | None) -> str:
 
 def job_row(job: JobView, tally: PointTally | None, *, may_cancel: bool) -> JobRow:
     """Where the job is and when it runs: the placer's estimates while it waits, the measured times once it ran."""
-    started = _started(job)
+    started = job.started_at()
+    start: datetime | None
+    end: datetime | None
     if job.state in TERMINAL_STATES:
         where, start, end, estimated = job.follower_id or "—", started, job.updated_at, False
     elif job.state == JobState.running:
-        where, start, end, estimated = job.follower_id or "—", started, None, True
-        end = started + timedelta(seconds=job.estimate_s) if started else None
+        ends = started + timedelta(seconds=job.estimate_s) if started else None
+        where, start, end, estimated = job.follower_id or "—", started, ends, True
     else:
         place = f"#{job.queue_position}" if job.queue_position else ""
         where = f"{job.follower_id} queue {place}" if job.follower_id else f"leader queue {place}"
