@@ -88,8 +88,8 @@ def leaderboard_sheet(page: LeaderboardPage) -> Sheet:
         sheet.rows.append([*row, f"{r.job_id}:{r.index}"])
     shown = f"rows {page.offset + 1}-{page.offset + len(page.rows)}" if page.rows else "no rows"
     sheet.footer = (
-        f"{shown} of {page.total}, sorted by {page.sort} {page.order}; * the best valid point of its model "
-        "under its SLO (most samples/s)"
+        f"{shown} of {'' if page.total_exact else 'at least '}{page.total}, sorted by {page.sort} {page.order}; * the "
+        "best valid point of its model under its SLO (most samples/s)"
     )
     return sheet
 

@@ -17,7 +17,6 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from common import tracing
 from leader import dbhealth
-from leader.analysis import queries
 from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
 from leader.api.routes import analysis as analysis_routes
@@ -111,6 +110,8 @@ async def _first_contact(resources: Resources) -> None:
         try:
             await ensure_indexes(resources)
             await migrations.migrate(resources.db)
+            if await leaderboard_store.repair(resources.db):
+                log.warning("leaderboard rows were left half-written by a stopped leader: counted again")
             return
         except ConnectionFailure as exc:  # (a refused credential or a bad URI is not a database still starting)
             if time.monotonic() > deadline:
@@ -138,16 +139,15 @@ def _ondemand(settings: LeaderSettings, db: AsyncDatabase, placer: Placer) -> li
     return [asyncio.create_task(launcher.run(), name="ondemand-launcher")]
 
 
-async def _retention(settings: LeaderSettings, db: AsyncDatabase, app: FastAPI) -> None:
-    """The retention sweep (leader/store/retention.py); the jobs it deletes leave the leaderboard's index too."""
+async def _retention(settings: LeaderSettings, db: AsyncDatabase) -> None:
+    """The retention sweep (leader/store/retention.py)."""
     policy = retention.Retention(
         jobs_days=settings.retention_jobs_days,
         records_days=settings.retention_records_days,
         progress_days=settings.retention_progress_days,
         audit_days=settings.retention_audit_days,
     )
-    index = queries.leaderboard_index(app.state)
-    await retention.sweep(db, policy, interval_s=settings.retention_sweep_s, on_deleted=index.discard)
+    await retention.sweep(db, policy, interval_s=settings.retention_sweep_s)
 
 
 def create_app(settings: LeaderSettings) -> FastAPI:
@@ -200,7 +200,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 *_ondemand(settings, db, placer),
                 asyncio.create_task(db_health.run(), name="perfdb-probe"),
                 asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
-                asyncio.create_task(_retention(settings, db, app), name="retention"),
+                asyncio.create_task(_retention(settings, db), name="retention"),
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
                 asyncio.create_task(metrics.run(db, book=lambda: placer.book), name="metrics"),

@@ -85,6 +85,8 @@ class LeaderboardPage(BaseModel):
 
     rows: list[LeaderboardRow]
     total: int
+    # False when a filtered total was counted only so far (leader.analysis.leaderboard.COUNT_BUDGET): at least `total`.
+    total_exact: bool = True
     sort: str
     order: Literal["asc", "desc"]
     filters: list[str]

@@ -1,27 +1,30 @@
-"""The leaderboard: sort and filter every stored point server-side.
+"""The leaderboard: every stored point as a row, sorted, filtered and paged by the leader from PerfDB.
 
-PerfDB's embedded server (SecantusDB) sorts 100k documents in seconds even with an index (it does not
-use indexes for sorts), so the leader keeps the rows in memory and catches up by an indexed
-`updated_ns` range query before each answer; the first answer loads everything once. Queries run on numpy
-columns (rebuilt on the first query after a change), not per-row Python: filtering and top-k of 100k rows
-take milliseconds that way.
+Nothing about the rows is held in the leader between requests: its memory does not grow with them. A page is read
+one of two ways (`page`):
+- narrow: a filter that an index answers selects at most NARROW rows (a job's rows, a job name's, one model's, a
+  range of a sortable column that few rows fall in): those are read, filtered and sorted here, and the total is exact;
+- walk: the sort column's buckets are read in order with their counts (leader.store.rowcounts): buckets wholly before
+  the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read (a bucket of
+  rows tied on one value only in the tied parts it needs). With other filters, each bucket's rows are read and
+  filtered until the page is full, and the total is counted on for at most COUNT_BUDGET more rows: past that it is a
+  lower bound, and the page says so (`total_exact`). One equality filter on a sortable column with a bucket of its
+  own (`valid:true`, `backend:triton`) is counted exactly.
+Any column sorts a narrow selection; a whole leaderboard sorts by the sortable columns (rowcounts.SORTABLE). Offsets
+stop at MAX_WINDOW rows (a page past it names `offset`): nobody pages 10,000 rows deep; filters find them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
-from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidRequest
-from common.spec.job import load_label
 from common.wire.analysis import LeaderboardPage, LeaderboardRow
 from leader.store import leaderboard as store
+from leader.store import rowbest, rowcounts
 
 NUMERIC = (
     "batch_size",
@@ -97,8 +100,9 @@ ALIASES = {
     "cost_tokens": "cost_usd_per_1m_tokens",
 }
 MAX_LIMIT = 1000
-# A row is stamped before its write commits; re-read a margin of recent stamps (idempotent by _id).
-SYNC_MARGIN_NS = 5_000_000_000
+MAX_WINDOW = 10_000  # offset + limit
+NARROW = 5000  # a selection read whole, filtered and sorted here
+COUNT_BUDGET = 5000  # rows read past a full page to count a filtered total
 _FILTER_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|!=|:|=|<|>)\s*(.*?)\s*$")
 
 
@@ -137,12 +141,8 @@ def parse_filter(text: str) -> tuple[str, str, Any]:
     return col, op, (_as_bool(raw) if col in BOOL else raw)
 
 
-def _scoped(parsed: list[tuple[str, str, Any]], team: str | None) -> list[tuple[str, str, Any]]:
-    """The filters, and the caller's team (its scope: None for every team) as one more."""
-    return parsed if team is None else [*parsed, ("team", "=", team)]
-
-
-_MISSING = "\uffff"  # sorts after any real text
+Filter = tuple[str, str, Any]
+RANGES = {"<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte"}
 
 
 def _text(value: Any) -> str:
@@ -150,211 +150,232 @@ def _text(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
-class _Columns:
-    """The rows as numpy columns: numbers (NaN for absent), booleans as 1/0/NaN, text as sort-ordered codes."""
-
-    def __init__(self, docs: list[dict[str, Any]]) -> None:
-        self.docs = sorted(docs, key=lambda d: d["_id"])  # position order = id order: the tie-break of every sort
-        self.num: dict[str, np.ndarray] = {}
-        self.codes: dict[str, np.ndarray] = {}
-        self.lookup: dict[str, dict[str, int]] = {}
-        n = len(self.docs)
-        nan = float("nan")
-        for col in NUMERIC + BOOL:
-            self.num[col] = np.fromiter((nan if (v := d.get(col)) is None else v for d in self.docs), dtype=np.float64, count=n)
-        for col in TEXT:
-            values = [_MISSING if (v := d.get(col)) is None else _text(v) for d in self.docs]
-            # Codes in sorted order of the distinct values, so comparing codes sorts the text.
-            lookup = {value: i for i, value in enumerate(sorted(set(values)))}
-            self.codes[col] = np.fromiter((lookup[v] for v in values), dtype=np.int64, count=n)
-            self.lookup[col] = lookup
-
-    def mask(self, filters: list[tuple[str, str, Any]]) -> np.ndarray:
-        out = np.ones(len(self.docs), dtype=bool)
-        for col, op, value in filters:
-            if col in self.num:
-                arr = self.num[col]
-                target = float(value)
-                present = ~np.isnan(arr)
-                ops = {
-                    "=": arr == target,
-                    "!=": (arr != target) & present,
-                    "<": arr < target,
-                    "<=": arr <= target,
-                    ">": arr > target,
-                    ">=": arr >= target,
-                }
-                out &= ops[op] & present
-            elif col == "tags":  # one of the row's tags
-                held = [code for text, code in self.lookup[col].items() if value in text.split(",")]
-                found = np.isin(self.codes[col], held)
-                out &= found if op == "=" else ~found
-            else:
-                code = self.lookup[col].get(value, -1)
-                out &= (self.codes[col] == code) if op == "=" else (self.codes[col] != code)
-        return out
-
-    def key(self, col: str, descending: bool) -> np.ndarray:
-        """A float key where smaller comes first and absent values come last in either direction."""
-        if col in self.num:
-            arr = -self.num[col] if descending else self.num[col].copy()
+def matches(row: dict[str, Any], filters: list[Filter]) -> bool:
+    """Whether a row passes every filter: numbers compare when present (an absent value passes none, `!=` neither),
+    flags are numbers 1/0, tags hold the value among them, other text matches exactly (`!=` passes absent text)."""
+    for col, op, value in filters:
+        got = row.get(col)
+        if col in NUMERIC or col in BOOL:
+            if got is None or got != got:  # absent, or NaN
+                return False
+            number, target = float(got), float(value)
+            ok = {
+                "=": number == target,
+                "!=": number != target,
+                "<": number < target,
+                "<=": number <= target,
+                ">": number > target,
+                ">=": number >= target,
+            }[op]
+        elif col == "tags":
+            ok = (value in (got or [])) == (op == "=")
         else:
-            codes = self.codes[col].astype(np.float64)
-            missing = self.lookup[col].get(_MISSING)
-            arr = -codes if descending else codes
-            if missing is not None:
-                arr[self.codes[col] == missing] = np.nan
-        arr[np.isnan(arr)] = np.inf
-        return arr
-
-    def top(self, mask: np.ndarray, col: str, descending: bool, count: int) -> list[int]:
-        """Positions of the first `count` matching rows in sort order (ties by id)."""
-        candidates = np.flatnonzero(mask)
-        if count <= 0 or candidates.size == 0:
-            return []
-        keys = self.key(col, descending)[candidates]
-        if count < candidates.size:
-            # Everything up to the count-th smallest key, boundary ties included, then an exact sort of those.
-            kth = np.partition(keys, count - 1)[count - 1]
-            keep = keys <= kth
-            candidates, keys = candidates[keep], keys[keep]
-        order = np.lexsort((candidates, keys))
-        return candidates[order][:count].tolist()
+            ok = (got is not None and _text(got) == value) == (op == "=")
+        if not ok:
+            return False
+    return True
 
 
-def samples_per_s(row: dict[str, Any]) -> float | None:
-    """Samples (inputs) the point served per second: the work it did, whatever its batch size (a batch-8 point at
-    150 req/s serves more than a batch-1 point at 900). Rows stored before the column get it from their parts."""
-    stored = row.get("samples_per_s")
-    if stored is not None:
-        return float(stored)
-    throughput = row.get("throughput")
-    return None if throughput is None else float(throughput) * int(row.get("batch_size") or 1)
-
-
-def run_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The runs of one point of one job: the same configuration (server options and co-location role included) at
-    the same load (they differ in `repeat` only)."""
-    load = row.get("load") or load_label(str(row.get("pattern", "")), float(row.get("rate") or 0.0), row.get("concurrency"))
-    config = (row.get("options") or "", row.get("role") or "")
-    return (row.get("job_id"), row["model"], row["backend"], row["hardware"], row["batch_size"], load, *config)
-
-
-def best_ids(rows: Iterable[dict[str, Any]]) -> set[str]:
-    """Per model, the valid point serving the most samples/s that meets its SLO ("best under SLO"). A point run
-    several times (`repeats`) counts only if every run meets it, by the run that served least."""
-    runs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        runs.setdefault(run_key(row), []).append(row)
-    best: dict[str, tuple[tuple[float, float], dict[str, Any]]] = {}
-    for siblings in runs.values():
-        if not all(meets_slo(row) and samples_per_s(row) is not None for row in siblings):
-            continue
-        row = min(siblings, key=lambda r: (samples_per_s(r) or 0.0, -(r.get("p99_ms") or 0)))
-        key = (samples_per_s(row) or 0.0, -(row.get("p99_ms") or 0))
-        current = best.get(row["model"])
-        if current is None or key > current[0]:
-            best[row["model"]] = (key, row)
-    return {row["_id"] for _, row in best.values()}
-
-
-def meets_slo(row: dict[str, Any], p99_ms: float | None = None) -> bool:
-    """A valid point under the given p99 (or, without one, under its own job's SLO)."""
-    if not row.get("valid") or row.get("p99_ms") is None:
-        return False
-    limit = p99_ms if p99_ms is not None else row.get("slo_p99_ms")
-    if limit is None:
-        return row.get("slo_met") is True
-    return row["p99_ms"] <= limit
+def sort_rows(rows: list[dict[str, Any]], col: str, descending: bool) -> list[dict[str, Any]]:
+    """Rows in sort order: by the column (text by its characters, flags as 0/1), absent values last either way, ties
+    by id."""
+    rows = sorted(rows, key=lambda r: r["_id"])
+    present = [r for r in rows if r.get(col) is not None and r.get(col) == r.get(col)]
+    absent = [r for r in rows if not (r.get(col) is not None and r.get(col) == r.get(col))]
+    if col in NUMERIC or col in BOOL:
+        present.sort(key=lambda r: float(r[col]), reverse=descending)
+    else:
+        present.sort(key=lambda r: _text(r[col]), reverse=descending)
+    return present + absent
 
 
 def to_row(doc: dict[str, Any], best: bool = False) -> LeaderboardRow:
     """A stored row document as the API's row."""
-    fields = {k: v for k, v in doc.items() if k not in {"_id", "updated_ns", "environment"}}
+    fields = {k: v for k, v in doc.items() if k not in {"_id", "environment", store.PENDING}}
     return LeaderboardRow(id=doc["_id"], best=best, **fields)
 
 
-class LeaderboardIndex:
-    """Every leaderboard row in memory, caught up from PerfDB before each query."""
+def _scope(parsed: list[Filter], team: str | None) -> list[str] | None:
+    """The teams whose rows are read: the caller's (None: every team's), narrowed by `team:` filters."""
+    teams = None if team is None else [team]
+    for col, op, value in parsed:
+        if col == "team" and op == "=":
+            teams = [value] if teams is None or value in teams else []
+    return teams
 
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self._synced_ns = 0
-        self._lock = asyncio.Lock()
-        self._best: set[str] | None = None
-        self._columns: _Columns | None = None
 
-    async def sync(self, db: AsyncDatabase) -> None:
-        """Read rows written since shortly before the last sync began (all of them the first time)."""
-        async with self._lock:
-            started_ns = time.time_ns()
-            since = max(1, self._synced_ns - SYNC_MARGIN_NS) if self._synced_ns else 0
-            docs = await store.rows_since(db, updated_ns=since)
-            for doc in docs:
-                self.add(doc)
-            # The writer's clock stamped each row before its write: anything stamped before this sync began,
-            # minus the margin, is visible now; later syncs re-read only that recent margin.
-            self._synced_ns = started_ns
+def _may_match(b: rowcounts.Bucket, col: str, f: Filter) -> bool:
+    """Whether a bucket of `col` can hold a row passing a filter on `col` (by its least and greatest value)."""
+    _, op, value = f
+    if b.key is None:
+        return op == "!=" and col not in NUMERIC and col not in BOOL
+    if op == "!=":
+        return True
+    if col in rowcounts.TEXT or col in rowcounts.FLAGS:
+        return op == "=" and b.key == rowcounts.bucket(col, value)
+    low, high = float(b.low if b.low is not None else "-inf"), float(b.high if b.high is not None else "inf")
+    return {"=": low <= value <= high, "<": low < value, "<=": low <= value, ">": high > value, ">=": high >= value}[op]
 
-    def add(self, doc: dict[str, Any]) -> None:
-        """Insert or replace one row (a route that just stored it calls this too)."""
-        doc["samples_per_s"] = samples_per_s(doc)
-        old = self.rows.get(doc["_id"])
-        if old is None or old.get("updated_ns", 0) <= doc.get("updated_ns", 0):
-            self.rows[doc["_id"]] = doc
-            self._best = None
-            self._columns = None
 
-    def discard(self, job_ids: list[str]) -> None:
-        """Forget the rows of deleted jobs (their documents are gone: no sync would say so)."""
-        gone = set(job_ids)
-        for row_id in [k for k, row in self.rows.items() if row.get("job_id") in gone]:
-            del self.rows[row_id]
-            self._best = None
-            self._columns = None
+def _condition(col: str, op: str, value: Any) -> Any:
+    return value if op == "=" else {RANGES[op]: value}
 
-    def best(self) -> set[str]:
-        """Ids of the best-under-SLO rows (cached until a row changes)."""
-        if self._best is None:
-            self._best = best_ids(self.rows.values())
-        return self._best
 
-    def columns(self) -> _Columns:
-        """The numpy columns (rebuilt after a change)."""
-        if self._columns is None:
-            self._columns = _Columns(list(self.rows.values()))
-        return self._columns
+async def _read(db: AsyncDatabase, query: dict[str, Any], teams: list[str] | None) -> list[dict[str, Any]]:
+    """Rows of a query, per team in scope (each an index range on (team, column, id)), or over all teams."""
+    if teams is None:
+        return await store.find_rows(db, query).to_list(None)
+    out: list[dict[str, Any]] = []
+    for team in teams:
+        out += await store.find_rows(db, {"team": team, **query}).to_list(None)
+    return out
 
-    def select(self, filters: list[str], team: str | None = None) -> list[dict[str, Any]]:
-        """Rows matching every filter (of `team`, when given)."""
-        parsed = _scoped([parse_filter(text) for text in filters], team)
-        if not parsed:
-            return list(self.rows.values())
-        cols = self.columns()
-        return [cols.docs[i] for i in np.flatnonzero(cols.mask(parsed))]
 
-    def query(
-        self, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
-    ) -> LeaderboardPage:
-        """One sorted, filtered page (of `team`'s rows, when given) and the total count."""
-        col = column(sort, "sort")
-        if order not in {"asc", "desc"}:
-            raise InvalidRequest("order must be asc or desc", field="order")
-        if not 1 <= limit <= MAX_LIMIT:
-            raise InvalidRequest(f"limit must be in [1, {MAX_LIMIT}]", field="limit")
-        if offset < 0:
-            raise InvalidRequest("offset must be >= 0", field="offset")
-        parsed = _scoped([parse_filter(text) for text in filters], team)
-        cols = self.columns()
-        mask = cols.mask(parsed)
-        page = [cols.docs[i] for i in cols.top(mask, col, order == "desc", offset + limit)[offset:]]
-        best = self.best()
-        return LeaderboardPage(
-            rows=[to_row(doc, doc["_id"] in best) for doc in page],
-            total=int(mask.sum()),
-            sort=col,
-            order="desc" if order == "desc" else "asc",
-            filters=filters,
-            limit=limit,
-            offset=offset,
+async def _narrow(db: AsyncDatabase, parsed: list[Filter], teams: list[str] | None) -> list[dict[str, Any]] | None:
+    """The rows of the scope passing every filter, if one filter an index answers selects at most NARROW rows; else
+    None."""
+    for col, op, value in parsed:
+        if col in {"job_id", "job_name"} and op == "=":
+            rows = await store.find_rows(db, {col: value}).limit(NARROW + 1).to_list(None)
+            if len(rows) <= NARROW:
+                return [r for r in rows if (teams is None or r.get("team") in teams) and matches(r, parsed)]
+    best: tuple[int, Filter, dict[str, int]] | None = None
+    for f in parsed:
+        col, op, value = f
+        if col not in rowcounts.SORTABLE or op == "!=":
+            continue
+        per_team: dict[str, int] = {}
+        for b in await rowcounts.buckets(db, col, teams):
+            if _may_match(b, col, f):
+                for team, n in b.teams.items():
+                    per_team[team] = per_team.get(team, 0) + n
+        if best is None or sum(per_team.values()) < sum(best[2].values()):
+            best = (sum(per_team.values()), f, per_team)
+    if best is None or best[0] > NARROW:
+        return None
+    col, op, value = best[1]
+    rows = await _read(db, {col: _condition(col, op, value)}, sorted(best[2]))
+    return [r for r in rows if matches(r, parsed)]
+
+
+async def _bucket_rows(
+    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, start: int, stop: int
+) -> list[dict[str, Any]]:
+    """Rows start..stop (in sort order) of one bucket: a bucket of rows tied on one value is read only in the tied
+    parts (by id) that hold those positions; any other whole, then sorted."""
+    if b.single(col) and b.n > 2 * (stop - start) + 200:
+        value, out, seen = b.value(col), [], 0
+        for part, teams in await rowcounts.ties(db, col, b.key, list(b.teams)):
+            n = sum(teams.values())
+            if seen + n > start and seen < stop:
+                rows = await _read(db, rowcounts.tie_query(col, value, part), sorted(teams))
+                rows = sorted((r for r in rows if r["_id"].startswith(part)), key=lambda r: r["_id"])
+                out += rows[max(0, start - seen) : stop - seen]
+            seen += n
+        return out
+    rows = await _read(db, rowcounts.query(col, b.key), sorted(b.teams))
+    return sort_rows([r for r in rows if rowcounts.bucket(col, r.get(col)) == b.key], col, descending)[start:stop]
+
+
+async def _walk(
+    db: AsyncDatabase, col: str, descending: bool, parsed: list[Filter], teams: list[str] | None, offset: int, limit: int
+) -> tuple[list[dict[str, Any]], int, bool]:
+    """(the page's rows, the total, whether the total is exact) by walking the sort column's buckets."""
+    need = offset + limit
+    others = [f for f in parsed if not (f[0] == "team" and f[1] == "=")]
+    buckets = rowcounts.ordered(await rowcounts.buckets(db, col, teams), descending)
+    buckets = [b for b in buckets if all(_may_match(b, col, f) for f in others if f[0] == col)]
+    window: list[dict[str, Any]] = []
+    found = 0
+    if not others:
+        for b in buckets:
+            if found < need and found + b.n > offset:
+                window += await _bucket_rows(db, col, b, descending, max(0, offset - found), min(b.n, need - found))
+            found += b.n
+        return window, found, True
+    scanned, exact = 0, True
+    for b in buckets:
+        if found >= need and scanned >= COUNT_BUDGET:
+            exact = False
+            break
+        rows = await _bucket_rows(db, col, b, descending, 0, b.n)
+        if found >= need:
+            scanned += len(rows)
+        for row in rows:
+            if matches(row, others):
+                if offset <= found < need:
+                    window.append(row)
+                found += 1
+    counted = await _counted(db, others, teams)
+    return window, (counted if counted is not None else found), exact or counted is not None
+
+
+async def _counted(db: AsyncDatabase, others: list[Filter], teams: list[str] | None) -> int | None:
+    """The exact number of rows passing one equality filter on a sortable column whose value is a bucket of its own
+    (`valid:true`, `backend:triton`), from the counts; None for any other filters."""
+    if len(others) != 1:
+        return None
+    col, op, value = others[0]
+    key = rowcounts.bucket(col, value) if col in rowcounts.SORTABLE else None
+    if op != "=" or key is None or not rowcounts.exact(col, key):
+        return None
+    return sum(b.n for b in await rowcounts.buckets(db, col, teams) if b.key == key and type(b.key) is type(key))
+
+
+def _check(sort: str, order: str, limit: int, offset: int) -> str:
+    col = column(sort, "sort")
+    if order not in {"asc", "desc"}:
+        raise InvalidRequest("order must be asc or desc", field="order")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be in [1, {MAX_LIMIT}]", field="limit")
+    if offset < 0:
+        raise InvalidRequest("offset must be >= 0", field="offset")
+    if offset + limit > MAX_WINDOW:
+        raise InvalidRequest(f"offset + limit must be at most {MAX_WINDOW}: narrow the rows with a filter", field="offset")
+    return col
+
+
+async def page(
+    db: AsyncDatabase, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
+) -> LeaderboardPage:
+    """One sorted, filtered page (of `team`'s rows, when given) and the total count."""
+    col = _check(sort, order, limit, offset)
+    parsed = [parse_filter(text) for text in filters]
+    teams = _scope(parsed, team)
+    descending = order == "desc"
+    narrow = [] if teams == [] else await _narrow(db, parsed, teams)
+    if narrow is not None:
+        rows, total, exact = sort_rows(narrow, col, descending)[offset : offset + limit], len(narrow), True
+    elif col not in rowcounts.SORTABLE:
+        raise InvalidRequest(
+            f"the whole leaderboard sorts by {', '.join(rowcounts.SORTABLE)}; sorting by {col} needs a filter that "
+            f"selects at most {NARROW} rows (a job_id, a job_name, a model)",
+            field="sort",
         )
+    else:
+        rows, total, exact = await _walk(db, col, descending, parsed, teams, offset, limit)
+    best = await rowbest.best_ids(db, [(r["team"], r["model"]) for r in rows])
+    return LeaderboardPage(
+        rows=[to_row(doc, doc["_id"] in best) for doc in rows],
+        total=total,
+        total_exact=exact,
+        sort=col,
+        order="desc" if descending else "asc",
+        filters=filters,
+        limit=limit,
+        offset=offset,
+    )
+
+
+async def select(db: AsyncDatabase, filters: list[str], team: str | None = None) -> list[dict[str, Any]]:
+    """Every row passing the filters (of `team`, when given): what the heat map, the recommender and the outlier test
+    read (a narrow selection through its index, else the scope's rows)."""
+    parsed = [parse_filter(text) for text in filters]
+    teams = _scope(parsed, team)
+    if teams == []:
+        return []
+    narrow = await _narrow(db, parsed, teams)
+    if narrow is not None:
+        return narrow
+    rows = await _read(db, {}, teams)
+    return [r for r in rows if matches(r, parsed)]

@@ -1,5 +1,5 @@
-"""What the API and the pages both read: the app's leaderboard index, a job's (or baseline's) rows, raw latencies and
-models' compute cost. Analysis computes data; `leader/api` returns it as JSON and `leader/web` draws it."""
+"""What the API and the pages both read: a job's (or baseline's) rows, raw latencies and models' compute cost.
+Analysis computes data; `leader/api` returns it as JSON and `leader/web` draws it."""
 
 from __future__ import annotations
 
@@ -12,25 +12,9 @@ from common.wire.analysis import CompareResponse
 from common.wire.auth import DEFAULT_TEAM
 from common.wire.results import PointResult
 from leader.analysis import compare, flops, records
-from leader.analysis.leaderboard import LeaderboardIndex
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import results as results_store
-
-
-def leaderboard_index(state: Any) -> LeaderboardIndex:
-    """The app's leaderboard index (made on first use; it lives as long as the app), from its `state`."""
-    index = getattr(state, "leaderboard_index", None)
-    if index is None:
-        index = state.leaderboard_index = LeaderboardIndex()
-    return index
-
-
-async def synced_index(state: Any, db: Any) -> LeaderboardIndex:
-    """The app's index, caught up with PerfDB."""
-    index = leaderboard_index(state)
-    await index.sync(db)
-    return index
 
 
 async def job_rows(db: Any, job_ref: str, field: str, team: str | None = None) -> list[dict[str, Any]]:

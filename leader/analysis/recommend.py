@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from common.errors import InvalidRequest, field_errors
 from common.wire.analysis import Recommendation, RecommendQuery, RecommendResponse
-from leader.analysis.leaderboard import run_key, samples_per_s, to_row
+from leader.analysis.leaderboard import to_row
+from leader.store.rowbest import run_key, samples_per_s
 
 TOP = 3
 INF = float("inf")

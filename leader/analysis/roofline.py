@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from leader.analysis import flops, hardware
-from leader.analysis.leaderboard import samples_per_s
 from leader.analysis.queries import model_cost
+from leader.store.rowbest import samples_per_s
 
 Series = tuple[str, Sequence[float | None], Sequence[float | None]]
 

@@ -85,7 +85,9 @@ async def footprint(db: AsyncDatabase, *, job_id: str, delete: bool = False) -> 
         chunk_ids: list[Any] = []
         if kind.collection == FILES:  # a file's bytes are its chunks
             _, size, chunk_ids = await _sizes(db[CHUNKS].find({"files_id": {"$in": ids}}))
-        if delete:  # a file before its chunks: a reader finds no file rather than a file without its chunks
+        if delete and kind.collection == leaderboard_store.COLLECTION:  # rows leave their counts and best with them
+            await leaderboard_store.delete_rows(db, row_ids=ids)
+        elif delete:  # a file before its chunks: a reader finds no file rather than a file without its chunks
             await db[kind.collection].delete_many({"_id": {"$in": ids}})
             if chunk_ids:
                 await db[CHUNKS].delete_many({"_id": {"$in": chunk_ids}})

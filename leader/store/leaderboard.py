@@ -1,14 +1,18 @@
 """Leaderboard rows in PerfDB: one small flat document per (job, point index), the newest attempt's result.
 
-Rows are denormalised from point results so the leaderboard never joins jobs and results; `updated_ns`
-(indexed) lets the leader's in-memory index pick up new rows with one cheap range query.
+Rows are denormalised from point results so the leaderboard never joins jobs and results. The leaderboard is read
+from here page by page (leader.analysis.leaderboard): each sortable column has an index (team, column, id), the
+rows' counts per sort bucket are kept beside them (leader.store.rowcounts) and each model's best point under SLO too
+(leader.store.rowbest), all changed with the row by write_row and delete_rows.
+
+A row is written with a `pending` mark that is removed once its counts and best are updated: a leader stopped in
+between leaves the mark, and the next leader's start recounts everything (repair).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,16 +22,21 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.spec.job import load_label
 from common.spec.server import ServerOptions
 from common.wire.auth import DEFAULT_TEAM
+from leader.store import rowbest, rowcounts
 from leader.store.lookup import team_query
 
 COLLECTION = "leaderboard"
 BASELINES = "baselines"
+PENDING = "pending"
+# What a leaderboard page reads of a row (the reproducibility record is compare's: job_rows).
+PAGE_FIELDS = {"environment": 0, PENDING: 0}
+_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
 
 @dataclass
 class PointTally:
-    """A job's stored points: how many, how many valid, how many valid and within its SLO (leader.analysis.leaderboard's
-    meets_slo: the same test as the leaderboard's best-under-SLO)."""
+    """A job's stored points: how many, how many valid, how many valid and within its SLO (rowbest.meets_slo: the
+    same test as the leaderboard's best-under-SLO)."""
 
     points: int = 0
     valid: int = 0
@@ -35,9 +44,69 @@ class PointTally:
 
 
 async def ensure_indexes(db: AsyncDatabase) -> None:
-    """Incremental sync reads by updated_ns; job pages read by job_id."""
-    await db[COLLECTION].create_index([("updated_ns", ASCENDING)])
+    """Pages read a sort bucket's rows by (team, column, id); job pages by job_id; the outlier test by job name; a
+    starting leader looks for rows left pending."""
     await db[COLLECTION].create_index([("job_id", ASCENDING), ("index", ASCENDING)])
+    await db[COLLECTION].create_index([("job_name", ASCENDING)])
+    await db[COLLECTION].create_index([(PENDING, ASCENDING)])
+    for col in rowcounts.SORTABLE:
+        await db[COLLECTION].create_index([("team", ASCENDING), (col, ASCENDING), ("_id", ASCENDING)])
+    await rowcounts.ensure_indexes(db)
+
+
+def _lock() -> asyncio.Lock:
+    """Rows are written one at a time (per event loop: the leader has one), so two writers never count one row twice."""
+    loop = asyncio.get_running_loop()
+    if loop not in _locks:
+        _locks.clear()  # a loop that is gone (tests start leaders on loops of their own) needs no lock
+        _locks[loop] = asyncio.Lock()
+    return _locks[loop]
+
+
+async def write_row(db: AsyncDatabase, row: dict[str, Any]) -> None:
+    """Store a row (replacing the point's earlier one), its counts and its model's best with it."""
+    async with _lock():
+        old = await db[COLLECTION].find_one({"_id": row["_id"]}, {"team": 1, **{c: 1 for c in rowcounts.SORTABLE}})
+        await db[COLLECTION].replace_one({"_id": row["_id"]}, {**row, PENDING: True}, upsert=True)
+        await rowcounts.count(db, old=old, new=row)
+        await rowbest.written(db, COLLECTION, row)
+        await db[COLLECTION].update_one({"_id": row["_id"]}, {"$unset": {PENDING: ""}})
+
+
+async def delete_rows(db: AsyncDatabase, *, row_ids: list[str]) -> None:
+    """Delete rows, their counts and (where one of them was its model's best) find the best again."""
+    if not row_ids:
+        return
+    async with _lock():
+        query = {"_id": {"$in": row_ids}}
+        await db[COLLECTION].update_many(query, {"$set": {PENDING: True}})
+        old = await db[COLLECTION].find(query, {"team": 1, **{c: 1 for c in rowcounts.SORTABLE}}).to_list(None)
+        await rowcounts.count_many(db, old=old, new=[])
+        await db[COLLECTION].delete_many(query)
+        await rowbest.deleted(db, COLLECTION, row_ids)
+
+
+async def recount(db: AsyncDatabase) -> int:
+    """Every row's counts and every model's best found again from the rows; returns how many rows were counted."""
+    async with _lock():
+        counted = await rowcounts.rebuild(db, COLLECTION)
+        await rowbest.rebuild(db, COLLECTION)
+        await db[COLLECTION].update_many({PENDING: True}, {"$unset": {PENDING: ""}})
+        return counted
+
+
+async def repair(db: AsyncDatabase) -> bool:
+    """At start: a row left pending (a leader stopped while writing or deleting it) means the counts may be off by it:
+    recount. Returns whether it did."""
+    if await db[COLLECTION].find_one({PENDING: True}, {"_id": 1}) is None:
+        return False
+    await recount(db)
+    return True
+
+
+def find_rows(db: AsyncDatabase, query: dict[str, Any], fields: dict[str, int] | None = None) -> Any:
+    """A cursor over the rows matching a PerfDB query (without their reproducibility record unless `fields` asks)."""
+    return db[COLLECTION].find(query, fields or PAGE_FIELDS).batch_size(2000)
 
 
 def _num(doc: Any, *paths: str) -> float | None:
@@ -183,20 +252,12 @@ def row_from_result(
         "bytes_per_inference": canon.get("bytes"),
         # The reproducibility record (configuration hash and environment), for compare's "comparable?" verdict.
         "environment": env,
-        "updated_ns": time.time_ns(),
     }
 
 
-async def rows_since(db: AsyncDatabase, *, updated_ns: int) -> list[dict[str, Any]]:
-    """Rows written at or after updated_ns (0: every row), without their environment (the leaderboard's index keeps
-    every row in memory; compare reads a job's rows whole, job_rows)."""
-    query = {"updated_ns": {"$gte": updated_ns}} if updated_ns else {}
-    return await db[COLLECTION].find(query, {"environment": 0}).batch_size(10_000).to_list(None)
-
-
 async def set_model_tags(db: AsyncDatabase, *, model_ref: str, tags: list[str]) -> None:
-    """The model's rows carry its new tags (stamped now, so the leaderboard's index reads them again)."""
-    await db[COLLECTION].update_many({"model": model_ref}, {"$set": {"tags": tags, "updated_ns": time.time_ns()}})
+    """The model's rows carry its new tags (tags are filtered on, never sorted by: no count changes)."""
+    await db[COLLECTION].update_many({"model": model_ref}, {"$set": {"tags": tags}})
 
 
 async def job_rows(db: AsyncDatabase, *, job_id: str, team: str | None = None) -> list[dict[str, Any]]:
@@ -253,17 +314,17 @@ async def index_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: d
         tags=(model or {}).get("tags"),
         colocated=((job.get("spec") or {}).get("colocate") or {}).get("models") or [],
     )
-    await db[COLLECTION].replace_one({"_id": row["_id"]}, row, upsert=True)
+    await write_row(db, row)
 
 
-async def tallies(db: AsyncDatabase, *, job_ids: list[str], meets_slo: Callable[[dict[str, Any]], bool]) -> dict[str, PointTally]:
-    """Per job, its stored points counted: how many, how many valid, how many `meets_slo` (a job list's verdicts, in
-    one read)."""
+async def tallies(db: AsyncDatabase, *, job_ids: list[str]) -> dict[str, PointTally]:
+    """Per job, its stored points counted: how many, how many valid, how many meet their SLO (a job list's verdicts,
+    in one read)."""
     out: dict[str, PointTally] = {}
     fields = {"job_id": 1, "valid": 1, "slo_met": 1, "p99_ms": 1, "slo_p99_ms": 1}
     async for doc in db[COLLECTION].find({"job_id": {"$in": job_ids}}, fields):
         tally = out.setdefault(doc["job_id"], PointTally())
         tally.points += 1
         tally.valid += bool(doc.get("valid"))
-        tally.slo_met += meets_slo(doc)
+        tally.slo_met += rowbest.meets_slo(doc)
     return out

@@ -29,6 +29,7 @@ from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
 from leader.store import results as results_store
+from leader.store import rowcounts
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store
 
@@ -107,10 +108,26 @@ async def _rows_environment(db: AsyncDatabase) -> int:
     return changed
 
 
+async def _rows_counted(db: AsyncDatabase) -> int:
+    """The leaderboard is read from PerfDB page by page: rows stored before that lack `samples_per_s` (it was worked
+    out as they were read: requests/s times batch size) and carry `updated_ns` (the in-memory index's sync stamp), and
+    nothing counted them by sort bucket or kept each model's best (leader/store/rowcounts.py, rowbest.py). Counts exist
+    once this has run: running it again recounts nothing."""
+    rows = db[leaderboard_store.COLLECTION]
+    changed = (await rows.update_many({"updated_ns": {"$exists": True}}, {"$unset": {"updated_ns": ""}})).modified_count
+    async for row in rows.find({"samples_per_s": None, "throughput": {"$ne": None}}, {"throughput": 1, "batch_size": 1}):
+        samples = float(row["throughput"]) * int(row.get("batch_size") or 1)
+        changed += (await rows.update_one({"_id": row["_id"]}, {"$set": {"samples_per_s": samples}})).modified_count
+    if await db[rowcounts.COUNTS].find_one({}, {"_id": 1}) is None and await rows.find_one({}, {"_id": 1}) is not None:
+        changed += await leaderboard_store.recount(db)
+    return changed
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs carry their measured seconds and the spec's estimate", _jobs_measured_seconds),
     Migration(2, "every document carries its team, every job and baseline its owner", _teams_and_owners),
     Migration(3, "leaderboard rows carry their result's reproducibility record", _rows_environment),
+    Migration(4, "leaderboard rows are counted by sort bucket, each model's best kept", _rows_counted),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

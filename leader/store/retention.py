@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -51,16 +50,14 @@ async def _finished_before(db: AsyncDatabase, cutoff: datetime, extra: dict[str,
     return [d["_id"] async for d in db[jobs_store.COLLECTION].find(query, {"_id": 1})]
 
 
-async def sweep_once(db: AsyncDatabase, policy: Retention, *, on_deleted: Callable[[list[str]], None]) -> dict[str, int]:
-    """One sweep; how many jobs, records files, progress documents and audit entries it removed. `on_deleted` hears
-    of the deleted jobs (and their parts), for the leaderboard's index."""
+async def sweep_once(db: AsyncDatabase, policy: Retention) -> dict[str, int]:
+    """One sweep; how many jobs, records files, progress documents and audit entries it removed."""
     now, out = utcnow(), {"jobs": 0, "records": 0, "progress": 0, "audit": 0}
     if policy.jobs_days is not None:
         pinned = {d["job_id"] async for d in db[leaderboard_store.BASELINES].find({}, {"job_id": 1})}
         for job_id in await _finished_before(db, _before(now, policy.jobs_days), {"part_of": None}):
             if job_id not in pinned:
-                gone = await deletion.footprint(db, job_id=job_id, delete=True)
-                on_deleted(gone.job_ids)
+                await deletion.footprint(db, job_id=job_id, delete=True)
                 out["jobs"] += 1
     if policy.records_days is not None:
         expired = await _finished_before(db, _before(now, policy.records_days), {"records_expired_at": None})
@@ -77,13 +74,13 @@ async def sweep_once(db: AsyncDatabase, policy: Retention, *, on_deleted: Callab
     return out
 
 
-async def sweep(db: AsyncDatabase, policy: Retention, *, interval_s: float, on_deleted: Callable[[list[str]], None]) -> None:
+async def sweep(db: AsyncDatabase, policy: Retention, *, interval_s: float) -> None:
     """Sweep at start and every interval_s (nothing to do when everything is kept for ever)."""
     if policy.keeps_everything:
         return
     while True:
         try:
-            removed = await sweep_once(db, policy, on_deleted=on_deleted)
+            removed = await sweep_once(db, policy)
             if any(removed.values()):
                 log.info("retention removed %s", ", ".join(f"{n} {what}" for what, n in removed.items() if n))
         except PyMongoError as exc:

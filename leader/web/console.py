@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from common.errors import Conflict, InvalidRequest, NotFound
 from common.wire.followers import FollowerView
 from common.wire.jobs import TERMINAL_STATES, JobFilter, JobState, JobView, as_ran
-from leader.analysis.leaderboard import meets_slo
 from leader.api import deps, paging
 from leader.clock import as_utc, utcnow
 from leader.placement.queueinfo import with_queue_info
@@ -117,7 +116,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
         jobs = await jobs_store.list_jobs(resources.db, where=where, limit=limit, after=after, team=principal.scope)
         jobs = [await with_queue_info(resources.db, resources.placer.book, j) for j in jobs]
         succeeded = [j.id for j in jobs if j.state == JobState.succeeded]
-        tallies = await leaderboard_store.tallies(resources.db, job_ids=succeeded, meets_slo=meets_slo)
+        tallies = await leaderboard_store.tallies(resources.db, job_ids=succeeded)
         rows = [job_row(j, tallies.get(j.id), may_cancel=principal.may_manage(j.owner)) for j in jobs]
         if len(jobs) == limit:
             next_cursor = paging.encode(jobs[-1].created_at, jobs[-1].id)

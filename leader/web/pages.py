@@ -19,7 +19,7 @@ from common.stats import ESTIMATOR
 from common.wire.jobs import TERMINAL_STATES
 from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
-from leader.analysis import hardware, heatmap, interference, queries
+from leader.analysis import hardware, heatmap, interference, leaderboard, queries
 from leader.analysis.leaderboard import NUMERIC, column
 from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
@@ -105,19 +105,19 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
     """Every point as a row; sortable and filterable per column; best under SLO highlighted; the recommender above."""
     team = (await require_login(request)).scope
     params = dict(request.query_params)
-    index = await queries.synced_index(request.app.state, deps.get_db(request))
+    db = deps.get_db(request)
     filters, values = _filters_from_form(params)
     filters += request.query_params.getlist("filter")
     sort, order = params.get("sort", "p99_ms"), params.get("order", "asc")
     offset = int(params.get("offset", "0") or 0) if params.get("offset", "0").isdigit() else 0
-    page = index.query(sort=sort, order=order, filters=filters, limit=50, offset=offset, team=team)
+    page = await leaderboard.page(db, sort=sort, order=order, filters=filters, limit=50, offset=offset, team=team)
     rec_args = {k: _float_arg(params, k) for k in RECOMMEND_FIELDS}
     rec_confident = params.get("confident") == "true"
     rec, rec_error = None, None
     if any(rec_args[k] is not None for k in ("p99_ms", "ttft_ms", "tpot_ms")):
         try:
             query = parse_query({**rec_args, "confident": rec_confident, "model": params.get("model") or None})
-            rec = recommend(index.select(filters, team=team), query)
+            rec = recommend(await leaderboard.select(db, filters, team=team), query)
         except InvalidRequest as exc:
             rec_error = f"{exc.field}: {exc}"
     keep = {k: v for k, v in params.items() if k.startswith("f_") and v}
@@ -141,6 +141,7 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
         filter_values=values,
         sort_link=sort_link,
         page_link=lambda off: link(offset=max(0, off)),
+        max_window=leaderboard.MAX_WINDOW,
         rec=rec,
         rec_error=rec_error,
         rec_args=rec_args,
@@ -241,8 +242,7 @@ async def analysis_page(
     team = (await require_login(request)).scope
     heatmap.check_args(metric, x, y)
     db = deps.get_db(request)
-    index = await queries.synced_index(request.app.state, db)
-    rows = [r for r in index.select([filter] if filter else [], team=team) if r.get("valid")]
+    rows = [r for r in await leaderboard.select(db, [filter] if filter else [], team=team) if r.get("valid")]
     counts = Counter(str(r["model"]) for r in rows)
     if model is None:  # by default the model with the most valid points, unless the map is over models
         model = "*" if "model" in (x, y) or not counts else counts.most_common(1)[0][0]

@@ -13,6 +13,7 @@ from common.errors import Forbidden, NotFound
 from common.wire.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
 from leader.analysis import anomalies, export, heatmap, queries, records
 from leader.analysis import compare as compare_mod
+from leader.analysis import leaderboard as board
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import parse_query
 from leader.analysis.recommend import recommend as recommend_rows
@@ -37,8 +38,7 @@ async def leaderboard(
 ) -> LeaderboardPage:
     """Every point of the caller's team (every team's for an admin) as a row, sorted and filtered server-side
     (`filter=backend:triton`, `filter=p99<20`, `filter=team:x`)."""
-    index = await queries.synced_index(request.app.state, db)
-    return index.query(sort=sort, order=order, filters=filter or [], limit=limit, offset=offset, team=viewer.scope)
+    return await board.page(db, sort=sort, order=order, filters=filter or [], limit=limit, offset=offset, team=viewer.scope)
 
 
 @router.get("/heatmap", response_model=heatmap.HeatMap)
@@ -53,8 +53,7 @@ async def heat_map(
 ) -> heatmap.HeatMap:
     """The analysis page's heat map as data: mean `metric` of valid points over two axes (depth/width/kind too)."""
     heatmap.check_args(metric, x, y)
-    index = await queries.synced_index(request.app.state, db)
-    return heatmap.heat_map(index.select(filter or [], team=viewer.scope), metric=metric, x=x, y=y)
+    return heatmap.heat_map(await board.select(db, filter or [], team=viewer.scope), metric=metric, x=x, y=y)
 
 
 @router.get("/recommend", response_model=RecommendResponse)
@@ -95,8 +94,7 @@ async def recommend(
             "confident": confident,
         }
     )
-    index = await queries.synced_index(request.app.state, db)
-    return recommend_rows(index.select(filter or [], team=viewer.scope), query)
+    return recommend_rows(await board.select(db, filter or [], team=viewer.scope), query)
 
 
 @router.get("/compare", response_model=CompareResponse)
@@ -142,8 +140,7 @@ async def outliers(
 ) -> OutlierResponse:
     """Jobs named `name` run on several followers: flag the follower whose figure stands out from its class (robust
     z-score over the median and MAD beyond 3.5, and slower than the median by more than `threshold`)."""
-    index = await queries.synced_index(request.app.state, db)
-    rows = index.select([f"job_name:{name}"], team=viewer.scope)
+    rows = await board.select(db, [f"job_name:{name}"], team=viewer.scope)
     if not rows:
         raise NotFound(f"no results of jobs named {name!r}", field="name")
     return anomalies.across_followers(rows, name=name, metric=metric, threshold=threshold)

@@ -35,7 +35,6 @@ from common.wire.jobs import (
 )
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
-from leader.analysis import queries
 from leader.api import paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
@@ -297,7 +296,6 @@ async def delete_job(job_id: str, db: Db, principal: Submitter, request: Request
     if pinned := await leaderboard_store.baselines_of(db, job_id=job_id):
         raise Conflict(f"job {job_id} is pinned as baseline {', '.join(pinned)}: pin another job there first", field="job_id")
     removed = await deletion.footprint(db, job_id=job_id, delete=True)
-    queries.leaderboard_index(request.app.state).discard(removed.job_ids)
     return removed
 
 

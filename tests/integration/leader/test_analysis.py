@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.stats import quantile
-from leader.analysis.leaderboard import meets_slo
 from leader.analysis.recommend import config_key
+from leader.store.rowbest import meets_slo
 from tests.integration.leader.analysis_seed import latencies, pct, seed_job
 from tests.integration.leader.conftest import ADMIN, Leader
 

@@ -124,7 +124,7 @@ def test_a_deleted_job_leaves_nothing_behind(leader: Leader) -> None:
     pinned = leader.client.delete(f"/api/v1/jobs/{job_id}", headers=sue)
     assert pinned.status_code == 409 and "baseline spring" in pinned.json()["message"]
     assert leader.client.put("/api/v1/baselines/spring", headers=sue, json={"job_id": keeper_id}).status_code == 200
-    assert leader.client.get("/api/v1/leaderboard", headers=ADMIN).json()["total"] == 4  # the index holds both jobs
+    assert leader.client.get("/api/v1/leaderboard", headers=ADMIN).json()["total"] == 4  # both jobs are on the board
 
     chunks_before = leader.db["records.chunks"].count_documents({})
     gone = leader.client.delete(f"/api/v1/jobs/{job_id}", headers=sue)

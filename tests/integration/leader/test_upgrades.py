@@ -37,15 +37,17 @@ def _in_db(leader: Leader, work: Callable[[Any], Any]) -> Any:
 
 def _as_previous_schema(leader: Leader) -> None:
     """Put the database back in the shape the leader before schema versions wrote: no team on any document, no owner on
-    jobs and baselines, no measured seconds or spec estimate on jobs, no environment on leaderboard rows, no schema
-    record."""
+    jobs and baselines, no measured seconds or spec estimate on jobs, leaderboard rows without environment or samples/s
+    but with the in-memory index's sync stamp, nothing counting them, no schema record."""
     db = leader.db
     for collection in migrations.TEAM_COLLECTIONS:
         db[collection].update_many({}, {"$unset": {"team": ""}})
     for collection in migrations.OWNER_COLLECTIONS:
         db[collection].update_many({}, {"$unset": {"owner": ""}})
     db["jobs"].update_many({}, {"$unset": {"measured_s": "", "base_estimate_s": ""}})
-    db["leaderboard"].update_many({}, {"$unset": {"environment": ""}})
+    db["leaderboard"].update_many({}, {"$unset": {"environment": "", "samples_per_s": ""}, "$set": {"updated_ns": 1}})
+    for collection in ("leaderboard_counts", "leaderboard_ties", "leaderboard_best"):
+        db.drop_collection(collection)
     db[migrations.META].delete_many({})
 
 
@@ -89,10 +91,15 @@ def test_a_database_of_the_previous_schema_is_migrated_once_and_read(make_leader
     compared = new.client.get("/api/v1/compare", params={"a": job_id, "b": job_id}, headers=ADMIN)
     assert compared.status_code == 200, compared.text
     assert [p["comparable"].split(" (")[0] for p in compared.json()["points"]] == ["comparable"]
+    # The rows were counted: the leaderboard pages them from PerfDB, the best under SLO marked, samples/s stored.
+    board = new.client.get("/api/v1/leaderboard", headers=ADMIN, params={"sort": "samples_per_s", "order": "desc"}).json()
+    assert board["total"] == 1 and board["total_exact"] and board["rows"][0]["best"], board
+    assert board["rows"][0]["samples_per_s"] == pytest.approx(board["rows"][0]["throughput"])
+    assert "updated_ns" not in new.db["leaderboard"].find_one({"job_id": job_id})
 
     # Run again: nothing above the version runs, and each migration finds nothing left in the old shape.
     assert _in_db(new, migrations.migrate) == []
-    assert [_in_db(new, m.apply) for m in migrations.MIGRATIONS] == [0, 0, 0]
+    assert [_in_db(new, m.apply) for m in migrations.MIGRATIONS] == [0, 0, 0, 0]
 
 
 def test_a_database_ahead_of_the_leader_is_refused(leader: Leader) -> None:
