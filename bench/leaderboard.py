@@ -1,41 +1,49 @@
-"""Leaderboard latency with 100,000 stored points: the leader's HTTP answer vs sorting in PerfDB itself.
+"""The leaderboard paged from PerfDB: answer time and the leader's memory with 1,000 and with 100,000 stored rows, and
+today's reference measured in the same run.
 
-Starts SecantusDB and redis-server as processes, seeds `leaderboard` rows in batches, serves the real leader
-app with uvicorn on loopback and times GET /api/v1/leaderboard over HTTP (sort, filter, page). For comparison it
-times the same sort + count done by PerfDB (indexed find().sort().limit() and count_documents).
-Prints figures and ends with `RESULT leaderboard ...`. Usage: python bench/leaderboard.py [--points N]
+For each size: SecantusDB and Redis start as processes; the rows (shaped by row_from_result) are stored as an earlier
+leader stored them, then counted by the leader's own recount (what migration 4 and a repair run); a real leader starts
+as its own process (`python -m leader`) and answers GET /api/v1/leaderboard over HTTP for the queries below (sorts,
+filters, pages deep into the board, a job's rows). Its resident memory is read from /proc after the queries.
+
+The reference (`--reference REV`, by default the commit before the leaderboard left the leader's memory): that
+revision's own bench/leaderboard.py run from a git worktree of it at `--reference-points` rows, in this same run; its
+`RESULT` line gives the leader's answer time then (rows held in memory, synced from PerfDB before each answer).
+
+Prints figures and ends with `RESULT leaderboard ...`. Usage: python bench/leaderboard.py [--sizes 1000,100000]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
 import random
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
-import uvicorn
-from pymongo import ASCENDING, MongoClient
+from pymongo import AsyncMongoClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchfleet.stack import LocalStack  # noqa: E402
-from common.procs import free_port  # noqa: E402
-from leader.app import create_app  # noqa: E402
-from leader.settings import LeaderSettings  # noqa: E402
+from leader.store import leaderboard as store  # noqa: E402
 from leader.store.leaderboard import COLLECTION, row_from_result  # noqa: E402
-from tests.conftest import wait_for_port  # noqa: E402
 
-TOKEN = "bench-admin-token-000001"
+REFERENCE = "3762f25"  # the last commit whose leader held every row in memory
 BACKENDS = ["onnxruntime", "triton", "torchscript", "tfserving"]
 HARDWARE = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4", "Intel Xeon"]
-QUERIES = [
+# The reference's queries (the same five), then pages deep into the board and a job's rows.
+QUERIES: list[dict[str, Any]] = [
     {"sort": "p99", "order": "asc", "limit": 50},
     {"sort": "throughput", "order": "desc", "limit": 50},
     {"sort": "p99", "order": "asc", "filter": "backend:triton", "limit": 50},
@@ -44,12 +52,26 @@ QUERIES = [
 ]
 
 
-def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
-    """n leaderboard rows shaped by row_from_result from point-result-like documents."""
+def extra(n: int) -> dict[str, dict[str, Any]]:
+    """Pages deep into the board (up to the 10,000-row window), into a run of tied rows, and one job's rows."""
+    return {
+        "deep": {"sort": "p99", "order": "desc", "limit": 50, "offset": min(9000, n - 50)},
+        "tied": {"sort": "rate", "order": "asc", "limit": 50, "offset": min(4000, n // 2)},  # 5 rates: read by parts
+        "job": {"sort": "index", "order": "asc", "filter": f"job_id={job_id(0)}", "limit": 64},
+    }
+
+
+def job_id(k: int) -> str:
+    """The k-th job's id: hex, spread like the leader's own (uuid4) ids."""
+    return hashlib.md5(str(k).encode()).hexdigest()
+
+
+def synthetic_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """n leaderboard rows shaped by row_from_result from point-result-like documents (64 points a job)."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        job = f"{i // 64:032x}"
+        job = job_id(i // 64)
         p99 = rng.lognormvariate(2.3, 0.8)
         result = {
             "point": {
@@ -78,79 +100,139 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--points", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-leaderboard-"))
-    lport = free_port()
-    services = LocalStack(work / "services")
-    server = None
-    thread: threading.Thread | None = None
+async def seed(uri: str, n: int) -> tuple[float, float]:
+    """Store n rows as an earlier leader did, then count them (the leader's recount); seconds for each."""
+    client: AsyncMongoClient = AsyncMongoClient(uri)
     try:
-        redis_url, uri = services.start_redis(), services.start_mongo()
-        client: MongoClient = MongoClient(uri)
-        col = client.bench[COLLECTION]
-        col.create_index([("updated_ns", ASCENDING)])
-        col.create_index([("p99_ms", ASCENDING)])  # for the PerfDB-side comparison
-        # The leader starts first so its indexes exist while rows arrive (as in service); building them afterwards
-        # over 100k rows is where SecantusDB dropped the connection.
-        settings = LeaderSettings(
-            mongo_uri=uri,
-            redis_url=redis_url,
-            db_name="bench",
-            admin_token=TOKEN,
-            follower_token=TOKEN + "f",
-            port=lport,
-        )
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=lport, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_for_port(lport)
+        db = client["bench"]
+        await store.ensure_indexes(db)  # indexes first: built over 100k stored rows, SecantusDB dropped the connection
+        rows = synthetic_rows(n)
         t0 = time.perf_counter()
-        rows = synthetic_rows(args.points)
-        for start in range(0, len(rows), 5000):
-            col.insert_many(rows[start : start + 5000], ordered=False)
-        seed_s = time.perf_counter() - t0
-        print(f"seeded {args.points} rows in {seed_s:.1f} s", flush=True)
+        for start in range(0, n, 5000):
+            await db[COLLECTION].insert_many(rows[start : start + 5000], ordered=False)
+        stored_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        assert await store.recount(db) == n
+        return stored_s, time.perf_counter() - t0
+    finally:
+        await client.close()
 
-        http = httpx.Client(base_url=f"http://127.0.0.1:{lport}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(resident, peak resident) MiB of a process."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def measure(n: int, repeats: int, work: Path) -> dict[str, float]:
+    """One size: seed, start the leader, time the queries, read its memory."""
+    stack = LocalStack(work / f"rows-{n}", db_name="bench")
+    try:
+        stack.start_redis()
+        uri = stack.start_mongo()
+        stored_s, counted_s = asyncio.run(seed(uri, n))
+        print(f"{n} rows: stored in {stored_s:.1f} s, counted in {counted_s:.1f} s", flush=True)
+        leader = stack.start_leader()
+        pid = leader.pid
+        assert pid is not None
+        rss_start, _ = rss_mb(pid)
+        http = httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {stack.admin_token}"}, timeout=120)
         t0 = time.perf_counter()
         first = http.get("/api/v1/leaderboard", params=QUERIES[0])
-        cold_s = time.perf_counter() - t0
-        assert first.status_code == 200 and first.json()["total"] == args.points, first.text[:200]
-        print(f"first answer (loads every row into the leader's index): {cold_s:.2f} s", flush=True)
+        first_s = time.perf_counter() - t0
+        assert first.status_code == 200 and first.json()["total"] == n and first.json()["total_exact"], first.text[:300]
         times: list[float] = []
-        for _ in range(args.repeats):
-            for q in QUERIES:
+        more: dict[str, list[float]] = {}
+        for _ in range(repeats):
+            for name, q in [*((f"q{i}", q) for i, q in enumerate(QUERIES)), *extra(n).items()]:
                 t0 = time.perf_counter()
                 r = http.get("/api/v1/leaderboard", params=q)
-                times.append((time.perf_counter() - t0) * 1000)
-                assert r.status_code == 200 and r.json()["rows"], r.text[:200]
+                ms = (time.perf_counter() - t0) * 1000
+                assert r.status_code == 200 and r.json()["rows"], (q, r.text[:300])
+                more.setdefault(name, []).append(ms)
+                if name.startswith("q"):
+                    times.append(ms)
+        rss, peak = rss_mb(pid)
         times.sort()
-        p50, p95, worst = statistics.median(times), times[int(0.95 * (len(times) - 1))], times[-1]
-        print(f"leader HTTP answers over {len(times)} queries: p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {worst:.1f} ms")
-        # PerfDB doing the same work: an indexed sort + limit and a count (what a leader without the index would do).
-        mongo_ms = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            list(col.find({}).sort("p99_ms", 1).limit(50))
-            col.count_documents({})
-            mongo_ms.append((time.perf_counter() - t0) * 1000)
-        perfdb_ms = min(mongo_ms)
-        print(f"PerfDB (SecantusDB) sort p99 + count: {perfdb_ms:.0f} ms (it does not use the index for the sort)")
+        out = {
+            "p50": statistics.median(times),
+            "p95": times[int(0.95 * (len(times) - 1))],
+            "first_s": first_s,
+            "rss_start": rss_start,
+            "rss": rss,
+            "peak": peak,
+            **{k: statistics.median(v) for k, v in more.items()},
+        }
         print(
-            f"RESULT leaderboard points={args.points} http_p50_ms={p50:.1f} http_p95_ms={p95:.1f} http_max_ms={worst:.1f} "
-            f"cold_load_s={cold_s:.2f} perfdb_sort_count_ms={perfdb_ms:.0f} speedup_vs_perfdb={perfdb_ms / p50:.0f}x "
-            f"under_300ms={p95 < 300}"
+            f"{n} rows: first answer {first_s * 1000:.0f} ms; the reference's queries p50 {out['p50']:.1f} ms, p95 "
+            f"{out['p95']:.1f} ms; " + ", ".join(f"{k} page {statistics.median(v):.1f} ms" for k, v in more.items()),
+            flush=True,
         )
+        print(f"{n} rows: leader resident {rss_start:.0f} MiB at start, {rss:.0f} MiB after the queries (peak {peak:.0f})")
+        return out
     finally:
-        if server is not None:
-            server.should_exit = True
-            if thread is not None:
-                thread.join(timeout=15)  # the leader stops before its database does
-        services.close()
+        stack.close()
+
+
+def reference(rev: str, points: int, work: Path) -> dict[str, float]:
+    """The reference revision's own bench at `points` rows, from a worktree of it: its RESULT figures."""
+    tree = work / "reference"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True, capture_output=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "bench/leaderboard.py", "--points", str(points)],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT leaderboard")), None)
+        if line is None:
+            raise RuntimeError(f"the reference bench printed no RESULT line:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        print(f"reference {rev} at {points} rows: {line}", flush=True)
+        return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)(?:\s|$)", line)}
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,100000", help="row counts, comma-separated (the last is the headline)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--reference", default=REFERENCE, help="the revision measured as today's ('' for none)")
+    parser.add_argument("--reference-points", type=int, default=1000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-leaderboard-"))
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        ref = reference(args.reference, args.reference_points, work) if args.reference else {}
+        got = {n: measure(n, args.repeats, work) for n in sizes}
+        small, big = got[sizes[0]], got[sizes[-1]]
+        fields = [
+            f"rows={sizes[-1]}",
+            f"http_p50_ms={big['p50']:.1f}",
+            f"http_p95_ms={big['p95']:.1f}",
+            f"first_answer_ms={big['first_s'] * 1000:.0f}",
+            f"deep_page_ms={big['deep']:.1f}",
+            f"tied_page_ms={big['tied']:.1f}",
+            f"job_rows_ms={big['job']:.1f}",
+            f"small_rows={sizes[0]}",
+            f"small_http_p50_ms={small['p50']:.1f}",
+            f"p50_ratio_big_vs_small={big['p50'] / small['p50']:.2f}",
+            f"leader_rss_mb_small={small['rss']:.0f}",
+            f"leader_rss_mb_big={big['rss']:.0f}",
+            f"leader_rss_growth_mb={big['rss'] - small['rss']:.0f}",
+        ]
+        if ref:
+            fields += [
+                f"reference={args.reference}",
+                f"reference_rows={args.reference_points}",
+                f"reference_http_p50_ms={ref['http_p50_ms']:.1f}",
+                f"p50_ratio_vs_reference={big['p50'] / ref['http_p50_ms']:.2f}",
+                f"faster_than_reference={big['p50'] < ref['http_p50_ms'] and big['p95'] < ref['http_p95_ms']}",
+            ]
+        print("RESULT leaderboard " + " ".join(fields))
+    finally:
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -8,8 +8,8 @@ one of two ways (`page`):
   the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read (a bucket of
   rows tied on one value only in the tied parts it needs). With other filters, each bucket's rows are read and
   filtered until the page is full, and the total is counted on for at most COUNT_BUDGET more rows: past that it is a
-  lower bound, and the page says so (`total_exact`). One equality filter on a sortable column with a bucket of its
-  own (`valid:true`, `backend:triton`) is counted exactly.
+  lower bound, and the page says so (`total_exact`). One filter on a sortable column that its buckets pass wholly
+  or not at all (`valid:true`, `backend:triton`, `batch>=8`) is counted exactly from the counts.
 Any column sorts a narrow selection; a whole leaderboard sorts by the sortable columns (rowcounts.SORTABLE). Offsets
 stop at MAX_WINDOW rows (a page past it names `offset`): nobody pages 10,000 rows deep; filters find them.
 """
@@ -17,6 +17,7 @@ stop at MAX_WINDOW rows (a page past it names `offset`): nobody pages 10,000 row
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -102,7 +103,7 @@ ALIASES = {
 MAX_LIMIT = 1000
 MAX_WINDOW = 10_000  # offset + limit
 NARROW = 5000  # a selection read whole, filtered and sorted here
-COUNT_BUDGET = 5000  # rows read past a full page to count a filtered total
+COUNT_BUDGET = 500  # rows read past a full page to count a filtered total
 _FILTER_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|!=|:|=|<|>)\s*(.*?)\s*$")
 
 
@@ -221,13 +222,15 @@ def _condition(col: str, op: str, value: Any) -> Any:
     return value if op == "=" else {RANGES[op]: value}
 
 
-async def _read(db: AsyncDatabase, query: dict[str, Any], teams: list[str] | None) -> list[dict[str, Any]]:
+async def _read(
+    db: AsyncDatabase, query: dict[str, Any], teams: list[str] | None, fields: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
     """Rows of a query, per team in scope (each an index range on (team, column, id)), or over all teams."""
     if teams is None:
-        return await store.find_rows(db, query).to_list(None)
+        return await store.find_rows(db, query, fields).to_list(None)
     out: list[dict[str, Any]] = []
     for team in teams:
-        out += await store.find_rows(db, {"team": team, **query}).to_list(None)
+        out += await store.find_rows(db, {"team": team, **query}, fields).to_list(None)
     return out
 
 
@@ -258,68 +261,138 @@ async def _narrow(db: AsyncDatabase, parsed: list[Filter], teams: list[str] | No
     return [r for r in rows if matches(r, parsed)]
 
 
-async def _bucket_rows(
-    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, start: int, stop: int
-) -> list[dict[str, Any]]:
-    """Rows start..stop (in sort order) of one bucket: a bucket of rows tied on one value is read only in the tied
-    parts (by id) that hold those positions; any other whole, then sorted."""
-    if b.single(col) and b.n > 2 * (stop - start) + 200:
-        value, out, seen = b.value(col), [], 0
-        for part, teams in await rowcounts.ties(db, col, b.key, list(b.teams)):
-            n = sum(teams.values())
-            if seen + n > start and seen < stop:
-                rows = await _read(db, rowcounts.tie_query(col, value, part), sorted(teams))
-                rows = sorted((r for r in rows if r["_id"].startswith(part)), key=lambda r: r["_id"])
-                out += rows[max(0, start - seen) : stop - seen]
-            seen += n
-        return out
-    rows = await _read(db, rowcounts.query(col, b.key), sorted(b.teams))
-    return sort_rows([r for r in rows if rowcounts.bucket(col, r.get(col)) == b.key], col, descending)[start:stop]
+PART_READ = 200  # a bucket at least this big is read by its parts
+Chunks = AsyncIterator[list[dict[str, Any]]]
+
+
+async def _by_parts(
+    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, fields: dict[str, int], span: tuple[int, int]
+) -> Chunks | None:
+    """Rows start..stop (`span`) of a big bucket read by its parts: by the first characters of the id for rows tied on
+    one value (their order), by finer value for a number bucket. Only the parts holding those positions are read: in
+    one read, or (the whole bucket asked, by a caller that may stop early) in reads of 1, 2, 4, ... parts. None where
+    the bucket has no parts that add up to it."""
+    kind = "id" if b.single(col) else ("fine" if col in rowcounts.NUMBERS and isinstance(b.key, int) and b.key else "")
+    found = await rowcounts.parts(db, col, b.key, list(b.teams), kind) if kind else []
+    if sum(sum(per.values()) for _, per in found) != b.n:
+        return None
+    if kind == "fine" and descending:
+        found.reverse()
+    start, stop = span
+    grow = stop - start == b.n
+    wanted, seen = [], 0  # (part, rows per team, position of its first row)
+    for part, per_team in found:
+        n = sum(per_team.values())
+        if seen + n > start and seen < stop:
+            wanted.append((part, per_team, seen))
+        seen += n
+
+    async def chunks() -> Chunks:
+        batch, rest = 1, wanted
+        while rest:
+            take, rest = (rest[:batch], rest[batch:]) if grow else (rest, [])
+            batch *= 2
+            teams = sorted({t for _, per, _ in take for t in per})
+            at, names = take[0][2], [p for p, _, _ in take]
+            if kind == "id":
+                rows = await _read(db, rowcounts.tie_query(col, b.value(col), names[0], names[-1]), teams, fields)
+                rows.sort(key=lambda r: r["_id"])
+            else:
+                assert isinstance(b.key, int)
+                query = rowcounts.fine_query(col, b.key, min(names), max(names))
+                rows = [r for r in await _read(db, query, teams, fields) if rowcounts.fine(col, r.get(col)) in set(names)]
+                rows = sort_rows(rows, col, descending)
+            yield rows[max(0, start - at) : max(0, stop - at)]
+
+    return chunks()
+
+
+async def _chunks(
+    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, fields: dict[str, int], start: int, stop: int
+) -> Chunks:
+    """Rows start..stop of one bucket in sort order, in chunks: a big bucket by its parts, any other read whole and
+    sorted here."""
+    if b.n >= PART_READ and (stop - start < b.n // 2 or stop - start == b.n):
+        parted = await _by_parts(db, col, b, descending, fields, (start, stop))
+        if parted is not None:
+            async for rows in parted:
+                yield rows
+            return
+    rows = await _read(db, rowcounts.query(col, b.key), sorted(b.teams), fields)
+    yield sort_rows([r for r in rows if rowcounts.bucket(col, r.get(col)) == b.key], col, descending)[start:stop]
 
 
 async def _walk(
     db: AsyncDatabase, col: str, descending: bool, parsed: list[Filter], teams: list[str] | None, offset: int, limit: int
 ) -> tuple[list[dict[str, Any]], int, bool]:
-    """(the page's rows, the total, whether the total is exact) by walking the sort column's buckets."""
+    """(the page's rows, the total, whether the total is exact) by walking the sort column's buckets. Rows are read
+    with only what sorting and filtering need; the page's own rows are then read whole by id."""
     need = offset + limit
     others = [f for f in parsed if not (f[0] == "team" and f[1] == "=")]
+    fields = {"_id": 1, "team": 1, col: 1, **{f[0]: 1 for f in others}}
     buckets = rowcounts.ordered(await rowcounts.buckets(db, col, teams), descending)
     buckets = [b for b in buckets if all(_may_match(b, col, f) for f in others if f[0] == col)]
     window: list[dict[str, Any]] = []
-    found = 0
+    found, exact = 0, True
     if not others:
         for b in buckets:
             if found < need and found + b.n > offset:
-                window += await _bucket_rows(db, col, b, descending, max(0, offset - found), min(b.n, need - found))
+                async for rows in _chunks(db, col, b, descending, fields, max(0, offset - found), min(b.n, need - found)):
+                    window += rows
             found += b.n
-        return window, found, True
-    scanned, exact = 0, True
-    for b in buckets:
-        if found >= need and scanned >= COUNT_BUDGET:
-            exact = False
-            break
-        rows = await _bucket_rows(db, col, b, descending, 0, b.n)
-        if found >= need:
-            scanned += len(rows)
-        for row in rows:
-            if matches(row, others):
-                if offset <= found < need:
-                    window.append(row)
-                found += 1
+        return await _whole(db, window), found, True
     counted = await _counted(db, others, teams)
-    return window, (counted if counted is not None else found), exact or counted is not None
+    scanned = 0
+
+    def enough() -> bool:
+        return found >= need and (counted is not None or scanned >= COUNT_BUDGET)
+
+    for b in buckets:
+        async for rows in _chunks(db, col, b, descending, fields, 0, b.n):
+            if found >= need:
+                scanned += len(rows)
+            for row in rows:
+                if matches(row, others):
+                    if offset <= found < need:
+                        window.append(row)
+                    found += 1
+            if enough():
+                break
+        if enough():
+            exact = counted is not None
+            break
+    return await _whole(db, window), (counted if counted is not None else found), exact
+
+
+async def _whole(db: AsyncDatabase, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows read whole, in the given order."""
+    docs = {d["_id"]: d for d in await store.find_rows(db, {"_id": {"$in": [r["_id"] for r in rows]}}).to_list(None)}
+    return [docs[r["_id"]] for r in rows if r["_id"] in docs]
+
+
+def _all_match(b: rowcounts.Bucket, col: str, f: Filter) -> bool:
+    """Whether every row of a bucket of `col` passes a filter on `col` (its least and greatest value both do: they
+    bound what it holds, also after deletions)."""
+    _, op, value = f
+    if b.key is None or op == "!=":
+        return False
+    if col in rowcounts.TEXT or col in rowcounts.FLAGS:
+        return op == "=" and rowcounts.exact(col, b.key) and b.key == rowcounts.bucket(col, value)
+    return b.low is not None and b.high is not None and matches({col: b.low}, [f]) and matches({col: b.high}, [f])
 
 
 async def _counted(db: AsyncDatabase, others: list[Filter], teams: list[str] | None) -> int | None:
-    """The exact number of rows passing one equality filter on a sortable column whose value is a bucket of its own
-    (`valid:true`, `backend:triton`), from the counts; None for any other filters."""
-    if len(others) != 1:
+    """The exact number of rows passing one filter on a sortable column, from its counts, where every bucket passes
+    it wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`); None otherwise."""
+    if len(others) != 1 or others[0][0] not in rowcounts.SORTABLE or others[0][1] == "!=":
         return None
-    col, op, value = others[0]
-    key = rowcounts.bucket(col, value) if col in rowcounts.SORTABLE else None
-    if op != "=" or key is None or not rowcounts.exact(col, key):
-        return None
-    return sum(b.n for b in await rowcounts.buckets(db, col, teams) if b.key == key and type(b.key) is type(key))
+    col, total = others[0][0], 0
+    for b in await rowcounts.buckets(db, col, teams):
+        if _all_match(b, col, others[0]):
+            total += b.n
+        elif _may_match(b, col, others[0]):
+            return None
+    return total
 
 
 def _check(sort: str, order: str, limit: int, offset: int) -> str:

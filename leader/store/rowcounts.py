@@ -5,10 +5,11 @@ its limit, and counts by decoding too: seconds at that size).
 Each sortable column splits its values into buckets in sort order: a number by its magnitude (STEPS buckets per
 doubling), a text by its first PREFIX characters, a flag by itself, an absent value into a bucket of its own (last in
 either direction). `leaderboard_counts` holds, per team, column and bucket, how many rows it has and the least and
-greatest value seen in it (a bucket whose least and greatest are equal holds one value: its rows are tied and sort by
-id). Rows tied on one value sort by id, so a tied bucket is split again by the first TIE_CHARS characters of the row
-id (hex job ids spread evenly) in `leaderboard_ties`. Reading a page then means: the counts of the sort column (a few
-hundred documents), and the rows of the one or two buckets (or tied parts) the page falls in, each an index range.
+greatest value seen in it (a bucket whose least and greatest are equal holds one value). A big bucket is read by its
+parts, counted in `leaderboard_ties`: a number bucket by finer value (FINE parts, in value order), and every bucket
+by the first TIE_CHARS characters of the row id, which orders rows tied on one value (they sort by id; hex job ids
+spread evenly). Reading a page then means: the counts of the sort column (tens of documents), and the rows of the
+one or two buckets or parts the page falls in, each an index range.
 
 A row's counts change with the row (leader.store.leaderboard.write_row); `rebuild` recounts everything, for the
 migration that introduced the counts and after a leader stopped between writing a row and counting it.
@@ -52,6 +53,7 @@ SORTABLE = TEXT + FLAGS + NUMBERS
 STEPS = 4  # numeric buckets per doubling: each spans 19% of its values
 PREFIX = 64  # a text bucket: the value's first characters (shorter values are a bucket each)
 TIE_CHARS = 2  # a tied bucket's parts: the row id's first characters
+FINE = 64  # a number bucket's finer parts by value
 _POSITIVE = 1_000_000  # numeric bucket keys: negative values below 0, zero at 0, positive values above
 _CLIP = 4000  # magnitudes beyond 2**±1000 share the outermost buckets
 _WIDEN = 1e-9  # a bucket's value range read a hair wider, then trimmed by bucket() itself (float rounding at edges)
@@ -106,9 +108,9 @@ def query(col: str, key: Key) -> dict[str, Any]:
     return {col: {"$lt": -low, **({"$gt": -high} if high is not None else {})}}
 
 
-def tie_query(col: str, value: Any, part: str) -> dict[str, Any]:
-    """The rows tied on `value` whose ids start with `part`."""
-    return {col: value, "_id": {"$gte": part, "$lt": f"{part}{_TOP}"}}
+def tie_query(col: str, value: Any, first: str, last: str) -> dict[str, Any]:
+    """The rows tied on `value` whose ids start with one of the parts `first`..`last`."""
+    return {col: value, "_id": {"$gte": first, "$lt": f"{last}{_TOP}"}}
 
 
 @dataclass
@@ -136,6 +138,25 @@ def _id(team: str, col: str, key: Key) -> str:
     return f"{team}\x1f{col}\x1f{type(key).__name__}:{key}"
 
 
+def fine(col: str, value: Any) -> int | None:
+    """A number's finer part of its bucket (FINE parts per bucket, in value order within it); None for a bucket that
+    is not split by value (zero, absent, the outermost, not a number column)."""
+    key = bucket(col, value) if col in NUMBERS else None
+    if not isinstance(key, int) or key == 0 or abs(abs(key) - _POSITIVE) >= _CLIP:
+        return None
+    step = math.floor(math.log2(abs(float(value))) * STEPS * FINE)
+    return step if key > 0 else -step
+
+
+def fine_query(col: str, key: int, first: int, last: int) -> dict[str, Any]:
+    """A PerfDB condition holding the numbers of bucket `key`'s finer parts first..last (trim with fine())."""
+    scale = STEPS * FINE
+    if key > 0:  # parts are steps of the magnitude
+        return {col: {"$gte": 2.0 ** (first / scale) * (1 - _WIDEN), "$lt": 2.0 ** ((last + 1) / scale) * (1 + _WIDEN)}}
+    # Below zero parts are the magnitude's steps negated: the magnitudes run from step -last up to step -first.
+    return {col: {"$gt": -(2.0 ** ((1 - first) / scale)) * (1 + _WIDEN), "$lte": -(2.0 ** (-last / scale)) * (1 - _WIDEN)}}
+
+
 @dataclass(frozen=True)
 class _Change:
     """One row's share of one count: its bucket (and its tied part, `part`), +1 or -1, and its value."""
@@ -158,7 +179,10 @@ def _changes(row: dict[str, Any], delta: int) -> Iterable[_Change]:
             stored = bool(value) if col in FLAGS else (str(value) if col in TEXT else float(value))
         fields = {"team": team, "col": col, "key": key}
         yield _Change(COUNTS, _id(team, col, key), fields, delta, stored)
-        yield _Change(TIES, f"{_id(team, col, key)}\x1f{part}", {**fields, "part": part}, delta, None)
+        yield _Change(TIES, f"{_id(team, col, key)}\x1f{part}", {**fields, "kind": "id", "part": part}, delta, None)
+        step = fine(col, value)
+        if step is not None:
+            yield _Change(TIES, f"{_id(team, col, key)}\x1ff{step}", {**fields, "kind": "fine", "part": step}, delta, None)
 
 
 def _update(change: _Change) -> UpdateOne:
@@ -206,13 +230,14 @@ async def buckets(db: AsyncDatabase, col: str, teams: list[str] | None) -> list[
     return ordered(list(merged.values()), descending=False)
 
 
-async def ties(db: AsyncDatabase, col: str, key: Key, teams: list[str] | None) -> list[tuple[str, dict[str, int]]]:
-    """A tied bucket's parts in id order: (the ids' first characters, rows per team)."""
-    parts: dict[str, dict[str, int]] = {}
-    async for doc in db[TIES].find({"col": col, "key": key}, {"team": 1, "part": 1, "n": 1}):
+async def parts(db: AsyncDatabase, col: str, key: Key, teams: list[str] | None, kind: str) -> list[tuple[Any, dict[str, int]]]:
+    """A bucket's parts of one kind in ascending order, each (the part, rows per team): "id", its rows by the first
+    characters of their ids (a tied bucket's order); "fine", a number bucket's rows by finer value."""
+    found: dict[Any, dict[str, int]] = {}
+    async for doc in db[TIES].find({"col": col, "key": key, "kind": kind}, {"team": 1, "part": 1, "n": 1}):
         if (teams is None or doc["team"] in teams) and doc.get("n", 0) > 0:
-            parts.setdefault(doc["part"], {})[doc["team"]] = int(doc["n"])
-    return sorted(parts.items())
+            found.setdefault(doc["part"], {})[doc["team"]] = int(doc["n"])
+    return sorted(found.items())
 
 
 async def rebuild(db: AsyncDatabase, collection: str) -> int:
@@ -237,6 +262,6 @@ async def rebuild(db: AsyncDatabase, collection: str) -> int:
 
 
 async def ensure_indexes(db: AsyncDatabase) -> None:
-    """Counts are read by column; a tied bucket's parts by column and key."""
+    """Counts are read by column; a bucket's parts by column, key and kind."""
     await db[COUNTS].create_index([("col", ASCENDING)])
-    await db[TIES].create_index([("col", ASCENDING), ("key", ASCENDING)])
+    await db[TIES].create_index([("col", ASCENDING), ("key", ASCENDING), ("kind", ASCENDING)])
