@@ -234,12 +234,14 @@ async def _read(
     return out
 
 
-async def _narrow(db: AsyncDatabase, parsed: list[Filter], teams: list[str] | None) -> list[dict[str, Any]] | None:
-    """The rows of the scope passing every filter, if one filter an index answers selects at most NARROW rows; else
-    None."""
+async def _narrow(
+    db: AsyncDatabase, parsed: list[Filter], teams: list[str] | None, fields: dict[str, int] | None = None
+) -> list[dict[str, Any]] | None:
+    """The rows of the scope passing every filter (with `fields` only, when given), if one filter an index answers
+    selects at most NARROW rows; else None."""
     for col, op, value in parsed:
         if col in {"job_id", "job_name"} and op == "=":
-            rows = await store.find_rows(db, {col: value}).limit(NARROW + 1).to_list(None)
+            rows = await store.find_rows(db, {col: value}, fields).limit(NARROW + 1).to_list(None)
             if len(rows) <= NARROW:
                 return [r for r in rows if (teams is None or r.get("team") in teams) and matches(r, parsed)]
     best: tuple[int, Filter, dict[str, int]] | None = None
@@ -257,7 +259,7 @@ async def _narrow(db: AsyncDatabase, parsed: list[Filter], teams: list[str] | No
     if best is None or best[0] > NARROW:
         return None
     col, op, value = best[1]
-    rows = await _read(db, {col: _condition(col, op, value)}, sorted(best[2]))
+    rows = await _read(db, {col: _condition(col, op, value)}, sorted(best[2]), fields)
     return [r for r in rows if matches(r, parsed)]
 
 
@@ -440,15 +442,18 @@ async def page(
     )
 
 
-async def select(db: AsyncDatabase, filters: list[str], team: str | None = None) -> list[dict[str, Any]]:
-    """Every row passing the filters (of `team`, when given): what the heat map, the recommender and the outlier test
-    read (a narrow selection through its index, else the scope's rows)."""
+async def select(
+    db: AsyncDatabase, filters: list[str], team: str | None = None, columns: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Every row passing the filters (of `team`, when given; only `columns` of it, when given): what the heat map, the
+    recommender and the outlier test read (a narrow selection through its index, else every row of the scope)."""
     parsed = [parse_filter(text) for text in filters]
     teams = _scope(parsed, team)
     if teams == []:
         return []
-    narrow = await _narrow(db, parsed, teams)
+    fields = {"_id": 1, "team": 1, **{c: 1 for c in columns}, **{f[0]: 1 for f in parsed}} if columns else None
+    narrow = await _narrow(db, parsed, teams, fields)
     if narrow is not None:
         return narrow
-    rows = await _read(db, {}, teams)
+    rows = await _read(db, {}, teams, fields)
     return [r for r in rows if matches(r, parsed)]

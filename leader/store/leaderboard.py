@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ BASELINES = "baselines"
 PENDING = "pending"
 # What a leaderboard page reads of a row (the reproducibility record is compare's: job_rows).
 PAGE_FIELDS = {"environment": 0, PENDING: 0}
-_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -56,11 +57,7 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
 
 def _lock() -> asyncio.Lock:
     """Rows are written one at a time (per event loop: the leader has one), so two writers never count one row twice."""
-    loop = asyncio.get_running_loop()
-    if loop not in _locks:
-        _locks.clear()  # a loop that is gone (tests start leaders on loops of their own) needs no lock
-        _locks[loop] = asyncio.Lock()
-    return _locks[loop]
+    return _locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 async def write_row(db: AsyncDatabase, row: dict[str, Any]) -> None:

@@ -53,7 +53,8 @@ async def heat_map(
 ) -> heatmap.HeatMap:
     """The analysis page's heat map as data: mean `metric` of valid points over two axes (depth/width/kind too)."""
     heatmap.check_args(metric, x, y)
-    return heatmap.heat_map(await board.select(db, filter or [], team=viewer.scope), metric=metric, x=x, y=y)
+    rows = await board.select(db, filter or [], team=viewer.scope, columns=("valid", metric, x, y))
+    return heatmap.heat_map(rows, metric=metric, x=x, y=y)
 
 
 @router.get("/recommend", response_model=RecommendResponse)
