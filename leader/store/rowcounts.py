@@ -128,10 +128,8 @@ class Bucket:
         return exact(col, self.key) or (self.low is not None and self.low == self.high)
 
     def value(self, col: str) -> Any:
-        """The one value of a single-valued bucket."""
-        if self.key is None or col in FLAGS or col in TEXT:
-            return self.key
-        return self.low
+        """The one value of a single-valued bucket (its key where that is the value, else its least value seen)."""
+        return self.key if exact(col, self.key) else self.low
 
 
 def _id(team: str, col: str, key: Key) -> str:

@@ -36,7 +36,7 @@ def make_rows(n: int, seed: int = 3) -> list[dict[str, Any]]:
                 "team": "alpha" if i % 3 else "beta",
                 "attempt": 1,
                 "index": i,
-                "model": f"m{i % 3}",
+                "model": ["m0", "m1", "m2" + "-long" * 16][i % 3],  # a name longer than a text bucket's prefix
                 "backend": rng.choice(["onnxruntime", "triton"]),
                 "hardware": "cpu",
                 "follower_id": "f",
