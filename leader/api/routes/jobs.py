@@ -282,7 +282,7 @@ async def job_footprint(job_id: str, db: Db, viewer: Viewer) -> JobFootprint:
 
 
 @router.delete("/{job_id}", response_model=JobFootprint)
-async def delete_job(job_id: str, db: Db, principal: Submitter, request: Request) -> JobFootprint:
+async def delete_job(job_id: str, db: Db, principal: Submitter) -> JobFootprint:
     """Delete a finished job and all its data (results, leaderboard rows, raw records, progress, shard records; the
     audit trail keeps the deletion): only its owner or an admin (403); refused while it has not finished, for a part of
     a split job, and for a job pinned as a baseline (409, saying what to do first)."""
@@ -295,8 +295,7 @@ async def delete_job(job_id: str, db: Db, principal: Submitter, request: Request
         raise Conflict(f"job {job_id} is {job.state.value}: cancel it first, then delete it", field="state")
     if pinned := await leaderboard_store.baselines_of(db, job_id=job_id):
         raise Conflict(f"job {job_id} is pinned as baseline {', '.join(pinned)}: pin another job there first", field="job_id")
-    removed = await deletion.footprint(db, job_id=job_id, delete=True)
-    return removed
+    return await deletion.footprint(db, job_id=job_id, delete=True)
 
 
 @router.get("/{job_id}", response_model=JobView)
