@@ -5,17 +5,18 @@ one of two ways (`page`):
 - narrow: a filter that an index answers selects at most NARROW rows (a job's rows, a job name's, one model's, a
   range of a sortable column that few rows fall in): those are read, filtered and sorted here, and the total is exact;
 - walk: the sort column's buckets are read in order with their counts (leader.store.rowcounts): buckets wholly before
-  the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read (a bucket of
-  rows tied on one value only in the tied parts it needs). With other filters, each bucket's rows are read and
-  filtered until the page is full, and the total is counted on for at most COUNT_BUDGET more rows: past that it is a
-  lower bound, and the page says so (`total_exact`). One filter on a sortable column that its buckets pass wholly
-  or not at all (`valid:true`, `backend:triton`, `batch>=8`) is counted exactly from the counts.
+  the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read (a big bucket
+  only in the parts it needs: by finer value, or by id for rows tied on one value). With other filters, each bucket's
+  rows are read and filtered until the page is full, and the total is counted on for at most COUNT_BUDGET more rows:
+  past that it is a lower bound, and the page says so (`total_exact`). One filter on a sortable column that its
+  buckets pass wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`) is counted exactly from the counts.
 Any column sorts a narrow selection; a whole leaderboard sorts by the sortable columns (rowcounts.SORTABLE). Offsets
 stop at MAX_WINDOW rows (a page past it names `offset`): nobody pages 10,000 rows deep; filters find them.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -125,6 +126,7 @@ def parse_filter(text: str) -> tuple[str, str, Any]:
 
 Filter = tuple[str, str, Any]
 RANGES = {"<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte"}
+COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
 def _text(value: Any) -> str:
@@ -140,15 +142,7 @@ def matches(row: dict[str, Any], filters: list[Filter]) -> bool:
         if col in NUMERIC or col in BOOL:
             if got is None or got != got:  # absent, or NaN
                 return False
-            number, target = float(got), float(value)
-            ok = {
-                "=": number == target,
-                "!=": number != target,
-                "<": number < target,
-                "<=": number <= target,
-                ">": number > target,
-                ">=": number >= target,
-            }[op]
+            ok = COMPARE[op](float(got), float(value))
         elif col == "tags":
             ok = (value in (got or [])) == (op == "=")
         else:
@@ -162,8 +156,8 @@ def sort_rows(rows: list[dict[str, Any]], col: str, descending: bool) -> list[di
     """Rows in sort order: by the column (text by its characters, flags as 0/1), absent values last either way, ties
     by id."""
     rows = sorted(rows, key=lambda r: r["_id"])
-    present = [r for r in rows if r.get(col) is not None and r.get(col) == r.get(col)]
-    absent = [r for r in rows if not (r.get(col) is not None and r.get(col) == r.get(col))]
+    present = [r for r in rows if r.get(col) is not None and r[col] == r[col]]  # (NaN is absent)
+    absent = [r for r in rows if r.get(col) is None or r[col] != r[col]]
     if col in NUMERIC or col in BOOL:
         present.sort(key=lambda r: float(r[col]), reverse=descending)
     else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymongo import ASCENDING
+from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.spec.job import load_label
@@ -101,7 +102,7 @@ async def repair(db: AsyncDatabase) -> bool:
     return True
 
 
-def find_rows(db: AsyncDatabase, query: dict[str, Any], fields: dict[str, int] | None = None) -> Any:
+def find_rows(db: AsyncDatabase, query: dict[str, Any], fields: dict[str, int] | None = None) -> AsyncCursor[dict[str, Any]]:
     """A cursor over the rows matching a PerfDB query (without their reproducibility record unless `fields` asks)."""
     return db[COLLECTION].find(query, fields or PAGE_FIELDS).batch_size(2000)
 

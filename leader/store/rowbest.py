@@ -126,6 +126,8 @@ async def written(db: AsyncDatabase, rows_collection: str, row: dict[str, Any]) 
     if current is not None and current["run"] == json.dumps(run_key(row), default=str):
         await _settle(db, rows_collection, team, model)
         return
+    if not meets_slo(row) or samples_per_s(row) is None or (current is not None and list(_score(row)) <= current["score"]):
+        return  # its run stands for no more than this row: it cannot pass the best (no need to read the job's rows)
     siblings = [r async for r in db[rows_collection].find({"job_id": row["job_id"]}, FIELDS) if run_key(r) == run_key(row)]
     candidate = _candidate(siblings)
     if candidate is not None and (current is None or list(_score(candidate)) > current["score"]):
