@@ -11,10 +11,9 @@ it, its last byte. The n-th answer on a connection answers its n-th request.
 A request begins on the wire with its first packet: the SYN of the connection it opened, else its first byte.
 Requests are matched to the client's records by order: the generator stamps a send and writes it at once, on one
 thread, so the requests leave in the order of their stamps, each at or after its own (a request that must open a
-connection first can leave after one stamped just after it that found one open: then the two may be paired
-crosswise, and the check below counts them out where their answers tell them apart). A match is kept only where the
-answers agree (the client's stamps at or after the wire's, the same number of token events); the others are counted,
-never guessed.
+connection first can leave after one stamped just after it that found one open: a record whose pair disagrees trades
+with a neighbour where both then agree). A match is kept only where the answers agree (the client's stamps at or after
+the wire's, the same number of token events); the others are counted, never guessed.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from follower.protocols.transports.sse import DONE, StreamError
 # The clock offset's error plus the kernel's own stamping: a client stamp this much before the wire's is still causal.
 SLACK_NS = 20_000
 MAX_SEND_NS = 1_000_000_000  # a request leaves within a second of its stamp, or it is not that request
+NEIGHBOURS = 4  # how far in send order a record whose pair disagrees looks for one to trade with (see match)
 # The wall clock moved against the monotonic one by more than this over the point: it was stepped (NTP slews both alike).
 STEP_NS = 100_000
 _LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
@@ -212,20 +212,30 @@ def wire_requests(captured: Captured) -> list[WireRequest]:
 
 
 def match(records: LoadRecords, wire: list[WireRequest], offset_ns: int) -> dict[int, WireRequest]:
-    """Each record (by index) the wire request it sent, by order (see the module's docstring); `offset_ns`: the wire's
-    clock minus the records'."""
+    """Each record (by index) the wire request it sent, where their answers agree (see the module's docstring);
+    `offset_ns`: the wire's clock minus the records'. Paired by order; then a record whose pair disagrees trades pairs
+    with one of its NEIGHBOURS either side where both then agree (two requests that left crosswise to their stamps)."""
     sent = np.flatnonzero(records.sent_ns >= 0)
     order = sent[np.argsort(records.sent_ns[sent], kind="stable")]
-    matched: dict[int, WireRequest] = {}
+    pairs: list[tuple[int, WireRequest]] = []
     w = 0
     for i in order:
         stamp = int(records.sent_ns[i]) + offset_ns
         while w < len(wire) and wire[w].send_ns < stamp - SLACK_NS:
             w += 1
         if w < len(wire) and wire[w].send_ns - stamp <= MAX_SEND_NS:
-            matched[int(i)] = wire[w]
+            pairs.append((int(i), wire[w]))
             w += 1
-    return matched
+    agree = [_agrees(records, i, request.answer, offset_ns) for i, request in pairs]
+    for p, (i, request) in enumerate(pairs):
+        for q in range(max(0, p - NEIGHBOURS), min(len(pairs), p + NEIGHBOURS + 1)):
+            if agree[p]:
+                break
+            k, other = pairs[q]
+            if q != p and _agrees(records, i, other.answer, offset_ns) and _agrees(records, k, request.answer, offset_ns):
+                pairs[p], pairs[q] = (i, other), (k, request)
+                agree[p] = agree[q] = True
+    return {i: request for (i, request), ok in zip(pairs, agree, strict=True) if ok}
 
 
 def _agrees(records: LoadRecords, i: int, answer: WireAnswer | None, offset_ns: int) -> bool:
@@ -274,8 +284,8 @@ def audit(captured: Captured, records: LoadRecords, offset_ns: int, window: tupl
     defs: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k in ("latency", "ttft", "ttft_intended", "itl")}
     agreed = 0
     for i in measured:
-        request = matched.get(i)
-        if request is None or not _agrees(records, i, request.answer, offset_ns):
+        request = matched.get(i)  # matched only where the answers agree
+        if request is None:
             continue
         answer = request.answer
         assert answer is not None

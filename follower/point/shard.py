@@ -41,6 +41,7 @@ POLL_S = 0.05  # the barrier's start lies START_LEAD_NS (leader/store/shard_poin
 GATHER_GRACE_S = 60.0
 SKEW_LIMIT_MS = 1.0  # a merged point whose shards started further apart (or whose offsets are less sure) is flagged
 START_SENDS = 10
+OFFSET_BUDGET_S = 0.2  # the most the clock offset's round trips may take past their first 16
 
 
 def assignment(plan: PointPlan, count: int) -> np.ndarray:
@@ -106,8 +107,10 @@ async def drive_shard(plan: PointPlan, ctx: PointContext) -> tuple[Driven, Point
     if answer.state == "skip" or answer.start_at_ns is None:
         why = f"shard {link.index} of {link.count} was not ready when point {index} started; its share went unsent"
         return Driven(unsent(mine.offsets_ns, why), [Reason(code="shard_absent", text=why)]), mine
-    # Measured now, in the start's lead time: every shard has stopped polling, so the leader answers at once.
-    offset_ns, uncertainty_ns = await asyncio.to_thread(link.client.clock_offset)
+    # Measured now, in the start's lead time: every shard has stopped polling, so the leader answers at once. Sure to a
+    # quarter of the limit if a fast round trip comes within OFFSET_BUDGET_S (of the 0.5 s lead, START_LEAD_NS).
+    enough_ns = int(SKEW_LIMIT_MS * 1e6 / 4)
+    offset_ns, uncertainty_ns = await asyncio.to_thread(link.client.clock_offset, 16, enough_ns, OFFSET_BUDGET_S)
     # The leader's instant on this host's monotonic clock: its wall-clock image, then the wall → monotonic step now.
     start_ns = time.monotonic_ns() + (answer.start_at_ns - offset_ns - time.time_ns())
     driven = await drive_point(mine, ctx, start_ns=start_ns)

@@ -109,6 +109,28 @@ def test_records_are_matched_in_send_order_and_an_answer_that_disagrees_is_not_c
     assert latency is not None and latency.count == 2 and latency.wire_p50 == 4.0  # ms, from the first byte leaving
 
 
+def test_two_requests_that_left_crosswise_to_their_stamps_are_each_paired_with_their_own() -> None:
+    us = 1000  # ns
+    opening, kept = _Conn(42000), _Conn(42001)
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    # The first stamped (1000 µs) opened a connection: its SYN left at 1200 µs, after the second's bytes (1105 µs) on a
+    # connection already open. The second was answered first (3900-4000 µs), the first later (4800-5000 µs).
+    packets = [*opening.syn(1200 * us), opening.send(1250 * us, REQUEST), opening.answer(4800 * us, ok[:5])]
+    packets += [opening.answer(5000 * us, ok[5:]), kept.send(1105 * us, REQUEST), kept.answer(3900 * us, ok[:5])]
+    packets += [kept.answer(4000 * us, ok[5:])]
+    records = LoadRecords.allocate(0, np.array([990, 1090], dtype=np.int64) * us)
+    records.sent_ns[:] = np.array([1000, 1100]) * us
+    records.first_byte_ns[:] = np.array([4801, 3901]) * us
+    records.done_ns[:] = np.array([5002, 4002]) * us
+    records.status[:] = 200
+    result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 10_000 * us))
+    # Paired by order alone the first would take the second's wire request and the second would disagree with the first's.
+    assert (result.matched, result.unmatched, result.wire_requests) == (2, 0, 2)
+    assert result.send_us is not None and sorted([result.send_us.p50, result.send_us.max]) == [5.0, 200.0]
+    latency = result.figure("latency")
+    assert latency is not None and latency.count == 2 and (latency.wire_p50, latency.wire_p99) == (2.895, 3.8)  # ms
+
+
 def _datagram(sport: int, dport: int, payload: bytes) -> bytes:
     tcp = struct.pack("!HHIIBBHHH", sport, dport, 7, 0, 5 << 4, 0x18, 65535, 0, 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + len(payload), 0, 0, 64, 6, 0, bytes(4), bytes(4))
