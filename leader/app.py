@@ -112,6 +112,7 @@ async def _first_contact(resources: Resources) -> None:
             await migrations.migrate(resources.db)
             if await leaderboard_store.repair(resources.db):
                 log.warning("leaderboard rows were left half-written by a stopped leader: counted again")
+            await leaderboard_store.restamp(resources.db)  # (migrations may have changed rows: no cached page holds)
             return
         except ConnectionFailure as exc:  # (a refused credential or a bad URI is not a database still starting)
             if time.monotonic() > deadline:

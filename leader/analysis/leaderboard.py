@@ -1,168 +1,62 @@
 """The leaderboard: every stored point as a row, sorted, filtered and paged by the leader from PerfDB.
 
-Nothing about the rows is held in the leader between requests: its memory does not grow with them. A page is read
+Nothing about the rows is held in the leader between requests but the pages last answered (at most CACHE_ROWS rows,
+each served again only while the rows are unchanged): its memory does not grow with them. A page is read
 one of two ways (`page`):
 - narrow: a filter that an index answers selects at most NARROW rows (a job's rows, a job name's, one model's, a
   range of a sortable column that few rows fall in): those are read, filtered and sorted here, and the total is exact;
-- walk: the sort column's buckets are read in order with their counts (leader.store.rowcounts): buckets wholly before
-  the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read (a big bucket
-  only in the parts it needs: by finer value, or by id for rows tied on one value). With other filters, each bucket's
-  rows are read and filtered until the page is full, and the total is counted on for at most COUNT_BUDGET more rows:
-  past that it is a lower bound, and the page says so (`total_exact`). One filter on a sortable column that its
-  buckets pass wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`) is counted exactly from the counts.
+- walk (leader.analysis.boardwalk): the sort column's buckets are read in order with their counts: buckets wholly
+  before the page are skipped by their counts, and only the rows of the bucket(s) the page falls in are read. With
+  other filters, rows are read in growing runs until the page is full; the total counts the passing rows read, a
+  lower bound the page says is one (`total_exact`), except for one filter on a sortable column that its buckets pass
+  wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`): that total is exact, from the counts.
+The columns, filters and order are leader.analysis.boardquery's.
 Any column sorts a narrow selection; a whole leaderboard sorts by the sortable columns (rowcounts.SORTABLE). Offsets
 stop at MAX_WINDOW rows (a page past it names `offset`): nobody pages 10,000 rows deep; filters find them.
 """
 
 from __future__ import annotations
 
-import operator
-import re
-from collections.abc import AsyncIterator
+from collections import OrderedDict
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidRequest
 from common.wire.analysis import LeaderboardPage, LeaderboardRow
+from leader.analysis.boardquery import Filter, column, matches, parse_filter, sort_rows
+from leader.analysis.boardwalk import Counts, condition, may_match, read_counts, read_rows, walk
 from leader.store import leaderboard as store
 from leader.store import rowbest, rowcounts
 
-# Every column filters; the sortable ones (rowcounts: counted per sort bucket) first, then those that only filter.
-NUMERIC = rowcounts.NUMBERS + (
-    "p99_ci_high_ms",
-    "service_p99_ms",
-    "requests",
-    "errors",
-    "co2_g_per_1m",
-    "index",
-    "attempt",
-    "repeat",
-    "slo_p99_ms",
-    "depth",
-    "width",
-    "input_size",
-    "flops_per_inference",
-    "bytes_per_inference",
-    "ttft_p99_ci_high_ms",
-    "search_lowest_fail",
-    "search_probes",
-)
-TEXT = rowcounts.TEXT + (
-    "follower_id",
-    "job_id",
-    "job_name",
-    "pattern",
-    "started_at",
-    "kind",
-    "team",
-    "search_stopped",
-    "options",
-    "role",
-    "tags",  # the model's tags: `filter=tags:vision` keeps the rows of models tagged vision
-)
-BOOL = rowcounts.FLAGS + ("slo_met",)
-COLUMNS = NUMERIC + TEXT + BOOL
-# Short names people type (`sort=p99`).
-ALIASES = {
-    "p99": "p99_ms",
-    "p50": "p50_ms",
-    "batch": "batch_size",
-    "cost": "cost_usd_per_1m",
-    "energy": "energy_wh_per_1m",
-    "co2": "co2_g_per_1m",
-    "job": "job_id",
-    "follower": "follower_id",
-    "throughput_rps": "throughput",
-    "ttft": "ttft_p99_ms",
-    "tpot": "tpot_p99_ms",
-    "itl": "itl_p99_ms",
-    "tokens": "tokens_per_s",
-    "goodput": "goodput_rps",
-    "attainment": "goodput_share",
-    "cost_tokens": "cost_usd_per_1m_tokens",
-}
 MAX_LIMIT = 1000
 MAX_WINDOW = 10_000  # offset + limit
 NARROW = 5000  # a selection read whole, filtered and sorted here
-COUNT_BUDGET = 500  # rows read past a full page to count a filtered total
-_FILTER_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|!=|:|=|<|>)\s*(.*?)\s*$")
+CACHE_ROWS = 20_000  # the rows of the pages a leader keeps answered, at most (the newest asked; whatever the board's size)
 
 
-def column(name: str, field: str) -> str:
-    """A known column name (aliases resolved), or InvalidRequest naming the field."""
-    resolved = ALIASES.get(name, name)
-    if resolved not in COLUMNS:
-        raise InvalidRequest(f"unknown column {name!r}; known: {', '.join(COLUMNS)}", field=field)
-    return resolved
+class _Pages:
+    """The pages last answered, by (database, stamp, scope, query), the least recently asked dropped past CACHE_ROWS."""
+
+    def __init__(self) -> None:
+        self.pages: OrderedDict[tuple[Any, ...], LeaderboardPage] = OrderedDict()
+        self.rows = 0
+
+    def get(self, key: tuple[Any, ...]) -> LeaderboardPage | None:
+        hit = self.pages.get(key)
+        if hit is not None:
+            self.pages.move_to_end(key)
+        return hit
+
+    def put(self, key: tuple[Any, ...], answer: LeaderboardPage) -> None:
+        if key not in self.pages:
+            self.pages[key] = answer
+            self.rows += len(answer.rows)
+        while self.rows > CACHE_ROWS:
+            self.rows -= len(self.pages.popitem(last=False)[1].rows)
 
 
-def _as_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in {"true", "yes", "1"}:
-        return True
-    if lowered in {"false", "no", "0"}:
-        return False
-    raise InvalidRequest(f"expected true or false, got {text!r}", field="filter")
-
-
-def parse_filter(text: str) -> tuple[str, str, Any]:
-    """`backend:triton`, `p99<20`, `batch>=8`, `valid:true`, `model!=x` → (column, operator, value)."""
-    match = _FILTER_RE.match(text)
-    if not match:
-        raise InvalidRequest(f"filter must be column:value or column<number, got {text!r}", field="filter")
-    name, op, raw = match.groups()
-    col = column(name, "filter")
-    op = "=" if op == ":" else op
-    if col in NUMERIC:
-        try:
-            return col, op, float(raw)
-        except ValueError:
-            raise InvalidRequest(f"filter on {col} needs a number, got {raw!r}", field="filter") from None
-    if op not in {"=", "!="}:
-        raise InvalidRequest(f"filter on {col} takes : or !=, not {op}", field="filter")
-    return col, op, (_as_bool(raw) if col in BOOL else raw)
-
-
-Filter = tuple[str, str, Any]
-RANGES = {"<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte"}
-COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-
-
-def _text(value: Any) -> str:
-    """A text column's value: a list (tags) as its items joined by commas."""
-    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
-
-
-def matches(row: dict[str, Any], filters: list[Filter]) -> bool:
-    """Whether a row passes every filter: numbers compare when present (an absent value passes none, `!=` neither),
-    flags are numbers 1/0, tags hold the value among them, other text matches exactly (`!=` passes absent text)."""
-    for col, op, value in filters:
-        got = row.get(col)
-        if col in NUMERIC or col in BOOL:
-            if got is None or got != got:  # absent, or NaN
-                return False
-            ok = COMPARE[op](float(got), float(value))
-        elif col == "tags":
-            ok = (value in (got or [])) == (op == "=")
-        else:
-            ok = (got is not None and _text(got) == value) == (op == "=")
-        if not ok:
-            return False
-    return True
-
-
-def sort_rows(rows: list[dict[str, Any]], col: str, descending: bool) -> list[dict[str, Any]]:
-    """Rows in sort order: by the column (text by its characters, flags as 0/1), absent values last either way, ties
-    by id."""
-    rows = sorted(rows, key=lambda r: r["_id"])
-    present = [r for r in rows if r.get(col) is not None and r[col] == r[col]]  # (NaN is absent)
-    absent = [r for r in rows if r.get(col) is None or r[col] != r[col]]
-    if col in NUMERIC or col in BOOL:
-        present.sort(key=lambda r: float(r[col]), reverse=descending)
-    else:
-        present.sort(key=lambda r: _text(r[col]), reverse=descending)
-    return present + absent
+_cache = _Pages()
 
 
 def to_row(doc: dict[str, Any], best: bool = False) -> LeaderboardRow:
@@ -180,40 +74,11 @@ def _scope(parsed: list[Filter], team: str | None) -> list[str] | None:
     return teams
 
 
-def _may_match(b: rowcounts.Bucket, col: str, f: Filter) -> bool:
-    """Whether a bucket of `col` can hold a row passing a filter on `col` (by its least and greatest value)."""
-    _, op, value = f
-    if b.key is None:
-        return op == "!=" and col not in NUMERIC and col not in BOOL
-    if op == "!=":
-        return True
-    if col in rowcounts.TEXT or col in rowcounts.FLAGS:
-        return op == "=" and b.key == rowcounts.bucket(col, value)
-    low, high = float(b.low if b.low is not None else "-inf"), float(b.high if b.high is not None else "inf")
-    return {"=": low <= value <= high, "<": low < value, "<=": low <= value, ">": high > value, ">=": high >= value}[op]
-
-
-def _condition(col: str, op: str, value: Any) -> Any:
-    return value if op == "=" else {RANGES[op]: value}
-
-
-async def _read(
-    db: AsyncDatabase, query: dict[str, Any], teams: list[str] | None, fields: dict[str, int] | None = None
-) -> list[dict[str, Any]]:
-    """Rows of a query, per team in scope (each an index range on (team, column, id)), or over all teams."""
-    if teams is None:
-        return await store.find_rows(db, query, fields).to_list(None)
-    out: list[dict[str, Any]] = []
-    for team in teams:
-        out += await store.find_rows(db, {"team": team, **query}, fields).to_list(None)
-    return out
-
-
 async def _narrow(
-    db: AsyncDatabase, parsed: list[Filter], teams: list[str] | None, fields: dict[str, int] | None = None
+    db: AsyncDatabase, parsed: list[Filter], teams: list[str] | None, counts: Counts, fields: dict[str, int] | None = None
 ) -> list[dict[str, Any]] | None:
     """The rows of the scope passing every filter (with `fields` only, when given), if one filter an index answers
-    selects at most NARROW rows; else None."""
+    selects at most NARROW rows (by `counts`, which holds every sortable filter column's buckets); else None."""
     for col, op, value in parsed:
         if col in {"job_id", "job_name"} and op == "=":
             rows = await store.find_rows(db, {col: value}, fields).limit(NARROW + 1).to_list(None)
@@ -225,8 +90,8 @@ async def _narrow(
         if col not in rowcounts.SORTABLE or op == "!=":
             continue
         per_team: dict[str, int] = {}
-        for b in await rowcounts.buckets(db, col, teams):
-            if _may_match(b, col, f):
+        for b in counts[col]:
+            if may_match(b, col, f):
                 for team, n in b.teams.items():
                     per_team[team] = per_team.get(team, 0) + n
         if best is None or sum(per_team.values()) < sum(best[2].values()):
@@ -234,142 +99,8 @@ async def _narrow(
     if best is None or best[0] > NARROW:
         return None
     col, op, value = best[1]
-    rows = await _read(db, {col: _condition(col, op, value)}, sorted(best[2]), fields)
+    rows = await read_rows(db, {col: condition(col, op, value)}, sorted(best[2]), fields)
     return [r for r in rows if matches(r, parsed)]
-
-
-PART_READ = 200  # a bucket at least this big is read by its parts
-Chunks = AsyncIterator[list[dict[str, Any]]]
-
-
-async def _by_parts(
-    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, fields: dict[str, int], span: tuple[int, int]
-) -> Chunks | None:
-    """Rows start..stop (`span`) of a big bucket read by its parts: by the first characters of the id for rows tied on
-    one value (their order), by finer value for a number bucket. Only the parts holding those positions are read: in
-    one read, or (the whole bucket asked, by a caller that may stop early) in reads of 1, 2, 4, ... parts. None where
-    the bucket has no parts that add up to it."""
-    kind = "id" if b.single(col) else ("fine" if col in rowcounts.NUMBERS and isinstance(b.key, int) and b.key else "")
-    found = await rowcounts.parts(db, col, b.key, list(b.teams), kind) if kind else []
-    if sum(sum(per.values()) for _, per in found) != b.n:
-        return None
-    if kind == "fine" and descending:
-        found.reverse()
-    start, stop = span
-    grow = stop - start == b.n
-    wanted, seen = [], 0  # (part, rows per team, position of its first row)
-    for part, per_team in found:
-        n = sum(per_team.values())
-        if seen + n > start and seen < stop:
-            wanted.append((part, per_team, seen))
-        seen += n
-
-    async def chunks() -> Chunks:
-        batch, rest = 1, wanted
-        while rest:
-            take, rest = (rest[:batch], rest[batch:]) if grow else (rest, [])
-            batch *= 2
-            teams = sorted({t for _, per, _ in take for t in per})
-            at, names = take[0][2], [p for p, _, _ in take]
-            if kind == "id":
-                rows = await _read(db, rowcounts.tie_query(col, b.value(col), names[0], names[-1]), teams, fields)
-                rows.sort(key=lambda r: r["_id"])
-            else:
-                assert isinstance(b.key, int)
-                query = rowcounts.fine_query(col, b.key, min(names), max(names))
-                rows = [r for r in await _read(db, query, teams, fields) if rowcounts.fine(col, r.get(col)) in set(names)]
-                rows = sort_rows(rows, col, descending)
-            yield rows[max(0, start - at) : max(0, stop - at)]
-
-    return chunks()
-
-
-async def _chunks(
-    db: AsyncDatabase, col: str, b: rowcounts.Bucket, descending: bool, fields: dict[str, int], start: int, stop: int
-) -> Chunks:
-    """Rows start..stop of one bucket in sort order, in chunks: a big bucket by its parts, any other read whole and
-    sorted here."""
-    if b.n >= PART_READ and (stop - start < b.n // 2 or stop - start == b.n):
-        parted = await _by_parts(db, col, b, descending, fields, (start, stop))
-        if parted is not None:
-            async for rows in parted:
-                yield rows
-            return
-    rows = await _read(db, rowcounts.query(col, b.key), sorted(b.teams), fields)
-    yield sort_rows([r for r in rows if rowcounts.bucket(col, r.get(col)) == b.key], col, descending)[start:stop]
-
-
-async def _walk(
-    db: AsyncDatabase, col: str, descending: bool, parsed: list[Filter], teams: list[str] | None, offset: int, limit: int
-) -> tuple[list[dict[str, Any]], int, bool]:
-    """(the page's rows, the total, whether the total is exact) by walking the sort column's buckets. Rows are read
-    with only what sorting and filtering need; the page's own rows are then read whole by id."""
-    need = offset + limit
-    others = [f for f in parsed if not (f[0] == "team" and f[1] == "=")]
-    fields = {"_id": 1, "team": 1, col: 1, **{f[0]: 1 for f in others}}
-    buckets = rowcounts.ordered(await rowcounts.buckets(db, col, teams), descending)
-    buckets = [b for b in buckets if all(_may_match(b, col, f) for f in others if f[0] == col)]
-    window: list[dict[str, Any]] = []
-    found, exact = 0, True
-    if not others:
-        for b in buckets:
-            if found < need and found + b.n > offset:
-                async for rows in _chunks(db, col, b, descending, fields, max(0, offset - found), min(b.n, need - found)):
-                    window += rows
-            found += b.n
-        return await _whole(db, window), found, True
-    counted = await _counted(db, others, teams)
-    scanned = 0
-
-    def enough() -> bool:
-        return found >= need and (counted is not None or scanned >= COUNT_BUDGET)
-
-    for b in buckets:
-        async for rows in _chunks(db, col, b, descending, fields, 0, b.n):
-            if found >= need:
-                scanned += len(rows)
-            for row in rows:
-                if matches(row, others):
-                    if offset <= found < need:
-                        window.append(row)
-                    found += 1
-            if enough():
-                break
-        if enough():
-            exact = counted is not None
-            break
-    return await _whole(db, window), (counted if counted is not None else found), exact
-
-
-async def _whole(db: AsyncDatabase, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows read whole, in the given order."""
-    docs = {d["_id"]: d for d in await store.find_rows(db, {"_id": {"$in": [r["_id"] for r in rows]}}).to_list(None)}
-    return [docs[r["_id"]] for r in rows if r["_id"] in docs]
-
-
-def _all_match(b: rowcounts.Bucket, col: str, f: Filter) -> bool:
-    """Whether every row of a bucket of `col` passes a filter on `col` (its least and greatest value both do: they
-    bound what it holds, also after deletions)."""
-    _, op, value = f
-    if b.key is None or op == "!=":
-        return False
-    if col in rowcounts.TEXT or col in rowcounts.FLAGS:
-        return op == "=" and rowcounts.exact(col, b.key) and b.key == rowcounts.bucket(col, value)
-    return b.low is not None and b.high is not None and matches({col: b.low}, [f]) and matches({col: b.high}, [f])
-
-
-async def _counted(db: AsyncDatabase, others: list[Filter], teams: list[str] | None) -> int | None:
-    """The exact number of rows passing one filter on a sortable column, from its counts, where every bucket passes
-    it wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`); None otherwise."""
-    if len(others) != 1 or others[0][0] not in rowcounts.SORTABLE or others[0][1] == "!=":
-        return None
-    col, total = others[0][0], 0
-    for b in await rowcounts.buckets(db, col, teams):
-        if _all_match(b, col, others[0]):
-            total += b.n
-        elif _may_match(b, col, others[0]):
-            return None
-    return total
 
 
 def _check(sort: str, order: str, limit: int, offset: int) -> str:
@@ -388,12 +119,18 @@ def _check(sort: str, order: str, limit: int, offset: int) -> str:
 async def page(
     db: AsyncDatabase, *, sort: str, order: str, filters: list[str], limit: int, offset: int, team: str | None = None
 ) -> LeaderboardPage:
-    """One sorted, filtered page (of `team`'s rows, when given) and the total count."""
+    """One sorted, filtered page (of `team`'s rows, when given) and the total count: from the cache while the rows'
+    stamp is the one it was read at (leader.store.leaderboard.restamp), else read."""
     col = _check(sort, order, limit, offset)
     parsed = [parse_filter(text) for text in filters]
+    stamp = await store.stamp(db)
+    key = (db.name, stamp, team, col, order, tuple(filters), limit, offset)
+    if stamp is not None and (hit := _cache.get(key)) is not None:
+        return hit
     teams = _scope(parsed, team)
     descending = order == "desc"
-    narrow = [] if teams == [] else await _narrow(db, parsed, teams)
+    counts = await read_counts(db, [col, *(f[0] for f in parsed)], teams)
+    narrow = [] if teams == [] else await _narrow(db, parsed, teams, counts)
     if narrow is not None:
         rows, total, exact = sort_rows(narrow, col, descending)[offset : offset + limit], len(narrow), True
     elif col not in rowcounts.SORTABLE:
@@ -403,9 +140,9 @@ async def page(
             field="sort",
         )
     else:
-        rows, total, exact = await _walk(db, col, descending, parsed, teams, offset, limit)
+        rows, total, exact = await walk(db, col, descending, parsed, teams, (offset, limit), counts)
     best = await rowbest.best_ids(db, [(r["team"], r["model"]) for r in rows])
-    return LeaderboardPage(
+    answer = LeaderboardPage(
         rows=[to_row(doc, doc["_id"] in best) for doc in rows],
         total=total,
         total_exact=exact,
@@ -415,6 +152,9 @@ async def page(
         limit=limit,
         offset=offset,
     )
+    if stamp is not None:
+        _cache.put(key, answer)
+    return answer
 
 
 async def select(
@@ -427,8 +167,8 @@ async def select(
     if teams == []:
         return []
     fields = {"_id": 1, "team": 1, **{c: 1 for c in columns}, **{f[0]: 1 for f in parsed}} if columns else None
-    narrow = await _narrow(db, parsed, teams, fields)
+    narrow = await _narrow(db, parsed, teams, await read_counts(db, [f[0] for f in parsed], teams), fields)
     if narrow is not None:
         return narrow
-    rows = await _read(db, {}, teams, fields)
+    rows = await read_rows(db, {}, teams, fields)
     return [r for r in rows if matches(r, parsed)]

@@ -1,5 +1,6 @@
 """Backup and restore of the whole PerfDB: every collection (GridFS buckets, models and raw records included), as one
-tar archive.
+tar archive. All but the leaderboard rows' stamp (leader.store.leaderboard.STAMPS, which cached pages a running leader
+may serve): a restore drops it with the rest, so no page read from the rows replaced is served again.
 
 The archive holds `manifest.json` first (format, schema version, benchfleet release, and per collection its document
 count, the SHA-256 of its documents' BSON in `_id` order, and its indexes), then one `<collection>.bson` per collection
@@ -33,7 +34,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common import __version__
 from leader.clock import utcnow
-from leader.store import migrations
+from leader.store import leaderboard, migrations
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -76,6 +77,8 @@ async def backup(db: AsyncDatabase, path: Path) -> Summary:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".backup-") as work:
         for name in sorted(await db.list_collection_names()):
+            if name == leaderboard.STAMPS:  # which leaderboard pages a running leader may serve from its cache
+                continue
             if not COLLECTION_NAME.match(name):
                 raise BadArchive(f"collection {name!r} has a name this archive cannot carry")
             digest, count = hashlib.sha256(), 0

@@ -7,12 +7,17 @@ rows' counts per sort bucket are kept beside them (leader.store.rowcounts) and e
 
 A row is written with a `pending` mark that is removed once its counts and best are updated: a leader stopped in
 between leaves the mark, and the next leader's start recounts everything (repair).
+
+Every change to the rows ends with a new stamp (`restamp`): a page is cached under the stamp it was read at and
+served from the cache only while the stamp is the same (leader.analysis.leaderboard). A database without a stamp (a
+restored one, until its first write or leader start) is read afresh each time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +33,7 @@ from leader.store import rowbest, rowcounts
 from leader.store.lookup import team_query
 
 COLLECTION = "leaderboard"
+STAMPS = "leaderboard_stamp"  # one document: the rows' stamp
 BASELINES = "baselines"
 PENDING = "pending"
 # What a leaderboard page reads of a row (the reproducibility record is compare's: job_rows).
@@ -69,6 +75,7 @@ async def write_row(db: AsyncDatabase, row: dict[str, Any]) -> None:
         await rowcounts.count(db, old=old, new=row)
         await rowbest.written(db, COLLECTION, row)
         await db[COLLECTION].update_one({"_id": row["_id"]}, {"$unset": {PENDING: ""}})
+        await restamp(db)
 
 
 async def delete_rows(db: AsyncDatabase, *, row_ids: list[str]) -> None:
@@ -82,6 +89,7 @@ async def delete_rows(db: AsyncDatabase, *, row_ids: list[str]) -> None:
         await rowcounts.count_many(db, old=old, new=[])
         await db[COLLECTION].delete_many(query)
         await rowbest.deleted(db, COLLECTION, row_ids)
+        await restamp(db)
 
 
 async def recount(db: AsyncDatabase) -> int:
@@ -90,6 +98,7 @@ async def recount(db: AsyncDatabase) -> int:
         counted = await rowcounts.rebuild(db, COLLECTION)
         await rowbest.rebuild(db, COLLECTION)
         await db[COLLECTION].update_many({PENDING: True}, {"$unset": {PENDING: ""}})
+        await restamp(db)
         return counted
 
 
@@ -100,6 +109,18 @@ async def repair(db: AsyncDatabase) -> bool:
         return False
     await recount(db)
     return True
+
+
+async def restamp(db: AsyncDatabase) -> None:
+    """A new stamp for the rows: they changed (or a leader started and may have changed them), so no page cached
+    under the old one is served again."""
+    await db[STAMPS].replace_one({"_id": "rows"}, {"stamp": uuid.uuid4().hex}, upsert=True)
+
+
+async def stamp(db: AsyncDatabase) -> str | None:
+    """The rows' stamp (None: none yet, so nothing read may be cached)."""
+    doc = await db[STAMPS].find_one({"_id": "rows"})
+    return None if doc is None else str(doc["stamp"])
 
 
 def find_rows(db: AsyncDatabase, query: dict[str, Any], fields: dict[str, int] | None = None) -> AsyncCursor[dict[str, Any]]:
@@ -256,6 +277,7 @@ def row_from_result(
 async def set_model_tags(db: AsyncDatabase, *, model_ref: str, tags: list[str]) -> None:
     """The model's rows carry its new tags (tags are filtered on, never sorted by: no count changes)."""
     await db[COLLECTION].update_many({"model": model_ref}, {"$set": {"tags": tags}})
+    await restamp(db)
 
 
 async def job_rows(db: AsyncDatabase, *, job_id: str, team: str | None = None) -> list[dict[str, Any]]:

@@ -90,22 +90,39 @@ def exact(col: str, key: Key) -> bool:
     return key is None or col in FLAGS or (col in TEXT and len(str(key)) < PREFIX)
 
 
-def query(col: str, key: Key) -> dict[str, Any]:
-    """A PerfDB condition on `col` that holds every row of the bucket (and perhaps a neighbour's at a float edge: trim
-    with bucket())."""
-    if key is None or col in FLAGS or (col in TEXT and exact(col, key)):
-        return {col: key}
-    if col in TEXT:
-        return {col: {"$gte": key, "$lt": f"{key}{_TOP}"}}
-    assert isinstance(key, int)
+def _edges(key: int) -> tuple[float | None, float | None]:
+    """The least and greatest value a number bucket may hold, a hair wider (None: unbounded)."""
     if key == 0:
-        return {col: 0}
+        return 0.0, 0.0
     step = abs(key) - _POSITIVE
     low = 0.0 if step <= -_CLIP else 2.0 ** (step / STEPS) * (1 - _WIDEN)
     high = None if step >= _CLIP else 2.0 ** ((step + 1) / STEPS) * (1 + _WIDEN)
-    if key > 0:
-        return {col: {"$gt": low, **({"$lt": high} if high is not None else {})}}
-    return {col: {"$lt": -low, **({"$gt": -high} if high is not None else {})}}
+    return (low, high) if key > 0 else (None if high is None else -high, -low)
+
+
+def query(col: str, key: Key) -> dict[str, Any]:
+    """A PerfDB condition on `col` that holds every row of the bucket (and perhaps a neighbour's at a float edge: trim
+    with bucket())."""
+    return span(col, [key])
+
+
+def span(col: str, keys: list[Key]) -> dict[str, Any]:
+    """A PerfDB condition on `col` that holds every row of the buckets `keys` (one, or several present ones of a
+    number or text column) and of any bucket between them (trim with bucket())."""
+    if len(keys) == 1 and (keys[0] is None or col in FLAGS or (col in TEXT and exact(col, keys[0]))):
+        return {col: keys[0]}
+    assert None not in keys and col not in FLAGS, (col, keys)
+    if col in TEXT:
+        return {col: {"$gte": min(map(str, keys)), "$lt": f"{max(map(str, keys))}{_TOP}"}}
+    if keys == [0]:
+        return {col: 0}
+    edges = [_edges(int(k)) for k in keys]  # type: ignore[arg-type]
+    lows, highs = [e[0] for e in edges], [e[1] for e in edges]
+    bounds = {
+        **({"$gte": min(x for x in lows if x is not None)} if None not in lows else {}),
+        **({"$lte": max(x for x in highs if x is not None)} if None not in highs else {}),
+    }
+    return {col: bounds or {"$ne": None}}
 
 
 def tie_query(col: str, value: Any, first: str, last: str) -> dict[str, Any]:
@@ -177,7 +194,7 @@ def _changes(row: dict[str, Any], delta: int) -> Iterable[_Change]:
             stored = bool(value) if col in FLAGS else (str(value) if col in TEXT else float(value))
         fields = {"team": team, "col": col, "key": key}
         yield _Change(COUNTS, _id(team, col, key), fields, delta, stored)
-        yield _Change(TIES, f"{_id(team, col, key)}\x1f{part}", {**fields, "kind": "id", "part": part}, delta, None)
+        yield _Change(TIES, f"{_id(team, col, key)}\x1fi{part}", {**fields, "kind": "id", "part": part}, delta, None)
         step = fine(col, value)
         if step is not None:
             yield _Change(TIES, f"{_id(team, col, key)}\x1ff{step}", {**fields, "kind": "fine", "part": step}, delta, None)

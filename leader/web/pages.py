@@ -20,7 +20,7 @@ from common.wire.jobs import TERMINAL_STATES
 from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
 from leader.analysis import hardware, heatmap, interference, leaderboard, queries
-from leader.analysis.leaderboard import NUMERIC, column
+from leader.analysis.boardquery import NUMERIC, column
 from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
 from leader.api import API_PREFIX, deps

@@ -14,7 +14,7 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from common.errors import InvalidRequest
-from leader.analysis import leaderboard
+from leader.analysis import boardquery, boardwalk, leaderboard
 from leader.store import leaderboard as store
 from leader.store import rowbest, rowcounts
 
@@ -25,6 +25,7 @@ def make_rows(n: int, seed: int = 3) -> list[dict[str, Any]]:
     """Rows with many ties (one rate, one hardware for all, two batch sizes), absent values and two teams."""
     rng = random.Random(seed)
     jobs = [uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(n // 8)]
+    jobs[0] = "f0" + jobs[0][2:]  # its rows' tied part "f0", and every p50 (1.0) in finer part 0 of its bucket
     out = []
     for i in range(n):
         job = jobs[i % len(jobs)]
@@ -125,6 +126,15 @@ async def check_pages(db: Any, rows: list[dict[str, Any]]) -> None:
     assert best  # the data has best rows to find
 
 
+async def parts_add_up(db: Any) -> None:
+    """Each bucket's parts of each kind hold its rows, no more and no fewer."""
+    for col in rowcounts.SORTABLE:
+        for b in await rowcounts.buckets(db, col, None):
+            for kind in ("id", "fine"):
+                parts = await rowcounts.parts(db, col, b.key, None, kind)
+                assert not parts or sum(sum(per.values()) for _, per in parts) == b.n, (col, b.key, kind)
+
+
 async def counts_of(db: Any) -> dict[str, Any]:
     out = {}
     for name in (rowcounts.COUNTS, rowcounts.TIES):
@@ -145,20 +155,36 @@ def test_pages_from_perfdb_match_a_brute_force_sort_through_writes_deletes_and_a
             await check_pages(db, rows)
             # Walked, not read narrow, whatever the filters select; read by parts wherever a bucket has 8 rows or more
             # (by finer value for numbers, by id for ties).
-            saved = leaderboard.PART_READ, leaderboard.NARROW
-            leaderboard.PART_READ, leaderboard.NARROW = 8, 10
+            saved = boardwalk.PART_READ, leaderboard.NARROW
+            boardwalk.PART_READ, leaderboard.NARROW = 8, 10
             try:
+                await store.restamp(db)  # (else the pages come from the cache)
                 await check_pages(db, rows)
             finally:
-                leaderboard.PART_READ, leaderboard.NARROW = saved
-            # Filtered totals counted only so far are lower bounds, and say so; the pages stay exact.
-            budget, leaderboard.COUNT_BUDGET = leaderboard.COUNT_BUDGET, 20
+                boardwalk.PART_READ, leaderboard.NARROW = saved
+            # Filtered totals counted only as far as the rows read are lower bounds, and say so; the pages stay exact.
+            first, boardwalk.FIRST_READ = boardwalk.FIRST_READ, 1
             try:
+                await store.restamp(db)
                 await check_pages(db, rows)
                 page = await leaderboard.page(db, sort="p99", order="asc", filters=["model!=m1"], limit=10, offset=0)
                 assert not page.total_exact and 10 <= page.total < len(expected(rows, "p99_ms", "asc", ["model!=m1"], None))
             finally:
-                leaderboard.COUNT_BUDGET = budget
+                boardwalk.FIRST_READ = first
+
+            # A page is served again from the cache while the rows' stamp holds; a write, or no stamp, reads afresh.
+            args = {"sort": "p99", "order": "asc", "filters": ["valid:true"], "limit": 5, "offset": 0}
+            cached = await leaderboard.page(db, **args)
+            assert await leaderboard.page(db, **args) is cached
+            top = next(r for r in rows if r["_id"] == cached.rows[0].id)
+            top["p99_ms"] = 1e6
+            await store.write_row(db, top)
+            fresh = await leaderboard.page(db, **args)
+            assert fresh is not cached and top["_id"] not in [r.id for r in fresh.rows]
+            assert [r.id for r in fresh.rows] == expected(rows, "p99_ms", "asc", ["valid:true"], None)[:5]
+            await db[store.STAMPS].delete_many({})
+            assert await leaderboard.page(db, **args) is not await leaderboard.page(db, **args)
+            await store.restamp(db)
 
             # Rewrites (a new attempt's figures) and deletions keep the counts and the best right.
             rng = random.Random(5)
@@ -170,6 +196,7 @@ def test_pages_from_perfdb_match_a_brute_force_sort_through_writes_deletes_and_a
             rows = rows[30:]
             await check_pages(db, rows)
             kept = await counts_of(db)
+            await parts_add_up(db)
             assert await store.recount(db) == len(rows)
             assert await counts_of(db) == kept  # counted row by row == counted from scratch
 
@@ -190,7 +217,7 @@ def test_pages_from_perfdb_match_a_brute_force_sort_through_writes_deletes_and_a
 def test_bad_queries_name_the_field(mongo_service: Any) -> None:
     for text in ("nope:1", "p99<abc", "backend<3", "garbage"):
         with pytest.raises(InvalidRequest) as info:
-            leaderboard.parse_filter(text)
+            boardquery.parse_filter(text)
         assert info.value.field == "filter"
 
     async def run() -> None:
