@@ -156,18 +156,20 @@ async def _chunks(db: AsyncDatabase, col: str, descending: bool, buckets: list[r
     """Every row of the buckets in sort order, in reads of about `reads.want` rows as it stands at each read:
     consecutive small buckets read together, a bigger bucket by runs of its parts."""
     run: list[Segment] = []
+    held = 0  # the rows of the buckets in `run`
     for b in buckets:
-        over = sum(x.n for x, _, _ in run) + b.n - reads.want  # rows past the read's want, were the bucket read whole
+        over = held + b.n - reads.want  # rows past the read's want, were the bucket read whole
         parted = await _parts(db, col, b, descending) if over >= PART_READ and b.n >= PART_READ else None
         joins = parted is None and b.key is not None and col not in rowcounts.FLAGS
         if run and not joins:
             yield await _run(db, col, run, descending, reads.fields)
-            run = []
+            run, held = [], 0
         if joins:
             run.append((b, 0, b.n))
-            if sum(x.n for x, _, _ in run) >= reads.want:
+            held += b.n
+            if held >= reads.want:
                 yield await _run(db, col, run, descending, reads.fields)
-                run = []
+                run, held = [], 0
         elif parted is None:
             yield await _run(db, col, [(b, 0, b.n)], descending, reads.fields)
         else:
@@ -266,7 +268,7 @@ def _all_match(b: rowcounts.Bucket, col: str, f: Filter) -> bool:
     return b.low is not None and b.high is not None and matches({col: b.low}, [f]) and matches({col: b.high}, [f])
 
 
-def _counted(counts: dict[str, list[rowcounts.Bucket]], others: list[Filter]) -> int | None:
+def _counted(counts: Counts, others: list[Filter]) -> int | None:
     """The exact number of rows passing one filter on a sortable column, from its counts, where every bucket passes
     it wholly or not at all (`valid:true`, `backend:triton`, `batch>=8`); None otherwise."""
     if len(others) != 1 or others[0][0] not in counts or others[0][1] == "!=":

@@ -116,7 +116,9 @@ def span(col: str, keys: list[Key]) -> dict[str, Any]:
         return {col: {"$gte": min(map(str, keys)), "$lt": f"{max(map(str, keys))}{_TOP}"}}
     if keys == [0]:
         return {col: 0}
-    edges = [_edges(int(k)) for k in keys]  # type: ignore[arg-type]
+    numbers = [k for k in keys if isinstance(k, int)]
+    assert len(numbers) == len(keys), (col, keys)
+    edges = [_edges(k) for k in numbers]
     lows, highs = [e[0] for e in edges], [e[1] for e in edges]
     bounds = {
         **({"$gte": min(x for x in lows if x is not None)} if None not in lows else {}),
