@@ -129,7 +129,8 @@ async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart 
         kept.append(None)
         result = await measure(point.model_copy(update={**at, "search": None, "seed": seed}), probe_ctx, cold_start)
         same = [r for x, r in runs if x == load] + [result]
-        reading = read(same if repeat else [result], slo)
+        # A repeat is decided by the load's valid runs (an invalid one says nothing of the SLO); by all, if none is.
+        reading = read(([r for r in same if r.valid] or same) if repeat else [result], slo)
         plan.record(load, reading)
         runs.append((load, result))
         probes.append(_probe(load, result, reading, repeat=repeat))

@@ -7,7 +7,10 @@ Narrowing aims at the root of the SLO margin (the criterion's signed distance fr
 interpolated over log-load by a monotone cubic (PCHIP, as vLLM's `bench sweep serve_sla` and AIPerf do) through every
 load measured, kept inside the middle of the bracket so a misleading curve cannot stall it; bench/search.py measures
 it against plain bisection on synthetic curves. A load whose verdict lies inside its own 95% interval is measured
-again with a new seed and decided by both runs together (the caller pools them), once.
+again with a new seed and decided by both runs together (the caller pools them), once. So is a load whose run was
+invalid (the generator could not send on time, the host stalled): an invalid run says nothing of the SLO, so the
+load is decided by its valid runs, and fails as invalid only when none is valid; unless it failed by more than the
+whole limit, which no measurement fault explains away.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from common.wire.search import Stopped
 CLIFF_MARGIN = 0.5
 # Interpolation never aims closer to either end of the bracket than this share of it (in log-load).
 SAFEGUARD = 0.25
+# An invalid run that missed the limit by more than this share of it (p99 over twice the limit) is not measured again.
+HOPELESS_MARGIN = -1.0
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ class SearchPlan:
         if repeat:
             self.repeated.add(load)
             self._repeat = None
-        elif reading.uncertain:
+        elif reading.uncertain or (not reading.valid and (reading.margin is None or reading.margin >= HOPELESS_MARGIN)):
             self._repeat = load
 
     def next_load(self) -> tuple[float, bool] | None:

@@ -48,7 +48,7 @@ def md1_knee(service_s: float, slo_s: float, n: int = 100_000) -> float:
 @pytest.fixture(scope="module")
 def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(SERVICE_MS), "--workers", "1"]
+    argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(SERVICE_MS), "--workers", "1", "--watch-stalls"]
     log = tmp_path_factory.mktemp("fifo") / "server.log"
     with SupervisedProcess(argv, name="single-worker FIFO server", log_path=log) as proc:
         proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
@@ -79,24 +79,31 @@ slo: {{p99_ms: {SLO_MS:g}}}
     knee, knee_high = md1_knee(service_s, SLO_MS / 1000), md1_knee(handler_s, SLO_MS / 1000)
     print(
         f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} to {knee_high:.1f} req/s"
-        f" (service {1e3 * service_s:.3f} ms, handler {1e3 * handler_s:.3f} ms)"
+        f" (service {1e3 * service_s:.3f} ms, handler {1e3 * handler_s:.3f} ms); the server saw {len(stats['stalls_ms'])}"
+        f" host stalls of 20 ms or more (longest {max(stats['stalls_ms'], default=0.0):g} ms)"
     )
+    for k, p in enumerate(answer.probes):
+        print(f"  probe {k}: {p.load:g} req/s, p99 {p.p99_ms} ms (95% {p.p99_ci_ms}), passed {p.passed}, {p.reasons}")
     # Within its resolution of the knee, with the p99's sampling noise over 5 s probes as margin (10%). Near the knee
-    # a 5 s probe's p99 interval often holds the limit: the probe is repeated, which spends probes, so 16 leave room;
-    # stopping short is said, never hidden.
+    # a 5 s probe's p99 interval often holds the limit, and a stall on this host makes a probe invalid (the generator
+    # sent late): either is repeated, which spends probes, so 16 leave room; stopping short is said, never hidden.
     assert answer.stopped in ("resolved", "out_of_probes"), answer
     assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 16
     if answer.stopped == "resolved":
         assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
     else:
         assert any(n.startswith("stopped short after 16 probes") for n in answer.notes), answer.notes
-    # Below, a wide margin: the host's own stalls (leader, follower, generator, server and databases on 2 cores) only
-    # ever add to a probe's p99, so noise makes a probe fail early, never pass late (seen in full runs on a quiet CI
-    # machine: 72 and 54.3 req/s against knees of 85.1 to 92.5 and 83.5 to 92.3). Where the answer lies below the knee
-    # depends on how often this host stalls, not on the search: the search's own part is checked above (the bracket
-    # at its precision) and below (the chosen probe passed, at the rate found). A search that never leaves its floor
-    # (10 req/s) still fails here.
-    assert 0.5 * knee <= answer.found <= 1.10 * knee_high, (answer.found, knee, knee_high, stats)
+    # Above, noise cannot carry an answer: the host's stalls (leader, follower, generator, server and databases share 2
+    # cores) only ever add to a probe's p99, so they make a probe fail early, never pass late.
+    assert answer.found <= 1.10 * knee_high, (answer.found, knee, knee_high, stats)
+    # Below, how far under the knee the answer lies depends on how this host stalls, not on the search (full CI runs
+    # found 72, 54.3 and 33.3 req/s against knees of about 85 to 92: at 34.6 req/s one probe failed its p99 of 80 ms).
+    # So an answer under half the knee must come with a stall the server itself saw (a watcher thread in it woke at
+    # least half the SLO late): a search that stops low on a quiet host still fails here, and so does one that never
+    # leaves its floor.
+    stalls = stats["stalls_ms"]
+    assert answer.found > 10
+    assert answer.found >= 0.5 * knee or max(stalls, default=0.0) >= SLO_MS / 2, (answer.found, knee, knee_high, stats)
     failed = [p for p in answer.probes if p.load == answer.lowest_fail]
     assert failed and not any(p.passed for p in failed), answer.probes
     # The point is the chosen probe's run, at the rate found.

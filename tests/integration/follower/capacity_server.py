@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 import time
 
 from aiohttp import web
@@ -16,11 +17,28 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--service-ms", type=float, required=True)
     parser.add_argument("--workers", type=int, choices=(0, 1), required=True)
+    parser.add_argument("--watch-stalls", action="store_true", help="note the host's stalls (stats: stalls_ms)")
     args = parser.parse_args()
     service_s = args.service_ms / 1000
 
     busy = {"s": 0.0, "n": 0, "cpu_in": 0.0, "cpu0": -1.0}
     traceparents: set[str] = set()  # the W3C trace contexts requests carried (a job's propagate_trace)
+
+    stalls: list[float] = []  # host stalls this process saw (ms): a watcher thread woke this much late
+
+    def watch() -> None:
+        """Wake every 5 ms and note each wake-up 20 ms or more late: the host gave this process no core for that long
+        (the event loop holds the GIL only briefly: its one long wait, the service time, sleeps without it)."""
+        tick, last = 0.005, time.perf_counter()
+        while True:
+            time.sleep(tick)
+            now = time.perf_counter()
+            if (late := now - last - tick) >= 0.02 and len(stalls) < 10_000:
+                stalls.append(round(late * 1000, 1))
+            last = now
+
+    if args.watch_stalls:
+        threading.Thread(target=watch, name="stall-watcher", daemon=True).start()
 
     async def infer(request: web.Request) -> web.Response:
         began, cpu = time.perf_counter(), time.process_time()
@@ -48,7 +66,13 @@ def main() -> None:
         outside = max(0.0, time.process_time() - busy["cpu0"] - busy["cpu_in"])
         service_s = (busy["s"] + outside) / n
         return web.json_response(
-            {"requests": n, "service_s": service_s, "handler_s": busy["s"] / n, "traceparents": sorted(traceparents)}
+            {
+                "requests": n,
+                "service_s": service_s,
+                "handler_s": busy["s"] / n,
+                "traceparents": sorted(traceparents),
+                "stalls_ms": stalls,
+            }
         )
 
     async def ready(request: web.Request) -> web.Response:

@@ -107,10 +107,27 @@ def test_an_uncertain_load_is_measured_once_more_and_decided_by_both_runs() -> N
     assert plan.next_load() is None
     out = plan.outcome()
     assert out.stopped == "floor_fails" and plan.probes == 2
-    # An uncertain repeat is not repeated again; an invalid run never passes whatever its margin.
+    # An uncertain repeat is not repeated again; an invalid run never passes whatever its margin: it is measured once
+    # more, and a load whose runs are all invalid fails.
     plan = SearchPlan(RATE)
     plan.record(10, Reading(valid=False, margin=0.9))
-    assert plan.next_load() is None and plan.outcome().stopped == "floor_fails"
+    assert plan.next_load() == (10, True)
+    plan.record(10, Reading(valid=False, margin=0.9))
+    assert plan.next_load() is None and plan.outcome().stopped == "floor_fails" and plan.probes == 2
+
+
+def test_an_invalid_run_is_measured_again_and_a_valid_repeat_decides() -> None:
+    """A stall on a busy host made the floor's first run invalid (the generator sent late): its repeat, valid and well
+    within the limit, decides the load (the caller pools only valid runs), and the search goes on."""
+    plan = SearchPlan(RATE)
+    plan.record(10, Reading(valid=False, margin=-0.06))
+    assert plan.next_load() == (10, True)
+    plan.record(10, Reading(valid=True, margin=0.79))
+    assert plan.next_load() == (1000, False)
+    # A run that failed by more than the whole limit is not measured again, invalid or not: overload, whatever the cause.
+    plan.record(1000, Reading(valid=False, margin=-5.2))
+    step = plan.next_load()
+    assert step is not None and step[1] is False and 10 < step[0] < 1000
 
 
 def test_an_uncertain_boundary_after_its_repeat_is_noted() -> None:
