@@ -17,7 +17,8 @@ from pathlib import Path
 
 from bench.scheduler_live import LIVE_LONG_S, LIVE_LONG_SHARE, LIVE_SHORT_S, live_rounds, local_services, mongo_cost
 from bench.scheduler_sim import decision_cost, run_simulation, wait_table
-from follower.settings import WAIT_BOUND
+from bench.scheduler_teams import WEIGHTS, team_figures
+from common.fairshare import WAIT_BOUND
 
 
 def main() -> None:
@@ -39,6 +40,9 @@ def main() -> None:
     parser.add_argument("--live-seed", type=int, default=1)
     parser.add_argument("--live-load", type=float, default=1.0, help="offered load of the live arrivals (1.0: followers busy)")
     parser.add_argument("--live-repeats", type=int, default=3, help="rounds (each its own seed) over the three configurations")
+    parser.add_argument("--teams-jobs", type=int, default=200, help="team a's jobs in each team scenario (team b: a tenth)")
+    parser.add_argument("--teams-seeds", type=int, default=6)
+    parser.add_argument("--teams-followers", type=int, default=4)
     parser.add_argument("--skip-mongo", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args()
@@ -99,6 +103,38 @@ def main() -> None:
         waits_nobound_worst_ratio=f"{nobound:.2f}",
         waits_mixed_win_min=f"{min(mixed_wins):.2f}",
         waits_uniform_win_min=f"{min(uniform_wins):.2f}",
+    )
+
+    print(
+        f"1c. teams sharing {args.teams_followers} followers (the leader's queue in the fair order, followers holding one "
+        f"job each: placement_lookahead 1; {args.teams_seeds} seeds). Contention: team a floods {args.teams_jobs} short "
+        "jobs (1-5 min), team b a tenth as many 10x longer, at 8x the fleet; share of follower time while both queue",
+        flush=True,
+    )
+    teams = team_figures(args.teams_jobs, args.teams_seeds, args.teams_followers)
+    errors = []
+    for weights in WEIGHTS:
+        label = f"{weights['a']:g}to{weights['b']:g}"
+        errors.append(teams[f"share_b_{label}_err"])
+        print(
+            f"  weights a:b {weights['a']:g}:{weights['b']:g}: b's share {teams[f'share_b_{label}']:.3f} (target "
+            f"{teams[f'target_b_{label}']:.3f}, worst seed {100 * teams[f'share_b_{label}_err']:.0f}% off); today's "
+            f"scheduler {teams[f'today_share_b_{label}']:.3f} (worst {100 * teams[f'today_share_b_{label}_err']:.0f}% off)"
+        )
+        result[f"teams_share_b_{label}"] = f"{teams[f'share_b_{label}']:.3f}"
+    print(
+        f"  streams at 0.85 (team a 10x team b's jobs): mean JCT {teams['jct_vs_today_min']:.2f}-"
+        f"{teams['jct_vs_today_max']:.2f}x today's two-tier scheduler's; longest wait at most "
+        f"{teams['wait_vs_rr_max']:.2f}x RR+FCFS's; 5% urgent jobs wait {teams['urgent_mean_wait_min']:.1f} min on "
+        f"average, normal ones {teams['normal_mean_wait_min']:.1f} min"
+    )
+    result.update(
+        teams_share_err_max=f"{max(errors):.3f}",
+        teams_jct_vs_today_max=f"{teams['jct_vs_today_max']:.3f}",
+        teams_wait_vs_rr_max=f"{teams['wait_vs_rr_max']:.3f}",
+        teams_urgent_wait_min=f"{teams['urgent_mean_wait_min']:.1f}",
+        teams_normal_wait_min=f"{teams['normal_mean_wait_min']:.1f}",
+        teams_floor_met=str(max(errors) <= 0.10 and teams["jct_vs_today_max"] <= 1.10 and teams["wait_vs_rr_max"] <= 2.0).lower(),
     )
 
     print(

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.fairshare import WAIT_BOUND
 from follower.agent.holding import HeldEntry, HoldingQueue, work_ahead
-from follower.settings import WAIT_BOUND
 from leader.domain import Candidate, Gpu, Load, Needs, QueuedJob
 from leader.placement.placer import PlacementIndex, Policy
 
@@ -36,6 +36,8 @@ class SimJob:
     estimate: float  # what the scheduler believes (spec estimate corrected by history: ~20% error)
     start: float = math.nan
     end: float = math.nan
+    team: str = ""
+    priority: str = "normal"
 
 
 MIXES = ("mixed", "heavy", "bimodal", "uniform")
@@ -136,7 +138,8 @@ def simulate(
         rr_last = fid
         target = by_id[fid]
         ahead = work_ahead([*target.held, *([target.running_entry] if target.running_entry else [])], job.arrival)
-        target.held.append(HeldEntry(str(job.id), 1, job.estimate, job.arrival, job.id, {}, Path(), ahead_s=ahead))
+        entry = HeldEntry(str(job.id), 1, job.estimate, job.arrival, job.id, {}, Path(), ahead_s=ahead, priority=job.priority)
+        target.held.append(entry)
         start_next(by_id[fid], job.arrival)
     while done:
         t, jid, fid = heapq.heappop(done)

@@ -18,6 +18,7 @@ from common.wire.followers import FollowerView
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
+from common.wire.teams import TeamSettings, TeamView, UsageReport
 
 T = TypeVar("T")
 
@@ -251,6 +252,19 @@ class Calls:
     @staticmethod
     def revoke_token(token_id: str) -> Call[TokenView]:
         return Call("DELETE", f"{API}/tokens/{token_id}", _TOKEN)
+
+    @staticmethod
+    def teams() -> Call[list[TeamView]]:
+        return Call("GET", f"{API}/teams", _model(TypeAdapter(list[TeamView])))
+
+    @staticmethod
+    def set_team(team: str, settings: TeamSettings) -> Call[TeamView]:
+        return Call("PUT", f"{API}/teams/{team}", _model(TypeAdapter(TeamView)), kwargs={"json": settings.model_dump()})
+
+    @staticmethod
+    def usage(by: str, since: str | None, until: str | None) -> Call[UsageReport]:
+        params = {"by": by, "since": since, "until": until}
+        return Call("GET", f"{API}/usage", _model(TypeAdapter(UsageReport)), params=params)
 
     @staticmethod
     def put_secret(name: str, value: str, kind: str, header: str) -> Call[SecretView]:

@@ -12,7 +12,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from benchfleet import cli_admin, cli_analysis, cli_store
+from benchfleet import cli_admin, cli_analysis, cli_store, cli_teams
 from benchfleet.calls import EXPORT_FORMATS
 from benchfleet.cli_common import (
     DEFAULT_PORT,
@@ -359,6 +359,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
 cli_analysis.register(app)
 cli_admin.register(app)
+cli_teams.register(app)
 cli_store.register(app)
 
 

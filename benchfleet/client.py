@@ -23,6 +23,7 @@ from common.wire.followers import FollowerView
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
+from common.wire.teams import TeamSettings, TeamView, UsageReport
 
 
 class ApiError(Exception):
@@ -238,6 +239,18 @@ class BenchfleetClient:
     def revoke_token(self, token_id: str) -> TokenView:
         """Revoke a token at once (admins)."""
         return self._do(Calls.revoke_token(token_id))
+
+    def teams(self) -> list[TeamView]:
+        """Every team (yours, unless an admin) with its weight, its fair share and its use of the fleet now."""
+        return self._do(Calls.teams())
+
+    def set_team(self, team: str, *, weight: float) -> TeamView:
+        """Set a team's weight in the fleet's fair share (admins)."""
+        return self._do(Calls.set_team(team, TeamSettings(weight=weight)))
+
+    def usage(self, *, by: str = "team", since: str | None = None, until: str | None = None) -> UsageReport:
+        """Follower- and GPU-hours with their cost over a period (default: 30 days), by team, user, class or follower."""
+        return self._do(Calls.usage(by, since, until))
 
     def put_secret(self, name: str, value: str, *, kind: str = "header", header: str = "Authorization") -> SecretView:
         """Store a target secret for your team (a header sent to the target, or a CA bundle); never shown again."""

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.fairshare import AGEING_PER_S, WAIT_BOUND
 from common.spec.job import Labels
 from common.wire.messaging import HEARTBEAT_INTERVAL_S
 
@@ -20,11 +21,6 @@ MAX_IN_FLIGHT = 4096
 def default_follower_id() -> str:
     """A stable id from the host name, so a restarted agent keeps its queue."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64] or "follower"
-
-
-# A held job that has waited as long as its FCFS turnaround (it would have finished under FCFS) runs before any job
-# not so overdue (follower/agent/holding.py); bench/scheduler.py measured 1.0 against round-robin + FCFS.
-WAIT_BOUND = 1.0
 
 
 class FollowerSettings(BaseSettings):
@@ -53,7 +49,7 @@ class FollowerSettings(BaseSettings):
     # Tier 2: the order held jobs run in (sjf: shortest estimate first with ageing; fcfs: the baseline), and the
     # ageing rate: seconds of estimate forgiven per second waited (a job waiting estimate/ageing seconds runs next).
     order: Literal["sjf", "fcfs"] = "sjf"
-    ageing_per_s: float = Field(default=0.01, ge=0)
+    ageing_per_s: float = Field(default=AGEING_PER_S, ge=0)
     # A held job that has waited this many times its FCFS turnaround runs next (0: no bound; follower/agent/holding.py).
     wait_bound: float = Field(default=WAIT_BOUND, ge=0)
     # Do not start a job while a foreign process uses a GPU, or while host CPU is above this percentage (None: off).

@@ -32,6 +32,7 @@ from leader.api.routes import (
     records,
     secrets,
     shard_barrier,
+    teams,
     tokens,
 )
 from leader.clock import Ages
@@ -170,7 +171,13 @@ def create_app(settings: LeaderSettings) -> FastAPI:
         redis = aioredis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         queue = TaskQueue(settings.redis_url)
         db = client[settings.db_name]
-        placer = Placer(db=db, queue=queue, interval_s=settings.place_interval_s, policy=settings.placement_policy)
+        placer = Placer(
+            db=db,
+            queue=queue,
+            interval_s=settings.place_interval_s,
+            policy=settings.placement_policy,
+            lookahead=settings.placement_lookahead,
+        )
         heard = Ages()
         monitor = Monitor(
             db=db,
@@ -229,7 +236,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
     api = APIRouter(prefix=API_PREFIX)
-    for module in (jobs, models, followers, fleetchecks, tokens, records, progress, data, audit_routes, secrets, shard_barrier):
+    routers = (jobs, models, followers, fleetchecks, tokens, teams, records, progress, data, audit_routes, secrets, shard_barrier)
+    for module in routers:
         api.include_router(module.router)
     api.include_router(secrets.job_router)
     app.include_router(api)

@@ -36,6 +36,20 @@ class Candidate:
     gpus: tuple[Gpu, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()  # the follower's (name, value) labels, sorted
 
+    @property
+    def follower_class(self) -> str:
+        """What its use is accounted and its quotas are kept by (follower_class)."""
+        return follower_class(dict(self.labels), [g.name for g in self.gpus])
+
+
+# The label a follower's class is read from (else its first GPU's model, else "cpu").
+CLASS_LABEL = "class"
+
+
+def follower_class(labels: dict[str, str], gpu_names: list[str]) -> str:
+    """A follower's class: its `class` label, else its first GPU's model, else cpu."""
+    return str(labels.get(CLASS_LABEL) or (gpu_names[0] if gpu_names else "cpu"))
+
 
 @dataclass(frozen=True)
 class Load:
@@ -62,6 +76,8 @@ class QueuedJob:
     model_ref: str = ""  # with the backends and the follower, the key of the estimator's history correction
     part_of: str | None = None  # a part of a split job: placed on a follower of the same hardware class as its siblings
     measured_s: float | None = None  # the load's seconds within estimate_s (None: estimate_s less the start cost per backend)
+    team: str = ""  # whose share of the fleet it runs on (common/fairshare.py)
+    priority: str = "normal"  # its class in the queues (common.fairshare.Priority)
 
     def measured(self) -> float:
         """The load's seconds the estimator's rate applies to."""

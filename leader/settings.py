@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,6 +55,14 @@ class LeaderSettings(BaseSettings):
     monitor_interval_s: float = Field(default=1.0, gt=0)
     # Tier-1 placement: queue_aware (the queue that finishes first), or the baselines least_queue_length / round_robin.
     placement_policy: Literal["queue_aware", "least_queue_length", "round_robin"] = "queue_aware"
+    # Sharing the fleet between teams (common/fairshare.py): None sends every job to a follower at once, where each
+    # follower orders what it holds (shortest first, by class); N keeps at most N jobs waiting on each follower and the
+    # rest in the leader's queue, which runs them in the fair order (teams' weights and use, classes, sizes).
+    placement_lookahead: int | None = Field(default=None, ge=0, le=1000)
+    # The price of a follower-hour by follower class (its `class` label, else its first GPU's model, else cpu; `*` for
+    # any other) for GET /usage's cost, and the currency it is in.
+    prices: dict[str, Annotated[float, Field(ge=0)]] = {}
+    currency: str = Field(default="USD", max_length=8)
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     # Per-job bounds checked at submission (422 naming the field); tighter than the schema's hard caps.

@@ -16,6 +16,7 @@ from pydantic import (
 
 from common.base import NAME_PATTERN, VERSION_PATTERN, StrictModel
 from common.devices import GPU_PROVIDERS
+from common.fairshare import Priority
 from common.spec.colocate import ColocateSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
@@ -196,6 +197,8 @@ class JobSpec(StrictModel):
     """Inputs the model must take, checked against the stored model at submission."""
     requires: Requires = Requires()
     """Hardware a follower must have."""
+    priority: Priority = "normal"
+    """Its class in the queues: urgent (admins only) runs before normal, batch after (common/fairshare.py)."""
     split: SplitSpec | None = None
     """Opt-in: the grid's points split into parts run by several followers."""
     repeats: RepeatSpec = RepeatSpec()

@@ -1,13 +1,15 @@
 """The follower's local queue: Celery tasks are accepted into a durable holding queue, a run loop runs them in order.
 
 Tier 2 of the scheduler. The Celery task only writes the job to disk (fsync, rename) and returns, so the message is
-acked once the job is safe here; the run loop then picks, among everything held, the shortest estimated job first,
-exactly (a scan over all held jobs, no buckets), with ageing: a job's key is its estimate minus `ageing_per_s` for
-every second it has waited. And a bound, so no job waits without one: a job records at acceptance the work ahead of
-it (what FCFS would make it wait), and once it has waited `wait_bound` times its FCFS turnaround (that work plus its
-own estimate) it runs before every job not so overdue, the overdue ones first come first served. bench/scheduler.py
-shows the longest wait within 2x round-robin + FCFS's over heavy-tailed, bimodal and uniform mixes while the mean
-stays shortest-first's. FCFS (by acceptance time) is the selectable baseline.
+acked once the job is safe here; the run loop then picks, among everything held, by the order common/fairshare.py
+defines (a scan over all held jobs, no buckets): its priority class first (urgent, normal, batch), then the shortest
+estimate, with ageing: a job's key is its estimate minus `ageing_per_s` for every second it has waited. And a bound,
+so no job waits without one: a job records at acceptance the work ahead of it (what FCFS would make it wait), and
+once it has waited `wait_bound` times its FCFS turnaround (that work plus its own estimate) it runs before every job
+not so overdue, the overdue ones first come first served. Teams' shares are the leader's to keep (its queue orders
+by them when followers hold few jobs: `placement_lookahead`). bench/scheduler.py shows the longest wait within 2x
+round-robin + FCFS's over heavy-tailed, bimodal and uniform mixes while the mean stays shortest-first's. FCFS (by
+acceptance time) is the selectable baseline.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from common.fairshare import AGEING_PER_S, WAIT_BOUND, order_key
 from common.wire.followers import HeldJob
-from follower.settings import WAIT_BOUND
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class HeldEntry:
     running: bool = False
     ahead_s: float = 0.0  # estimated work ahead of it when it was accepted: its wait under FCFS
     started_at: float | None = None  # when it started running (the running job's remaining work is counted ahead)
+    priority: str = "normal"  # common.fairshare.Priority
 
     @property
     def key(self) -> str:
@@ -69,7 +72,7 @@ class HoldingQueue:
         directory: Path,
         *,
         order: Order = "sjf",
-        ageing_per_s: float = 0.01,
+        ageing_per_s: float = AGEING_PER_S,
         wait_bound: float = WAIT_BOUND,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -91,7 +94,13 @@ class HoldingQueue:
                 # On disk the acceptance is a wall-clock time (the monotonic clock does not survive a reboot): how long
                 # ago it was becomes a time on this process's clock once, at load.
                 waited = max(0.0, self.wall() - float(doc.get("accepted_wall", doc.get("accepted_at", self.wall()))))
-                entry = HeldEntry(**fields, accepted_at=self.clock() - waited, path=path, ahead_s=float(doc.get("ahead_s", 0.0)))
+                entry = HeldEntry(
+                    **fields,
+                    accepted_at=self.clock() - waited,
+                    path=path,
+                    ahead_s=float(doc.get("ahead_s", 0.0)),
+                    priority=_priority(doc["payload"]),
+                )
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("dropping unreadable held job %s: %s", path.name, exc)
                 path.unlink(missing_ok=True)
@@ -118,6 +127,7 @@ class HoldingQueue:
                 payload,
                 Path(),
                 ahead_s=work_ahead(self._entries.values(), now),
+                priority=_priority(payload),
             )
             self._seq += 1
             entry.path = self.directory / f"{entry.key}.json"
@@ -133,12 +143,19 @@ class HoldingQueue:
             self._cond.notify_all()
             return entry
 
-    def priority(self, entry: HeldEntry, now: float) -> tuple[int, float, float, int]:
-        """The sort key: smaller runs first. Overdue jobs (waited `wait_bound` x their FCFS turnaround) come first."""
-        waited = now - entry.accepted_at
-        if self.order == "fcfs" or (self.wait_bound > 0 and waited >= self.wait_bound * (entry.ahead_s + entry.estimate_s)):
-            return (0, entry.accepted_at, 0.0, entry.seq)
-        return (1, entry.estimate_s - self.ageing_per_s * waited, entry.accepted_at, entry.seq)
+    def priority(self, entry: HeldEntry, now: float) -> tuple[float, ...]:
+        """The sort key: smaller runs first (common/fairshare.py: order_key), then by acceptance."""
+        if self.order == "fcfs":
+            return (0, 0, 0, entry.accepted_at, entry.accepted_at, entry.seq)
+        key = order_key(
+            estimate_s=entry.estimate_s,
+            waited_s=now - entry.accepted_at,
+            ahead_s=entry.ahead_s,
+            priority=entry.priority,
+            ageing_per_s=self.ageing_per_s,
+            wait_bound=self.wait_bound,
+        )
+        return (*key, entry.accepted_at, entry.seq)
 
     def peek(self) -> HeldEntry | None:
         """The job that would run next (exact: every held job is compared), None if nothing waits."""
@@ -191,3 +208,9 @@ class HoldingQueue:
     def __len__(self) -> int:
         with self._cond:
             return len(self._entries)
+
+
+def _priority(payload: dict[str, Any]) -> str:
+    """A job's priority class from its task's spec (a spec from before classes existed has none: normal)."""
+    spec = payload.get("spec")
+    return str((spec.get("priority") if isinstance(spec, dict) else None) or "normal")

@@ -44,6 +44,7 @@ class _Active:
     state: str
     dispatched: bool
     part_of: str | None = None
+    team: str = ""
 
 
 class JobBook:
@@ -56,6 +57,8 @@ class JobBook:
         self.loads: dict[str, Load] = {}
         self.owner_waiting: dict[str, int] = {}
         self.part_followers: dict[str, dict[str, str]] = {}  # split job → its active parts → their followers
+        # A queued job's FCFS wait, estimated when this book first saw it: what its wait bound is measured against.
+        self.ahead_s: dict[str, float] = {}
 
     # --- applying PerfDB documents ---------------------------------------------------------------------------
 
@@ -76,7 +79,9 @@ class JobBook:
             heapq.heappush(kq.heap, order)
             self.owner_waiting[change.owner] = self.owner_waiting.get(change.owner, 0) + 1
         elif change.state in ACTIVE and change.follower_id:
-            active = _Active(change.follower_id, change.estimate_s, change.state, change.dispatched, change.part_of)
+            active = _Active(
+                change.follower_id, change.estimate_s, change.state, change.dispatched, change.part_of, change.queued.team
+            )
             self._activate(job_id, active)
 
     def apply_all(self, changes: Iterable[JobChange]) -> None:
@@ -87,6 +92,7 @@ class JobBook:
     def forget(self, job_id: str) -> None:
         """Remove a job from the book (its heap entry goes lazily, on the next pop)."""
         entry = self.queued.pop(job_id, None)
+        self.ahead_s.pop(job_id, None)
         if entry is not None:
             _, job, owner = entry
             kq = self.kinds[(job.backends, job.needs)]
@@ -137,6 +143,20 @@ class JobBook:
             if entry is not None:
                 heapq.heappush(self.kinds[(entry[1].backends, entry[1].needs)].heap, entry[0])
 
+    def fcfs_ahead(self, jobs: Iterable[QueuedJob], followers: int) -> dict[str, float]:
+        """Each job's wait under first-come-first-served across the fleet (every follower's load and every job queued
+        before it, shared over the followers), as first seen: later ticks keep what the first one said."""
+        total = sum(load.seconds for load in self.loads.values())
+        for job in sorted(jobs, key=lambda j: self.queued[j.job_id][0]):
+            if job.job_id not in self.ahead_s:
+                self.ahead_s[job.job_id] = total / max(1, followers)
+            total += job.estimate_s
+        return self.ahead_s
+
+    def teams(self) -> set[str]:
+        """The teams with a job queued or active."""
+        return {job.team for _, job, _ in self.queued.values()} | {a.team for a in self.active.values()}
+
     def waiting_kinds(self) -> list[Kind]:
         """The kinds with at least one queued job."""
         return [kind for kind, kq in self.kinds.items() if kq.members]
@@ -162,12 +182,14 @@ class JobBook:
 
     def placed(self, job: QueuedJob, follower_id: str, estimate_s: float) -> None:
         """The placer assigned the job (not yet dispatched)."""
-        self.apply_placed(job.job_id, follower_id, estimate_s, part_of=job.part_of)
+        self.apply_placed(job.job_id, follower_id, estimate_s, part_of=job.part_of, team=job.team)
 
-    def apply_placed(self, job_id: str, follower_id: str, estimate_s: float, *, part_of: str | None = None) -> None:
+    def apply_placed(
+        self, job_id: str, follower_id: str, estimate_s: float, *, part_of: str | None = None, team: str = ""
+    ) -> None:
         """Account an assignment made by this process before the feed reports it."""
         self.forget(job_id)
-        self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of))
+        self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of, team))
 
     def _activate(self, job_id: str, active: _Active) -> None:
         self.active[job_id] = active

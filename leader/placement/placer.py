@@ -8,8 +8,9 @@ import contextlib
 import dataclasses
 import heapq
 import logging
+import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -23,6 +24,7 @@ from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.placement.book import JobBook
 from leader.placement.queue import TaskQueue
+from leader.placement.sharing import Sharing
 from leader.store import assignments as assignments_store
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
@@ -103,10 +105,12 @@ class PlacementIndex:
         *,
         policy: Policy = "queue_aware",
         rr_last: str | None = None,
+        max_jobs: int | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}; known: {', '.join(POLICIES)}")
         self.policy = policy
+        self.max_jobs = max_jobs  # a follower holding this many jobs (running and waiting) takes no more: None, no limit
         self.loads = dict(loads)
         self.rr_last = rr_last
         groups: dict[tuple[frozenset[str], tuple, tuple], list[str]] = {}
@@ -122,8 +126,14 @@ class PlacementIndex:
         self.heaps = [sorted((self._key(fid), fid) for fid in ids) for ids in self.groups]
         self._eligible: dict[tuple[frozenset[str], Needs], list[int]] = {}
 
+    def full(self, fid: str) -> bool:
+        """Whether the follower holds all the jobs it may."""
+        return self.max_jobs is not None and self.loads.get(fid, _ZERO).jobs >= self.max_jobs
+
     def _key(self, fid: str) -> tuple[float, float]:
         load = self.loads.get(fid, _ZERO)
+        if self.full(fid):
+            return (math.inf, math.inf)
         # Queue-aware: the queue that finishes first; least-queue-length: the fewest jobs. Ties go to the other, then id.
         return (load.seconds, load.jobs) if self.policy == "queue_aware" else (load.jobs, load.seconds)
 
@@ -147,7 +157,9 @@ class PlacementIndex:
             # Loads only grow within a tick, so a stale entry moves down; the heap stays a correct lower bound.
             heapq.heapreplace(heap, (current, fid))
 
-    def choose(self, job: QueuedJob, *, same_class_as: str | None = None) -> str | None:
+    def choose(
+        self, job: QueuedJob, *, same_class_as: str | None = None, blocked: Callable[[Candidate], bool] | None = None
+    ) -> str | None:
         """The follower the policy picks for the job, or None if no follower can run it.
 
         `same_class_as`: a follower holding another part of the same split job; the choice is kept to followers with
@@ -155,11 +167,13 @@ class PlacementIndex:
         any more, any capable follower will do, rather than leave the part waiting for ever.
         """
         groups = self.eligible_groups(job)
+        if blocked is not None:  # followers the job may not take now (its team's quota on their class is used up)
+            groups = [g for g in groups if not blocked(self.examples[g])]
         if not groups:
             return None
         pinned = job.needs.follower
-        if pinned is not None:  # that follower, if it is available and capable; else the job waits for it
-            return pinned if self.group_of.get(pinned) in groups else None
+        if pinned is not None:  # that follower, if it is available, capable and has room; else the job waits for it
+            return pinned if self.group_of.get(pinned) in groups and not self.full(pinned) else None
         if same_class_as is not None and same_class_as in self.group_of:
             gpus = self.examples[self.group_of[same_class_as]].gpus
             groups = [g for g in groups if self.examples[g].gpus == gpus] or groups
@@ -167,7 +181,9 @@ class PlacementIndex:
             after: str | None = None
             first: str | None = None
             for g in groups:
-                ids = self.groups[g]
+                ids = [fid for fid in self.groups[g] if not self.full(fid)] if self.max_jobs is not None else self.groups[g]
+                if not ids:
+                    continue
                 i = bisect.bisect_right(ids, self.rr_last) if self.rr_last is not None else 0
                 if i < len(ids) and (after is None or ids[i] < after):
                     after = ids[i]
@@ -175,7 +191,7 @@ class PlacementIndex:
                     first = ids[0]
             return after if after is not None else first
         best = min((self._top(g) for g in groups), key=lambda entry: (entry[0], entry[1]))
-        return best[1]
+        return None if math.isinf(best[0][0]) else best[1]
 
     def add(self, follower_id: str, estimate_s: float) -> None:
         """Account a job just placed on the follower."""
@@ -205,9 +221,14 @@ class Placer:
         interval_s: float,
         policy: Policy = "queue_aware",
         resync_s: float = FULL_RESYNC_S,
+        lookahead: int | None = None,
     ) -> None:
         self._db = db
         self.policy = policy
+        # None: every job goes to a follower at once (the two-tier scheduler: each follower orders what it holds). N: a
+        # follower holds at most N jobs waiting beside the one it runs, the rest wait here, in the fair order.
+        self.lookahead = lookahead
+        self.sharing = Sharing(db)
         self._queue = queue
         self._interval_s = interval_s
         self._resync_s = resync_s
@@ -285,7 +306,8 @@ class Placer:
         cost["candidates_ms"] = (time.perf_counter() - t0) * 1e3
         # The round-robin cursor lives in PerfDB, so a restarted leader goes on where it stopped.
         rr_last = await assignments_store.get_cursor(self._db) if self.policy == "round_robin" else None
-        index = PlacementIndex(candidates, book.loads, policy=self.policy, rr_last=rr_last)
+        max_jobs = None if self.lookahead is None else 1 + self.lookahead
+        index = PlacementIndex(candidates, book.loads, policy=self.policy, rr_last=rr_last, max_jobs=max_jobs)
         batch: list[QueuedJob] = []
         for kind in kinds:
             probe = QueuedJob("", 0, kind[0], 0.0, kind[1])
@@ -300,15 +322,25 @@ class Placer:
                 book.stated(kind, reason, ids)
         order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
         batch.sort(key=lambda j: order[j.job_id])
+        if self.lookahead is not None:
+            batch = await self.sharing.order(batch, book, len(candidates))
         corrections: dict[tuple[str, str, str], durations_store.Correction] = {}
         t0 = time.perf_counter()
         decide_s = 0.0
         try:
             for job in batch[:MAX_PER_TICK]:
+                if max_jobs is not None and all(index.full(c.follower_id) for c in candidates):
+                    break  # every follower holds what it may: the rest wait here, in order
                 d0 = time.perf_counter()
-                follower_id = index.choose(job, same_class_as=book.sibling_follower(job.part_of))
+                sibling = book.sibling_follower(job.part_of)
+                quota = await self.sharing.quota_block(job.team)
+                follower_id = index.choose(job, same_class_as=sibling, blocked=quota[0] if quota else None)
                 decide_s += time.perf_counter() - d0
                 if follower_id is None:
+                    # Placeable but for its team's quota: it waits, saying so (written once per new reason).
+                    waits = quota[1]() if quota is not None and index.choose(job, same_class_as=sibling) else None
+                    if waits is not None and waits != job.waiting_reason:
+                        await assignments_store.set_waiting_reasons(self._db, job_ids=[job.job_id], reason=waits)
                     continue
                 key = (job.model_ref, ",".join(sorted(job.backends)), follower_id)
                 if key not in corrections:

@@ -85,6 +85,8 @@ BOOK_FIELDS = {
         "spec.backends",
         "spec.requires",
         "spec.network",
+        "spec.priority",
+        "team",
         "waiting_reason",
         "model_ref",
         "owner",
@@ -112,6 +114,8 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
         model_ref=str(doc.get("model_ref", "")),
         part_of=doc.get("part_of"),
         measured_s=doc.get("measured_s"),
+        team=str(doc.get("team") or ""),
+        priority=str(spec.get("priority") or "normal"),
     )
 
 

@@ -52,6 +52,7 @@ PROTOCOL_HOMES = ("follower/protocols/", "follower/backends/", "common/spec/targ
 # that read contracts.
 COMMON_RANKS = {
     "base": 0,
+    "fairshare": 0,
     "errors": 0,
     "devices": 0,
     "logs": 0,

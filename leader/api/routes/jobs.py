@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from common import tracing
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
+from common.fairshare import PRIORITY_ROLES
 from common.formats.datasets import DataSetMeta
 from common.formats.llmdata import KINDS_FOR_API
 from common.formats.signature import input_mismatches
@@ -121,6 +122,9 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
     spec = parse_spec(_decode(content_type, body))
     if spec.target is not None and spec.target.shards.count == "auto":  # decided now, from the fleet (shard_choice)
         spec = sized(await followers_store.list_followers(db), spec, expand(spec))
+    if principal.role not in PRIORITY_ROLES[spec.priority]:
+        allowed = " and ".join(PRIORITY_ROLES[spec.priority])
+        raise Forbidden(f"priority {spec.priority} is for {allowed} tokens; this one is a {principal.role}'s", field="priority")
     plan = plan_job(spec)
     check_spec_limits(plan, settings)
     # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.

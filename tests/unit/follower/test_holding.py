@@ -135,3 +135,14 @@ def test_a_wall_clock_step_changes_no_order_and_a_restart_keeps_the_wait(tmp_pat
     mono.now = 5.0
     again = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, wait_bound=1.0, clock=mono, wall=wall)
     assert [s.job_id for s in again.snapshot()] == ["long", "short"]  # now 4 h overdue by the (restart-time) wall clock
+
+
+def test_priority_classes_run_in_order_and_survive_a_restart(tmp_path: Path) -> None:
+    """Urgent before normal before batch, shortest first within a class; a held job keeps its class on disk."""
+    clock = Clock()
+    queue = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, clock=clock)
+    for job_id, estimate, priority in (("b", 1.0, "batch"), ("n2", 20.0, "normal"), ("u", 50.0, "urgent"), ("n1", 10.0, None)):
+        spec = {"name": job_id, **({"priority": priority} if priority else {})}  # no class: a task from before classes
+        queue.accept({"job_id": job_id, "attempt": 1, "estimate_s": estimate, "spec": spec})
+    restarted = HoldingQueue(tmp_path, order="sjf", ageing_per_s=0.0, clock=clock)
+    assert drain(restarted) == ["u", "n1", "n2", "b"]

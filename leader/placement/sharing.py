@@ -1,0 +1,125 @@
+"""What placement knows of teams (common/fairshare.py is the rule): each team's weight and use of the fleet over the
+sliding window, the order the leader's queue runs in, and the daily quotas per follower class that keep a team's jobs
+off a class for the rest of the UTC day. Read from PerfDB at most every USES_TTL_S, so a placement tick costs no more
+reads than that."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, TeamUse, order_key
+from common.wire.teams import TeamSettings
+from leader.clock import as_utc, utcnow
+from leader.domain import Candidate, QueuedJob
+from leader.placement.book import JobBook
+from leader.store import teams as teams_store
+from leader.store import usage as usage_store
+
+# The teams' use of the fleet is read again at most this often (a sliding window of hours moves little in 5 s).
+USES_TTL_S = 5.0
+
+
+@dataclass
+class _Cached:
+    """One read of PerfDB and when it was made."""
+
+    at: float = -float("inf")
+    value: Any = None
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self.at < USES_TTL_S
+
+
+class Sharing:
+    """The teams' standing as placement needs it: each part read only when asked for (the window's use only when the
+    leader's queue orders by it, the day's use only when a team has a quota)."""
+
+    def __init__(self, db: AsyncDatabase) -> None:
+        self._db = db
+        self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
+
+    def forget(self) -> None:
+        """Read again at the next use (an admin changed a team's settings)."""
+        self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
+
+    async def settings(self) -> dict[str, TeamSettings]:
+        if not self._settings.fresh():
+            self._settings = _Cached(time.monotonic(), await teams_store.settings(self._db))
+        return dict(self._settings.value)
+
+    async def _window_use(self) -> dict[str, float]:
+        if not self._window.fresh():
+            self._window = _Cached(time.monotonic(), await usage_store.window_use(self._db, now=utcnow(), window_s=WINDOW_S))
+        return dict(self._window.value)
+
+    async def _day_use(self) -> dict[tuple[str, str], float]:
+        if not self._today.fresh():
+            self._today = _Cached(time.monotonic(), await usage_store.day_use(self._db, now=utcnow()))
+        return dict(self._today.value)
+
+    async def uses(self, book: JobBook) -> dict[str, TeamUse]:
+        """Each team's weight, follower seconds in the window and whether it contends (a job queued or on a follower)."""
+        settings, window = await self.settings(), await self._window_use()
+        active = book.teams()
+        return {
+            team: TeamUse(settings.get(team, TeamSettings()).weight, window.get(team, 0.0), team in active)
+            for team in active | set(window)
+            if team
+        }
+
+    async def order(self, batch: list[QueuedJob], book: JobBook, followers: int) -> list[QueuedJob]:
+        """The queued jobs in the order they are to run (common/fairshare.py: order_key): by class, teams within their
+        shares first, then overdue jobs first come first served, then the shortest estimate with ageing."""
+        uses = await self.uses(book)
+        ahead = book.fcfs_ahead(batch, followers)
+        now = utcnow()
+
+        def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
+            created = book.queued[job.job_id][0]
+            fair = order_key(
+                estimate_s=job.estimate_s,
+                waited_s=(now - as_utc(created[0])).total_seconds(),
+                ahead_s=ahead.get(job.job_id, 0.0),
+                priority=job.priority,
+                team=job.team,
+                uses=uses,
+                ageing_per_s=AGEING_PER_S,
+                wait_bound=WAIT_BOUND,
+            )
+            return fair, created
+
+        return sorted(batch, key=key)
+
+    async def quota_block(self, team: str) -> tuple[Callable[[Candidate], bool], Callable[[], str]] | None:
+        """For a team with daily quotas: which followers its jobs may not take now (their class's quota is used up)
+        and the reason a job waits when none other is left; None when it has no quota."""
+        quotas = (await self.settings()).get(team, TeamSettings()).quota_hours_per_day if team else {}
+        if not quotas:
+            return None
+        today = await self._day_use()
+
+        def limit(cls: str) -> float | None:
+            return quotas.get(cls, quotas.get("*"))
+
+        def spent(candidate: Candidate) -> bool:
+            cls = candidate.follower_class
+            quota = limit(cls)
+            return quota is not None and today.get((team, cls), 0.0) >= quota
+
+        def reason() -> str:
+            spent_classes = sorted(
+                c for (t, c), hours in today.items() if t == team and (q := limit(c)) is not None and hours >= q
+            )
+            used = "; ".join(f"{today[(team, c)]:.2f} of {quotas.get(c, quotas.get('*', 0.0)):g} h on {c}" for c in spent_classes)
+            return (
+                f"team {team} used its daily quota of follower-hours ({used}): its jobs wait for 00:00 UTC, or for a "
+                "follower of a class it has hours left on"
+            )
+
+        return spent, reason

@@ -1,0 +1,161 @@
+"""Who used the fleet: every attempt's run (from its `running` history entry to the next entry, or to now while it
+runs) is follower time held by its job's team and owner on that follower. The fair share reads the teams' use over
+its sliding window from here, and the accounting sums any period by team, user, follower class or follower, with
+GPU-hours and the cost at the configured prices. Nothing new is written: job histories already hold every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from common.fairshare import use_in_window
+from common.wire.jobs import JobState
+from common.wire.teams import UsageBy, UsageReport, UsageRow
+from leader.clock import as_utc
+from leader.domain import follower_class
+
+JOBS = "jobs"
+FOLLOWERS = "followers"
+FIELDS = {"team": 1, "owner": 1, "state": 1, "history": 1}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt's hold on a follower."""
+
+    job_id: str
+    attempt: int
+    team: str
+    owner: str
+    follower_id: str
+    start: datetime
+    end: datetime | None  # None: still running
+
+
+def runs_of(doc: Mapping[str, Any]) -> list[Run]:
+    """The runs in a job document's history (a split job's own entries are its parts' and are not runs)."""
+    history = list(doc.get("history") or [])
+    out: list[Run] = []
+    for i, entry in enumerate(history):
+        if entry.get("state") != JobState.running.value or not entry.get("follower_id"):
+            continue
+        following = history[i + 1 :]
+        end = as_utc(following[0]["at"]) if following else None
+        if end is None and doc.get("state") != JobState.running.value:
+            continue  # no end recorded and not running: nothing to count
+        out.append(
+            Run(
+                str(doc["_id"]),
+                int(entry.get("attempt", 1)),
+                str(doc.get("team") or ""),
+                str(doc.get("owner") or ""),
+                str(entry["follower_id"]),
+                as_utc(entry["at"]),
+                end,
+            )
+        )
+    return out
+
+
+async def runs_between(db: AsyncDatabase, since: datetime, until: datetime) -> list[Run]:
+    """Every run that overlapped [since, until): jobs running now, and jobs changed since `since` (a run that ended
+    in the period changed its job then); two reads, each on its own index."""
+    docs: dict[str, dict[str, Any]] = {}
+    for query in ({"state": JobState.running.value}, {"updated_at": {"$gte": since}}):
+        async for doc in db[JOBS].find(query, FIELDS):
+            docs[doc["_id"]] = doc
+    runs: list[Run] = []
+    for doc in docs.values():
+        runs.extend(r for r in runs_of(doc) if r.start < until and (r.end is None or r.end > since))
+    return runs
+
+
+async def window_use(db: AsyncDatabase, *, now: datetime, window_s: float) -> dict[str, float]:
+    """Each team's follower seconds within the sliding window ending now."""
+    runs = await runs_between(db, now - timedelta(seconds=window_s), now)
+    ts = now.timestamp()
+    return use_in_window(((r.team, r.start.timestamp(), r.end.timestamp() if r.end else None) for r in runs), ts, window_s)
+
+
+async def follower_classes(db: AsyncDatabase) -> dict[str, tuple[str, int]]:
+    """Each follower's class (leader.domain.follower_class) and GPU count."""
+    out: dict[str, tuple[str, int]] = {}
+    async for doc in db[FOLLOWERS].find({}, {"info.labels": 1, "info.gpus": 1}):
+        info = doc.get("info") or {}
+        gpus = [str(g["name"]) for g in info.get("gpus") or []]
+        out[doc["_id"]] = (follower_class(info.get("labels") or {}, gpus), len(gpus))
+    return out
+
+
+async def day_use(db: AsyncDatabase, *, now: datetime) -> dict[tuple[str, str], float]:
+    """Follower-hours each team used since 00:00 UTC, by follower class (what daily quotas are kept by)."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    classes = await follower_classes(db)
+    out: dict[tuple[str, str], float] = {}
+    for run in await runs_between(db, day, now):
+        key = (run.team, classes.get(run.follower_id, ("unknown", 0))[0])
+        out[key] = out.get(key, 0.0) + max(0.0, (min(run.end or now, now) - max(run.start, day)).total_seconds()) / 3600
+    return out
+
+
+def account(
+    runs: Iterable[Run],
+    *,
+    since: datetime,
+    until: datetime,
+    by: UsageBy,
+    classes: Mapping[str, tuple[str, int]],
+    prices: Mapping[str, float],
+    currency: str,
+    now: datetime,
+) -> UsageReport:
+    """Sum the runs' time inside [since, until) per key; the cost at each run's follower class's price per hour."""
+    sums: dict[str, dict[str, Any]] = {}
+
+    def blank() -> dict[str, Any]:
+        return {"attempts": 0, "jobs": set(), "hours": 0.0, "gpu": 0.0, "cost": 0.0, "priced": True}
+
+    total = blank()
+    for run in runs:
+        start, end = max(run.start, since), min(run.end or now, until, now)
+        hours = (end - start).total_seconds() / 3600
+        if hours <= 0:
+            continue
+        cls, gpus = classes.get(run.follower_id, ("unknown", 0))
+        key = {"team": run.team, "user": run.owner, "follower_class": cls, "follower": run.follower_id}[by]
+        price = prices.get(cls, prices.get("*"))
+        for acc in (sums.setdefault(key, blank()), total):
+            acc["attempts"] += 1
+            acc["jobs"].add(run.job_id)
+            acc["hours"] += hours
+            acc["gpu"] += hours * gpus
+            acc["cost"] += hours * (price or 0.0)
+            acc["priced"] &= price is not None
+
+    def row(key: str, s: dict[str, Any]) -> UsageRow:
+        return UsageRow(
+            key=key,
+            attempts=s["attempts"],
+            jobs=len(s["jobs"]),
+            follower_hours=s["hours"],
+            gpu_hours=s["gpu"],
+            cost=s["cost"] if s["priced"] and s["attempts"] else None,
+        )
+
+    rows = sorted((row(k, s) for k, s in sums.items()), key=lambda r: (-r.follower_hours, r.key))
+    return UsageReport(since=since, until=until, by=by, currency=currency, rows=rows, total=row("total", total))
+
+
+async def usage(
+    db: AsyncDatabase, *, since: datetime, until: datetime, by: UsageBy, prices: Mapping[str, float], currency: str, now: datetime
+) -> UsageReport:
+    """The accounting of [since, until) from PerfDB."""
+    runs = await runs_between(db, since, until)
+    return account(
+        runs, since=since, until=until, by=by, classes=await follower_classes(db), prices=prices, currency=currency, now=now
+    )
