@@ -1,7 +1,9 @@
-"""The two-tier scheduler measured: a discrete-event simulation of the InferBench experiment; a table of bounded
-waits over job mixes (heavy-tailed, bimodal, uniform; 2 and 8 followers; loads 0.7 and 0.95; estimate errors 20% and
-60%; Poisson and bursty arrivals); the placement decision's cost with 1,000 followers and 100,000 queued jobs (plus
-what the Mongo round trips cost); and a live run on this machine with several follower processes and short real jobs.
+"""The two-tier scheduler measured: a discrete-event simulation of the InferBench experiment; teams sharing the
+fleet (shares, their cost, priorities: bench/scheduler_teams.py) and duration estimates (bench/scheduler_estimates.py);
+a table of bounded waits over job mixes (heavy-tailed, bimodal, uniform; 2 and 8 followers; loads 0.7 and 0.95;
+estimate errors 20% and 60%; Poisson and bursty arrivals); the placement decision's cost with 1,000 followers and
+100,000 queued jobs (plus what the Mongo round trips cost); and a live run on this machine with several follower
+processes and short real jobs.
 
 Usage: .venv/bin/python -m bench.scheduler [--skip-live] [--skip-mongo] [--sim-jobs 2000] [--seeds 5]
 
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 from pathlib import Path
 
+from bench.scheduler_estimates import estimate_figures
 from bench.scheduler_live import LIVE_LONG_S, LIVE_LONG_SHARE, LIVE_SHORT_S, live_rounds, local_services, mongo_cost
+from bench.scheduler_live_teams import live_teams
 from bench.scheduler_sim import decision_cost, run_simulation, wait_table
 from bench.scheduler_teams import WEIGHTS, team_figures
 from common.fairshare import WAIT_BOUND
@@ -138,6 +143,25 @@ def main() -> None:
     )
 
     print(
+        "1d. estimates: 20 kinds of job (true fixed cost 3-60 s, rate 1.0-1.6x the spec's load seconds, runs off by ~5%); "
+        "after 20 finished jobs of a kind, the next 20 estimated from the spec alone, then from the leader's fit",
+        flush=True,
+    )
+    runs = [estimate_figures(seed=seed) for seed in (1, 2, 3)]
+    est = {key: statistics.fmean(r[key] for r in runs) for key in runs[0]}
+    print(
+        f"  median error: spec {100 * est['spec_median_err']:.1f}%, learned {100 * est['learned_median_err']:.1f}% "
+        f"(p90 {100 * est['learned_p90_err']:.1f}%); {100 * est['within_2_spreads']:.0f}% of actuals within the learned "
+        "estimate +- 2 spreads"
+    )
+    result.update(
+        est_spec_median_err=f"{est['spec_median_err']:.3f}",
+        est_learned_median_err=f"{est['learned_median_err']:.3f}",
+        est_within_2_spreads=f"{est['within_2_spreads']:.2f}",
+        est_floor_met=str(est["learned_median_err"] < 0.15).lower(),
+    )
+
+    print(
         f"2. placement decision: {args.followers} followers, {args.queued} jobs in their queues, {args.decisions} decisions",
         flush=True,
     )
@@ -190,6 +214,13 @@ def main() -> None:
                             args.live_load,
                         )
                     )
+                if not args.skip_live:
+                    print(
+                        "5. live teams: a real leader and 2 followers, team red submitting 8 jobs of 1 s and team blue 2 of "
+                        "6 s at once (blue weighted 2), an admin's urgent job last; then red's daily quota used up",
+                        flush=True,
+                    )
+                    result.update(live_teams(workdir, redis_url, mongo_uri))
             finally:
                 services.close()
     print("RESULT scheduler " + " ".join(f"{k}={v}" for k, v in result.items()))

@@ -93,7 +93,8 @@ async def mongo_cost(mongo_uri: str, redis_url: str, n_followers: int, n_jobs: i
             at = now - timedelta(hours=1) + timedelta(milliseconds=i)  # all older than the bench's own writes
             estimate = rng.uniform(10, 3600)
             # Held jobs are never sent again, so they carry only what placement reads (seeding stays quick).
-            base = template if queued else {"attempt": 1, "dispatched": True, "spec": {"backends": ["onnxruntime"]}}
+            held = {"attempt": 1, "dispatched": True, "owner": "admin", "spec": {"backends": ["onnxruntime"]}}
+            base = template if queued else held
             batch.append(
                 {
                     **base,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from benchfleet.cli_common import DEFAULT_URL, JsonOpt, TokenOpt, UrlOpt, call, client_for, console, show
+from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, call, client_for, console, fail, show
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
 from common.wire.teams import TeamView, UsageReport
@@ -72,14 +72,27 @@ def teams_ls(url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt =
 @teams_app.command("set")
 def teams_set(
     team: str,
-    weight: Annotated[float, typer.Option(help="Its share of a contended fleet against the others' weights.")],
+    weight: Annotated[float, typer.Option(help="Its share of a contended fleet against the others' weights.")] = 1.0,
+    quota: Annotated[
+        list[str] | None, typer.Option(help="CLASS=HOURS: follower-hours a day on that follower class (`*`: any other).")
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
-    """Set a team's weight (admins)."""
+    """Set a team's weight and daily quotas (admins; what is not given goes back to the default)."""
+    quotas: dict[str, float] = {}
+    for item in quota or []:
+        cls, sep, hours = item.rpartition("=")
+        try:
+            quotas[cls] = float(hours)
+        except ValueError:
+            fail(f"--quota {item!r}: expected CLASS=HOURS", EXIT_USAGE)
+        if not sep or not cls:
+            fail(f"--quota {item!r}: expected CLASS=HOURS", EXIT_USAGE)
     with client_for(url, token) as client:
-        view = call(client.set_team, team, weight=weight)
-    console.print(f"team {view.team}: weight {view.weight:g}", markup=False)
+        view = call(client.set_team, team, weight=weight, quota_hours_per_day=quotas)
+    shown = ", ".join(f"{c} {h:g} h" for c, h in view.quota_hours_per_day.items()) or "none"
+    console.print(f"team {view.team}: weight {view.weight:g}, daily quotas: {shown}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -118,6 +118,8 @@ class JobView(BaseModel):
     estimate_s: float  # run time when the server keeps up with every point
     # The most the runs can take: every point overloading its server and waiting its drain bound (common.spec.grid).
     estimate_max_s: float | None = None
+    # The learned estimate's uncertainty (sd of how long jobs of its kind took around their estimates; None: none yet)
+    estimate_spread_s: float | None = None
     created_at: datetime
     updated_at: datetime
     error: str | None = None

@@ -351,7 +351,12 @@ class Placer:
                 # load seconds, so short jobs' history does not shrink long jobs' estimates (leader/store/durations.py).
                 estimate_s = corrections[key].estimate(job.estimate_s, job.measured())
                 task = await assignments_store.assign_job(
-                    self._db, job_id=job.job_id, attempt=job.attempt, follower_id=follower_id, estimate_s=estimate_s
+                    self._db,
+                    job_id=job.job_id,
+                    attempt=job.attempt,
+                    follower_id=follower_id,
+                    estimate_s=estimate_s,
+                    spread_s=corrections[key].spread_s,
                 )
                 if task is None:
                     continue  # cancelled or changed since the feed read it: the next feed says what it is now

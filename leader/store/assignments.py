@@ -93,7 +93,13 @@ async def active_loads(db: AsyncDatabase) -> dict[str, Load]:
 
 
 async def assign_job(
-    db: AsyncDatabase, *, job_id: str, attempt: int, follower_id: str, estimate_s: float | None = None
+    db: AsyncDatabase,
+    *,
+    job_id: str,
+    attempt: int,
+    follower_id: str,
+    estimate_s: float | None = None,
+    spread_s: float | None = None,
 ) -> JobTask | None:
     """queued → assigned (not yet dispatched), with the estimate corrected for this follower; None if the job moved."""
     fields: dict[str, Any] = {
@@ -106,6 +112,7 @@ async def assign_job(
     if estimate_s is not None:
         # In the same write as the transition, so no reader sees the follower's load without this job's estimate.
         fields["estimate_s"] = estimate_s
+        fields["estimate_spread_s"] = None if spread_s is None else round(spread_s, 3)  # from the history it came from
     # A conditional update_one, then a read by _id: SecantusDB answers findAndModify with a collection scan
     # (~300 ms per call at 10,000 jobs, bench/scheduler.py), while both of these use the _id index.
     result = await db[COLLECTION].update_one(

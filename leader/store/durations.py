@@ -28,7 +28,7 @@ MIN_FACTOR, MAX_FACTOR = 0.1, 10.0
 MIN_RATE, MAX_RATE = 0.5, 3.0
 MIN_SPREAD_S, MIN_SPREAD_FRACTION = 1.0, 0.2
 ANY_FOLLOWER = "*"
-SUMS = ("w", "sm", "sa", "smm", "sma")
+SUMS = ("w", "sm", "sa", "smm", "sma", "saa")
 
 
 def _id(model_ref: str, backends: str, follower_id: str) -> str:
@@ -43,6 +43,7 @@ class Correction:
     rate: float = 1.0
     factor: float | None = None  # a legacy document's multiplier only (no sums recorded)
     samples: float = 0.0  # decayed weight of the history behind the fit
+    spread_s: float | None = None  # the spread (sd) of actual around the fit: the estimate's uncertainty (None: unknown)
 
     def estimate(self, base_s: float, measured_s: float) -> float:
         """The corrected estimate of a job whose spec estimate is base_s, measured_s of it load (warm-up + duration)."""
@@ -64,13 +65,30 @@ def fit(sums: dict[str, float]) -> Correction:
     if var_m**0.5 >= max(MIN_SPREAD_S, MIN_SPREAD_FRACTION * mean_m):
         rate = min(MAX_RATE, max(MIN_RATE, (sums["sma"] / w - mean_m * mean_a) / var_m))
     # The fixed cost cannot be negative: a job never finishes before its load has run.
-    return Correction(overhead_s=max(0.0, mean_a - rate * mean_m), rate=rate, samples=w)
+    overhead = max(0.0, mean_a - rate * mean_m)
+    spread = None
+    if "saa" in sums and w > 1:  # the spread of actual - (overhead + rate x measured): var(a - rate m) around its mean
+        var_a = max(0.0, sums["saa"] / w - mean_a * mean_a)
+        cov = sums["sma"] / w - mean_m * mean_a
+        spread = max(0.0, var_a - 2 * rate * cov + rate * rate * var_m) ** 0.5
+    return Correction(overhead_s=overhead, rate=rate, samples=w, spread_s=spread)
 
 
 def fold(sums: dict[str, float] | None, *, measured_s: float, actual_s: float) -> dict[str, float]:
     """The decayed sums with one more (measured, actual) observation."""
     old = {k: float((sums or {}).get(k, 0.0)) for k in SUMS}
-    obs = {"w": 1.0, "sm": measured_s, "sa": actual_s, "smm": measured_s * measured_s, "sma": measured_s * actual_s}
+    if sums and "saa" not in sums and old["w"] > 0:
+        # Written before the spread was kept: the fit stays, its spread starts from none (Σa² as if every actual were
+        # the mean) and grows with each new observation.
+        old["saa"] = old["sa"] * old["sa"] / old["w"]
+    obs = {
+        "w": 1.0,
+        "sm": measured_s,
+        "sa": actual_s,
+        "smm": measured_s * measured_s,
+        "sma": measured_s * actual_s,
+        "saa": actual_s * actual_s,
+    }
     return {k: DECAY * old[k] + obs[k] for k in SUMS}
 
 

@@ -34,6 +34,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
         points_done=doc["points_done"],
         estimate_s=doc["estimate_s"],
         estimate_max_s=round(doc["estimate_s"] + overload_allowance_s(spec, doc["points_total"]), 3),
+        estimate_spread_s=doc.get("estimate_spread_s"),
         created_at=as_utc(doc["created_at"]),
         updated_at=as_utc(doc["updated_at"]),
         error=doc.get("error"),

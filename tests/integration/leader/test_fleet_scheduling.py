@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.integration.leader.conftest import ADMIN, Leader
+from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
 from tests.integration.leader.test_scheduling import claim, post_as
 
 GPU_SPEC = """\
@@ -146,7 +146,19 @@ def test_estimator_history_corrects_by_fixed_cost_plus_load_seconds(leader: Lead
     # The old single multiplier (actual / 7 s) would have scaled the 30 s job's 35 s by the same tiny ratio.
     overhead = max(0.0, done["actual_s"] - 2.0)
     long_ = leader.submit(text=_spec("long", 30.0))["id"]
-    assert leader.wait_dispatched(long_)["estimate_s"] == pytest.approx(overhead + 30.0, abs=0.002)
+    placed = leader.wait_dispatched(long_)
+    assert placed["estimate_s"] == pytest.approx(overhead + 30.0, abs=0.002)
+    assert placed["estimate_spread_s"] is None  # one finished job says nothing of how much they vary
+    # A second finished job of the kind: the next estimate carries the spread around the fit, shown on the job page.
+    assert claim(leader, long_, 1, follower, incarnation).status_code == 200
+    post_as(leader, follower, f"/api/v1/jobs/{long_}/finish", finish)
+    third = leader.submit(text=_spec("third", 2.0))["id"]
+    spread = leader.wait_dispatched(third)["estimate_spread_s"]
+    assert spread is not None and spread >= 0
+    logged_in = leader.client.post("/login", data={"token": ADMIN_TOKEN, "next": "/jobs"}, follow_redirects=False)
+    assert logged_in.status_code == 303
+    page = leader.client.get(f"/jobs/{third}")
+    assert page.status_code == 200 and "(from the jobs of its kind that finished)" in page.text
 
 
 def test_a_leader_that_stalled_does_not_judge_followers_it_could_not_hear(make_leader) -> None:  # type: ignore[no-untyped-def]

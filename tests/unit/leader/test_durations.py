@@ -92,3 +92,16 @@ def test_a_wild_run_is_clamped_and_the_overhead_never_negative() -> None:
     assert fast.rate == 0.5 and fast.overhead_s == 0.0
     hung = _fitted([(2.0, 5.0), (30.0, 900.0)])
     assert hung.rate == 3.0
+
+
+def test_the_fit_carries_the_spread_of_actuals_around_it() -> None:
+    """The estimate's uncertainty: the sd of actual - (overhead + rate x load), here the history's +-0.5 s jitter
+    (uniform: sd 0.29 s); none from one job; a document from before the spread was kept keeps its fit and starts it."""
+    spread = _fitted(_history(5, n=60)).spread_s
+    assert spread is not None and 0.15 < spread < 0.45
+    assert _fitted([(2.0, 5.6)]).spread_s is None
+    two = fold(fold(None, measured_s=2.0, actual_s=5.5), measured_s=30.0, actual_s=34.0)
+    legacy = {k: v for k, v in two.items() if k != "saa"}
+    before = fit(legacy)
+    after = fit(fold(legacy, measured_s=2.0, actual_s=5.6))
+    assert before.spread_s is None and after.spread_s is not None and after.rate == pytest.approx(before.rate, rel=0.2)
