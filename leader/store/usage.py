@@ -152,10 +152,18 @@ def account(
 
 
 async def usage(
-    db: AsyncDatabase, *, since: datetime, until: datetime, by: UsageBy, prices: Mapping[str, float], currency: str, now: datetime
+    db: AsyncDatabase,
+    *,
+    since: datetime,
+    until: datetime,
+    by: UsageBy,
+    team: str | None,
+    prices: Mapping[str, float],
+    currency: str,
+    now: datetime,
 ) -> UsageReport:
-    """The accounting of [since, until) from PerfDB."""
-    runs = await runs_between(db, since, until)
+    """The accounting of [since, until) from PerfDB: every team's runs, or only `team`'s."""
+    runs = [r for r in await runs_between(db, since, until) if team is None or r.team == team]
     return account(
         runs, since=since, until=until, by=by, classes=await follower_classes(db), prices=prices, currency=currency, now=now
     )

@@ -27,6 +27,7 @@ from leader.store import fleetchecks as fleetchecks_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
+from leader.store import usage as usage_store
 from leader.store.leaderboard import PointTally
 from leader.web.login import require_login
 from leader.web.render import render
@@ -36,6 +37,7 @@ router = APIRouter(include_in_schema=False)
 PAGE, MAX_PAGE = 50, 500
 FILTERS = ("limit", "team", "state", "owner", "model", "backend", "follower_id", "since")
 CHECKS_SHOWN = 10  # fleet checks per follower on the fleet page
+USE_SHOWN = timedelta(days=30)  # the fleet page's accounting: the teams' use over this much
 
 
 @dataclass(frozen=True)
@@ -199,4 +201,15 @@ async def fleet_page(request: Request) -> HTMLResponse:
                 running = None
         age = (now - as_utc(f.last_seen)).total_seconds()
         rows.append(FollowerRow(f, running, age, history.get(f.info.follower_id, [])))
-    return HTMLResponse(render("fleet.html", csrf=request.state.csrf, rows=rows, may_drain=principal.is_admin))
+    settings = deps.get_settings(request)
+    use = await usage_store.usage(
+        db,
+        since=now - USE_SHOWN,
+        until=now,
+        by="team",
+        team=principal.scope,
+        prices=settings.prices,
+        currency=settings.currency,
+        now=now,
+    )
+    return HTMLResponse(render("fleet.html", csrf=request.state.csrf, rows=rows, may_drain=principal.is_admin, use=use))

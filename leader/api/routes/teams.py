@@ -93,16 +93,6 @@ async def usage(
         raise InvalidRequest(f"since ({start.isoformat()}) must be before until ({end.isoformat()})", field="since")
     if end - start > MAX_PERIOD:
         raise InvalidRequest(f"a report covers at most {MAX_PERIOD.days} days; this asks {(end - start).days}", field="since")
-    runs = await usage_store.runs_between(db, start, end)
-    if principal.scope is not None:
-        runs = [r for r in runs if r.team == principal.scope]
-    return usage_store.account(
-        runs,
-        since=start,
-        until=end,
-        by=by,
-        classes=await usage_store.follower_classes(db),
-        prices=settings.prices,
-        currency=settings.currency,
-        now=now,
+    return await usage_store.usage(
+        db, since=start, until=end, by=by, team=principal.scope, prices=settings.prices, currency=settings.currency, now=now
     )

@@ -144,6 +144,12 @@ def test_the_leaders_queue_runs_the_team_under_its_share_first_and_urgent_before
     bad = leader.client.get("/api/v1/usage", headers=ADMIN, params=backwards)
     assert bad.status_code == 400 and bad.json()["field"] == "since"
 
+    # The console's fleet page shows the teams' use (an admin: every team's).
+    assert leader.client.post("/login", data={"token": ADMIN_TOKEN, "next": "/fleet"}, follow_redirects=False).status_code == 303
+    fleet = leader.client.get("/fleet").text
+    table = fleet[fleet.index('id="fleet-usage"') :]
+    assert "<td>red</td><td>3</td>" in table and "<td>blue</td><td>1</td>" in table and "USD" in table
+
     # The CLI reads the same, from the leader's app in this process (its HTTP client swapped at the transport seam).
     def client_for(url: str, token: str) -> BenchfleetClient:
         client = BenchfleetClient("http://testserver", token)
