@@ -4,7 +4,7 @@ follower over a period, with their cost). A user sees only their own team's."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -88,7 +88,12 @@ async def usage(
     follower class or follower. A user's report counts only their team's jobs."""
     now = utcnow()
     end = as_utc(until) if until is not None else now
-    start = as_utc(since) if since is not None else end - timedelta(days=30)
+    if since is not None:
+        start = as_utc(since)
+    elif end - datetime.min.replace(tzinfo=UTC) < timedelta(days=30):
+        raise InvalidRequest(f"until ({end.isoformat()}) leaves no room for the default 30 days before it", field="until")
+    else:
+        start = end - timedelta(days=30)
     if start >= end:
         raise InvalidRequest(f"since ({start.isoformat()}) must be before until ({end.isoformat()})", field="since")
     if end - start > MAX_PERIOD:

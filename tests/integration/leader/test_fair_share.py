@@ -203,3 +203,15 @@ def test_a_team_past_its_daily_quota_waits_saying_why_and_others_go_on(make_lead
     for bad in ({"quota_hours_per_day": {"cpu": -1}}, {"quota_hours_per_day": {"a/b": 1}}, {"weight": 1, "surprise": 2}):
         refused = leader.client.put("/api/v1/teams/red", headers=ADMIN, json=bad)
         assert refused.status_code == 422, (bad, refused.text)
+
+
+def test_edges_of_the_period_and_class_names_with_dots(leader: Leader) -> None:
+    """What a fuzzer sends: the first day of year 1 as the end of a period is 400 naming it, not an overflow; a class
+    named like an instance type (dots) is kept as it is."""
+    early = leader.client.get("/api/v1/usage", headers=ADMIN, params={"until": "0001-01-01T00:00:00Z"})
+    assert early.status_code == 400 and early.json()["field"] == "until", early.text
+    late = leader.client.get("/api/v1/usage", headers=ADMIN, params={"since": "9999-12-31T00:00:00Z"})
+    assert late.status_code == 400 and late.json()["field"] == "since", late.text
+    put = leader.client.put("/api/v1/teams/red", headers=ADMIN, json={"quota_hours_per_day": {"g5.xlarge": 2, "*": 1}})
+    assert put.status_code == 200, put.text
+    assert put.json()["quota_hours_per_day"] == {"g5.xlarge": 2.0, "*": 1.0}
