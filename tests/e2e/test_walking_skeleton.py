@@ -66,10 +66,13 @@ seed: 42
     assert point.cold_start is not None and 0 < point.cold_start.to_ready_s <= point.cold_start.to_first_answer_s
     assert abs(point.achieved_rate - 200) / 200 <= 0.02, point
     # The verdict must agree with the figures. On a noisy shared VM the host can stall the generator past the
-    # 1 ms send-lag rule; that (and only that) may make this low-rate point invalid, and the reason must say so.
+    # 1 ms send-lag rule; that (and only that) may make this low-rate point invalid, and the reason must say so. A long
+    # stall (CI saw 78 ms) also sends the requests due during it at once, and they can find the automatic in-flight
+    # cap full: that reason comes only with the send lag, never alone.
     lag_ok = point.send_lag_ms.p99 <= 1.0
     assert point.valid == lag_ok, point.invalid_reasons
-    assert all(reason.code == "send_lag" for reason in point.reasons), point.reasons
+    codes = {reason.code for reason in point.reasons}
+    assert codes <= {"send_lag", "cap_reached"} and (not codes or "send_lag" in codes), point.reasons
     if not point.valid:
         print(f"point invalid on this host: {point.invalid_reasons}")
     assert point.environment.follower_id == "f-main" and point.environment.seed == point.point.seed
