@@ -113,10 +113,9 @@ class Sharing:
             return quota is not None and today.get((team, cls), 0.0) >= quota
 
         def reason() -> str:
-            spent_classes = sorted(
-                c for (t, c), hours in today.items() if t == team and (q := limit(c)) is not None and hours >= q
-            )
-            used = "; ".join(f"{today[(team, c)]:.2f} of {quotas.get(c, quotas.get('*', 0.0)):g} h on {c}" for c in spent_classes)
+            spent_classes = {c for (t, c), hours in today.items() if t == team and (q := limit(c)) is not None and hours >= q}
+            spent_classes |= {c for c, q in quotas.items() if q == 0}  # a class it may not use at all (`*`: any other)
+            used = "; ".join(f"{today.get((team, c), 0.0):.2f} of {limit(c) or 0.0:g} h on {c}" for c in sorted(spent_classes))
             return (
                 f"team {team} used its daily quota of follower-hours ({used}): its jobs wait for 00:00 UTC, or for a "
                 "follower of a class it has hours left on"

@@ -215,3 +215,12 @@ def test_edges_of_the_period_and_class_names_with_dots(leader: Leader) -> None:
     put = leader.client.put("/api/v1/teams/red", headers=ADMIN, json={"quota_hours_per_day": {"g5.xlarge": 2, "*": 1}})
     assert put.status_code == 200, put.text
     assert put.json()["quota_hours_per_day"] == {"g5.xlarge": 2.0, "*": 1.0}
+
+
+def test_a_team_with_no_hours_on_any_class_waits_saying_so(leader: Leader) -> None:
+    _model(leader, "green-model", "green")
+    leader.register(fid(), uuid.uuid4().hex)
+    assert leader.client.put("/api/v1/teams/green", headers=ADMIN, json={"quota_hours_per_day": {"*": 0}}).status_code == 200
+    job = _job(leader, "green-0", "green-model")
+    waiting = leader.wait_for(job, lambda j: "daily quota" in (j["waiting_reason"] or ""))
+    assert waiting["state"] == "queued" and "0.00 of 0 h on *" in waiting["waiting_reason"]
