@@ -82,12 +82,12 @@ def teams_set(
     """Set a team's weight and daily quotas (admins; what is not given goes back to the default)."""
     quotas: dict[str, float] = {}
     for item in quota or []:
-        cls, sep, hours = item.rpartition("=")
+        cls, _, hours = item.rpartition("=")
         try:
+            if not cls:
+                raise ValueError(item)
             quotas[cls] = float(hours)
         except ValueError:
-            fail(f"--quota {item!r}: expected CLASS=HOURS", EXIT_USAGE)
-        if not sep or not cls:
             fail(f"--quota {item!r}: expected CLASS=HOURS", EXIT_USAGE)
     with client_for(url, token) as client:
         view = call(client.set_team, team, weight=weight, quota_hours_per_day=quotas)

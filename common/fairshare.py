@@ -39,8 +39,8 @@ WAIT_BOUND = 1.0
 AGEING_PER_S = 0.01
 DEFAULT_WEIGHT = 1.0
 # The sliding window a team's use is measured over (seconds): long beside a benchmark job, so that a team whose long
-# jobs all started while it was under its share does not stay ahead for long (bench/scheduler.py: with a 1 h window a
-# team weighted 1:2 against short jobs took 45% of a contended fleet, with 4 h 38%).
+# jobs all started while it was under its share does not stay ahead for long (bench/scheduler.py: a long-job team
+# weighted 1 against a short-job team's 2, due a third of a contended fleet, took 45% with a 1 h window, 38% with 4 h).
 WINDOW_S = 4 * 3600.0
 # A team using more than (1 + TOLERANCE) x its fair share waits behind the teams that do not.
 TOLERANCE = 0.05

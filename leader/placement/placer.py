@@ -24,7 +24,7 @@ from leader.clock import Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.placement.book import JobBook
 from leader.placement.queue import TaskQueue
-from leader.placement.sharing import Sharing
+from leader.placement.sharing import QuotaBlock, Sharing
 from leader.store import assignments as assignments_store
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
@@ -124,6 +124,7 @@ class PlacementIndex:
         self.groups = [sorted(ids) for ids in groups.values()]
         self.group_of = {fid: g for g, ids in enumerate(self.groups) for fid in ids}
         self.heaps = [sorted((self._key(fid), fid) for fid in ids) for ids in self.groups]
+        self.with_room = sum(not self.full(fid) for fid in self.group_of)  # followers that may take another job
         self._eligible: dict[tuple[frozenset[str], Needs], list[int]] = {}
 
     def full(self, fid: str) -> bool:
@@ -195,7 +196,9 @@ class PlacementIndex:
 
     def add(self, follower_id: str, estimate_s: float) -> None:
         """Account a job just placed on the follower."""
+        had_room = follower_id in self.group_of and not self.full(follower_id)
         self.loads[follower_id] = self.loads.get(follower_id, _ZERO).plus(estimate_s)
+        self.with_room -= had_room and self.full(follower_id)
         self.rr_last = follower_id
 
 
@@ -325,15 +328,18 @@ class Placer:
         if self.lookahead is not None:
             batch = await self.sharing.order(batch, book, len(candidates))
         corrections: dict[tuple[str, str, str], durations_store.Correction] = {}
+        quotas: dict[str, QuotaBlock | None] = {}
         t0 = time.perf_counter()
         decide_s = 0.0
         try:
             for job in batch[:MAX_PER_TICK]:
-                if max_jobs is not None and all(index.full(c.follower_id) for c in candidates):
+                if index.with_room <= 0:
                     break  # every follower holds what it may: the rest wait here, in order
                 d0 = time.perf_counter()
                 sibling = book.sibling_follower(job.part_of)
-                quota = await self.sharing.quota_block(job.team)
+                if job.team not in quotas:  # once per team and tick
+                    quotas[job.team] = await self.sharing.quota_block(job.team)
+                quota = quotas[job.team]
                 follower_id = index.choose(job, same_class_as=sibling, blocked=quota[0] if quota else None)
                 decide_s += time.perf_counter() - d0
                 if follower_id is None:

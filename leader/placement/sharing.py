@@ -21,6 +21,9 @@ from leader.placement.book import JobBook
 from leader.store import teams as teams_store
 from leader.store import usage as usage_store
 
+# Which followers a team's jobs may not take now, and the reason a job waits when no other is left.
+QuotaBlock = tuple[Callable[[Candidate], bool], Callable[[], str]]
+
 # The teams' use of the fleet is read again at most this often (a sliding window of hours moves little in 5 s).
 USES_TTL_S = 5.0
 
@@ -96,7 +99,7 @@ class Sharing:
 
         return sorted(batch, key=key)
 
-    async def quota_block(self, team: str) -> tuple[Callable[[Candidate], bool], Callable[[], str]] | None:
+    async def quota_block(self, team: str) -> QuotaBlock | None:
         """For a team with daily quotas: which followers its jobs may not take now (their class's quota is used up)
         and the reason a job waits when none other is left; None when it has no quota."""
         quotas = (await self.settings()).get(team, TeamSettings()).quota_hours_per_day if team else {}

@@ -8,6 +8,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.wire.teams import TeamSettings
 from leader.clock import utcnow
+from leader.store import jobs, users
 
 COLLECTION = "teams"
 
@@ -26,7 +27,7 @@ async def settings(db: AsyncDatabase) -> dict[str, TeamSettings]:
 
 async def known(db: AsyncDatabase) -> list[str]:
     """Every team that has a token, a job or settings, sorted."""
-    names = set(await db["tokens"].distinct("team")) | set(await db["jobs"].distinct("team"))
+    names = set(await db[users.COLLECTION].distinct("team")) | set(await db[jobs.COLLECTION].distinct("team"))
     names |= set(await db[COLLECTION].distinct("_id"))
     return sorted(n for n in names if isinstance(n, str) and n)
 

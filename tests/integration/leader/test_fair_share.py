@@ -40,8 +40,8 @@ def _submit(leader: Leader, name: str, model: str, *, priority: str = "normal", 
     return leader.client.post("/api/v1/jobs", headers={**headers, **YAML}, content=f"{spec}priority: {priority}\n")
 
 
-def _job(leader: Leader, name: str, model: str, **kw: Any) -> str:
-    response = _submit(leader, name, model, **kw)
+def _job(leader: Leader, name: str, model: str, *, priority: str = "normal") -> str:
+    response = _submit(leader, name, model, priority=priority)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
