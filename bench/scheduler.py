@@ -216,8 +216,8 @@ def main() -> None:
                     )
                 if not args.skip_live:
                     print(
-                        "5. live teams: a real leader and 2 followers, team red submitting 8 jobs of 1 s and team blue 2 of "
-                        "6 s at once (blue weighted 2), an admin's urgent job last; then red's daily quota used up",
+                        "5. live teams: a real leader and 2 followers, team red submitting 12 jobs of 1 s and team blue 6 of "
+                        "3 s at once (blue weighted 2), an admin's urgent job last; then red's daily quota used up",
                         flush=True,
                     )
                     result.update(live_teams(workdir, redis_url, mongo_uri))

@@ -14,8 +14,8 @@ from benchfleet.client import BenchfleetClient
 from benchfleet.stack import LocalStack
 from common.wire.jobs import JobView
 
-RED_JOBS, RED_S = 8, 1.0
-BLUE_JOBS, BLUE_S = 2, 6.0
+RED_JOBS, RED_S = 12, 1.0
+BLUE_JOBS, BLUE_S = 6, 3.0
 DONE = ("succeeded", "failed", "cancelled")
 
 
