@@ -153,6 +153,9 @@ class _Slot:
     def sent(self, ns: int) -> None:
         self.driver.rec.sent_ns[self.i] = ns
 
+    def via(self, port: int) -> None:
+        self.driver.rec.port[self.i] = port
+
     def answered(self, answer: Answer) -> None:
         if not self.finished:
             self.finished = True

@@ -55,6 +55,9 @@ class LoadRecords:
     # The body each request sent, where that is decided during the run (a closed loop cycles its bodies); None: the
     # schedule's own (bodies[i % n], or its body_index).
     body: np.ndarray | None = None
+    # The local port of the connection each request went out on (-1: unknown; empty: not recorded by this driver): the
+    # wire audit pairs a request with its own connection's (follower/loadgen/wireaudit.py).
+    port: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
     @classmethod
     def allocate(cls, start_ns: int, offsets_ns: np.ndarray, timer: str = "yield") -> LoadRecords:
@@ -74,6 +77,7 @@ class LoadRecords:
             start_ns=start_ns,
             timer=timer,
             capped=np.zeros(n, dtype=bool),
+            port=np.full(n, -1, dtype=np.int32),
         )
 
     def __len__(self) -> int:
@@ -116,6 +120,7 @@ class LoadRecords:
             scheduling=self.scheduling,
             cap=self.cap,
             llm=self.llm.subset(mask) if self.llm is not None else None,
+            port=self.port[mask] if len(self.port) == len(mask) else np.zeros(0, dtype=np.int32),
         )
 
 
@@ -178,6 +183,7 @@ def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
         scheduling=records.scheduling,
         cap=records.cap,
         llm=records.llm.shifted(delta_ns) if records.llm is not None else None,
+        port=records.port,
     )
 
 

@@ -161,6 +161,7 @@ def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
         capped=cat([p.capped for p in parts]),
         scheduling=_merged_scheduling([p.scheduling for p in parts]),
         llm=_merged_llm(parts, order),
+        port=cat([p.port for p in parts]) if all(len(p.port) == len(p) for p in parts) else np.zeros(0, dtype=np.int32),
     )
 
 

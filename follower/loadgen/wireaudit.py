@@ -9,11 +9,15 @@ events; its token-event rule, `event_tokens`): an answer's first byte, each toke
 it, its last byte. The n-th answer on a connection answers its n-th request.
 
 A request begins on the wire with its first packet: the SYN of the connection it opened, else its first byte.
-Requests are matched to the client's records by order: the generator stamps a send and writes it at once, on one
-thread, so the requests leave in the order of their stamps, each at or after its own (a request that must open a
+Requests are matched to the client's records connection by connection: the open loop records the local port each
+request went out on, and one connection carries one request at a time, so a port's records in the order of their
+stamps are its wire requests in the order they left. Records without a port (a driver that does not say) are matched
+by order among the wire requests of the ports no record names: the generator stamps a send and writes it at once, on
+one thread, so requests leave in the order of their stamps, each at or after its own (a request that must open a
 connection first can leave after one stamped just after it that found one open: a record whose pair disagrees trades
-with a neighbour where both then agree). A match is kept only where the answers agree (the client's stamps at or after
-the wire's, the same number of token events); the others are counted, never guessed.
+with a neighbour where both then agree; after a host stall a burst of such requests can leave many places late, which
+only the port pairs exactly). A match is kept only where the answers agree (the client's stamps at or after the wire's,
+the same number of token events); the others are counted, never guessed.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class WireRequest:
     send_ns: int
     answer: WireAnswer | None = None
     opened: bool = False
+    port: int = -1  # the connection's client port
 
 
 class _Flow:
@@ -96,7 +101,8 @@ class _Flow:
 class _Requests:
     """A connection's client bytes as HTTP/1.1 requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int) -> None:
+        self.port = port
         self.buf = bytearray()
         self.start_ns = -1
         self.body_left = -1  # bytes of the current request's body still to come (-1: its head is not read yet)
@@ -130,7 +136,7 @@ class _Requests:
             if self.body_left:
                 return
             opened = self.syn_ns >= 0 and not self.sent
-            self.sent.append(WireRequest(self.syn_ns if opened else self.start_ns, opened=opened))
+            self.sent.append(WireRequest(self.syn_ns if opened else self.start_ns, opened=opened, port=self.port))
             self.body_left = -1
             self.start_ns = ns if self.buf else -1
 
@@ -191,7 +197,7 @@ def wire_requests(captured: Captured) -> list[WireRequest]:
         if conn is None or (packet.flags & SYN and packet.outgoing):  # a new connection (a port may be used again)
             if conn is not None:
                 finished.append((conn[2], conn[3]))
-            conn = conns[packet.client_port] = (_Flow(), _Flow(), _Requests(), _Answers())
+            conn = conns[packet.client_port] = (_Flow(), _Flow(), _Requests(packet.client_port), _Answers())
             if packet.flags & SYN and packet.outgoing:
                 conn[2].opened_at(packet.ns)
         out, back, requests, answers = conn
@@ -213,19 +219,25 @@ def wire_requests(captured: Captured) -> list[WireRequest]:
 
 def match(records: LoadRecords, wire: list[WireRequest], offset_ns: int) -> dict[int, WireRequest]:
     """Each record (by index) the wire request it sent, where their answers agree (see the module's docstring);
-    `offset_ns`: the wire's clock minus the records'. Paired by order; then a record whose pair disagrees trades pairs
+    `offset_ns`: the wire's clock minus the records'. A record with its port is paired within that port's requests;
+    the others by order among the requests of ports no record names, then a record whose pair disagrees trades pairs
     with one of its NEIGHBOURS either side where both then agree (two requests that left crosswise to their stamps)."""
     sent = np.flatnonzero(records.sent_ns >= 0)
     order = sent[np.argsort(records.sent_ns[sent], kind="stable")]
-    pairs: list[tuple[int, WireRequest]] = []
-    w = 0
-    for i in order:
-        stamp = int(records.sent_ns[i]) + offset_ns
-        while w < len(wire) and wire[w].send_ns < stamp - SLACK_NS:
-            w += 1
-        if w < len(wire) and wire[w].send_ns - stamp <= MAX_SEND_NS:
-            pairs.append((int(i), wire[w]))
-            w += 1
+    ports = records.port if len(records.port) == len(records) else np.full(len(records), -1, dtype=np.int32)
+    own: dict[int, list[int]] = {}
+    for i in order.tolist():
+        own.setdefault(int(ports[i]), []).append(i)
+    unnamed = own.pop(-1, [])
+    on_port: dict[int, list[WireRequest]] = {}
+    for request in wire:
+        on_port.setdefault(request.port, []).append(request)
+    matched: dict[int, WireRequest] = {}
+    for port, indices in own.items():
+        for i, request in _paired(records, indices, on_port.get(port, []), offset_ns):
+            if _agrees(records, i, request.answer, offset_ns):
+                matched[i] = request
+    pairs = _paired(records, unnamed, [w for w in wire if w.port not in own], offset_ns)
     agree = [_agrees(records, i, request.answer, offset_ns) for i, request in pairs]
     for p, (i, request) in enumerate(pairs):
         for q in range(max(0, p - NEIGHBOURS), min(len(pairs), p + NEIGHBOURS + 1)):
@@ -235,7 +247,23 @@ def match(records: LoadRecords, wire: list[WireRequest], offset_ns: int) -> dict
             if q != p and _agrees(records, i, other.answer, offset_ns) and _agrees(records, k, request.answer, offset_ns):
                 pairs[p], pairs[q] = (i, other), (k, request)
                 agree[p] = agree[q] = True
-    return {i: request for (i, request), ok in zip(pairs, agree, strict=True) if ok}
+    matched.update({i: request for (i, request), ok in zip(pairs, agree, strict=True) if ok})
+    return matched
+
+
+def _paired(records: LoadRecords, order: list[int], wire: list[WireRequest], offset_ns: int) -> list[tuple[int, WireRequest]]:
+    """Records (in stamp order) paired in turn with the wire requests (in send order): each with the first that left at
+    or after its stamp, within MAX_SEND_NS of it."""
+    pairs: list[tuple[int, WireRequest]] = []
+    w = 0
+    for i in order:
+        stamp = int(records.sent_ns[i]) + offset_ns
+        while w < len(wire) and wire[w].send_ns < stamp - SLACK_NS:
+            w += 1
+        if w < len(wire) and wire[w].send_ns - stamp <= MAX_SEND_NS:
+            pairs.append((int(i), wire[w]))
+            w += 1
+    return pairs
 
 
 def _agrees(records: LoadRecords, i: int, answer: WireAnswer | None, offset_ns: int) -> bool:

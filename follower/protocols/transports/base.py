@@ -74,9 +74,12 @@ class Answer:
 
 
 class Reply(Protocol):
-    """Where a started request's events go, on the event loop: `sent` when it leaves, then `answered` or `failed` once."""
+    """Where a started request's events go, on the event loop: `sent` when it leaves, `via` the connection it went on
+    (where the transport knows it), then `answered` or `failed` once."""
 
     def sent(self, ns: int) -> None: ...
+
+    def via(self, port: int) -> None: ...
 
     def answered(self, answer: Answer) -> None: ...
 

@@ -31,13 +31,14 @@ IDLE_SHARE = 0.8
 class ConnBase(asyncio.Protocol):
     """What every keep-alive connection of the pool shares: its transport, and failing the request it carries."""
 
-    __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused")
+    __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused", "port")
     transport: asyncio.Transport
     waiter: Any  # the request on the wire's future (or future-like waiter); None between requests
     closed: bool
     idle_since: int  # monotonic ns when it last went back to the pool
     idle_limit_ns: int  # how long it may stay idle and still be reused
     reused: bool  # the request on it is not the connection's first
+    port: int  # its local port (-1: not a TCP socket): the wire audit pairs each request with its connection's
 
     def mid_answer(self, exc: Exception | None) -> str:
         """What a connection closed before its answer completed says: a reused connection closed before any byte of
@@ -50,6 +51,8 @@ class ConnBase(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
         self.transport = cast(asyncio.Transport, transport)
+        sockname = transport.get_extra_info("sockname")
+        self.port = sockname[1] if isinstance(sockname, tuple) and len(sockname) >= 2 else -1
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost completes an answer framed by the close
@@ -384,6 +387,7 @@ class _Waiter:
         self.finished = False
 
     def arm(self, conn: _Conn) -> None:
+        self.reply.via(conn.port)
         timeout_s = self.transport.timeout_s
         self.timer = asyncio.get_running_loop().call_later(timeout_s, _expire, conn, self, timeout_s)
 

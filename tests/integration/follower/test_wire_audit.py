@@ -90,6 +90,8 @@ def test_a_language_models_stream_is_matched_token_event_for_token_event(llm: En
     # Every measured request found on the wire, its answer agreeing token for token; the whole run's are all there.
     assert audit.matched == int(measured.sum()) and audit.unmatched == 0, audit
     assert audit.wire_requests == int((records.sent_ns >= 0).sum())
+    # Each request's connection recorded by the open loop: the audit pairs within it.
+    assert (records.port[records.sent_ns >= 0] > 0).all()
     assert records.llm is not None
     tokens = sum(len(t) for i in np.flatnonzero(measured) if (t := records.llm.token_times[i]) is not None)
     assert audit.token_us is not None and audit.token_us.count == tokens

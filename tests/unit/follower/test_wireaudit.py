@@ -131,6 +131,32 @@ def test_two_requests_that_left_crosswise_to_their_stamps_are_each_paired_with_t
     assert latency is not None and latency.count == 2 and (latency.wire_p50, latency.wire_p99) == (2.895, 3.8)  # ms
 
 
+def test_a_request_overtaken_by_a_burst_after_a_stall_is_paired_by_its_connection() -> None:
+    us = 1000  # ns
+    opening, kept = _Conn(43000), [_Conn(43001 + k) for k in range(5)]
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    # After a stall six requests were due at once. The first found no idle connection: its SYN left at 1600 µs, after
+    # the five stamped after it had left (1105-1505 µs) on connections already open. Answers came in the order they left.
+    packets = [*opening.syn(1600 * us), opening.send(1650 * us, REQUEST), opening.answer(9000 * us, ok)]
+    for k, conn in enumerate(kept):
+        packets += [conn.send((1105 + 100 * k) * us, REQUEST), conn.answer((4000 + 1000 * k) * us, ok)]
+    records = LoadRecords.allocate(0, np.full(6, 900, dtype=np.int64) * us)
+    records.sent_ns[:] = np.array([1000, 1100, 1200, 1300, 1400, 1500]) * us
+    records.first_byte_ns[:] = np.array([9001, 4001, 5001, 6001, 7001, 8001]) * us
+    records.done_ns[:] = records.first_byte_ns + 1 * us
+    records.status[:] = 200
+    captured = Captured(packets=packets, interface="lo")
+    # By order alone the first record takes the second's request, each next one its successor's: a rotation no trade
+    # between neighbours undoes, and the answers disagree.
+    records.port = np.zeros(0, dtype=np.int32)
+    assert audit(captured, records, 0, (0, 20_000 * us)).matched < 6
+    # The open loop records each request's connection: every request is paired with its own.
+    records.port = np.array([43000, 43001, 43002, 43003, 43004, 43005], dtype=np.int32)
+    result = audit(captured, records, 0, (0, 20_000 * us))
+    assert (result.matched, result.unmatched, result.wire_requests) == (6, 0, 6)
+    assert result.send_us is not None and result.send_us.max == 600.0  # the first left with its SYN, 600 µs late
+
+
 def _datagram(sport: int, dport: int, payload: bytes) -> bytes:
     tcp = struct.pack("!HHIIBBHHH", sport, dport, 7, 0, 5 << 4, 0x18, 65535, 0, 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + len(payload), 0, 0, 64, 6, 0, bytes(4), bytes(4))
