@@ -72,4 +72,6 @@ def test_two_cpu_models_sharing_one_core_are_slower_together_than_alone(tmp_path
         assert alone.latency_ms is not None and together.latency_ms is not None and alone.ok > 0 and together.ok > 0
         a, t = alone.latency_ms, together.latency_ms
         print(f"\nmodel {model}: p50 {a.p50:.2f} / {t.p50:.2f} ms, p99 alone {a.p99:.2f} ms, beside the other {t.p99:.2f} ms")
-        assert together.latency_ms.p99 > alone.latency_ms.p99, (alone.latency_ms, together.latency_ms)
+        # The median, not the tail: a host stall of ~100 ms during the run alone decides its p99 (CI saw p99 90.6 ms
+        # alone, 85.7 together, with medians 1.7 and 6.3 ms); it moves the median of 2,400 requests by a few of them.
+        assert t.p50 > a.p50, (a, t)
