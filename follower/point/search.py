@@ -130,16 +130,21 @@ async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart 
         result = await measure(point.model_copy(update={**at, "search": None, "seed": seed}), probe_ctx, cold_start)
         same = [r for x, r in runs if x == load] + [result]
         # A repeat is decided by the load's valid runs (an invalid one says nothing of the SLO); by all, if none is.
-        reading = read(([r for r in same if r.valid] or same) if repeat else [result], slo)
+        read_runs = ([r for r in same if r.valid] or same) if repeat else [result]
+        reading = read(read_runs, slo)
         plan.record(load, reading)
         runs.append((load, result))
         probes.append(_probe(load, result, reading, repeat=repeat))
-        if repeat:  # the first run at this load is decided by the pooled reading too
-            first = next(i for i, p in enumerate(probes[:-1]) if p.load == load)
+        first = next((i for i, p in enumerate(probes[:-1]) if p.load == load), None) if repeat else None
+        if first is not None and any(r is runs[first][1] for r in read_runs):  # the first run, read with the repeat
             probes[first] = probes[first].model_copy(update={"passed": reading.passed, "pooled": True})
+        elif repeat:  # the repeat alone decided: the first run, invalid, stays as it was judged
+            probes[-1] = probes[-1].model_copy(update={"pooled": False})
     outcome = plan.outcome()
     target = outcome.found if outcome.found is not None else search.low
-    chosen = max(i for i, (x, _) in enumerate(runs) if x == target)
+    # The point's run at the load found: its last valid one (a repeat decided by its valid run alone), else its last.
+    at_target = [i for i, (x, _) in enumerate(runs) if x == target]
+    chosen = max([i for i in at_target if runs[i][1].valid] or at_target)
     answer = SearchAnswer(
         over=search.over,
         criterion=criterion(slo, point.llm is not None),
