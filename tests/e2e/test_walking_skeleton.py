@@ -27,7 +27,10 @@ def _wait_until(predicate, timeout_s: float, what: str):  # type: ignore[no-unty
 
 
 def _wait_done(client: BenchfleetClient, job_id: str, timeout_s: float = 120) -> JobResults:
-    job = _wait_until(lambda: (j := client.job(job_id)).state in TERMINAL_STATES and j, timeout_s, f"job {job_id} to end")
+    try:
+        job = _wait_until(lambda: (j := client.job(job_id)).state in TERMINAL_STATES and j, timeout_s, f"job {job_id} to end")
+    except AssertionError as exc:  # where the job stood, for a run that cannot be repeated (CI's)
+        raise AssertionError(f"{exc}; the job then: {client.job(job_id).model_dump_json()[:3000]}") from None
     assert job.state == JobState.succeeded, f"job ended {job.state}: {job.error}"
     return client.results(job_id)
 
