@@ -113,7 +113,8 @@ def main() -> None:
     print(
         f"1c. teams sharing {args.teams_followers} followers (the leader's queue in the fair order, followers holding one "
         f"job each: placement_lookahead 1; {args.teams_seeds} seeds). Contention: team a floods {args.teams_jobs} short "
-        "jobs (1-5 min), team b a tenth as many 10x longer, at 8x the fleet; share of follower time while both queue",
+        "jobs (1-5 min), team b a tenth as many 10x longer, at 8x the fleet; share of follower time while each team wants "
+        "at least its share of the followers (its jobs running or waiting number at least its share of them)",
         flush=True,
     )
     teams = team_figures(args.teams_jobs, args.teams_seeds, args.teams_followers)
@@ -124,7 +125,8 @@ def main() -> None:
         print(
             f"  weights a:b {weights['a']:g}:{weights['b']:g}: b's share {teams[f'share_b_{label}']:.3f} (target "
             f"{teams[f'target_b_{label}']:.3f}, worst seed {100 * teams[f'share_b_{label}_err']:.0f}% off); today's "
-            f"scheduler {teams[f'today_share_b_{label}']:.3f} (worst {100 * teams[f'today_share_b_{label}_err']:.0f}% off)"
+            f"scheduler {teams[f'today_share_b_{label}']:.3f} (worst {100 * teams[f'today_share_b_{label}_err']:.0f}% off); "
+            f"counting the tail to the first team's last start, worst {100 * teams[f'tail_share_b_{label}_err']:.0f}% off"
         )
         result[f"teams_share_b_{label}"] = f"{teams[f'share_b_{label}']:.3f}"
     print(

@@ -48,7 +48,8 @@ def simulate_shared(
         runs[:] = [r for r in runs if r[2] is None or r[2] > now - window]
         used = use_in_window(runs, now, window)
         active = {w.job.team for w in waiting} | {w.job.team for h in held for w in h} | {j.team for j in running if j}
-        return {team: TeamUse(w, used.get(team, 0.0), team in active) for team, w in weights.items()}
+        on = [j.team for j in running if j is not None]
+        return {team: TeamUse(w, used.get(team, 0.0), team in active, on.count(team)) for team, w in weights.items()}
 
     def key(w: _Waiting, now: float, fleet: dict[str, TeamUse]) -> tuple[tuple[int, int, int, float], int]:
         fair = order_key(
@@ -61,6 +62,7 @@ def simulate_shared(
             ageing_per_s=ageing_per_s / 60.0,
             wait_bound=wait_bound,
             tolerance=tolerance,
+            fleet=followers,
         )
         return fair, w.job.id
 
@@ -141,16 +143,43 @@ def two_teams(
     return jobs
 
 
-def contended_shares(jobs: list[SimJob], teams: list[str]) -> tuple[dict[str, float], float]:
-    """Each team's share of the follower time used in the contention window, and the window's length: from when every
-    team has submitted to when the first team's last job starts (every team had work waiting or about to throughout)."""
+def contended_shares(jobs: list[SimJob], weights: dict[str, float], followers: int) -> tuple[dict[str, float], float]:
+    """Each team's share of the follower time used in the contention window, and the window's length. Contended means
+    every team wants at least its fair share of the fleet: its jobs running or waiting (at the leader or held by a
+    follower) number at least its weight's share of the followers. The window runs from when that first holds to when
+    it first fails after (a team left with less work than its share gets what it asks, not its share: max-min fairness)."""
+    teams = list(weights)
+    fair = {t: weights[t] / sum(weights.values()) * followers for t in teams}
+    events = sorted({j.arrival for j in jobs} | {j.start for j in jobs} | {j.end for j in jobs})
+    begin = end = None
+    for t in events:
+        wants = {x: sum(1 for j in jobs if j.team == x and j.arrival <= t < j.end) for x in teams}
+        contended = all(wants[x] >= fair[x] for x in teams)
+        if begin is None and contended:
+            begin = t
+        elif begin is not None and not contended:
+            end = t
+            break
+    if begin is None or end is None:
+        return dict.fromkeys(teams, float("nan")), 0.0
+    got = dict.fromkeys(teams, 0.0)
+    for job in jobs:
+        got[job.team] += max(0.0, min(job.end, end) - max(job.start, begin))
+    total = sum(got.values())
+    return {x: got[x] / total if total else float("nan") for x in teams}, end - begin
+
+
+def shares_until_last_start(jobs: list[SimJob], teams: list[str]) -> dict[str, float]:
+    """Each team's share of the follower time from when every team has submitted to when the first team's last job
+    starts: the window this bench used before contended_shares, which also counts the tail where a team has less work
+    left than its share (and so takes less, as it should)."""
     begin = max(min(j.arrival for j in jobs if j.team == t) for t in teams)
     end = min(max(j.start for j in jobs if j.team == t) for t in teams)
     got = dict.fromkeys(teams, 0.0)
     for job in jobs:
         got[job.team] += max(0.0, min(job.end, end) - max(job.start, begin))
     total = sum(got.values())
-    return {x: got[x] / total if total else float("nan") for x in teams}, max(0.0, end - begin)
+    return {x: got[x] / total if total else float("nan") for x in teams}
 
 
 def flood(n_short: int, followers: int, rng: random.Random, *, ratio: int = 10, load: float = 8.0) -> list[SimJob]:
@@ -178,15 +207,17 @@ def team_figures(n_jobs: int, seeds: int, followers: int, lookahead: int = 1) ->
     for weights in WEIGHTS:
         target = weights["b"] / sum(weights.values())
         label = f"{weights['a']:g}to{weights['b']:g}"
-        fair, today = [], []
+        fair, today, tail = [], [], []
         for seed in range(seeds):
             run = simulate_shared(flood(n_jobs, followers, random.Random(seed)), followers, lookahead=lookahead, weights=weights)
-            fair.append(contended_shares(run, ["a", "b"])[0]["b"])
+            fair.append(contended_shares(run, weights, followers)[0]["b"])
+            tail.append(shares_until_last_start(run, ["a", "b"])["b"])
             run = simulate(flood(n_jobs, followers, random.Random(seed)), followers, "queue_aware", "sjf", AGEING_PER_S)
-            today.append(contended_shares(run, ["a", "b"])[0]["b"])
+            today.append(contended_shares(run, weights, followers)[0]["b"])
         out[f"target_b_{label}"] = target
         out[f"share_b_{label}"] = statistics.fmean(fair)
         out[f"share_b_{label}_err"] = max(abs(x / target - 1) for x in fair)
+        out[f"tail_share_b_{label}_err"] = max(abs(x / target - 1) for x in tail)
         out[f"today_share_b_{label}"] = statistics.fmean(today)
         out[f"today_share_b_{label}_err"] = max(abs(x / target - 1) for x in today)
     ratios, waits = [], []

@@ -6,8 +6,13 @@ queue by its class and size part (follower/agent/holding.py), and the scheduler 
 
 The rule. Among teams with work waiting or running (the contending ones), a team's fair share is its weight over
 theirs; its use is its share of the follower seconds they used in the window (running jobs up to now). Waiting jobs
-run in this order: by priority class (urgent, normal, batch: a class waits only for the ones above it); then the
-jobs of teams within (1 + TOLERANCE) x their fair share before those of teams over it; then, among those, a job
+run in this order: by priority class (urgent, normal, batch: a class waits only for the ones above it); then by where
+the job stands against its team's share (1 + TOLERANCE times it): the jobs of teams within their shares first, even
+with the job's own estimate charged to its team's use; then those that the charge would take past it; last those of
+teams past it already, in their use of the window or in followers (one more would run the team on more than its
+share of the fleet's followers, rounded up). (Without the charge a long job started while its team was just under
+overshoots for its whole run; without the count of followers a team under its share takes every follower that frees
+before its use catches up: bench/scheduler.py, part 1c.) Then, among jobs that stand alike, a job
 overdue (waited `wait_bound` times its first-come-first-served turnaround) first come first served, the others
 shortest estimate first with ageing. So shortest-first decides within and across teams as far as the shares allow,
 no team's job waits without bound while its team is within its share, and nothing is held back: the order only
@@ -17,6 +22,7 @@ contention, and what it costs in mean completion time and the longest wait.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -53,26 +59,38 @@ class TeamUse:
     weight: float = DEFAULT_WEIGHT
     used_s: float = 0.0
     active: bool = False  # it has work waiting or running somewhere in the fleet
+    running: int = 0  # followers running its jobs now
 
 
-def over_share(team: str, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE) -> bool:
-    """Whether the team's next job waits behind those of teams within their shares: its use of the window's follower
-    time is more than (1 + tolerance) x its fair share."""
-    return distance(team, uses) > tolerance
+def standing(team: str, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE, fleet: int = 0, extra_s: float = 0.0) -> int:
+    """Where a job of the team, `extra_s` long, stands against its team's share (smaller goes first): 2 when the team
+    already uses more than (1 + tolerance) x its fair share of the window's follower time, or the job would run it on
+    more of the `fleet`'s followers (0: not counted) than (1 + tolerance) x its fair share of them, rounded up; 1 when
+    neither, but the team would be past its share of the window with the job charged; else 0."""
+    if distance(team, uses) > tolerance:
+        return 2
+    active = {name: use for name, use in uses.items() if use.active or name == team}
+    weights = sum(max(u.weight, 0.0) for u in active.values())
+    if fleet > 0 and len(active) >= 2 and team in active and weights > 0:
+        fair = active[team].weight / weights * fleet
+        if active[team].running + 1 > math.ceil(fair * (1 + tolerance)):
+            return 2
+    return int(distance(team, uses, extra_s) > tolerance)
 
 
-def distance(team: str, uses: Mapping[str, TeamUse]) -> float:
+def distance(team: str, uses: Mapping[str, TeamUse], extra_s: float = 0.0) -> float:
     """How far the team is from its fair share among the contending teams: use / share - 1 (0 at its share, -1 using
-    none of it); 0 when it alone contends, when nobody used anything yet, or when it is unknown."""
+    none of it), with `extra_s` more of it charged to the team; 0 when it alone contends, when nobody used anything
+    yet, or when it is unknown."""
     active = {name: use for name, use in uses.items() if use.active or name == team}
     if team not in active or len(active) < 2:
         return 0.0
     weights = sum(max(u.weight, 0.0) for u in active.values())
-    used = sum(max(u.used_s, 0.0) for u in active.values())
+    used = sum(max(u.used_s, 0.0) for u in active.values()) + extra_s
     mine = active[team]
     if weights <= 0 or used <= 0 or mine.weight <= 0:
         return 0.0
-    return (max(mine.used_s, 0.0) / used) / (mine.weight / weights) - 1.0
+    return ((max(mine.used_s, 0.0) + extra_s) / used) / (mine.weight / weights) - 1.0
 
 
 def use_in_window(runs: Iterable[tuple[str, float, float | None]], now: float, window_s: float = WINDOW_S) -> dict[str, float]:
@@ -97,13 +115,14 @@ def order_key(
     ageing_per_s: float,
     wait_bound: float,
     tolerance: float = TOLERANCE,
+    fleet: int = 0,
 ) -> tuple[int, int, int, float]:
-    """Smaller runs first: (its class's rank; 1 if its team uses more than (1 + tolerance) x its fair share, else 0;
-    then 0 and -waited for an overdue job, one that waited `wait_bound` x its FCFS turnaround (`ahead_s` of work before
-    it plus its own estimate), first come first served among them; else 1 and its estimate less `ageing_per_s` for
-    every second waited)."""
+    """Smaller runs first: (its class's rank; where it stands against its team's share (`standing`: its estimate
+    charged, `fleet` followers); then 0 and -waited for an overdue job, one that waited `wait_bound` x its FCFS
+    turnaround (`ahead_s` of work before it plus its own estimate), first come first served among them; else 1 and its
+    estimate less `ageing_per_s` for every second waited)."""
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK["normal"])
-    over = int(bool(team and uses) and over_share(team, uses or {}, tolerance))
+    over = standing(team, uses, tolerance, fleet, estimate_s) if team and uses else 0
     if wait_bound > 0 and waited_s >= wait_bound * (ahead_s + estimate_s):
         return (rank, over, 0, -waited_s)
     return (rank, over, 1, estimate_s - ageing_per_s * waited_s)

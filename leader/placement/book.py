@@ -157,6 +157,22 @@ class JobBook:
         """The teams with a job queued or active."""
         return {job.team for _, job, _ in self.queued.values()} | {a.team for a in self.active.values()}
 
+    def running_by_team(self) -> dict[str, int]:
+        """How many followers run each team's jobs: the job each runs, or for one running nothing, what it was just
+        given (it starts that at once); jobs held behind a running one are not counted."""
+        runs: dict[str, str] = {}
+        for a in self.active.values():
+            if a.state == JobState.running.value or a.follower_id not in runs:
+                runs[a.follower_id] = a.team
+        counts: dict[str, int] = {}
+        for team in runs.values():
+            counts[team] = counts.get(team, 0) + 1
+        return counts
+
+    def runs_nothing(self, follower_id: str) -> bool:
+        """Whether the follower has no job of this book's, running or held (what it is given starts at once)."""
+        return not any(a.follower_id == follower_id for a in self.active.values())
+
     def waiting_kinds(self) -> list[Kind]:
         """The kinds with at least one queued job."""
         return [kind for kind, kq in self.kinds.items() if kq.members]

@@ -366,12 +366,18 @@ class Placer:
                 )
                 if task is None:
                     continue  # cancelled or changed since the feed read it: the next feed says what it is now
+                # A job an idle follower starts at once changes its team's standing (common/fairshare.py): with teams
+                # contending, the order is made again before the next placement, at a tick that follows at once.
+                reorder = self.lookahead is not None and book.runs_nothing(follower_id) and len(book.teams()) > 1
                 book.placed(job, follower_id, task.estimate_s)
                 index.add(follower_id, task.estimate_s)
                 cost["placed"] += 1
                 if not await self._dispatch(task, follower_id):
                     return sent  # the broker is down: the other jobs wait too
                 sent += 1
+                if reorder:
+                    self._wakeup.set()
+                    break
         finally:
             book.restore(batch)
             cost["place_ms"] = (time.perf_counter() - t0) * 1e3

@@ -67,18 +67,20 @@ class Sharing:
         return dict(self._today.value)
 
     async def uses(self, book: JobBook) -> dict[str, TeamUse]:
-        """Each team's weight, follower seconds in the window and whether it contends (a job queued or on a follower)."""
+        """Each team's weight, follower seconds in the window, whether it contends (a job queued or on a follower) and
+        how many followers run its jobs now."""
         settings, window = await self.settings(), await self._window_use()
-        active = book.teams()
+        active, running = book.teams(), book.running_by_team()
         return {
-            team: TeamUse(settings.get(team, TeamSettings()).weight, window.get(team, 0.0), team in active)
+            team: TeamUse(settings.get(team, TeamSettings()).weight, window.get(team, 0.0), team in active, running.get(team, 0))
             for team in active | set(window)
             if team
         }
 
     async def order(self, batch: list[QueuedJob], book: JobBook, followers: int) -> list[QueuedJob]:
-        """The queued jobs in the order they are to run (common/fairshare.py: order_key): by class, teams within their
-        shares first, then overdue jobs first come first served, then the shortest estimate with ageing."""
+        """The queued jobs in the order they are to run (common/fairshare.py: order_key) on a fleet of `followers`: by
+        class, jobs within their teams' shares first, then overdue jobs first come first served, then the shortest
+        estimate with ageing."""
         uses = await self.uses(book)
         ahead = book.fcfs_ahead(batch, followers)
         now = utcnow()
@@ -94,6 +96,7 @@ class Sharing:
                 uses=uses,
                 ageing_per_s=AGEING_PER_S,
                 wait_bound=WAIT_BOUND,
+                fleet=followers,
             )
             return fair, created
 
