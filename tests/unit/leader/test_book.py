@@ -94,3 +94,14 @@ def test_a_split_job_is_never_queued_and_its_parts_know_their_siblings_followers
     assert book.sibling_follower("j") is None and book.loads == {}
     book.apply(doc("j", "running", parts=["j-p0", "j-p1"]))  # running, with no follower: no load anywhere
     assert book.loads == {} and "j" not in book.active
+
+
+def test_each_team_counts_the_followers_that_run_its_jobs_or_start_one_now() -> None:
+    book = JobBook()
+    book.apply(doc("r1", "running", follower="f1", team="red"))
+    book.apply(doc("b1", "assigned", follower="f1", team="blue"))  # held behind red's: not counted
+    book.apply(doc("b2", "assigned", follower="f2", team="blue"))  # f2 runs nothing: it starts blue's job at once
+    assert book.running_by_team() == {"red": 1, "blue": 1}
+    assert not book.runs_nothing("f1") and not book.runs_nothing("f2") and book.runs_nothing("f3")
+    book.apply(doc("r1", "succeeded", follower="f1", team="red"))
+    assert book.running_by_team() == {"blue": 2}
