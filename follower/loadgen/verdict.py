@@ -253,14 +253,22 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *
         if summary.capped and lag.p99 > SEND_LAG_P99_MAX_MS and not saturated:  # raising the cap would change it
             cap = f"all {max_concurrency}" if max_concurrency else "all"
             share = 100 * summary.capped / max(summary.requests, 1)
+            # Requests with a free slot left late too: the host stalled, and the slots filled while nothing could run.
+            stalled = own is not None and own.p99 > SEND_LAG_P99_MAX_MS
+            advice = (
+                "Requests with a free slot were late as well (above): the host stalled and the slots filled meanwhile, so "
+                "measure again on a quieter host before raising the cap"
+                if stalled
+                else "Raise the cap (load.max_concurrency; unset, it follows the load up to the follower's max_in_flight) "
+                "to the rate x the server's latency"
+            )
             reasons.append(
                 Reason(
                     code="cap_reached",
                     text=(
                         f"the in-flight cap was reached: {summary.capped} requests ({share:.1f}%) found {cap} slots busy and "
                         f"waited for one (send lag p99 {lag.p99:.1f} ms); latency from the intended time includes that wait. "
-                        "Raise the cap (load.max_concurrency; unset, it follows the load up to the follower's max_in_flight) to "
-                        "the rate x the server's latency"
+                        f"{advice}"
                     ),
                 )
             )

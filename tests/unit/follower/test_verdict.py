@@ -209,3 +209,17 @@ def test_the_automatic_cap_leaves_room_for_poisson_bursts() -> None:
     starts, ends = np.sort(rec.sent_ns), np.sort(rec.done_ns)
     most_in_flight = int(max(np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="right") for t in starts))
     assert most_in_flight > 16 and cap > most_in_flight, (most_in_flight, cap)
+
+
+def test_a_cap_filled_during_a_host_stall_is_not_advised_higher() -> None:
+    # A 100 ms stall of the whole host: requests due meanwhile left late whether they found a slot or not (the
+    # generator could not run), and some found the cap of 16 full of answers not yet read.
+    rec = records()
+    stalled = np.arange(300, 330)
+    rec.sent_ns[stalled] += 100 * MS
+    rec.capped[stalled[::3]] = True
+    summary = summarize_window(rec, 1.0)
+    reasons = window_reasons(summary, 16)
+    assert {r.code for r in reasons} == {"send_lag", "cap_reached"}, reasons
+    cap = next(r for r in reasons if r.code == "cap_reached")
+    assert "the host stalled" in cap.text and "Raise the cap" not in cap.text
