@@ -171,7 +171,8 @@ class JobBook:
 
     def runs_nothing(self, follower_id: str) -> bool:
         """Whether the follower has no job of this book's, running or held (what it is given starts at once)."""
-        return not any(a.follower_id == follower_id for a in self.active.values())
+        load = self.loads.get(follower_id)
+        return load is None or load.jobs <= 0
 
     def waiting_kinds(self) -> list[Kind]:
         """The kinds with at least one queued job."""

@@ -325,6 +325,7 @@ class Placer:
                 book.stated(kind, reason, ids)
         order = {job_id: book.queued[job_id][0] for job_id in (j.job_id for j in batch)}
         batch.sort(key=lambda j: order[j.job_id])
+        contending = self.lookahead is not None and len(book.teams()) > 1
         if self.lookahead is not None:
             batch = await self.sharing.order(batch, book, len(candidates))
         corrections: dict[tuple[str, str, str], durations_store.Correction] = {}
@@ -368,7 +369,7 @@ class Placer:
                     continue  # cancelled or changed since the feed read it: the next feed says what it is now
                 # A job an idle follower starts at once changes its team's standing (common/fairshare.py): with teams
                 # contending, the order is made again before the next placement, at a tick that follows at once.
-                reorder = self.lookahead is not None and book.runs_nothing(follower_id) and len(book.teams()) > 1
+                reorder = contending and book.runs_nothing(follower_id)
                 book.placed(job, follower_id, task.estimate_s)
                 index.add(follower_id, task.estimate_s)
                 cost["placed"] += 1
