@@ -135,11 +135,12 @@ async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart 
         plan.record(load, reading)
         runs.append((load, result))
         probes.append(_probe(load, result, reading, repeat=repeat))
-        first = next((i for i, p in enumerate(probes[:-1]) if p.load == load), None) if repeat else None
-        if first is not None and any(r is runs[first][1] for r in read_runs):  # the first run, read with the repeat
-            probes[first] = probes[first].model_copy(update={"passed": reading.passed, "pooled": True})
-        elif repeat:  # the repeat alone decided: the first run, invalid, stays as it was judged
-            probes[-1] = probes[-1].model_copy(update={"pooled": False})
+        if repeat:  # each run at this load is decided by the reading it was part of; one left out (invalid) fails
+            pooled = len(read_runs) > 1
+            for i, (run_load, run) in enumerate(runs):
+                if run_load == load:
+                    used = any(r is run for r in read_runs)
+                    probes[i] = probes[i].model_copy(update={"passed": reading.passed and used, "pooled": pooled and used})
     outcome = plan.outcome()
     target = outcome.found if outcome.found is not None else search.low
     # The point's run at the load found: its last valid one (a repeat decided by its valid run alone), else its last.

@@ -24,28 +24,34 @@ SPEC = {
 }
 
 
-def _result(point: Any, *, valid: bool, p99_ms: float) -> PointResult:
+def _result(point: Any, *, valid: bool, p99_ms: float, ci: tuple[float, float] | None = None) -> PointResult:
     env = Environment(follower_id="f", host="h", cpu_model="cpu", cpu_count=2, gpus=[], python="3.11", benchfleet="0",
                       backend_version="1", seed=point.seed)  # fmt: skip
     latency = Percentiles(count=100, mean=p99_ms / 2, p50=p99_ms / 2, p90=p99_ms, p95=p99_ms, p99=p99_ms, p999=p99_ms, max=p99_ms)
     reasons = [] if valid else [Reason(code="send_lag", text="the generator sent late (a host stall)")]
     return PointResult(point=point, started_at=datetime.now(UTC), measured_s=2.0, requests=100, ok=100, errors=0,
                        offered_rate=point.rate, achieved_rate=point.rate, latency_ms=latency, service_ms=None,
-                       send_lag_ms=None, cold_start=None, valid=valid, reasons=reasons, environment=env)  # fmt: skip
+                       send_lag_ms=None, cold_start=None, valid=valid, reasons=reasons, environment=env,
+                       latency_ci_ms={"p99": ci} if ci else None)  # fmt: skip
 
 
-def test_an_invalid_first_run_is_not_marked_passed_when_its_valid_repeat_decides(tmp_path: Path) -> None:
+def _searched(tmp_path: Path, measured: list[tuple[float, bool, float, tuple[float, float] | None]]) -> PointResult:
+    """The search's point, its runs faked in the order measured: (load, valid, p99 ms, the p99's 95% interval)."""
     (point,) = expand(parse_spec(SPEC))
-    runs = iter([(10, False, 5.0), (10, True, 6.0), (20, True, 50.0)])  # (load, valid, p99 ms) in the order measured
+    runs = iter(measured)
 
     async def measure(probe: Any, ctx: PointContext, cold: ColdStart | None) -> PointResult:
-        load, valid, p99 = next(runs)
+        load, valid, p99, ci = next(runs)
         assert probe.rate == load and probe.search is None
-        return _result(probe, valid=valid, p99_ms=p99)
+        return _result(probe, valid=valid, p99_ms=p99, ci=ci)
 
     run = ServerRun(model=cast(Any, None), model_path=tmp_path, workdir=tmp_path, slo=SLO(p99_ms=10))
     ctx = PointContext(run=run, backend=cast(Any, None), endpoint=cast(Any, None), backend_version="1")
-    result = asyncio.run(run_search(point, ctx, None, measure))
+    return asyncio.run(run_search(point, ctx, None, measure))
+
+
+def test_an_invalid_first_run_is_not_marked_passed_when_its_valid_repeat_decides(tmp_path: Path) -> None:
+    result = _searched(tmp_path, [(10, False, 5.0, None), (10, True, 6.0, None), (20, True, 50.0, None)])
     answer = result.search
     assert answer is not None and answer.found == 10 and answer.lowest_fail == 20
     first, repeat, high = answer.probes
@@ -56,3 +62,14 @@ def test_an_invalid_first_run_is_not_marked_passed_when_its_valid_repeat_decides
     # The point is the valid run at the load found.
     assert answer.chosen == 1 and result.valid and result.point.rate == 10 and result.latency_ms is not None
     assert result.latency_ms.p99 == 6.0
+
+
+def test_an_invalid_repeat_of_an_uncertain_run_fails_and_the_point_is_the_valid_run(tmp_path: Path) -> None:
+    # The floor's p99 (9 ms) had an interval straddling the 10 ms limit: measured again, the repeat was invalid. The
+    # valid run alone decides; the repeat, left out, is not passed; the point is the valid run.
+    result = _searched(tmp_path, [(10, True, 9.0, (8.0, 12.0)), (10, False, 5.0, None), (20, True, 50.0, None)])
+    answer = result.search
+    assert answer is not None and answer.found == 10
+    first, repeat, _ = answer.probes
+    assert (first.passed, first.pooled) == (True, False) and (repeat.valid, repeat.passed, repeat.pooled) == (False, False, False)
+    assert answer.chosen == 0 and result.valid and result.latency_ms is not None and result.latency_ms.p99 == 9.0
