@@ -349,7 +349,7 @@ class Placer:
                     if waits is not None and waits != job.waiting_reason:
                         await assignments_store.set_waiting_reasons(self._db, job_ids=[job.job_id], reason=waits)
                     continue
-                key = (job.model_ref, ",".join(sorted(job.backends)), follower_id)
+                key = (job.model_ref, durations_store.backends_key(job.backends), follower_id)
                 if key not in corrections:
                     corrections[key] = await durations_store.correction(
                         self._db, model_ref=key[0], backends=key[1], follower_id=key[2]

@@ -18,6 +18,7 @@ from common.wire.teams import TeamSettings
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, QueuedJob
 from leader.placement.book import JobBook
+from leader.store import durations as durations_store
 from leader.store import teams as teams_store
 from leader.store import usage as usage_store
 
@@ -26,6 +27,13 @@ QuotaBlock = tuple[Callable[[Candidate], bool], Callable[[], str]]
 
 # The teams' use of the fleet is read again at most this often (a sliding window of hours moves little in 5 s).
 USES_TTL_S = 5.0
+# Kinds of job (model, backends) whose learned corrections are kept between reads; past it they are read afresh.
+MAX_KINDS = 4096
+
+
+def _kind(job: QueuedJob) -> tuple[str, str]:
+    """A job's kind as the durations store keys it: its model and its backends."""
+    return job.model_ref, durations_store.backends_key(job.backends)
 
 
 @dataclass
@@ -46,10 +54,27 @@ class Sharing:
     def __init__(self, db: AsyncDatabase) -> None:
         self._db = db
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
+        self._learned: dict[tuple[str, str], _Cached] = {}
 
     def forget(self) -> None:
         """Read again at the next use (an admin changed a team's settings)."""
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
+
+    async def _learned_for(self, batch: list[QueuedJob]) -> dict[tuple[str, str], durations_store.Correction]:
+        """Each kind's correction from its history fleet-wide (leader/store/durations.py), read at most every
+        USES_TTL_S: the order ranks a job before its follower, and so the follower's own correction, is chosen."""
+        if len(self._learned) > MAX_KINDS:
+            self._learned.clear()
+        out = {}
+        for kind in {_kind(job) for job in batch}:
+            cached = self._learned.get(kind)
+            if cached is None or not cached.fresh():
+                learned = await durations_store.correction(
+                    self._db, model_ref=kind[0], backends=kind[1], follower_id=durations_store.ANY_FOLLOWER
+                )
+                cached = self._learned[kind] = _Cached(time.monotonic(), learned)
+            out[kind] = cached.value
+        return out
 
     async def settings(self) -> dict[str, TeamSettings]:
         if not self._settings.fresh():
@@ -80,15 +105,17 @@ class Sharing:
     async def order(self, batch: list[QueuedJob], book: JobBook, followers: int) -> list[QueuedJob]:
         """The queued jobs in the order they are to run (common/fairshare.py: order_key) on a fleet of `followers`: by
         class, jobs within their teams' shares first, then overdue jobs first come first served, then the shortest
-        estimate with ageing."""
+        estimate (learned from the history of its kind) with ageing."""
         uses = await self.uses(book)
         ahead = book.fcfs_ahead(batch, followers)
         now = utcnow()
+        learned = await self._learned_for(batch)
+        estimates = {job.job_id: learned[_kind(job)].estimate(job.estimate_s, job.measured()) for job in batch}
 
         def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
             created = book.queued[job.job_id][0]
             fair = order_key(
-                estimate_s=job.estimate_s,
+                estimate_s=estimates[job.job_id],
                 waited_s=(now - as_utc(created[0])).total_seconds(),
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,

@@ -9,6 +9,7 @@ measured seconds to fit a rate (one job size seen so far), the rate is 1 and onl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,11 @@ MIN_RATE, MAX_RATE = 0.5, 3.0
 MIN_SPREAD_S, MIN_SPREAD_FRACTION = 1.0, 0.2
 ANY_FOLLOWER = "*"
 SUMS = ("w", "sm", "sa", "smm", "sma", "saa")
+
+
+def backends_key(backends: Iterable[str]) -> str:
+    """A job's backends as the history keys them: sorted, comma-joined."""
+    return ",".join(sorted(backends))
 
 
 def _id(model_ref: str, backends: str, follower_id: str) -> str:

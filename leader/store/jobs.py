@@ -389,7 +389,7 @@ async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: fl
     await durations_store.record(
         db,
         model_ref=doc["model_ref"],
-        backends=",".join(sorted(doc["spec"]["backends"])),
+        backends=durations_store.backends_key(doc["spec"]["backends"]),
         follower_id=report.follower_id,
         estimate_s=doc["base_estimate_s"],
         actual_s=actual_s,
