@@ -166,6 +166,36 @@ def test_the_leaders_queue_runs_the_team_under_its_share_first_and_urgent_before
     assert listed.exit_code == 0 and {t["team"] for t in json.loads(listed.output)} >= {"red", "blue"}
 
 
+def test_the_leaders_queue_orders_by_the_estimate_learned_from_a_kinds_history(
+    make_leader: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sharing_module, "USES_TTL_S", 0.0)  # the learned corrections read every tick
+    leader = make_leader(placement_lookahead=0)
+    _model(leader, "slow-model", "red")
+    _model(leader, "quick-model", "red")
+    follower, incarnation = fid(), uuid.uuid4().hex
+    leader.register(follower, incarnation)
+
+    def claim(job_id: str) -> None:
+        leader.wait_dispatched(job_id)
+        _as_follower(leader, follower, incarnation, job_id, "claim", {"attempt": 1, "incarnation": incarnation})
+
+    def finish(job_id: str, elapsed_s: float) -> None:
+        """The run took `elapsed_s` as the follower reports it (no need to wait that long here)."""
+        done = {"attempt": 1, "state": "succeeded", "elapsed_s": elapsed_s}
+        _as_follower(leader, follower, incarnation, job_id, "finish", done)
+
+    first = _job(leader, "slow-0", "slow-model")  # the same spec as the quick model's jobs, twenty times as long
+    claim(first)
+    finish(first, 40.0)
+    blocker = _job(leader, "slow-1", "slow-model")
+    claim(blocker)
+    slow, quick = _job(leader, "slow-2", "slow-model"), _job(leader, "quick-0", "quick-model")  # equal spec estimates
+    finish(blocker, 40.0)
+    # First come first served (or the spec's estimates, tied) would send the slow one; its history says 40 s.
+    assert _next(leader, [slow, quick]) == quick
+
+
 def test_admins_set_team_weights(leader: Leader) -> None:
     put = leader.client.put("/api/v1/teams/blue", headers=ADMIN, json={"weight": 3})
     assert put.status_code == 200 and put.json()["weight"] == 3.0
