@@ -115,9 +115,12 @@ def test_the_leaders_queue_runs_the_team_under_its_share_first_and_urgent_before
     teams = {t["team"]: t for t in leader.client.get("/api/v1/teams", headers=ADMIN).json()}
     assert teams["red"]["active"] and teams["blue"]["active"] and teams["red"]["fair_share"] == 0.5
     assert teams["red"]["used_s"] >= 0.6 and teams["red"]["use_share"] > 0.5
-    _run(leader, follower, incarnation, blue, 0.1)
-    # An admin's urgent job goes before the normal ones waiting longer; a submitter may not ask for urgent.
+    # An admin's urgent job, submitted while blue's runs, goes before the normal ones waiting longer (submitted after
+    # blue's finished, it would race the placement of the next normal job); a submitter may not ask for urgent.
+    leader.wait_dispatched(blue)
+    _as_follower(leader, follower, incarnation, blue, "claim", {"attempt": 1, "incarnation": incarnation})
     urgent = _job(leader, "red-urgent", "red-model", priority="urgent")
+    _as_follower(leader, follower, incarnation, blue, "finish", {"attempt": 1, "state": "succeeded", "elapsed_s": 0.1})
     assert _next(leader, [*red, urgent]) == urgent
     refused = _submit(leader, "blue-urgent", "blue-model", priority="urgent", headers=_token(leader, "bob", "blue"))
     assert refused.status_code == 403 and refused.json()["field"] == "priority"
