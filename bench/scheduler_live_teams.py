@@ -19,20 +19,22 @@ BLUE_JOBS, BLUE_S = 6, 3.0
 DONE = ("succeeded", "failed", "cancelled")
 
 
-def _spec(name: str, model: str, seconds: float, priority: str = "normal") -> str:
+def job_spec(name: str, model: str, seconds: float, priority: str = "normal") -> str:
+    """A one-point job of `seconds` at 20 req/s on ONNX Runtime, in its priority class (the live teams' jobs)."""
     return (
         f"name: {name}\nmodel: {model}:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\npriority: {priority}\n"
         f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
     )
 
 
-def _run_of(view: JobView) -> tuple[float, float]:
+def run_of(view: JobView) -> tuple[float, float]:
+    """When the job's (last) run started and when it ended (epoch seconds)."""
     start = [h.at for h in view.history if h.state == "running"][-1].timestamp()
     return start, view.history[-1].at.timestamp()
 
 
 def _inside(view: JobView, begin: float, end: float) -> float:
-    start, stop = _run_of(view)
+    start, stop = run_of(view)
     return max(0.0, min(stop, end) - max(start, begin))
 
 
@@ -40,10 +42,8 @@ def contended_share(jobs: dict[str, list[JobView]]) -> dict[str, float]:
     """Each team's share of the follower time from when every team's first job was submitted to when the first team's
     last job started (every team had work waiting throughout)."""
     begin = max(min(v.created_at.timestamp() for v in views) for views in jobs.values())
-    end = min(max(_run_of(v)[0] for v in views) for views in jobs.values())
-    got = {
-        team: sum(max(0.0, min(_run_of(v)[1], end) - max(_run_of(v)[0], begin)) for v in views) for team, views in jobs.items()
-    }
+    end = min(max(run_of(v)[0] for v in views) for views in jobs.values())
+    got = {team: sum(max(0.0, min(run_of(v)[1], end) - max(run_of(v)[0], begin)) for v in views) for team, views in jobs.items()}
     total = sum(got.values())
     return {team: (used / total if total else float("nan")) for team, used in got.items()}
 
@@ -80,10 +80,10 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
                 ids: dict[str, list[str]] = {"red": [], "blue": []}
                 for i in range(max(RED_JOBS, BLUE_JOBS)):  # interleaved, all at once
                     if i < RED_JOBS:
-                        ids["red"].append(teams["red"].submit_yaml(_spec(f"red-{i}", "red-live", RED_S)).id)
+                        ids["red"].append(teams["red"].submit_yaml(job_spec(f"red-{i}", "red-live", RED_S)).id)
                     if i < BLUE_JOBS:
-                        ids["blue"].append(teams["blue"].submit_yaml(_spec(f"blue-{i}", "blue-live", BLUE_S)).id)
-                urgent = admin.submit_yaml(_spec("urgent", "red-live", RED_S, priority="urgent")).id
+                        ids["blue"].append(teams["blue"].submit_yaml(job_spec(f"blue-{i}", "blue-live", BLUE_S)).id)
+                urgent = admin.submit_yaml(job_spec("urgent", "red-live", RED_S, priority="urgent")).id
                 every = [*ids["red"], *ids["blue"], urgent]
                 leader.wait_ready(lambda every=every: all(admin.job(j).state in DONE for j in every), timeout_s=600)
                 views = {team: [admin.job(j) for j in js] for team, js in ids.items()}
@@ -91,8 +91,8 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
                     (v.id, v.state, v.error) for vs in views.values() for v in vs
                 ]
                 shares = contended_share(views)
-                urgent_start = _run_of(admin.job(urgent))[0]
-                normal_starts = sorted(_run_of(v)[0] for vs in views.values() for v in vs)
+                urgent_start = run_of(admin.job(urgent))[0]
+                normal_starts = sorted(run_of(v)[0] for vs in views.values() for v in vs)
                 place = sum(start < urgent_start for start in normal_starts)
                 print(
                     f"  live {name:5s} ({'leader queue, fair order' if lookahead else 'two-tier, at once'}): blue's share "
@@ -114,8 +114,8 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
 def _quota_stop(admin: BenchfleetClient, teams: dict[str, BenchfleetClient]) -> str:
     """Red's quota set below what it used today: its next job waits, saying why, while blue's runs."""
     admin.set_team("red", weight=1.0, quota_hours_per_day={"*": 0.001})
-    late = teams["red"].submit_yaml(_spec("red-late", "red-live", RED_S)).id
-    blue = teams["blue"].submit_yaml(_spec("blue-late", "blue-live", RED_S)).id
+    late = teams["red"].submit_yaml(job_spec("red-late", "red-live", RED_S)).id
+    blue = teams["blue"].submit_yaml(job_spec("blue-late", "blue-live", RED_S)).id
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and admin.job(blue).state not in DONE:
         time.sleep(0.5)

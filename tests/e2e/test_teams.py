@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.scheduler_live_teams import job_spec, run_of
 from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
 from common.procs import free_port
-from common.wire.jobs import JobView
 from tests.e2e.test_walking_skeleton import _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -35,24 +35,17 @@ def shared(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactor
         "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
     }
     base_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    stack = LocalStack(tmp_path_factory.mktemp("teams"), mongo_uri=mongo_service.url, redis_url=redis_service.url,
-                       db_name=f"e2e_teams_{uuid.uuid4().hex[:8]}", base_env=base_env, env=env)  # fmt: skip
+    stack = LocalStack(
+        tmp_path_factory.mktemp("teams"),
+        mongo_uri=mongo_service.url,
+        redis_url=redis_service.url,
+        db_name=f"e2e_teams_{uuid.uuid4().hex[:8]}",
+        base_env=base_env,
+        env=env,
+    )
     with stack:
         stack.start_leader()
         yield stack
-
-
-def _spec(name: str, model: str, seconds: float, priority: str = "normal") -> str:
-    return (
-        f"name: {name}\nmodel: {model}:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\npriority: {priority}\n"
-        f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
-    )
-
-
-def _run(view: JobView) -> tuple[float, float]:
-    """When the job's (last) run started and when it ended."""
-    start = [h.at for h in view.history if h.state == "running"][-1].timestamp()
-    return start, view.history[-1].at.timestamp()
 
 
 @pytest.mark.timeout(420)
@@ -69,21 +62,21 @@ def test_the_fleet_runs_the_team_under_its_weighted_share_first_urgent_before_al
             shared.start_follower(f"teams-{i}", ready=lambda view: view.state == "ready")
         ids: dict[str, list[str]] = {"red": [], "blue": []}
         for i in range(RED_JOBS):  # interleaved, all at once
-            ids["red"].append(teams["red"].submit_yaml(_spec(f"red-{i}", "red-m", RED_S)).id)
+            ids["red"].append(teams["red"].submit_yaml(job_spec(f"red-{i}", "red-m", RED_S)).id)
             if i < BLUE_JOBS:
-                ids["blue"].append(teams["blue"].submit_yaml(_spec(f"blue-{i}", "blue-m", BLUE_S)).id)
-        urgent = admin.submit_yaml(_spec("urgent", "red-m", RED_S, priority="urgent")).id
+                ids["blue"].append(teams["blue"].submit_yaml(job_spec(f"blue-{i}", "blue-m", BLUE_S)).id)
+        urgent = admin.submit_yaml(job_spec("urgent", "red-m", RED_S, priority="urgent")).id
         every = [*ids["red"], *ids["blue"], urgent]
         _wait_until(lambda: all(admin.job(j).state in DONE for j in every), 300, "every job to end")
         views = {team: [admin.job(j) for j in js] for team, js in ids.items()}
         ended = [(v.name, v.state, v.error) for vs in views.values() for v in vs]
         assert all(state == "succeeded" for _, state, _ in ended), ended
-        runs = {team: [_run(v) for v in vs] for team, vs in views.items()}
+        runs = {team: [run_of(v) for v in vs] for team, vs in views.items()}
         print({team: [(round(a, 1), round(b, 1)) for a, b in rs] for team, rs in runs.items()})
 
         # The urgent job, submitted last, overtook the queue: at most the jobs already running (and one a follower was
         # given as it came) started before it; first come first served it would have been the tenth.
-        urgent_start = _run(admin.job(urgent))[0]
+        urgent_start = run_of(admin.job(urgent))[0]
         before = sum(start < urgent_start for rs in runs.values() for start, _ in rs)
         assert before <= FOLLOWERS + 1, (before, urgent_start, runs)
 
@@ -96,8 +89,8 @@ def test_the_fleet_runs_the_team_under_its_weighted_share_first_urgent_before_al
 
         # Red past its daily quota: its next job waits, saying why, while blue's runs.
         admin.set_team("red", weight=1.0, quota_hours_per_day={"*": 0.001})
-        late = teams["red"].submit_yaml(_spec("red-late", "red-m", RED_S)).id
-        blue = teams["blue"].submit_yaml(_spec("blue-late", "blue-m", RED_S)).id
+        late = teams["red"].submit_yaml(job_spec("red-late", "red-m", RED_S)).id
+        blue = teams["blue"].submit_yaml(job_spec("blue-late", "blue-m", RED_S)).id
         _wait_until(lambda: admin.job(blue).state in DONE, 120, "blue's job to end")
         assert admin.job(blue).state == "succeeded"
         waiting = admin.job(late)

@@ -25,14 +25,37 @@ SPEC = {
 
 
 def _result(point: Any, *, valid: bool, p99_ms: float, ci: tuple[float, float] | None = None) -> PointResult:
-    env = Environment(follower_id="f", host="h", cpu_model="cpu", cpu_count=2, gpus=[], python="3.11", benchfleet="0",
-                      backend_version="1", seed=point.seed)  # fmt: skip
+    env = Environment(
+        follower_id="f",
+        host="h",
+        cpu_model="cpu",
+        cpu_count=2,
+        gpus=[],
+        python="3.11",
+        benchfleet="0",
+        backend_version="1",
+        seed=point.seed,
+    )
     latency = Percentiles(count=100, mean=p99_ms / 2, p50=p99_ms / 2, p90=p99_ms, p95=p99_ms, p99=p99_ms, p999=p99_ms, max=p99_ms)
     reasons = [] if valid else [Reason(code="send_lag", text="the generator sent late (a host stall)")]
-    return PointResult(point=point, started_at=datetime.now(UTC), measured_s=2.0, requests=100, ok=100, errors=0,
-                       offered_rate=point.rate, achieved_rate=point.rate, latency_ms=latency, service_ms=None,
-                       send_lag_ms=None, cold_start=None, valid=valid, reasons=reasons, environment=env,
-                       latency_ci_ms={"p99": ci} if ci else None)  # fmt: skip
+    return PointResult(
+        point=point,
+        started_at=datetime.now(UTC),
+        measured_s=2.0,
+        requests=100,
+        ok=100,
+        errors=0,
+        offered_rate=point.rate,
+        achieved_rate=point.rate,
+        latency_ms=latency,
+        service_ms=None,
+        send_lag_ms=None,
+        cold_start=None,
+        valid=valid,
+        reasons=reasons,
+        environment=env,
+        latency_ci_ms={"p99": ci} if ci else None,
+    )
 
 
 def _searched(tmp_path: Path, measured: list[tuple[float, bool, float, tuple[float, float] | None]]) -> PointResult:
