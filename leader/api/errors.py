@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from bson.errors import InvalidDocument
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -65,6 +66,18 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _overflow(request: Request, exc: Exception) -> JSONResponse:
     # A number in the request too large for PerfDB's 64-bit integers: the client's fault, not ours.
     return JSONResponse(_body("invalid_request", "a number in the request is too large to store", "(body)"), status_code=422)
+
+
+async def _unstorable(request: Request, exc: Exception) -> JSONResponse:
+    # Text PerfDB cannot hold: a key with a NUL byte (or another BSON-invalid key), or a lone UTF-16 surrogate that
+    # JSON's \\u escapes let through validation. Only a request's own data reaches the database unchecked this way.
+    log.warning("refused unstorable input on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    why = (
+        "a key in the request is not storable (NUL byte)"
+        if isinstance(exc, InvalidDocument)
+        else "the request has text that is not valid Unicode (a lone surrogate)"
+    )
+    return JSONResponse(_body("invalid_request", why, "(body)"), status_code=422)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -141,4 +154,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OverflowError, _overflow)
+    app.add_exception_handler(InvalidDocument, _unstorable)
+    app.add_exception_handler(UnicodeEncodeError, _unstorable)
     app.add_exception_handler(Exception, _unexpected)

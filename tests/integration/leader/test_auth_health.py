@@ -85,6 +85,19 @@ def test_bad_bodies_are_422_naming_the_field(leader: Leader) -> None:
     assert unknown_route.status_code == 404 and unknown_route.json()["error"] == "not_found"
 
 
+def test_text_the_database_cannot_store_is_422_not_500(leader: Leader) -> None:
+    """A NUL byte in a key, a lone surrogate (a JSON \\u escape) in a value: found by the OpenAPI fuzzer as 500s."""
+    beat = "/api/v1/followers/f1/heartbeat"
+    nul = {"incarnation": "i", "state": "ready", "target_costs_us": {"a\x00b": 1.0}}
+    nul_key = leader.client.post(beat, headers=ADMIN, json=nul)
+    assert nul_key.status_code == 422 and "NUL" in nul_key.json()["message"], nul_key.text
+    surrogate = leader.client.post(
+        beat, headers={**ADMIN, "Content-Type": "application/json"}, content=b'{"incarnation": "\\ud800", "state": "ready"}'
+    )
+    assert surrogate.status_code == 422 and "surrogate" in surrogate.json()["message"], surrogate.text
+    assert leader.client.post(beat, headers=ADMIN, json={"incarnation": "i", "state": "ready"}).status_code == 200
+
+
 def test_a_database_outage_is_a_fast_503_with_retry_after_and_ends_when_it_does(
     make_leader: Callable[..., Leader], mongo_service: object
 ) -> None:
