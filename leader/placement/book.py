@@ -13,6 +13,7 @@ short overlap, to catch writes whose timestamp was taken before an earlier read)
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator
@@ -235,6 +236,4 @@ class JobBook:
 
 
 def _with_reason(job: QueuedJob, reason: str | None) -> QueuedJob:
-    return QueuedJob(
-        job.job_id, job.attempt, job.backends, job.estimate_s, job.needs, reason, model_ref=job.model_ref, part_of=job.part_of
-    )
+    return dataclasses.replace(job, waiting_reason=reason)

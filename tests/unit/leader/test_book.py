@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,6 +79,19 @@ def test_waiting_reasons_are_written_once_per_change() -> None:
     for k in range(5):
         fresh.apply(doc(f"g{k}", "queued", age=k, waiting_reason="needs a GPU"))
     assert fresh.to_state(CPU, "needs a GPU", 10) == []
+
+
+def test_a_stated_reason_keeps_the_jobs_team_class_and_measured_seconds() -> None:
+    """The fair order reads a waiting job's team and class: stating why it waits must not lose them."""
+    book = JobBook()
+    spec = {"backends": ["onnxruntime"], "requires": {}, "priority": "urgent"}
+    book.apply(doc("u", "queued", team="red", measured_s=4.0, spec=spec))
+    (before,) = book.oldest(CPU, 1)
+    book.restore([before])
+    book.stated(CPU, "needs a GPU", book.to_state(CPU, "needs a GPU", 10))
+    (after,) = book.oldest(CPU, 1)
+    assert (after.team, after.priority, after.measured_s, after.waiting_reason) == ("red", "urgent", 4.0, "needs a GPU")
+    assert after == dataclasses.replace(before, waiting_reason="needs a GPU")
 
 
 def test_a_split_job_is_never_queued_and_its_parts_know_their_siblings_followers() -> None:
