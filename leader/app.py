@@ -177,6 +177,8 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             interval_s=settings.place_interval_s,
             policy=settings.placement_policy,
             lookahead=settings.placement_lookahead,
+            ageing_per_s=settings.ageing_per_s,
+            wait_bound=settings.wait_bound,
         )
         heard = Ages()
         monitor = Monitor(

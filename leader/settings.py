@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.fairshare import AGEING_PER_S, WAIT_BOUND
+
 MIN_TOKEN_LENGTH = 16
 
 
@@ -55,10 +57,15 @@ class LeaderSettings(BaseSettings):
     monitor_interval_s: float = Field(default=1.0, gt=0)
     # Tier-1 placement: queue_aware (the queue that finishes first), or the baselines least_queue_length / round_robin.
     placement_policy: Literal["queue_aware", "least_queue_length", "round_robin"] = "queue_aware"
-    # Sharing the fleet between teams (common/fairshare.py): None sends every job to a follower at once, where each
-    # follower orders what it holds (shortest first, by class); N keeps at most N jobs waiting on each follower and the
-    # rest in the leader's queue, which runs them in the fair order (teams' weights and use, classes, sizes).
-    placement_lookahead: int | None = Field(default=None, ge=0, le=1000)
+    # Sharing the fleet between teams (common/fairshare.py): N keeps at most N jobs waiting on each follower beside the
+    # one it runs and the rest in the leader's queue, which runs them in the fair order (teams' weights and use, classes,
+    # shortest first with ageing); 1 lets a follower fetch its next job's model while it runs one. None sends every
+    # job to a follower at once, where each follower orders what it holds (shortest first, by class): no team shares.
+    placement_lookahead: int | None = Field(default=1, ge=0, le=1000)
+    # The leader's queue's order (as a follower's, follower/settings.py): seconds of estimate forgiven per second
+    # waited, and the wait bound (a job that waited this many times its FCFS turnaround goes next; 0: no bound).
+    ageing_per_s: float = Field(default=AGEING_PER_S, ge=0)
+    wait_bound: float = Field(default=WAIT_BOUND, ge=0)
     # The price of a follower-hour by follower class (its `class` label, else its first GPU's model, else cpu; `*` for
     # any other) for GET /usage's cost, and the currency it is in.
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
@@ -110,6 +117,12 @@ class LeaderSettings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("placement_lookahead", mode="before")
+    @classmethod
+    def _off_is_none(cls, value: object) -> object:
+        # The environment cannot carry null: `off` (or `none`, `null`) sends every job to a follower at once.
+        return None if isinstance(value, str) and value.strip().lower() in ("off", "none", "null") else value
 
     @field_validator("admin_token", "follower_token", "secret_key")
     @classmethod

@@ -17,6 +17,7 @@ from typing import Literal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common import tracing
+from common.fairshare import AGEING_PER_S, WAIT_BOUND
 from common.spec.needs import TRUSTED_ONLY
 from common.spec.network import NETEM, TBF
 from common.wire.jobs import JobTask
@@ -225,13 +226,15 @@ class Placer:
         policy: Policy = "queue_aware",
         resync_s: float = FULL_RESYNC_S,
         lookahead: int | None = None,
+        ageing_per_s: float = AGEING_PER_S,
+        wait_bound: float = WAIT_BOUND,
     ) -> None:
         self._db = db
         self.policy = policy
         # None: every job goes to a follower at once (the two-tier scheduler: each follower orders what it holds). N: a
         # follower holds at most N jobs waiting beside the one it runs, the rest wait here, in the fair order.
         self.lookahead = lookahead
-        self.sharing = Sharing(db)
+        self.sharing = Sharing(db, ageing_per_s=ageing_per_s, wait_bound=wait_bound)
         self._queue = queue
         self._interval_s = interval_s
         self._resync_s = resync_s

@@ -3,9 +3,11 @@
 - Assigned to a follower: its place in that follower's run order (SJF with ageing, as the heartbeat reports it;
   by estimate, shortest first, for a job the follower has not reported yet), and it starts when the running job's
   remaining estimate and the estimates of the jobs ahead have passed.
-- Queued at the leader: its place in the leader's queue (FCFS by submission); its start is what placement would
-  make of it: the jobs ahead (of the same kind) go one by one to the capable follower whose queue finishes first,
-  then this one does. An estimate, not a promise: the followers' SJF order may still let a shorter job pass.
+- Queued at the leader: its place in the order placement takes the leader's queue in (the fair order of
+  common/fairshare.py when followers hold few jobs, `placement_lookahead`; else first come first served); its start is
+  what placement would make of it: the jobs ahead (of the same kind) go one by one to the capable follower whose queue
+  finishes first, then this one does. An estimate, not a promise: a shorter job submitted later, a team's changing
+  use or the followers' own order may still let another job pass.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from common.spec.grid import overload_allowance_s
 from common.wire.jobs import JobState, JobView, SubmitPreview
 from common.wire.models import ModelMeta
 from leader.clock import utcnow
-from leader.domain import Load
+from leader.domain import Candidate, Load, QueuedJob
 from leader.jobplan import JobPlan
 from leader.placement.book import JobBook
-from leader.placement.placer import Policy, choose_follower, explain_unplaceable, unable_reason
+from leader.placement.placer import Placer, Policy, choose_follower, explain_unplaceable, unable_reason
 from leader.store import assignments as assignments_store
 from leader.store import followers as followers_store
 from leader.store.jobdocs import queued_job
@@ -61,42 +63,66 @@ async def _assigned(db: AsyncDatabase, book: JobBook, view: JobView, now: dateti
     return view.model_copy(update={"queue_position": len(ahead) + 1, "estimated_start": _at(remaining + sum(ahead), now)})
 
 
-async def _queued(db: AsyncDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
-    entry = book.queued.get(view.id)
-    if entry is None:
-        return view  # the book has not seen it yet (submitted a moment ago): the next read has it
-    order, job, _ = entry
-    position = 1 + sum(1 for other, _, _ in book.queued.values() if other < order)
-    candidates = await followers_store.candidates(db)
-    capable = [c.follower_id for c in candidates if unable_reason(job, c) is None]
-    if not capable:
-        return view.model_copy(update={"queue_position": position})  # no start to estimate: waiting_reason says why
-    ahead = sorted(
-        (o, j.estimate_s) for o, j, _ in book.queued.values() if o < order and (j.backends, j.needs) == (job.backends, job.needs)
-    )
-    loads = [(book.loads[f].seconds if f in book.loads else 0.0) for f in capable]
-    heapq.heapify(loads)
-    for _, estimate in ahead:
-        heapq.heapreplace(loads, loads[0] + estimate)
-    return view.model_copy(update={"queue_position": position, "estimated_start": _at(loads[0], now)})
+class QueueInfo:
+    """Fills waiting jobs' queue position and estimated start; the fleet and the queue's order are read once per
+    instance (one request), so a page of jobs costs one ordering of the queue, not one per job."""
 
+    def __init__(self, db: AsyncDatabase, placer: Placer) -> None:
+        self._db, self._placer = db, placer
+        self._candidates: list[Candidate] | None = None
+        self._order: dict[str, int] | None = None
+        self._jobs: list[QueuedJob] = []
 
-async def with_queue_info(db: AsyncDatabase, book: JobBook | None, view: JobView) -> JobView:
-    """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""
-    if book is None:
-        return view  # the placer has not loaded its book yet (the leader just started)
-    now = utcnow()
-    if view.state == JobState.assigned and view.follower_id:
-        return await _assigned(db, book, view, now)
-    if view.state == JobState.queued:
-        return await _queued(db, book, view, now)
-    return view
+    async def _fleet(self) -> list[Candidate]:
+        if self._candidates is None:
+            self._candidates = await followers_store.candidates(self._db)
+        return self._candidates
+
+    async def _ordered(self, book: JobBook) -> tuple[list[QueuedJob], dict[str, int]]:
+        """The leader's queue in the order placement takes it, and each job's place in it."""
+        if self._order is None:
+            jobs = [job for _, job, _ in book.queue_order()]
+            if self._placer.lookahead is not None:
+                jobs = await self._placer.sharing.order(jobs, book, len(await self._fleet()))
+            self._jobs, self._order = jobs, {job.job_id: k for k, job in enumerate(jobs)}
+        return self._jobs, self._order
+
+    async def _queued(self, book: JobBook, view: JobView, now: datetime) -> JobView:
+        entry = book.queued.get(view.id)
+        if entry is None:
+            return view  # the book has not seen it yet (submitted a moment ago): the next read has it
+        job = entry[1]
+        jobs, order = await self._ordered(book)
+        place = order.get(view.id)
+        if place is None:
+            return view  # placed while the order was read: the next read has it where it went
+        capable = [c.follower_id for c in await self._fleet() if unable_reason(job, c) is None]
+        if not capable:
+            return view.model_copy(update={"queue_position": place + 1})  # no start to estimate: waiting_reason says why
+        ahead = [j.estimate_s for j in jobs[:place] if (j.backends, j.needs) == (job.backends, job.needs)]
+        loads = [(book.loads[f].seconds if f in book.loads else 0.0) for f in capable]
+        heapq.heapify(loads)
+        for estimate in ahead:
+            heapq.heapreplace(loads, loads[0] + estimate)
+        return view.model_copy(update={"queue_position": place + 1, "estimated_start": _at(loads[0], now)})
+
+    async def fill(self, view: JobView) -> JobView:
+        """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""
+        book = self._placer.book
+        if book is None:
+            return view  # the placer has not loaded its book yet (the leader just started)
+        now = utcnow()
+        if view.state == JobState.assigned and view.follower_id:
+            return await _assigned(self._db, book, view, now)
+        if view.state == JobState.queued:
+            return await self._queued(book, view, now)
+        return view
 
 
 async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> SubmitPreview:
     """What placement would do with a checked submission if it were stored now: the jobs queued at the leader for the
     same kind of follower go first, one by one, to the follower the policy picks; then this one does. Its start is the
-    work queued there by then. An estimate, as `with_queue_info`'s is; a split job is previewed as its first part."""
+    work queued there by then. An estimate, as `QueueInfo.fill`'s is; a split job is previewed as its first part."""
     spec = plan.spec
     points = len(plan.points)
     out = SubmitPreview(

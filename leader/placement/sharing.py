@@ -51,8 +51,9 @@ class Sharing:
     """The teams' standing as placement needs it: each part read only when asked for (the window's use only when the
     leader's queue orders by it, the day's use only when a team has a quota)."""
 
-    def __init__(self, db: AsyncDatabase) -> None:
+    def __init__(self, db: AsyncDatabase, *, ageing_per_s: float = AGEING_PER_S, wait_bound: float = WAIT_BOUND) -> None:
         self._db = db
+        self.ageing_per_s, self.wait_bound = ageing_per_s, wait_bound  # the leader's queue's (common/fairshare.py)
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
         self._learned: dict[tuple[str, str], _Cached] = {}
 
@@ -106,26 +107,28 @@ class Sharing:
         """The queued jobs in the order they are to run (common/fairshare.py: order_key) on a fleet of `followers`: by
         class, jobs within their teams' shares first, then overdue jobs first come first served, then the shortest
         estimate (learned from the history of its kind) with ageing."""
+        # Read from the book before any await: a view's ordering runs beside the placer's tick, which changes the book.
+        batch = [job for job in batch if job.job_id in book.queued]
+        created = {job.job_id: book.queued[job.job_id][0] for job in batch}
+        ahead = dict(book.fcfs_ahead(batch, followers))
         uses = await self.uses(book)
-        ahead = book.fcfs_ahead(batch, followers)
         now = utcnow()
         learned = await self._learned_for(batch)
         estimates = {job.job_id: learned[_kind(job)].estimate(job.estimate_s, job.measured()) for job in batch}
 
         def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
-            created = book.queued[job.job_id][0]
             fair = order_key(
                 estimate_s=estimates[job.job_id],
-                waited_s=(now - as_utc(created[0])).total_seconds(),
+                waited_s=(now - as_utc(created[job.job_id][0])).total_seconds(),
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,
                 team=job.team,
                 uses=uses,
-                ageing_per_s=AGEING_PER_S,
-                wait_bound=WAIT_BOUND,
+                ageing_per_s=self.ageing_per_s,
+                wait_bound=self.wait_bound,
                 fleet=followers,
             )
-            return fair, created
+            return fair, created[job.job_id]
 
         return sorted(batch, key=key)
 

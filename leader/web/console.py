@@ -22,7 +22,7 @@ from common.wire.followers import FollowerView
 from common.wire.jobs import TERMINAL_STATES, JobFilter, JobState, JobView, as_ran
 from leader.api import deps, paging
 from leader.clock import as_utc, utcnow
-from leader.placement.queueinfo import with_queue_info
+from leader.placement.queueinfo import QueueInfo
 from leader.store import fleetchecks as fleetchecks_store
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
@@ -116,7 +116,8 @@ async def jobs_page(request: Request) -> HTMLResponse:
         after = paging.decode(params.get("cursor") or None)
         limit = _page_size(params.get("limit"))
         jobs = await jobs_store.list_jobs(resources.db, where=where, limit=limit, after=after, team=principal.scope)
-        jobs = [await with_queue_info(resources.db, resources.placer.book, j) for j in jobs]
+        queue = QueueInfo(resources.db, resources.placer)
+        jobs = [await queue.fill(j) for j in jobs]
         succeeded = [j.id for j in jobs if j.state == JobState.succeeded]
         tallies = await leaderboard_store.tallies(resources.db, job_ids=succeeded)
         rows = [job_row(j, tallies.get(j.id), may_cancel=principal.may_manage(j.owner)) for j in jobs]

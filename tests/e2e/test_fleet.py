@@ -82,6 +82,8 @@ def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: 
     with fleet.client() as client:
         ids = [client.submit_yaml(_job_yaml(f"sjf-{i}", s)).id for i, s in enumerate(seconds)]
         assert all(client.job(j).state == JobState.queued for j in ids)
+    # The leader's queue hands each follower its next job (placement_lookahead 1): exact SJF there too.
+    fleet.env.update({"BENCHFLEET_LEADER_AGEING_PER_S": "0", "BENCHFLEET_LEADER_WAIT_BOUND": "0"})
     fleet.restart("leader")
     with fleet.client() as client:
         assert all(client.job(j).state == JobState.queued for j in ids), "the queue survived the restart"
@@ -97,7 +99,7 @@ def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: 
         per_follower.setdefault(v.follower_id or "", []).append((started, v.estimate_s))
     for fid, runs in per_follower.items():
         estimates = [estimate for _, estimate in sorted(runs)]
-        # The first job starts as soon as it arrives; every later one is the shortest of those held then.
+        # The first job starts as soon as it arrives; every later one is the shortest of those waiting then.
         assert estimates[1:] == sorted(estimates[1:]), (fid, estimates)
     record("fault", "leader restarted with 20 jobs queued",
            "queue survived the restart; all 20 succeeded, each follower ran them shortest first")

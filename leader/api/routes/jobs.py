@@ -45,7 +45,7 @@ from leader.jobs import fleetcheck
 from leader.jobs.limits import check_spec_limits, queue_admission
 from leader.jobs.targets import target_model
 from leader.placement.pins import pin_shards
-from leader.placement.queueinfo import preview, with_queue_info
+from leader.placement.queueinfo import QueueInfo, preview
 from leader.placement.shard_choice import choose_shard_followers, sized
 from leader.store import datasets as data_store
 from leader.store import deletion
@@ -305,7 +305,7 @@ async def delete_job(job_id: str, db: Db, principal: Submitter) -> JobFootprint:
 @router.get("/{job_id}", response_model=JobView)
 async def get_job(job_id: str, db: Db, placer: PlacerDep, viewer: Viewer) -> JobView:
     """One job; a waiting one with its queue position and estimated start."""
-    return await with_queue_info(db, placer.book, await jobs_store.get_job(db, job_id=job_id, team=viewer.scope))
+    return await QueueInfo(db, placer).fill(await jobs_store.get_job(db, job_id=job_id, team=viewer.scope))
 
 
 @router.get("/{job_id}/results", response_model=JobResults)

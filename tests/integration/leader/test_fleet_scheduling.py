@@ -69,13 +69,36 @@ def _spec(name: str, seconds: float) -> str:
     return f"name: {name}\nmodel: ident:1\nbackends: [onnxruntime]\nload: {{rate: 50, duration: {seconds}s, warmup: 0s}}\n"
 
 
-def test_queue_position_and_estimated_start(leader: Leader) -> None:
+def test_queue_position_and_estimated_start_at_the_leader_follow_its_order(leader: Leader) -> None:
+    """By default (placement_lookahead 1) a follower holds one job beside the one it runs; the rest wait at the leader
+    in its order (common/fairshare.py: shortest first here, one team), which their positions and starts follow."""
     leader.upload_model()
-    # Nobody to run them: positions in the leader's queue (FCFS), and no start to estimate.
+    # Nobody to run them: places in the leader's queue, shortest first, and no start to estimate.
+    long_, short, mid = (leader.submit(text=_spec(n, s))["id"] for n, s in (("long", 30.0), ("short", 10.0), ("mid", 20.0)))
+    for job_id in (long_, short, mid):  # each in the book and placement's verdict stored; then all read at once
+        leader.wait_for(job_id, lambda v: v["waiting_reason"] is not None and v["queue_position"] is not None)
+    views = {j: leader.job(j) for j in (long_, short, mid)}
+    assert [views[j]["queue_position"] for j in (short, mid, long_)] == [1, 2, 3]
+    assert all(v["estimated_start"] is None and v["waiting_reason"] for v in views.values())
+    leader.register(fid())
+    # The follower takes the two shortest (the one it runs and the one beside it); the longest waits here, first in the
+    # leader's queue, to start when the follower's two are done.
+    dispatched = [leader.wait_dispatched(j) for j in (short, mid)]
+    waiting = leader.job(long_)
+    assert waiting["state"] == "queued" and waiting["follower_id"] is None and waiting["queue_position"] == 1
+    start_in = (datetime.fromisoformat(waiting["estimated_start"]) - datetime.now(UTC)).total_seconds()
+    assert start_in == pytest.approx(sum(d["estimate_s"] for d in dispatched), abs=2.0)
+
+
+def test_queue_position_and_estimated_start_on_a_follower(make_leader) -> None:  # type: ignore[no-untyped-def]
+    """Without a lookahead every job goes to a follower at once: its place is in that follower's run order."""
+    leader = make_leader(placement_lookahead=None)
+    leader.upload_model()
+    # Nobody to run them: positions in the leader's queue (first come first served), and no start to estimate.
     queued = [leader.submit(text=_spec(f"q{i}", 1.0))["id"] for i in range(3)]
-    views = [leader.wait_for(j, lambda v: v["queue_position"] is not None) for j in queued]
+    views = [leader.wait_for(j, lambda v: v["waiting_reason"] is not None and v["queue_position"] is not None) for j in queued]
     assert [v["queue_position"] for v in views] == [1, 2, 3]
-    assert all(v["estimated_start"] is None and v["waiting_reason"] for v in views)
+    assert all(v["estimated_start"] is None for v in views), views
     for job_id in queued:
         leader.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN)
 

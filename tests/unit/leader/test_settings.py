@@ -72,3 +72,22 @@ def test_an_empty_secret_key_is_unset_and_a_short_one_is_refused(monkeypatch: py
     with pytest.raises(ValidationError) as info:
         LeaderSettings(**GOOD)  # type: ignore[arg-type]
     assert "secret_key" in str(info.value) and "short-key" not in str(info.value)
+
+
+@pytest.mark.parametrize(("env", "lookahead"), [(None, 1), ("3", 3), ("0", 0), ("off", None), ("None", None)])
+def test_placement_lookahead_is_one_by_default_and_off_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, lookahead: int | None
+) -> None:
+    """The fair share between teams is on by default; `off` gives back the two-tier scheduler (every job sent at once)."""
+    if env is None:
+        monkeypatch.delenv("BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD", raising=False)
+    else:
+        monkeypatch.setenv("BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD", env)
+    assert LeaderSettings(**GOOD).placement_lookahead == lookahead  # type: ignore[arg-type]
+
+
+def test_a_placement_lookahead_that_is_not_a_count_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD", "some")
+    with pytest.raises(ValidationError) as info:
+        LeaderSettings(**GOOD)  # type: ignore[arg-type]
+    assert "placement_lookahead" in str(info.value)
