@@ -1,7 +1,8 @@
 """The scheduler bench's live teams (bench/scheduler.py, part 5): a real leader and real followers on this machine,
-two teams submitting real jobs at once. Team red floods short jobs, team blue a few long ones; with the leader's queue
-in the fair order (`placement_lookahead: 0`) and blue weighted 2, then with today's two-tier scheduler: each team's
-share of the follower time while both had jobs waiting, from the jobs' own histories. Then an admin's urgent job
+two teams submitting real jobs at once. Team red floods short jobs, team blue a few long ones, blue weighted 2; with the
+leader's queue in the fair order and followers holding no job beside the one they run (`placement_lookahead: 0`), then
+as the leader ships (1), then with the two-tier scheduler that sends every job at once (`off`): each team's share of
+the follower time while both had jobs waiting, from the jobs' own histories. Then an admin's urgent job
 submitted last, and red's daily quota used up: its next job waits with the reason while blue's runs."""
 
 from __future__ import annotations
@@ -53,10 +54,12 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
     from benchfleet.generate.modelgen import mlp_onnx
 
     out: dict[str, str] = {}
-    for name, lookahead in (("fair", "0"), ("today", None)):
-        env = {"BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5", "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1"}
-        if lookahead is not None:
-            env["BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD"] = lookahead
+    for name, lookahead in (("fair", "0"), ("default", "1"), ("today", "off")):
+        env = {
+            "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
+            "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
+            "BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD": lookahead,
+        }
         stack = LocalStack(
             workdir / f"teams-{name}",
             mongo_uri=mongo_uri,
@@ -95,14 +98,14 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
                 normal_starts = sorted(run_of(v)[0] for vs in views.values() for v in vs)
                 place = sum(start < urgent_start for start in normal_starts)
                 print(
-                    f"  live {name:5s} ({'leader queue, fair order' if lookahead else 'two-tier, at once'}): blue's share "
+                    f"  live {name:7s} (lookahead {lookahead}): blue's share "
                     f"{shares['blue']:.2f} (weight 2 of 3: 0.67), red's {shares['red']:.2f}; the urgent job, submitted "
                     f"last, started after {place} of the {len(normal_starts)} normal jobs",
                     flush=True,
                 )
                 out[f"live_teams_{name}_blue_share"] = f"{shares['blue']:.2f}"
                 out[f"live_teams_{name}_urgent_after"] = str(place)
-                if lookahead is not None:
+                if lookahead == "0":
                     out["live_teams_quota_stop"] = _quota_stop(admin, teams)
                 for client in teams.values():
                     client.close()

@@ -1,8 +1,8 @@
-"""Teams sharing a real fleet: a leader whose queue runs in the fair order (`placement_lookahead: 0`) and two real
-followers, two teams submitting at once (red many short jobs, blue weighted 2 a few longer ones), an admin's urgent job
-last, then red's daily quota used up. The scenario of bench/scheduler.py's live part 5, asserted on what the order
-decides, with margins the host's noise does not reach (the bench measured blue's share at 0.74-0.78 with the fair
-order, 0.27-0.28 without)."""
+"""Teams sharing a real fleet: a leader as it ships (its queue in the fair order, each follower holding one job
+beside the one it runs: `placement_lookahead` 1) and two real followers, two teams submitting at once (red many short
+jobs, blue weighted 2 a few longer ones), an admin's urgent job last, then red's daily quota used up. The scenario of
+bench/scheduler.py's live part 5, asserted on what the order decides, with margins the host's noise does not reach
+(the bench measured blue's share at 0.74-0.78 with the fair order, 0.27-0.28 without)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ DONE = ("succeeded", "failed", "cancelled")
 @pytest.fixture(scope="module")
 def shared(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # type: ignore[no-untyped-def]
     env = {
-        "BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD": "0",
         "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()),
         "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
         "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
@@ -74,11 +73,12 @@ def test_the_fleet_runs_the_team_under_its_weighted_share_first_urgent_before_al
         runs = {team: [run_of(v) for v in vs] for team, vs in views.items()}
         print({team: [(round(a, 1), round(b, 1)) for a, b in rs] for team, rs in runs.items()})
 
-        # The urgent job, submitted last, overtook the queue: at most the jobs already running (and one a follower was
-        # given as it came) started before it; first come first served it would have been the tenth.
+        # The urgent job, submitted last, overtook the queue: at most the jobs already running, the one each follower
+        # holds beside it, and one a follower was given as it came started before it; first come first served it would
+        # have been the tenth.
         urgent_start = run_of(admin.job(urgent))[0]
         before = sum(start < urgent_start for rs in runs.values() for start, _ in rs)
-        assert before <= FOLLOWERS + 1, (before, urgent_start, runs)
+        assert before <= 2 * FOLLOWERS + 1, (before, urgent_start, runs)
 
         # While both teams had work waiting, blue (weight 2 of 3) had the larger share of the followers' time though
         # red submitted twice its jobs and each of red's was shorter (shortest first alone favours red: 0.27-0.28).

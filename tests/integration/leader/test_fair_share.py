@@ -212,7 +212,7 @@ def test_admins_set_team_weights(leader: Leader) -> None:
 
 def test_a_team_past_its_daily_quota_waits_saying_why_and_others_go_on(make_leader: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sharing_module, "USES_TTL_S", 0.0)
-    leader = make_leader()  # quotas hold however jobs reach followers (here: at once, each follower ordering its own)
+    leader = make_leader()  # the default lookahead (one job held beside the running one): quotas hold there too
     _model(leader, "red-model", "red")
     _model(leader, "blue-model", "blue")
     follower, incarnation = fid(), uuid.uuid4().hex
