@@ -319,6 +319,8 @@ def live_run(
             base_env={"PATH": "/usr/bin:/bin"},
             env={
                 "BENCHFLEET_LEADER_PLACEMENT_POLICY": policy,
+                # The two tiers as the paper compares them: every job sent at once, each follower ordering its own.
+                "BENCHFLEET_LEADER_PLACEMENT_LOOKAHEAD": "off",
                 "BENCHFLEET_FOLLOWER_ORDER": order,
                 "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
                 "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
