@@ -332,6 +332,7 @@ class Placer:
         if self.lookahead is not None:
             batch = await self.sharing.order(batch, book, len(candidates))
         corrections: dict[tuple[str, str, str], durations_store.Correction] = {}
+        classes = {c.follower_id: c.follower_class for c in candidates}
         quotas: dict[str, QuotaBlock | None] = {}
         t0 = time.perf_counter()
         decide_s = 0.0
@@ -355,10 +356,11 @@ class Placer:
                 key = (job.model_ref, durations_store.backends_key(job.backends), follower_id)
                 if key not in corrections:
                     corrections[key] = await durations_store.correction(
-                        self._db, model_ref=key[0], backends=key[1], follower_id=key[2]
+                        self._db, model_ref=key[0], backends=key[1], follower_id=key[2], follower_class=classes.get(follower_id)
                     )
-                # History of this model/backend on this follower corrects the spec-based estimate: fixed cost + rate ×
-                # load seconds, so short jobs' history does not shrink long jobs' estimates (leader/store/durations.py).
+                # History of this model/backend on this follower (else its class, else the fleet) corrects the spec's
+                # estimate: fixed cost + rate × load seconds, so short jobs' history does not shrink long jobs' estimates
+                # (leader/store/durations.py).
                 estimate_s = corrections[key].estimate(job.estimate_s, job.measured())
                 task = await assignments_store.assign_job(
                     self._db,

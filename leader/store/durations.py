@@ -1,4 +1,6 @@
-"""The duration estimator's history: per model / backends / follower, a job's run time as fixed cost plus a rate.
+"""The duration estimator's history: per model / backends and follower, follower class and fleet-wide, a job's run
+time as fixed cost plus a rate. A job's correction is its follower's once that holds a few jobs' history, else its
+class's (followers alike, learning together), else the fleet's: the most specific level with enough history.
 
 Every job pays a fixed cost (model fetch, server start, cold start: ~3-4 s here) and then runs for about its spec's
 measured seconds (points × (warm-up + duration)). A single multiplier learned from short jobs (where the fixed cost
@@ -29,6 +31,10 @@ MIN_FACTOR, MAX_FACTOR = 0.1, 10.0
 MIN_RATE, MAX_RATE = 0.5, 3.0
 MIN_SPREAD_S, MIN_SPREAD_FRACTION = 1.0, 0.2
 ANY_FOLLOWER = "*"
+CLASS_PREFIX = "class:"  # a follower class's level: class:<class> where a follower id would be
+# A level speaks for a job once its history weighs this much (decayed: about three jobs); until then the level with
+# the most history does (the most specific of those tied).
+MIN_SAMPLES = 2.0
 SUMS = ("w", "sm", "sa", "smm", "sma", "saa")
 
 
@@ -39,6 +45,12 @@ def backends_key(backends: Iterable[str]) -> str:
 
 def _id(model_ref: str, backends: str, follower_id: str) -> str:
     return f"{model_ref}|{backends}|{follower_id}"
+
+
+def _levels(follower_id: str, follower_class: str | None) -> list[str]:
+    """Where a follower's history is kept and read, most specific first: itself, its class, the fleet."""
+    own = [] if follower_id == ANY_FOLLOWER else [follower_id]
+    return [*own, *([CLASS_PREFIX + follower_class] if follower_class else []), ANY_FOLLOWER]
 
 
 @dataclass(frozen=True)
@@ -111,13 +123,14 @@ async def record(
     estimate_s: float,
     actual_s: float,
     measured_s: float | None = None,
+    follower_class: str | None = None,
 ) -> None:
-    """Fold one finished job's (measured, actual) into the follower's and the fleet-wide history."""
+    """Fold one finished job's (measured, actual) into the follower's, its class's and the fleet-wide history."""
     if estimate_s <= 0 or actual_s <= 0:
         return
     measured = max(0.0, estimate_s - START_COST_S) if measured_s is None else measured_s
     ratio = min(MAX_FACTOR, max(MIN_FACTOR, actual_s / estimate_s))
-    for fid in (follower_id, ANY_FOLLOWER):
+    for fid in _levels(follower_id, follower_class):
         key = _id(model_ref, backends, fid)
         doc = await db[COLLECTION].find_one({"_id": key})
         factor = ratio if doc is None else (1 - ALPHA) * doc["factor"] + ALPHA * ratio
@@ -145,19 +158,20 @@ def _correction(doc: dict[str, Any]) -> Correction:
     return Correction(factor=float(doc["factor"]))  # written before the sums were kept
 
 
-async def correction(db: AsyncDatabase, *, model_ref: str, backends: str, follower_id: str) -> Correction:
-    """The correction for this model/backends on this follower, else fleet-wide, else none."""
-    ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
-    docs = {d["_id"]: d for d in await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)}
-    for key in ids:
-        if key in docs:
-            return _correction(docs[key])
-    return Correction()
+def pick(levels: list[Correction]) -> Correction:
+    """Of the levels' corrections (most specific first, those with history), the first with MIN_SAMPLES of history,
+    else the one with the most (the most specific of those tied), else none."""
+    for level in levels:
+        if level.samples >= MIN_SAMPLES:
+            return level
+    return max(levels, key=lambda c: c.samples, default=Correction())
 
 
-async def factor(db: AsyncDatabase, *, model_ref: str, backends: str, follower_id: str) -> float:
-    """The legacy multiplier for this model/backends on this follower, else fleet-wide, else 1 (a diagnostic)."""
-    ids = [_id(model_ref, backends, follower_id), _id(model_ref, backends, ANY_FOLLOWER)]
-    docs = await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(2)
-    by_id = {d["_id"]: d["factor"] for d in docs}
-    return float(by_id.get(_id(model_ref, backends, follower_id), by_id.get(_id(model_ref, backends, ANY_FOLLOWER), 1.0)))
+async def correction(
+    db: AsyncDatabase, *, model_ref: str, backends: str, follower_id: str, follower_class: str | None = None
+) -> Correction:
+    """The correction for this model/backends on this follower (ANY_FOLLOWER: fleet-wide), read at the most specific
+    level with enough history (`pick`), else none."""
+    ids = [_id(model_ref, backends, level) for level in _levels(follower_id, follower_class)]
+    docs = {d["_id"]: d for d in await db[COLLECTION].find({"_id": {"$in": ids}}).to_list(len(ids))}
+    return pick([_correction(docs[key]) for key in ids if key in docs])

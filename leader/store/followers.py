@@ -12,7 +12,7 @@ from common.spec.needs import offered_backends
 from common.wire.compat import release_note
 from common.wire.followers import FollowerInfo, FollowerView, Heartbeat
 from leader.clock import as_utc, utcnow
-from leader.domain import Candidate, Gpu
+from leader.domain import Candidate, Gpu, follower_class
 
 COLLECTION = "followers"
 MISSING = "missing"
@@ -114,6 +114,16 @@ async def get_follower(db: AsyncDatabase, *, follower_id: str) -> FollowerView |
     """A follower as last registered and heard from, None if unknown."""
     doc = await db[COLLECTION].find_one({"_id": follower_id})
     return follower_view(doc) if doc is not None else None
+
+
+async def class_of(db: AsyncDatabase, *, follower_id: str) -> str | None:
+    """A follower's class (leader.domain.follower_class: its `class` label, else its first GPU's model, else cpu),
+    None if unknown."""
+    doc = await db[COLLECTION].find_one({"_id": follower_id}, {"info.labels": 1, "info.gpus": 1})
+    if doc is None:
+        return None
+    info = doc.get("info") or {}
+    return follower_class(info.get("labels") or {}, [str(g["name"]) for g in info.get("gpus") or []])
 
 
 async def incarnation_of(db: AsyncDatabase, *, follower_id: str) -> str | None:

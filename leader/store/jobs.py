@@ -18,6 +18,7 @@ from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store
+from leader.store import followers as followers_store
 from leader.store import shard_points as shard_points_store
 from leader.store.jobdocs import history_entry, job_task, job_view
 from leader.store.lookup import by_id, team_query
@@ -394,6 +395,7 @@ async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: fl
         estimate_s=doc["base_estimate_s"],
         actual_s=actual_s,
         measured_s=doc["measured_s"],
+        follower_class=await followers_store.class_of(db, follower_id=report.follower_id),
     )
 
 

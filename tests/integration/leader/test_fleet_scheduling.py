@@ -165,6 +165,10 @@ def test_estimator_history_corrects_by_fixed_cost_plus_load_seconds(leader: Lead
     done = post_as(leader, follower, f"/api/v1/jobs/{short}/finish", finish).json()
     stored = leader.db.durations.find_one({"_id": f"ident:1|onnxruntime|{follower}"})
     assert stored is not None and stored["last_measured_s"] == 2.0 and stored["last_actual_s"] == done["actual_s"]
+    # The same run teaches the follower's class (a CPU-only follower without a class label: cpu) and the fleet.
+    for level in ("class:cpu", "*"):
+        taught = leader.db.durations.find_one({"_id": f"ident:1|onnxruntime|{level}"})
+        assert taught is not None and taught["last_actual_s"] == done["actual_s"], level
     # One job size seen: its fixed cost (actual - 2 s load, at least 0) is learned, at a rate of 1 per load second.
     # The old single multiplier (actual / 7 s) would have scaled the 30 s job's 35 s by the same tiny ratio.
     overhead = max(0.0, done["actual_s"] - 2.0)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from leader.store.durations import ALPHA, MAX_FACTOR, MIN_FACTOR, Correction, fit, fold
+from leader.store.durations import ALPHA, MAX_FACTOR, MIN_FACTOR, MIN_SAMPLES, Correction, fit, fold, pick
 
 # The live bench's mix (bench/scheduler.py): load of 2 s or 30 s, every job paying ~3-4 s of fixed cost
 # (model fetch, server start, cold start). Spec estimates add 5 s per backend; one backend here.
@@ -105,3 +105,23 @@ def test_the_fit_carries_the_spread_of_actuals_around_it() -> None:
     before = fit(legacy)
     after = fit(fold(legacy, measured_s=2.0, actual_s=5.6))
     assert before.spread_s is None and after.spread_s is not None and after.rate == pytest.approx(before.rate, rel=0.2)
+
+
+def _after(jobs: int, actual_s: float) -> Correction:
+    """A level's correction after `jobs` finished jobs of 2 s load, each taking actual_s."""
+    return _fitted([(2.0, actual_s)] * jobs)
+
+
+def test_the_most_specific_level_with_enough_history_speaks_else_the_one_with_most() -> None:
+    """Levels are the follower, its class, the fleet (most specific first)."""
+    follower, klass, fleet = _after(1, 9.0), _after(6, 6.0), _after(12, 5.0)
+    # One job on this follower weighs less than its class's six: the class speaks for it.
+    assert klass.samples >= MIN_SAMPLES > follower.samples and pick([follower, klass, fleet]) == klass
+    # Three jobs of its own: the follower's history speaks, however much its class has.
+    own = _after(3, 9.0)
+    assert own.samples >= MIN_SAMPLES and pick([own, klass, fleet]) == own
+    # None with enough history: the one with the most; tied, the most specific.
+    thin, thinner = _after(2, 7.0), _after(1, 8.0)
+    assert pick([thinner, thin]) == thin and pick([thin, _after(2, 4.0)]) == thin
+    # No history anywhere: the spec's estimate stands.
+    assert pick([]) == Correction() and pick([]).estimate(7.0, 2.0) == 7.0
