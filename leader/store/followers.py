@@ -116,14 +116,26 @@ async def get_follower(db: AsyncDatabase, *, follower_id: str) -> FollowerView |
     return follower_view(doc) if doc is not None else None
 
 
-async def class_of(db: AsyncDatabase, *, follower_id: str) -> str | None:
-    """A follower's class (leader.domain.follower_class: its `class` label, else its first GPU's model, else cpu),
-    None if unknown."""
-    doc = await db[COLLECTION].find_one({"_id": follower_id}, {"info.labels": 1, "info.gpus": 1})
-    if doc is None:
-        return None
+_CLASS_FIELDS = {"info.labels": 1, "info.gpus": 1}
+
+
+def _class_and_gpus(doc: dict[str, Any]) -> tuple[str, int]:
+    """A follower document's class (leader.domain.follower_class: its `class` label, else its first GPU's model, else
+    cpu) and GPU count."""
     info = doc.get("info") or {}
-    return follower_class(info.get("labels") or {}, [str(g["name"]) for g in info.get("gpus") or []])
+    gpus = [str(g["name"]) for g in info.get("gpus") or []]
+    return follower_class(info.get("labels") or {}, gpus), len(gpus)
+
+
+async def class_of(db: AsyncDatabase, *, follower_id: str) -> str | None:
+    """A follower's class, None if unknown."""
+    doc = await db[COLLECTION].find_one({"_id": follower_id}, _CLASS_FIELDS)
+    return _class_and_gpus(doc)[0] if doc is not None else None
+
+
+async def follower_classes(db: AsyncDatabase) -> dict[str, tuple[str, int]]:
+    """Each follower's class and GPU count (what usage is accounted by)."""
+    return {doc["_id"]: _class_and_gpus(doc) async for doc in db[COLLECTION].find({}, _CLASS_FIELDS)}
 
 
 async def incarnation_of(db: AsyncDatabase, *, follower_id: str) -> str | None:

@@ -17,10 +17,9 @@ from common.fairshare import use_in_window
 from common.wire.jobs import JobState
 from common.wire.teams import UsageBy, UsageReport, UsageRow
 from leader.clock import as_utc
-from leader.domain import follower_class
+from leader.store import followers as followers_store
 
 JOBS = "jobs"
-FOLLOWERS = "followers"
 FIELDS = {"team": 1, "owner": 1, "state": 1, "history": 1}
 
 
@@ -82,20 +81,10 @@ async def window_use(db: AsyncDatabase, *, now: datetime, window_s: float) -> di
     return use_in_window(((r.team, r.start.timestamp(), r.end.timestamp() if r.end else None) for r in runs), ts, window_s)
 
 
-async def follower_classes(db: AsyncDatabase) -> dict[str, tuple[str, int]]:
-    """Each follower's class (leader.domain.follower_class) and GPU count."""
-    out: dict[str, tuple[str, int]] = {}
-    async for doc in db[FOLLOWERS].find({}, {"info.labels": 1, "info.gpus": 1}):
-        info = doc.get("info") or {}
-        gpus = [str(g["name"]) for g in info.get("gpus") or []]
-        out[doc["_id"]] = (follower_class(info.get("labels") or {}, gpus), len(gpus))
-    return out
-
-
 async def day_use(db: AsyncDatabase, *, now: datetime) -> dict[tuple[str, str], float]:
     """Follower-hours each team used since 00:00 UTC, by follower class (what daily quotas are kept by)."""
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    classes = await follower_classes(db)
+    classes = await followers_store.follower_classes(db)
     out: dict[tuple[str, str], float] = {}
     for run in await runs_between(db, day, now):
         key = (run.team, classes.get(run.follower_id, ("unknown", 0))[0])
@@ -165,5 +154,12 @@ async def usage(
     """The accounting of [since, until) from PerfDB: every team's runs, or only `team`'s."""
     runs = [r for r in await runs_between(db, since, until) if team is None or r.team == team]
     return account(
-        runs, since=since, until=until, by=by, classes=await follower_classes(db), prices=prices, currency=currency, now=now
+        runs,
+        since=since,
+        until=until,
+        by=by,
+        classes=await followers_store.follower_classes(db),
+        prices=prices,
+        currency=currency,
+        now=now,
     )
