@@ -1,5 +1,5 @@
 """The placer's side of the jobs collection: the queue and load it reads, and the transitions it makes (assign,
-dispatch, unassign, requeue). Every transition is a conditional update that appends its history entry."""
+unassign, requeue: decided by leader/lifecycle.py, each written with one conditional update) and the dispatch mark."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.wire.jobs import JobState, JobTask, JobView
+from leader import lifecycle
 from leader.clock import utcnow
 from leader.domain import JobChange, Load, QueuedJob
-from leader.store.jobdocs import BOOK_FIELDS, history_entry, job_change, job_task, job_view, queued_job
-from leader.store.jobs import ACTIVE_STATES, COLLECTION
+from leader.store.jobdocs import BOOK_FIELDS, job_change, job_task, job_view, queued_job
+from leader.store.jobs import ACTIVE_STATES, COLLECTION, apply_change
 
 
 async def queued_jobs(db: AsyncDatabase, *, limit: int) -> list[QueuedJob]:
@@ -101,28 +102,11 @@ async def assign_job(
     estimate_s: float | None = None,
     spread_s: float | None = None,
 ) -> JobTask | None:
-    """queued → assigned (not yet dispatched), with the estimate corrected for this follower; None if the job moved."""
-    fields: dict[str, Any] = {
-        "state": JobState.assigned.value,
-        "follower_id": follower_id,
-        "dispatched": False,
-        "waiting_reason": None,
-        "updated_at": utcnow(),
-    }
-    if estimate_s is not None:
-        # In the same write as the transition, so no reader sees the follower's load without this job's estimate.
-        fields["estimate_s"] = estimate_s
-        fields["estimate_spread_s"] = None if spread_s is None else round(spread_s, 3)  # from the history it came from
-    # A conditional update_one, then a read by _id: SecantusDB answers findAndModify with a collection scan
-    # (~300 ms per call at 10,000 jobs, bench/scheduler.py), while both of these use the _id index.
-    result = await db[COLLECTION].update_one(
-        {"_id": job_id, "state": JobState.queued.value, "attempt": attempt},
-        {
-            "$set": fields,
-            "$push": {"history": history_entry(JobState.assigned, attempt, follower_id=follower_id)},
-        },
-    )
-    if not result.modified_count:
+    """queued → assigned (not yet dispatched), with the estimate corrected for this follower; None if the job moved.
+    The placer's book knows the attempt, so the change is decided without a read."""
+    queued = lifecycle.Job(job_id, JobState.queued, attempt)
+    change = lifecycle.assign(queued, follower_id=follower_id, now=utcnow(), estimate_s=estimate_s, spread_s=spread_s)
+    if change is None or not await apply_change(db, change):
         return None
     doc = await db[COLLECTION].find_one({"_id": job_id})
     # Whatever happened since (a cancel) the follower learns on claim; the task is this attempt's.
@@ -138,13 +122,9 @@ async def mark_dispatched(db: AsyncDatabase, *, job_id: str, attempt: int) -> No
 
 async def unassign_job(db: AsyncDatabase, *, job_id: str, attempt: int, reason: str) -> None:
     """assigned (never sent) → queued, same attempt: the follower never saw it."""
-    await db[COLLECTION].update_one(
-        {"_id": job_id, "state": JobState.assigned.value, "attempt": attempt, "dispatched": False},
-        {
-            "$set": {"state": JobState.queued.value, "follower_id": None, "updated_at": utcnow()},
-            "$push": {"history": history_entry(JobState.queued, attempt, reason=reason)},
-        },
-    )
+    sent_nothing = lifecycle.Job(job_id, JobState.assigned, attempt, dispatched=False)
+    if (change := lifecycle.unassign(sent_nothing, reason=reason, now=utcnow())) is not None:
+        await apply_change(db, change)
 
 
 async def requeue_follower_jobs(
@@ -169,25 +149,9 @@ async def requeue_follower_jobs(
 
 async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str) -> bool:
     """One job back to the queue as a new attempt; False if it moved meanwhile (finished, cancelled, requeued)."""
-    attempt = doc["attempt"]
-    result = await db[COLLECTION].update_one(
-        # Filtering on state and attempt makes this a no-op if the job moved (finished, cancelled) meanwhile.
-        {"_id": doc["_id"], "state": doc["state"], "attempt": attempt, "follower_id": doc["follower_id"]},
-        {
-            "$set": {
-                "state": JobState.queued.value,
-                "follower_id": None,
-                "dispatched": False,
-                "points_done": 0,
-                "updated_at": utcnow(),
-            },
-            "$inc": {"attempt": 1},
-            "$push": {
-                "history": history_entry(JobState.queued, attempt + 1, reason=reason.format(follower_id=doc["follower_id"]))
-            },
-        },
-    )
-    return bool(result.modified_count)
+    held = lifecycle.Job(doc["_id"], JobState(doc["state"]), int(doc["attempt"]), doc["follower_id"])
+    change = lifecycle.requeue(held, reason=reason, now=utcnow())
+    return change is not None and await apply_change(db, change)
 
 
 UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost the message)"

@@ -11,11 +11,78 @@ from common.wire.jobs import JobState, JobTask, JobView, StateChange
 from common.wire.models import ModelMeta
 from leader.clock import as_utc, utcnow
 from leader.domain import JobChange, Needs, QueuedJob
+from leader.lifecycle import Change, Job
 
 
 def history_entry(state: JobState, attempt: int, *, reason: str | None = None, follower_id: str | None = None) -> dict[str, Any]:
     """The history entry a transition appends."""
     return StateChange(state=state, at=utcnow(), attempt=attempt, reason=reason, follower_id=follower_id).model_dump()
+
+
+# What the lifecycle reads of a job (leader/lifecycle.py's Job).
+LIFECYCLE_FIELDS = {
+    key: 1
+    for key in (
+        "state",
+        "attempt",
+        "follower_id",
+        "dispatched",
+        "error",
+        "part_of",
+        "parts",
+        "shard",
+        "shards",
+        "points_total",
+        "history",
+    )
+}
+
+
+def lifecycle_job(doc: dict[str, Any]) -> Job:
+    """A job document (at least LIFECYCLE_FIELDS) as the lifecycle reads it; the attempt's start from its history."""
+    attempt = int(doc["attempt"])
+    started = [h["at"] for h in doc.get("history") or () if h["state"] == JobState.running.value and h["attempt"] == attempt]
+    shard = doc.get("shard") or {}
+    return Job(
+        job_id=doc["_id"],
+        state=JobState(doc["state"]),
+        attempt=attempt,
+        follower_id=doc.get("follower_id"),
+        dispatched=bool(doc.get("dispatched", False)),
+        error=doc.get("error"),
+        part_of=doc.get("part_of"),
+        parts=tuple(doc.get("parts") or ()),
+        shards=int(doc.get("shards") or 0),
+        shard_index=shard.get("index"),
+        points=int(doc.get("points_total") or 0),
+        started_at=as_utc(started[-1]) if started else None,
+    )
+
+
+def change_filter(change: Change) -> dict[str, Any]:
+    """The condition a Change is written under: its guard, by _id."""
+    guard = change.guard
+    query: dict[str, Any] = {"_id": change.job_id, "state": guard.state.value, "attempt": guard.attempt}
+    if guard.check_follower:
+        query["follower_id"] = guard.follower_id
+    if guard.dispatched is not None:
+        query["dispatched"] = guard.dispatched
+    return query
+
+
+def change_fields(change: Change, now: Any) -> dict[str, Any]:
+    """The fields a Change sets (its state, attempt and last transition time among them)."""
+    return {"state": change.state.value, "attempt": change.attempt, "updated_at": now, **change.fields}
+
+
+def change_update(change: Change) -> dict[str, Any]:
+    """A Change as one update: its fields set and its history entry appended."""
+    return {"$set": change_fields(change, change.entry.at), "$push": {"history": change.entry.model_dump()}}
+
+
+def applied(doc: dict[str, Any], change: Change) -> dict[str, Any]:
+    """The document as a written Change leaves it."""
+    return {**doc, **change_fields(change, change.entry.at), "history": [*doc.get("history", []), change.entry.model_dump()]}
 
 
 def job_view(doc: dict[str, Any]) -> JobView:

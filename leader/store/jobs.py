@@ -1,12 +1,15 @@
-"""Jobs in PerfDB: one document per job, stored from its plan; the submitter's and the follower's transitions (cancel,
-claim, progress, finish). Every transition is a conditional update that appends its history entry; the placer's
-transitions are leader/store/assignments.py's."""
+"""Jobs in PerfDB: one document per job, stored from its plan, and the submitter's and the follower's transitions
+(cancel, claim, progress, finish) written. What each transition does is leader/lifecycle.py's to decide; here it is
+written with one conditional update under its guard, and its follow-on effects carried out. The placer's transitions
+are written by leader/store/assignments.py, with apply_change."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
@@ -15,12 +18,22 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.errors import Conflict
 from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobFilter, JobState, JobTask, JobView
 from common.wire.models import ModelMeta
+from leader import lifecycle
 from leader.clock import as_utc, utcnow
 from leader.jobplan import JobPlan
 from leader.store import durations as durations_store
 from leader.store import followers as followers_store
 from leader.store import shard_points as shard_points_store
-from leader.store.jobdocs import history_entry, job_task, job_view
+from leader.store.jobdocs import (
+    LIFECYCLE_FIELDS,
+    applied,
+    change_filter,
+    change_update,
+    history_entry,
+    job_task,
+    job_view,
+    lifecycle_job,
+)
 from leader.store.lookup import by_id, team_query
 
 COLLECTION = "jobs"
@@ -146,10 +159,8 @@ async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, fi
 
 
 def counted_parts(doc: dict[str, Any]) -> list[str]:
-    """The parts whose points are the job's: every part of a split job; a sharded job's coordinator (shard 0) only,
-    which merged every shard's records into its points."""
-    parts: list[str] = doc.get("parts") or []
-    return parts[:1] if doc.get("shards") else parts
+    """The parts whose points are the job's (lifecycle.counted_parts)."""
+    return list(lifecycle.counted_parts(doc.get("parts") or (), sharded=bool(doc.get("shards"))))
 
 
 async def list_jobs(
@@ -200,31 +211,61 @@ async def fail_job(db: AsyncDatabase, *, job_id: str, reason: str) -> JobView:
 
 
 async def _end_job(db: AsyncDatabase, *, job_id: str, state: JobState, reason: str) -> JobView:
-    current = await _get_doc(db, job_id)
-    if current["state"] in TERMINAL:
-        raise Conflict(f"job {job_id} is already {current['state']}", field="state")
-    error = {"error": reason} if state == JobState.failed else {}
-    doc = await update_then_read(
-        db,
-        {"_id": job_id, "state": current["state"], "attempt": current["attempt"]},
-        {
-            "$set": {"state": state.value, "updated_at": utcnow(), **error},
-            "$push": {"history": history_entry(state, current["attempt"], reason=reason)},
-        },
-    )
-    if doc is None:
-        # It moved between the read and the update; judge it again on its new state.
-        return await _end_job(db, job_id=job_id, state=state, reason=reason)
-    await _cancel_parts(db, doc.get("parts") or [], reason=reason)
-    if doc.get("part_of"):
-        await settle_split(db, job_id=doc["part_of"])
+    doc, _ = await transition(db, job_id, lambda job: lifecycle.end(job, state=state, reason=reason, now=utcnow()))
     return job_view(doc)
 
 
-async def _shards_owing(db: AsyncDatabase, job_id: str, parts: list[str], *, points: int) -> list[str]:
-    """The shards of a sharded job (after the coordinator, parts[0]) whose records of some point never arrived."""
-    delivered = await shard_points_store.delivered(db, job_id=job_id)
-    return [part for k, part in enumerate(parts) if k > 0 and len(delivered.get(k, set())) < points]
+Transition = Callable[[lifecycle.Job], lifecycle.Change | None]
+TRIES = 20  # a job moves a handful of times in its life: a guard that fails this often is a defect, not a race
+
+
+async def apply_change(db: AsyncDatabase, change: lifecycle.Change) -> bool:
+    """Write one Change with one conditional update (by _id, under its guard); False if the guard no longer held.
+
+    Why not find_one_and_update: SecantusDB (the embedded PerfDB) answers findAndModify with a collection scan even
+    when the filter names _id (bench/scheduler.py measures it: claim latency grows with the number of jobs), while a
+    conditional update_one and a find_one by _id both use the _id index.
+    """
+    return bool((await db[COLLECTION].update_one(change_filter(change), change_update(change))).modified_count)
+
+
+async def transition(db: AsyncDatabase, job_id: str, step: Transition) -> tuple[dict[str, Any], lifecycle.Change | None]:
+    """Read the job, decide its transition (`step`, from leader/lifecycle.py), write it under its guard and carry out
+    its effects; decided again on the job as it then is if it moved between the read and the write. The document as
+    the change left it, and the change (None: nothing to do). A refusal (Conflict) propagates."""
+    for _ in range(TRIES):
+        doc = await _get_doc(db, job_id)
+        change = step(lifecycle_job(doc))
+        if change is None:
+            return doc, None
+        if await apply_change(db, change):
+            doc = applied(doc, change)
+            await carry_out(db, doc, change.effects)
+            return doc, change
+    raise Conflict(f"job {job_id} kept changing while it was being updated; try again", field="id")
+
+
+async def carry_out(db: AsyncDatabase, doc: dict[str, Any], effects: tuple[lifecycle.Effect, ...]) -> None:
+    """The follow-on effects of a written Change, in order (leader/lifecycle.py names each)."""
+    for effect in effects:
+        match effect:
+            case lifecycle.RecordRunTime(actual_s=actual_s, follower_id=follower_id):
+                await _record_actual(db, doc, follower_id, actual_s)
+            case lifecycle.CancelParts(part_ids=part_ids, reason=reason):
+                await _cancel_parts(db, list(part_ids), reason=reason)
+            case lifecycle.StartSplit(job_id=split_id, part_id=part_id):
+                await transition(db, split_id, partial(_start_split, part_id=part_id))
+            case lifecycle.SettleSplit(job_id=split_id):
+                await settle_split(db, job_id=split_id)
+            case lifecycle.CancelOwingShards(job_id=split_id, reason=reason):
+                parent = await db[COLLECTION].find_one({"_id": split_id}, {"parts": 1})
+                delivered = await shard_points_store.delivered(db, job_id=split_id)
+                owing = lifecycle.shards_owing((parent or {}).get("parts", []), delivered, points=len(doc["points"]))
+                await _cancel_parts(db, owing, reason=reason)
+
+
+def _start_split(job: lifecycle.Job, *, part_id: str) -> lifecycle.Change | None:
+    return lifecycle.start_split(job, part_id=part_id, now=utcnow())
 
 
 async def _cancel_parts(db: AsyncDatabase, part_ids: list[str], *, reason: str) -> None:
@@ -236,59 +277,17 @@ async def _cancel_parts(db: AsyncDatabase, part_ids: list[str], *, reason: str) 
                 await cancel_job(db, job_id=part_id, reason=reason)
 
 
-async def update_then_read(db: AsyncDatabase, query: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:
-    """A conditional update by _id, then the document read by _id; None if the condition did not hold.
-
-    Why not find_one_and_update: SecantusDB (the embedded PerfDB) answers findAndModify with a collection scan even
-    when the filter names _id (bench/scheduler.py measures it: claim latency grows with the number of jobs), while a
-    conditional update_one and a find_one by _id both use the _id index. The read may see a later transition than
-    ours; callers use only fields that a transition does not change, or re-check the attempt.
-    """
-    result = await db[COLLECTION].update_one(query, update)
-    if not result.modified_count:
-        return None
-    return await db[COLLECTION].find_one({"_id": query["_id"]})
-
-
 async def claim_job(db: AsyncDatabase, *, job_id: str, claim: Claim) -> JobTask:
     """assigned → running for exactly this follower and attempt, once; Conflict otherwise."""
-    doc = await update_then_read(
-        db,
-        {"_id": job_id, "state": JobState.assigned.value, "attempt": claim.attempt, "follower_id": claim.follower_id},
-        {
-            # dispatched: the follower holds the message, whatever the leader managed to record before.
-            "$set": {"state": JobState.running.value, "dispatched": True, "updated_at": utcnow()},
-            "$push": {"history": history_entry(JobState.running, claim.attempt, follower_id=claim.follower_id)},
-        },
-    )
-    if doc is None or doc["attempt"] != claim.attempt:
-        current = await _get_doc(db, job_id)
-        raise Conflict(_stale_reason(current, claim.attempt, claim.follower_id, wanted="assigned"), field="attempt")
-    if doc.get("part_of"):
-        # The split job runs once its first part does (a no-op for the later parts).
-        await db[COLLECTION].update_one(
-            {"_id": doc["part_of"], "state": JobState.queued.value},
-            {
-                "$set": {"state": JobState.running.value, "updated_at": utcnow()},
-                "$push": {"history": history_entry(JobState.running, 1, reason=f"part {job_id} started")},
-            },
-        )
+    step = partial(lifecycle.claim, attempt=claim.attempt, follower_id=claim.follower_id)
+    doc, _ = await transition(db, job_id, lambda job: step(job, now=utcnow()))
     return job_task(doc)
-
-
-def _stale_reason(doc: dict[str, Any], attempt: int, follower_id: str, *, wanted: str) -> str:
-    if doc["attempt"] != attempt:
-        return f"attempt {attempt} is stale: job {doc['_id']} is on attempt {doc['attempt']}"
-    if doc.get("follower_id") != follower_id:
-        return f"job {doc['_id']} attempt {attempt} is not held by follower {follower_id}"
-    return f"job {doc['_id']} is {doc['state']}, not {wanted}"
 
 
 async def running_attempt(db: AsyncDatabase, *, job_id: str, attempt: int, follower_id: str) -> JobView:
     """The job if this attempt is running on this follower; Conflict otherwise (reports of stale attempts are refused)."""
     doc = await _get_doc(db, job_id)
-    if doc["state"] != JobState.running.value or doc["attempt"] != attempt or doc.get("follower_id") != follower_id:
-        raise Conflict(_stale_reason(doc, attempt, follower_id, wanted="running"), field="attempt")
+    lifecycle.check_running(lifecycle_job(doc), attempt=attempt, follower_id=follower_id)
     return job_view(doc)
 
 
@@ -300,102 +299,49 @@ async def set_points_done(db: AsyncDatabase, *, job_id: str, attempt: int, point
 
 
 async def finish_job(db: AsyncDatabase, *, job_id: str, report: FinishReport) -> JobView:
-    """running → succeeded/failed for this attempt; repeating the same finish is a no-op, anything else a Conflict."""
-    state = JobState(report.state)
-    now = utcnow()
-    # The actual run time goes into the same write as the final state, so no reader sees one without the other.
-    before = await db[COLLECTION].find_one({"_id": job_id}, {"history": 1})
-    history = (before or {}).get("history", [])
-    started = [h["at"] for h in history if h["state"] == JobState.running.value and h["attempt"] == report.attempt]
-    actual_s = None
-    if state == JobState.succeeded:
-        if report.elapsed_s is not None:
-            actual_s = round(report.elapsed_s, 3)
-        elif started and (wall_s := (now - as_utc(started[-1])).total_seconds()) >= 0:
-            actual_s = round(wall_s, 3)  # an older agent: the leader's wall clock (a step back would make it negative)
-    doc = await update_then_read(
-        db,
-        {"_id": job_id, "state": JobState.running.value, "attempt": report.attempt, "follower_id": report.follower_id},
-        {
-            "$set": {"state": state.value, "error": report.error, "updated_at": now, "actual_s": actual_s},
-            "$push": {"history": history_entry(state, report.attempt, reason=report.error, follower_id=report.follower_id)},
-        },
+    """running → succeeded/failed for this attempt; repeating the same finish is a no-op, anything else a Conflict. The
+    run time goes into the same write as the final state, so no reader sees one without the other."""
+    step = partial(
+        lifecycle.finish,
+        attempt=report.attempt,
+        follower_id=report.follower_id,
+        state=JobState(report.state),
+        error=report.error,
+        elapsed_s=report.elapsed_s,
     )
-    if doc is not None:
-        if actual_s is not None:
-            await _record_actual(doc, report, actual_s, db)
-        if (doc.get("shard") or {}).get("index") == 0:
-            # The coordinator is done: a shard that never delivered its records has nothing left to drive (a lost one
-            # may still wait) and is cancelled; one that delivered them reports its own share and finishes by itself.
-            parent = await db[COLLECTION].find_one({"_id": doc["part_of"]}, {"parts": 1})
-            owing = await _shards_owing(db, doc["part_of"], (parent or {}).get("parts", []), points=len(doc["points"]))
-            await _cancel_parts(db, owing, reason=f"shard 0 (the coordinator) {state.value}")
-        if doc.get("part_of"):
-            await settle_split(db, job_id=doc["part_of"])
-        return job_view(doc)
-    current = await _get_doc(db, job_id)
-    same = (
-        current["attempt"] == report.attempt
-        and current.get("follower_id") == report.follower_id
-        and current["state"] == state.value
-        and current.get("error") == report.error
-    )
-    if same:
-        return job_view(current)
-    raise Conflict(_stale_reason(current, report.attempt, report.follower_id, wanted="running"), field="attempt")
+    doc, _ = await transition(db, job_id, lambda job: step(job, now=utcnow()))
+    return job_view(doc)
 
 
 async def settle_split(db: AsyncDatabase, *, job_id: str) -> None:
-    """Finish a split job once every part has: succeeded if all did, else failed naming the parts that did not.
+    """Finish a split job once every part has (lifecycle.settle); exactly once, however many parts report at once."""
 
-    Idempotent (the final write is conditional on the split job not being finished), so two parts finishing at
-    once, or a retried finish report, settle it exactly once.
-    """
-    doc = await db[COLLECTION].find_one({"_id": job_id}, {"parts": 1, "state": 1, "points_total": 1, "shards": 1})
-    if doc is None or doc["state"] in TERMINAL or not doc.get("parts"):
-        return
-    parts = await db[COLLECTION].find({"_id": {"$in": doc["parts"]}}, {"state": 1, "points_done": 1, "error": 1}).to_list(None)
-    if len(parts) < len(doc["parts"]) or any(p["state"] not in TERMINAL for p in parts):
-        return
-    bad = [p for p in parts if p["state"] != JobState.succeeded.value]
-    if doc.get("shards"):
-        # A sharded job is its coordinator's points: it ends as shard 0 did (a lost shard made points invalid).
-        parts = [p for p in parts if p["_id"] == doc["parts"][0]]
-        bad = [p for p in parts if p["state"] != JobState.succeeded.value]
-    if not bad:
-        state, error = JobState.succeeded, None
-    elif all(p["state"] == JobState.cancelled.value for p in bad):
-        state, error = JobState.cancelled, None
-    else:
-        state = JobState.failed
-        error = "; ".join(
-            f"part {p['_id']} {p['state']}: {p.get('error') or 'no reason given'}" for p in sorted(bad, key=lambda p: p["_id"])
-        )
-    await db[COLLECTION].update_one(
-        {"_id": job_id, "state": {"$nin": TERMINAL}},
-        {
-            "$set": {
-                "state": state.value,
-                "error": error,
-                "points_done": sum(int(p.get("points_done", 0)) for p in parts),
-                "updated_at": utcnow(),
-            },
-            "$push": {"history": history_entry(state, 1, reason=error or f"all {len(parts)} parts {state.value}")},
-        },
-    )
+    async def parts_of(job: lifecycle.Job) -> list[lifecycle.Part]:
+        fields = {"state": 1, "points_done": 1, "error": 1}
+        found = await db[COLLECTION].find({"_id": {"$in": list(job.parts)}}, fields).to_list(None)
+        return [lifecycle.Part(p["_id"], JobState(p["state"]), int(p.get("points_done", 0)), p.get("error")) for p in found]
+
+    for _ in range(TRIES):
+        doc = await db[COLLECTION].find_one({"_id": job_id}, LIFECYCLE_FIELDS)
+        if doc is None:
+            return
+        job = lifecycle_job(doc)
+        change = lifecycle.settle(job, await parts_of(job), now=utcnow()) if job.parts and not job.finished else None
+        if change is None or await apply_change(db, change):
+            return
 
 
-async def _record_actual(doc: dict[str, Any], report: FinishReport, actual_s: float, db: AsyncDatabase) -> None:
+async def _record_actual(db: AsyncDatabase, doc: dict[str, Any], follower_id: str, actual_s: float) -> None:
     """Feed the estimator's history with the attempt's measured run time against its spec estimate."""
     await durations_store.record(
         db,
         model_ref=doc["model_ref"],
         backends=durations_store.backends_key(doc["spec"]["backends"]),
-        follower_id=report.follower_id,
+        follower_id=follower_id,
         estimate_s=doc["base_estimate_s"],
         actual_s=actual_s,
         measured_s=doc["measured_s"],
-        follower_class=await followers_store.class_of(db, follower_id=report.follower_id),
+        follower_class=await followers_store.class_of(db, follower_id=follower_id),
     )
 
 
@@ -404,9 +350,8 @@ async def stale_held(db: AsyncDatabase, *, follower_id: str, held: list[tuple[st
     if not held:
         return []
     query = {"_id": {"$in": [job_id for job_id, _ in held]}}
-    docs = await db[COLLECTION].find(query, {"state": 1, "attempt": 1, "follower_id": 1}).to_list(None)
-    wanted = {(d["_id"], d["attempt"]) for d in docs if d["state"] in ACTIVE_STATES and d.get("follower_id") == follower_id}
-    return sorted({job_id for job_id, attempt in held if (job_id, attempt) not in wanted})
+    docs = await db[COLLECTION].find(query, LIFECYCLE_FIELDS).to_list(None)
+    return lifecycle.stale_held(follower_id, held, {doc["_id"]: lifecycle_job(doc) for doc in docs})
 
 
 async def soonest_finish_s(db: AsyncDatabase) -> float | None:

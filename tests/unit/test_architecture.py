@@ -263,3 +263,27 @@ def test_every_protocol_is_one_module_of_its_room() -> None:
     room = ROOT / "follower" / "protocols"
     modules = {p.stem.replace("_", "-") for p in room.glob("*.py")} - {"--init--", "base", "calls"}
     assert modules == set(PROTOCOL_NAMES), "one module per protocol in follower/protocols/"
+
+
+# The pure decisions of the leader: what a job's transitions do (the lifecycle) and where a job goes (the domain
+# values and the placer's book). None of them reads a database, the clock or the network: their cases are unit tests.
+PURE_LEADER = ("leader.lifecycle", "leader.domain", "leader.placement.book")
+IMPURE = ("pymongo", "motor", "redis", "celery", "gridfs", "httpx", "aiohttp", "leader.store", "leader.clock")
+
+
+def _every_import(path: Path) -> set[str]:
+    """Every module a file names in an import, ours or not, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+@pytest.mark.parametrize("module", PURE_LEADER)
+def test_the_leader_s_pure_modules_import_no_database_clock_or_network(module: str) -> None:
+    path = _modules()[module]
+    bad = sorted(name for name in _every_import(path) if any(name == i or name.startswith(i + ".") for i in IMPURE))
+    assert bad == [], f"{module} imports {bad}"
