@@ -23,4 +23,5 @@ $PY -c "import torch, onnxruntime as o; print('torch', torch.__version__, 'cuda'
 echo "== tests"
 [ $# -gt 0 ] || set -- tests/integration/gpu tests/integration/follower/test_sampler.py tests/integration/follower/test_netshape.py \
     tests/integration/follower/test_sandbox.py tests/e2e/test_gpu_fleet.py
-timeout "${GPU_CHECK_TIMEOUT_S:-420}" "$PY" -m pytest -p no:cacheprovider -v -s -rs --timeout 240 "$@"
+# SIGINT at the limit: pytest then prints the failures it has so far (a plain SIGTERM loses them all).
+timeout -s INT -k 30 "${GPU_CHECK_TIMEOUT_S:-420}" "$PY" -m pytest -p no:cacheprovider -v -s -rs --timeout 240 "$@"

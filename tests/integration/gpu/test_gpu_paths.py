@@ -214,28 +214,62 @@ def test_follower_metrics_export_the_gpus() -> None:
 @needs_gpu
 def test_a_foreign_cuda_process_invalidates_the_point_with_its_name_and_pid(wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
     """The GPU-busy gate between points, on a real GPU: another user's CUDA process (not a child of the agent's) that
-    holds the GPU while a point runs makes that point invalid, naming it."""
+    holds the GPU while a point runs makes that point invalid, naming it.
+
+    The point runs in a process of its own (the agent), the stranger beside it as the test's child: a stranger started
+    by the process that runs the point is that process's own descendant, which the gate rightly counts as the agent's
+    (the first GPU run of this test, 2026-11-28 on an H100, failed so: no reason given)."""
+    import json
     import subprocess
     import sys
 
     path, model = wide
-    load = {"rate": 50, "duration": 1.0}
-    spec = parse_spec(
-        {"name": "gate", "model": "wide:1", "backends": ["torchscript"], "load": load, "server": {"device": "cuda"}}
-    )
-    facts = HostFacts(follower_id="f-gpu", host="gpuhost", cpu_model="cpu", cpu_count=os.cpu_count() or 1)
+    meta = tmp_path / "meta.json"
+    meta.write_text(model.model_dump_json())
+    spec = {
+        "name": "gate",
+        "model": "wide:1",
+        "backends": ["torchscript"],
+        "load": {"rate": 50, "duration": 1.0},
+        "server": {"device": "cuda"},
+    }
     code = "import sys, time, torch; x = torch.ones(1 << 20, device='cuda'); print('ready', flush=True); time.sleep(120)"
     stranger = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert stranger.stdout is not None and stranger.stdout.readline().strip() == b"ready"  # on the GPU now
-
-        async def collect() -> list:
-            run = ServerRun(model=model, model_path=path, workdir=tmp_path, host_facts=facts, gpu_gate=True)
-            return [r async for r in run_backend("torchscript", expand(spec), run)]
-
-        (result,) = asyncio.run(collect())
+        argv = [sys.executable, "-c", AGENT_POINT, str(path), str(meta), str(tmp_path), json.dumps(spec)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
     finally:
         stranger.kill()
         stranger.wait()
-    (reason,) = [r for r in result.reasons if r.code == "gpu_foreign"]
-    assert not result.valid and f"(pid {stranger.pid}) on GPU" in reason.text, reason.text
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    (reason,) = [text for code, text in result["reasons"] if code == "gpu_foreign"]
+    assert not result["valid"] and f"(pid {stranger.pid}) on GPU" in reason, reason
+
+
+ROOT = Path(__file__).resolve().parents[3]
+# One point of `torchscript` with the GPU gate on, run as the agent runs it; prints its verdict as one JSON line.
+AGENT_POINT = """
+import asyncio, json, os, sys
+from pathlib import Path
+from common.spec.grid import expand
+from common.spec.parse import parse_spec
+from common.wire.models import ModelMeta
+from follower.point.context import HostFacts, ServerRun
+from follower.point.runner import run_backend
+
+path, meta, workdir, spec = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4])
+model = ModelMeta.model_validate_json(meta.read_text())
+facts = HostFacts(follower_id="f-gpu", host="gpuhost", cpu_model="cpu", cpu_count=os.cpu_count() or 1)
+
+
+async def collect():
+    run = ServerRun(model=model, model_path=path, workdir=workdir, host_facts=facts, gpu_gate=True)
+    return [r async for r in run_backend("torchscript", expand(parse_spec(spec)), run)]
+
+
+(result,) = asyncio.run(collect())
+print(json.dumps({"valid": result.valid, "reasons": [[r.code, r.text] for r in result.reasons]}))
+"""
