@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,10 +55,49 @@ def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(skip_budget, "skip-budget")
+    config.stash[TRACKED] = tracked_changes()
+
+
+def tracked_changes() -> str | None:
+    """`git status` of the tracked files (None outside a git checkout): a test run must leave it as it found it."""
+    try:
+        done = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout
+
+
+TRACKED = pytest.StashKey[str | None]()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write docs/faults.md from the faults and bad inputs the tests recorded (never by hand)."""
+    """Write the fault table from the faults and bad inputs the tests recorded (never by hand): artifacts/faults.md,
+    or docs/faults.md with BENCHFLEET_WRITE_FAULTS=1 (tests/faults/outcomes.py). Then, under the skip budget's
+    enforcement (CI), a run that changed a tracked file fails, naming it."""
     from tests.faults.outcomes import write_table
 
     write_table()
+    before, after = session.config.stash.get(TRACKED, None), tracked_changes()
+    if skip_budget.enforced() and before is not None and after is not None and after != before:
+        changed = sorted(set(after.splitlines()) - set(before.splitlines()))
+        session.config.stash[CHANGED] = changed
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+CHANGED = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    changed = terminalreporter.config.stash.get(CHANGED, [])
+    if changed:
+        terminalreporter.section("tracked files changed by the run")
+        for line in changed:
+            terminalreporter.write_line(f"THE RUN CHANGED A TRACKED FILE (fails the run): {line}", red=True)

@@ -3,14 +3,18 @@
 Under CI (`CI` set) or with BENCHFLEET_SKIP_BUDGET=enforce, a run in which any other test skips, or a budgeted test
 skips for another reason, fails (tests/conftest.py): a missing install step (Triton, the sandbox, the browser, vendored
 assets, tmux, torch, vLLM, llama.cpp, the Kubernetes kit) shows as a failure, never as a quiet skip. On a GPU machine
-the GPU entries do not skip; an entry that nothing used is reported, not failed. A pytest plugin, registered by
-tests/conftest.py.
+the GPU entries do not skip, and the entries marked for a GPU host are the ones that may: a test that provokes what
+only a CPU host can (a GPU server refusing to fall back to the CPU), or one a GPU image lacks the pieces for. An entry
+that nothing used is reported, not failed. A pytest plugin, registered by tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,16 +28,20 @@ class Allowed:
     tests: str  # an fnmatch pattern over pytest node ids
     reason: str  # what the skip reason must start with
     because: str  # why it cannot run on a CPU CI machine
+    host: str = "any"  # where it may skip: "any" host, only a "cpu" host (one without an NVIDIA GPU), only a "gpu" host
 
 
 BUDGET = (
-    Allowed("tests/e2e/test_gpu_fleet.py*", NO_GPU, "a fleet on a GPU needs a GPU"),
-    Allowed("tests/integration/gpu/test_mps.py*", NO_GPU, "CUDA MPS needs a GPU"),
-    Allowed("tests/integration/gpu/test_gpu_paths.py::*", NO_GPU, "ONNX Runtime CUDA, TorchScript CUDA, vLLM's GPU flags"),
+    Allowed("tests/e2e/test_gpu_fleet.py*", NO_GPU, "a fleet on a GPU needs a GPU", host="cpu"),
+    Allowed("tests/integration/gpu/test_mps.py*", NO_GPU, "CUDA MPS needs a GPU", host="cpu"),
+    Allowed(
+        "tests/integration/gpu/test_gpu_paths.py::*", NO_GPU, "ONNX Runtime CUDA, TorchScript CUDA, vLLM's GPU flags", host="cpu"
+    ),
     Allowed(
         "tests/integration/follower/test_sampler.py::test_gpu_fields_present_with_nvml",
         "no NVIDIA GPU / NVML driver on this host",
         "GPU sampling reads NVML",
+        host="cpu",
     ),
     Allowed(
         "tests/integration/follower/test_netshape.py::*",
@@ -56,11 +64,53 @@ BUDGET = (
         "TF Serving publishes no binary a package registry carries",
     ),
     Allowed(
+        "tests/integration/follower/test_backends_live.py::test_tfserving_live",
+        "TensorFlow is not installed",
+        "a host with TF Serving's binary but without TensorFlow cannot export the SavedModel it serves",
+    ),
+    Allowed(
         "tests/unit/follower/test_convert.py::test_keras_to_savedmodel_is_checked_against_the_source",
         "TensorFlow is not installed",
         "TensorFlow (the tfserving extra) is not installed here: it is 600 MB for one converter test",
     ),
+    # On a GPU host only:
+    Allowed(
+        "tests/integration/gpu/test_gpu_paths.py::test_gpu_server_without_cuda_fails_instead_of_using_the_cpu[[]torchscript-*",
+        "CUDA is available here: the no-fallback path cannot be provoked",
+        "a GPU server refusing to fall back to the CPU is provoked only where CUDA is absent",
+        host="gpu",
+    ),
+    Allowed(
+        "tests/integration/gpu/test_gpu_paths.py::test_gpu_server_without_cuda_fails_instead_of_using_the_cpu[[]onnxruntime-*",
+        "this onnxruntime has CUDAExecutionProvider",
+        "the no-fallback path of onnxruntime is provoked only by a build without its CUDA provider",
+        host="gpu",
+    ),
+    Allowed(
+        "tests/integration/gpu/test_gpu_paths.py::test_model_on_cuda_answers_like_the_cpu_reference[[]onnxruntime[]]",
+        "onnxruntime ",
+        "the GPU image carries a CPU-only onnxruntime wheel (onnxruntime-gpu is not installed there)",
+        host="gpu",
+    ),
+    Allowed(
+        "tests/integration/gpu/test_mps.py*",
+        "MPS cannot run here",
+        "a GPU host without nvidia-cuda-mps-control (or one that may not start its daemon)",
+        host="gpu",
+    ),
 )
+
+
+@functools.cache
+def gpu_host() -> bool:
+    """Whether this host has an NVIDIA GPU its driver answers for (nvidia-smi lists one)."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and "GPU " in done.stdout
 
 
 def enforced() -> bool:
@@ -76,17 +126,20 @@ def skip_of(report: Any) -> tuple[str, str] | None:
     return report.nodeid, reason.removeprefix("Skipped: ")
 
 
-def allowance(nodeid: str, reason: str) -> Allowed | None:
-    """The budget entry that allows this skip, None if none does."""
+def allowance(nodeid: str, reason: str, *, on_gpu: bool | None = None) -> Allowed | None:
+    """The budget entry that allows this skip on this host (`on_gpu`: whether it has a GPU; None: look), None if none
+    does."""
+    on_gpu = gpu_host() if on_gpu is None else on_gpu
     for entry in BUDGET:
-        if fnmatch.fnmatchcase(nodeid, entry.tests) and reason.startswith(entry.reason):
+        here = entry.host == "any" or entry.host == ("gpu" if on_gpu else "cpu")
+        if here and fnmatch.fnmatchcase(nodeid, entry.tests) and reason.startswith(entry.reason):
             return entry
     return None
 
 
-def outside(skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The skips no budget entry allows."""
-    return [(nodeid, reason) for nodeid, reason in skips if allowance(nodeid, reason) is None]
+def outside(skips: list[tuple[str, str]], *, on_gpu: bool | None = None) -> list[tuple[str, str]]:
+    """The skips no budget entry allows on this host."""
+    return [(nodeid, reason) for nodeid, reason in skips if allowance(nodeid, reason, on_gpu=on_gpu) is None]
 
 
 SKIPS: list[tuple[str, str]] = []  # (node id, reason) of every test or module that skipped in this run

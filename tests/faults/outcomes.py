@@ -1,12 +1,16 @@
-"""The fault table: tests record what they injected and what happened; the session writes docs/faults.md from it."""
+"""The fault table: tests record what they injected and what happened; the session writes it to artifacts/faults.md
+(a test run leaves the tracked tree as it found it), or to docs/faults.md where BENCHFLEET_WRITE_FAULTS=1 asks."""
 
 from __future__ import annotations
 
 import datetime
+import os
 from pathlib import Path
 
 ROWS: list[tuple[str, str, str]] = []
-TABLE = Path(__file__).resolve().parents[2] / "docs" / "faults.md"
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "docs" / "faults.md"  # the tracked table: rewritten only on request (BENCHFLEET_WRITE_FAULTS=1)
+RUN_TABLE = ROOT / "artifacts" / "faults.md"  # what a run writes otherwise (ignored by git)
 
 
 def record(kind: str, injected: str, outcome: str) -> None:
@@ -24,11 +28,17 @@ def _existing(path: Path) -> dict[str, tuple[str, str, str]]:
     return rows
 
 
-def write_table(path: Path = TABLE) -> None:
-    """Merge this run's rows into the table (a partial run updates only what it tried)."""
+def table_path() -> Path:
+    """Where this run's table goes: docs/faults.md when BENCHFLEET_WRITE_FAULTS=1, else artifacts/faults.md."""
+    return TABLE if os.environ.get("BENCHFLEET_WRITE_FAULTS") == "1" else RUN_TABLE
+
+
+def write_table(path: Path | None = None) -> None:
+    """Merge this run's rows into the tracked table's and write the result (a partial run updates only what it tried)."""
     if not ROWS:
         return
-    merged = _existing(path)
+    path = path or table_path()
+    merged = _existing(TABLE) | _existing(path)
     for kind, injected, outcome in ROWS:
         merged[injected.replace("|", "/")] = (kind, injected.replace("|", "/"), outcome.replace("|", "/"))
     path.parent.mkdir(parents=True, exist_ok=True)

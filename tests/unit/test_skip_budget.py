@@ -23,7 +23,22 @@ def test_the_budget_allows_its_tests_for_their_reasons_only() -> None:
     gpu = "tests/integration/gpu/test_gpu_paths.py::test_onnxruntime_cuda"
     triton = "tests/e2e/test_backends_e2e.py"
     skips = [(gpu, NO_GPU), (triton, "Triton is not installed here: no tritonserver"), (sglang, "sglang cannot run on this host")]
-    assert outside(skips) == [(triton, "Triton is not installed here: no tritonserver")]
+    assert outside(skips, on_gpu=False) == [(triton, "Triton is not installed here: no tritonserver")]
+
+
+def test_a_gpu_host_allows_its_own_skips_and_a_cpu_host_its_own() -> None:
+    fallback = "tests/integration/gpu/test_gpu_paths.py::test_gpu_server_without_cuda_fails_instead_of_using_the_cpu[torchscript-x-y]"
+    provoked = "CUDA is available here: the no-fallback path cannot be provoked"
+    assert allowance(fallback, provoked, on_gpu=True) is not None
+    assert allowance(fallback, provoked, on_gpu=False) is None  # a CPU host has no CUDA: the test must run there
+    mps = "tests/integration/gpu/test_mps.py::test_two_torchscript_servers_share_the_gpu_through_mps"
+    assert allowance(mps, "MPS cannot run here: no nvidia-cuda-mps-control", on_gpu=True) is not None
+    assert allowance(mps, NO_GPU, on_gpu=False) is not None
+    assert allowance(mps, NO_GPU, on_gpu=True) is None  # a GPU host that says it has none is a defect
+    assert allowance(mps, "MPS cannot run here: no nvidia-cuda-mps-control", on_gpu=False) is None
+    tfserving = "tests/integration/follower/test_backends_live.py::test_tfserving_live"
+    for on_gpu in (True, False):  # host-independent entries hold on both
+        assert allowance(tfserving, "tensorflow_model_server is not on PATH", on_gpu=on_gpu) is not None
 
 
 def test_every_entry_names_a_test_that_exists() -> None:
@@ -31,7 +46,7 @@ def test_every_entry_names_a_test_that_exists() -> None:
         path, _, name = entry.tests.partition("::")
         file = ROOT / path.rstrip("*")
         assert file.is_file(), entry
-        assert entry.reason and entry.because, entry
+        assert entry.reason and entry.because and entry.host in ("any", "cpu", "gpu"), entry
         if name and name != "*":
             function = name.split("[", 1)[0]
             defined = {n.name for n in ast.walk(ast.parse(file.read_text())) if isinstance(n, ast.FunctionDef)}
