@@ -121,12 +121,14 @@ class _Driver:
         self.in_flight -= 1
         if self.waiting and not self.stop.is_set():
             self._send(self.waiting.popleft())
-        elif not self.in_flight and self.dispatched.is_set():
+        elif not self.in_flight and (self.dispatched.is_set() or self.stop.is_set()):
             self.drained.set()
 
     async def drain(self, timeout_s: float) -> None:
-        """Wait until every request sent has been answered or failed (at most `timeout_s`)."""
-        if self.in_flight or self.waiting:
+        """Wait until every request sent has been answered or failed (at most `timeout_s`). Once the run is stopped
+        (cancelled, or ended early by its windows), requests still waiting for a slot are never sent: nothing waits for
+        them (a cancelled point used to wait out the whole bound, twice the request timeout, for requests never sent)."""
+        if self.in_flight or (self.waiting and not self.stop.is_set()):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.drained.wait(), timeout_s)
 

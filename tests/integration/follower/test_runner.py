@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -147,14 +148,24 @@ def test_server_dying_mid_run_gives_invalid_results_not_exceptions(mlp_meta: Mod
 
 
 def test_cancellation_stops_the_server(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> None:
+    """A cancelled point stops at once, not when its schedule ends, and its server is gone when the cancel returns."""
+    stopped_s: list[float] = []
+
     async def run() -> None:
         task = asyncio.create_task(collect([point(duration_s=30.0)], mlp_meta, mlp_path, tmp_path, slo=None))
         while not server_children():
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)
+        cancelled_at = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        stopped_s.append(time.monotonic() - cancelled_at)
 
     asyncio.run(run())
     assert server_children() == []
+    # The generator notices within 50 ms and the server gets SIGTERM: seconds at most, where it took the schedule's 30 s.
+    assert stopped_s[0] < CANCEL_STOPS_WITHIN_S, f"the cancelled point took {stopped_s[0]:.1f} s to stop"
+
+
+CANCEL_STOPS_WITHIN_S = 10.0  # a third of the point's schedule: waiting it out (the defect) cannot pass
