@@ -197,6 +197,7 @@ ReasonCode = Literal[
     "shard_absent",  # a shard was not ready when the point started: its share went unsent
     "shard_skew",  # the shards started further apart, or their clock offsets are less sure, than a merged point allows
     "gpu_foreign",  # a process that is not the follower's used a GPU when the point started or ended
+    "backlog",  # a search probe: the server was still working off the previous probe's backlog when it would start
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
 

@@ -36,6 +36,10 @@ class SearchProbe(BaseModel):
     repeat: bool = False  # a second run at the same load with a new seed, after an uncertain first
     pooled: bool = False  # decided by both runs at this load together (histograms merged, counts summed)
     reasons: list[str] = []  # why the run is invalid
+    # Before it (every probe after the first): how long the server took to work off the previous probe's backlog,
+    # answering one request at a time until one came back at its idle time (follower/point/idle.py).
+    drain_s: float | None = None
+    drained: bool = True  # False: it had not within the bound, and this probe is invalid (backlog)
 
 
 class SearchAnswer(BaseModel):
@@ -50,6 +54,11 @@ class SearchAnswer(BaseModel):
     lowest_fail: float | None  # the lowest failing load above it (None: none failed)
     precision: float  # the resolution asked
     width: float | None = None  # the bracket's (lowest_fail - found) / lowest_fail at the end
+    # Where the limit lies with each probe's sampling uncertainty (not only the bracket): the highest load whose
+    # verdict passed with its whole 95% interval inside the limit, and the lowest above it that failed with its whole
+    # interval outside (None: no such load was measured, below the floor or above the ceiling).
+    limit_low: float | None = None
+    limit_high: float | None = None
     stopped: Stopped
     cliff: bool = False  # the criterion went from comfortably met to missed within one resolution step
     monotone: bool = True  # False: a load passed above one that failed
@@ -70,7 +79,15 @@ class SearchAnswer(BaseModel):
             answer = f">= {self.found:g} {unit}"
         else:
             answer = f"{self.found:g} {unit} (fails at {self.lowest_fail:g})"
-        return f"{answer}, {self.criterion}; {len(self.probes)} probes, {STOPPED_TEXT[self.stopped]}"
+        return f"{answer}, {self.criterion}; {len(self.probes)} probes, {STOPPED_TEXT[self.stopped]}{self._interval()}"
+
+    def _interval(self) -> str:
+        """`; the limit lies in [a, b] req/s at 95%` where the probes' uncertainty widens the bracket ('' otherwise)."""
+        if self.found is None or (self.limit_low == self.found and self.limit_high == self.lowest_fail):
+            return ""
+        low = f"{self.limit_low:g}" if self.limit_low is not None else "?"
+        high = f"{self.limit_high:g}" if self.limit_high is not None else "?"
+        return f"; with the probes' sampling uncertainty the limit lies in [{low}, {high}] {self.unit}"
 
     @model_validator(mode="before")
     @classmethod

@@ -11,12 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from common import tracing
 from common.formats import hfbundle
 from common.spec.job import MODEL_CODE_BACKENDS, PointSpec
-from common.spec.llm import LlmWorkload
 from common.spec.target import TargetSpec
 from common.wire.models import ModelMeta
 from common.wire.results import ColdStart, PointResult
@@ -26,11 +23,11 @@ from follower.host import netshape
 from follower.host import sandbox as sandboxes
 from follower.host.cpuplan import plan_cpus
 from follower.host.wakeup import WakeupHold, hold_wakeup_latency
-from follower.loadgen.bodies import build_bodies
 from follower.loadgen.calibrate import TargetCosts, calibrate
-from follower.loadgen.llmprompts import PromptMaker, request_body
+from follower.loadgen.llmprompts import PromptMaker
 from follower.point.context import PointContext, ServerRun
 from follower.point.drive import REQUEST_TIMEOUT_S
+from follower.point.idle import probe_body
 from follower.point.measure import measure_point
 from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint, infer_url, protocol_of
 
@@ -146,11 +143,7 @@ async def _answering(
         await asyncio.to_thread(shaped.measure, where.hostname or sandbox.host, where.port or 80)
     ready_at_ns = time.monotonic_ns()
     prompts = await asyncio.to_thread(prompt_maker, model, run.model_path) if model.is_llm else None
-    if prompts is not None:
-        probe = request_body(LlmWorkload(stream=False), model.name, prompts.prompt(4, np.random.default_rng(0)), 1)
-    else:
-        batch = first.batch_size if first else 1
-        probe = build_bodies(model.inputs, batch, seed=0, variants=1, protocol=endpoint.protocol, samples=run.samples)[0]
+    probe = probe_body(model, prompts, endpoint, first.batch_size if first else 1, run.samples)
     await first_answer(endpoint, probe, FIRST_ANSWER_TIMEOUT_S, run.credentials)
     cold, cost_s = None, None
     if run.target is not None:

@@ -16,9 +16,14 @@ from common.wire.search import SearchAnswer, SearchProbe
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary
 from follower.point.context import PointContext
+from follower.point.drive import REQUEST_TIMEOUT_S
+from follower.point.idle import Drain, Gauge, IdleGauge, probe_body
 from follower.point.searchplan import Reading, SearchPlan
 
 Measure = Callable[[PointSpec, PointContext, ColdStart | None], Awaitable[PointResult]]
+# How long a probe waits at most for the server to work off the previous probe's backlog; past it, the probe is
+# measured anyway and invalid (backlog), so the search repeats or fails it rather than read the backlog as its own.
+DRAIN_LIMIT_S = 120.0
 
 
 def criterion(slo: SLO, llm: bool) -> str:
@@ -87,9 +92,11 @@ def _percentile(runs: list[PointResult], name: str) -> float | None:
     return None if pooled is None else float(getattr(pooled, name))
 
 
-def _probe(load: float, run: PointResult, reading: Reading, *, repeat: bool) -> SearchProbe:
+def _probe(load: float, run: PointResult, reading: Reading, *, repeat: bool, drain: Drain | None) -> SearchProbe:
     llm = run.llm
     return SearchProbe(
+        drain_s=None if drain is None else round(drain.waited_s, 3),
+        drained=drain is None or drain.drained,
         load=load,
         seed=run.environment.seed,
         valid=run.valid,
@@ -107,11 +114,18 @@ def _probe(load: float, run: PointResult, reading: Reading, *, repeat: bool) -> 
     )
 
 
-async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart | None, measure: Measure) -> PointResult:
+async def run_search(
+    point: PointSpec, ctx: PointContext, cold_start: ColdStart | None, measure: Measure, gauge: Gauge | None = None
+) -> PointResult:
     """Search the point's highest passing load; every probe's records go to the run's sink as probe k, the chosen
-    probe's also as the point's own."""
+    probe's also as the point's own. Each probe after the first waits until the server has worked off the previous
+    one's backlog (`gauge`: one request at a time against the server, follower/point/idle.py)."""
     search, slo = point.search, ctx.run.slo
     assert search is not None and slo is not None, "a search needs an SLO (checked at submission)"
+    if gauge is None:
+        body = probe_body(ctx.run.model, ctx.prompts, ctx.endpoint, point.batch_size, ctx.run.samples)
+        gauge = IdleGauge(ctx.endpoint, body, REQUEST_TIMEOUT_S, ctx.run.credentials)
+    await gauge.reference()  # before the first probe, on a server nothing has loaded yet
     plan = SearchPlan(search)
     users = search.over == "concurrency"
     kept: list[tuple[LoadRecords, WindowSummary] | None] = []
@@ -127,14 +141,20 @@ async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart 
         seed = (point.seed + 7919 * len(runs)) % 2**32
         at = {"concurrency": int(load)} if users else {"rate": load, "duration_s": search.probe_duration(load, point.duration_s)}
         kept.append(None)
+        drain = await gauge.wait_drained(DRAIN_LIMIT_S) if runs else None
         result = await measure(point.model_copy(update={**at, "search": None, "seed": seed}), probe_ctx, cold_start)
+        if drain is not None and not drain.drained:  # measured against the previous probe's backlog: says nothing
+            backlog = Reason(code="backlog", text=drain.describe())
+            result = result.model_copy(update={"reasons": [*result.reasons, backlog], "valid": False})
         same = [r for x, r in runs if x == load] + [result]
         # A repeat is decided by the load's valid runs (an invalid one says nothing of the SLO); by all, if none is.
         read_runs = ([r for r in same if r.valid] or same) if repeat else [result]
-        reading = read(read_runs, slo)
+        # A run on the previous probe's backlog says nothing of the SLO at its load, however far it missed: repeated.
+        backlogged = drain is not None and not drain.drained and not repeat
+        reading = Reading(valid=False, margin=None) if backlogged else read(read_runs, slo)
         plan.record(load, reading)
         runs.append((load, result))
-        probes.append(_probe(load, result, reading, repeat=repeat))
+        probes.append(_probe(load, result, reading, repeat=repeat, drain=drain))
         if repeat:  # each run at this load is decided by the reading it was part of; one left out (invalid) fails
             pooled = len(read_runs) > 1
             for i, (run_load, run) in enumerate(runs):
@@ -153,6 +173,8 @@ async def run_search(point: PointSpec, ctx: PointContext, cold_start: ColdStart 
         lowest_fail=outcome.lowest_fail,
         precision=search.precision,
         width=outcome.width,
+        limit_low=outcome.limit_low,
+        limit_high=outcome.limit_high,
         stopped=outcome.stopped,
         cliff=outcome.cliff,
         monotone=outcome.monotone,

@@ -87,6 +87,8 @@ class Outcome:
     cliff: bool
     monotone: bool
     notes: list[str] = field(default_factory=list)
+    limit_low: float | None = None  # the limit's interval with each verdict's own uncertainty (SearchPlan.limit())
+    limit_high: float | None = None
 
 
 class SearchPlan:
@@ -215,7 +217,26 @@ class SearchPlan:
         for load in (found, fail):
             if load is not None and load in self.repeated and self.verdicts[load].uncertain:
                 notes.append(f"the verdict at {load:g} {unit} is uncertain: both runs together still straddle the limit")
-        return Outcome(stopped, found, fail, width, cliff, not (above or better), notes)
+        limit_low, limit_high = self.limit()
+        return Outcome(stopped, found, fail, width, cliff, not (above or better), notes, limit_low, limit_high)
+
+    def limit(self) -> tuple[float | None, float | None]:
+        """Where the limit lies with each verdict's own sampling uncertainty, not only between the bracket's ends: the
+        highest load that passed surely (its margin's 95% interval wholly inside the limit) below the lowest that failed
+        surely (wholly outside; an invalid run fails nothing surely). A verdict without an interval is sure unless it
+        is uncertain or pooled from a repeat. None: no such load (the limit may lie below the floor, or above the
+        ceiling)."""
+
+        def sure(load: float, reading: Reading) -> bool:
+            if reading.interval is not None:
+                return reading.interval[0] > 0 if reading.passed else reading.interval[1] < 0
+            # Pooled runs carry no interval: a load measured again because its first run was uncertain stays unsure.
+            return not reading.uncertain and load not in self.repeated
+
+        fails = [load for load, r in self.verdicts.items() if r.valid and not r.passed and sure(load, r)]
+        high = min(fails) if fails else None
+        passes = [load for load, r in self.verdicts.items() if r.passed and sure(load, r) and (high is None or load < high)]
+        return (max(passes) if passes else None), high
 
     def _better_above(self) -> tuple[float, float] | None:
         """(a load, a higher one) whose margins' intervals say the higher load does clearly better, if any."""

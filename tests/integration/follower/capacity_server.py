@@ -1,6 +1,9 @@
 """A KServe-shaped HTTP server of known capacity, for the overload tests: `--workers 1` answers one request at a time,
 each taking --service-ms (so it serves 1000/service-ms req/s at most); `--workers 0` answers every request after
---service-ms however many are in flight (its capacity is the client's concurrency over the latency)."""
+--service-ms however many are in flight (its capacity is the client's concurrency over the latency). `--virtual` with
+`--workers 1`: a FIFO queue in virtual time, each request finishing at max(its arrival, the previous finish) +
+service, awaited without holding the loop: its capacity is exactly 1000/service-ms whatever the host's CPU does (a
+stall can make an answer late, never early), and the backlog a client leaves behind is worked off as a real one is."""
 
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ def main() -> None:
     parser.add_argument("--service-ms", type=float, required=True)
     parser.add_argument("--workers", type=int, choices=(0, 1), required=True)
     parser.add_argument("--watch-stalls", action="store_true", help="note the host's stalls (stats: stalls_ms)")
+    parser.add_argument("--virtual", action="store_true", help="with --workers 1: FIFO service in virtual time")
     args = parser.parse_args()
     service_s = args.service_ms / 1000
 
     busy = {"s": 0.0, "n": 0, "cpu_in": 0.0, "cpu0": -1.0}
+    queue = {"free_at": 0.0}  # --virtual: when the worker finishes the last request queued (the loop's clock)
     traceparents: set[str] = set()  # the W3C trace contexts requests carried (a job's propagate_trace)
 
     stalls: list[float] = []  # host stalls this process saw (ms): a watcher thread woke this much late
@@ -47,7 +52,13 @@ def main() -> None:
         if busy["cpu0"] < 0:
             busy["cpu0"] = cpu
         await request.read()
-        if args.workers == 1:
+        if args.virtual:
+            # Queued behind every earlier arrival, whether or not its client still waits (a disconnect does not
+            # shorten the queue: the server would still work it off).
+            now = asyncio.get_running_loop().time()
+            queue["free_at"] = finish = max(now, queue["free_at"]) + service_s
+            await asyncio.sleep(finish - now)
+        elif args.workers == 1:
             time.sleep(service_s)  # blocks the only event loop: requests are served one at a time, in arrival order
         else:
             await asyncio.sleep(service_s)
@@ -64,12 +75,13 @@ def main() -> None:
         if not n:
             return web.json_response({"requests": 0, "service_s": None, "traceparents": []})
         outside = max(0.0, time.process_time() - busy["cpu0"] - busy["cpu_in"])
-        service_s = (busy["s"] + outside) / n
+        measured_s = service_s if args.virtual else (busy["s"] + outside) / n  # virtual: exactly as configured
         return web.json_response(
             {
                 "requests": n,
-                "service_s": service_s,
-                "handler_s": busy["s"] / n,
+                "service_s": measured_s,
+                "handler_s": service_s if args.virtual else busy["s"] / n,
+                "virtual": args.virtual,
                 "traceparents": sorted(traceparents),
                 "stalls_ms": stalls,
             }
