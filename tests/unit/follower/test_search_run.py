@@ -161,11 +161,11 @@ def test_the_stated_interval_widens_the_bracket_by_each_probe_s_uncertainty(tmp_
     answer = _searched(tmp_path, measured, search=search).search
     assert answer is not None and (answer.found, answer.lowest_fail) == (14.1, 20)
     assert (answer.limit_low, answer.limit_high) == (10, 20)
-    assert answer.summary().endswith("with the probes' sampling uncertainty the limit lies in [10, 20] req/s")
+    assert answer.summary().endswith("with sampling error allowed for, the limit lies in [10, 20] req/s")
     # Where every verdict was sure, the interval is the bracket and the summary says nothing more.
     search["max_steps"] = 3
     sure = _searched(
         tmp_path, [(10, True, 5.0, (4.0, 6.0)), (20, True, 50.0, (40.0, 60.0)), (14.1, True, 8.0, (7.0, 9.0))], search=search
     ).search
     assert sure is not None and (sure.limit_low, sure.limit_high) == (sure.found, sure.lowest_fail) == (14.1, 20)
-    assert "uncertainty" not in sure.summary()
+    assert "sampling error" not in sure.summary()
