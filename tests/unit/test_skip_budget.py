@@ -27,7 +27,8 @@ def test_the_budget_allows_its_tests_for_their_reasons_only() -> None:
 
 
 def test_a_gpu_host_allows_its_own_skips_and_a_cpu_host_its_own() -> None:
-    fallback = "tests/integration/gpu/test_gpu_paths.py::test_gpu_server_without_cuda_fails_instead_of_using_the_cpu[torchscript-x-y]"
+    test = "test_gpu_server_without_cuda_fails_instead_of_using_the_cpu[torchscript-x-y]"
+    fallback = f"tests/integration/gpu/test_gpu_paths.py::{test}"
     provoked = "CUDA is available here: the no-fallback path cannot be provoked"
     assert allowance(fallback, provoked, on_gpu=True) is not None
     assert allowance(fallback, provoked, on_gpu=False) is None  # a CPU host has no CUDA: the test must run there
