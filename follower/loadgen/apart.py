@@ -163,7 +163,7 @@ def run_point(run: OpenLoopRun | ClosedLoopRun, stop: threading.Event, publish: 
 def _serve(commands: Connection, results: Connection) -> None:
     """The generator process's main: run each point it is sent, in turn, until told to quit or its parent is gone. A
     listener thread takes the commands, so a cancellation reaches the point while it runs."""
-    pending: queue.Queue[OpenLoopRun | ClosedLoopRun | None] = queue.Queue()
+    pending: queue.Queue[tuple[OpenLoopRun | ClosedLoopRun, threading.Event] | None] = queue.Queue()
     current: list[threading.Event] = [threading.Event()]
 
     def listen() -> None:
@@ -176,16 +176,19 @@ def _serve(commands: Connection, results: Connection) -> None:
                 return
             if message == "stop":
                 current[0].set()
+            elif message is None:
+                pending.put(None)
+                return
             else:
-                pending.put(message)
-                if message is None:
-                    return
+                # Each point's own stop, made as it arrives: a stop sent right behind it (a cancel before the point
+                # began, while this process was still starting) reaches that point, not one it had not made yet.
+                current[0] = threading.Event()
+                pending.put((message, current[0]))
 
     threading.Thread(target=listen, name="generator-commands", daemon=True).start()
     results.send(("ready", None))  # imported and listening: a point sent now starts at once
-    while (run := pending.get()) is not None:
-        stop = threading.Event()
-        current[0] = stop
+    while (item := pending.get()) is not None:
+        run, stop = item
         try:
             ran = run_point(run, stop, lambda windows: results.send(("windows", windows)))
             results.send(("done", ran))
