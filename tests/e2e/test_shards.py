@@ -16,6 +16,7 @@ import pytest
 from common.stats import summarize_ns
 from common.wire import records as fmt
 from common.wire.jobs import JobResults
+from follower.point.shard import SKEW_LIMIT_MS
 from tests.e2e.endpoint_servers import GatedEndpoint, gated_ort
 from tests.e2e.test_walking_skeleton import _wait_done, _wait_until
 
@@ -59,11 +60,17 @@ def test_two_followers_drive_one_point_and_its_percentiles_are_their_records_con
         parts = [client.job(p) for p in client.job(job.id).parts]
     (point,) = results.points
     # The claim is the merge, not this host's quiet: a stall of the shared VM can push a shard's send lag past the 1 ms
-    # rule (CI saw 80 ms), with the cap reason it brings (as in the walking skeleton); no other reason may appear.
+    # rule (CI saw 80 ms), with the cap reason it brings (as in the walking skeleton), and can make the clock offsets'
+    # round trips slow (a run here knew them to 1.18 ms). The skew reason is judged exactly, from the point's own
+    # recorded figures; no other reason may appear.
     codes = {reason.code for reason in point.reasons}
-    assert codes <= {"send_lag", "cap_reached"} and (not codes or "send_lag" in codes), point.invalid_reasons
+    assert codes - {"shard_skew"} <= {"send_lag", "cap_reached"}, point.invalid_reasons
+    assert not (codes & {"send_lag", "cap_reached"}) or "send_lag" in codes, point.invalid_reasons
     assert point.valid == (not codes), point.invalid_reasons
     assert point.shards is not None and [s.shard for s in point.shards] == [0, 1]
+    unsure = max(s.offset_uncertainty_ms or 0.0 for s in point.shards)
+    skewed = (point.shard_skew_ms is not None and point.shard_skew_ms > SKEW_LIMIT_MS) or unsure > SKEW_LIMIT_MS
+    assert ("shard_skew" in codes) == skewed, (point.shard_skew_ms, unsure, point.invalid_reasons)
     assert all(s.state == "merged" for s in point.shards)
     # Each shard ran on its own follower, as its part says, and the two shares make the whole schedule.
     assert {s.follower_id for s in point.shards} == set(FOLLOWERS)
