@@ -4,9 +4,9 @@ first token, inter-token latency, time per output token and goodput, with the se
 was asked, and the server's own view of the run from its metrics.
 
 vLLM is started by a follower where the claim is about that (its metrics, its options, two servers side by side):
-four starts, about a minute each on 2 cores. Where the claim is about the client (the search, prompt sets, closed
-loops, traces, shards), one vLLM started by the module is driven as an endpoint (shared_vllm): one start for five
-tests, each of which used to start its own."""
+five starts, about a minute each on 2 cores. Where the claim is about the client (the search, closed loops, traces,
+shards), one vLLM started by the module is driven as an endpoint (shared_vllm): one start for four tests, each of
+which used to start its own."""
 
 from __future__ import annotations
 
@@ -257,6 +257,44 @@ llm: {{prompt_tokens: 32, output_tokens: 8}}
     assert llm.server is not None and llm.server.requests >= point.ok
 
 
+def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str
+) -> None:
+    """A follower's own vLLM: the claim includes the server's metrics (its prefix cache), which an endpoint's are not
+    read for."""
+    import json
+
+    conversation = [{"role": "user", "content": "Hello, who are you?"}, {"role": "assistant", "content": "A small model."},
+                    {"role": "user", "content": "What can you do?"}]  # fmt: skip
+    lines = [{"conversation": conversation, "output_tokens": 6}, {"prompt": "Write a short poem about the sea."},
+             {"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Why?"}]},
+             {"prompt_tokens": 40, "output_tokens": 12}]  # fmt: skip
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    with fleet.client() as client:
+        prompts = client.upload_data(content, name="chat-set", format="prompts")
+        assert (prompts.samples, prompts.fields) == (5, ["messages", "prompt", "prompt_tokens"])
+        job = client.submit_yaml(f"""
+name: llm-prompt-set
+model: {llm_model}
+backends: [vllm]
+load: {{pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
+llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
+    # Every prompt the server counted (chat template, history, system prefix) is the length the follower built or
+    # counted by the model's own tokenizer, and every answer had the length its row or the distribution asked.
+    assert llm.mismatched_requests == 0, llm
+    assert "token_mismatch" not in [r.code for r in point.reasons]
+    assert llm.output_tokens_asked == llm.output_tokens_server
+    server = llm.server
+    assert server is not None and server.requests >= point.ok
+    # Half the requests start with one 160-token prefix: the server's prefix cache finds it.
+    assert server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0, server
+
+
 @pytest.fixture(scope="module")
 def shared_vllm(fleet, llm_model: str, llm_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """One vLLM the tests start themselves (no follower's), driven as an OpenAI endpoint by the tests whose claim is about
@@ -311,42 +349,6 @@ slo: {{ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}}
     assert point.llm.goodput_share == chosen.attainment
     assert answer.stopped in ("resolved", "out_of_probes", "ceiling_not_reached"), answer
     assert (answer.lowest_fail is None) == (answer.stopped == "ceiling_not_reached")
-
-
-def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(  # type: ignore[no-untyped-def]
-    fleet, llm_model: str, shared_vllm: str
-) -> None:
-    import json
-
-    conversation = [{"role": "user", "content": "Hello, who are you?"}, {"role": "assistant", "content": "A small model."},
-                    {"role": "user", "content": "What can you do?"}]  # fmt: skip
-    lines = [{"conversation": conversation, "output_tokens": 6}, {"prompt": "Write a short poem about the sea."},
-             {"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Why?"}]},
-             {"prompt_tokens": 40, "output_tokens": 12}]  # fmt: skip
-    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    with fleet.client() as client:
-        prompts = client.upload_data(content, name="chat-set", format="prompts")
-        assert (prompts.samples, prompts.fields) == (5, ["messages", "prompt", "prompt_tokens"])
-        job = client.submit_yaml(f"""
-name: llm-prompt-set
-model: {llm_model}
-target: {{url: "{shared_vllm}", protocol: openai}}
-load: {{pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
-llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
-""")
-        results: JobResults = _wait_done(client, job.id, timeout_s=300)
-    (point,) = results.points
-    llm = point.llm
-    assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
-    # Every prompt the server counted (chat template, history, system prefix) is the length the follower built or
-    # counted by the model's own tokenizer, and every answer had the length its row or the distribution asked.
-    assert llm.mismatched_requests == 0, llm
-    assert "token_mismatch" not in [r.code for r in point.reasons]
-    assert llm.output_tokens_asked == llm.output_tokens_server
-    server = llm.server
-    assert server is not None and server.requests >= point.ok
-    # Half the requests start with one 160-token prefix: the server's prefix cache finds it.
-    assert server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0, server
 
 
 def test_a_closed_loop_of_llm_users_reports_per_request_tokens(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
