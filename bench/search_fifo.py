@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchfleet.stack import LocalStack  # noqa: E402
-from common.procs import SupervisedProcess, free_port, http_ready  # noqa: E402
+from common.procs import free_port  # noqa: E402
 from common.wire.jobs import TERMINAL_STATES, JobState  # noqa: E402
 from common.wire.search import SearchAnswer  # noqa: E402
-from tests.e2e.test_search import SERVER, md1_knee  # noqa: E402
+from tests.e2e.test_search import md1_knee, virtual_fifo  # noqa: E402
 
 
 def job_yaml(args: argparse.Namespace, url: str, run: int) -> str:
@@ -82,49 +82,34 @@ def main() -> None:
     )
     print(f"M/D/1 knee over a probe's window: {knee:.1f} req/s (a probe passes half the time); 90% pass at {ninety:.1f}")
     answers, held, errors = [], 0, []
-    with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        argv = [
-            sys.executable,
-            str(SERVER),
-            "--port",
-            str(port),
-            "--service-ms",
-            str(args.service_ms),
-            "--workers",
-            "1",
-            "--virtual",
-        ]
-        with SupervisedProcess(argv, name="virtual FIFO server", log_path=Path(tmp) / "fifo.log") as proc:
-            proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
-            stack = LocalStack(Path(tmp) / "fleet", env={"BENCHFLEET_FOLLOWER_METRICS_PORT": str(free_port())})
-            with stack:
-                stack.start_mongo()
-                stack.start_redis()
-                stack.start_leader()
-                stack.start_follower("local")
-                for run in range(args.runs):
-                    answer, wall = search_once(stack, args, f"http://127.0.0.1:{port}", run)
-                    low = answer.limit_low if answer.limit_low is not None else 0.0
-                    high = answer.limit_high if answer.limit_high is not None else float("inf")
-                    holds = low <= knee <= high
-                    bracket = answer.found is not None and answer.lowest_fail is not None
-                    in_bracket = bracket and answer.found <= knee <= answer.lowest_fail  # type: ignore[operator]
-                    held += holds
-                    answers.append(answer.found or 0.0)
-                    if answer.found is not None:
-                        errors.append(abs(answer.found - knee) / knee)
-                    print(f"\nrun {run + 1}: {answer.summary()} ({wall:.0f} s)")
-                    for k, p in enumerate(answer.probes):
-                        drain = "-" if p.drain_s is None else f"{p.drain_s:.2f} s"
-                        print(
-                            f"  probe {k}: {p.load:g} req/s, drain before {drain}, p99 {p.p99_ms or 0:.1f} ms"
-                            f" (95% {p.p99_ci_ms}), passed {p.passed}{'' if p.valid else ' INVALID ' + '; '.join(p.reasons)}"
-                        )
+    with tempfile.TemporaryDirectory() as tmp, virtual_fifo(Path(tmp), args.service_ms) as url:
+        stack = LocalStack(Path(tmp) / "fleet", env={"BENCHFLEET_FOLLOWER_METRICS_PORT": str(free_port())})
+        with stack:
+            stack.start_mongo()
+            stack.start_redis()
+            stack.start_leader()
+            stack.start_follower("local")
+            for run in range(args.runs):
+                answer, wall = search_once(stack, args, url, run)
+                low = answer.limit_low if answer.limit_low is not None else 0.0
+                high = answer.limit_high if answer.limit_high is not None else float("inf")
+                holds = low <= knee <= high
+                bracket = answer.found is not None and answer.lowest_fail is not None
+                in_bracket = bracket and answer.found <= knee <= answer.lowest_fail  # type: ignore[operator]
+                held += holds
+                answers.append(answer.found or 0.0)
+                if answer.found is not None:
+                    errors.append(abs(answer.found - knee) / knee)
+                print(f"\nrun {run + 1}: {answer.summary()} ({wall:.0f} s)")
+                for k, p in enumerate(answer.probes):
+                    drain = "-" if p.drain_s is None else f"{p.drain_s:.2f} s"
                     print(
-                        f"  stated interval [{low:g}, {high:g}] holds the knee {knee:.1f}: {holds}"
-                        f" (the bracket alone: {in_bracket})"
+                        f"  probe {k}: {p.load:g} req/s, drain before {drain}, p99 {p.p99_ms or 0:.1f} ms"
+                        f" (95% {p.p99_ci_ms}), passed {p.passed}{'' if p.valid else ' INVALID ' + '; '.join(p.reasons)}"
                     )
+                print(
+                    f"  stated interval [{low:g}, {high:g}] holds the knee {knee:.1f}: {holds} (the bracket alone: {in_bracket})"
+                )
     error = sum(errors) / len(errors) if errors else float("nan")
     print(
         f"RESULT search_fifo runs={args.runs} held={held} knee={knee:.1f} answers={'/'.join(f'{a:g}' for a in answers)}"

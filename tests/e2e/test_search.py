@@ -10,6 +10,7 @@ claim, with the stated interval holding the knee run after run, is bench/search_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -62,25 +63,21 @@ def md1_knee(service_s: float, slo_s: float, warmup_s: float, duration_s: float,
     return low
 
 
-@pytest.fixture(scope="module")
-def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def virtual_fifo(log_dir: Path, service_ms: float) -> Iterator[str]:
+    """The single-worker FIFO server in virtual time (capacity 1000/service_ms req/s whatever the CPU does), ready;
+    its URL. Also bench/search_fifo.py's server."""
     port = free_port()
-    argv = [
-        sys.executable,
-        str(SERVER),
-        "--port",
-        str(port),
-        "--service-ms",
-        str(SERVICE_MS),
-        "--workers",
-        "1",
-        "--virtual",
-        "--watch-stalls",
-    ]
-    log = tmp_path_factory.mktemp("fifo") / "server.log"
-    with SupervisedProcess(argv, name="single-worker FIFO server", log_path=log) as proc:
+    argv = [sys.executable, str(SERVER), "--port", str(port), "--service-ms", str(service_ms), "--workers", "1", "--virtual"]
+    with SupervisedProcess([*argv, "--watch-stalls"], name="virtual FIFO server", log_path=log_dir / "server.log") as proc:
         proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/ready"), timeout_s=30)
         yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def fifo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with virtual_fifo(tmp_path_factory.mktemp("fifo"), SERVICE_MS) as url:
+        yield url
 
 
 @pytest.mark.timeout(600)  # up to 10 probes of 5 s and their drains
