@@ -11,4 +11,6 @@ bash scripts/install_llamacpp.sh
 # The deployment tests build images with podman and start a real Kubernetes (../shared/k8s): its packages, podman-compose
 # and promtool.
 bash scripts/install_deploy_tools.sh
-exec .venv/bin/python -m pytest "$@"
+# Two workers, a module whole on one of them (tests/conftest.py groups them; BENCHFLEET_TEST_WORKERS=0 runs in one
+# process); the longest modules first, in the order tests/conftest.py gives.
+exec .venv/bin/python -m pytest -n "${BENCHFLEET_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"

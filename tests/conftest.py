@@ -53,6 +53,37 @@ def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
         yield Service(stack.start_mongo())
 
 
+# Two workers run the suite (scripts/test.sh: pytest-xdist, --dist loadgroup): a module runs whole on one worker, so
+# its module-scoped fleet, leader app or browser is started once. Modules that bind the README's fixed ports (8700,
+# 8701) or share the one Kubernetes cluster and podman store run in one group, one after another.
+FIXED_PORTS = "readme-ports"
+FIXED_PORT_MODULES = ("tests/deploy/", "tests/e2e/test_newcomer.py")
+# The longest modules are handed out first, so neither worker is left with a long one at the end (measured in
+# docs/tests/durations_*.log); the rest keep their collection order.
+LONGEST_FIRST = (
+    "tests/e2e/test_llm_jobs.py",
+    FIXED_PORTS,
+    "tests/e2e/test_demo.py",
+    "tests/e2e/test_search.py",
+    "tests/e2e/test_openapi_fuzz.py",
+    "tests/e2e/test_cli_operate.py",
+    "tests/faults/test_faults.py",
+)
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of a test: its module, or the fixed-ports group."""
+    module = nodeid.split("::", 1)[0]
+    return FIXED_PORTS if module.startswith(FIXED_PORT_MODULES) else module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable: modules stay whole and in order
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(skip_budget, "skip-budget")
     config.stash[TRACKED] = tracked_changes()
@@ -83,7 +114,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     enforcement (CI), a run that changed a tracked file fails, naming it."""
     from tests.faults.outcomes import write_table
 
-    write_table()
+    write_table()  # each worker its own rows, merged under a lock
+    if hasattr(session.config, "workerinput"):
+        return  # a worker: the controller judges the whole run
     before, after = session.config.stash.get(TRACKED, None), tracked_changes()
     if skip_budget.enforced() and before is not None and after is not None and after != before:
         changed = sorted(set(after.splitlines()) - set(before.splitlines()))

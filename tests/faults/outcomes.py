@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 from pathlib import Path
 
@@ -38,10 +39,18 @@ def write_table(path: Path | None = None) -> None:
     if not ROWS:
         return
     path = path or table_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    RUN_TABLE.parent.mkdir(parents=True, exist_ok=True)
+    # Each test worker writes its own rows: the read-merge-write is one at a time, so none is lost.
+    with open(RUN_TABLE.with_name("faults.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _merge_into(path)
+
+
+def _merge_into(path: Path) -> None:
     merged = _existing(TABLE) | _existing(path)
     for kind, injected, outcome in ROWS:
         merged[injected.replace("|", "/")] = (kind, injected.replace("|", "/"), outcome.replace("|", "/"))
-    path.parent.mkdir(parents=True, exist_ok=True)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Faults and bad inputs tried, and what happened",
