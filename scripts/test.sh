@@ -13,4 +13,4 @@ bash scripts/install_llamacpp.sh
 bash scripts/install_deploy_tools.sh
 # Two workers, a module whole on one of them (tests/conftest.py groups them; BENCHFLEET_TEST_WORKERS=0 runs in one
 # process); the longest modules first, in the order tests/conftest.py gives.
-exec .venv/bin/python -m pytest -n "${BENCHFLEET_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n "${BENCHFLEET_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,9 +54,9 @@ def mongo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
         yield Service(stack.start_mongo())
 
 
-# Two workers run the suite (scripts/test.sh: pytest-xdist, --dist loadgroup): a module runs whole on one worker, so
-# its module-scoped fleet, leader app or browser is started once. Modules that bind the README's fixed ports (8700,
-# 8701) or share the one Kubernetes cluster and podman store run in one group, one after another.
+# Two workers run the suite (scripts/test.sh: pytest-xdist): a module runs whole on one worker, so its module-scoped
+# fleet, leader app or browser is started once. Modules that bind the README's fixed ports (8700, 8701) or share the
+# one Kubernetes cluster and podman store run in one group, one after another, on one worker.
 FIXED_PORTS = "readme-ports"
 FIXED_PORT_MODULES = ("tests/deploy/", "tests/e2e/test_newcomer.py")
 # The longest modules are handed out first, so neither worker is left with a long one at the end (measured in
@@ -78,13 +79,27 @@ def group_of(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable: modules stay whole and in order
 
 
+class Groups:
+    """xdist's scheduler by group: its own `--dist loadgroup` marks node ids in a way pytest 9.2 no longer reads."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ByGroup(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return group_of(nodeid)
+
+        return ByGroup(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(Groups(), "benchfleet-groups")
     config.pluginmanager.register(skip_budget, "skip-budget")
     config.stash[TRACKED] = tracked_changes()
 
