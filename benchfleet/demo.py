@@ -28,12 +28,13 @@ slo: {p99_ms: 20}
 """
 DEMO_MODEL = ("mlp-small", "1")
 # `demo --llm`: the highest rate vLLM (its CPU build) serves the canonical LLM at while 90% of requests get their
-# first token within 1 s and each next within 200 ms: a goodput search, answered with its interval and probes.
+# first token within 1 s and each next within 200 ms: a goodput search, answered with its interval and probes. From
+# 20 req/s: a probe holds 459 requests for its p99, so one at 10 req/s would take 50 s (one at 20 takes 25 s).
 LLM_JOB = """\
 name: llm-goodput-search
 model: {ref: tiny-llama:1}
 backends: [vllm]
-load: {pattern: poisson, duration: 12s, warmup: 2s, search: {low: 10, high: 160, precision: 0.1, max_steps: 8}}
+load: {pattern: poisson, duration: 12s, warmup: 2s, search: {low: 20, high: 160, precision: 0.1, max_steps: 8}}
 llm: {prompt_tokens: 48, output_tokens: 16}
 slo: {ttft_ms: 1000, tpot_ms: 200, attainment: 0.9}
 """

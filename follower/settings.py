@@ -45,7 +45,9 @@ class FollowerSettings(BaseSettings):
     # What this host is, for placement: BENCHFLEET_FOLLOWER_LABELS='{"zone": "a", "network": "25g"}' (JSON).
     labels: Labels = {}
     heartbeat_interval_s: float = Field(default=HEARTBEAT_INTERVAL_S, gt=0)
-    server_ready_timeout_s: float = Field(default=60.0, gt=0)
+    # How long a model server may take to answer its readiness check (None: 120 s; 600 s for a language-model server,
+    # which loads its weights and compiles first).
+    server_ready_timeout_s: float | None = Field(default=None, gt=0)
     # Tier 2: the order held jobs run in (sjf: shortest estimate first with ageing; fcfs: the baseline), and the
     # ageing rate: seconds of estimate forgiven per second waited (a job waiting estimate/ageing seconds runs next).
     order: Literal["sjf", "fcfs"] = "sjf"

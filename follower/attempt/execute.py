@@ -121,6 +121,7 @@ async def _run_backends(
         workdir=workdir,
         host_facts=host_facts,
         slo=task.spec.slo,
+        ready_timeout_s=settings.server_ready_timeout_s,
         records_sink=keep_records,
         progress_sink=reporter.sink if reporter is not None else None,
         sampling=sampling,

@@ -32,7 +32,8 @@ from follower.loadgen.verdict import WindowSummary
 from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint
 from follower.settings import MAX_IN_FLIGHT
 
-READY_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 120.0  # how long a model server may take to answer its readiness check
+LLM_READY_TIMEOUT_S = 600.0  # a language-model server loads its weights and compiles first: minutes on a big model
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class ServerRun:
     workdir: Path
     host_facts: HostFacts = field(default_factory=HostFacts)
     slo: SLO | None = None
-    ready_timeout_s: float = READY_TIMEOUT_S
+    ready_timeout_s: float | None = None  # None: READY_TIMEOUT_S, or LLM_READY_TIMEOUT_S for a language model
     timer: Timer = "yield"
     records_sink: RecordsSink | None = None  # each point's raw per-request records and window summary
     progress_sink: ProgressSink | None = None  # live progress
@@ -105,6 +106,13 @@ class ServerRun:
     labels: tuple[str, ...] | None = None  # the classes' labels it looks up (the data set's labels.txt)
     generators: Generators | None = None  # the open loop's own processes for the attempt's points (None: one a point)
     gpu_gate: bool = False  # each point checks, as it starts and ends, that no foreign process uses a GPU (wait_for_gpu)
+
+    @property
+    def ready_limit_s(self) -> float:
+        """How long the server may take to get ready: the follower's setting, else its kind's default."""
+        if self.ready_timeout_s is not None:
+            return self.ready_timeout_s
+        return LLM_READY_TIMEOUT_S if self.model.is_llm else READY_TIMEOUT_S
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ async def _answering(
     calibrate the generator against a target: the server run as its points will read it."""
     model = run.model
     await asyncio.to_thread(backend.start, run.model_path, model, run.workdir)
-    to_ready_s = await asyncio.to_thread(backend.wait_ready, run.ready_timeout_s)
+    to_ready_s = await asyncio.to_thread(backend.wait_ready, run.ready_limit_s)
     endpoint = backend.serves(model)
     shaped = None
     if run.network is not None and sandbox is not None:

@@ -60,10 +60,14 @@ async def sweep_once(db: AsyncDatabase, policy: Retention) -> dict[str, int]:
                 await deletion.footprint(db, job_id=job_id, delete=True)
                 out["jobs"] += 1
     if policy.records_days is not None:
-        expired = await _finished_before(db, _before(now, policy.records_days), {"records_expired_at": None})
+        expired = await _finished_before(db, _before(now, policy.records_days), {"records_purged": {"$ne": True}})
         if expired:
+            # Marked before the files go, so a read in between says retention removed them (not that there were
+            # none); purged after, so a sweep cut short is finished by the next one.
+            jobs = db[jobs_store.COLLECTION]
+            await jobs.update_many({"_id": {"$in": expired}, "records_expired_at": None}, {"$set": {"records_expired_at": now}})
             out["records"] = (await deletion.delete_records(db, job_ids=expired)).documents
-            await db[jobs_store.COLLECTION].update_many({"_id": {"$in": expired}}, {"$set": {"records_expired_at": now}})
+            await jobs.update_many({"_id": {"$in": expired}}, {"$set": {"records_purged": True}})
     if policy.progress_days is not None:
         cutoff = _before(now, policy.progress_days)
         stale = await db[progress_store.COLLECTION].delete_many({"updated_at": {"$lt": cutoff}})

@@ -51,16 +51,32 @@ def serve(settings: LeaderSettings) -> Iterator[str]:
 
 
 @contextmanager
-def logged_in(url: str, token: str, *, height: int = 1000) -> Iterator[Any]:
-    """Chromium 1,400 px wide, logged in with `token`."""
+def chromium() -> Iterator[Any]:
+    """One Chromium (a module's: tests/e2e/web/conftest.py), each test in a fresh context of its own (fresh_page)."""
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": height})
-            page.goto(url + "/login")
-            page.fill("#token", token)
-            page.click("#login-submit")
-            page.wait_for_load_state()
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def fresh_page(browser: Any, *, height: int = 1000) -> Iterator[Any]:
+    """A page 1,400 px wide in a context of its own: no cookie, storage or route of another test."""
+    context = browser.new_context(viewport={"width": 1400, "height": height})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@contextmanager
+def logged_in(browser: Any, url: str, token: str, *, height: int = 1000) -> Iterator[Any]:
+    """A fresh page 1,400 px wide, logged in with `token`."""
+    with fresh_page(browser, height=height) as page:
+        page.goto(url + "/login")
+        page.fill("#token", token)
+        page.click("#login-submit")
+        page.wait_for_load_state()
+        yield page

@@ -21,7 +21,7 @@ WIDTH = 1400
 
 
 @pytest.fixture
-def console(make_leader: Callable[..., Leader]) -> Iterator[dict[str, Any]]:
+def console(make_leader: Callable[..., Leader], chromium: Any) -> Iterator[dict[str, Any]]:
     """A finished job (its points reported by a registered agent), a job waiting on that agent, the leader over HTTP.
     The agent does not beat: it stays alive, and the waiting job on it, for as long as a test takes."""
     leader = make_leader(missing_after_s=600, undelivered_after_s=600)
@@ -35,7 +35,7 @@ def console(make_leader: Callable[..., Leader]) -> Iterator[dict[str, Any]]:
     waiting = leader.submit()["id"]
     leader.wait_state(waiting, "assigned")
     with serve(leader.settings) as url:
-        yield {"url": url, "done": done, "waiting": waiting, "leader": leader}
+        yield {"url": url, "done": done, "waiting": waiting, "leader": leader, "browser": chromium}
 
 
 def _fits(page: Any) -> None:
@@ -54,7 +54,7 @@ def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[s
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
     url, done, waiting = console["url"], console["done"], console["waiting"]
-    with logged_in(url, ADMIN_TOKEN) as page:
+    with logged_in(console["browser"], url, ADMIN_TOKEN) as page:
         page.goto(url + "/jobs")
         page.wait_for_selector(f'tr[data-job="{done}"]')
         assert _state(page, done) == "succeeded" and _state(page, waiting) == "assigned"
@@ -131,7 +131,7 @@ def test_a_viewer_sees_no_controls_and_is_refused_if_it_posts(console: dict[str,
     made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "vic", "role": "viewer"})
     assert made.status_code == 201, made.text
     url, waiting = console["url"], console["waiting"]
-    with logged_in(url, made.json()["token"]) as page:
+    with logged_in(console["browser"], url, made.json()["token"]) as page:
         page.goto(url + "/jobs")
         page.wait_for_selector(f'tr[data-job="{waiting}"]')
         assert page.locator('[data-action="cancel"], [data-action="rerun"]').count() == 0
@@ -157,7 +157,7 @@ def test_submitting_from_the_browser_checks_as_you_type(console: dict[str, Any],
     leader: Leader = console["leader"]
     url = console["url"]
     jobs_before = len(leader.client.get("/api/v1/jobs", headers=ADMIN).json())
-    with logged_in(url, ADMIN_TOKEN) as page:
+    with logged_in(console["browser"], url, ADMIN_TOKEN) as page:
         page.goto(url + "/submit")
         page.wait_for_selector("#spec-status.ok")  # the tensor-sweep template, on the team's model, checks out
         status = page.inner_text("#spec-status")
@@ -189,7 +189,7 @@ def test_submitting_from_the_browser_checks_as_you_type(console: dict[str, Any],
         submitted = leader.job(job_id)
         assert submitted["name"] == "capacity" and submitted["spec"]["load"]["search"]["high"] == 1000
     made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "val", "role": "viewer"})
-    with logged_in(url, made.json()["token"]) as page:
+    with logged_in(console["browser"], url, made.json()["token"]) as page:
         page.goto(url + "/submit")
         assert page.locator("#no-submit").is_visible() and page.locator("#spec").count() == 0
 
@@ -201,7 +201,7 @@ def test_the_repository_uploads_checks_and_deletes(console: dict[str, Any], arti
     good.write_bytes(identity_model())
     bad.write_bytes(b"not an onnx model")
     trace.write_bytes(b"0\n0.5\n1.0\n")
-    with logged_in(url, ADMIN_TOKEN) as page:
+    with logged_in(console["browser"], url, ADMIN_TOKEN) as page:
         page.goto(url + "/models")
         row = page.locator('tr.model[data-model="ident:1"]')
         assert row.locator("td").nth(9).inner_text() == "2"  # the finished job and the waiting one

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from leader.web.render import HERE
-from tests.e2e.web.browser import ARGS, CHROMIUM, NEEDS_CHROMIUM, logged_in, serve, sync_api
+from tests.e2e.web.browser import NEEDS_CHROMIUM, fresh_page, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN_TOKEN, Leader
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, NEEDS_CHROMIUM]
 
 
 @pytest.fixture
-def server(leader: Leader) -> Iterator[dict[str, Any]]:
+def server(leader: Leader, chromium: Any) -> Iterator[dict[str, Any]]:
     """Seeded PerfDB (through the API) and the leader served over real HTTP by uvicorn on a free port."""
     leader.upload_model()
     jobs = []
@@ -54,14 +54,14 @@ def server(leader: Leader) -> Iterator[dict[str, Any]]:
             )
         )
     with serve(leader.settings) as url:
-        yield {"url": url, "jobs": jobs}
+        yield {"url": url, "jobs": jobs, "browser": chromium}
 
 
 @contextmanager
-def job_page(url: str, job_id: str) -> Iterator[Any]:
+def job_page(server: dict[str, Any], job_id: str) -> Iterator[Any]:
     """Chromium logged in as the admin, on a job's page."""
-    with logged_in(url, ADMIN_TOKEN, height=900) as page:
-        page.goto(f"{url}/jobs/{job_id}")
+    with logged_in(server["browser"], server["url"], ADMIN_TOKEN, height=900) as page:
+        page.goto(f"{server['url']}/jobs/{job_id}")
         yield page
 
 
@@ -87,80 +87,75 @@ def drawn_charts(page: Any, selector: str) -> list[dict[str, Any]]:
 def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], artifacts_dir: Path) -> None:
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(server["url"] + "/leaderboard")
-            assert "/login" in page.url  # pages need a login
-            page.fill("#token", "wrong-token-000000000")
-            page.click("#login-submit")
-            assert page.locator("#login-error").is_visible()
-            page.fill("#token", ADMIN_TOKEN)
-            page.click("#login-submit")
-            page.wait_for_selector("#leaderboard tbody tr")
-            cookie = next(c for c in page.context.cookies() if c["name"] == "benchfleet_session")
-            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-            assert ADMIN_TOKEN not in cookie["value"]  # a server-side session's id, never the API token itself
-            assert page.locator("#leaderboard tbody tr").count() == 12
-            page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
+    with fresh_page(server["browser"], height=900) as page:
+        page.goto(server["url"] + "/leaderboard")
+        assert "/login" in page.url  # pages need a login
+        page.fill("#token", "wrong-token-000000000")
+        page.click("#login-submit")
+        assert page.locator("#login-error").is_visible()
+        page.fill("#token", ADMIN_TOKEN)
+        page.click("#login-submit")
+        page.wait_for_selector("#leaderboard tbody tr")
+        cookie = next(c for c in page.context.cookies() if c["name"] == "benchfleet_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert ADMIN_TOKEN not in cookie["value"]  # a server-side session's id, never the API token itself
+        assert page.locator("#leaderboard tbody tr").count() == 12
+        page.screenshot(path=str(shots / "leaderboard.png"), full_page=True)
 
-            page.click("a.sort[data-col=p99_ms]")  # p99 was the default ascending: one click sorts descending
-            page.wait_for_url("**order=desc**")
-            p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
-            assert p99 == sorted(p99, reverse=True) and len(p99) == 12
-            page.click("a.sort[data-col=p99_ms]")
-            page.wait_for_url("**order=asc**")
-            p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
-            assert p99 == sorted(p99)
-            assert page.locator("#leaderboard tr.best").count() >= 1
+        page.click("a.sort[data-col=p99_ms]")  # p99 was the default ascending: one click sorts descending
+        page.wait_for_url("**order=desc**")
+        p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
+        assert p99 == sorted(p99, reverse=True) and len(p99) == 12
+        page.click("a.sort[data-col=p99_ms]")
+        page.wait_for_url("**order=asc**")
+        p99 = [float(t) for t in page.locator("#leaderboard td.p99").all_inner_texts()]
+        assert p99 == sorted(p99)
+        assert page.locator("#leaderboard tr.best").count() >= 1
 
-            page.fill("#f_backend", "triton")
-            page.click("#filter-submit")
-            page.wait_for_url("**f_backend=triton**")
-            backends = page.locator("#leaderboard td.backend").all_inner_texts()
-            assert backends and set(backends) == {"triton"} and len(backends) == 4
-            page.screenshot(path=str(shots / "leaderboard-triton.png"), full_page=True)
+        page.fill("#f_backend", "triton")
+        page.click("#filter-submit")
+        page.wait_for_url("**f_backend=triton**")
+        backends = page.locator("#leaderboard td.backend").all_inner_texts()
+        assert backends and set(backends) == {"triton"} and len(backends) == 4
+        page.screenshot(path=str(shots / "leaderboard-triton.png"), full_page=True)
 
-            page.fill("#f_backend", "")
-            page.fill("#rec-p99", "10")
-            page.click("#rec-submit")
-            page.wait_for_selector("#recommendations li.rec")
-            recs = page.locator("#recommendations li.rec").all_inner_texts()
-            assert 1 <= len(recs) <= 3 and all("p99" in r for r in recs)
-            page.screenshot(path=str(shots / "recommendation.png"), full_page=True)
-            # Sure mode: the 9 ms points (CI up to 11.7 ms) no longer qualify under 10 ms; every pick's CI ends below.
-            plain_highs = [float(t) for t in page.locator("#recommendations .ci-high").all_inner_texts()]
-            page.check("#rec-confident")
-            page.click("#rec-submit")
-            page.wait_for_url("**confident=true**")
-            page.wait_for_selector("#recommendations li.rec")
-            highs = [float(t) for t in page.locator("#recommendations .ci-high").all_inner_texts()]
-            assert highs and all(h <= 10 for h in highs) and max(plain_highs) > 10, (plain_highs, highs)
-            assert page.is_checked("#rec-confident")
+        page.fill("#f_backend", "")
+        page.fill("#rec-p99", "10")
+        page.click("#rec-submit")
+        page.wait_for_selector("#recommendations li.rec")
+        recs = page.locator("#recommendations li.rec").all_inner_texts()
+        assert 1 <= len(recs) <= 3 and all("p99" in r for r in recs)
+        page.screenshot(path=str(shots / "recommendation.png"), full_page=True)
+        # Sure mode: the 9 ms points (CI up to 11.7 ms) no longer qualify under 10 ms; every pick's CI ends below.
+        plain_highs = [float(t) for t in page.locator("#recommendations .ci-high").all_inner_texts()]
+        page.check("#rec-confident")
+        page.click("#rec-submit")
+        page.wait_for_url("**confident=true**")
+        page.wait_for_selector("#recommendations li.rec")
+        highs = [float(t) for t in page.locator("#recommendations .ci-high").all_inner_texts()]
+        assert highs and all(h <= 10 for h in highs) and max(plain_highs) > 10, (plain_highs, highs)
+        assert page.is_checked("#rec-confident")
 
-            page.goto(f"{server['url']}/jobs/{server['jobs'][0]}")
-            assert page.locator("#points tbody tr").count() == 8
-            charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
-            # CDF, ladder, timeline and stage bars, each with its values and ink on its canvas.
-            for title in ("Latency CDF per point", "Timeline: p99 per window", "Stage breakdown (mean ms)"):
-                assert charts[title]["values"] >= 8 and charts[title]["inked"] > 500, charts[title]
-            ladder = next(c for t, c in charts.items() if "throughput" in t)
-            configs = ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"]
-            assert ladder["series"] == [*configs, "Pareto front"] and ladder["values"] > 8
-            page.screenshot(path=str(shots / "job.png"), full_page=True)
+        page.goto(f"{server['url']}/jobs/{server['jobs'][0]}")
+        assert page.locator("#points tbody tr").count() == 8
+        charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
+        # CDF, ladder, timeline and stage bars, each with its values and ink on its canvas.
+        for title in ("Latency CDF per point", "Timeline: p99 per window", "Stage breakdown (mean ms)"):
+            assert charts[title]["values"] >= 8 and charts[title]["inked"] > 500, charts[title]
+        ladder = next(c for t, c in charts.items() if "throughput" in t)
+        configs = ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"]
+        assert ladder["series"] == [*configs, "Pareto front"] and ladder["values"] > 8
+        page.screenshot(path=str(shots / "job.png"), full_page=True)
 
-            page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate")
-            page.wait_for_selector("#analysis-charts table.heat")
-            assert page.locator("#analysis-charts table.heat td.cell").count() >= 4  # heat-map cells
-            page.screenshot(path=str(shots / "analysis.png"), full_page=True)
+        page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate")
+        page.wait_for_selector("#analysis-charts table.heat")
+        assert page.locator("#analysis-charts table.heat td.cell").count() >= 4  # heat-map cells
+        page.screenshot(path=str(shots / "analysis.png"), full_page=True)
 
-            a, b = server["jobs"]
-            page.goto(f"{server['url']}/compare?a={a}&b={b}")
-            page.wait_for_selector("#comparison tbody tr")
-            page.screenshot(path=str(shots / "compare.png"), full_page=True)
-        finally:
-            browser.close()
+        a, b = server["jobs"]
+        page.goto(f"{server['url']}/compare?a={a}&b={b}")
+        page.wait_for_selector("#comparison tbody tr")
+        page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 
 def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server: dict[str, Any], leader: Leader) -> None:
@@ -175,7 +170,7 @@ def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server:
 
     job = seed_job(leader, name="web-repeats", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=30,
                    follower_id="host-r", metrics=metrics, extra="repeats: 3\n")  # fmt: skip
-    with job_page(server["url"], job) as page:
+    with job_page(server, job) as page:
         page.wait_for_selector("#repeats tbody tr")
         rows = page.locator("#repeats tr.repeat")
         assert rows.count() == 2 and page.locator("#points tbody tr").count() == 6
@@ -205,7 +200,7 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
                    follower_id="host-l", metrics=metrics)  # fmt: skip
-    with job_page(server["url"], job) as page:
+    with job_page(server, job) as page:
         page.wait_for_selector("#llm tbody tr.llm-point")
         rows = page.locator("#llm tr.llm-point").all_inner_texts()
         assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "11.25 / 31.50" in rows[0], rows
@@ -270,7 +265,7 @@ def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
 
     seed_job(leader, name="web-llm-rec", backends=["onnxruntime"], batches=[1], rates=[10, 20, 40], p99_slo=300,
              follower_id="host-t", metrics=tokens)
-    with job_page(server["url"], sweep) as page:
+    with job_page(server, sweep) as page:
         charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
         ladder = next(c for t, c in charts.items() if "throughput" in t)
         assert ladder["series"] == ["onnxruntime b1 threads=1", "onnxruntime b1 threads=2", "Pareto front"]
@@ -326,17 +321,12 @@ def test_api_docs_render_offline(server: dict[str, Any], artifacts_dir: Path) ->
             outside.append(route.request.url)
             route.abort()
 
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.route("**/*", only_the_leader)
-            page.goto(server["url"] + "/docs")
-            page.wait_for_selector("#swagger-ui .opblock")
-            assert page.locator("#swagger-ui .opblock").count() >= 30
-            page.screenshot(path=str(artifacts_dir / "web" / "docs.png"))
-        finally:
-            browser.close()
+    with fresh_page(server["browser"], height=1000) as page:
+        page.route("**/*", only_the_leader)
+        page.goto(server["url"] + "/docs")
+        page.wait_for_selector("#swagger-ui .opblock")
+        assert page.locator("#swagger-ui .opblock").count() >= 30
+        page.screenshot(path=str(artifacts_dir / "web" / "docs.png"))
     assert outside == [], outside
 
 
@@ -379,50 +369,45 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
         "point-invalid": f"/jobs/{bad}/points/1", "point": f"/jobs/{good}/points/0", "compare": f"/compare?a={good}&b={other}",
         "analysis": "/analysis",
     }  # fmt: skip
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(server["url"] + "/login")
-            assert "benchfleet tokens create" in page.inner_text("#login-help")  # which token to paste
-            page.fill("#token", ADMIN_TOKEN)
-            page.click("#login-submit")
-            page.wait_for_selector("#leaderboard")
-            for name, path in pages.items():
-                page.goto(server["url"] + path)
-                page.wait_for_load_state("load")
-                page.screenshot(path=str(shots / f"fit-{name}.png"), full_page=True)
-                assert page.evaluate(OVERFLOW_JS) <= 0, f"{name} scrolls sideways"
-                assert page.evaluate(LEGEND_OVER_PLOT_JS) == [], name
-                if name == "job-invalid":
-                    assert page.locator("#points tr.invalid").count() == 1 and page.locator("#points tr.valid").count() == 1
-                    if UPLOT.is_file():
-                        ladder = next(c for c in drawn_charts(page, "#charts") if "throughput" in c["title"])
-                        assert ladder["series"][-1] == "invalid point" and ladder["values"] == 2 + 1  # ringed red
-                    else:  # without the chart library the page says so, and the tables still hold every figure
-                        assert "chart library is not installed" in page.inner_text("#charts")
-                if name == "point-invalid":
-                    assert page.inner_text("#verdict").startswith("invalid")
-                    assert "below 95% of the offered 100 req/s" in page.inner_text("#reasons")
-                    assert page.locator("#latency tbody tr").count() >= 1 and "95% confidence" not in page.content()
-                    assert not page.is_visible("#point-json")  # the raw document is folded away
-                    page.click("#raw summary")
-                    assert page.is_visible("#point-json")
-                if name == "analysis":  # one model's map by default, never a mean over different models
-                    assert page.input_value("#heatmap-model") == "ident:1"
-                if name == "point":
-                    assert page.inner_text("#verdict").startswith("valid") and page.locator("#stages tbody tr").count() == 3
-                    assert "p99 " in page.inner_text("#cis")
-                    doc_height = page.evaluate("() => document.documentElement.scrollHeight")
-                    assert doc_height < 3000, doc_height  # the raw dump once made it 5,000 px
-        finally:
-            browser.close()
+    with fresh_page(server["browser"], height=1000) as page:
+        page.goto(server["url"] + "/login")
+        assert "benchfleet tokens create" in page.inner_text("#login-help")  # which token to paste
+        page.fill("#token", ADMIN_TOKEN)
+        page.click("#login-submit")
+        page.wait_for_selector("#leaderboard")
+        for name, path in pages.items():
+            page.goto(server["url"] + path)
+            page.wait_for_load_state("load")
+            page.screenshot(path=str(shots / f"fit-{name}.png"), full_page=True)
+            assert page.evaluate(OVERFLOW_JS) <= 0, f"{name} scrolls sideways"
+            assert page.evaluate(LEGEND_OVER_PLOT_JS) == [], name
+            if name == "job-invalid":
+                assert page.locator("#points tr.invalid").count() == 1 and page.locator("#points tr.valid").count() == 1
+                if UPLOT.is_file():
+                    ladder = next(c for c in drawn_charts(page, "#charts") if "throughput" in c["title"])
+                    assert ladder["series"][-1] == "invalid point" and ladder["values"] == 2 + 1  # ringed red
+                else:  # without the chart library the page says so, and the tables still hold every figure
+                    assert "chart library is not installed" in page.inner_text("#charts")
+            if name == "point-invalid":
+                assert page.inner_text("#verdict").startswith("invalid")
+                assert "below 95% of the offered 100 req/s" in page.inner_text("#reasons")
+                assert page.locator("#latency tbody tr").count() >= 1 and "95% confidence" not in page.content()
+                assert not page.is_visible("#point-json")  # the raw document is folded away
+                page.click("#raw summary")
+                assert page.is_visible("#point-json")
+            if name == "analysis":  # one model's map by default, never a mean over different models
+                assert page.input_value("#heatmap-model") == "ident:1"
+            if name == "point":
+                assert page.inner_text("#verdict").startswith("valid") and page.locator("#stages tbody tr").count() == 3
+                assert "p99 " in page.inner_text("#cis")
+                doc_height = page.evaluate("() => document.documentElement.scrollHeight")
+                assert doc_height < 3000, doc_height  # the raw dump once made it 5,000 px
 
 
 def test_charts_answer_hover_zoom_and_legend_clicks(server: dict[str, Any]) -> None:
     """Hovering shows the values under the cursor in the legend, dragging zooms the x axis and a double click resets
     it, and clicking a legend entry hides its series (and brings it back)."""
-    with job_page(server["url"], server["jobs"][0]) as page:
+    with job_page(server, server["jobs"][0]) as page:
         drawn_charts(page, "#charts")
         ladder = page.locator("#charts figure.chart", has_text="throughput").locator(".uplot")
         over = ladder.locator(".u-over").bounding_box()
@@ -473,15 +458,10 @@ def test_the_html_report_draws_its_charts_offline(server: dict[str, Any], leader
             refused.append(route.request.url)
             route.abort()
 
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.route("**/*", nothing_but_the_file)
-            page.goto(report.as_uri())
-            charts = drawn_charts(page, "#charts")
-        finally:
-            browser.close()
+    with fresh_page(server["browser"], height=1000) as page:
+        page.route("**/*", nothing_but_the_file)
+        page.goto(report.as_uri())
+        charts = drawn_charts(page, "#charts")
     assert refused == []
     assert len(charts) >= 4 and all(c["inked"] > 500 for c in charts if c["values"]), charts
 
@@ -497,7 +477,7 @@ def test_a_co_location_job_shows_its_interference_matrix(server: dict[str, Any],
 
     job = seed_job(leader, name="web-colocate", backends=["onnxruntime"], batches=[1], rates=[50], p99_slo=100,
                    follower_id="host-c", metrics=metrics, extra="colocate: {models: [ident2:1], cpus: shared}\n")  # fmt: skip
-    with job_page(server["url"], job) as page:
+    with job_page(server, job) as page:
         page.wait_for_selector("#interference tbody tr")
         rows = page.locator("#interference tbody tr").all_inner_texts()
         assert len(rows) == 2 and rows[0].startswith("ident:1") and rows[1].startswith("ident2:1"), rows

@@ -119,3 +119,13 @@ def test_a_server_not_installed_here_says_why_and_is_not_offered(name: str) -> N
         pytest.skip(f"{name} is installed on this host ({why}): its absence cannot be checked here")
     usable, missing = available_backends([name])
     assert usable == [] and missing[name] == why and ("environment" in why or "frontend" in why)
+
+
+def test_a_language_model_server_gets_longer_to_get_ready_unless_the_follower_says() -> None:
+    from follower.point.context import LLM_READY_TIMEOUT_S, READY_TIMEOUT_S, ServerRun
+
+    tensor = MODEL.model_copy(update={"format": "onnx", "llm": None})
+    assert ServerRun(model=MODEL, model_path=Path("m"), workdir=Path("w")).ready_limit_s == LLM_READY_TIMEOUT_S == 600
+    assert ServerRun(model=tensor, model_path=Path("m"), workdir=Path("w")).ready_limit_s == READY_TIMEOUT_S == 120
+    # BENCHFLEET_FOLLOWER_SERVER_READY_TIMEOUT_S, for every server of that follower
+    assert ServerRun(model=MODEL, model_path=Path("m"), workdir=Path("w"), ready_timeout_s=45).ready_limit_s == 45
