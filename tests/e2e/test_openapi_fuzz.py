@@ -40,6 +40,7 @@ def leader_url(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFa
     assert stack.admin_token not in log_text, "the admin token leaked into the leader's log"
 
 
+@pytest.mark.timeout(900)  # 11,500 requests: 155 s alone here, over the default 300 s beside a busy loop and a worker
 def test_fuzz_openapi(leader_url: tuple[str, str]) -> None:
     url, admin = leader_url
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
