@@ -181,15 +181,16 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             wait_bound=settings.wait_bound,
         )
         heard = Ages()
+        db_health = DbHealth(settings.mongo_uri)
         monitor = Monitor(
             db=db,
             heard=heard,
             missing_after_s=settings.missing_after_s,
             interval_s=settings.monitor_interval_s,
             on_requeue=placer.nudge,
+            deaf_s=db_health.deaf_s,
         )
         resources = Resources(settings=settings, client=client, db=db, redis=redis, placer=placer, heard=heard)
-        db_health = DbHealth(settings.mongo_uri)
         app.state.dbhealth = db_health
         tasks: list[asyncio.Task[None]] = []
         telemetry = None

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
@@ -37,15 +38,27 @@ EXEMPT = ("/healthz", "/livez", "/metrics", "/static/", "/docs", "/openapi.json"
 class DbHealth:
     """The database's state as the last probe (or a failed request) saw it."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.client: AsyncMongoClient = AsyncMongoClient(
             uri,
             serverSelectionTimeoutMS=PROBE_TIMEOUT_MS,
             connectTimeoutMS=PROBE_TIMEOUT_MS,
             socketTimeoutMS=PROBE_TIMEOUT_MS,
         )
+        self._clock = clock
         self.down_since: float | None = None
         self.failures = 0  # failed pings in a row
+        self._failing_since: float | None = None  # the first failure of the run of failures now going on
+        self._outages: deque[tuple[float, float]] = deque(maxlen=1000)  # (ended at, seconds) of each run of failures
+
+    def deaf_s(self, now: float, window_s: float) -> float:
+        """Seconds within the last `window_s` that the database was failing (from its first failed ping or request until
+        a good ping): the leader answered heartbeats 503 then, unheard, so that time is not the followers' silence."""
+        since = now - window_s
+        deaf = sum(min(seconds, ended - since) for ended, seconds in self._outages if ended > since)
+        if self._failing_since is not None:
+            deaf += now - max(self._failing_since, since)
+        return deaf
 
     @property
     def down(self) -> bool:
@@ -53,12 +66,14 @@ class DbHealth:
 
     def mark_down(self, why: str) -> None:
         if self.down_since is None:
-            self.down_since = time.monotonic()
+            self.down_since = self._clock()
             log.warning("PerfDB unreachable (%s): answering 503 until it is back", why)
 
     def failed(self, why: str) -> None:
         """One failed ping, or one request that ran into a connection failure; PROBE_FAILURES in a row call it down."""
         self.failures += 1
+        if self._failing_since is None:
+            self._failing_since = self._clock()
         if self.failures >= PROBE_FAILURES:
             self.mark_down(f"{why}, {self.failures} failures in a row")
 
@@ -74,8 +89,12 @@ class DbHealth:
     def answered(self) -> None:
         """A good ping: the failures in a row start again from none, and a down database is up."""
         self.failures = 0
+        now = self._clock()
+        if self._failing_since is not None:
+            self._outages.append((now, now - self._failing_since))
+            self._failing_since = None
         if self.down_since is not None:
-            log.info("PerfDB reachable again after %.1f s", time.monotonic() - self.down_since)
+            log.info("PerfDB reachable again after %.1f s", now - self.down_since)
             self.down_since = None
 
     async def run(self) -> None:

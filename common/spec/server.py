@@ -42,6 +42,9 @@ class LlmServerOptions(StrictModel):
     """Split long prefills into chunks scheduled beside decodes (vLLM's --enable-chunked-prefill)."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     """The data type the server computes in (llama.cpp: the GGUF file's, auto meaning float16)."""
+    enforce_eager: bool | None = None
+    """Run the model eagerly: no compiled graph, no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph):
+    a faster start and less memory, usually slower steps."""
 
     def model_len(self, context_length: int) -> int:
         """Tokens a sequence may hold on the server: the set max_model_len, else the model's context up to 4,096

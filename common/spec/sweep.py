@@ -30,6 +30,7 @@ SWEEPABLE = (
     "llm.prefix_caching",
     "llm.chunked_prefill",
     "llm.dtype",
+    "llm.enforce_eager",
 )
 MAX_VALUES = 16
 MAX_CONFIGS = 64

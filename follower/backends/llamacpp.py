@@ -90,6 +90,13 @@ class LlamaCppBackend(OpenAiServerBackend):
             argv += ["--threads", str(threads), "--threads-batch", str(threads)]
         return argv
 
+    def environment(self) -> dict[str, str]:
+        """The server's environment; `enforce_eager` turns off its CUDA graphs (on a CPU it always runs eagerly)."""
+        env = super().environment()
+        if self.server.llm.enforce_eager:
+            env["GGML_CUDA_DISABLE_GRAPHS"] = "1"
+        return env
+
     def prepare(self, model_dir: Path, model: ModelMeta, workdir: Path) -> Path:
         """The model as a GGUF file in the spec's dtype (auto: float16); a GPU configuration on a build that cannot
         offload is refused rather than run on the CPU."""

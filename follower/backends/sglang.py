@@ -61,6 +61,8 @@ class SglangBackend(OpenAiServerBackend):
             argv += ["--disable-radix-cache"]
         if llm.chunked_prefill is False:
             argv += ["--chunked-prefill-size", "-1"]  # SGLang's way to turn chunking off
+        if llm.enforce_eager:
+            argv += ["--disable-cuda-graph"]
         if llm.kv_cache_gb is not None:
             # SGLang sizes its KV cache as a share of memory, not in bytes: refused rather than silently translated.
             raise ValueError("server.llm.kv_cache_gb is vLLM's KV-cache size; SGLang takes a memory share (leave it unset)")

@@ -62,6 +62,8 @@ class TritonOpenAiBackend(OpenAiServerBackend):
             engine["enable_prefix_caching"] = llm.prefix_caching
         if llm.chunked_prefill is not None:
             engine["enable_chunked_prefill"] = llm.chunked_prefill
+        if llm.enforce_eager is not None:
+            engine["enforce_eager"] = llm.enforce_eager
         if llm.kv_cache_gb is not None:
             engine["kv_cache_memory_bytes"] = int(llm.kv_cache_gb * 2**30)
         version = Path(workdir) / "repository" / model.name / "1"

@@ -35,6 +35,7 @@ class Monitor:
         interval_s: float,
         on_requeue: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        deaf_s: Callable[[float, float], float] = lambda now, window_s: 0.0,
     ) -> None:
         self._db = db
         self._heard = heard
@@ -42,6 +43,8 @@ class Monitor:
         self._interval_s = interval_s
         self._on_requeue = on_requeue
         self._clock = clock
+        # (now, window) -> seconds of the window the leader answered heartbeats unheard (PerfDB failing: a 503).
+        self._deaf_s = deaf_s
         self._last_tick: float | None = None
         self._stalls: deque[tuple[float, float]] = deque()  # (tick that saw it, seconds the leader lagged)
 
@@ -74,8 +77,11 @@ class Monitor:
         for follower_id, seen in await followers_store.live_ids(self._db):
             # The allowance is read at each judgement, after the awaits before it: a stall during one of them (the
             # loop blocked while PerfDB answered) is silence the leader could not hear, like a stall between ticks.
-            timeout_s = self._missing_after_s + self.allowance_s(self._clock())
-            if self._heard.age_s(follower_id) > timeout_s and await followers_store.mark_missing(
+            now = self._clock()
+            timeout_s = self._missing_after_s + self.allowance_s(now)
+            # Time since its last beat that the leader could not hear it at all (PerfDB failing) is not its silence.
+            age_s = self._heard.age_s(follower_id)
+            if age_s - self._deaf_s(now, age_s) > timeout_s and await followers_store.mark_missing(
                 self._db, follower_id=follower_id, last_seen=seen
             ):
                 log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after_s)

@@ -13,8 +13,9 @@ import pytest
 
 from common.spec.job import JobSpec
 from common.spec.server import LlmServerOptions, ServerOptions
+from common.spec.sweep import configurations
 from common.wire.models import LlmParams, ModelMeta
-from follower.backends import BACKENDS, LlamaCppBackend, SglangBackend, TritonOpenAiBackend, available_backends
+from follower.backends import BACKENDS, LlamaCppBackend, SglangBackend, TritonOpenAiBackend, VllmBackend, available_backends
 from follower.backends.llmserver import parse_metrics
 from follower.backends.stats import llm_server_delta
 
@@ -36,6 +37,26 @@ def test_sglangs_command_line_says_the_spec_in_its_own_words(tmp_path: Path) -> 
     assert "--disable-radix-cache" in argv and "--enable-metrics" in argv
     gpu = SglangBackend(server=ServerOptions(device="cuda:1")).argv(tmp_path, MODEL, 1, tmp_path)
     assert "--device" not in gpu and "--disable-radix-cache" not in gpu
+
+
+def test_eager_mode_reaches_every_llm_server_in_its_own_words(tmp_path: Path) -> None:
+    """`enforce_eager`: vLLM's flag, Triton's vLLM engine argument, SGLang's CUDA graphs off, llama.cpp's graphs off;
+    unset, no server is told anything."""
+    eager = ServerOptions(llm=LlmServerOptions(enforce_eager=True))
+    vllm = VllmBackend(server=eager).argv(tmp_path / "model", MODEL, 1, tmp_path)
+    assert "--enforce-eager" in vllm and "--enforce-eager" not in VllmBackend(server=OPTIONS).argv(tmp_path, MODEL, 1, tmp_path)
+    assert "--disable-cuda-graph" in SglangBackend(server=eager).argv(tmp_path / "model", MODEL, 1, tmp_path)
+    assert "--disable-cuda-graph" not in SglangBackend(server=OPTIONS).argv(tmp_path / "model", MODEL, 1, tmp_path)
+    argv = TritonOpenAiBackend(server=eager).argv(tmp_path / "model", MODEL, 1, tmp_path)
+    engine = json.loads((Path(argv[argv.index("--model-repository") + 1]) / "tiny" / "1" / "model.json").read_text())
+    assert engine["enforce_eager"] is True
+    assert LlamaCppBackend(server=eager).environment()["GGML_CUDA_DISABLE_GRAPHS"] == "1"
+    assert "GGML_CUDA_DISABLE_GRAPHS" not in LlamaCppBackend(server=OPTIONS).environment()
+    spec = JobSpec.model_validate(
+        {"name": "j", "model": "tiny:1", "backends": ["vllm"], "load": {"rate": 10, "duration": "1s"},
+         "sweep": {"llm.enforce_eager": [True, False]}}
+    )
+    assert [c.llm.enforce_eager for c in configurations(spec.sweep or {}, spec.server)] == [True, False]
 
 
 def test_sglang_refuses_a_kv_cache_size_in_bytes_at_submission() -> None:

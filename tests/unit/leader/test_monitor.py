@@ -87,3 +87,61 @@ def test_a_stall_inside_a_tick_is_not_the_followers_silence(monkeypatch: pytest.
         now[0] += 0.2
         asyncio.run(monitor.tick())
     assert marked and set(marked) == {"f1"}
+
+
+def test_heartbeats_answered_503_while_perfdb_failed_are_not_the_followers_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PerfDB stalls for 8 s (its pings fail from t=10 until a good one at t=18): the leader answers every heartbeat 503
+    meanwhile, unheard. A follower beating throughout, last heard at 9.8, must not be judged missing once PerfDB is
+    back (seen in a run: a vLLM start starved the embedded database, and the job on a live follower was requeued and its
+    server started again); silence after that counts in full."""
+    from leader.dbhealth import DbHealth
+
+    now = [0.0]
+    health = DbHealth("mongodb://127.0.0.1:9/?directConnection=true", clock=lambda: now[0])  # never contacted
+    now[0] = 10.0
+    health.failed("timeout")
+    now[0] = 13.0
+    health.failed("timeout")
+    assert health.down and health.deaf_s(15.0, 3.0) == 3.0  # failing still: the whole window
+    now[0] = 18.0
+    health.answered()
+    assert not health.down
+    assert [health.deaf_s(t, 3.0) for t in (18.0, 20.0, 21.0, 30.0)] == [3.0, 1.0, 0.0, 0.0]
+    assert health.deaf_s(18.0, 10.0) == 8.0  # from the first failed ping, not from when it was called down
+
+    heard = Ages(clock=lambda: now[0])
+    monitor = Monitor(
+        db=None,  # type: ignore[arg-type]
+        heard=heard,
+        missing_after_s=3.0,
+        interval_s=0.5,
+        on_requeue=lambda: None,
+        clock=lambda: now[0],
+        deaf_s=health.deaf_s,
+    )
+    marked: list[str] = []
+
+    async def live_ids(db: Any) -> list[tuple[str, Any]]:
+        return [("f1", None)]
+
+    async def mark_missing(db: Any, *, follower_id: str, last_seen: Any) -> bool:
+        marked.append(f"{follower_id} at {now[0]:.1f}")
+        return True
+
+    async def nothing(*args: Any, **kwargs: Any) -> list[str]:
+        return []
+
+    monkeypatch.setattr(monitor_module.followers_store, "live_ids", live_ids)
+    monkeypatch.setattr(monitor_module.followers_store, "mark_missing", mark_missing)
+    monkeypatch.setattr(monitor_module.followers_store, "missing_ids", nothing)
+    monkeypatch.setattr(monitor_module.assignments_store, "requeue_follower_jobs", nothing)
+    now[0] = 9.8
+    heard.mark("f1")
+    now[0] = 18.2  # the first tick after PerfDB is back (the ticks while it was down failed): 8.4 s unheard
+    monitor.allowance_s(17.7)  # the previous tick, on time
+    asyncio.run(monitor.tick())
+    assert marked == []
+    for _ in range(6):  # then it really falls silent: 3 s it could be heard in (after 17.8 with the 8 s deaf), missing
+        now[0] += 0.5
+        asyncio.run(monitor.tick())
+    assert marked == ["f1 at 21.2"]
