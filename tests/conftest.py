@@ -63,8 +63,8 @@ FIXED_PORT_MODULES = ("tests/deploy/", "tests/e2e/test_newcomer.py")
 # docs/tests/durations_*.log); the rest keep their collection order.
 LONGEST_FIRST = (
     "tests/e2e/test_llm_jobs.py",
-    "tests/e2e/test_demo.py",
     FIXED_PORTS,
+    "tests/e2e/test_demo.py",
     "tests/e2e/test_openapi_fuzz.py",
     "tests/e2e/test_cli_operate.py",
     "tests/faults/test_faults.py",
