@@ -89,6 +89,10 @@ class LocalStack:
         if db_name is not None:
             self.env["BENCHFLEET_LEADER_DB_NAME"] = db_name
         self.env.update(env or {})
+        if leader_port is None:
+            # A leader on a free port gets a free live-progress port too: the default (8701) is the README fleet's, and
+            # a demo or a test beside it would take it (or fail to).
+            self.env.setdefault("BENCHFLEET_LEADER_GRPC_PORT", str(free_port()))
         self._set_urls()
 
     # -- the two services the leader needs -----------------------------------------------------------------------

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from benchfleet.stack import LocalStack
-from common.procs import free_port
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,6 @@ def fleet(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory
     }
     env = {
         "BENCHFLEET_LEADER_MISSING_AFTER_S": "3",
-        "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()),  # live progress; a fixed port would clash between fleets
         "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
     }
     stack = LocalStack(tmp_path_factory.mktemp("fleet"), mongo_uri=mongo_service.url, redis_url=redis_service.url,

@@ -16,7 +16,6 @@ from bench.scheduler_live_teams import job_spec, run_of
 from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
-from common.procs import free_port
 from tests.e2e.test_walking_skeleton import _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +28,6 @@ DONE = ("succeeded", "failed", "cancelled")
 @pytest.fixture(scope="module")
 def shared(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # type: ignore[no-untyped-def]
     env = {
-        "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()),
         "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
         "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
     }

@@ -18,7 +18,6 @@ import pytest
 
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
-from common.procs import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +56,7 @@ def tls_stack(mongo_service, redis_service, tmp_path_factory: pytest.TempPathFac
     cert, key = _certificate(workdir)
     env = {
         "BENCHFLEET_LEADER_TLS_CERTFILE": str(cert), "BENCHFLEET_LEADER_TLS_KEYFILE": str(key),
-        "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()), "BENCHFLEET_FOLLOWER_LEADER_CA_FILE": str(cert),
+        "BENCHFLEET_FOLLOWER_LEADER_CA_FILE": str(cert),
         "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5", "BENCHFLEET_FOLLOWER_METRICS_PORT": "-1",
     }  # fmt: skip
     stack = LocalStack(workdir, mongo_uri=mongo_service.url, redis_url=redis_service.url, db_name=f"tls_{uuid.uuid4().hex[:8]}",

@@ -102,7 +102,6 @@ def traced_fleet(
     base_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     env = {
         "BENCHFLEET_LEADER_MISSING_AFTER_S": "3",
-        "BENCHFLEET_LEADER_GRPC_PORT": str(free_port()),
         "BENCHFLEET_FOLLOWER_HEARTBEAT_INTERVAL_S": "0.5",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
