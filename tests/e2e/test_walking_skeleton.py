@@ -67,20 +67,16 @@ seed: 42
     # Latency from the intended time can only be longer than service time from the actual send.
     assert point.latency_ms.p50 >= point.service_ms.p50
     assert point.cold_start is not None and 0 < point.cold_start.to_ready_s <= point.cold_start.to_first_answer_s
-    # The verdict agrees with the figures it was judged from, whatever the host did. (It used to be asserted valid unless
-    # the generator stalled, with the rate within 2%; a run with the server's process stalled instead filled the
-    # automatic in-flight cap alone, rightly named: whether a 200 req/s point is valid on a quiet host is
-    # bench/repeatability.py's claim, with its runs' verdicts; the judge's rules are tests/integration/follower/
-    # test_capacity.py's, on recorded records.)
+    # The verdict is the judge's rules applied to the point's own figures, whatever the host did. (It was asserted
+    # valid unless the generator stalled, with the rate within 2% of 200: a run whose server process stalled filled the
+    # automatic in-flight cap instead, rightly named. Whether such a point is valid on a quiet host is now
+    # bench/repeatability.py's claim, each run's verdict in its RESULT line; the judge's rules on recorded records are
+    # tests/integration/follower/test_capacity.py's.)
     codes = {reason.code for reason in point.reasons}
     assert point.valid == (not point.invalid_reasons) == (not codes), point.reasons
-    # A point of 200 req/s on a server that answers in well under a millisecond breaks only the rules host load breaks,
-    # and the point's own figures hold each cause: a cap reached is requests that found every slot busy, a rate missed
-    # is an achieved rate more than 2% off (a saturated server is named instead).
-    assert codes <= {"send_lag", "cap_reached", "rate_missed", "server_saturated"}, point.reasons
+    missed = abs(point.achieved_rate - point.offered_rate) / point.offered_rate > 0.02  # verdict.py's RATE_TOLERANCE
+    assert ("rate_missed" in codes) == (missed and "server_saturated" not in codes), point
     assert "cap_reached" not in codes or point.capped > 0, point
-    miss = abs(point.achieved_rate - 200) / 200
-    assert miss > 0.02 if "rate_missed" in codes else (miss <= 0.02 or "server_saturated" in codes), point
     if not point.valid:
         print(f"point invalid on this host: {point.invalid_reasons}")
     assert point.environment.follower_id == "f-main" and point.environment.seed == point.point.seed
