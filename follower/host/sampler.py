@@ -52,6 +52,7 @@ class Samples:
     gpu_memory_bytes: np.ndarray | None = None  # sum over the sampled GPUs
     gpu_power_w: np.ndarray | None = None  # sum over the sampled GPUs
     cpu_energy_j: np.ndarray | None = None  # cumulative CPU package energy since start (RAPL), where readable
+    start_ns: int = 0  # when start() read the tree's CPU time: where the first sample's interval begins
 
 
 class _Nvml:
@@ -131,13 +132,14 @@ class ResourceSampler:
         self._rapl: list[float] = []  # cumulative joules per sample (wraps undone)
         self._rapl_last: tuple[int, int] | None = None
         self._rapl_ok = True
+        self._start_ns = 0
         self.errors = 0
 
     def start(self) -> ResourceSampler:
         """Take a first sample now and keep sampling in a daemon thread."""
         self._nvml = _Nvml(self.config.gpu_indices)
         self._refresh_tree()
-        self._prev_t = time.monotonic_ns()
+        self._start_ns = self._prev_t = time.monotonic_ns()
         for proc in self._procs.values():
             self._cpu_prev[proc.pid] = self._cpu_s(proc)
         self._rapl_ok = read_rapl_uj() is not None
@@ -168,6 +170,7 @@ class ResourceSampler:
             t_ns=np.asarray(self._t, dtype=np.int64),
             cpu_percent=np.asarray(self._cpu, dtype=np.float64) if self.pid is not None else None,
             rss_bytes=np.asarray(self._rss, dtype=np.float64) if self.pid is not None else None,
+            start_ns=self._start_ns,
         )
         if self._gpu:
             out.gpu_util_percent = np.asarray([g[0] for g in self._gpu])
