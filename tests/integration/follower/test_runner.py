@@ -20,6 +20,7 @@ from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import CPU_SHARE_MAX, MIN_COMPLETED, SEND_LAG_P99_MAX_MS, WindowSummary
 from follower.point.context import HostFacts, ServerRun
 from follower.point.runner import run_backend
+from tests.verdicts import assert_verdict_follows_figures
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,6 @@ def test_one_real_point(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> 
     assert result.service_ms is not None and result.send_lag_ms is not None
     # Latency from the intended time can never be shorter than service time from the send.
     assert result.latency_ms.p50 >= result.service_ms.p50 * 0.999
-    assert abs(result.achieved_rate - result.offered_rate) / result.offered_rate <= 0.02
     # Poisson: the realised offered rate is near the nominal one (5 sigma for ~600 arrivals is ~20%).
     assert result.offered_rate == pytest.approx(200.0, rel=0.2)
     assert result.cold_start is not None
@@ -95,7 +95,9 @@ def test_one_real_point(mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path) -> 
     lag_reasons = [r.text for r in result.reasons if r.code == "send_lag"]
     if waited is not None and waited >= 0.01:
         assert all("for its core" in r for r in lag_reasons), lag_reasons
-    assert result.valid == (result.invalid_reasons == [])
+    # The rate: a miss is named exactly when the achieved rate is off the offered one (it was asserted within 2%, which
+    # a host stall of the server breaks; a quiet host's valid point at this load is bench/repeatability.py's claim).
+    assert_verdict_follows_figures(result)
     # Server stage timings came back with every answer.
     assert summary.stages_ms["infer_ns"] is not None and summary.stages_ms["infer_ns"].count == result.ok
     assert (tmp_path / "onnxruntime.log").exists()
