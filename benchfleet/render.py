@@ -179,7 +179,8 @@ def wire_sheet(results: JobResults) -> Sheet | None:
         if wire.scope:
             sheet.note(f"point {r.point.index}: {wire.scope}")
         if wire.unmatched or wire.drops or wire.truncated:
-            sheet.note(f"point {r.point.index}: {wire.unmatched} requests not matched, {wire.drops} packets dropped")
+            why = "".join(f"; {n}: {reason}" for reason, n in sorted(wire.unmatched_why.items()))
+            sheet.note(f"point {r.point.index}: {wire.unmatched} requests not matched, {wire.drops} packets dropped{why}")
     return sheet
 
 

@@ -54,6 +54,7 @@ class WireAudit(BaseModel):
     wire_requests: int = 0  # requests on the wire over the whole run (warm-up included)
     matched: int = 0  # measured requests matched to their wire request, their answers agreeing
     unmatched: int = 0  # measured requests sent but not matched (no wire request, or answers that disagree)
+    unmatched_why: dict[str, int] = {}  # the unmatched ones by reason (follower/loadgen/wireaudit.py: disagreement)
     send_us: Spread | None = None
     receive_us: Spread | None = None
     done_us: Spread | None = None

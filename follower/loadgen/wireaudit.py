@@ -8,7 +8,8 @@ byte. The server's bytes are read by the client's own reader (openai_stream.Answ
 events; its token-event rule, `event_tokens`): an answer's first byte, each token event at the packet that completes
 it, its last byte. The n-th answer on a connection answers its n-th request.
 
-A request begins on the wire with its first packet: the SYN of the connection it opened, else its first byte.
+A request begins on the wire with its first packet: the SYN of the connection it opened (its first, where an unanswered
+SYN was sent again), else its first byte.
 Requests are matched to the client's records connection by connection: the open loop records the local port each
 request went out on, and one connection carries one request at a time, so a port's records in the order of their
 stamps are its wire requests in the order they left. Records without a port (a driver that does not say) are matched
@@ -39,6 +40,7 @@ from follower.protocols.transports.sse import DONE, StreamError
 # The clock offset's error plus the kernel's own stamping: a client stamp this much before the wire's is still causal.
 SLACK_NS = 20_000
 MAX_SEND_NS = 1_000_000_000  # a request leaves within a second of its stamp, or it is not that request
+NO_WIRE_REQUEST = "no request on the wire within a second of the client's stamp"
 NEIGHBOURS = 4  # how far in send order a record whose pair disagrees looks for one to trade with (see match)
 # The wall clock moved against the monotonic one by more than this over the point: it was stepped (NTP slews both alike).
 STEP_NS = 100_000
@@ -108,10 +110,11 @@ class _Requests:
         self.body_left = -1  # bytes of the current request's body still to come (-1: its head is not read yet)
         self.sent: list[WireRequest] = []
         self.unreadable = False
-        self.syn_ns = -1  # the connection's SYN, for the request that opened it
+        self.syn_ns = -1  # the connection's (first) SYN, for the request that opened it
+        self.syn_seq: int | None = None  # its sequence number: a SYN with the same one is a retransmission
 
-    def opened_at(self, ns: int) -> None:
-        self.syn_ns = ns
+    def opened_at(self, ns: int, seq: int) -> None:
+        self.syn_ns, self.syn_seq = ns, seq
 
     def feed(self, data: bytes, ns: int) -> None:
         if self.unreadable or not data:
@@ -194,12 +197,15 @@ def wire_requests(captured: Captured) -> list[WireRequest]:
     finished: list[tuple[_Requests, _Answers]] = []
     for packet in sorted(captured.packets, key=lambda p: p.ns):
         conn = conns.get(packet.client_port)
-        if conn is None or (packet.flags & SYN and packet.outgoing):  # a new connection (a port may be used again)
+        syn = bool(packet.flags & SYN and packet.outgoing)
+        # A new connection (a port may be used again); a SYN sent again with the same sequence number is the same
+        # connection's, retransmitted (its first went unanswered): the request began with the first.
+        if conn is None or (syn and conn[2].syn_seq != packet.seq):
             if conn is not None:
                 finished.append((conn[2], conn[3]))
             conn = conns[packet.client_port] = (_Flow(), _Flow(), _Requests(packet.client_port), _Answers())
-            if packet.flags & SYN and packet.outgoing:
-                conn[2].opened_at(packet.ns)
+            if syn:
+                conn[2].opened_at(packet.ns, packet.seq)
         out, back, requests, answers = conn
         if packet.outgoing:
             requests.feed(out.add(packet), packet.ns)
@@ -217,11 +223,14 @@ def wire_requests(captured: Captured) -> list[WireRequest]:
     return every
 
 
-def match(records: LoadRecords, wire: list[WireRequest], offset_ns: int) -> dict[int, WireRequest]:
+def match(
+    records: LoadRecords, wire: list[WireRequest], offset_ns: int, why: dict[int, str] | None = None
+) -> dict[int, WireRequest]:
     """Each record (by index) the wire request it sent, where their answers agree (see the module's docstring);
     `offset_ns`: the wire's clock minus the records'. A record with its port is paired within that port's requests;
     the others by order among the requests of ports no record names, then a record whose pair disagrees trades pairs
-    with one of its NEIGHBOURS either side where both then agree (two requests that left crosswise to their stamps)."""
+    with one of its NEIGHBOURS either side where both then agree (two requests that left crosswise to their stamps).
+    `why`, where given, gets each sent record left unmatched and the reason (`disagreement`, or no wire request)."""
     sent = np.flatnonzero(records.sent_ns >= 0)
     order = sent[np.argsort(records.sent_ns[sent], kind="stable")]
     ports = records.port if len(records.port) == len(records) else np.full(len(records), -1, dtype=np.int32)
@@ -248,6 +257,17 @@ def match(records: LoadRecords, wire: list[WireRequest], offset_ns: int) -> dict
                 pairs[p], pairs[q] = (i, other), (k, request)
                 agree[p] = agree[q] = True
     matched.update({i: request for (i, request), ok in zip(pairs, agree, strict=True) if ok})
+    if why is not None:
+        paired = {
+            i: request
+            for port, indices in own.items()
+            for i, request in _paired(records, indices, on_port.get(port, []), offset_ns)
+        }
+        paired.update(dict(pairs))
+        for i in order.tolist():
+            if i not in matched:
+                pair = paired.get(i)
+                why[i] = NO_WIRE_REQUEST if pair is None else disagreement(records, i, pair.answer, offset_ns) or "unexplained"
     return matched
 
 
@@ -268,15 +288,27 @@ def _paired(records: LoadRecords, order: list[int], wire: list[WireRequest], off
 
 def _agrees(records: LoadRecords, i: int, answer: WireAnswer | None, offset_ns: int) -> bool:
     """Whether the client's record of request i tells the same story as the wire's answer."""
-    if records.status[i] != 200 or answer is None or answer.status != 200 or answer.done_ns < 0:
-        return False
-    first = int(records.first_byte_ns[i]) + offset_ns
-    if first < answer.first_ns - SLACK_NS or int(records.done_ns[i]) + offset_ns < answer.done_ns - SLACK_NS:
-        return False
+    return disagreement(records, i, answer, offset_ns) is None
+
+
+def disagreement(records: LoadRecords, i: int, answer: WireAnswer | None, offset_ns: int) -> str | None:
+    """Where the client's record of request i and the wire's answer part (None: they agree)."""
+    if records.status[i] != 200:
+        return "the client's answer is not a 200"
+    if answer is None or answer.done_ns < 0:
+        return "no whole answer on the wire"
+    if answer.status != 200:
+        return "the wire's answer is not a 200"
+    if int(records.first_byte_ns[i]) + offset_ns < answer.first_ns - SLACK_NS:
+        return "the client stamped the first byte before the wire carried it"
+    if int(records.done_ns[i]) + offset_ns < answer.done_ns - SLACK_NS:
+        return "the client stamped the last byte before the wire carried it"
     if records.llm is None:
-        return True
+        return None
     times = records.llm.token_times[i]
-    return times is not None and len(times) == len(answer.token_ns)
+    if times is None or len(times) != len(answer.token_ns):
+        return "a different number of token events"
+    return None
 
 
 def _spread(values_ns: Iterable[int]) -> Spread | None:
@@ -305,15 +337,19 @@ def audit(captured: Captured, records: LoadRecords, offset_ns: int, window: tupl
     """The audit of the requests intended within `window` (monotonic ns, the measured part), from the whole run's
     packets; `offset_ns`: CLOCK_REALTIME minus the records' monotonic clock."""
     wire = wire_requests(captured)
-    matched = match(records, wire, offset_ns)
+    why: dict[int, str] = {}
+    matched = match(records, wire, offset_ns, why)
     lo, hi = window
     measured = [int(i) for i in np.flatnonzero((records.intended_ns >= lo) & (records.intended_ns < hi) & (records.sent_ns >= 0))]
     send, receive, done, tokens = [], [], [], []
     defs: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k in ("latency", "ttft", "ttft_intended", "itl")}
     agreed = 0
+    unmatched_why: dict[str, int] = {}
     for i in measured:
         request = matched.get(i)  # matched only where the answers agree
         if request is None:
+            reason = why.get(i, "unexplained")
+            unmatched_why[reason] = unmatched_why.get(reason, 0) + 1
             continue
         answer = request.answer
         assert answer is not None
@@ -345,6 +381,7 @@ def audit(captured: Captured, records: LoadRecords, offset_ns: int, window: tupl
         wire_requests=len(wire),
         matched=agreed,
         unmatched=len(measured) - agreed,
+        unmatched_why=unmatched_why,
         send_us=_spread(send),
         receive_us=_spread(receive),
         done_us=_spread(done),

@@ -167,7 +167,10 @@ audit: wire
     if os.geteuid() != 0:
         assert not wire.ran and wire.why_not is not None and "CAP_NET_RAW" in wire.why_not
         return
-    assert wire.ran and wire.interface not in (None, "all") and (wire.matched, wire.unmatched) == (point.ok, 0), wire
+    assert wire.ran and wire.interface not in (None, "all") and (wire.matched, wire.unmatched) == (point.ok, 0), (
+        wire.unmatched_why,
+        wire,
+    )
     itl = wire.figure("itl")
     assert itl is not None and itl.count == llm.itl_ms.count and {f.name for f in wire.figures} >= {"ttft", "latency"}
     assert wire.token_us is not None and wire.token_us.count == itl.count + point.ok  # every token: a gap, or the first
@@ -227,8 +230,10 @@ slo: {{ttft_ms: 2000, tpot_ms: 500}}
     for backend, point in sorted(by_backend.items()):
         llm = point.llm
         assert llm is not None and llm.ttft_ms is not None and llm.tpot_ms is not None
-        print(f"\n{backend}: TTFT p50 {llm.ttft_ms.p50:.1f} p99 {llm.ttft_ms.p99:.1f} ms, TPOT p99 {llm.tpot_ms.p99:.2f} ms, "
-              f"{llm.output_tokens_per_s:.1f} tok/s, goodput {llm.goodput_share:.3f}")
+        print(
+            f"\n{backend}: TTFT p50 {llm.ttft_ms.p50:.1f} p99 {llm.ttft_ms.p99:.1f} ms, TPOT p99 {llm.tpot_ms.p99:.2f} ms, "
+            f"{llm.output_tokens_per_s:.1f} tok/s, goodput {llm.goodput_share:.3f}"
+        )
 
 
 @pytest.mark.parametrize("backend", ["sglang", "triton-openai"])
@@ -361,13 +366,17 @@ def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_mo
     for follower in ("llm-shard-a", "llm-shard-b"):
         fleet.start_follower(follower, env=labels)
     with fleet.client() as client:
-        single = _wait_done(client, client.submit_yaml(f"""
+        single = _wait_done(
+            client,
+            client.submit_yaml(f"""
 name: llm-endpoint
 model: {llm_model}
 load: {{pattern: poisson, rate: 8, duration: 4s, warmup: 1s}}
 llm: {{prompt_tokens: 32, output_tokens: 8}}
 target: {{url: "{shared_vllm}", protocol: openai}}
-""").id, timeout_s=300)
+""").id,
+            timeout_s=300,
+        )
         job = client.submit_yaml(f"""
 name: llm-shards
 model: {llm_model}
@@ -385,8 +394,10 @@ target: {{url: "{shared_vllm}", protocol: openai, shards: {{count: 2, labels: {{
     assert alone.llm.mismatched_requests == 0 and alone.llm.ttft_ms is not None and alone.llm.ttft_ms.count == alone.ok
     (point,) = results.points
     llm, codes = point.llm, [r.code for r in point.reasons]
-    assert [(s.shard, s.follower_id in ("llm-shard-a", "llm-shard-b"), s.state) for s in point.shards] == \
-        [(0, True, "merged"), (1, True, "merged")], point.shards
+    assert [(s.shard, s.follower_id in ("llm-shard-a", "llm-shard-b"), s.state) for s in point.shards] == [
+        (0, True, "merged"),
+        (1, True, "merged"),
+    ], point.shards
     assert not {"shard_lost", "shard_absent"} & set(codes), point.reasons
     assert llm is not None and point.requests == 16 * 6 and point.ok == point.requests, (point.error_sample, codes)
     # Both shards' token records are in: a first token for every request, and the server's exact counts.

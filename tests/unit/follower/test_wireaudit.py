@@ -103,6 +103,7 @@ def test_records_are_matched_in_send_order_and_an_answer_that_disagrees_is_not_c
     records.status[:] = 200
     result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 10_000 * us))
     assert (result.matched, result.unmatched, result.wire_requests) == (2, 1, 3)
+    assert result.unmatched_why == {"the client stamped the first byte before the wire carried it": 1}
     assert result.send_us is not None and result.send_us.p50 == 5.0
     assert result.receive_us is not None and result.receive_us.max == 3.0
     latency = result.figure("latency")
@@ -170,3 +171,49 @@ def test_each_loopback_packet_is_kept_once_on_its_own_side() -> None:
     assert parse(to_client, 3, PACKET_HOST, PORT) == Packet(3, False, 40000, 7, 0x18, b"ans")
     assert parse(to_client, 4, PACKET_OUTGOING, PORT) is None  # the server's packet leaving
     assert parse(_datagram(1, 2, b"x"), 5, PACKET_HOST, PORT) is None  # another port's
+
+
+def test_each_unmatched_request_says_why() -> None:
+    us = 1000  # ns
+    conns = [_Conn(42000 + k) for k in range(4)]
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    packets = [conns[0].send(1000 * us, REQUEST), conns[0].answer(5000 * us, ok)]
+    packets += [conns[1].send(1100 * us, REQUEST), conns[1].answer(5100 * us, ok)]
+    packets += [conns[2].send(1200 * us, REQUEST), conns[2].answer(5200 * us, ok[:10])]  # its answer never completes
+    # The fourth request left more than a second after its stamp (the generator stalled between them).
+    packets += [conns[3].send(2_400_000 * us, REQUEST), conns[3].answer(2_405_000 * us, ok)]
+    records = LoadRecords.allocate(0, np.array([990, 1090, 1190, 1290], dtype=np.int64) * us)
+    records.sent_ns[:] = np.array([995, 1095, 1195, 1295]) * us
+    records.port[:] = [c.port for c in conns]
+    records.first_byte_ns[:] = np.array([5003, 5103, 5203, 2_405_003]) * us
+    records.done_ns[:] = np.array([5004, 5050, 5204, 2_405_004]) * us  # the second claims its last byte early
+    records.status[:] = 200
+    result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 10_000 * us))
+    assert (result.matched, result.unmatched) == (1, 3)
+    assert result.unmatched_why == {
+        "the client stamped the last byte before the wire carried it": 1,
+        "no whole answer on the wire": 1,
+        "no request on the wire within a second of the client's stamp": 1,
+    }
+
+
+def test_a_request_whose_syn_was_sent_again_began_with_the_first() -> None:
+    us = 1000  # ns
+    conn = _Conn(43000)
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    syn, syn_ack = conn.syn(1000 * us)
+    # The first SYN went unanswered (a full accept queue drops it); the kernel sent it again a second later.
+    again = Packet(1_001_000 * us, True, conn.port, syn.seq, SYN, b"")
+    answered = Packet(1_001_100 * us, False, conn.port, syn_ack.seq, syn_ack.flags, b"")
+    packets = [syn, again, answered, conn.send(1_001_200 * us, REQUEST), conn.answer(1_005_000 * us, ok)]
+    (request,) = wire_requests(Captured(packets=packets))
+    assert (request.send_ns, request.opened) == (1000 * us, True)
+    records = LoadRecords.allocate(0, np.array([990], dtype=np.int64) * us)
+    records.sent_ns[:] = 995 * us
+    records.port[:] = conn.port
+    records.first_byte_ns[:] = 1_005_003 * us
+    records.done_ns[:] = 1_005_004 * us
+    records.status[:] = 200
+    result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 2_000_000 * us))
+    assert (result.matched, result.unmatched) == (1, 0), result.unmatched_why
+    assert result.send_us is not None and result.send_us.p50 == 5.0  # from the stamp to the first SYN
