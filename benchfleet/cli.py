@@ -11,6 +11,7 @@ from typing import Annotated
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from benchfleet import cli_admin, cli_analysis, cli_store, cli_teams
 from benchfleet.calls import EXPORT_FORMATS
@@ -108,6 +109,10 @@ def _progress_console() -> Console:
     return err_console if err_console.is_terminal else Console(stderr=True, width=LOG_WIDTH, highlight=False)
 
 
+# The states in which a job waits for a follower, with the leader's reason why (JobView.waiting_reason).
+WAITING = (JobState.queued, JobState.assigned)
+
+
 def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) -> JobView:
     """Show one progress bar per point until the job ends (a split job's parts side by side); returns the final job."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -119,6 +124,7 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
     use_progress_api = True
     done: set[int] = set()
     running_since: dict[int, float] = {}
+    said: str | None = None  # the waiting reason last printed
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -133,8 +139,15 @@ def watch_job(client: BenchfleetClient, job: JobView, *, poll_s: float = 0.5) ->
             job = call(client.job, job.id)
             # A split job's points_done is its parts' sum (the leader adds them up).
             split = f", {len(job.parts)} parts" if job.parts else ""
-            bars.update(header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total}{split})")
-            if job.state not in (JobState.queued, JobState.assigned):
+            reason = job.waiting_reason if job.state in WAITING else None
+            if reason and reason != said:  # a line of its own too, so a log (where bars are drawn at the end) has it
+                bars.console.print(f"{job.name} {job.state}: {reason}", markup=False, highlight=False)
+            said = reason
+            waiting = f" — {escape(reason)}" if reason else ""
+            bars.update(
+                header, description=f"[bold]{job.name}[/] {job.state} ({job.points_done}/{job.points_total}{split}){waiting}"
+            )
+            if job.state not in WAITING:
                 finished = {r.point.index: r for r in call(client.results, job.id).points}
                 for index in finished.keys() - done:
                     bars.start_task(tasks[index])

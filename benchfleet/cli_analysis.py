@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from benchfleet.cli_common import (
     DEFAULT_URL,
+    EXIT_NOT_COMPARABLE,
     EXIT_REGRESSION,
     EXIT_USAGE,
     JsonOpt,
@@ -156,6 +157,9 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
         ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
         change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
         verdict: str = p.verdict
+        for name, valid, reasons in (("A", p.a_valid, p.a_reasons), ("B", p.b_valid, p.b_reasons)):
+            if valid is False:  # the side's own verdict decides that nothing is judged here
+                verdict += " " + sheet.note(f"{p.key}: {name}'s point is invalid: {'; '.join(reasons)}")
         if p.comparable is not None and p.comparable != "comparable":
             verdict += " " + sheet.note(f"{p.key}: {p.comparable}")  # what differs between the two runs
         sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, verdict])
@@ -165,6 +169,8 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
             test = "bootstrap" if m.ci_low is not None else "summary"
             sheet.rows.append([f"  {m.metric}", _num(m.a), _num(m.b), change, ci, "-", test, m.verdict])
     sheet.footer = f"{answer.regressions} regression(s) at a threshold of {100 * answer.threshold:g}%"
+    if answer.invalid:
+        sheet.footer += f"; {answer.invalid} point(s) not judged: a side's point is invalid"
     return sheet
 
 
@@ -240,12 +246,15 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         wide: WideOpt = False,
     ) -> None:
-        """Compare job B with job A point by point; exits 5 when a point regressed (a CI gate)."""
+        """Compare job B with job A point by point, between valid points only; exits 5 when a point regressed (a CI
+        gate), else 6 when a point could not be judged because a side's point is invalid."""
         with client_for(url, token) as client:
             answer = call(client.compare, job_a, job_b, threshold=threshold)
         show(answer, compare_sheet, as_json=as_json, wide=wide)
         if answer.regressions:
             raise typer.Exit(EXIT_REGRESSION)
+        if answer.invalid:
+            raise typer.Exit(EXIT_NOT_COMPARABLE)
 
     @app.command()
     def baseline(name: str, job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "", as_json: JsonOpt = False) -> None:

@@ -19,9 +19,10 @@ from benchfleet.up import DEFAULT_PORT
 
 # Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE, EXIT_REGRESSION = 0, 1, 2, 3, 4, 5
+EXIT_NOT_COMPARABLE = 6
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad usage, 3 the API refused, 4 leader unreachable, "
-    "5 compare found a regression."
+    "5 compare found a regression, 6 compare found none but could not judge a point (a side's point is invalid)."
 )
 
 # soft_wrap: a message is one line in a log, whatever width a pipe is given (a terminal wraps it itself).
@@ -59,11 +60,25 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def leader_url(url: str) -> str:
+    """The leader's base URL from what a user gave: `http(s)://host:port`, with any `/api/v1` after it dropped (the
+    API's own path, which users paste from its docs); anything else is a usage error naming --url."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        fail(f"--url {url!r} is not a URL ({exc}); give the leader's, e.g. {DEFAULT_URL}", EXIT_USAGE)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        fail(f"--url {url!r} needs http:// or https:// and a host, e.g. {DEFAULT_URL}", EXIT_USAGE)
+    path = parsed.path.rstrip("/").removesuffix("/api/v1")
+    return str(parsed.copy_with(path=path or "/", query=None, fragment=None)).rstrip("/")
+
+
 def client_for(url: str, token: str) -> BenchfleetClient:
-    """A client of the leader at `url` (a usage error without a token)."""
+    """A client of the leader at `url` (a usage error without a token, or for a URL that is not a leader's)."""
+    base = leader_url(url)
     if not token:
         fail("no API token: pass --token or set BENCHFLEET_TOKEN", EXIT_USAGE)
-    return BenchfleetClient(url, token)
+    return BenchfleetClient(base, token)
 
 
 def call(fn, *args, **kwargs):

@@ -41,6 +41,7 @@ class LeaderboardRow(BaseModel):
     requests: int = 0
     errors: int = 0
     valid: bool = False
+    invalid_reasons: list[str] = []  # why the point is invalid, as the judge said ([] on rows stored before it)
     slo_p99_ms: float | None = None
     slo_met: bool | None = None
     cost_usd_per_1m: float | None = None
@@ -181,7 +182,9 @@ class RecommendResponse(BaseModel):
     missing: str | None = None  # with no recommendation: which constraint no point met, the closest, and what to run
 
 
-Verdict = Literal["regression", "improvement", "unchanged", "missing"]
+# "invalid": a side's point is invalid (common/wire/results.py: its reasons), so its figures decide nothing; "missing":
+# the point is on one side only.
+Verdict = Literal["regression", "improvement", "unchanged", "invalid", "missing"]
 
 
 LlmMetric = Literal["ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "tokens_per_s"]
@@ -218,6 +221,12 @@ class PointComparison(BaseModel):
     # Whether the two points can be compared at all (common/wire/repro.py): "comparable", or "not comparable: kernel,
     # packages" naming what differs (the configuration hash, or an environment fact); None where one side is missing.
     comparable: str | None = None
+    # Each side's verdict on its own measurement (None: the side has no such point) and why it is invalid: an invalid
+    # side makes the comparison's verdict "invalid", whatever its figures say.
+    a_valid: bool | None = None
+    b_valid: bool | None = None
+    a_reasons: list[str] = []
+    b_reasons: list[str] = []
 
 
 class CompareResponse(BaseModel):
@@ -227,7 +236,8 @@ class CompareResponse(BaseModel):
     b: str
     threshold: float
     points: list[PointComparison]
-    regressions: int
+    regressions: int  # regressions between valid points only
+    invalid: int = 0  # points not judged because a side's point is invalid
 
 
 class FollowerOutlier(BaseModel):

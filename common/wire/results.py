@@ -331,6 +331,12 @@ class NetworkResult(BaseModel):
     tcp_retransmits: int = 0  # segments retransmitted during the point, both ends (the follower's side host-wide)
 
 
+# stages_ms's total (the mean service time), beside the disjoint stages that sum to it.
+SERVICE_TOTAL = "service"
+# The stages in the order a request passes them (a server's processors around its own stages; then the wire).
+STAGE_ORDER = ("preprocess", "decode", "queue", "infer", "encode", "postprocess", "transmission")
+
+
 class PointResult(BaseModel):
     """One measured point. Latency counts from the *intended* send time; service time from the actual send."""
 
@@ -377,7 +383,9 @@ class PointResult(BaseModel):
     latency_ci_ms: dict[str, tuple[float, float]] | None = None  # 95% CIs of p50/p99 latency (block bootstrap)
     latency_hdr: str | None = None  # latency-from-intended HDR histogram (ns), common.stats.encode; mergeable
     service_hdr: str | None = None
-    stages_ms: dict[str, float] | None = None  # mean per stage; sums to the mean service time
+    # Mean ms per stage of a request's service time, in the order a request passes them (STAGE_ORDER), and their sum
+    # under SERVICE_TOTAL: the stages are disjoint and add up to it.
+    stages_ms: dict[str, float] | None = None
     # Client-side processing per request (ms): "preprocess" done once before the run, since bodies are pre-encoded;
     # "postprocess" timed on up to 16 sample answers after the run (follower/point/postprocess.py). Neither is in the
     # service time; None when none ran on the client (e.g. processing: server).

@@ -10,7 +10,7 @@ from common.spec.grid import DRAIN_MAX_S, DRAIN_MIN_S
 from common.spec.load import P99_MIN_SAMPLES
 from common.spec.slo import SLO
 from common.stats import block_bootstrap_ci, encode, histogram_of, summarize_ns
-from common.wire.results import LlmFigures, Percentiles, Reason
+from common.wire.results import SERVICE_TOTAL, LlmFigures, Percentiles, Reason
 from follower.loadgen.records import DROPPED, NOT_SENT, OPTIONAL_STAGES, STAGES, UNANSWERED, LoadRecords
 
 # MEASUREMENT.md's rules.
@@ -201,7 +201,7 @@ def stage_breakdown(records: LoadRecords) -> dict[str, float] | None:
         out[stage.removesuffix("_ns")] = float(values.mean()) / 1e6
         server_total += values
     out["transmission"] = float((service - server_total).mean()) / 1e6
-    out["service"] = float(service.mean()) / 1e6
+    out[SERVICE_TOTAL] = float(service.mean()) / 1e6
     return out
 
 

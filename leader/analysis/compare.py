@@ -114,6 +114,15 @@ def comparability(ra: dict[str, Any] | None, rb: dict[str, Any] | None) -> str |
     return comparable_environments(a, b).verdict()
 
 
+def side(row: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
+    """A side's verdict on its own point and why it is invalid (None: the side has no such point)."""
+    if row is None:
+        return None, []
+    if row.get("valid"):
+        return True, []
+    return False, list(row.get("invalid_reasons") or []) or ["invalid (its reasons were stored before rows kept them)"]
+
+
 async def compare_rows(
     a_rows: list[dict[str, Any]],
     b_rows: list[dict[str, Any]],
@@ -123,7 +132,8 @@ async def compare_rows(
     load_latencies: LatencyLoader,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> CompareResponse:
-    """Match points by key and test each pair (raw latencies when both have records, else the summaries)."""
+    """Match points by key and test each pair (raw latencies when both have records, else the summaries). A pair with
+    an invalid side is shown with its figures and its reasons but judged "invalid": it decides no regression."""
     dims = varying(a_rows, b_rows)
     a_by = {point_key(row, dims): row for row in a_rows}
     b_by = {point_key(row, dims): row for row in b_rows}
@@ -150,6 +160,11 @@ async def compare_rows(
                 # From the raw records, by the estimator every figure uses (common/stats.py): the points' own p99s.
                 pa, pb = quantile(la, 0.99), quantile(lb, 0.99)
                 change = (pb - pa) / pa if pa else None
+        (a_valid, a_reasons), (b_valid, b_reasons) = side(ra), side(rb)
+        verdict = judge(change, ci, threshold)
+        if ra is not None and rb is not None and (a_valid is False or b_valid is False):
+            verdict = "invalid"
+            metrics = [m.model_copy(update={"verdict": "invalid"}) for m in metrics]
         out.append(
             PointComparison(
                 key=key,
@@ -162,10 +177,15 @@ async def compare_rows(
                 ci_high=ci[1] if ci else None,
                 p_value=p_value,
                 test="bootstrap+mannwhitney" if ci else "summary",
-                verdict=judge(change, ci, threshold),
+                verdict=verdict,
                 llm=metrics,
                 comparable=comparability(ra, rb),
+                a_valid=a_valid,
+                b_valid=b_valid,
+                a_reasons=a_reasons,
+                b_reasons=b_reasons,
             )
         )
     regressions = sum(p.verdict == "regression" for p in out) + sum(m.verdict == "regression" for p in out for m in p.llm)
-    return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=regressions)
+    invalid = sum(p.verdict == "invalid" for p in out)
+    return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=regressions, invalid=invalid)

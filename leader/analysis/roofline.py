@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from leader.analysis import flops, hardware
 from leader.analysis.queries import model_cost
 from leader.store.rowbest import samples_per_s
@@ -19,7 +17,8 @@ Series = tuple[str, Sequence[float | None], Sequence[float | None]]
 
 @dataclass(frozen=True)
 class Roofline:
-    """Measured series (one per model and device) and ceiling curves (one per device), on one intensity grid."""
+    """Measured series (one per model and device) and each device's roof over the measured intensities and the ridge
+    points (a quarter of the least to four times the most): the bandwidth slope to the ridge point, then the flat."""
 
     measured: list[Series]
     ceilings: list[Series]
@@ -50,13 +49,26 @@ async def roofline(db: Any, rows: list[dict[str, Any]]) -> Roofline:
         ys.append(achieved)
     if not series:
         return Roofline([], [])
-    all_x = [x for xs, _ in series.values() for x in xs]
-    grid = [float(x) for x in np.geomspace(min(all_x) / 4, max(all_x) * 4, 40)]
-    ceilings: list[Series] = []
-    for name in sorted(devices):
-        c = hardware.HARDWARE.get(name, hardware.CPU_DEFAULT)
-        ceilings.append((f"ceiling {name}", grid, [min(c.fp32_flops, c.bandwidth * x) for x in grid]))
+    # The roof spans the measured intensities and each device's ridge point, so its slope and its flat both show.
+    spanned = [x for xs, _ in series.values() for x in xs] + [ridge_point(name) for name in devices]
+    low, high = min(spanned) / 4, max(spanned) * 4
+    ceilings = [roof(name, low, high) for name in sorted(devices)]
     return Roofline([(label, xs, ys) for label, (xs, ys) in series.items()], ceilings)
+
+
+def ridge_point(device: str) -> float:
+    """The intensity (FLOP/byte) where a device's bandwidth slope meets its compute flat."""
+    c = hardware.HARDWARE.get(device, hardware.CPU_DEFAULT)
+    return c.fp32_flops / c.bandwidth
+
+
+def roof(device: str, low: float, high: float) -> Series:
+    """A device's FP32 roof from intensity `low` to `high`: the bandwidth slope up to the ridge point (where it meets
+    the compute flat), then the flat; drawn as straight lines between these corners on log axes, exact."""
+    c = hardware.HARDWARE.get(device, hardware.CPU_DEFAULT)
+    ridge = ridge_point(device)
+    xs = [low, *([ridge] if low < ridge < high else []), high]
+    return f"ceiling {device}", xs, [min(c.fp32_flops, c.bandwidth * x) for x in xs]
 
 
 def _mean(values: list[float]) -> float | None:

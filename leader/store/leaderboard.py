@@ -239,6 +239,8 @@ def row_from_result(
         "requests": int(result.get("requests") or 0),
         "errors": int(result.get("errors") or 0),
         "valid": bool(result.get("valid")),
+        "invalid_reasons": [str(r.get("text", "")) for r in result.get("reasons") or []]
+        or [str(t) for t in result.get("invalid_reasons") or []],
         "slo_p99_ms": slo_p99_ms,
         "slo_met": result.get("slo_met"),
         # Resources are None where not measurable (no GPU): the row keeps None, shown as "—".

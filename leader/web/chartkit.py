@@ -5,7 +5,7 @@ value per cell of two hyper-parameters). A chart with nothing to draw carries `e
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from leader.analysis.heatmap import HeatMap
@@ -29,9 +29,11 @@ def line(
     lines: bool = True,
     empty: str = "no data",
     flagged: Sequence[Sequence[bool]] | None = None,
+    bare: Collection[str] = (),
 ) -> Chart:
     """Lines through each (label, xs, ys) series; pairs with a missing value are left out, and a pair that cannot sit
-    on a log axis (≤ 0) too. `flagged[s][i]` marks series s's i-th pair as an invalid measurement."""
+    on a log axis (≤ 0) too. `flagged[s][i]` marks series s's i-th pair as an invalid measurement. A measured
+    series has a mark at each pair; the series labelled in `bare` (a ceiling, a limit) are drawn as lines alone."""
     drawn = []
     for s, (label, xs, ys) in enumerate(series):
         flags = list(flagged[s]) if flagged is not None else [False] * len(xs)
@@ -47,6 +49,7 @@ def line(
                     "x": [k[0] for k in kept],
                     "y": [k[1] for k in kept],
                     "invalid": [i for i, k in enumerate(kept) if k[2]],
+                    "bare": label in bare,
                 }
             )
     chart: Chart = {

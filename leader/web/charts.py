@@ -11,7 +11,7 @@ import numpy as np
 from common.spec.slo import SLO
 from common.spec.sweep import label as sweep_label
 from common.stats import quantiles
-from common.wire.results import PointResult
+from common.wire.results import SERVICE_TOTAL, STAGE_ORDER, PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
 from leader.web.chartkit import Chart, Series, bars, heat, line
@@ -77,9 +77,7 @@ def job_charts(
         )
     )
     labels = [f"#{p.point.index}" for p in points]
-    stage_names = sorted({name for p in points for name in (p.stages_ms or {})})
-    stages = {s: [(p.stages_ms or {}).get(s) for p in points] for s in stage_names}
-    charts.append(bars("Stage breakdown (mean ms)", labels, stages, ylabel="ms", empty="no stage breakdown was measured"))
+    charts.append(stage_chart(points, labels))
     res = [p.resources for p in points]
     resource_charts = [
         (
@@ -147,6 +145,30 @@ def job_charts(
     return charts
 
 
+BEFORE_SEND = "before send"  # from the intended time to the send: send lag and any wait for an in-flight slot
+
+
+def before_send(p: PointResult) -> float | None:
+    """The mean time a point's requests waited to be sent: its mean latency (from the intended time) less its mean
+    service time (from the send), over the same answered requests; None without both."""
+    stages = p.stages_ms or {}
+    if p.latency_ms is None or SERVICE_TOTAL not in stages:
+        return None
+    return max(0.0, p.latency_ms.mean - stages[SERVICE_TOTAL])
+
+
+def stage_chart(points: list[PointResult], labels: list[str]) -> Chart:
+    """Each point's mean latency as a bar of its disjoint stages, in the order a request passes them: the wait before
+    the send, then the service time's stages. The stack's top is the mean latency; the service total is not a stage,
+    so it is not stacked on its own parts."""
+    named = {name for p in points for name in (p.stages_ms or {}) if name != SERVICE_TOTAL}
+    order = [s for s in STAGE_ORDER if s in named] + sorted(named - set(STAGE_ORDER))
+    stages = {BEFORE_SEND: [before_send(p) for p in points]} if named else {}
+    stages |= {s: [(p.stages_ms or {}).get(s) for p in points] for s in order}
+    title = "Stage breakdown (mean ms; the stack is the mean latency from the intended time)"
+    return bars(title, labels, stages, ylabel="ms", empty="no stage breakdown was measured")
+
+
 def roofline_chart(data: Roofline) -> Chart:
     """The roofline on log-log axes, ceilings first."""
     if not data.measured:
@@ -158,6 +180,7 @@ def roofline_chart(data: Roofline) -> Chart:
         ylabel="FLOP/s",
         logx=True,
         logy=True,
+        bare=[label for label, _, _ in data.ceilings],
     )
 
 

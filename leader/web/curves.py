@@ -52,7 +52,8 @@ def curves(
     if len(lines) > 1 and front:
         series.append(("Pareto front", [x for x, _ in front], [y for _, y in front]))
         flagged.append([False] * len(front))
-    return line(title, series, xlabel=xlabel, ylabel=ylabel, flagged=flagged)
+    # The front is a line through configurations' own marks: marks of its own would cover theirs.
+    return line(title, series, xlabel=xlabel, ylabel=ylabel, flagged=flagged, bare=["Pareto front"])
 
 
 def search_chart(p: PointResult, slo: SLO | None) -> Chart:

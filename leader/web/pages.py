@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from common.errors import BenchfleetError, InvalidRequest
+from common.errors import BenchfleetError, InvalidRequest, NotFound
 from common.stats import ESTIMATOR
 from common.wire.jobs import TERMINAL_STATES
 from common.wire.repeats import summarize_repeats
@@ -164,11 +164,20 @@ async def _job_context(db: Any, job_id: str, team: str | None) -> dict[str, Any]
     }
 
 
+def _missing(request: Request, exc: BenchfleetError) -> HTMLResponse:
+    """A page for what is not there (an unknown job, or another team's, or a point it does not have): the message as
+    a page, with its status, not the API's JSON."""
+    return HTMLResponse(render("missing.html", csrf=request.state.csrf, message=exc.message), status_code=exc.status)
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     """A job: live progress while it runs, then its points and plots."""
     principal = await require_login(request)
-    context = await _job_context(deps.get_db(request), job_id, principal.scope)
+    try:
+        context = await _job_context(deps.get_db(request), job_id, principal.scope)
+    except (NotFound, InvalidRequest) as exc:
+        return _missing(request, exc)
     job = context["job"]
     actions = {
         "may_cancel": principal.may_manage(job.owner) and job.state not in TERMINAL_STATES,
@@ -203,10 +212,13 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     the raw document folded away."""
     team = (await require_login(request)).scope
     db = deps.get_db(request)
-    job = await jobs_store.get_job(db, job_id=job_id, team=team)
+    try:
+        job = await jobs_store.get_job(db, job_id=job_id, team=team)
+    except NotFound as exc:
+        return _missing(request, exc)
     points = [p for p in await results_store.job_points(db, job) if p.point.index == index]
     if not points:
-        raise InvalidRequest(f"job {job_id} has no point {index}", field="index")
+        return _missing(request, NotFound(f"job {job_id} has no point {index}", field="index"))
     raw = await queries.raw_latencies(db, job_id, job.attempt, points)
     every = draw.job_charts(points, raw)
     charts = every[:1] + [c for c in every if c["title"].startswith("Timeline:")]

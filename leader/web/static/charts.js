@@ -11,6 +11,7 @@
   const DASHES = [[], [6, 3], [2, 2]];
   const INVALID = "#b71c1c";
   const HEIGHT = 260;
+  const MARKED_MAX = 50;  // a series of at most this many pairs has a mark at each
 
   function fmt(v) {
     if (v === null || v === undefined || Number.isNaN(v)) return "—";
@@ -27,11 +28,36 @@
     p.textContent = text;
     box.appendChild(p);
   }
+  // A log axis is ticked at its whole decades (1, 10, 100, or 1e9, 1e10, 1e11), not at uPlot's steps from wherever
+  // the range starts (which read 1.02e+11); a range holding fewer than two decades at 1, 2 and 5 times them, or
+  // failing that at every whole multiple.
+  function decades(u, axisIdx, min, max) {
+    const within = (steps) => {
+      const out = [];
+      for (let k = Math.floor(Math.log10(min)); k <= Math.ceil(Math.log10(max)); k++)
+        for (const m of steps) { const v = m * 10 ** k; if (v >= min * (1 - 1e-9) && v <= max * (1 + 1e-9)) out.push(v); }
+      return out;
+    };
+    for (const steps of [[1], [1, 2, 5], [1, 2, 3, 4, 5, 6, 7, 8, 9]]) {
+      const ticks = within(steps);
+      if (ticks.length >= 2) return ticks;
+    }
+    return [min, max];
+  }
+  function tick(v) {
+    const k = Math.round(Math.log10(Math.abs(v)));
+    return v > 0 && Math.abs(v / 10 ** k - 1) < 1e-9 && (k >= 4 || k <= -4) ? `1e${k}` : fmt(v);
+  }
+  function axis(label, log, extra) {
+    // uPlot passes null for a tick it leaves unlabelled (too close to the last): a blank, not "—".
+    const label_ = log ? tick : fmt;
+    const a = {label, stroke: "#333", grid: {stroke: "#eee"}, values: (u, splits) => splits.map((v) => (v == null ? "" : label_(v)))};
+    if (log) a.splits = decades;
+    return Object.assign(a, extra || {});
+  }
   function axes(spec, xValues) {
-    const x = {label: spec.x ? spec.x.label : "", stroke: "#333", grid: {stroke: "#eee"}};
-    if (xValues) Object.assign(x, xValues);
-    return [x, {label: spec.y.label, stroke: "#333", grid: {stroke: "#eee"}, size: 60,
-                values: (u, splits) => splits.map(fmt)}];
+    const x = axis(spec.x ? spec.x.label : "", spec.x && spec.x.log, xValues);
+    return [x, axis(spec.y.label, spec.y.log, {size: 60})];
   }
   // A log axis spans exactly what is shown (uPlot's default snaps it out to whole decades, which undoes a zoom).
   function scale(axis) {
@@ -65,9 +91,12 @@
       });
       data.push(column);
       const look = style(i);
+      // Every pair of a sparse series gets its mark (uPlot's default hides marks where pairs crowd the x axis, and
+      // two configurations measured at one rate sit at one x: a one-rate job drew nothing); a bare series (a
+      // ceiling, a limit) is its line alone.
+      const points = s.bare ? {show: false} : s.x.length <= MARKED_MAX ? {show: true, size: 6, fill: look.stroke} : {size: 5, fill: look.stroke};
       series.push({label: s.label, stroke: look.stroke, dash: look.dash, width: 1.6, spanGaps: true,
-                   paths: spec.lines ? undefined : () => null, points: {size: 5, fill: look.stroke},
-                   value: (u, v) => fmt(v)});
+                   paths: spec.lines ? undefined : () => null, points, value: (u, v) => fmt(v)});
     });
     if (invalid.some((v) => v !== null)) {  // invalid measurements: hollow red rings over their curve
       data.push(invalid);
@@ -126,7 +155,7 @@
         if (v === undefined) continue;
         const t = high > low ? (v - low) / (high - low) : 0.5;
         td.className = "cell";
-        td.style.background = `rgb(${Math.round(255 - 200 * t)},${Math.round(255 - 160 * t)},${Math.round(255 - 60 * t)})`;
+        td.style.background = colour(t);
         td.style.color = t > 0.6 ? "#fff" : "#000";
         td.textContent = fmt(v);
         td.title = `${spec.x.label} ${x} × ${spec.y.label} ${y}: ${fmt(v)}`;
@@ -136,6 +165,22 @@
     caption.textContent = `${spec.y.label} (rows) × ${spec.x.label} (columns)`;
     table.appendChild(caption);
     box.appendChild(table);
+    // The colour scale: the lowest value's colour to the highest's, with the values at both ends.
+    const legend = document.createElement("div");
+    legend.className = "heat-scale";
+    const ramp = document.createElement("span");
+    ramp.className = "heat-ramp";
+    ramp.style.background = `linear-gradient(to right, ${colour(0)}, ${colour(0.5)}, ${colour(1)})`;
+    const lowText = document.createElement("span"), highText = document.createElement("span");
+    lowText.className = "heat-low";
+    highText.className = "heat-high";
+    lowText.textContent = fmt(low);
+    highText.textContent = fmt(high);
+    legend.append(lowText, ramp, highText);
+    box.appendChild(legend);
+  }
+  function colour(t) {
+    return `rgb(${Math.round(255 - 200 * t)},${Math.round(255 - 160 * t)},${Math.round(255 - 60 * t)})`;
   }
 
   for (const figure of document.querySelectorAll("figure.chart[data-chart]")) {

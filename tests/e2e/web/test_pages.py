@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from benchfleet.generate.modelgen import mlp_onnx
 from leader.web.render import HERE
 from tests.e2e.web.browser import NEEDS_CHROMIUM, fresh_page, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
@@ -140,7 +141,8 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
         assert page.locator("#points tbody tr").count() == 8
         charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
         # CDF, ladder, timeline and stage bars, each with its values and ink on its canvas.
-        for title in ("Latency CDF per point", "Timeline: p99 per window", "Stage breakdown (mean ms)"):
+        stage_title = next(t for t in charts if t.startswith("Stage breakdown"))
+        for title in ("Latency CDF per point", "Timeline: p99 per window", stage_title):
             assert charts[title]["values"] >= 8 and charts[title]["inked"] > 500, charts[title]
         ladder = next(c for t, c in charts.items() if "throughput" in t)
         configs = ["onnxruntime b1", "onnxruntime b8", "triton b1", "triton b8"]
@@ -361,13 +363,18 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
 
     bad = seed_job(leader, name="half-invalid", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
                    follower_id="host9", metrics=metrics)  # fmt: skip
+    def all_valid(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(4.0), "achieved_rate": rate}
+
+    reference = seed_job(leader, name="all-valid", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
+                         follower_id="host9", metrics=all_valid)  # fmt: skip
     good, other = server["jobs"]
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
     pages = {
         "leaderboard": "/leaderboard", "job": f"/jobs/{good}", "job-invalid": f"/jobs/{bad}",
         "point-invalid": f"/jobs/{bad}/points/1", "point": f"/jobs/{good}/points/0", "compare": f"/compare?a={good}&b={other}",
-        "analysis": "/analysis",
+        "compare-invalid": f"/compare?a={reference}&b={bad}", "analysis": "/analysis",
     }  # fmt: skip
     with fresh_page(server["browser"], height=1000) as page:
         page.goto(server["url"] + "/login")
@@ -395,6 +402,12 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
                 assert not page.is_visible("#point-json")  # the raw document is folded away
                 page.click("#raw summary")
                 assert page.is_visible("#point-json")
+            if name == "compare-invalid":  # B's 100 req/s point is invalid: shown with its reason, judged nothing
+                assert page.locator("#comparison tr.invalid").count() == 1, page.inner_text("#comparison")
+                assert page.locator("#comparison tr.unchanged").count() == 1  # the 50 req/s points, both valid
+                shown = page.inner_text("#comparison tr.invalid")
+                assert "B's point is invalid: achieved 50 req/s, below 95% of the offered 100 req/s" in shown, shown
+                assert "1 point not judged" in page.inner_text("#compare-summary")
             if name == "analysis":  # one model's map by default, never a mean over different models
                 assert page.input_value("#heatmap-model") == "ident:1"
             if name == "point":
@@ -402,6 +415,99 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
                 assert "p99 " in page.inner_text("#cis")
                 doc_height = page.evaluate("() => document.documentElement.scrollHeight")
                 assert doc_height < 3000, doc_height  # the raw dump once made it 5,000 px
+
+
+# Where each series of a line chart is drawn: per series, its pairs and how many have the series' own colour on the
+# canvas within 3 px of where the pair sits (a mark, or a line through it); and each bar chart's stack tops as drawn
+# (uPlot's data holds the running totals: the tallest column is the top).
+MARKS_JS = """sel => (window.benchfleetCharts || []).filter(c => c.root.closest(sel)).map(c => {
+  const ctx = c.root.querySelector('canvas').getContext('2d');
+  const near = (x, y, rgb) => {
+    const px = ctx.getImageData(Math.round(x) - 3, Math.round(y) - 3, 7, 7).data;
+    for (let i = 0; i < px.length; i += 4)
+      if (Math.abs(px[i] - rgb[0]) + Math.abs(px[i + 1] - rgb[1]) + Math.abs(px[i + 2] - rgb[2]) < 60) return true;
+    return false;
+  };
+  const series = c.series.slice(1).map((s, k) => {
+    const hex = s.stroke(c, k + 1), rgb = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+    let pairs = 0, inked = 0;
+    c.data[k + 1].forEach((y, i) => {
+      if (y === null) return;
+      pairs++;
+      if (near(c.valToPos(c.data[0][i], 'x', true), c.valToPos(y, 'y', true), rgb)) inked++;
+    });
+    return {label: s.label, pairs, inked};
+  });
+  const bar = c.benchfleetSpec.kind === 'bar';
+  const tops = bar ? c.data[0].map((_, i) => Math.max(...c.data.slice(1).map(col => col[i] ?? 0))) : [];
+  return {title: c.benchfleetSpec.title, series, tops};
+})"""
+
+
+def test_a_one_rate_job_marks_every_configuration_and_stacks_its_stages_to_the_mean_latency(
+    server: dict[str, Any], leader: Leader, artifacts_dir: Path
+) -> None:
+    """The README's first job measures each configuration at one rate: both points valid, the same achieved rate. The
+    p99-vs-throughput chart draws a mark for each (it drew nothing), and each stage bar stops at the point's mean
+    latency (the service total was once stacked on its own parts: bars twice the latency)."""
+    stages = {"queue": 0.5, "infer": 2.0, "encode": 0.3, "transmission": 0.67, "service": 3.47}
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        p99 = 6.0 if backend == "triton" else 3.0
+        return {"latency_ms": {**pct(p99), "mean": 4.0}, "achieved_rate": rate, "stages_ms": stages}
+
+    job = seed_job(leader, name="one-rate", backends=["onnxruntime", "triton"], batches=[1], rates=[50], p99_slo=10,
+                   follower_id="host1", metrics=metrics)  # fmt: skip
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    with job_page(server, job) as page:
+        drawn_charts(page, "#charts")
+        charts = {c["title"]: c for c in page.evaluate(MARKS_JS, "#charts")}
+        page.locator("#charts figure.chart", has_text="throughput").screenshot(path=str(shots / "job-one-rate-ladder.png"))
+        page.screenshot(path=str(shots / "job-one-rate.png"), full_page=True)
+    ladder = next(c for t, c in charts.items() if "throughput" in t)
+    marked = {s["label"]: (s["pairs"], s["inked"]) for s in ladder["series"]}
+    assert marked["onnxruntime b1"] == (1, 1) and marked["triton b1"] == (1, 1), ladder
+    bars = next(c for t, c in charts.items() if t.startswith("Stage breakdown"))
+    assert bars["tops"] == pytest.approx([4.0, 4.0], abs=1e-9), bars
+
+
+def test_the_roofline_is_a_roof_ticked_at_decades_and_the_heat_map_has_its_scale(
+    server: dict[str, Any], leader: Leader, artifacts_dir: Path
+) -> None:
+    """An MLP (dense layers whose FLOPs are counted) on the roofline: each device's roof is its bandwidth slope to the
+    ridge and its compute flat (three corners, no markers), its log axes ticked at whole decades (they read 1.02e+11);
+    the heat map shows its colour scale from the lowest value to the highest."""
+    leader.upload_model(name="mlp", data=mlp_onnx(inputs=64, hidden=128))
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(2.0 * batch), "achieved_rate": rate}
+
+    seed_job(leader, name="mlp-roof", backends=["onnxruntime"], batches=[1, 8], rates=[50, 100], p99_slo=50,
+             follower_id="host1", metrics=metrics, model="mlp:1")  # fmt: skip
+    shots = artifacts_dir / "web"
+    shots.mkdir(exist_ok=True)
+    with logged_in(server["browser"], server["url"], ADMIN_TOKEN, height=1000) as page:
+        page.goto(f"{server['url']}/analysis?metric=p99_ms&x=batch_size&y=rate&model=mlp:1")
+        drawn_charts(page, "#analysis-charts")
+        roof = page.evaluate(ROOF_JS)
+        scale = page.locator("#analysis-charts .heat-scale")
+        low, high = scale.locator(".heat-low").inner_text(), scale.locator(".heat-high").inner_text()
+        page.screenshot(path=str(shots / "analysis-roofline.png"), full_page=True)
+    ceilings = [s for s in roof["series"] if s["label"].startswith("ceiling")]
+    assert ceilings and all(s["pairs"] == 3 and not s["marked"] for s in ceilings), roof
+    for axis in roof["ticks"]:
+        assert len(axis) >= 2 and all(re.fullmatch(r"1e-?\d+|0\.0*1|1|10+", t) for t in axis), roof["ticks"]
+    assert (low, high) == ("2", "16"), (low, high)  # p99 2 ms at batch 1 to 16 ms at batch 8
+
+
+# The roofline chart as drawn: per series its pairs and whether uPlot draws its marks; each axis's tick labels.
+ROOF_JS = """() => {
+  const c = (window.benchfleetCharts || []).find(c => c.benchfleetSpec.title.startsWith('Roofline'));
+  const series = c.series.slice(1).map((s, k) => ({label: s.label, pairs: c.data[k + 1].filter(v => v !== null).length,
+                                                    marked: s.points.show(c, k + 1) === true}));
+  return {series, ticks: c.axes.map(a => (a._values || []).filter(v => v !== null && v !== ''))};
+}"""
 
 
 def test_charts_answer_hover_zoom_and_legend_clicks(server: dict[str, Any]) -> None:

@@ -198,3 +198,22 @@ def test_a_preview_checks_like_a_submission_and_stores_nothing(leader: Leader) -
 def test_every_template_is_a_valid_job() -> None:
     for name, text in templates(None, None).items():
         assert parse_spec_yaml(text).name, name
+
+
+def test_a_missing_job_is_a_page_and_a_waiting_job_says_why(leader: Leader) -> None:
+    """An unknown (or another team's) job, or a point a job lacks, is a page saying so with its status, not the API's
+    JSON; a job no follower can run says why on its page (it once said "waiting for the first window…")."""
+    leader.upload_model()
+    cookies, _ = _login(leader, ADMIN["Authorization"].split()[1])
+    unknown = leader.client.get("/jobs/0123456789abcdef0123456789abcdef", cookies=cookies)
+    assert unknown.status_code == 404 and unknown.headers["content-type"].startswith("text/html"), unknown.text
+    assert 'id="not-found"' in unknown.text and "does not exist" in unknown.text
+    leader.register("f-cpu", backends=["onnxruntime"])
+    job_id = _submit(leader, ADMIN, name="waits", model="ident", backend="tfserving")
+    reason = leader.wait_for(job_id, lambda job: bool(job.get("waiting_reason")))["waiting_reason"]
+    assert "needs backends tfserving" in reason, reason
+    page = leader.client.get(f"/jobs/{job_id}", cookies=cookies)
+    assert page.status_code == 200 and re.search(r'<p class="waiting" id="job-waiting">', page.text), page.text
+    assert reason in page.text.replace("&#39;", "'")
+    no_point = leader.client.get(f"/jobs/{job_id}/points/3", cookies=cookies)
+    assert no_point.status_code == 404 and f"job {job_id} has no point 3" in no_point.text

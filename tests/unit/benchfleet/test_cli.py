@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 from typer.testing import CliRunner
 
 from benchfleet.cli import app
-from benchfleet.cli_common import EXIT_UNREACHABLE, EXIT_USAGE
+from benchfleet.cli_common import (
+    EXIT_NOT_COMPARABLE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    leader_url,
+)
 from common.procs import free_port
+from common.wire.analysis import CompareResponse, PointComparison
 
 
 def test_unreachable_leader_is_exit_4_with_one_line() -> None:
@@ -26,6 +40,14 @@ def test_usage_errors_are_exit_2_and_name_the_option() -> None:
     assert bad_format.exit_code == EXIT_USAGE and "--format" in bad_format.output
 
 
+def test_a_url_without_a_scheme_is_a_usage_error_and_the_apis_own_path_is_dropped() -> None:
+    runner = CliRunner()
+    bare = runner.invoke(app, ["jobs", "--url", "127.0.0.1:8700", "--token", "x" * 20])
+    assert bare.exit_code == EXIT_USAGE and "--url '127.0.0.1:8700' needs http:// or https://" in bare.output
+    assert leader_url("http://127.0.0.1:8700/api/v1/") == leader_url("http://127.0.0.1:8700") == "http://127.0.0.1:8700"
+    assert leader_url("https://bench.example/team/api/v1") == "https://bench.example/team"
+
+
 def test_version_and_completion() -> None:
     from importlib.metadata import version
 
@@ -33,3 +55,69 @@ def test_version_and_completion() -> None:
     shown = runner.invoke(app, ["--version"])
     assert shown.exit_code == 0 and shown.output.strip() == f"benchfleet {version('benchfleet')}"
     assert "--install-completion" in runner.invoke(app, ["--help"]).output
+
+
+@contextlib.contextmanager
+def _answering(body: bytes) -> Iterator[str]:
+    """A leader stand-in at the HTTP seam: every GET is answered with `body` (JSON); its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _point(verdict: str, *, b_valid: bool = True) -> PointComparison:
+    return PointComparison(
+        key="onnxruntime|b1|poisson|100 req/s",
+        a_index=0,
+        b_index=0,
+        a_p99_ms=10.0,
+        b_p99_ms=30.0,
+        change=2.0,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        test="summary",
+        verdict=verdict,  # type: ignore[arg-type]
+        a_valid=True,
+        b_valid=b_valid,
+        b_reasons=[] if b_valid else ["send lag p99 2.1 ms > 1 ms"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("points", "regressions", "invalid", "code"),
+    [
+        ([("unchanged", True)], 0, 0, EXIT_OK),
+        ([("regression", True)], 1, 0, EXIT_REGRESSION),
+        ([("invalid", False)], 0, 1, EXIT_NOT_COMPARABLE),
+        ([("regression", True), ("invalid", False)], 1, 1, EXIT_REGRESSION),
+    ],
+)
+def test_compare_exits_on_a_regression_between_valid_points_else_on_a_point_it_could_not_judge(
+    points: list[tuple[str, bool]], regressions: int, invalid: int, code: int
+) -> None:
+    compared = [_point(v, b_valid=ok) for v, ok in points]
+    answer = CompareResponse(a="a1", b="b1", threshold=0.1, points=compared, regressions=regressions, invalid=invalid)
+    with _answering(answer.model_dump_json().encode()) as url:
+        result = CliRunner().invoke(app, ["compare", "a1", "b1", "--url", url, "--token", "x" * 20, "--wide"])
+    assert result.exit_code == code, result.output
+    shown = " ".join(result.output.split())
+    assert ("B's point is invalid: send lag p99 2.1 ms > 1 ms" in shown) == bool(invalid), result.output
+    assert ("1 point(s) not judged" in shown) == bool(invalid), result.output
