@@ -24,6 +24,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 ETH_P_ALL = 0x0003  # every protocol: only such a socket sees outgoing packets too (the tap's ptype_all)
@@ -36,6 +37,8 @@ PACKET_HOST, PACKET_OUTGOING = 0, 4
 RCVBUF = 64 << 20
 MAX_PACKET = 1 << 18  # loopback's segments can reach 64 KiB and more with offload
 MAX_PACKETS = 1_000_000  # a point's capture stops keeping packets past this (said, never silent)
+ANCILLARY = socket.CMSG_SPACE(16)  # room for the kernel's receive timestamp (struct timespec)
+DRAIN_S = 1.0  # the most a stop spends reading what the kernel already held
 SYN, FIN, RST = 0x02, 0x01, 0x04
 
 
@@ -149,33 +152,49 @@ class WireCapture:
         return self
 
     def _loop(self) -> None:
-        sock, port, kept = self._sock, self._port, self._captured
-        ancillary = socket.CMSG_SPACE(16)
         while not self._stop.is_set():
             try:
-                data, ancdata, _, address = sock.recvmsg(MAX_PACKET, ancillary)
+                received = self._sock.recvmsg(MAX_PACKET, ANCILLARY)
             except TimeoutError:
                 continue
             except OSError:
                 return
-            ns = 0
-            for level, kind, value in ancdata:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
-                    seconds, nanos = struct.unpack_from("qq", value)
-                    ns = seconds * 1_000_000_000 + nanos
-            packet = parse(data, ns or time.time_ns(), address[2], port)
-            if packet is None:
-                continue
-            if len(kept.packets) >= MAX_PACKETS:
-                kept.truncated = True
-                continue
-            kept.packets.append(packet)
+            self._keep(*received)
+
+    def _keep(self, data: bytes, ancdata: list[tuple[int, int, bytes]], _flags: int, address: Any) -> None:
+        ns = 0
+        for level, kind, value in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                seconds, nanos = struct.unpack_from("qq", value)
+                ns = seconds * 1_000_000_000 + nanos
+        packet = parse(data, ns or time.time_ns(), address[2], self._port)
+        if packet is None:
+            return
+        if len(self._captured.packets) >= MAX_PACKETS:
+            self._captured.truncated = True
+            return
+        self._captured.packets.append(packet)
+
+    def _drain(self) -> None:
+        """Read what the kernel already holds for the socket: packets that crossed the wire before the stop but that a
+        busy host had not let the thread read yet (the last answers' final bytes; closing the socket lost them, and
+        their requests went unmatched). Bounded in time: packets arriving meanwhile are after the point."""
+        self._sock.setblocking(False)
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline:
+            try:
+                received = self._sock.recvmsg(MAX_PACKET, ANCILLARY)
+            except OSError:  # BlockingIOError: nothing left
+                return
+            self._keep(*received)
 
     def stop(self) -> Captured:
-        """Stop capturing (after the point's last answer) and return what was kept."""
+        """Stop capturing (after the point's last answer), keep what the kernel still held, and return what was kept."""
         self._stop.set()
         if self._thread.ident is not None:  # started
             self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            self._drain()
         try:
             stats = self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
             self._captured.drops = struct.unpack("II", stats)[1]

@@ -144,13 +144,13 @@ async def jobs_page(request: Request) -> HTMLResponse:
 
 
 def spec_yaml(job: JobView) -> str:
-    """The job's spec as it ran (common.wire.jobs.as_ran), as YAML that submits it again: only what differs from the
-    defaults, which is also what its configuration hash covers."""
+    """The job's spec as it ran (common.wire.jobs.as_ran), as YAML that submits it again: every setting, the defaults
+    and the seed included (a default left out would follow a later version's default), only the unset ones left out."""
     try:
         spec = as_ran(job)
     except ValueError as exc:
         raise Conflict(str(exc), field="job_id") from None
-    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
 
 
 @router.get("/jobs/{job_id}/spec.yaml", response_class=PlainTextResponse)

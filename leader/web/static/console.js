@@ -33,6 +33,7 @@
 
   const actions = {
     async cancel(el) {
+      if (!confirm(`Cancel job ${el.dataset.job}? A running point stops where it is.`)) return;
       const answer = await api("POST", `/api/v1/jobs/${el.dataset.job}/cancel`);
       if (!answer.ok) throw new Error(await refused(answer));
       if (table) await refresh(); else location.reload();

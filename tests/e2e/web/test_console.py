@@ -93,6 +93,13 @@ def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[s
 
         # Cancel from the list: the row says so after the refresh, and the API agrees.
         page.goto(url + "/jobs")
+        asked: list[str] = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        page.click(f'tr[data-job="{waiting}"] [data-action="cancel"]')  # asked first; dismissed, nothing happens
+        page.wait_for_function("() => !document.querySelector('[data-action=\"cancel\"][disabled]')")
+        assert asked == [f"Cancel job {waiting}? A running point stops where it is."], asked
+        assert leader.job(waiting)["state"] != "cancelled"
+        page.once("dialog", lambda dialog: dialog.accept())
         page.click(f'tr[data-job="{waiting}"] [data-action="cancel"]')
         page.wait_for_function(
             f"document.querySelector('tr[data-job=\"{waiting}\"] td.job-state').textContent === 'cancelled'", timeout=15_000

@@ -163,17 +163,24 @@ def test_loss_shows_as_retransmissions(mlp_meta: ModelMeta, mlp_path: Path, tmp_
 
 
 def test_a_point_over_a_shaped_link_records_the_conditions_and_leaves_no_link(
-    mlp_meta: ModelMeta,
-    mlp_path: Path,
-    tmp_path: Path,
+    mlp_meta: ModelMeta, mlp_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runner shapes the server's link once it is ready, measures the round trip under it, records the conditions
-    in every point, and the link is gone when the server stops (here with a rate: what this kernel can shape)."""
+    in every point, and the link is gone when the server stops (here with a rate: what this kernel can shape). The
+    sandboxes this run opened are the ones checked: another test's, opened meanwhile on the host, are not this one's."""
     need("tbf")
-    before = {line.split(":")[1].strip().split("@")[0] for line in links().splitlines() if "bfh" in line}
+    opened: list[sandboxes.Sandbox] = []
+    open_box = sandboxes.Sandbox.open
+
+    def recording(workdir: Path) -> sandboxes.Sandbox:
+        opened.append(open_box(workdir))
+        return opened[-1]
+
+    monkeypatch.setattr(sandboxes.Sandbox, "open", recording)
     (result,) = asyncio.run(_points(NetworkSpec(rate_mbit=20), mlp_meta, mlp_path, tmp_path))
     assert result.network is not None and result.network.rate_mbit == 20 and result.network.profile == "custom"
     assert result.network.rtt_ms is not None and 0 < result.network.rtt_ms < 50
     assert result.ok > 0 and result.errors == 0
-    after = {line.split(":")[1].strip().split("@")[0] for line in links().splitlines() if "bfh" in line}
-    assert after <= before  # its veth pair went with its sandbox
+    assert [box.outer for box in opened] and all(box.outer.startswith("bfh") for box in opened), opened
+    left = [box.outer for box in opened if f" {box.outer}@" in links() or Path(f"/sys/class/net/{box.outer}").exists()]
+    assert left == [] and not [box.netns for box in opened if Path(f"/run/netns/{box.netns}").exists()]

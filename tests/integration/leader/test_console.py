@@ -158,6 +158,13 @@ def test_the_yaml_submits_the_job_again_as_it_ran(leader: Leader) -> None:
     assert again.status_code == 201 and again.json()["model_ref"] == "ident:1", again.text
     missing = leader.client.get("/jobs/0123456789abcdef0123456789abcdef/spec.yaml", cookies=cookies)
     assert missing.status_code == 404
+    # Every setting as it ran, the defaults and the seed too (a default left out follows a later version's).
+    plain = leader.submit(text=SPEC.format(name="plain", model="ident:1", backend="onnxruntime"))
+    shown = leader.client.get(f"/jobs/{plain['id']}/spec.yaml", cookies=cookies).text
+    assert "seed: 0" in shown and "warmup: 2.0" in shown and "pattern: poisson" in shown, shown
+    assert parse_spec_yaml(shown) == as_ran(JobView.model_validate(plain))
+    again = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=shown)
+    assert again.status_code == 201, again.text
 
 
 def test_a_preview_checks_like_a_submission_and_stores_nothing(leader: Leader) -> None:
