@@ -12,7 +12,9 @@ from common.wire.analysis import CompareResponse
 from common.wire.auth import DEFAULT_TEAM
 from common.wire.results import PointResult
 from leader.analysis import compare, flops, records
+from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
+from leader.store import lookup
 from leader.store import models as models_store
 from leader.store import results as results_store
 
@@ -31,6 +33,8 @@ async def job_rows(db: Any, job_ref: str, field: str, team: str | None = None) -
         if pinned is None:
             raise NotFound(f"no baseline named {ref!r}", field=field)
         job_id = pinned
+    else:  # a job id, or a unique start of it (what the console and the CLI show)
+        job_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, job_ref, what="job", field=field, team=team)
     rows = await leaderboard_store.job_rows(db, job_id=job_id, team=team)
     if not rows:
         raise NotFound(f"job {job_id} has no results", field=field)

@@ -20,6 +20,8 @@ from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE, Principal, csrf_toke
 from leader.clock import Ages
 from leader.placement.placer import Placer
 from leader.settings import LeaderSettings
+from leader.store import jobs as jobs_store
+from leader.store import lookup
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store
 
@@ -157,6 +159,15 @@ AdminAuth = Depends(require_admin)
 FollowerAuth = Depends(require_follower)
 ReaderAuth = Depends(require_reader)
 Viewer = Annotated[Principal, Depends(require_viewer)]
+
+
+async def job_ref(job_id: str, db: Db, viewer: Viewer) -> str:
+    """A job route's job: its id, or a unique start of it (what the console and the CLI show), as the caller's team
+    sees it; an unknown id and another team's answer the same 404."""
+    return await lookup.resolve_prefix(db, jobs_store.COLLECTION, job_id, what="job", team=viewer.scope)
+
+
+JobId = Annotated[str, Depends(job_ref)]
 Reader = Annotated[Principal, Depends(require_reader)]
 Submitter = Annotated[Principal, Depends(require_submitter)]
 Admin = Annotated[Principal, Depends(require_admin)]

@@ -6,7 +6,11 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.errors import NotFound
+from common.errors import InvalidRequest, NotFound
+
+# The shortest prefix of an id that names a document (the console shows 8 characters of a job's 32).
+MIN_PREFIX = 4
+_HEX = frozenset("0123456789abcdef")
 
 
 def team_query(team: str | None) -> dict[str, Any]:
@@ -23,3 +27,22 @@ async def by_id(
     if doc is None:
         raise NotFound(f"{what} {doc_id} does not exist", field=field)
     return doc
+
+
+async def resolve_prefix(
+    db: AsyncDatabase, collection: str, ref: str, *, what: str, field: str = "id", team: str | None = None
+) -> str:
+    """The full _id that `ref` names (of `team`, when given): the id itself, or the one id (hex, as jobs' are) that
+    starts with it, at least MIN_PREFIX characters. NotFound as by_id does (another team's is not there); a prefix
+    that several ids start with is a 400 naming `field`."""
+    if await db[collection].find_one({"_id": ref, **team_query(team)}, {"_id": 1}) is not None:
+        return ref
+    if len(ref) >= MIN_PREFIX and set(ref) <= _HEX:
+        # Hex ids that start with `ref` sort from `ref` up to (not including) `ref` + "g", just after "f".
+        where = {"_id": {"$gte": ref, "$lt": ref + "g"}, **team_query(team)}
+        docs = await db[collection].find(where, {"_id": 1}).sort("_id", 1).limit(2).to_list(2)
+        if len(docs) == 1:
+            return str(docs[0]["_id"])
+        if docs:
+            raise InvalidRequest(f"{what} id {ref} is the start of more than one {what}'s: give more of it", field=field)
+    raise NotFound(f"{what} {ref} does not exist", field=field)

@@ -25,6 +25,7 @@ from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
 from leader.api import API_PREFIX, deps
 from leader.store import jobs as jobs_store
+from leader.store import lookup
 from leader.store import results as results_store
 from leader.web import charts as draw
 from leader.web import console, login, repository, submit
@@ -174,8 +175,10 @@ def _missing(request: Request, exc: BenchfleetError) -> HTMLResponse:
 async def job_page(request: Request, job_id: str) -> HTMLResponse:
     """A job: live progress while it runs, then its points and plots."""
     principal = await require_login(request)
+    db = deps.get_db(request)
     try:
-        context = await _job_context(deps.get_db(request), job_id, principal.scope)
+        job_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, job_id, what="job", team=principal.scope)
+        context = await _job_context(db, job_id, principal.scope)
     except (NotFound, InvalidRequest) as exc:
         return _missing(request, exc)
     job = context["job"]
@@ -213,8 +216,9 @@ async def point_page(request: Request, job_id: str, index: int) -> HTMLResponse:
     team = (await require_login(request)).scope
     db = deps.get_db(request)
     try:
+        job_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, job_id, what="job", team=team)
         job = await jobs_store.get_job(db, job_id=job_id, team=team)
-    except NotFound as exc:
+    except (NotFound, InvalidRequest) as exc:
         return _missing(request, exc)
     points = [p for p in await results_store.job_points(db, job) if p.point.index == index]
     if not points:
@@ -301,7 +305,7 @@ report_router = APIRouter(tags=["analysis"])
 
 
 @report_router.get(API_PREFIX + "/jobs/{job_id}/report.html", response_class=HTMLResponse)
-async def job_report(job_id: str, request: Request, viewer: deps.Viewer) -> HTMLResponse:
+async def job_report(job_id: deps.JobId, request: Request, viewer: deps.Viewer) -> HTMLResponse:
     """A self-contained HTML report of the job (inline CSS, chart library and data; opens offline)."""
     html = await render_report(deps.get_db(request), job_id=job_id, team=viewer.scope)
     return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{job_id}-report.html"'})

@@ -17,9 +17,10 @@ from leader.analysis import leaderboard as board
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import parse_query
 from leader.analysis.recommend import recommend as recommend_rows
-from leader.api.deps import Db, Submitter, Viewer
+from leader.api.deps import Db, JobId, Submitter, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
+from leader.store import lookup
 from leader.store.records import MAX_PROBE
 
 router = APIRouter(tags=["analysis"])
@@ -122,12 +123,13 @@ async def pin_baseline(
 ) -> dict[str, str]:
     """Pin a job as its team's named baseline (compare with `a=baseline:NAME`); a baseline someone else pinned is
     theirs to repoint (or an admin's): 403 otherwise."""
-    job = await jobs_store.get_job(db, job_id=body.job_id, team=principal.scope, field="job_id")  # 404: unknown to us
+    job_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, body.job_id, what="job", field="job_id", team=principal.scope)
+    job = await jobs_store.get_job(db, job_id=job_id, team=principal.scope, field="job_id")  # 404: unknown to us
     owner = await store.baseline_owner(db, team=job.team, name=name)
     if owner is not None and not principal.may_manage(owner):
         raise Forbidden(f"baseline {name} was pinned by {owner}; only they or an admin may repoint it", field="name")
-    await store.set_baseline(db, team=job.team, name=name, job_id=body.job_id, owner=principal.user)
-    return {"name": name, "job_id": body.job_id, "team": job.team}
+    await store.set_baseline(db, team=job.team, name=name, job_id=job_id, owner=principal.user)
+    return {"name": name, "job_id": job_id, "team": job.team}
 
 
 @router.get("/outliers", response_model=OutlierResponse)
@@ -148,7 +150,7 @@ async def outliers(
 
 
 @router.get("/jobs/{job_id}/export")
-async def export_job(job_id: str, db: Db, viewer: Viewer, format: str = "csv") -> Response:  # noqa: A002
+async def export_job(job_id: JobId, db: Db, viewer: Viewer, format: str = "csv") -> Response:  # noqa: A002
     """The job's points as CSV, JSON or Parquet (one flat row per point)."""
     fmt = export.check_format(format)
     await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
@@ -162,7 +164,7 @@ async def export_job(job_id: str, db: Db, viewer: Viewer, format: str = "csv") -
 
 @router.get("/jobs/{job_id}/points/{index}/records/export")
 async def export_records(
-    job_id: str,
+    job_id: JobId,
     index: int,
     db: Db,
     viewer: Viewer,

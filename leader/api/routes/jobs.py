@@ -38,7 +38,7 @@ from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
 from leader.api import paging
 from leader.api.body import read_limited
-from leader.api.deps import Db, FollowerPrincipal, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
+from leader.api.deps import Db, FollowerPrincipal, JobId, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
 from leader.auth.tokens import Principal
 from leader.jobplan import JobPlan, plan_job
 from leader.jobs import fleetcheck
@@ -279,14 +279,14 @@ async def list_jobs(
 
 
 @router.get("/{job_id}/footprint", response_model=JobFootprint)
-async def job_footprint(job_id: str, db: Db, viewer: Viewer) -> JobFootprint:
+async def job_footprint(job_id: JobId, db: Db, viewer: Viewer) -> JobFootprint:
     """What the job's data holds in PerfDB, kind by kind (documents and bytes): what deleting it would remove."""
     await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     return await deletion.footprint(db, job_id=job_id)
 
 
 @router.delete("/{job_id}", response_model=JobFootprint)
-async def delete_job(job_id: str, db: Db, principal: Submitter) -> JobFootprint:
+async def delete_job(job_id: JobId, db: Db, principal: Submitter) -> JobFootprint:
     """Delete a finished job and all its data (results, leaderboard rows, raw records, progress, shard records; the
     audit trail keeps the deletion): only its owner or an admin (403); refused while it has not finished, for a part of
     a split job, and for a job pinned as a baseline (409, saying what to do first)."""
@@ -303,13 +303,13 @@ async def delete_job(job_id: str, db: Db, principal: Submitter) -> JobFootprint:
 
 
 @router.get("/{job_id}", response_model=JobView)
-async def get_job(job_id: str, db: Db, placer: PlacerDep, viewer: Viewer) -> JobView:
+async def get_job(job_id: JobId, db: Db, placer: PlacerDep, viewer: Viewer) -> JobView:
     """One job; a waiting one with its queue position and estimated start."""
     return await QueueInfo(db, placer).fill(await jobs_store.get_job(db, job_id=job_id, team=viewer.scope))
 
 
 @router.get("/{job_id}/results", response_model=JobResults)
-async def get_results(job_id: str, db: Db, viewer: Viewer) -> JobResults:
+async def get_results(job_id: JobId, db: Db, viewer: Viewer) -> JobResults:
     """The job and the point results of its current attempt, by point index."""
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     points = await results_store.job_points(db, job)
@@ -317,7 +317,7 @@ async def get_results(job_id: str, db: Db, viewer: Viewer) -> JobResults:
 
 
 @router.post("/{job_id}/cancel", response_model=JobView)
-async def cancel_job(job_id: str, db: Db, settings: SettingsDep, principal: Submitter) -> JobView:
+async def cancel_job(job_id: JobId, db: Db, settings: SettingsDep, principal: Submitter) -> JobView:
     """Cancel a job that has not finished (409 if it has); only its owner or an admin may (403)."""
     job = await jobs_store.get_job(db, job_id=job_id, team=principal.scope)
     if not principal.may_manage(job.owner):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from common.wire.progress import JobProgress, PointProgress
-from leader.api.deps import Db, Viewer
+from leader.api.deps import Db, JobId, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import progress as progress_store
 
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
 @router.get("/{job_id}/progress", response_model=JobProgress)
-async def job_progress(job_id: str, db: Db, viewer: Viewer) -> JobProgress:
+async def job_progress(job_id: JobId, db: Db, viewer: Viewer) -> JobProgress:
     """The latest measurement windows of each point of the job's current attempt (404 for an unknown job)."""
     job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     doc = await progress_store.get_progress(db, job_id=job_id)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from common.errors import InvalidSpec, NotFound
 from leader.api.body import check_records_blob, read_limited
-from leader.api.deps import Db, FollowerPrincipal, Viewer, check_follower
+from leader.api.deps import Db, FollowerPrincipal, JobId, Viewer, check_follower
 from leader.store import jobs as jobs_store
 from leader.store import records as records_store
 
@@ -44,7 +44,7 @@ async def upload_records(
 
 @router.get("/{job_id}/points/{index}/records")
 async def download_records(
-    job_id: str,
+    job_id: JobId,
     index: int,
     db: Db,
     viewer: Viewer,

@@ -136,3 +136,31 @@ def test_a_post_processor_the_models_outputs_cannot_feed_is_refused_naming_it(le
         assert error["field"] == "data.postprocess" and "topk ranks a [batch, classes] float score output" in error["message"]
         assert f"{model} outputs y " in error["message"], error
     leader.submit(text=SPEC_YAML.format(model="scores:1") + "data: {postprocess: topk}\n")  # [batch, 4] FP32 feeds it
+
+
+def test_a_unique_start_of_a_job_id_names_the_job_and_a_foreign_one_is_not_there(leader: Leader) -> None:
+    """The console shows 8 characters of a job's id: any unique start of at least 4 works in the job routes (and so
+    in the CLI, which calls them); one shared by two jobs is a 422 asking for more; another team's job is the same
+    404 as an unknown one."""
+    leader.upload_model()
+    jobs = [leader.submit()["id"] for _ in range(3)]
+    job = jobs[0]
+    for path in ("", "/results", "/progress", "/footprint", "/export?format=json"):
+        answer = leader.client.get(f"/api/v1/jobs/{job[:8]}{path}", headers=ADMIN)
+        assert answer.status_code == 200, (path, answer.text)
+    assert leader.client.get(f"/api/v1/jobs/{job[:8]}", headers=ADMIN).json()["id"] == job
+    # A second job whose id shares the first 6 characters with this one's: 6 no longer name one, and say so; 7 do.
+    twin = job[:6] + ("1" if job[6] == "0" else "0") + job[7:]
+    leader.db.jobs.insert_one({**leader.db.jobs.find_one({"_id": jobs[1]}), "_id": twin})
+    ambiguous = leader.client.get(f"/api/v1/jobs/{job[:6]}", headers=ADMIN)
+    assert ambiguous.status_code == 400 and "more than one job" in ambiguous.json()["message"], ambiguous.text
+    assert leader.client.get(f"/api/v1/jobs/{job[:7]}", headers=ADMIN).json()["id"] == job
+    assert leader.client.get(f"/api/v1/jobs/{job[:3]}", headers=ADMIN).status_code == 404  # too short to name one
+    cancelled = leader.client.post(f"/api/v1/jobs/{job[:8]}/cancel", headers=ADMIN)
+    assert cancelled.status_code == 200 and cancelled.json()["id"] == job
+    # Another team's viewer: the job is not there, short or whole, the same 404 as a job that never was.
+    made = leader.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "o", "role": "viewer", "team": "other"})
+    other = {"Authorization": f"Bearer {made.json()['token']}"}
+    for ref in (job, job[:8], "0" * 32):
+        answer = leader.client.get(f"/api/v1/jobs/{ref}", headers=other)
+        assert answer.status_code == 404 and answer.json()["message"] == f"job {ref} does not exist", answer.text
