@@ -33,7 +33,7 @@ name: {name}
 model: {{ref: mlp-bench:1}}
 backends: [onnxruntime]
 batch_sizes: [1]
-load: {{pattern: constant, rate: 20, duration: 1s, warmup: 0s}}
+load: {{pattern: constant, rate: 20, duration: 1s, warmup: 0s, allow_short: true}}
 """
 
 

@@ -34,7 +34,7 @@ def _template_job() -> dict:  # type: ignore[type-arg]
 
     spec = parse_spec_yaml(
         "name: bench\nmodel: mlp:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
-        "load: {pattern: constant, rate: 20, duration: 1s, warmup: 0s}\n"
+        "load: {pattern: constant, rate: 20, duration: 1s, warmup: 0s, allow_short: true}\n"
     )
     model = ModelMeta(
         name="mlp", version="1", format="onnx", inputs=[], outputs=[], sha256="0" * 64, size_bytes=1, created_at=utcnow()
@@ -340,7 +340,7 @@ def live_run(
                     time.sleep(max(0.0, t0 + offset - time.monotonic()))
                     yaml = (
                         f"name: live-{i}\nmodel: mlp-live:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
-                        f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
+                        f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s, allow_short: true}}\n"
                     )
                     ids.append(client.submit_yaml(yaml).id)
                 leader.wait_ready(

@@ -24,7 +24,7 @@ def job_spec(name: str, model: str, seconds: float, priority: str = "normal") ->
     """A one-point job of `seconds` at 20 req/s on ONNX Runtime, in its priority class (the live teams' jobs)."""
     return (
         f"name: {name}\nmodel: {model}:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\npriority: {priority}\n"
-        f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s}}\n"
+        f"load: {{pattern: constant, rate: 20, duration: {seconds}s, warmup: 0s, allow_short: true}}\n"
     )
 
 

@@ -66,7 +66,7 @@ def _job_yaml(rate: float, seconds: float, output_tokens: int, endpoint: str, mo
     return f"""\
 name: wire-audit-{rate:g}
 model: {{ref: "{model}:1"}}
-load: {{pattern: poisson, rate: {rate:g}, duration: {seconds:g}s, warmup: 2s}}
+load: {{pattern: poisson, rate: {rate:g}, duration: {seconds:g}s, warmup: 2s, allow_short: true}}
 llm: {{prompt_tokens: {PROMPT_TOKENS}, output_tokens: {output_tokens}}}
 target: {{url: "{endpoint}", protocol: openai}}
 audit: wire

@@ -65,6 +65,8 @@ POINT_FROM_LOAD = {
 }
 # LoadSpec fields a point gets resolved: one rate or user count of the ladder, the inline trace or the uploaded one.
 PER_POINT = ("rate", "concurrency", "trace")
+# Read at submission only, never by a point: whether a point too short for a p99 may run (leader/jobs/limits.py).
+AT_SUBMISSION = ("allow_short",)
 
 
 def expand(spec: JobSpec) -> list[PointSpec]:

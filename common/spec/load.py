@@ -126,6 +126,16 @@ P99_MIN_SAMPLES = 459
 MAX_WINDOW_S = 60.0
 
 
+def requests_for_a_p99(pattern: str, cv: float = 1.0) -> int:
+    """The requests a steady point must be due to hold P99_MIN_SAMPLES: exactly that many where the schedule's count
+    is rate x duration (constant; Poisson, conditioned on its count: follower/loadgen/schedule.py); for gamma's random
+    count, 3.1 standard deviations (its coefficient of variation times the square root) more, so a point falls short
+    once in a thousand."""
+    if pattern in ("constant", "poisson"):
+        return P99_MIN_SAMPLES
+    return math.ceil(P99_MIN_SAMPLES + 3.1 * cv * math.sqrt(P99_MIN_SAMPLES))
+
+
 # Patterns whose rate is steady, so rate x window is what a window holds.
 STEADY_PATTERNS = ("poisson", "constant", "gamma")
 
@@ -186,6 +196,48 @@ class LoadSpec(StrictModel):
     """The measurement window in seconds: what the stability rule compares and live progress shows."""
     stability: Stability | None = None
     """Run each point until its last windows agree (see Stability), up to its max_duration."""
+    allow_short: bool = False
+    """Run a point too short to hold a p99 claim anyway (fewer than the 459 requests a p99 needs are due in it): it is
+    refused at submission otherwise, naming the shortest duration that would do; run anyway, it is marked invalid."""
+
+    def p99_shortfall(self) -> str | None:
+        """Why this load's points cannot hold a p99 claim, and the shortest duration that would (None: they can, or
+        it cannot be known before the run, or allow_short asks for them anyway). A steady open loop's point holds rate
+        x duration requests on average; a Poisson count varies by its square root. Stability's windows hold them
+        each. Checked at submission, not on stored specs."""
+        if self.allow_short or self.pattern not in STEADY_PATTERNS or not self.rate or self.stability is not None:
+            return None
+        rate = min(self.rate)
+        needed = requests_for_a_p99(self.pattern, self.cv)
+        if rate * self.duration >= needed:
+            return None
+        shortest = math.ceil(10 * needed / rate) / 10
+        fix = (
+            f"set load.duration to at least {shortest:g} s"
+            if shortest <= MAX_DURATION_S
+            else f"raise the rate to at least {math.ceil(needed / MAX_DURATION_S)} req/s"
+        )
+        sure = "" if needed == P99_MIN_SAMPLES else f"; {needed} due makes that sure at this cv"
+        return (
+            f"{self.duration:g} s at {rate:g} req/s holds about {rate * self.duration:.0f} requests, too few for a p99 (it "
+            f"needs {P99_MIN_SAMPLES} answered{sure}): {fix}, or set load.allow_short: true to run it anyway (its "
+            "points will be invalid)"
+        )
+        rate = min(self.rate)
+        needed = requests_for_a_p99(self.pattern, self.cv)
+        if rate * self.duration < needed:
+            shortest = math.ceil(10 * needed / rate) / 10
+            fix = (
+                f"set load.duration to at least {shortest:g} s"
+                if shortest <= MAX_DURATION_S
+                else f"raise the rate to at least {math.ceil(needed / MAX_DURATION_S)} req/s"
+            )
+            raise ValueError(
+                f"load.duration: {self.duration:g} s at {rate:g} req/s holds about {rate * self.duration:.0f} requests, "
+                f"too few for a p99 (it needs {P99_MIN_SAMPLES} answered, {needed} due to be sure of them): {fix}, or "
+                "set load.allow_short: true to run it anyway (its points will be invalid)"
+            )
+        return self
 
     @field_validator("stability")
     @classmethod

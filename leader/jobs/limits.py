@@ -22,7 +22,8 @@ def _over(value: float | None, limit: float) -> bool:
 
 
 def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
-    """422 naming the first field over this leader's limits (a shared service must not run one user's day-long job)."""
+    """422 naming the first field over this leader's limits (a shared service must not run one user's day-long job), or
+    the duration too short for its points to hold a p99."""
     load, unit_rate, unit_s = plan.spec.load, "req/s", "s"
     search, stability = load.search, load.stability
     # (field, value, this leader's limit, unit) of every bounded figure of the load
@@ -50,6 +51,8 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
             f"the grid expands to {points} points; this leader runs at most {settings.max_points} per job",
             field="batch_sizes",
         )
+    if (shortfall := load.p99_shortfall()) is not None:  # a point invalid by construction: refused, saying what would do
+        raise InvalidSpec(shortfall, field="load.duration")
 
 
 RETRY_AFTER_IDLE_S = 30  # the queue cap's Retry-After when nothing runs (jobs are being placed)

@@ -66,7 +66,7 @@ def job_yaml(name: str, *, seconds: int, rates: list[int]) -> str:
             "model": {"ref": "mlp:1"},
             "backends": ["onnxruntime"],
             "batch_sizes": [1],
-            "load": {"pattern": "constant", "rate": rates, "duration": f"{seconds}s", "warmup": "1s"},
+            "load": {"pattern": "constant", "rate": rates, "duration": f"{seconds}s", "warmup": "1s", "allow_short": True},
         }
     )
 

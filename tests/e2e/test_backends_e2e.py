@@ -45,7 +45,7 @@ name: three-backends
 model: {canon}
 backends: [onnxruntime, torchscript, triton]
 batch_sizes: [1]
-load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.3s}}
+load: {{allow_short: true, pattern: poisson, rate: 50, duration: 1s, warmup: 0.3s}}
 """)
     rows = {r.point.backend: r for r in results.points}
     assert set(rows) == {"onnxruntime", "torchscript", "triton"}
@@ -62,7 +62,7 @@ load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.3s}}
 
 
 def test_triton_dynamic_batching_on_vs_off_shows_in_the_stored_result(fleet, canon: str) -> None:  # type: ignore[no-untyped-def]
-    load = "{pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}"
+    load = "{pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s, allow_short: true}"
     stored = {}
     with fleet.client() as client:
         for label, server in {"off": "{}", "on": "{dynamic_batching: {max_batch_size: 16, max_queue_delay_us: 20000}}"}.items():
@@ -109,7 +109,7 @@ name: with-data
 model: {canon}
 backends: [onnxruntime]
 batch_sizes: [2]
-load: {{pattern: constant, rate: 30, duration: 0.5s, warmup: 0s}}
+load: {{allow_short: true, pattern: constant, rate: 30, duration: 0.5s, warmup: 0s}}
 data: {{source: upload, id: {data_id}}}
 """)
     (row,) = results.points
@@ -143,7 +143,7 @@ name: images-{processing}
 model: {model.ref}
 backends: [onnxruntime, triton]
 batch_sizes: [1]
-load: {{pattern: constant, rate: 30, duration: 0.5s, warmup: 0.2s}}
+load: {{allow_short: true, pattern: constant, rate: 30, duration: 0.5s, warmup: 0.2s}}
 data: {{source: upload, id: {data.id}, preprocess: image_imagenet, postprocess: topk, processing: {processing}}}
 """)
     rows = {r.point.backend: r for r in results.points}

@@ -63,7 +63,7 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     job_file = tmp_path / "my.yaml"
     job_file.write_text(
         "name: my-first-job\nmodel: mlp-cli:1\nbackends: [onnxruntime]\nbatch_sizes: [1, 4]\n"
-        "load: {pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}\nslo: {p99_ms: 500}\n"
+        "load: {allow_short: true, pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}\nslo: {p99_ms: 500}\n"
     )
     # Scrape both endpoints while the CLI watches the job.
     busy_seen: list[float] = []

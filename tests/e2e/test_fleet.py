@@ -28,7 +28,7 @@ name: {name}
 model: mlp-fleet:1
 backends: [onnxruntime]
 batch_sizes: [1]
-load: {{pattern: constant, rate: 40, duration: {seconds}s, warmup: 0s}}
+load: {{pattern: constant, rate: 40, duration: {seconds}s, warmup: 0s, allow_short: true}}
 """
 
 

@@ -34,7 +34,7 @@ model: {ref}
 backends: [torchscript]
 batch_sizes: [8]
 server: {{device: cuda}}
-load: {{pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}}
+load: {{allow_short: true, pattern: poisson, rate: 100, duration: 2s, warmup: 0.5s}}
 """)
         assert client.job(job.id).spec.requires.gpu  # implied by the GPU server: placement needs a GPU follower
         results = _wait_done(client, job.id, timeout_s=240)

@@ -193,7 +193,7 @@ name: vllm-vs-llamacpp
 model: {llm_model}
 backends: [vllm, llamacpp]
 server: {{llm: {{max_num_seqs: 8, enforce_eager: true}}}}
-load: {{pattern: poisson, rate: 8, duration: 8s, warmup: 2s}}
+load: {{allow_short: true, pattern: poisson, rate: 8, duration: 8s, warmup: 2s}}
 llm: {{prompt_tokens: 40, output_tokens: 12}}
 slo: {{ttft_ms: 2000, tpot_ms: 500}}
 """)
@@ -248,7 +248,7 @@ def test_an_llm_job_on_the_other_servers(fleet, llm_model: str, backend: str) ->
 name: llm-{backend}
 model: {llm_model}
 backends: [{backend}]
-load: {{pattern: poisson, rate: 5, duration: 4s, warmup: 1s}}
+load: {{allow_short: true, pattern: poisson, rate: 5, duration: 4s, warmup: 1s}}
 llm: {{prompt_tokens: 32, output_tokens: 8}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=600)
@@ -280,7 +280,7 @@ name: llm-prompt-set
 model: {llm_model}
 backends: [vllm]
 server: {{llm: {{enforce_eager: true}}}}
-load: {{pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
+load: {{allow_short: true, pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
 llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=300)
@@ -371,7 +371,7 @@ def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_mo
             client.submit_yaml(f"""
 name: llm-endpoint
 model: {llm_model}
-load: {{pattern: poisson, rate: 8, duration: 4s, warmup: 1s}}
+load: {{allow_short: true, pattern: poisson, rate: 8, duration: 4s, warmup: 1s}}
 llm: {{prompt_tokens: 32, output_tokens: 8}}
 target: {{url: "{shared_vllm}", protocol: openai}}
 """).id,
@@ -380,7 +380,7 @@ target: {{url: "{shared_vllm}", protocol: openai}}
         job = client.submit_yaml(f"""
 name: llm-shards
 model: {llm_model}
-load: {{pattern: poisson, rate: 16, duration: 6s, warmup: 1s}}
+load: {{allow_short: true, pattern: poisson, rate: 16, duration: 6s, warmup: 1s}}
 llm: {{prompt_tokens: 32, output_tokens: 8}}
 target: {{url: "{shared_vllm}", protocol: openai, shards: {{count: 2, labels: {{pool: llm-shards}}}}}}
 """)

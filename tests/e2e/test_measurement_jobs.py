@@ -140,7 +140,7 @@ def test_one_percentile_estimator_the_figures_everywhere_are_the_raw_records_nea
     results = _run(fleet, f"""
 name: one-estimator
 model: {model}
-load: {{pattern: poisson, rate: 150, duration: 2s, warmup: 0.5s}}
+load: {{allow_short: true, pattern: poisson, rate: 150, duration: 2s, warmup: 0.5s}}
 seed: 4
 """)
     (row,) = results.points
@@ -187,7 +187,7 @@ def test_repeats_with_fresh_servers_interleave_and_report_the_spread(fleet, mode
     results = _run(fleet, f"""
 name: repeats
 model: {model}
-load: {{pattern: poisson, rate: [150, 300], duration: 1s, warmup: 0.2s}}
+load: {{allow_short: true, pattern: poisson, rate: [150, 300], duration: 1s, warmup: 0.2s}}
 repeats: {{count: 2, fresh_server: true}}
 """)
     points = sorted(results.points, key=lambda r: r.point.index)
@@ -217,7 +217,7 @@ def test_a_batching_study_on_our_server_sweeps_batching_off_and_on_in_one_job(fl
 name: batching-study
 model: {model}
 batch_sizes: [1]
-load: {{pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}}
+load: {{allow_short: true, pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}}
 sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 20000}}]}}
 """)
     off, on = sorted(results.points, key=lambda r: r.point.config)

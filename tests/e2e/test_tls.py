@@ -26,7 +26,7 @@ name: tls
 model: mlp-tls:1
 backends: [onnxruntime]
 batch_sizes: [1]
-load: {pattern: poisson, rate: 50, duration: 2s, warmup: 0.2s, window: 0.5s}
+load: {allow_short: true, pattern: poisson, rate: 50, duration: 2s, warmup: 0.2s, window: 0.5s}
 """
 
 

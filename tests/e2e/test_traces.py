@@ -138,7 +138,7 @@ name: traced
 model: traced-endpoint
 inputs: [{{name: input, datatype: FP32, shape: [-1, 4]}}]
 target: {{url: "{server}", protocol: kserve-http}}
-load: {{pattern: constant, rate: 20, duration: 1s, warmup: 0s}}
+load: {{allow_short: true, pattern: constant, rate: 20, duration: 1s, warmup: 0s}}
 propagate_trace: true
 """)
         trace_id = job.trace_id

@@ -58,7 +58,7 @@ name: my-model-on-ort
 model: {ref: "mine:1"}
 backends: [onnxruntime]
 batch_sizes: [1, 4]
-load: {pattern: poisson, rate: 50, duration: 2s, warmup: 500ms}
+load: {allow_short: true, pattern: poisson, rate: 50, duration: 2s, warmup: 500ms}
 """)
         results = _wait_done(client, job.id, timeout_s=240)
     assert [p.point.batch_size for p in results.points] == [1, 4]

@@ -86,7 +86,7 @@ name: e2e-crash
 model: {{ref: {model}}}
 backends: [onnxruntime]
 batch_sizes: [1, 2]
-load: {{pattern: constant, rate: 100, duration: 3s, warmup: 0.5s}}
+load: {{allow_short: true, pattern: constant, rate: 100, duration: 3s, warmup: 0.5s}}
 """
     with fleet.client() as client:
         # Only f-crash may take it: f-main (if running) is stopped for this test.

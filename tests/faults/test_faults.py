@@ -98,7 +98,7 @@ name: {name}
 model: {{ref: {MODEL}}}
 backends: [onnxruntime]
 batch_sizes: [{", ".join(str(b) for b in batches)}]
-load: {{pattern: constant, rate: {rate}, duration: {seconds}s, warmup: 0s}}
+load: {{pattern: constant, rate: {rate}, duration: {seconds}s, warmup: 0s, allow_short: true}}
 """
 
 

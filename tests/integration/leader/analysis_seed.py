@@ -54,7 +54,7 @@ def seed_job(
     """
     spec = (
         f"name: {name}\nmodel: {model}\nbackends: [{', '.join(backends)}]\nbatch_sizes: {batches}\n"
-        f"load: {{rate: {rates}, duration: 2s, warmup: {warmup_s}s}}\nslo: {{p99_ms: {p99_slo}}}\n{extra}"
+        f"load: {{rate: {rates}, duration: 2s, warmup: {warmup_s}s, allow_short: true}}\nslo: {{p99_ms: {p99_slo}}}\n{extra}"
     )
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert response.status_code == 201, response.text

@@ -41,6 +41,7 @@ load:
   rate: 50
   duration: 2s
   warmup: 500ms
+  allow_short: true
 """
 
 SettingsFactory = Callable[..., LeaderSettings]

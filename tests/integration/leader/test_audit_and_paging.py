@@ -15,7 +15,7 @@ def test_changes_are_audited_with_who_made_them_and_routine_follower_traffic_is_
     leader.upload_model()
     job = leader.client.post("/api/v1/jobs", headers={**sue, "Content-Type": "application/yaml"},
                              content="name: a\nmodel: ident:1\nbackends: [onnxruntime]\nbatch_sizes: [1]\n"
-                                     "load: {rate: 5, duration: 1s, warmup: 0s}\n")  # fmt: skip
+                                     "load: {allow_short: true, rate: 5, duration: 1s, warmup: 0s}\n")  # fmt: skip
     assert job.status_code == 201, job.text
     refused = leader.client.delete("/api/v1/models/ident/1", headers={"Authorization": "Bearer not-a-token-000000"})
     assert refused.status_code == 401

@@ -8,7 +8,7 @@ from tests.integration.leader.conftest import ADMIN, YAML, Leader
 SPEC = """name: co
 model: ident:1
 backends: [onnxruntime]
-load: {{rate: 50, duration: 2s}}
+load: {{allow_short: true, rate: 50, duration: 2s}}
 colocate: {{models: [{models}]}}
 """
 

@@ -17,7 +17,10 @@ from tests.unit.leader.onnx_models import identity_model
 
 pytestmark = pytest.mark.integration
 
-SPEC = "name: {name}\nmodel: {model}\nbackends: [{backend}]\nbatch_sizes: [1]\nload: {{rate: [10], duration: 2s}}\n"
+SPEC = (
+    "name: {name}\nmodel: {model}\nbackends: [{backend}]\nbatch_sizes: [1]\n"
+    "load: {{allow_short: true, rate: [10], duration: 2s}}\n"
+)
 YAML = {"Content-Type": "application/yaml"}
 
 
@@ -186,6 +189,14 @@ def test_a_preview_checks_like_a_submission_and_stores_nothing(leader: Leader) -
         preview, submitted = both(bad)
         assert preview.status_code == submitted.status_code >= 400 and preview.json() == submitted.json(), preview.text
     assert leader.db.jobs.count_documents({}) == 0
+    # A point too short for its p99 (10 req/s for 2 s: 20 requests): refused in the preview as at submission, naming
+    # the shortest duration that would do; asked for anyway, it is accepted.
+    short = spec.replace("allow_short: true, ", "")
+    preview, submitted = both(short)
+    assert preview.status_code == submitted.status_code == 422 and preview.json() == submitted.json(), preview.text
+    assert preview.json()["field"] == "load.duration" and "at least 45.9 s" in preview.json()["message"], preview.text
+    assert leader.db.jobs.count_documents({}) == 0
+    assert leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=spec).status_code == 200
     # No follower offers triton: where it would wait, and why.
     waiting = leader.client.post("/api/v1/jobs/preview", headers={**ADMIN, **YAML}, content=spec.replace("onnxruntime", "triton"))
     assert waiting.status_code == 200 and waiting.json()["follower_id"] is None and "triton" in waiting.json()["waiting_reason"]
@@ -203,8 +214,10 @@ def test_a_preview_checks_like_a_submission_and_stores_nothing(leader: Leader) -
 
 
 def test_every_template_is_a_valid_job() -> None:
+    """Valid by construction: each template parses, and each of its points is long enough to hold its p99."""
     for name, text in templates(None, None).items():
-        assert parse_spec_yaml(text).name, name
+        spec = parse_spec_yaml(text)
+        assert spec.name and spec.load.p99_shortfall() is None, (name, spec.load.p99_shortfall())
 
 
 def test_a_missing_job_is_a_page_and_a_waiting_job_says_why(leader: Leader) -> None:

@@ -91,6 +91,6 @@ def test_bad_name_and_oversize_are_4xx(make_leader) -> None:  # type: ignore[no-
 
 def test_job_naming_an_unknown_data_set_is_refused(leader: Leader) -> None:
     leader.upload_model("ident", "1")
-    spec = "name: j\nmodel: ident:1\nload: {rate: 10, duration: 1s}\ndata: {source: upload, id: abc123}\n"
+    spec = "name: j\nmodel: ident:1\nload: {allow_short: true, rate: 10, duration: 1s}\ndata: {source: upload, id: abc123}\n"
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert response.status_code == 422 and response.json()["field"] == "data.id", response.text

@@ -36,7 +36,8 @@ def _model(leader: Leader, name: str, team: str) -> None:
 
 
 def _submit(leader: Leader, name: str, model: str, *, priority: str = "normal", headers: dict[str, str] = ADMIN) -> Any:
-    spec = f"name: {name}\nmodel: {model}:1\nbackends: [onnxruntime]\nload: {{rate: 50, duration: 2s, warmup: 0s}}\n"
+    spec = f"name: {name}\nmodel: {model}:1\nbackends: [onnxruntime]\n"
+    spec += "load: {allow_short: true, rate: 50, duration: 2s, warmup: 0s}\n"
     return leader.client.post("/api/v1/jobs", headers={**headers, **YAML}, content=f"{spec}priority: {priority}\n")
 
 

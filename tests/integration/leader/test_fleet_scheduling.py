@@ -16,7 +16,7 @@ GPU_SPEC = """\
 name: needs-gpu
 model: ident:1
 backends: [onnxruntime]
-load: {rate: 50, duration: 2s, warmup: 0s}
+load: {allow_short: true, rate: 50, duration: 2s, warmup: 0s}
 requires: {gpu: true, min_gpu_memory_mb: 16000}
 """
 
@@ -66,7 +66,8 @@ def test_drain_requeues_held_jobs_and_takes_no_new_ones(leader: Leader) -> None:
 
 
 def _spec(name: str, seconds: float) -> str:
-    return f"name: {name}\nmodel: ident:1\nbackends: [onnxruntime]\nload: {{rate: 50, duration: {seconds}s, warmup: 0s}}\n"
+    load = f"load: {{rate: 50, duration: {seconds}s, warmup: 0s, allow_short: true}}\n"
+    return f"name: {name}\nmodel: ident:1\nbackends: [onnxruntime]\n{load}"
 
 
 def test_queue_position_and_estimated_start_at_the_leader_follow_its_order(leader: Leader) -> None:

@@ -35,7 +35,7 @@ def test_submit_yaml_stores_a_queued_job(leader: Leader) -> None:
 def test_submit_json_and_latest_model(leader: Leader) -> None:
     leader.upload_model("ident", "1")
     leader.upload_model("ident", "2")
-    body = {"name": "j", "model": "ident", "load": {"rate": [10, 20]}}
+    body = {"name": "j", "model": "ident", "load": {"rate": [10, 20], "allow_short": True}}
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/json"}, content=json.dumps(body))
     assert response.status_code == 201, response.text
     assert response.json()["model_ref"] == "ident:2"

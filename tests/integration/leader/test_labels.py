@@ -11,7 +11,7 @@ from tests.integration.leader.conftest import ADMIN, FOLLOWER, YAML, Leader, fol
 SPEC = """name: labelled
 model: ident:1
 backends: [onnxruntime]
-load: {{rate: 50, duration: 2s}}
+load: {{allow_short: true, rate: 50, duration: 2s}}
 requires: {{labels: {labels}}}
 """
 

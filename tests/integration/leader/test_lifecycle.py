@@ -21,7 +21,10 @@ from tests.integration.leader.conftest import ADMIN, YAML, Leader, point_result
 
 pytestmark = pytest.mark.integration
 
-SPEC = "name: doomed\nmodel: ident:1\nbackends: [onnxruntime]\nbatch_sizes: [1, 8]\nload: {rate: 5, duration: 2s}\n"
+SPEC = (
+    "name: doomed\nmodel: ident:1\nbackends: [onnxruntime]\nbatch_sizes: [1, 8]\n"
+    "load: {allow_short: true, rate: 5, duration: 2s}\n"
+)
 
 
 def _token(leader: Leader, user: str, role: str) -> dict[str, str]:

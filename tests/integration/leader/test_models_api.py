@@ -136,14 +136,14 @@ def test_a_language_model_needs_an_llm_server_and_a_tensor_model_a_tensor_server
     leader.upload_model("ident", "1")
     yaml = {"Content-Type": "application/yaml"}
     for model, backends, named in (("lm:1", "[onnxruntime, vllm]", "onnxruntime"), ("ident:1", "[vllm]", "vllm")):
-        spec = f"name: j\nmodel: {model}\nbackends: {backends}\nload: {{rate: 10, duration: 1s}}\n"
+        spec = f"name: j\nmodel: {model}\nbackends: {backends}\nload: {{allow_short: true, rate: 10, duration: 1s}}\n"
         refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml}, content=spec)
         assert refused.status_code == 422 and refused.json()["field"] == "backends", refused.text
         assert refused.json()["message"].startswith(f"{named} cannot serve {model}")
     # What the server would refuse request by request is refused at submission: a chat API on a model with no chat
     # template (this one has one: the generator writes it), and lengths past what a sequence may hold.
     assert stored.json()["llm"]["chat_template"] is True
-    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\n"
+    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {allow_short: true, rate: 10, duration: 1s}\n"
     for extra, field in (("llm: {prompt_tokens: 200, output_tokens: 100}\n", "llm"),
                          ("llm: {output_tokens: 8}\nserver: {llm: {max_model_len: 64}}\n", "llm")):  # fmt: skip
         refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **yaml}, content=base + extra)
@@ -172,7 +172,8 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
     stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "plain", "version": "1", "format": "hf"},
                                 files={"file": ("plain.zip", out.getvalue(), "application/zip")})  # fmt: skip
     assert stored.status_code == 201 and stored.json()["llm"]["chat_template"] is False, stored.text
-    spec = "name: j\nmodel: plain:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\nllm: {api: chat, prompt_tokens: 16}\n"
+    spec = "name: j\nmodel: plain:1\nbackends: [vllm]\nload: {allow_short: true, rate: 10, duration: 1s}\n"
+    spec += "llm: {api: chat, prompt_tokens: 16}\n"
     refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/yaml"}, content=spec)
     assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
 
@@ -202,7 +203,7 @@ def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(lea
     request_data = upload("tensors", [{"x": [1.0]}], fmt="jsonl")
 
     yaml = {**ADMIN, "Content-Type": "application/yaml"}
-    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {rate: 10, duration: 1s}\n"
+    base = "name: j\nmodel: lm:1\nbackends: [vllm]\nload: {allow_short: true, rate: 10, duration: 1s}\n"
     for extra, field, needle in (
         (f"llm: {{dataset: {chats['id']}}}\n", "llm.dataset", "holds messages rows, which api completions cannot send"),
         (f"llm: {{dataset: {request_data['id']}}}\n", "llm.dataset", "is jsonl data, not a prompt set"),

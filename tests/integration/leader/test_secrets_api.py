@@ -15,7 +15,8 @@ VALUE = "Bearer sk-live-" + uuid.uuid4().hex
 def _target_job(leader: Leader, secret: str | None) -> dict[str, Any]:
     named = f", secret: {secret}" if secret else ""
     body = (f"name: endpoint\nmodel: remote\ninputs: [{{name: x, datatype: FP32, shape: [-1, 4]}}]\n"
-            f"load: {{rate: 50, duration: 2s}}\ntarget: {{url: 'http://127.0.0.1:9', protocol: kserve-http{named}}}\n")
+            "load: {allow_short: true, rate: 50, duration: 2s}\n"
+            f"target: {{url: 'http://127.0.0.1:9', protocol: kserve-http{named}}}\n")
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=body)
     assert response.status_code == 201, response.text
     return dict(response.json())
@@ -44,7 +45,8 @@ def test_secrets_are_write_only_and_open_only_for_the_running_follower(make_lead
     assert VALUE.encode() not in leader.db.secrets.find_one({"name": "api"})["sealed"]  # sealed at rest
     bad = leader.client.post("/api/v1/secrets", headers=ADMIN, json={"name": "x", "value": "a\r\nHost: evil"})
     assert bad.status_code == 422 and "evil" not in bad.text
-    spec = "name: e\nmodel: m\nload: {rate: 5}\ntarget: {url: 'http://h:1', protocol: kserve-http, secret: nope}\n"
+    spec = "name: e\nmodel: m\nload: {rate: 5, allow_short: true}\n"
+    spec += "target: {url: 'http://h:1', protocol: kserve-http, secret: nope}\n"
     missing = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert missing.status_code == 422 and missing.json()["field"] == "target.secret", missing.text
 

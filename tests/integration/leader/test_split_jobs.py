@@ -38,7 +38,7 @@ name: sweep
 model: ident:1
 backends: [onnxruntime]
 batch_sizes: [1, 2, 4, 8]
-load: {rate: 50, duration: 2s, warmup: 0s}
+load: {allow_short: true, rate: 50, duration: 2s, warmup: 0s}
 split: {max_parts: 2}
 """
 

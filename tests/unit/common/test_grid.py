@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from common.spec.grid import PER_POINT, POINT_FROM_LOAD, drain_bound_s, estimate_seconds, expand, overload_allowance_s
+from common.spec.grid import (
+    AT_SUBMISSION,
+    PER_POINT,
+    POINT_FROM_LOAD,
+    drain_bound_s,
+    estimate_seconds,
+    expand,
+    overload_allowance_s,
+)
 from common.spec.job import PointSpec
 from common.spec.load import LoadSpec
 from common.spec.parse import parse_spec
 
 
 def test_every_load_field_is_copied_or_resolved_per_point_and_lands_on_a_point_field() -> None:
-    assert set(POINT_FROM_LOAD.values()) | set(PER_POINT) == set(LoadSpec.model_fields)
+    assert set(POINT_FROM_LOAD.values()) | set(PER_POINT) | set(AT_SUBMISSION) == set(LoadSpec.model_fields)
     assert not set(POINT_FROM_LOAD.values()) & set(PER_POINT)
+    assert not set(AT_SUBMISSION) & (set(POINT_FROM_LOAD.values()) | set(PER_POINT))
     assert set(POINT_FROM_LOAD) <= set(PointSpec.model_fields)
 
 

@@ -242,7 +242,7 @@ def test_any_value_of_any_type_in_any_field_is_a_refusal_naming_a_field_never_a_
 
 def test_a_model_reference_ending_in_a_newline_is_refused() -> None:
     with pytest.raises(InvalidSpec) as caught:
-        parse_spec_yaml('name: x\nmodel: "m:1\\n"\nload: {rate: 10, duration: 1s}\n')
+        parse_spec_yaml('name: x\nmodel: "m:1\\n"\nload: {allow_short: true, rate: 10, duration: 1s}\n')
     assert caught.value.field.startswith("model")
 
 
