@@ -94,6 +94,14 @@ class Heartbeat(BaseModel):
     target_costs_us: Annotated[dict[str, float], Field(max_length=256)] | None = None  # with the clock, when measured
 
 
+class Leaving(BaseModel):
+    """An agent stopping (SIGTERM): the leader takes back every job it holds or runs, at once, as new attempts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    incarnation: str
+
+
 class HeartbeatReply(BaseModel):
     """known=False asks the follower to register again; cancel names held or running jobs to drop and stop."""
 

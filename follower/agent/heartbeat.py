@@ -55,7 +55,7 @@ class Heartbeater(threading.Thread):
                 reply = self.client.heartbeat(self.settings.follower_id, self.beat())
                 if reply.cancel:
                     self.loop.cancel(reply.cancel)
-                if not reply.known:
+                if not reply.known and not self.stopped.is_set():  # a stopping agent has left: it does not come back
                     log.warning("leader does not know this agent; registering again")
                     self.client.register(self.info)
             except Exception as exc:  # a missed beat is logged and retried on the next tick

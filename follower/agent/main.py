@@ -35,6 +35,11 @@ from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
 
+# A stop (SIGTERM) within 5 s: a heartbeat in flight is waited for at most this long before the leave...
+HEARTBEAT_JOIN_S = 1.0
+# ...and the running point and its server at most this long after it (a point stops on its cancel in about 2.5 s).
+STOP_GRACE_S = 3.0
+
 
 def follower_info(settings: FollowerSettings, incarnation: str) -> FollowerInfo:
     """This host's registration record."""
@@ -97,7 +102,8 @@ def build_celery(settings: FollowerSettings, holding: HoldingQueue) -> Celery:
 
 
 def run_agent(settings: FollowerSettings) -> None:
-    """Register, start heartbeating, then consume jobs one at a time until stopped (SIGTERM: finish the running job)."""
+    """Register, start heartbeating, then consume jobs one at a time until stopped (SIGTERM: the leader takes the jobs
+    back, the running point stops)."""
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     set_process_follower_id(settings.follower_id)  # every log line of this agent carries its id
     tracing.setup("benchfleet-follower")  # spans exported over OTLP where configured (common/tracing.py)
@@ -164,7 +170,17 @@ def run_agent(settings: FollowerSettings) -> None:
             ]
         )
     finally:
-        loop.stop()  # SIGTERM: the running job finishes; held jobs stay on disk
+        # SIGTERM: take nothing more, give every job back to the leader at once (it places them again; nothing waits
+        # for missed heartbeats), then stop the running point and its server. Held jobs left on disk are stale
+        # attempts now: a restarted agent's claim of one is refused and it is dropped.
+        loop.stopped.set()
         heart.stopped.set()
+        heart.join(HEARTBEAT_JOIN_S)  # a beat in flight lands before the leave, never after it
+        try:
+            client.leave(settings.follower_id, incarnation)
+        except Exception as exc:  # the leader requeues them once the heartbeats stop
+            log.warning("could not tell the leader this agent is stopping: %s", exc)
+        if not loop.halt(STOP_GRACE_S):
+            log.warning("the running job did not stop within %.0f s; exiting anyway", STOP_GRACE_S)
         METRICS.stop()
         client.close()

@@ -76,3 +76,14 @@ class RunLoop(threading.Thread):
         """Take no further job; wait for the running one to finish."""
         self.stopped.set()
         self.join(timeout_s)
+
+    def halt(self, grace_s: float) -> bool:
+        """Take no further job and stop the running one (its point and server are stopped; it reports nothing: the
+        leader has taken the job back); wait up to `grace_s` for that. Whether the loop ended in time."""
+        self.stopped.set()
+        with self._lock:
+            if self._running is not None:
+                log.info("stopping running job %s: this agent is stopping", self._running.job_id)
+                self._cancel.set()
+        self.join(grace_s)
+        return not self.is_alive()

@@ -15,7 +15,7 @@ import httpx
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from common.formats.datasets import DataSetMeta
-from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
+from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply, Leaving
 from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
 from common.wire.models import ModelMeta
 from common.wire.secrets import TargetCredentials
@@ -200,6 +200,11 @@ class LeaderClient:
         """One heartbeat; not retried (the next one is seconds away)."""
         response = self._post(f"/api/v1/followers/{follower_id}/heartbeat", beat.model_dump_json())
         return HeartbeatReply.model_validate_json(response.content)
+
+    def leave(self, follower_id: str, incarnation: str) -> None:
+        """Tell the leader this agent is stopping: it takes back the jobs held and running here. Not retried: a
+        stopping agent has seconds, and a leader that missed it requeues them once the heartbeats stop."""
+        self._post(f"/api/v1/followers/{follower_id}/leave", Leaving(incarnation=incarnation).model_dump_json())
 
     @_retrying
     def claim(self, job_id: str, claim: Claim) -> JobTask:

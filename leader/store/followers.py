@@ -187,6 +187,16 @@ async def mark_missing(db: AsyncDatabase, *, follower_id: str, last_seen: Any) -
     return result.modified_count > 0
 
 
+async def leave(db: AsyncDatabase, *, follower_id: str, incarnation: str) -> bool:
+    """The agent of this incarnation is stopping: it is missing now, and a beat it sent before it stopped no longer
+    counts (its incarnation is forgotten: a restarted agent registers anew); False if that agent was not registered."""
+    result = await db[COLLECTION].update_one(
+        {"_id": follower_id, "incarnation": incarnation},
+        {"$set": {"state": MISSING, "incarnation": None, "running_job": None, "held": []}},
+    )
+    return result.matched_count > 0
+
+
 async def missing_ids(db: AsyncDatabase) -> list[str]:
     """Ids of the followers currently missing."""
     docs = await db[COLLECTION].find({"state": MISSING}, {"_id": 1}).to_list(None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 
 import httpx
 import pytest
@@ -65,6 +66,39 @@ def test_sigkilled_follower_job_completes_on_another_follower_once(fleet, model:
     assert done.actual_s is not None and done.actual_s > 0  # the actual run time is stored beside the estimate
     record("fault", "follower agent SIGKILLed (whole process group) mid-point",
            "job requeued with the reason 'missed heartbeats', succeeded on another follower (attempt 2) with one result")
+
+
+def test_a_follower_stopped_mid_job_gives_it_back_at_once_and_exits_within_5_s(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM (compose's stop, a pod's deletion): the agent tells the leader it is leaving, which requeues its job at
+    once (no heartbeat is missed first) and places nothing more on it; the running point and its server stop; the
+    agent is gone within 5 s; the job then runs on another follower, one result per point."""
+    victim = fleet.start_follower("t-victim")
+    fleet.start_follower("t-other")
+    assert _admin(fleet, "POST", "/followers/t-other/drain").status_code == 200
+    with fleet.client() as client:
+        job = client.submit_yaml(_job_yaml("stop-me", 20.0))
+        marker = str(fleet.workdir / "t-victim")
+        _wait_until(lambda: client.job(job.id).state == JobState.running and _servers_under(marker), 60, "the point")
+        assert _admin(fleet, "POST", "/followers/t-other/resume").status_code == 200
+        asked = time.monotonic()
+        os.kill(victim.pid, signal.SIGTERM)  # the agent itself, as compose and the kubelet signal it
+        _wait_until(lambda: not victim.alive(), 30, "the agent to exit")
+        took = time.monotonic() - asked
+        assert not _servers_under(marker), "the point's model server outlived its agent"
+        given_back = client.job(job.id)
+        left = next(f for f in client.followers() if f.info.follower_id == "t-victim")
+        done = _wait_until(lambda: (j := client.job(job.id)).state in TERMINAL_STATES and j, 120, "the job to finish")
+        results = client.results(job.id)
+    victim.stop()
+    assert took < 5.0, f"the agent took {took:.1f} s to stop"
+    assert left.state == "missing", left.state
+    reasons = [h.reason or "" for h in given_back.history]
+    assert any("t-victim stopped (SIGTERM) and gave its jobs back" in r for r in reasons), reasons
+    assert not any("missed heartbeats" in r for r in reasons), reasons
+    assert done.state == JobState.succeeded and (done.attempt, done.follower_id) == (2, "t-other"), (done.state, done.error)
+    assert [p.point.index for p in results.points] == [0] and results.points[0].environment.follower_id == "t-other"
+    record("fault", "follower agent sent SIGTERM mid-point",
+           "job given back at once, not after missed heartbeats; succeeded on another follower (attempt 2), one result; the agent exited within 5 s")
 
 
 def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: str) -> None:  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.errors import Conflict, Incompatible
+from common.errors import Conflict, Incompatible, NotFound
 from common.wire import compat
-from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply
+from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerView, Heartbeat, HeartbeatReply, Leaving
 from common.wire.jobs import JobState
 from leader.api.deps import (
     AdminAuth,
@@ -153,6 +153,23 @@ async def heartbeat(
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))
             placer.nudge()
     return HeartbeatReply(known=known, cancel=cancel)
+
+
+LEFT_REASON = "follower {follower_id} stopped (SIGTERM) and gave its jobs back"
+
+
+@router.post("/{follower_id}/leave", status_code=204)
+async def leave(follower_id: str, body: Leaving, db: Db, principal: FollowerPrincipal, placer: PlacerDep) -> None:
+    """An agent stopping: it is missing at once (nothing more is placed on it) and every job it held or ran goes back
+    to the queue as a new attempt, so nothing waits for its heartbeats to be missed; a report of the attempt it was
+    running is stale from now on. 404 for an agent that is not the registered incarnation."""
+    check_follower(principal, follower_id)
+    if not await followers_store.leave(db, follower_id=follower_id, incarnation=body.incarnation):
+        raise NotFound(f"follower {follower_id} is not registered with that incarnation", field="incarnation")
+    requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=LEFT_REASON)
+    if requeued:
+        placer.nudge()
+    log.info("follower %s left; requeued %d job(s)", follower_id, len(requeued))
 
 
 DRAINED_REASON = "follower {follower_id} drained by an admin"

@@ -158,6 +158,25 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert attempts == [1, 2]
 
 
+def test_a_leaving_follower_gives_its_jobs_back_at_once(leader: Leader) -> None:
+    """An agent stopping (SIGTERM) says so: it is missing at once, its running job goes back to the queue with the
+    reason (no heartbeat is missed first), its late reports are stale, a late beat does not revive it; only its own
+    incarnation may leave."""
+    job, follower, incarnation = _running_job(leader)
+    wrong = post_as(leader, follower, f"/api/v1/followers/{follower}/leave", {"incarnation": "not-its-incarnation"})
+    assert wrong.status_code == 404 and wrong.json()["field"] == "incarnation", wrong.text
+    left = post_as(leader, follower, f"/api/v1/followers/{follower}/leave", {"incarnation": incarnation})
+    assert left.status_code == 204, left.text
+    view = leader.job(job["id"])
+    assert view["state"] == "queued" and view["attempt"] == 2, view
+    assert f"follower {follower} stopped (SIGTERM) and gave its jobs back" in [h["reason"] for h in view["history"]]
+    listed = leader.client.get("/api/v1/followers", headers=ADMIN).json()
+    assert next(f for f in listed if f["info"]["follower_id"] == follower)["state"] == "missing"
+    finish = {"attempt": 1, "follower_id": follower, "state": "succeeded"}
+    assert post_as(leader, follower, f"/api/v1/jobs/{job['id']}/finish", finish).status_code == 409
+    assert leader.heartbeat(follower, incarnation) is False  # a beat sent before it stopped: not a comeback
+
+
 def _running_job(leader: Leader) -> tuple[dict[str, Any], str, str]:
     """A job claimed by a newly registered follower: (the job, the follower's id, its incarnation)."""
     leader.upload_model()

@@ -5,8 +5,8 @@ Job (an on-demand pod: the leader gives its id; placement and GPUs from .Values.
 {{- $mode := .mode -}}
 {{- $place := ternary .root.Values.ondemand $f (eq $mode "Job") -}}
 automountServiceAccountToken: false
-# SIGTERM: the agent finishes its running job before it goes; the jobs it holds stay in its work volume (a
-# StatefulSet's own claim: the pod that comes back under the same name runs them).
+# SIGTERM: the agent gives every job it holds or runs back to the leader (placed again at once, as new attempts),
+# stops its running point and server, and exits within about 5 s.
 terminationGracePeriodSeconds: {{ $f.terminationGracePeriodSeconds }}
 {{- with $place.nodeSelector }}
 nodeSelector:
