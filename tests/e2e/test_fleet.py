@@ -98,7 +98,8 @@ def test_a_follower_stopped_mid_job_gives_it_back_at_once_and_exits_within_5_s(f
     assert done.state == JobState.succeeded and (done.attempt, done.follower_id) == (2, "t-other"), (done.state, done.error)
     assert [p.point.index for p in results.points] == [0] and results.points[0].environment.follower_id == "t-other"
     record("fault", "follower agent sent SIGTERM mid-point",
-           "job given back at once, not after missed heartbeats; succeeded on another follower (attempt 2), one result; the agent exited within 5 s")
+           "job given back at once, not after missed heartbeats; succeeded on another follower (attempt 2), one "
+           "result; the agent exited within 5 s")
 
 
 def test_leader_restart_with_20_queued_jobs_runs_all_in_sjf_order(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
