@@ -173,6 +173,7 @@ def run_agent(settings: FollowerSettings) -> None:
         # SIGTERM: take nothing more, give every job back to the leader at once (it places them again; nothing waits
         # for missed heartbeats), then stop the running point and its server. Held jobs left on disk are stale
         # attempts now: a restarted agent's claim of one is refused and it is dropped.
+        log.info("stopping: giving the held and running jobs back to the leader")
         loop.stopped.set()
         heart.stopped.set()
         heart.join(HEARTBEAT_JOIN_S)  # a beat in flight lands before the leave, never after it
@@ -184,3 +185,4 @@ def run_agent(settings: FollowerSettings) -> None:
             log.warning("the running job did not stop within %.0f s; exiting anyway", STOP_GRACE_S)
         METRICS.stop()
         client.close()
+        log.info("stopped")

@@ -84,6 +84,7 @@ def test_a_follower_stopped_mid_job_gives_it_back_at_once_and_exits_within_5_s(f
         os.kill(victim.pid, signal.SIGTERM)  # the agent itself, as compose and the kubelet signal it
         _wait_until(lambda: not victim.alive(), 30, "the agent to exit")
         took = time.monotonic() - asked
+        print(f"SIGTERM at {time.time() - took:.3f}, exit seen {took:.2f} s later")
         assert not _servers_under(marker), "the point's model server outlived its agent"
         given_back = client.job(job.id)
         left = next(f for f in client.followers() if f.info.follower_id == "t-victim")
