@@ -11,6 +11,8 @@ from common.logs import setup_logging
 from leader.app import create_app
 from leader.settings import LeaderSettings
 
+SHUTDOWN_GRACE_S = 2
+
 
 def main() -> int:
     """Read the settings from the environment and serve until interrupted."""
@@ -28,7 +30,18 @@ def main() -> int:
     # Forwarded headers are read by the app itself, from the proxies its settings trust (leader/app.py).
     tls = {"ssl_certfile": str(settings.tls_certfile), "ssl_keyfile": str(settings.tls_keyfile)} if settings.tls_certfile else {}
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_config=None, proxy_headers=False, **tls)  # type: ignore[arg-type]
+    # SIGTERM: requests in flight get SHUTDOWN_GRACE_S to finish, then the lifespan stops the loops (each step bounded):
+    # the leader is gone within 5 s, as compose and the kubelet expect.
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        log_config=None,
+        proxy_headers=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        **tls,  # type: ignore[arg-type]
+    )
     return 0
 
 
