@@ -266,8 +266,11 @@ def submit(
 
 
 def _submitted(client: BenchfleetClient, job: JobView, watch: bool) -> None:
-    """Print a submitted job's id; with `watch`, follow it and print its results (exit code: its outcome)."""
+    """Print a submitted job's id (and, on stderr, why no follower can run it now, where none can); with `watch`,
+    follow it and print its results (exit code: its outcome)."""
     console.print(f"{job.id}")
+    if job.waiting_reason and not watch:  # (watching prints it as it changes)
+        err_console.print(f"{job.name} queued: {job.waiting_reason}", markup=False, highlight=False)
     if not watch:
         return
     job = watch_job(client, job)

@@ -119,6 +119,23 @@ class QueueInfo:
         return view
 
 
+def _as_queued(plan: JobPlan, model: ModelMeta) -> QueuedJob:
+    """A checked submission as the placer's book would hold it once stored."""
+    spec = plan.spec
+    doc = {"_id": "", "attempt": 1, "spec": spec.model_dump(mode="json"), "model": model.model_dump(), "model_ref": model.ref}
+    return queued_job({**doc, "base_estimate_s": plan.estimate_s, "measured_s": plan.measured_s})
+
+
+async def unplaceable(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> str | None:
+    """Why no follower can run this submission now, whatever it waits behind (a backend none offers, a GPU none has,
+    every follower draining); None when one can. One pass over the followers: cheap enough for every submission."""
+    job = _as_queued(plan, model)
+    candidates = await followers_store.candidates(db)
+    if choose_follower(job=job, candidates=candidates, loads={}, policy=policy) is not None:
+        return None
+    return explain_unplaceable(job, candidates)
+
+
 async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> SubmitPreview:
     """What placement would do with a checked submission if it were stored now: the jobs queued at the leader for the
     same kind of follower go first, one by one, to the follower the policy picks; then this one does. Its start is the
@@ -133,8 +150,7 @@ async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, mod
         estimate_s=round(plan.estimate_s, 3),
         estimate_max_s=round(plan.estimate_s + overload_allowance_s(spec, points), 3),
     )
-    doc = {"_id": "", "attempt": 1, "spec": spec.model_dump(mode="json"), "model": model.model_dump(), "model_ref": model.ref}
-    job = queued_job({**doc, "base_estimate_s": plan.estimate_s, "measured_s": plan.measured_s})
+    job = _as_queued(plan, model)
     candidates = await followers_store.candidates(db)
     loads = dict(book.loads) if book is not None else {}
     queued = sorted(book.queued.values(), key=lambda entry: entry[0]) if book is not None else []

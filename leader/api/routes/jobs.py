@@ -45,8 +45,9 @@ from leader.jobs import fleetcheck
 from leader.jobs.limits import check_spec_limits, queue_admission
 from leader.jobs.targets import target_model
 from leader.placement.pins import pin_shards
-from leader.placement.queueinfo import QueueInfo, preview
+from leader.placement.queueinfo import QueueInfo, preview, unplaceable
 from leader.placement.shard_choice import choose_shard_followers, sized
+from leader.store import assignments as assignments_store
 from leader.store import datasets as data_store
 from leader.store import deletion
 from leader.store import followers as followers_store
@@ -187,6 +188,11 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
             tracing.annotate({"benchfleet.job_id": job.id})
     log.info("job %s submitted (trace %s)", job.id, job.trace_id)
     placer.nudge()
+    # A job no follower can run now (a backend none offers, a GPU none has): flagged in the reply, not left to wait in
+    # silence until the placer's next tick says why.
+    if (why := await unplaceable(db, plan=plan, model=model, policy=settings.placement_policy)) is not None:
+        await assignments_store.set_waiting_reasons(db, job_ids=[job.id], reason=why)
+        job = job.model_copy(update={"waiting_reason": why})
     return job
 
 

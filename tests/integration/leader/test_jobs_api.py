@@ -164,3 +164,15 @@ def test_a_unique_start_of_a_job_id_names_the_job_and_a_foreign_one_is_not_there
     for ref in (job, job[:8], "0" * 32):
         answer = leader.client.get(f"/api/v1/jobs/{ref}", headers=other)
         assert answer.status_code == 404 and answer.json()["message"] == f"job {ref} does not exist", answer.text
+
+
+def test_a_job_no_follower_can_run_is_flagged_in_the_submission_reply(leader: Leader) -> None:
+    """A backend no registered follower offers: the reply says why the job will wait (it once said nothing until the
+    placer's next tick, and `submit` printed only the id); a job a follower can run carries no reason."""
+    leader.upload_model()
+    leader.register("f-onnx", backends=["onnxruntime"])
+    waits = leader.submit(text=SPEC_YAML.format(model="ident:1").replace("onnxruntime", "tfserving"))
+    assert waits["waiting_reason"] and "needs backends tfserving" in waits["waiting_reason"], waits
+    assert leader.job(waits["id"])["waiting_reason"] == waits["waiting_reason"]  # stored, as the placer would
+    runs = leader.submit(text=SPEC_YAML.format(model="ident:1"))
+    assert runs["waiting_reason"] is None, runs
