@@ -229,6 +229,8 @@ def up(
 
     try:
         state = local_fleet.up(workdir, port)
+    except local_fleet.PortTaken as exc:
+        fail(str(exc), EXIT_USAGE)
     except RuntimeError as exc:
         fail(str(exc), EXIT_UNREACHABLE)
     token_file = (workdir / local_fleet.TOKEN).resolve()

@@ -106,13 +106,17 @@ def serve(workdir: Path, port: int) -> int:
     return 0
 
 
+class PortTaken(RuntimeError):
+    """The leader's port is someone else's: the user's choice to change, not a fleet that failed."""
+
+
 def up(workdir: Path, port: int = DEFAULT_PORT) -> dict[str, Any]:
     """Start the supervisor detached (or find it running) and wait for its state; RuntimeError with its log if not."""
     workdir.mkdir(parents=True, exist_ok=True)
     if (state := read_state(workdir)) is not None:
         return state
     if port_open(port):
-        raise RuntimeError(f"port {port} is taken: pass --port")
+        raise PortTaken(f"--port {port} is taken (something else listens on it): pass another --port")
     log = workdir / "up.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(

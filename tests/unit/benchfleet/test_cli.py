@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -46,6 +48,17 @@ def test_a_url_without_a_scheme_is_a_usage_error_and_the_apis_own_path_is_droppe
     assert bare.exit_code == EXIT_USAGE and "--url '127.0.0.1:8700' needs http:// or https://" in bare.output
     assert leader_url("http://127.0.0.1:8700/api/v1/") == leader_url("http://127.0.0.1:8700") == "http://127.0.0.1:8700"
     assert leader_url("https://bench.example/team/api/v1") == "https://bench.example/team"
+
+
+def test_up_on_a_taken_port_is_a_usage_error_naming_the_option(tmp_path: Path) -> None:
+    """A port someone else listens on is the user's to change (exit 2 naming --port), not an unreachable leader."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["up", "--port", str(port), "--workdir", str(tmp_path / "fleet")])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert f"--port {port} is taken" in result.output and not (tmp_path / "fleet" / "up.log").exists()
 
 
 def test_version_and_completion() -> None:
