@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import socket
+from pathlib import Path
 from typing import TypedDict
 
 import psutil
@@ -67,13 +69,60 @@ class HostFacts(TypedDict):
     memory_mb: int
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _own_dirs(root: Path, controller: str, proc_cgroup: str) -> list[Path]:
+    """Where this process's cgroup limits for `controller` may be read: its own group under the mount (a host's
+    systemd slice), and the mount itself (a container sees its own group there)."""
+    dirs = []
+    for line in proc_cgroup.splitlines():
+        _, names, path = line.split(":", 2)
+        if (controller == "" and names == "") or controller in names.split(","):
+            dirs.append(root / (controller or "") / path.lstrip("/"))
+    return [*dirs, root / controller] if controller else [*dirs, root]
+
+
+def cgroup_limits(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str | None = None) -> tuple[float | None, int | None]:
+    """The CPUs (quota / period) and memory (bytes) this process's cgroup allows (v2 cpu.max and memory.max, v1
+    cpu.cfs_quota_us and memory.limit_in_bytes); None where it sets none (a pod with requests only: it may use the
+    node's)."""
+    if proc_cgroup is None:
+        proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
+    cpus: float | None = None
+    memory: int | None = None
+    for d in _own_dirs(root, "", proc_cgroup):  # v2: one hierarchy
+        if cpus is None and (line := _read(d / "cpu.max")) and not line.startswith("max"):
+            quota, period = line.split()
+            cpus = int(quota) / int(period)
+        if memory is None and (text := _read(d / "memory.max")) and text != "max":
+            memory = int(text)
+    for d in _own_dirs(root, "cpu", proc_cgroup):  # v1
+        quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        if cpus is None and quota and period and int(quota) > 0:
+            cpus = int(quota) / int(period)
+    for d in _own_dirs(root, "memory", proc_cgroup):
+        text = _read(d / "memory.limit_in_bytes")
+        if memory is None and text and int(text) < 2**60:  # v1 says "no limit" with a number near 2**63
+            memory = int(text)
+    return cpus, memory
+
+
 def host_facts() -> HostFacts:
-    """Host name, CPU model and count, memory in MiB."""
+    """Host name, CPU model, the CPUs and memory (MiB) this follower may use: the machine's, or fewer where its
+    affinity or its cgroup (a container's, a pod's limits) allows fewer."""
+    cpus, memory = cgroup_limits()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    total = int(psutil.virtual_memory().total)
     return {
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count() or 1,
-        "memory_mb": int(psutil.virtual_memory().total // 2**20),
+        "cpu_count": max(1, min(usable, math.ceil(cpus) if cpus is not None else usable)),
+        "memory_mb": min(total, memory if memory is not None else total) // 2**20,
     }
 
 
