@@ -99,16 +99,16 @@ def cgroup_limits(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str | None =
         if cpus is None and (line := _read(d / "cpu.max")) and not line.startswith("max"):
             quota, period = line.split()
             cpus = int(quota) / int(period)
-        if memory is None and (text := _read(d / "memory.max")) and text != "max":
-            memory = int(text)
+        if memory is None and (limit := _read(d / "memory.max")) and limit != "max":
+            memory = int(limit)
     for d in _own_dirs(root, "cpu", proc_cgroup):  # v1
         quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
         if cpus is None and quota and period and int(quota) > 0:
             cpus = int(quota) / int(period)
     for d in _own_dirs(root, "memory", proc_cgroup):
-        text = _read(d / "memory.limit_in_bytes")
-        if memory is None and text and int(text) < 2**60:  # v1 says "no limit" with a number near 2**63
-            memory = int(text)
+        limit = _read(d / "memory.limit_in_bytes")
+        if memory is None and limit and int(limit) < 2**60:  # v1 says "no limit" with a number near 2**63
+            memory = int(limit)
     return cpus, memory
 
 
