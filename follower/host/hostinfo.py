@@ -97,14 +97,14 @@ def cgroup_limits(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str | None =
     memory: int | None = None
     for d in _own_dirs(root, "", proc_cgroup):  # v2: one hierarchy
         if cpus is None and (line := _read(d / "cpu.max")) and not line.startswith("max"):
-            quota, period = line.split()
-            cpus = int(quota) / int(period)
+            allowed, per = line.split()
+            cpus = int(allowed) / int(per)
         if memory is None and (limit := _read(d / "memory.max")) and limit != "max":
             memory = int(limit)
     for d in _own_dirs(root, "cpu", proc_cgroup):  # v1
-        quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-        if cpus is None and quota and period and int(quota) > 0:
-            cpus = int(quota) / int(period)
+        quota_us, period_us = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        if cpus is None and quota_us and period_us and int(quota_us) > 0:
+            cpus = int(quota_us) / int(period_us)
     for d in _own_dirs(root, "memory", proc_cgroup):
         limit = _read(d / "memory.limit_in_bytes")
         if memory is None and limit and int(limit) < 2**60:  # v1 says "no limit" with a number near 2**63
