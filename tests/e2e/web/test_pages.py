@@ -366,8 +366,8 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
     def all_valid(backend: str, batch: int, rate: float) -> dict[str, Any]:
         return {"latency_ms": pct(4.0), "achieved_rate": rate}
 
-    reference = seed_job(leader, name="all-valid", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
-                         follower_id="host9", metrics=all_valid)  # fmt: skip
+    one = {"backends": ["onnxruntime"], "batches": [1], "rates": [50, 100], "p99_slo": 10, "follower_id": "host9"}
+    reference = seed_job(leader, name="all-valid", metrics=all_valid, **one)
     good, other = server["jobs"]
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
@@ -456,8 +456,9 @@ def test_a_one_rate_job_marks_every_configuration_and_stacks_its_stages_to_the_m
         p99 = 6.0 if backend == "triton" else 3.0
         return {"latency_ms": {**pct(p99), "mean": 4.0}, "achieved_rate": rate, "stages_ms": stages}
 
-    job = seed_job(leader, name="one-rate", backends=["onnxruntime", "triton"], batches=[1], rates=[50], p99_slo=10,
-                   follower_id="host1", metrics=metrics)  # fmt: skip
+    backends = ["onnxruntime", "triton"]
+    job = seed_job(leader, name="one-rate", backends=backends, batches=[1], rates=[50], p99_slo=10, follower_id="host1",
+                   metrics=metrics)
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
     with job_page(server, job) as page:
@@ -483,8 +484,8 @@ def test_the_roofline_is_a_roof_ticked_at_decades_and_the_heat_map_has_its_scale
     def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
         return {"latency_ms": pct(2.0 * batch), "achieved_rate": rate}
 
-    seed_job(leader, name="mlp-roof", backends=["onnxruntime"], batches=[1, 8], rates=[50, 100], p99_slo=50,
-             follower_id="host1", metrics=metrics, model="mlp:1")  # fmt: skip
+    grid = {"backends": ["onnxruntime"], "batches": [1, 8], "rates": [50, 100], "p99_slo": 50, "follower_id": "host1"}
+    seed_job(leader, name="mlp-roof", metrics=metrics, model="mlp:1", **grid)
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
     with logged_in(server["browser"], server["url"], ADMIN_TOKEN, height=1000) as page:
