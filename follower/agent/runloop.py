@@ -72,11 +72,6 @@ class RunLoop(threading.Thread):
                 log.info("stopping running job %s: withdrawn by the leader", self._running.job_id)
                 self._cancel.set()
 
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Take no further job; wait for the running one to finish."""
-        self.stopped.set()
-        self.join(timeout_s)
-
     def halt(self, grace_s: float) -> bool:
         """Take no further job and stop the running one (its point and server are stopped; it reports nothing: the
         leader has taken the job back); wait up to `grace_s` for that. Whether the loop ended in time."""
