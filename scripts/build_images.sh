@@ -9,7 +9,7 @@
 # localhost/benchfleet-{leader,follower,redis,perfdb}:TAG. pip's cache of this machine is lent to the builds (a
 # volume, not a layer), so a rebuild downloads nothing it already has.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 TAG="${1:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)}"
 KIT="${K8S_KIT:-$(cd .. && pwd)/shared/k8s}"
 

@@ -5,10 +5,14 @@ Everything a test starts is stopped in a `finally`: the cluster's `down` stops e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,6 +51,13 @@ def promtool_check_metrics(exposition: str) -> None:
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
 
 
+def readme_block(name: str) -> str:
+    """The README's shell block between `<!-- name:start -->` and `<!-- name:end -->`, as a user copies it."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(f"<!-- {name}:start -->") : text.index(f"<!-- {name}:end -->")]
+    return block.split("```sh\n", 1)[1].rsplit("```", 1)[0]
+
+
 def _kit_or_skip() -> Path:
     if not (KIT / "cluster.sh").is_file():
         pytest.skip(f"the Kubernetes kit is not on this machine ({KIT}/cluster.sh; set K8S_KIT)")
@@ -60,14 +71,15 @@ IMAGES = ("leader", "follower", "redis", "perfdb")
 
 @pytest.fixture(scope="package")
 def image_tag() -> Iterator[str]:
-    """The images of this checkout (scripts/build_images.sh: leader, CPU follower, Redis, embedded PerfDB), built once
-    per run of tests/deploy; podman's layer cache makes a rebuild of unchanged code quick. Removed when the package's
-    tests end (their cached layers stay) unless BENCHFLEET_KEEP_IMAGES=1 asks to keep them: removed at the session's end, they
-    and the cluster's `down` added ~20 s to the end of a two-worker run, beside nothing."""
+    """The images of this checkout (scripts/build_images.sh: leader, CPU follower, Redis, embedded PerfDB, tagged with
+    the package's version as the README builds them), built once per run of tests/deploy; podman's layer cache makes a
+    rebuild of unchanged code quick. Removed when the package's tests end (their cached layers stay) unless
+    BENCHFLEET_KEEP_IMAGES=1 asks to keep them: removed at the session's end, they and the cluster's `down` added ~20 s
+    to the end of a two-worker run, beside nothing."""
     _kit_or_skip()
     started = time.monotonic()
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build_images.sh"), "test"],
+        ["bash", str(ROOT / "scripts" / "build_images.sh")],  # the README's own call: the version's tag
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -96,6 +108,33 @@ class Cluster:
         if check:
             assert done.returncode == 0, f"cluster.sh {' '.join(args)}: {done.stderr[-2000:]}"
         return done
+
+    def shell(self, script: str, *, timeout: float) -> subprocess.CompletedProcess[str]:
+        """`script` in bash at the checkout's root, after `eval "$(cluster.sh env DIR)"` as the README says (kubectl and
+        KUBECONFIG for this cluster), with the project's environment first on PATH (its `benchfleet`, as after
+        `source .venv/bin/activate`). In a session of its own, ended when bash exits: what the script left running in
+        the background (the README's `kubectl port-forward ... &`) goes with it. Output goes through files, which a
+        background child holding them open cannot stall."""
+        prelude = f'set -euo pipefail\neval "$(bash {KIT}/cluster.sh env {self.dir})"\n'
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFLEET_")}
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["COLUMNS"] = "120"
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(
+                ["bash", "-c", prelude + script], cwd=ROOT, env=env, stdout=out, stderr=err, start_new_session=True
+            )
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = -1
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            out.seek(0)
+            err.seek(0)
+            stderr = err.read() + (f"\n[timed out after {timeout:g} s]" if code == -1 else "")
+            return subprocess.CompletedProcess(proc.args, code, out.read(), stderr)
 
     def kubectl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         return self.sh("kubectl", str(self.dir), *args, timeout=timeout, check=check).stdout
@@ -130,9 +169,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, image_tag: str) -> Iterato
         assert up.returncode == 0, up.stderr[-3000:]
         info = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
         cluster = Cluster(where, Path(info["KUBECONFIG"]))
-        images = [f"localhost/benchfleet-{name}:{image_tag}" for name in IMAGES]
-        cluster.sh("load-image", str(where), *images, timeout=600)
-        print(f"cluster up and {len(images)} images loaded in {time.monotonic() - started:.0f} s")
+        assert f":{image_tag}" in readme_block("helm-images"), "the README loads another version's images"
+        loaded = cluster.shell(readme_block("helm-images"), timeout=900)  # the README's step 1: build (cached) and load
+        assert loaded.returncode == 0, loaded.stdout[-2000:] + loaded.stderr[-3000:]
+        print(f"cluster up and the README's images built and loaded in {time.monotonic() - started:.0f} s")
         yield cluster
     finally:
         subprocess.run(["bash", str(kit / "cluster.sh"), "down", str(where)], capture_output=True, timeout=300, check=False)

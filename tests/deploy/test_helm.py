@@ -1,7 +1,9 @@
-"""The chart installed for real: `helm install` in a single-node Kubernetes with the images built here, the leader
-Ready, a follower registered with its sandbox on, a job from submit to result with its live progress streamed over
-the leader's Service, `helm upgrade` keeping the data, a follower pod deleted mid-job giving one result per point,
-and `helm uninstall` leaving nothing of the release behind. The values are the README's (its helm-values block).
+"""The chart installed for real, the README's way: its three Kubernetes blocks run as they stand (the images built and
+loaded, then values.yaml written with fresh tokens, `scripts/helm install` through the real Helm engine, the leader
+reached with `kubectl port-forward` and the follower listed ready; then uninstall, which keeps the claims, and the
+purge). In a single-node Kubernetes of 2 CPUs with those values alone: the leader Ready, a follower registered with its
+sandbox on, a job from submit to result with its live progress streamed over the leader's Service, `helm upgrade`
+keeping the data, a follower pod deleted mid-job giving one result per point.
 
 The live progress is asserted from the windows the leader received: with the progress listener back on 127.0.0.1 (or
 advertised as loopback) the follower's windows never arrive, and the test fails."""
@@ -9,6 +11,7 @@ advertised as loopback) the follower's windows never arrive, and the test fails.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from typing import Any
@@ -19,7 +22,7 @@ import yaml
 
 from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
-from tests.deploy.conftest import ROOT, Cluster, promtool_check_metrics, until
+from tests.deploy.conftest import ROOT, Cluster, promtool_check_metrics, readme_block, until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]  # images built, a cluster started: minutes, not seconds
 
@@ -27,34 +30,18 @@ CHART = ROOT / "deploy" / "helm" / "benchfleet"
 RELEASE = "bf"
 LEADER = f"{RELEASE}-benchfleet-leader"
 FOLLOWER_POD = f"{RELEASE}-benchfleet-follower-0"
-SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}  # a 2-core node
-
-
-def readme_values() -> dict[str, Any]:
-    """The values.yaml the README's Kubernetes section gives (what a newcomer installs)."""
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index("<!-- helm-values:start -->") : text.index("<!-- helm-values:end -->")]
-    return yaml.safe_load(block.split("```yaml\n", 1)[1].rsplit("```", 1)[0])
-
-
-README = readme_values()
-ADMIN_TOKEN = README["tokens"]["admin"]
+ADMIN_TOKEN = "a" * 32  # the other tests' own values (the README's test reads the tokens its block generated)
+CLAIMS = [f"data-{RELEASE}-benchfleet-mongodb-0", f"data-{RELEASE}-benchfleet-redis-0", f"work-{FOLLOWER_POD}"]
 
 
 def values(tag: str, **more: Any) -> dict[str, Any]:
-    """The README's values, with what this machine needs: the images built here (nothing can be pulled), requests
-    that fit a 2-core node, and the volumes deleted with the release (so the test leaves nothing)."""
+    """The other tests' values: tokens, the datastores' images built here (nothing can be pulled), and the volumes
+    deleted with the release (so those tests leave nothing)."""
     return {
-        **README,
-        "image": {
-            "leader": {"repository": "localhost/benchfleet-leader", "tag": tag},
-            "follower": {"repository": "localhost/benchfleet-follower", "tag": tag},
-        },
+        "tokens": {"admin": ADMIN_TOKEN, "follower": "f" * 32},
         "mongodb": {"image": f"localhost/benchfleet-perfdb:{tag}"},
         "redis": {"image": f"localhost/benchfleet-redis:{tag}"},
         "keepVolumes": False,
-        "leader": {"resources": SMALL},
-        "follower": {**README["follower"], "resources": SMALL},
         **more,
     }
 
@@ -79,32 +66,55 @@ def finished(client: BenchfleetClient, job_id: str, timeout_s: float) -> Any:
     )
 
 
-def test_the_chart_installs_runs_a_job_upgrades_survives_a_follower_loss_and_uninstalls(cluster: Cluster, image_tag: str) -> None:
-    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
-    with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
+def test_the_readme_helm_blocks_install_run_a_job_upgrade_survive_a_follower_loss_and_uninstall(
+    cluster: Cluster, image_tag: str
+) -> None:
+    values_file = ROOT / "values.yaml"  # what the README's block writes in the checkout (git ignores it: tokens)
+    kept = values_file.read_bytes() if values_file.exists() else None
+    query = ("get", "all,pvc,secret,networkpolicy,pdb", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name")
+    try:
         started = time.monotonic()
-        release = cfg.install(str(CHART), RELEASE, values(image_tag), wait="watcher", timeout=300)
-        try:
-            assert release["status"] == "deployed"
-            print(f"helm install to all Ready: {time.monotonic() - started:.0f} s")
-            _run_it(cluster, cfg, image_tag)
-        finally:
-            cfg.uninstall(RELEASE, wait="watcher", timeout=180, ignore_not_found=True)
-    # The release's objects go at once; their pods and claims follow through the garbage collector.
-    query = ("get", "all,pvc,pv,secret,networkpolicy,pdb", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name")
-    until("helm uninstall to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)
-    volumes = cluster.kubectl("get", "pv", "-o", "name").strip()
-    assert volumes == "", f"the release's volumes outlived it: {volumes}"  # keepVolumes: false
+        install = cluster.shell(readme_block("helm"), timeout=480)
+        assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+        print(f"the README's install block, to the follower listed ready: {time.monotonic() - started:.0f} s")
+        assert "STATUS: deployed" in install.stdout and re.search(rf"{FOLLOWER_POD}\s.*ready", install.stdout), install.stdout
+        token = yaml.safe_load(values_file.read_text())["tokens"]["admin"]
+        assert re.fullmatch(r"[0-9a-f]{32}", token), "the block's token is not a fresh one"
+        _run_it(cluster, token, image_tag)
+
+        uninstall = cluster.shell(readme_block("helm-uninstall"), timeout=300)
+        assert uninstall.returncode == 0, uninstall.stdout[-2000:] + uninstall.stderr[-2000:]
+        # As the README says: the release's objects go, its claims stay (keepVolumes: true) and are listed.
+        def claims_only() -> list[str] | None:
+            left = cluster.kubectl(*query).split()
+            return None if any(name.startswith("pod/") for name in left) else sorted(left)
+
+        left = until("the release's pods to go", claims_only, timeout_s=180, every_s=1)
+        assert left == [f"persistentvolumeclaim/{c}" for c in CLAIMS], left
+        assert all(claim in uninstall.stdout for claim in CLAIMS), uninstall.stdout
+
+        purge = cluster.shell(readme_block("helm-purge"), timeout=300)
+        assert purge.returncode == 0, purge.stderr[-2000:]
+        until("the purge to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)
+        until("the claims' volumes to go", lambda: cluster.kubectl("get", "pv", "-o", "name").strip() == "", timeout_s=120)
+    finally:
+        labelled = f"app.kubernetes.io/instance={RELEASE}"  # whatever a failure left: the next tests start clean
+        cleanup = f"scripts/helm uninstall {RELEASE} --wait || true\nkubectl delete pvc -l {labelled} --wait=false\n"
+        cluster.shell(cleanup, timeout=300)
+        if kept is None:
+            values_file.unlink(missing_ok=True)
+        else:
+            values_file.write_bytes(kept)
 
 
-def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
+def _run_it(cluster: Cluster, token: str, tag: str) -> None:
     leader = cluster.json("get", "deploy", LEADER)
     assert leader["status"]["readyReplicas"] == 1
     # Started beside its database, the leader waited for it rather than exiting (a restart would count here).
     [pod] = cluster.json("get", "pod", "-l", "app.kubernetes.io/component=leader")["items"]
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
-    url = cluster.forward(f"svc/{LEADER}:8700")
-    with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
+    url = cluster.forward(f"svc/{LEADER}:8700")  # the kit's forwarder to the ClusterIP outlives the pods behind it
+    with BenchfleetClient(url, token=token) as client:
         mine = lambda: [f for f in client.followers() if f.info.follower_id == FOLLOWER_POD]  # noqa: E731
         follower = until("the follower to register", mine, timeout_s=120)[0]
         # The agent runs as root with NET_ADMIN and SYS_ADMIN: its model servers are sandboxed, and the sandbox's
@@ -130,8 +140,11 @@ def _run_it(cluster: Cluster, cfg: Any, tag: str) -> None:
         promtool_check_metrics(httpx.get(url + "/metrics", timeout=10).text)
 
     # An upgrade (a changed value restarts the leader) keeps PerfDB's data and the broker's.
-    cfg.upgrade(str(CHART), RELEASE, values(tag, leader={"resources": SMALL, "logFormat": "text"}), wait="watcher", timeout=300)
-    with BenchfleetClient(url, token=ADMIN_TOKEN) as client:
+    upgrade = cluster.shell(
+        f"scripts/helm upgrade {RELEASE} deploy/helm/benchfleet -f values.yaml --set leader.logFormat=text --wait\n", timeout=360
+    )
+    assert upgrade.returncode == 0 and "REVISION: 2" in upgrade.stdout, upgrade.stdout + upgrade.stderr[-2000:]
+    with BenchfleetClient(url, token=token) as client:
         again = until("the upgraded leader to answer", lambda: _or_none(lambda: client.job(first.id)), timeout_s=120)
         assert again.state == "succeeded" and len(client.results(first.id).points) == 1
 
@@ -203,9 +216,7 @@ def test_on_demand_mode_runs_each_job_in_a_kubernetes_job_of_its_own_that_is_gon
     then deletes the Job and forgets the follower."""
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the Helm v4 engine) is not installed")
     release, leader = "bfo", "bfo-benchfleet-leader"
-    on_demand = values(
-        image_tag, follower={**README["follower"], "replicas": 0, "resources": SMALL}, ondemand={"enabled": True, "maxPods": 2}
-    )
+    on_demand = values(image_tag, follower={"replicas": 0}, ondemand={"enabled": True, "maxPods": 2})
     with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace="default") as cfg:
         cfg.install(str(CHART), release, on_demand, wait="watcher", timeout=300)
         try:

@@ -213,6 +213,8 @@ def test_helm_values_are_checked_by_the_schema_naming_the_value() -> None:
     tokens = {"admin": "a" * 24, "follower": "b" * 24}
     for bad, where in [
         ({"tokens": {**tokens, "admin": "short"}}, "/tokens/admin"),
+        ({"tokens": {**tokens, "follower": "CHANGE-ME-follower-token-01"}}, "/tokens/follower"),  # a known token
+        ({"tokens": {**tokens, "admin": "please-change_me-0123456789"}}, "/tokens/admin"),
         ({"tokens": tokens, "follower": {"kind": "Deployment"}}, "/follower/kind"),
         ({"tokens": tokens, "image": {"leader": {"repository": "x", "tag": "latest"}}}, "/image/leader/tag"),
         ({"tokens": tokens, "leader": {"prot": 1}}, "/leader"),
