@@ -58,11 +58,13 @@ def test_compose_config_validates_with_every_profile_and_override() -> None:
     leader, follower = default["leader"]["environment"], default["follower"]["environment"]
     # Live progress off one host: on every interface, advertised by the service's name.
     assert leader["BENCHFLEET_LEADER_GRPC_HOST"] == "0.0.0.0" and leader["BENCHFLEET_LEADER_GRPC_ADVERTISE"] == "leader:8701"
-    # The datastores authenticate every client; the follower's id is its own container's (so `--scale` works).
+    # The datastores authenticate every client; the follower's id is a stable name, not its container's hash.
     assert default["mongo"]["environment"]["MONGO_INITDB_ROOT_PASSWORD"] == PASSWORDS["BENCHFLEET_MONGO_PASSWORD"]
     assert f"benchfleet:{PASSWORDS['BENCHFLEET_MONGO_PASSWORD']}@mongo:27017" in leader["BENCHFLEET_MONGO_URI"]
     assert PASSWORDS["BENCHFLEET_REDIS_PASSWORD"] in default["redis"]["command"]
-    assert "BENCHFLEET_FOLLOWER_FOLLOWER_ID" not in follower and "MONGO" not in json.dumps(follower)
+    assert follower["BENCHFLEET_FOLLOWER_FOLLOWER_ID"] == "follower-1" and "MONGO" not in json.dumps(follower)
+    named = json.loads(_compose_config(env={**env, "BENCHFLEET_FOLLOWER_ID": "gpu-host-7"}).stdout)["services"]
+    assert named["follower"]["environment"]["BENCHFLEET_FOLLOWER_FOLLOWER_ID"] == "gpu-host-7"
     assert leader["BENCHFLEET_LEADER_SECRET_KEY"] == ""  # the secrets API off, the leader up
     sealed = json.loads(_compose_config(env={**env, "BENCHFLEET_SECRET_KEY": "s" * 32}).stdout)["services"]
     assert sealed["leader"]["environment"]["BENCHFLEET_LEADER_SECRET_KEY"] == "s" * 32
