@@ -17,7 +17,7 @@ from benchfleet.client import ApiError, BenchfleetClient
 from benchfleet.tables import Sheet, print_sheet
 from benchfleet.up import DEFAULT_PORT
 
-# Exit codes scripts can rely on (documented in the README and in `benchfleet --help`).
+# Exit codes scripts can rely on (documented in docs/running.md and in `benchfleet --help`).
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API, EXIT_UNREACHABLE, EXIT_REGRESSION = 0, 1, 2, 3, 4, 5
 EXIT_NOT_COMPARABLE = 6
 EXIT_CODES_HELP = (

@@ -1,6 +1,6 @@
-"""The few `helm` commands benchfleet's README uses, through the Helm v4 engine from PyPI (helm-python-sdk): what
-`scripts/helm` runs where no helm binary is installed. Same arguments and meaning as helm's; values files merge in
-order and `--set` (Helm's own parser) wins over them."""
+"""The few `helm` commands benchfleet's deployment guide (docs/deploy.md) uses, through the Helm v4 engine from PyPI
+(helm-python-sdk): what `scripts/helm` runs where no helm binary is installed. Same arguments and meaning as helm's;
+values files merge in order and `--set` (Helm's own parser) wins over them."""
 
 from __future__ import annotations
 

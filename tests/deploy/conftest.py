@@ -51,9 +51,12 @@ def promtool_check_metrics(exposition: str) -> None:
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
 
 
-def readme_block(name: str) -> str:
-    """The README's shell block between `<!-- name:start -->` and `<!-- name:end -->`, as a user copies it."""
-    text = (ROOT / "README.md").read_text()
+GUIDE = ROOT / "docs" / "deploy.md"  # the deployment guide the README links to
+
+
+def guide_block(name: str) -> str:
+    """The guide's shell block between `<!-- name:start -->` and `<!-- name:end -->`, as a user copies it."""
+    text = GUIDE.read_text()
     block = text[text.index(f"<!-- {name}:start -->") : text.index(f"<!-- {name}:end -->")]
     return block.split("```sh\n", 1)[1].rsplit("```", 1)[0]
 
@@ -72,14 +75,14 @@ IMAGES = ("leader", "follower", "redis", "perfdb")
 @pytest.fixture(scope="package")
 def image_tag() -> Iterator[str]:
     """The images of this checkout (scripts/build_images.sh: leader, CPU follower, Redis, embedded PerfDB, tagged with
-    the package's version as the README builds them), built once per run of tests/deploy; podman's layer cache makes a
+    the package's version as the guide builds them), built once per run of tests/deploy; podman's layer cache makes a
     rebuild of unchanged code quick. Removed when the package's tests end (their cached layers stay) unless
     BENCHFLEET_KEEP_IMAGES=1 asks to keep them: removed at the session's end, they and the cluster's `down` added ~20 s
     to the end of a two-worker run, beside nothing."""
     _kit_or_skip()
     started = time.monotonic()
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build_images.sh")],  # the README's own call: the version's tag
+        ["bash", str(ROOT / "scripts" / "build_images.sh")],  # the guide's own call: the version's tag
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -110,10 +113,10 @@ class Cluster:
         return done
 
     def shell(self, script: str, *, timeout: float) -> subprocess.CompletedProcess[str]:
-        """`script` in bash at the checkout's root, after `eval "$(cluster.sh env DIR)"` as the README says (kubectl and
+        """`script` in bash at the checkout's root, after `eval "$(cluster.sh env DIR)"` as the guide says (kubectl and
         KUBECONFIG for this cluster), with the project's environment first on PATH (its `benchfleet`, as after
         `source .venv/bin/activate`). In a session of its own, ended when bash exits: what the script left running in
-        the background (the README's `kubectl port-forward ... &`) goes with it. Output goes through files, which a
+        the background (the guide's `kubectl port-forward ... &`) goes with it. Output goes through files, which a
         background child holding them open cannot stall."""
         prelude = f'set -euo pipefail\neval "$(bash {KIT}/cluster.sh env {self.dir})"\n'
         env = {k: v for k, v in os.environ.items() if not k.startswith("BENCHFLEET_")}
@@ -169,10 +172,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, image_tag: str) -> Iterato
         assert up.returncode == 0, up.stderr[-3000:]
         info = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
         cluster = Cluster(where, Path(info["KUBECONFIG"]))
-        assert f":{image_tag}" in readme_block("helm-images"), "the README loads another version's images"
-        loaded = cluster.shell(readme_block("helm-images"), timeout=900)  # the README's step 1: build (cached) and load
+        assert f":{image_tag}" in guide_block("helm-images"), "the guide loads another version's images"
+        loaded = cluster.shell(guide_block("helm-images"), timeout=900)  # the guide's step 1: build (cached) and load
         assert loaded.returncode == 0, loaded.stdout[-2000:] + loaded.stderr[-3000:]
-        print(f"cluster up and the README's images built and loaded in {time.monotonic() - started:.0f} s")
+        print(f"cluster up and the guide's images built and loaded in {time.monotonic() - started:.0f} s")
         yield cluster
     finally:
         subprocess.run(["bash", str(kit / "cluster.sh"), "down", str(where)], capture_output=True, timeout=300, check=False)

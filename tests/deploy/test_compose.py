@@ -1,8 +1,8 @@
-"""The README's compose blocks, run as they stand in the checkout: the deploy tools and the images (podman, built
-already by the package's fixture, so all cached), MongoDB (the embedded PerfDB image, which starts like mongo:7, with
-its root user), Redis with its password, the leader and a follower named follower-1 come up; a job is submitted with
-the CLI and its results printed; its live progress reached the leader; the README's `down` stops leader and follower
-on SIGTERM (exit status 0, not a kill after the grace period) and leaves no container.
+"""The deployment guide's (docs/deploy.md) compose blocks, run as they stand in the checkout: the deploy tools and
+the images (podman; built already by the package's fixture, so all cached), MongoDB (the embedded PerfDB image, which
+starts like mongo:7, with its root user), Redis with its password, the leader and a follower named follower-1 come up;
+a job is submitted with the CLI and its results printed; its live progress reached the leader; the guide's `down`
+stops leader and follower on SIGTERM (exit status 0, not a kill after the grace period) and leaves no container.
 
 These machines' containers cannot have a network of their own (podman with netns=host): the block itself then adds
 deploy/compose.hostnet.yml (every service on the host's network, their names mapped to loopback). The whole project
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import ROOT, readme_block
+from tests.deploy.conftest import ROOT, guide_block
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]  # images built, a cluster started: minutes, not seconds
 
@@ -40,8 +40,8 @@ def _containers(project: str) -> list[str]:
     return out.split()
 
 
-def test_the_readme_compose_path_runs_a_job_with_live_progress_and_down_stops_on_sigterm(image_tag: str, tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="`models generate` in the README block needs the torch extra")
+def test_the_guide_compose_path_runs_a_job_with_live_progress_and_down_stops_on_sigterm(image_tag: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="`models generate` in the guide's block needs the torch extra")
     if not COMPOSE.is_file():
         pytest.skip(f"podman-compose is not installed at {COMPOSE} (scripts/install_deploy_tools.sh)")
     if _containers(PROJECT):
@@ -51,21 +51,21 @@ def test_the_readme_compose_path_runs_a_job_with_live_progress_and_down_stops_on
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BENCHFLEET_", "COMPOSE"))}
     env.update({"PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}", "COLUMNS": "120"})
     inside = ["nsenter", f"--net=/run/netns/{netns}"]
-    readme = readme_block("compose")
+    guide = guide_block("compose")
 
     def run(script: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        """In the checkout, in the test's namespace, after the README block's own variables (its first lines)."""
+        """In the checkout, in the test's namespace, after the guide's block's own variables (its first lines)."""
         path = tmp_path / f"step-{uuid.uuid4().hex[:6]}.sh"
         path.write_text("set -euo pipefail\n" + script)
         return subprocess.run(
             [*inside, "bash", str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    setup = "\n".join(line for line in readme.splitlines() if line.startswith(("COMPOSE=", "export BENCHFLEET_", "if grep")))
+    setup = "\n".join(line for line in guide.splitlines() if line.startswith(("COMPOSE=", "export BENCHFLEET_", "if grep")))
     subprocess.run(["ip", "netns", "add", netns], check=True, timeout=30)
     try:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, timeout=30)
-        up = run(readme, timeout=600)
+        up = run(guide, timeout=600)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         job_id = (ROOT / "job.txt").read_text().splitlines()[0].strip()
         assert "compose-job" in up.stdout and "succeeded" in up.stdout, up.stdout[-2000:]
@@ -94,7 +94,7 @@ def test_the_readme_compose_path_runs_a_job_with_live_progress_and_down_stops_on
         assert password not in logs.stdout + logs.stderr
 
         since = time.time()
-        down = run(setup + "\n" + readme_block("compose-down"), timeout=300)
+        down = run(setup + "\n" + guide_block("compose-down"), timeout=300)
         assert down.returncode == 0, down.stdout[-2000:] + down.stderr[-2000:]
         assert _containers(PROJECT) == [], "compose down left containers"
         # Leader and follower ended on the SIGTERM `down` sent: exit status 0 (a kill after the grace period is 137).

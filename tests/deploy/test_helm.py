@@ -1,4 +1,4 @@
-"""The chart installed for real, the README's way: its three Kubernetes blocks run as they stand (the images built and
+"""The chart installed for real, the guide's way: its three Kubernetes blocks run as they stand (the images built and
 loaded, then values.yaml written with fresh tokens, `scripts/helm install` through the real Helm engine, the leader
 reached with `kubectl port-forward` and the follower listed ready; then uninstall, which keeps the claims, and the
 purge). In a single-node Kubernetes of 2 CPUs with those values alone: the leader Ready, a follower registered with its
@@ -22,7 +22,7 @@ import yaml
 
 from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
-from tests.deploy.conftest import ROOT, Cluster, promtool_check_metrics, readme_block, until
+from tests.deploy.conftest import ROOT, Cluster, guide_block, promtool_check_metrics, until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]  # images built, a cluster started: minutes, not seconds
 
@@ -30,7 +30,7 @@ CHART = ROOT / "deploy" / "helm" / "benchfleet"
 RELEASE = "bf"
 LEADER = f"{RELEASE}-benchfleet-leader"
 FOLLOWER_POD = f"{RELEASE}-benchfleet-follower-0"
-ADMIN_TOKEN = "a" * 32  # the other tests' own values (the README's test reads the tokens its block generated)
+ADMIN_TOKEN = "a" * 32  # the other tests' own values (the guide's test reads the tokens its block generated)
 CLAIMS = [f"data-{RELEASE}-benchfleet-mongodb-0", f"data-{RELEASE}-benchfleet-redis-0", f"work-{FOLLOWER_POD}"]
 
 
@@ -66,25 +66,25 @@ def finished(client: BenchfleetClient, job_id: str, timeout_s: float) -> Any:
     )
 
 
-def test_the_readme_helm_blocks_install_run_a_job_upgrade_survive_a_follower_loss_and_uninstall(
+def test_the_guide_helm_blocks_install_run_a_job_upgrade_survive_a_follower_loss_and_uninstall(
     cluster: Cluster, image_tag: str
 ) -> None:
-    values_file = ROOT / "values.yaml"  # what the README's block writes in the checkout (git ignores it: tokens)
+    values_file = ROOT / "values.yaml"  # what the guide's block writes in the checkout (git ignores it: tokens)
     kept = values_file.read_bytes() if values_file.exists() else None
     query = ("get", "all,pvc,secret,networkpolicy,pdb", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name")
     try:
         started = time.monotonic()
-        install = cluster.shell(readme_block("helm"), timeout=480)
+        install = cluster.shell(guide_block("helm"), timeout=480)
         assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-        print(f"the README's install block, to the follower listed ready: {time.monotonic() - started:.0f} s")
+        print(f"the guide's install block, to the follower listed ready: {time.monotonic() - started:.0f} s")
         assert "STATUS: deployed" in install.stdout and re.search(rf"{FOLLOWER_POD}\s.*ready", install.stdout), install.stdout
         token = yaml.safe_load(values_file.read_text())["tokens"]["admin"]
         assert re.fullmatch(r"[0-9a-f]{32}", token), "the block's token is not a fresh one"
         _run_it(cluster, token, image_tag)
 
-        uninstall = cluster.shell(readme_block("helm-uninstall"), timeout=300)
+        uninstall = cluster.shell(guide_block("helm-uninstall"), timeout=300)
         assert uninstall.returncode == 0, uninstall.stdout[-2000:] + uninstall.stderr[-2000:]
-        # As the README says: the release's objects go, its claims stay (keepVolumes: true) and are listed.
+        # As the guide says: the release's objects go, its claims stay (keepVolumes: true) and are listed.
         def claims_only() -> list[str] | None:
             left = cluster.kubectl(*query).split()
             return None if any(name.startswith("pod/") for name in left) else sorted(left)
@@ -93,7 +93,7 @@ def test_the_readme_helm_blocks_install_run_a_job_upgrade_survive_a_follower_los
         assert left == [f"persistentvolumeclaim/{c}" for c in CLAIMS], left
         assert all(claim in uninstall.stdout for claim in CLAIMS), uninstall.stdout
 
-        purge = cluster.shell(readme_block("helm-purge"), timeout=300)
+        purge = cluster.shell(guide_block("helm-purge"), timeout=300)
         assert purge.returncode == 0, purge.stderr[-2000:]
         until("the purge to leave nothing", lambda: cluster.kubectl(*query).strip() == "", timeout_s=180, every_s=1)
         until("the claims' volumes to go", lambda: cluster.kubectl("get", "pv", "-o", "name").strip() == "", timeout_s=120)

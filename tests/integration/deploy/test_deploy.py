@@ -348,14 +348,15 @@ def test_helm_on_demand_mode_gives_the_leader_a_job_template_and_only_the_rights
 
 def test_the_chart_the_readme_and_build_images_name_the_same_images() -> None:
     """The chart's default images are what scripts/build_images.sh tags (localhost/benchfleet-*:<the package's
-    version>), which the README's Kubernetes blocks build, load and name: a new version cannot leave one behind."""
+    version>), which the deployment guide's (docs/deploy.md) Kubernetes blocks build, load and name: a new version
+    cannot leave one behind."""
     version = re.search(r'^version = "(.*)"', (ROOT / "pyproject.toml").read_text(), re.M)
     assert version is not None
     chart = yaml.safe_load((CHART / "values.yaml").read_text())["image"]
     for name in ("leader", "follower"):
         assert chart[name] == {"repository": f"localhost/benchfleet-{name}", "tag": version.group(1)}
-    readme = (ROOT / "README.md").read_text()
-    helm = readme[readme.index("<!-- helm-images:start -->") : readme.index("<!-- helm:end -->")]
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    helm = guide[guide.index("<!-- helm-images:start -->") : guide.index("<!-- helm:end -->")]
     tags = set(re.findall(r"localhost/benchfleet-[{},a-z-]+:([0-9][0-9a-z.+-]*[0-9a-z])", helm))
     assert tags == {version.group(1)}, tags
     built = (ROOT / "scripts" / "build_images.sh").read_text()
