@@ -10,6 +10,7 @@ from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.spec.sweep import label as sweep_label
 from common.wire.jobs import JobFootprint, JobResults, JobView
+from common.wire.remedies import REMEDY
 from common.wire.results import Percentiles, PointResult
 
 
@@ -93,6 +94,10 @@ def points_sheet(results: JobResults) -> Sheet:
                 verdict,
             ]
         )
+    invalid = [r for r in results.points if not r.valid]
+    for code in dict.fromkeys(reason.code for r in invalid for reason in r.reasons):  # each once, in the order met
+        which = [str(r.point.index) for r in invalid if any(reason.code == code for reason in r.reasons)]
+        sheet.note(f"what to change (point{'s' if len(which) > 1 else ''} {', '.join(which)}): {REMEDY[code]}")
     for backend, summary in sorted({(r.point.backend, r.conversion.summary()) for r in results.points if r.conversion}):
         sheet.note(f"{backend} served the model {summary}")
     sheet.footer = "latencies in ms from the intended send time; svc: from the actual send; lag: send delay"

@@ -12,7 +12,7 @@ import pytest
 from common.spec.parse import parse_spec_yaml
 from tests.e2e.web.browser import NEEDS_CHROMIUM, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
-from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, Leader
+from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, SPEC_YAML, Leader
 from tests.unit.leader.onnx_models import identity_model
 
 pytestmark = [pytest.mark.e2e, NEEDS_CHROMIUM]
@@ -131,6 +131,19 @@ def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[s
         card.locator('[data-action="resume"]').click()
         page.wait_for_selector(f'#follower-{agent} [data-action="drain"]')
         assert card.locator(".follower-state").inner_text() != "draining"
+
+        # A job no follower can run says why on its page (by the 8 characters the console shows), and an unknown job's
+        # page is the console's own, not the API's JSON.
+        spec = SPEC_YAML.format(model="ident:1").replace("[onnxruntime]", "[tfserving]")
+        stuck = leader.submit(text=spec)["id"]
+        reason = leader.wait_for(stuck, lambda job: bool(job.get("waiting_reason")))["waiting_reason"]
+        page.goto(f"{url}/jobs/{stuck[:8]}")
+        assert page.locator("#job-waiting").is_visible() and page.inner_text("#waiting-reason") == reason
+        assert "needs backends tfserving" in reason, reason
+        page.screenshot(path=str(shots / "console-job-waiting.png"))
+        unknown = page.goto(f"{url}/jobs/0123456789abcdef0123456789abcdef")
+        assert unknown is not None and unknown.status == 404 and "does not exist" in page.inner_text("#not-found")
+        page.screenshot(path=str(shots / "console-missing-job.png"))
 
 
 def test_a_viewer_sees_no_controls_and_is_refused_if_it_posts(console: dict[str, Any]) -> None:
