@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from common.errors import BenchfleetError, InvalidRequest, NotFound
 from common.stats import ESTIMATOR
-from common.wire.jobs import TERMINAL_STATES
+from common.wire.jobs import TERMINAL_STATES, JobFilter, JobState
 from common.wire.repeats import summarize_repeats
 from leader.analysis import compare as compare_mod
 from leader.analysis import hardware, heatmap, interference, leaderboard, queries
@@ -283,20 +283,31 @@ async def analysis_page(
     return HTMLResponse(html)
 
 
+COMPARE_CHOICES = 5  # earlier jobs of the same model offered as A
+
+
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
     request: Request, a: str = "", b: str = "", threshold: float = compare_mod.DEFAULT_THRESHOLD
 ) -> HTMLResponse:
-    """Two jobs (or a job against a pinned baseline) point by point."""
+    """Two jobs (or a job against a pinned baseline) point by point. With B alone (the Jobs list's Compare), the
+    earlier finished jobs of B's model are offered as A."""
     team = (await require_login(request)).scope
-    result, error = None, None
-    if a and b:
-        db = deps.get_db(request)
-        try:
+    result, error, earlier = None, None, []
+    db = deps.get_db(request)
+    try:
+        if a and b:
             result = await queries.compare_jobs(db, a, b, threshold, team=team)
-        except BenchfleetError as exc:
-            error = exc.message
-    html = render("compare.html", csrf=request.state.csrf, a=a, b=b, threshold=threshold, result=result, error=error)
+        elif b:
+            job = await jobs_store.get_job(db, job_id=await lookup.resolve_prefix(
+                db, jobs_store.COLLECTION, b, what="job", field="b", team=team), team=team)  # fmt: skip
+            where = JobFilter(model=job.model_ref.split(":", 1)[0], state=JobState.succeeded)
+            listed = await jobs_store.list_jobs(db, where=where, limit=COMPARE_CHOICES + 1, team=team)
+            earlier = [j for j in listed if j.id != job.id and j.created_at <= job.created_at][:COMPARE_CHOICES]
+    except BenchfleetError as exc:
+        error = exc.message
+    html = render("compare.html", csrf=request.state.csrf, a=a, b=b, threshold=threshold, result=result, error=error,
+                  earlier=earlier)  # fmt: skip
     return HTMLResponse(html)
 
 

@@ -154,10 +154,20 @@ def test_leaderboard_job_and_recommendation_in_chromium(server: dict[str, Any], 
         assert page.locator("#analysis-charts table.heat td.cell").count() >= 4  # heat-map cells
         page.screenshot(path=str(shots / "analysis.png"), full_page=True)
 
+        # Compare from the Jobs list: the later job's Compare offers the earlier finished job of its model as A.
         a, b = server["jobs"]
-        page.goto(f"{server['url']}/compare?a={a}&b={b}")
+        page.goto(f"{server['url']}/jobs")
+        page.click(f'tr[data-job="{b}"] [data-action="compare"]')
+        page.wait_for_selector("#compare-earlier")
+        offered = page.locator("#compare-earlier a")
+        assert offered.count() == 1 and a[:8] in offered.inner_text(), page.inner_text("#compare-earlier")
+        page.screenshot(path=str(shots / "compare-from-jobs.png"))
+        offered.click()
         page.wait_for_selector("#comparison tbody tr")
+        assert page.input_value("#compare-form input[name=a]") == a and page.input_value("#compare-form input[name=b]") == b
         page.screenshot(path=str(shots / "compare.png"), full_page=True)
+        page.goto(f"{server['url']}/compare?b=0123456789abcdef")  # an unknown B: said, with the form to give another
+        assert "does not exist" in page.inner_text("p.err") and page.locator("#compare-earlier").count() == 0
 
 
 def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server: dict[str, Any], leader: Leader) -> None:
