@@ -52,7 +52,7 @@
     // uPlot passes null for a tick it leaves unlabelled (too close to the last): a blank, not "—".
     const label_ = log ? tick : fmt;
     const a = {label, stroke: "#333", grid: {stroke: "#eee"}, values: (u, splits) => splits.map((v) => (v == null ? "" : label_(v)))};
-    if (log) a.splits = decades;
+    if (log) Object.assign(a, {splits: decades, filter: (u, splits) => splits});  // uPlot's own filter blanks all but 1×10^k
     return Object.assign(a, extra || {});
   }
   function axes(spec, xValues) {

@@ -474,6 +474,7 @@ def test_a_one_rate_job_marks_every_configuration_and_stacks_its_stages_to_the_m
     with job_page(server, job) as page:
         drawn_charts(page, "#charts")
         charts = {c["title"]: c for c in page.evaluate(MARKS_JS, "#charts")}
+        cdf_ticks = page.evaluate(TICKS_JS, "Latency CDF")
         page.locator("#charts figure.chart", has_text="throughput").screenshot(path=str(shots / "job-one-rate-ladder.png"))
         page.screenshot(path=str(shots / "job-one-rate.png"), full_page=True)
     ladder = next(c for t, c in charts.items() if "throughput" in t)
@@ -481,6 +482,9 @@ def test_a_one_rate_job_marks_every_configuration_and_stacks_its_stages_to_the_m
     assert marked["onnxruntime b1"] == (1, 1) and marked["triton b1"] == (1, 1), ladder
     bars = next(c for t, c in charts.items() if t.startswith("Stage breakdown"))
     assert bars["tops"] == pytest.approx([4.0, 4.0], abs=1e-9), bars
+    # Latencies from 1.5 to 7.8 ms hold no whole decade but 10's neighbours: the log axis is labelled at 2 and 5 (its
+    # labels were all blanked by uPlot's own filter, which keeps only 1×10^k).
+    assert cdf_ticks[0] == ["2", "5"], cdf_ticks
 
 
 def test_the_roofline_is_a_roof_ticked_at_decades_and_the_heat_map_has_its_scale(
@@ -511,6 +515,12 @@ def test_the_roofline_is_a_roof_ticked_at_decades_and_the_heat_map_has_its_scale
         assert len(axis) >= 2 and all(re.fullmatch(r"1e-?\d+|0\.0*1|1|10+", t) for t in axis), roof["ticks"]
     assert (low, high) == ("2", "16"), (low, high)  # p99 2 ms at batch 1 to 16 ms at batch 8
 
+
+# Each axis's tick labels as drawn (uPlot's own, after its filter: a blank is no label) of the chart titled so.
+TICKS_JS = """(title) => {
+  const c = (window.benchfleetCharts || []).find(c => c.benchfleetSpec.title.startsWith(title));
+  return c.axes.map(a => (a._values || []).filter(v => v !== null && v !== ''));
+}"""
 
 # The roofline chart as drawn: per series its pairs and whether uPlot draws its marks; each axis's tick labels.
 ROOF_JS = """() => {
