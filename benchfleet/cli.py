@@ -298,9 +298,12 @@ def jobs(
 
 @app.command("job")
 def job_cmd(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
-    """Show one job as JSON."""
+    """Show one job as JSON (and, while it waits for a follower, why: on stderr, as `submit` says it)."""
     with client_for(url, token) as client:
-        console.print_json(call(client.job, job_id).model_dump_json())
+        job = call(client.job, job_id)
+    console.print_json(job.model_dump_json())
+    if job.waiting_reason and job.state in WAITING:
+        err_console.print(f"{job.name} {job.state.value}: {job.waiting_reason}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

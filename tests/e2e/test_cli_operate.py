@@ -263,8 +263,10 @@ def test_watch_says_why_a_job_waits(fleet, tmp_path: Path) -> None:  # type: ign
         proc.terminate()
         proc.wait(timeout=10)
     job_id = next(j["id"] for j in json.loads(_cli(fleet, "jobs", "--json").stdout) if j["name"] == "waits")
-    view = json.loads(_cli(fleet, "job", job_id).stdout)
+    shown = _cli(fleet, "job", job_id)
+    view = json.loads(shown.stdout)
     assert view["state"] == "queued" and "needs backends tfserving" in view["waiting_reason"], view
+    assert shown.stderr.strip() == f"waits queued: {view['waiting_reason']}", shown.stderr  # the job view says it too
     assert _cli(fleet, "cancel", job_id).returncode == 0
 
 
