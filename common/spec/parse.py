@@ -39,6 +39,8 @@ def load_yaml(text: str | bytes) -> Any:
             node = loader.get_single_node()
             if node is not None and _count_nodes(node, budget=10_000) < 0:
                 raise InvalidSpec("spec has too many nodes (aliases expand too far)", field="(body)")
+            if node is not None:
+                _refuse_duplicate_keys(node)
             return loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -83,6 +85,27 @@ def _count_nodes(node: yaml.Node, budget: int) -> int:
                 stack.append(key)
                 stack.append(value)
     return budget
+
+
+def _refuse_duplicate_keys(node: yaml.Node) -> None:
+    """A key given twice in one mapping is refused, naming it and where (YAML's loaders keep the last one silently, so
+    `duration: 60s` then `duration: 1s` ran for one second). Called after _count_nodes, so the walk is bounded."""
+    stack: list[tuple[yaml.Node, str]] = [(node, "")]
+    while stack:
+        current, path = stack.pop()
+        if isinstance(current, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(current.value))
+        elif isinstance(current, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in current.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                field = f"{path}.{name}" if path else name
+                if isinstance(key, yaml.ScalarNode) and name != "<<":
+                    if name in seen:
+                        line = key.start_mark.line + 1
+                        raise InvalidSpec(f"{field}: given twice (again at line {line}); give it once", field=field)
+                    seen.add(name)
+                stack.append((value, field))
 
 
 def parse_spec_yaml(text: str | bytes) -> JobSpec:

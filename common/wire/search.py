@@ -94,8 +94,8 @@ class SearchAnswer(BaseModel):
     def _from_steps(cls, data: Any) -> Any:
         """Results stored before answers existed carry a list of steps ({rate, valid, slo_met, p99_ms}): read them as
         an answer over rate (the stored figures, no interval or margins were kept)."""
-        if not isinstance(data, list):
-            return data
+        if not isinstance(data, list) or not all(isinstance(s, dict) and {"rate", "valid"} <= s.keys() for s in data):
+            return data  # not the old form: validated as it is (a list of anything else is refused, naming the field)
         probes = [
             {
                 "load": step["rate"],

@@ -299,15 +299,15 @@ async def compare_page(
         if a and b:
             result = await queries.compare_jobs(db, a, b, threshold, team=team)
         elif b:
-            job = await jobs_store.get_job(db, job_id=await lookup.resolve_prefix(
-                db, jobs_store.COLLECTION, b, what="job", field="b", team=team), team=team)  # fmt: skip
+            b_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, b, what="job", field="b", team=team)
+            job = await jobs_store.get_job(db, job_id=b_id, team=team)
             where = JobFilter(model=job.model_ref.split(":", 1)[0], state=JobState.succeeded)
             listed = await jobs_store.list_jobs(db, where=where, limit=COMPARE_CHOICES + 1, team=team)
             earlier = [j for j in listed if j.id != job.id and j.created_at <= job.created_at][:COMPARE_CHOICES]
     except BenchfleetError as exc:
         error = exc.message
-    html = render("compare.html", csrf=request.state.csrf, a=a, b=b, threshold=threshold, result=result, error=error,
-                  earlier=earlier)  # fmt: skip
+    page = {"a": a, "b": b, "threshold": threshold, "result": result, "error": error, "earlier": earlier}
+    html = render("compare.html", csrf=request.state.csrf, **page)
     return HTMLResponse(html)
 
 

@@ -38,9 +38,9 @@ def test_the_results_table_says_what_to_change_for_each_invalid_points_reasons()
     points = [_result(p) for p in expand(spec)]
     points[0] = points[0].model_copy(update={"valid": False, "reasons": [lag, few]})
     points[2] = points[2].model_copy(update={"valid": False, "reasons": [lag]})
+    now = datetime.now(UTC)
     job = JobView(id="j1", name="demo", state="succeeded", attempt=1, follower_id="f", spec=spec, model_ref="m:1",
-                  points_total=3, points_done=3, estimate_s=10.0, created_at=datetime.now(UTC),
-                  updated_at=datetime.now(UTC), history=[])  # fmt: skip
+                  points_total=3, points_done=3, estimate_s=10.0, created_at=now, updated_at=now, history=[])
     out = io.StringIO()
     print_results(Console(file=out, width=250), JobResults(job=job, points=points))
     text = " ".join(out.getvalue().split())

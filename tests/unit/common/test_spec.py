@@ -10,7 +10,7 @@ from common.errors import InvalidSpec
 from common.spec.grid import estimate_seconds, expand
 from common.spec.job import MAX_POINTS
 from common.spec.load import parse_duration
-from common.spec.parse import parse_spec, parse_spec_yaml
+from common.spec.parse import load_yaml, parse_spec, parse_spec_yaml
 
 EXAMPLE = """
 name: mlp-onnx-smoke
@@ -103,6 +103,17 @@ def test_alias_bomb_is_refused_before_expansion() -> None:
         bomb += f"{level}: &{level} [" + ", ".join(f"*{prev}" for _ in range(9)) + "]\n"
     with pytest.raises(InvalidSpec, match="too many nodes"):
         parse_spec_yaml(bomb)
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_its_line() -> None:
+    """YAML's loaders keep the last of two equal keys: `duration: 60s` then `duration: 1s` once ran for one second."""
+    twice = "name: x\nmodel: m:1\nload:\n  duration: 60s\n  rate: 50\n  duration: 1s\n"
+    with pytest.raises(InvalidSpec, match=r"load.duration: given twice \(again at line 6\)") as caught:
+        parse_spec_yaml(twice)
+    assert caught.value.field == "load.duration"
+    with pytest.raises(InvalidSpec, match=r"slo.p99_ms: given twice"):
+        parse_spec_yaml("name: x\nmodel: m:1\nslo: {p99_ms: 10, p99_ms: 20}\n")
+    assert load_yaml("base: &b {a: 1}\nk:\n  <<: *b\n  z: 2\n") == {"base": {"a": 1}, "k": {"a": 1, "z": 2}}  # a merge
 
 
 def test_oversized_document_is_refused() -> None:
