@@ -58,6 +58,7 @@ from leader.store import users as users_store
 from leader.telemetry import start_server as start_telemetry
 from leader.web import apidocs
 from leader.web import pages as web_pages
+from leader.web.headers import SecurityHeaders
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     web_pages.install(app)  # the web pages, their login and static assets
     apidocs.install(app)  # /docs, offline
     errors.document(app, API_PREFIX)  # every operation's error statuses, in the one error shape
+    app.add_middleware(SecurityHeaders)  # frame, sniff and referrer rules on every response
     # Outermost: a trusted proxy's forwarded scheme and client address are what every layer below sees.
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[h.strip() for h in settings.trusted_proxies.split(",")])
     return app

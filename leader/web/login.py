@@ -3,7 +3,7 @@ in an HttpOnly, SameSite=Strict cookie (Secure over HTTPS, a trusted proxy's for
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -39,6 +39,20 @@ async def require_login(request: Request) -> Principal:
     return principal
 
 
+def _cross_site(request: Request) -> bool:
+    """Whether a browser says the request came from another site: Sec-Fetch-Site other than same-origin (or none: typed
+    or bookmarked), the browser's own judgement, which a proxy rewriting Host does not upset; from an older browser
+    without it, an Origin whose host is not this leader's. Clients that send neither (the CLI, curl) are not browsers
+    carrying someone else's cookie: they pass."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    return origin == "null" or urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()
+
+
 def _safe_next(target: str) -> str:
     # Only local paths: an open redirect would let a link send a logged-in user anywhere.
     return target if target.startswith("/") and not target.startswith("//") and "\\" not in target else "/leaderboard"
@@ -52,7 +66,11 @@ async def login_page(next: str = "/leaderboard") -> HTMLResponse:  # noqa: A002
 
 @router.post("/login")
 async def login(request: Request, token: str = Form(""), next: str = Form("/leaderboard")) -> Response:  # noqa: A002
-    """Check the token, open a session, and set its id as an HttpOnly, SameSite=Strict cookie."""
+    """Check the token, open a session, and set its id as an HttpOnly, SameSite=Strict cookie. A form posted from
+    another site is refused (login CSRF: it would log the browser into the attacker's account)."""
+    if _cross_site(request):
+        page = render("login.html", next="/leaderboard", error="log in from this leader's own login page")
+        return HTMLResponse(page, status_code=403)
     resources = deps.get_resources(request)
     principal = await deps.authenticate(resources, token) if token else None
     if principal is None or not _page_user(principal):

@@ -237,3 +237,28 @@ def test_a_missing_job_is_a_page_and_a_waiting_job_says_why(leader: Leader) -> N
     assert reason in page.text.replace("&#39;", "'")
     no_point = leader.client.get(f"/jobs/{job_id}/points/3", cookies=cookies)
     assert no_point.status_code == 404 and f"job {job_id} has no point 3" in no_point.text
+
+
+def test_a_login_posted_from_another_site_is_refused_and_pages_cannot_be_framed(leader: Leader) -> None:
+    """Login CSRF: a form on another site posting the attacker's token would log this browser into the attacker's
+    account. The browser's Sec-Fetch-Site (or, from an older browser, its Origin) says where the form was: another
+    site's is refused, with no session; the leader's own page, a typed URL and the CLI (neither header) log in."""
+    token = ADMIN["Authorization"].split()[1]
+    form = {"token": token, "next": "/jobs"}
+    foreigns = [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}, {"Origin": "https://evil.example"}]
+    for foreign in [*foreigns, {"Origin": "null"}]:
+        leader.client.cookies.clear()
+        refused = leader.client.post("/login", data=form, headers=foreign, follow_redirects=False)
+        assert refused.status_code == 403 and SESSION_COOKIE not in refused.cookies, (foreign, refused.status_code)
+        assert "log in from this leader&#39;s own login page" in refused.text, refused.text
+    owns = [{"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver"}, {"Sec-Fetch-Site": "none"}]
+    for own in [*owns, {"Origin": "http://testserver"}, {}]:
+        leader.client.cookies.clear()
+        answer = leader.client.post("/login", data=form, headers=own, follow_redirects=False)
+        assert answer.status_code == 303 and SESSION_COOKIE in answer.cookies, (own, answer.status_code)
+    # Framing, sniffing and referrers: on the pages and on the API alike.
+    leader.client.cookies.clear()
+    for path in ("/login", "/api/v1/jobs", "/healthz"):
+        headers = leader.client.get(path, headers=ADMIN if path.startswith("/api") else {}).headers
+        assert headers["x-frame-options"] == "DENY" and headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "same-origin"
