@@ -27,6 +27,7 @@ from common.errors import Conflict
 from common.wire.jobs import TERMINAL_STATES, JobState, StateChange
 
 ACTIVE = frozenset({JobState.assigned, JobState.running})
+MAX_LOST_RUNS = 2  # running attempts a job may lose with its follower before it is failed (requeue(lost=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class Job:
     shard_index: int | None = None  # a shard: its index (0 coordinates)
     points: int = 0  # how many points the job (a shard: each shard) measures
     started_at: datetime | None = None  # when the current attempt began running
+    lost_runs: int = 0  # earlier attempts whose follower stopped (died, restarted) while running it
 
     @property
     def finished(self) -> bool:
@@ -126,7 +128,7 @@ class Change:
         return replace(job, state=self.state, attempt=self.attempt, started_at=started, **values)
 
 
-_JOB_FIELDS = frozenset({"follower_id", "dispatched", "error"})
+_JOB_FIELDS = frozenset({"follower_id", "dispatched", "error", "lost_runs"})
 
 
 def _entry(
@@ -186,21 +188,31 @@ def unassign(job: Job, *, reason: str, now: datetime) -> Change | None:
     )
 
 
-def requeue(job: Job, *, reason: str, now: datetime) -> Change | None:
+def requeue(job: Job, *, reason: str, now: datetime, lost: bool = False) -> Change | None:
     """assigned or running → queued as the next attempt (its follower missed its heartbeats, never received it, or is
     drained); the old attempt's reports are refused from then on. `reason` may name `{follower_id}`. None if the job
-    is not held by a follower."""
+    is not held by a follower.
+
+    `lost`: the follower stopped without giving the job back (it died, or came back as a new process). A job that loses
+    MAX_LOST_RUNS running attempts so is failed instead, naming it: a job that kills its follower (a model that
+    exhausts its memory, say) must not walk the fleet killing each one in turn."""
     if job.state not in ACTIVE:
         return None
-    attempt = job.attempt + 1
     why = reason.format(follower_id=job.follower_id)
+    counted = lost and job.state == JobState.running
+    if counted and job.lost_runs + 1 >= MAX_LOST_RUNS:
+        times = "twice" if MAX_LOST_RUNS == 2 else f"{MAX_LOST_RUNS} times"
+        said = f"its follower stopped while running it, {times} (last: {why}); not requeued again: read the followers' logs"
+        failed = end(job, state=JobState.failed, reason=said, now=now)
+        return replace(failed, guard=Guard(job.state, job.attempt, job.follower_id, check_follower=True))
+    attempt = job.attempt + 1
     return Change(
         job.job_id,
         Guard(job.state, job.attempt, job.follower_id, check_follower=True),
         JobState.queued,
         attempt,
         _entry(JobState.queued, attempt, now, reason=why),
-        {"follower_id": None, "dispatched": False, "points_done": 0},
+        {"follower_id": None, "dispatched": False, "points_done": 0, "lost_runs": job.lost_runs + counted},
     )
 
 

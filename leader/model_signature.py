@@ -6,7 +6,7 @@ import json
 
 from pydantic import ValidationError
 
-from common.errors import InvalidSpec
+from common.errors import InvalidSpec, field_errors
 from common.formats.bundle import ONNX_MEMBER, BundleError, read_member
 from common.formats.onnx_signature import read_signature
 from common.wire.models import TensorSpec
@@ -31,7 +31,10 @@ def model_signature(model_format: str, data: bytes, declared: str | None) -> tup
         doc = json.loads(declared)
         inputs = [TensorSpec.model_validate(t) for t in doc["inputs"]]
         outputs = [TensorSpec.model_validate(t) for t in doc["outputs"]]
-    except (ValueError, KeyError, TypeError, ValidationError, RecursionError) as exc:
+    except ValidationError as exc:
+        first = field_errors(exc)[0]
+        raise InvalidSpec(f"{first['field']}: {first['message']}", field="signature") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidSpec(f"must be JSON {{'inputs': [...], 'outputs': [...]}}: {reason}", field="signature") from None
     if not inputs or not outputs:

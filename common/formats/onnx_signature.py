@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from common.errors import InvalidSpec
+from pydantic import ValidationError
+
+from common.errors import InvalidSpec, field_errors
 from common.formats.datatypes import ONNX_TO_V2
 from common.wire.models import TensorSpec
 
@@ -20,7 +22,10 @@ def _tensor_spec(value: object) -> TensorSpec:
         raise InvalidSpec(f"model value {value.name!r} has unsupported element type {name}", field="file")
     # A symbolic or absent dimension (dim_param, or nothing) is dynamic: -1, as KServe writes it.
     shape = [dim.dim_value if dim.HasField("dim_value") else -1 for dim in tensor.shape.dim]
-    return TensorSpec(name=value.name, datatype=datatype, shape=shape)
+    try:
+        return TensorSpec(name=value.name, datatype=datatype, shape=shape)
+    except ValidationError as exc:  # a bound of the wire (the values a request may hold, the name's length)
+        raise InvalidSpec(f"model value {value.name[:64]!r}: {field_errors(exc)[0]['message']}", field="file") from None
 
 
 def read_signature(data: bytes) -> tuple[list[TensorSpec], list[TensorSpec]]:

@@ -25,6 +25,7 @@ from common.spec.server import MAX_BATCH, ServerOptions
 from common.spec.slo import SLO
 from common.spec.sweep import configurations
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
+from common.tensors import check_shape
 
 # A follower's labels (zone, network, host class, ...) and a job's wanted ones: short names and values.
 LabelText = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -120,6 +121,11 @@ class ExpectedTensor(StrictModel):
     """Its KServe datatype, e.g. FP32."""
     shape: list[int]
     """Its shape; -1 for a dynamic dimension."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ExpectedTensor:
+        check_shape(self.name, self.shape)
+        return self
 
 
 class Requires(StrictModel):

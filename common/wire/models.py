@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from common.base import NAME_PATTERN, VERSION_PATTERN
+from common.tensors import check_shape, shape_elements
 from common.wire.auth import DEFAULT_TEAM
 
 # KServe v2 / Open Inference Protocol datatype names.
@@ -25,9 +27,23 @@ class TensorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
+    name: Annotated[str, Field(max_length=256)]
     datatype: Datatype
     shape: list[int]
+
+    def elements(self, batch_size: int = 1) -> int:
+        """Values of this tensor in one request of `batch_size` (common/tensors.py)."""
+        return shape_elements(self.shape, batch_size)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TensorSpec:
+        check_shape(self.name, self.shape)
+        return self
+
+
+def request_elements(inputs: Sequence[TensorSpec], batch_size: int) -> int:
+    """Values in one request of `batch_size` across every input."""
+    return sum(t.elements(batch_size) for t in inputs)
 
 
 class CanonicalParams(BaseModel):

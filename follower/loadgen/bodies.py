@@ -10,7 +10,8 @@ import numpy as np
 
 from common.formats.datatypes import FLOAT_DATATYPES, INT_DATATYPES, V2_TO_NUMPY
 from common.spec.target import DEFAULT_PROTOCOL, ProtocolName
-from common.wire.models import TensorSpec
+from common.tensors import MAX_REQUEST_ELEMENTS
+from common.wire.models import TensorSpec, request_elements
 from follower.protocols import PROTOCOLS
 
 # How many distinct bodies a run cycles through: enough that no cache sees one input, few enough to be cheap.
@@ -103,6 +104,12 @@ def build_bodies(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    values = request_elements(inputs, batch_size)
+    if values > MAX_REQUEST_ELEMENTS:  # checked at submission too; an endpoint's metadata is first seen here
+        raise ValueError(
+            f"a request of batch {batch_size} holds {values:,} values; a request may hold at most {MAX_REQUEST_ELEMENTS:,}"
+        )
+    variants = max(1, min(variants, MAX_REQUEST_ELEMENTS // max(values, 1)))  # all variants together within the bound
     rng = np.random.default_rng(seed)
     encoder = PROTOCOLS[protocol]
     bodies = []

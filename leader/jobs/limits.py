@@ -1,4 +1,5 @@
-"""The leader's own bounds on a job (configurable, tighter than the schema's): rate, duration, grid size, concurrency."""
+"""The leader's own bounds on a job (configurable, tighter than the schema's): rate, duration, grid size, concurrency;
+and the size of one request, which no leader may lift."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import AsyncIterator
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import InvalidSpec, TooManyRequests
+from common.tensors import MAX_REQUEST_ELEMENTS
+from common.wire.models import TensorSpec, request_elements
 from leader.auth.tokens import Principal
 from leader.jobplan import JobPlan
 from leader.settings import LeaderSettings
@@ -53,6 +56,22 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
         )
     if (shortfall := load.p99_shortfall()) is not None:  # a point invalid by construction: refused, saying what would do
         raise InvalidSpec(shortfall, field="load.duration")
+
+
+def check_request_size(plan: JobPlan, inputs: list[TensorSpec], ref: str) -> None:
+    """422 naming batch_sizes when one request of a point would carry more values than a request may
+    (MAX_REQUEST_ELEMENTS): the follower builds its bodies before the run, and is not made to build that."""
+    if not inputs:
+        return
+    per_sample = request_elements(inputs, 1)
+    for batch in sorted({p.batch_size for p in plan.points}):
+        if (n := request_elements(inputs, batch)) > MAX_REQUEST_ELEMENTS:
+            most = MAX_REQUEST_ELEMENTS // per_sample
+            raise InvalidSpec(
+                f"a request of batch {batch} to {ref} holds {n:,} values; a request may hold at most "
+                f"{MAX_REQUEST_ELEMENTS:,} (batch sizes up to {most} fit)",
+                field="batch_sizes",
+            )
 
 
 RETRY_AFTER_IDLE_S = 30  # the queue cap's Retry-After when nothing runs (jobs are being placed)

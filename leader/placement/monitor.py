@@ -87,7 +87,7 @@ class Monitor:
                 log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after_s)
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
         missing = await followers_store.missing_ids(self._db)
-        requeued = await assignments_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON)
+        requeued = await assignments_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON, lost=True)
         if requeued:
             log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
             self._on_requeue()

@@ -13,7 +13,7 @@ from common.wire.jobs import JobState, JobTask, JobView
 from leader import lifecycle
 from leader.clock import utcnow
 from leader.domain import JobChange, Load, QueuedJob
-from leader.store.jobdocs import BOOK_FIELDS, job_change, job_task, job_view, queued_job
+from leader.store.jobdocs import BOOK_FIELDS, LIFECYCLE_FIELDS, job_change, job_task, job_view, lifecycle_job, queued_job
 from leader.store.jobs import ACTIVE_STATES, COLLECTION, apply_change
 
 
@@ -128,29 +128,26 @@ async def unassign_job(db: AsyncDatabase, *, job_id: str, attempt: int, reason: 
 
 
 async def requeue_follower_jobs(
-    db: AsyncDatabase, *, follower_ids: list[str], reason: str, states: list[str] | None = None
+    db: AsyncDatabase, *, follower_ids: list[str], reason: str, states: list[str] | None = None, lost: bool = False
 ) -> list[str]:
-    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt.
+    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt
+    (`lost`: the followers stopped without giving them back: lifecycle.requeue fails a job that lost too many runs).
 
-    Returns their ids; `reason` may contain `{follower_id}`.
+    Returns the ids of those that moved; `reason` may contain `{follower_id}`.
     """
     if not follower_ids:
         return []
     docs = (
         await db[COLLECTION]
-        .find(
-            {"follower_id": {"$in": follower_ids}, "state": {"$in": states or ACTIVE_STATES}},
-            {"attempt": 1, "state": 1, "follower_id": 1},
-        )
+        .find({"follower_id": {"$in": follower_ids}, "state": {"$in": states or ACTIVE_STATES}}, LIFECYCLE_FIELDS)
         .to_list(None)
     )
-    return [doc["_id"] for doc in docs if await _requeue(db, doc, reason)]
+    return [doc["_id"] for doc in docs if await _requeue(db, doc, reason, lost=lost)]
 
 
-async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str) -> bool:
-    """One job back to the queue as a new attempt; False if it moved meanwhile (finished, cancelled, requeued)."""
-    held = lifecycle.Job(doc["_id"], JobState(doc["state"]), int(doc["attempt"]), doc["follower_id"])
-    change = lifecycle.requeue(held, reason=reason, now=utcnow())
+async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str, *, lost: bool = False) -> bool:
+    """One job back to the queue as a new attempt (or failed: lifecycle.requeue); False if it moved meanwhile."""
+    change = lifecycle.requeue(lifecycle_job(doc), reason=reason, now=utcnow(), lost=lost)
     return change is not None and await apply_change(db, change)
 
 
@@ -169,7 +166,7 @@ async def requeue_undelivered(
         await db[COLLECTION]
         .find(
             {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True, "_id": {"$nin": list(held)}},
-            {"attempt": 1, "state": 1, "follower_id": 1},
+            LIFECYCLE_FIELDS,
         )
         .to_list(None)
     )

@@ -80,7 +80,9 @@ async def register(
     view, previous = await followers_store.register(db, info=info)
     heard.mark(info.follower_id)
     if previous is not None and previous != info.incarnation:
-        requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[info.follower_id], reason=RESTARTED_REASON)
+        requeued = await assignments_store.requeue_follower_jobs(
+            db, follower_ids=[info.follower_id], reason=RESTARTED_REASON, lost=True
+        )
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
     log.info(

@@ -42,7 +42,7 @@ from leader.api.deps import Db, FollowerPrincipal, JobId, PlacerDep, SettingsDep
 from leader.auth.tokens import Principal
 from leader.jobplan import JobPlan, plan_job
 from leader.jobs import fleetcheck
-from leader.jobs.limits import check_spec_limits, queue_admission
+from leader.jobs.limits import check_request_size, check_spec_limits, queue_admission
 from leader.jobs.targets import target_model
 from leader.placement.pins import pin_shards
 from leader.placement.queueinfo import QueueInfo, preview, unplaceable
@@ -134,6 +134,7 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
         model = await target_model(db, spec, team=principal.team, owner=principal.user)
     else:
         model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref", team=team)
+    check_request_size(plan, model.inputs, model.ref)
     if spec.inputs is not None and model.inputs and (problems := input_mismatches(spec.inputs, model.inputs)):
         raise InvalidSpec(f"model {model.ref} does not match: {'; '.join(problems)}", field="inputs")
     # A language model is served over an OpenAI-compatible API by an LLM server; a tensor model over KServe v2.

@@ -239,3 +239,32 @@ def test_only_an_admin_marks_a_model_trusted_and_unfinished_jobs_take_the_mark(l
     assert leader.client.get("/api/v1/models/ident/1", headers=ADMIN).json()["trusted"] is True
     # The queued job's copy of the model (what its follower receives) carries the mark too.
     assert leader.db["jobs"].find_one({"_id": job["id"]})["model"]["trusted"] is True
+
+
+def test_a_model_declaring_a_request_too_big_to_build_is_refused_and_a_batch_past_the_bound_too(leader: Leader) -> None:
+    """The attack's model: a few bytes of ONNX declaring an input of [-1, 30000000] made a follower build sixteen bodies
+    of 30 M values and die, at every attempt. Refused at upload (ONNX read here, or a declared signature), naming the
+    tensor; a model within the bound whose job's batch would take a request past it is refused at submission, naming
+    batch_sizes and the batch sizes that fit."""
+    bomb = identity_model(dims=("batch", 30_000_000))
+    assert len(bomb) < 200
+    form = {"name": "bomb", "version": "1"}
+    refused = leader.client.post("/api/v1/models", headers=ADMIN, data=form, files={"file": ("m.onnx", bomb)})
+    assert refused.status_code == 422 and refused.json()["field"] == "file", refused.text
+    assert "'x' of shape [-1, 30000000] holds 30,000,000 values per sample" in refused.json()["message"], refused.text
+    signature = (
+        '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 30000000]}], '
+        '"outputs": [{"name": "y", "datatype": "FP32", "shape": [-1]}]}'
+    )
+    form = {"name": "bomb", "version": "2", "format": "torchscript", "signature": signature}
+    declared = leader.client.post("/api/v1/models", headers=ADMIN, data=form, files={"file": ("m.pt", b"PK\x03\x04")})
+    assert declared.status_code == 422 and declared.json()["field"] == "signature", declared.text
+    assert "holds 30,000,000 values per sample" in declared.json()["message"], declared.text
+    assert leader.db.models.count_documents({}) == 0
+
+    leader.upload_model(name="wide", data=identity_model(dims=("batch", 1_000_000)))  # 1 M values a sample: fine
+    spec = "name: w\nmodel: wide:1\nbackends: [onnxruntime]\nbatch_sizes: [1, 16]\nload: {rate: 50, duration: 10s}\n"
+    answer = leader.client.post("/api/v1/jobs", headers={**ADMIN, "Content-Type": "application/yaml"}, content=spec)
+    assert answer.status_code == 422 and answer.json()["field"] == "batch_sizes", answer.text
+    assert "a request of batch 16 to wide:1 holds 16,000,000 values" in answer.json()["message"], answer.text
+    assert "(batch sizes up to 8 fit)" in answer.json()["message"]

@@ -158,6 +158,23 @@ def test_new_incarnation_requeues_running_job(leader: Leader, redis_client: redi
     assert attempts == [1, 2]
 
 
+def test_a_job_whose_follower_dies_running_it_twice_is_failed_not_walked_round_the_fleet(leader: Leader) -> None:
+    """The attack: a model that kills the follower running it was requeued with no limit, killing the same follower at
+    attempts 1, 2 and 3. Now the first loss is requeued, the second fails the job, naming why, and nothing queues it
+    again; the follower itself stays usable."""
+    job, follower, incarnation = _running_job(leader)
+    for attempt in (1, 2):
+        if attempt == 2:
+            leader.wait_dispatched(job["id"], attempt=2)
+            assert claim(leader, job["id"], 2, follower, incarnation).status_code == 200
+        incarnation = uuid.uuid4().hex
+        leader.register(follower, incarnation, as_self=True)  # it died running the job and came back as a new process
+    view = leader.job(job["id"])
+    assert view["state"] == "failed" and view["attempt"] == 2, view
+    assert view["error"].startswith(f"its follower stopped while running it, twice (last: follower {follower} restarted"), view
+    assert leader.heartbeat(follower, incarnation) is True
+
+
 def test_a_leaving_follower_gives_its_jobs_back_at_once(leader: Leader) -> None:
     """An agent stopping (SIGTERM) says so: it is missing at once, its running job goes back to the queue with the
     reason (no heartbeat is missed first), its late reports are stale, a late beat does not revive it; only its own

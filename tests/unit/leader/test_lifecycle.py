@@ -91,7 +91,7 @@ def test_a_requeue_after_missed_heartbeats_is_the_next_attempt_on_no_follower() 
     assert change is not None
     assert change.guard == Guard(R, 2, "f1", check_follower=True)  # a no-op if it finished or moved meanwhile
     assert (change.state, change.attempt) == (Q, 3)
-    assert change.fields == {"follower_id": None, "dispatched": False, "points_done": 0}
+    assert change.fields == {"follower_id": None, "dispatched": False, "points_done": 0, "lost_runs": 0}
     assert (change.entry.attempt, change.entry.reason) == (3, "follower f1 missed its heartbeats")
     requeued = change.apply_to(job)
     # The old attempt's finish is refused from then on; its follower is told to drop it.
@@ -100,6 +100,29 @@ def test_a_requeue_after_missed_heartbeats_is_the_next_attempt_on_no_follower() 
     assert lifecycle.stale_held("f1", [("j", 2)], {"j": requeued}) == ["j"]
     for state in (Q, S, F, C):  # nothing held, nothing to requeue
         assert lifecycle.requeue(replace(job, state=state), reason="x", now=NOW) is None
+
+
+def test_a_job_that_loses_its_follower_twice_while_running_is_failed_not_requeued() -> None:
+    """A job that kills its follower (a model that exhausts its memory) must not walk the fleet killing each one: its
+    first lost run is requeued and counted, its second fails it, naming why. A run given back (SIGTERM, drained, never
+    delivered) or an attempt lost before it ran counts for nothing."""
+    job = running()
+    first = lifecycle.requeue(job, reason="follower {follower_id} restarted", now=NOW, lost=True)
+    assert first is not None and (first.state, first.attempt, first.fields["lost_runs"]) == (Q, 3, 1)
+    again = replace(first.apply_to(job), state=R, follower_id="f2")  # placed and claimed elsewhere
+    assert again.lost_runs == 1
+    second = lifecycle.requeue(again, reason="follower {follower_id} missed its heartbeats", now=NOW, lost=True)
+    assert second is not None and (second.state, second.attempt) == (F, 3)
+    assert second.guard == Guard(R, 3, "f2", check_follower=True)
+    assert second.fields["error"] == (
+        "its follower stopped while running it, twice (last: follower f2 missed its heartbeats); not requeued again: "
+        "read the followers' logs"
+    )
+    given_back = lifecycle.requeue(again, reason="follower {follower_id} stopped (SIGTERM)", now=NOW)
+    assert given_back is not None and given_back.state == Q and given_back.fields["lost_runs"] == 1
+    not_running = lifecycle.requeue(replace(again, state=A), reason="x", now=NOW, lost=True)
+    assert not_running is not None and not_running.state == Q and not_running.fields["lost_runs"] == 1
+    assert lifecycle_job({"_id": "j", "state": "running", "attempt": 3, "lost_runs": 1}).lost_runs == 1
 
 
 def test_an_assigned_job_never_sent_goes_back_on_the_same_attempt() -> None:
@@ -211,6 +234,7 @@ def test_a_change_is_written_as_one_conditional_update_and_read_back_as_the_life
         "follower_id": None,
         "dispatched": False,
         "points_done": 0,
+        "lost_runs": 0,
     }
     assert update["$push"]["history"]["attempt"] == 3 and update["$push"]["history"]["reason"] == "gone"
     after = applied(doc, change)
