@@ -11,7 +11,7 @@ import json
 import zipfile
 from typing import Any
 
-from common.formats.ziplimits import ArchiveTooLarge, check_member
+from common.formats.ziplimits import ArchiveTooLarge, check_claims, check_member
 
 ONNX_MEMBER = "model.onnx"
 TORCHSCRIPT_MEMBER = "model.pt"
@@ -42,6 +42,7 @@ def read_member(data: bytes, name: str, *, limit: int = MAX_MEMBER_BYTES) -> byt
                 info = zf.getinfo(name)
             except KeyError:
                 raise BundleError(f"bundle has no {name}; members: {sorted(zf.namelist())[:20]}") from None
+            check_claims(zf)
             check_member(info, limit)
             with zf.open(info) as fh:
                 out = fh.read(limit + 1)

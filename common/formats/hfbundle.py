@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from common.formats.ziplimits import ArchiveTooLarge, check_ratio
+from common.formats.ziplimits import ArchiveTooLarge, check_claims, check_ratio
 from common.wire.models import LlmParams
 
 CONFIG = "config.json"
@@ -47,6 +47,10 @@ def _members(archive: zipfile.ZipFile, limit_bytes: int) -> tuple[str, list[zipf
         raise HfBundleError("the archive is empty")
     if len(infos) > MAX_MEMBERS:
         raise HfBundleError(f"the archive holds {len(infos)} files; at most {MAX_MEMBERS}")
+    try:
+        check_claims(archive)
+    except ArchiveTooLarge as exc:
+        raise HfBundleError(str(exc)) from None
     total = 0
     for info in infos:
         path = PurePosixPath(info.filename)

@@ -79,6 +79,44 @@ def test_a_model_directory_whose_weights_are_a_bomb_is_refused() -> None:
         hfbundle.describe(io.BytesIO(bomb), limit_bytes=10**10)
 
 
+def _lying(archive: bytes, member: str, claims: int) -> bytes:
+    """The archive with its central directory claiming `claims` compressed bytes for `member` (the attack's npz: a
+    1 MB file whose directory says 20 MB, so 1 GiB inflated reads as a 50-fold ratio)."""
+    name = member.encode()
+    at = archive.index(b"PK\x01\x02")  # the central directory's entries: the name at 46, the compressed size at 20
+    while archive[at + 46 : at + 46 + len(name)] != name:
+        at = archive.index(b"PK\x01\x02", at + 4)
+    return archive[: at + 20] + claims.to_bytes(4, "little") + archive[at + 24 :]
+
+
+@pytest.mark.parametrize("kind", ["npz", "bundle", "hf"])
+def test_an_archive_whose_directory_lies_about_its_compressed_size_is_refused(kind: str, tmp_path: Path) -> None:
+    """The ratio bound is held on the bytes really in the archive: 64 MiB of zeros deflate to ~64 KiB; a directory
+    claiming 1 MiB for them (a 64-fold ratio, under the bound) lies, since the whole file is smaller than that."""
+    if kind == "npz":
+        honest, member = _npz(x=np.zeros((64, 1024, 1024), dtype=np.uint8)), "x.npy"
+    elif kind == "bundle":
+        honest, member = _zip({"model.onnx": bytes(64 * MIB), "meta.json": b"{}"}), "model.onnx"
+    else:
+        honest, member = _zip({"config.json": b"{}", "model.safetensors": bytes(64 * MIB)}), "model.safetensors"
+    lie = _lying(honest, member, claims=MIB)
+    assert len(lie) < MIB and zipfile.ZipFile(io.BytesIO(lie)).getinfo(member).compress_size == MIB
+    said = rf"member '{member}' claims 1,048,576 compressed bytes that the archive \([\d,]+ bytes\) does not hold"
+    if kind == "npz":
+        with pytest.raises(BadData, match=said):
+            inspect_data(io.BytesIO(lie), "npz")
+        stored = tmp_path / "lie.npz"
+        stored.write_bytes(lie)
+        with pytest.raises(ArchiveTooLarge, match=said):  # and on the follower, before it inflates
+            load_samples(str(stored), "npz")
+    elif kind == "bundle":
+        with pytest.raises(BundleError, match=said):
+            read_member(lie, member)
+    else:
+        with pytest.raises(hfbundle.HfBundleError, match=said):
+            hfbundle.describe(io.BytesIO(lie), limit_bytes=10**10)
+
+
 def test_a_savedmodel_member_cannot_leave_its_directory_by_a_name_prefix(tmp_path: Path) -> None:
     from follower.backends.tfserving import unpack_savedmodel
 
