@@ -3,10 +3,12 @@ trust mark), delete."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from typing import Annotated, BinaryIO, NamedTuple, NoReturn, cast, get_args
 
+import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -15,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from common.base import NAME_PATTERN, VERSION_PATTERN
 from common.errors import Conflict, Forbidden, InvalidRequest, InvalidSpec, PayloadTooLarge, field_errors
 from common.formats import hfbundle
+from common.formats.onnx_signature import check_layout
 from common.wire.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, ModelQuery, ModelUpdate, TensorSpec, tidy_tags
 from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
@@ -65,7 +68,12 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         # enforced as it arrived; the format check reads it from there, before a single byte reaches GridFS.
         spool = upload.file
         checked = await anyio.to_thread.run_sync(
-            _check_spooled, spool, str(model_format), declared if isinstance(declared, str) else None, settings.max_upload_bytes
+            _check_spooled,
+            spool,
+            str(model_format),
+            declared if isinstance(declared, str) else None,
+            settings.max_upload_bytes,
+            limiter=_parse_limiter(),
         )
         meta = ModelMeta(
             name=name,
@@ -128,7 +136,10 @@ def _check_spooled(spool: BinaryIO, model_format: str, declared: str | None, lim
         digest.update(chunk)
     data = b""
     if model_format in PARSED_FORMATS:
-        # ONNX is a protobuf: its parser needs the whole message in memory (formats never opened here skip this).
+        # ONNX is a protobuf: its parser needs the whole message in memory (formats never opened here skip this), so
+        # a plain ONNX file's layout is walked from the spool first: junk is refused without being read whole.
+        if model_format == "onnx":
+            check_layout(spool)
         spool.seek(0)
         data = spool.read()
     if model_format == "hf":
@@ -142,6 +153,19 @@ def _check_spooled(spool: BinaryIO, model_format: str, declared: str | None, lim
     inputs, outputs = model_signature(model_format, data, declared)
     canonical = canonical_params(data) if model_format == "bundle" else None
     return Checked(size, digest.hexdigest(), inputs, outputs, canonical, None)
+
+
+_PARSERS: dict[int, anyio.CapacityLimiter] = {}
+
+
+def _parse_limiter() -> anyio.CapacityLimiter:
+    """One upload's file is checked at a time (per event loop): a parsed model is held whole in memory, and four
+    concurrent uploads must not hold four. The others wait, spooled on disk."""
+    loop = id(asyncio.get_running_loop())
+    if loop not in _PARSERS:
+        _PARSERS.clear()  # one leader, one loop: a new loop (a test's new app) starts afresh
+        _PARSERS[loop] = anyio.CapacityLimiter(1)
+    return _PARSERS[loop]
 
 
 def raise_too_large(limit: int) -> NoReturn:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import os
+
 import pytest
 from onnx import TensorProto
 
 from common.errors import InvalidSpec
-from common.formats.onnx_signature import read_signature
+from common.formats.onnx_signature import check_layout, read_signature
 from common.wire.models import TensorSpec
 from tests.unit.leader.onnx_models import identity_model, linear_model
 
@@ -48,3 +51,38 @@ def test_garbage_is_invalid_file(data: bytes) -> None:
         read_signature(data)
     assert info.value.field == "file"
     assert info.value.status == 422
+
+
+class _Counting(io.BytesIO):
+    """A file that counts the bytes read from it (seeks cost nothing)."""
+
+    read_bytes = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        out = super().read(size)
+        self.read_bytes += len(out)
+        return out
+
+
+def test_junk_is_refused_from_its_layout_without_being_read_whole() -> None:
+    """Four concurrent 400 MiB junk uploads once took the leader from 430 MB to 1,969 MB: each was read whole for the
+    ONNX parser before it failed. The top level is walked from the file instead, skipping over lengths: a models' few
+    fields pass; junk is refused at its first byte, and a field that claims most of the file is skipped, not read."""
+    for model in (identity_model(), linear_model()):
+        check_layout(io.BytesIO(model))
+    for junk, said in [
+        (os.urandom(4096), "byte 0 does not start a field of a model"),
+        (bytes(64), "byte 0 does not start a field of a model"),
+        (b"\x08\x01", "it has no graph"),
+        (b"\x3a\xff\xff\xff\x0f", "the field at byte 0 runs past the file's end"),
+    ]:
+        with pytest.raises(InvalidSpec, match=said) as caught:
+            check_layout(io.BytesIO(junk))
+        assert caught.value.field == "file"
+    size = 64 * 1024 * 1024
+    length = size - 16
+    field = b"\x3a" + bytes([(length >> s & 0x7F) | (0x80 if length >> (s + 7) else 0) for s in range(0, 28, 7)])
+    big = _Counting(field + bytes(length) + b"\xff" * (size - len(field) - length))  # a "graph", then junk
+    with pytest.raises(InvalidSpec, match=f"byte {len(field) + length:,} does not start a field"):
+        check_layout(big)
+    assert big.read_bytes < 64, big.read_bytes  # the 64 MiB field was skipped over, never read
