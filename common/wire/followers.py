@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from common.base import NAME_PATTERN
 from common.spec.job import Labels
@@ -66,7 +66,7 @@ class FollowerInfo(BaseModel):
     clock: ClockOffset | None = None  # measured at registration (None: the leader's clock did not answer)
     # Generator CPU per request (us) against each target it calibrated (`protocol url`), where it differs from the
     # general figure above; the leader sizes a sharded job against a target from it.
-    target_costs_us: Annotated[dict[str, float], Field(max_length=256)] = {}
+    target_costs_us: Annotated[dict[str, StrictFloat], Field(max_length=256)] = {}
 
 
 class HeldJob(BaseModel):
@@ -91,7 +91,7 @@ class Heartbeat(BaseModel):
     held: Annotated[list[HeldJob], Field(max_length=10_000)] = []
     waiting_reason: Annotated[str, Field(max_length=500)] | None = None  # why held jobs do not start (GPU in use, CPU busy)
     clock: ClockOffset | None = None  # measured again every few beats (None: not this beat)
-    target_costs_us: Annotated[dict[str, float], Field(max_length=256)] | None = None  # with the clock, when measured
+    target_costs_us: Annotated[dict[str, StrictFloat], Field(max_length=256)] | None = None  # with the clock, when measured
 
 
 class Leaving(BaseModel):

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from common.base import NAME_PATTERN
 from common.spec.job import JobSpec, ModelRef, PointSpec
@@ -159,6 +159,14 @@ class JobFilter(BaseModel):
     backend: Annotated[str, Field(max_length=50)] | None = None  # one of the job's backends
     follower_id: Annotated[str, Field(max_length=100)] | None = None  # where it runs or ran
     since: datetime | None = None  # submitted at or after
+
+    @field_validator("since", mode="before")
+    @classmethod
+    def _a_date(cls, value: object) -> object:
+        """A date or a date and time: a bare number (which pydantic would read as seconds since 1970) is refused."""
+        if isinstance(value, int | float) or (isinstance(value, str) and re.fullmatch(r"\s*[+-]?[\d.]+\s*", value)):
+            raise ValueError("a date (2026-11-28) or a date and time (2026-11-28T12:00:00Z), not a number")
+        return value
 
     def query(self) -> dict[str, object]:
         """The PerfDB filter over job documents."""

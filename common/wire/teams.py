@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 
 from common.fairshare import DEFAULT_WEIGHT
 
@@ -20,10 +20,10 @@ class TeamSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    weight: Annotated[float, Field(gt=0, le=1000)] = DEFAULT_WEIGHT  # its share of a contended fleet, against others'
+    weight: Annotated[StrictFloat, Field(gt=0, le=1000)] = DEFAULT_WEIGHT  # its share of a contended fleet, against others'
     # Follower-hours a day (UTC) it may use per follower class (`*`: every class not named); past it, its jobs wait
     # for the next day (or for a follower of another class), queued with the reason.
-    quota_hours_per_day: Annotated[dict[FollowerClass, Annotated[float, Field(ge=0, le=24_000)]], Field(max_length=64)] = {}
+    quota_hours_per_day: Annotated[dict[FollowerClass, Annotated[StrictFloat, Field(ge=0, le=24_000)]], Field(max_length=64)] = {}
 
 
 class TeamView(BaseModel):

@@ -28,7 +28,7 @@ def _one_follower_stores(monkeypatch: pytest.MonkeyPatch, marked: list[str], *, 
     async def missing_ids(db: Any) -> list[str]:
         return []
 
-    async def requeue_follower_jobs(db: Any, *, follower_ids: list[str], reason: str) -> list[str]:
+    async def requeue_follower_jobs(db: Any, *, follower_ids: list[str], reason: str, lost: bool = False) -> list[str]:
         return []
 
     monkeypatch.setattr(monitor_module.followers_store, "live_ids", live_ids)
