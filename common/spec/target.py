@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from common import egress
 from common.base import NAME_PATTERN, StrictModel
 
 ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no server is started
@@ -87,6 +88,8 @@ class TargetSpec(StrictModel):
             raise ValueError(f"has a bad port: {exc}") from None
         if re.search(r"[\s\x00-\x1f]", value):
             raise ValueError("must not hold spaces or control characters")
+        if (why := egress.refusal(parts.hostname)) is not None:
+            raise ValueError(why)
         return value.rstrip("/")
 
     @model_validator(mode="after")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from common import egress
 from common.spec.target import ENDPOINT, TargetSpec
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import Conversion
@@ -19,8 +21,19 @@ def target_endpoint(target: TargetSpec, model: str) -> Endpoint:
     return Endpoint(target.protocol, target.url, target.model_name or model, target.model_version)
 
 
+def check_egress(target: TargetSpec) -> None:
+    """EndpointRefused (never retried) if the target's name resolves now to an address no target may be (common/egress.py):
+    checked before the endpoint is first contacted, so a name that resolved elsewhere at submission is caught here."""
+    parts = urlsplit(target.url)
+    try:
+        egress.check_resolved(parts.hostname or "", parts.port)
+    except ValueError as exc:
+        raise EndpointRefused(f"{target.url}: {exc}") from None
+
+
 def read_signature(target: TargetSpec, model: str, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec] | None:
     """The model's inputs as the endpoint describes them; None for a protocol without metadata (OpenAI)."""
+    check_egress(target)
     return PROTOCOLS[target.protocol].signature(target_endpoint(target, model), credentials)
 
 
@@ -50,6 +63,7 @@ class EndpointBackend:
     def wait_ready(self, timeout_s: float) -> float:
         """Until the endpoint says the model is ready (its protocol's own health answer, over HTTP or gRPC); 0.0, as
         no start of ours is timed."""
+        check_egress(self.target)
         t0, last = time.monotonic(), "no answer"
         while time.monotonic() - t0 < timeout_s:
             try:

@@ -47,10 +47,22 @@ def _call(method: str, url: str, credentials: Credentials, body: bytes | None = 
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):
-        raise EndpointRefused(f"{url}: HTTP {response.status_code} (check target.secret): {response.text[:200]}")
+        raise EndpointRefused(f"{url}: HTTP {response.status_code} (check target.secret){_said(response)}")
     if response.status_code != 200:
-        raise EndpointError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+        raise EndpointError(f"{url}: HTTP {response.status_code}{_said(response)}")
     return response
+
+
+def _said(response: httpx.Response) -> str:
+    """What a failed answer said, as a model server says it: the `error` (or `detail`) string of a JSON object, cut
+    short. Any other body is left out: a target pointed at a service that is not a model server must not read that
+    service back to the user."""
+    try:
+        doc = response.json() if len(response.content) <= 64 * 1024 else None
+    except ValueError:
+        return ""
+    said = next((doc[k] for k in ("error", "detail", "message") if isinstance(doc, dict) and isinstance(doc.get(k), str)), "")
+    return f": {said[:200]}" if said else ""
 
 
 def _json(url: str, response: httpx.Response) -> Any:
