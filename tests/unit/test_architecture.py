@@ -57,6 +57,8 @@ COMMON_RANKS = {
     "devices": 0,
     "logs": 0,
     "procs": 0,
+    "egress": 0,  # where a target may point
+    "tensors": 0,  # the size of one request
     "tracing": 1,
     "spec": 1,
     "wire": 2,
