@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pymongo import AsyncMongoClient
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import ConnectionFailure, NetworkTimeout, PyMongoError, WaitQueueTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,11 @@ def unavailable() -> JSONResponse:
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+def busy() -> JSONResponse:
+    body = {"error": "busy", "message": "the leader is busy: this request waited too long for PerfDB; retry", "field": "mongo"}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
 def install(app: FastAPI) -> None:
     """The fast 503 while the database is down, and the same answer for a request that finds it down."""
 
@@ -123,6 +128,12 @@ def install(app: FastAPI) -> None:
         return await call_next(request)
 
     async def _connection_failure(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, WaitQueueTimeoutError | NetworkTimeout):
+            # Load, not an outage: the request waited too long for a pooled connection or for its answer. Only this
+            # request is answered so; counted as failures, a room of readers once had the leader call a healthy
+            # PerfDB down and answer 503 to everything, heartbeats included. A database that stopped answering is
+            # still found by the probe, on its own client.
+            return busy()
         health: DbHealth | None = getattr(request.app.state, "dbhealth", None)
         if health is not None:
             health.failed(type(exc).__name__)
