@@ -15,6 +15,10 @@ from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import Conversion
 from follower.protocols import NO_CREDENTIALS, PROTOCOLS, Credentials, Endpoint, EndpointError, EndpointRefused
 
+# An endpoint not ready yet is asked again after 0.2 s, then twice as long each time, at most every 5 s.
+READY_POLL_FIRST_S = 0.2
+READY_POLL_MAX_S = 5.0
+
 
 def target_endpoint(target: TargetSpec, model: str) -> Endpoint:
     """The target as an endpoint of its protocol, for `model` (the job's model name; the target may rename it)."""
@@ -64,8 +68,8 @@ class EndpointBackend:
         """Until the endpoint says the model is ready (its protocol's own health answer, over HTTP or gRPC); 0.0, as
         no start of ours is timed."""
         check_egress(self.target)
-        t0, last = time.monotonic(), "no answer"
-        while time.monotonic() - t0 < timeout_s:
+        deadline, last, pause = time.monotonic() + timeout_s, "no answer", READY_POLL_FIRST_S
+        while True:
             try:
                 if self.protocol.ready(self._endpoint, self.credentials):
                     self._version = self.protocol.describe(self._endpoint, self.credentials) or self._version
@@ -75,8 +79,11 @@ class EndpointBackend:
                 raise
             except EndpointError as exc:
                 last = str(exc)
-            time.sleep(0.2)
-        raise EndpointError(f"endpoint not ready within {timeout_s:g}s: {last}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EndpointError(f"endpoint not ready within {timeout_s:g}s: {last}")
+            time.sleep(min(pause, left))  # the last ask falls on the deadline
+            pause = min(pause * 2, READY_POLL_MAX_S)  # backed off: a target that is not a model server is not hammered
 
     @property
     def endpoint(self) -> str:

@@ -14,7 +14,7 @@ from common.errors import InvalidSpec
 from common.spec.parse import parse_spec
 from common.spec.target import TargetSpec
 from follower.backends.endpoint import EndpointBackend
-from follower.protocols import EndpointRefused
+from follower.protocols import EndpointError, EndpointRefused
 
 REFUSED = [
     "http://169.254.169.254/latest",  # AWS, GCP, Azure metadata
@@ -87,3 +87,25 @@ def test_a_failed_answer_is_reported_by_its_status_and_a_model_servers_error_onl
     assert _said(Response(500, json={"error": "model m is not loaded"})) == ": model m is not loaded"
     assert _said(Response(422, json={"detail": "x" * 500})) == ": " + "x" * 200
     assert _said(Response(500, json=["not", "an", "object"])) == ""
+
+
+def test_an_endpoint_that_is_not_ready_is_asked_less_and_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target aimed at a service that is not a model server was asked about 4 times a second for 120 s. Asked after
+    0.2 s, then twice as long each time up to every 5 s, and once more at the deadline (a clock seam: no real time)."""
+    import follower.backends.endpoint as endpoint_module
+
+    now = [0.0]
+    asked: list[float] = []
+
+    class NeverReady:
+        def ready(self, *args: Any) -> bool:
+            asked.append(now[0])
+            return False
+
+    monkeypatch.setattr(endpoint_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(endpoint_module.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    backend = EndpointBackend(TargetSpec(url="http://127.0.0.1:9", protocol="kserve-http"))
+    backend.protocol = NeverReady()  # type: ignore[assignment]
+    with pytest.raises(EndpointError, match="endpoint not ready within 30s: the model is not ready yet"):
+        backend.wait_ready(timeout_s=30)
+    assert asked == pytest.approx([0.0, 0.2, 0.6, 1.4, 3.0, 6.2, 11.2, 16.2, 21.2, 26.2, 30.0])
