@@ -17,6 +17,7 @@ from leader.analysis import leaderboard as board
 from leader.analysis.leaderboard import to_row
 from leader.analysis.recommend import parse_query
 from leader.analysis.recommend import recommend as recommend_rows
+from leader.api import heavy
 from leader.api.deps import Db, JobId, Submitter, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
@@ -156,7 +157,7 @@ async def export_job(job_id: JobId, db: Db, viewer: Viewer, format: str = "csv")
     await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     rows = [to_row(doc).model_dump() for doc in await store.job_rows(db, job_id=job_id)]
     return Response(
-        export.table_bytes(rows, fmt),
+        await heavy.run("export", export.table_bytes, rows, fmt),
         media_type=export.MEDIA[fmt],
         headers={"Content-Disposition": f'attachment; filename="{job_id}.{fmt}"'},
     )
@@ -179,8 +180,9 @@ async def export_records(
     blob = await records.load_records(db, job_id=job_id, attempt=attempt or job.attempt, index=index, probe=probe)
     if blob is None:
         raise NotFound(f"no raw records for point {index} of job {job_id}", field="index")
+    encode = lambda: export.records_bytes(records.decode(blob), fmt)  # noqa: E731 - decoded in the worker too
     return Response(
-        export.records_bytes(records.decode(blob), fmt),
+        await heavy.run("export", encode),
         media_type=export.MEDIA[fmt],
         headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-records.{fmt}"'},
     )

@@ -6,7 +6,6 @@ import hashlib
 import uuid
 from typing import BinaryIO, cast
 
-import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -14,6 +13,7 @@ from common.base import NAME_PATTERN
 from common.errors import Forbidden, InvalidSpec, PayloadTooLarge
 from common.formats.datasets import DATA_FORMATS, BadData, DataFormat, DataSetMeta, inspect_data
 from common.formats.traces import trace_facts
+from leader.api import heavy
 from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.clock import utcnow
@@ -63,12 +63,12 @@ async def upload_data(request: Request, db: Db, settings: SettingsDep, principal
         if upload.size is not None and upload.size > settings.max_upload_bytes:
             raise _too_large(settings.max_upload_bytes)
         # Same path as model uploads: spooled under the byte limit, checked, then streamed into GridFS.
-        size, sha256, samples, fields = await anyio.to_thread.run_sync(
-            _check, upload.file, str(data_format), settings.max_upload_bytes
+        size, sha256, samples, fields = await heavy.run(
+            "upload", _check, upload.file, str(data_format), settings.max_upload_bytes
         )
         span_s, max_input = None, None
         if data_format == "trace":  # what a job naming this trace is checked against at submission
-            span_s, max_input = await anyio.to_thread.run_sync(trace_facts, upload.file)
+            span_s, max_input = await heavy.run("upload", trace_facts, upload.file)
         meta = DataSetMeta(
             id=uuid.uuid4().hex,
             name=name,

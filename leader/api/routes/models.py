@@ -3,13 +3,10 @@ trust mark), delete."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from typing import Annotated, BinaryIO, NamedTuple, NoReturn, cast, get_args
 
-import anyio
-import anyio.to_thread
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
@@ -19,6 +16,7 @@ from common.errors import Conflict, Forbidden, InvalidRequest, InvalidSpec, Payl
 from common.formats import hfbundle
 from common.formats.onnx_signature import check_layout
 from common.wire.models import CanonicalParams, LlmParams, ModelFormat, ModelMeta, ModelQuery, ModelUpdate, TensorSpec, tidy_tags
+from leader.api import heavy
 from leader.api.deps import Db, Reader, SettingsDep, Submitter, Viewer, team_of_upload
 from leader.api.uploads import CHUNK_BYTES, multipart_body, spooled_chunks, text_field, upload_file, upload_form
 from leader.canonical_meta import canonical_params
@@ -67,13 +65,14 @@ async def upload_model(request: Request, db: Db, settings: SettingsDep, principa
         # The multipart parser has spooled the file (1 MiB in memory, the rest on disk) while the byte limit was
         # enforced as it arrived; the format check reads it from there, before a single byte reaches GridFS.
         spool = upload.file
-        checked = await anyio.to_thread.run_sync(
+        # One upload's file at a time (a parsed model is held whole in memory); the others wait, spooled on disk.
+        checked = await heavy.run(
+            "upload",
             _check_spooled,
             spool,
             str(model_format),
             declared if isinstance(declared, str) else None,
             settings.max_upload_bytes,
-            limiter=_parse_limiter(),
         )
         meta = ModelMeta(
             name=name,
@@ -153,19 +152,6 @@ def _check_spooled(spool: BinaryIO, model_format: str, declared: str | None, lim
     inputs, outputs = model_signature(model_format, data, declared)
     canonical = canonical_params(data) if model_format == "bundle" else None
     return Checked(size, digest.hexdigest(), inputs, outputs, canonical, None)
-
-
-_PARSERS: dict[int, anyio.CapacityLimiter] = {}
-
-
-def _parse_limiter() -> anyio.CapacityLimiter:
-    """One upload's file is checked at a time (per event loop): a parsed model is held whole in memory, and four
-    concurrent uploads must not hold four. The others wait, spooled on disk."""
-    loop = id(asyncio.get_running_loop())
-    if loop not in _PARSERS:
-        _PARSERS.clear()  # one leader, one loop: a new loop (a test's new app) starts afresh
-        _PARSERS[loop] = anyio.CapacityLimiter(1)
-    return _PARSERS[loop]
 
 
 def raise_too_large(limit: int) -> NoReturn:
