@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +19,7 @@ from benchfleet.cli_common import (
 )
 from common.procs import free_port
 from common.wire.analysis import CompareResponse, PointComparison
+from tests.http_stub import answering
 
 
 def test_unreachable_leader_is_exit_4_with_one_line() -> None:
@@ -70,31 +67,6 @@ def test_version_and_completion() -> None:
     assert "--install-completion" in runner.invoke(app, ["--help"]).output
 
 
-@contextlib.contextmanager
-def _answering(body: bytes) -> Iterator[str]:
-    """A leader stand-in at the HTTP seam: every GET is answered with `body` (JSON); its URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _point(verdict: str, *, b_valid: bool = True) -> PointComparison:
     return PointComparison(
         key="onnxruntime|b1|poisson|100 req/s",
@@ -128,7 +100,7 @@ def test_compare_exits_on_a_regression_between_valid_points_else_on_a_point_it_c
 ) -> None:
     compared = [_point(v, b_valid=ok) for v, ok in points]
     answer = CompareResponse(a="a1", b="b1", threshold=0.1, points=compared, regressions=regressions, invalid=invalid)
-    with _answering(answer.model_dump_json().encode()) as url:
+    with answering(answer.model_dump_json().encode()) as url:
         result = CliRunner().invoke(app, ["compare", "a1", "b1", "--url", url, "--token", "x" * 20, "--wide"])
     assert result.exit_code == code, result.output
     shown = " ".join(result.output.split())

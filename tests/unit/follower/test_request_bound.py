@@ -5,9 +5,7 @@ past it is refused by build_bodies itself; big bodies come in fewer variants, al
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,34 +14,16 @@ from common.wire.models import TensorSpec
 from follower.loadgen.bodies import build_bodies
 from follower.protocols import PROTOCOLS, Endpoint
 from follower.protocols.calls import EndpointError
+from tests.http_stub import answering
 
 
 @pytest.fixture
 def metadata_server() -> Iterator[str]:
     """A KServe v2 endpoint whose model metadata declares an input of [-1, 30000000] (the attack's 146-byte model)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 30000000]}]
-            outputs = [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]
-            body = json.dumps({"name": "m", "inputs": inputs, "outputs": outputs}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 30000000]}]
+    outputs = [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]
+    with answering(json.dumps({"name": "m", "inputs": inputs, "outputs": outputs}).encode()) as url:
+        yield url
 
 
 def test_an_endpoint_declaring_an_input_past_the_bound_is_refused_naming_it(metadata_server: str) -> None:
