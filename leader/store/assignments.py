@@ -13,8 +13,8 @@ from common.wire.jobs import JobState, JobTask, JobView
 from leader import lifecycle
 from leader.clock import utcnow
 from leader.domain import JobChange, Load, QueuedJob
-from leader.store.jobdocs import BOOK_FIELDS, LIFECYCLE_FIELDS, job_change, job_task, job_view, lifecycle_job, queued_job
-from leader.store.jobs import ACTIVE_STATES, COLLECTION, apply_change
+from leader.store.jobdocs import BOOK_FIELDS, LIFECYCLE_FIELDS, applied, job_change, job_task, job_view, lifecycle_job, queued_job
+from leader.store.jobs import ACTIVE_STATES, COLLECTION, apply_change, carry_out
 
 
 async def queued_jobs(db: AsyncDatabase, *, limit: int) -> list[QueuedJob]:
@@ -148,7 +148,10 @@ async def requeue_follower_jobs(
 async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str, *, lost: bool = False) -> bool:
     """One job back to the queue as a new attempt (or failed: lifecycle.requeue); False if it moved meanwhile."""
     change = lifecycle.requeue(lifecycle_job(doc), reason=reason, now=utcnow(), lost=lost)
-    return change is not None and await apply_change(db, change)
+    if change is None or not await apply_change(db, change):
+        return False
+    await carry_out(db, applied(doc, change), change.effects)  # a part failed so settles its split job
+    return True
 
 
 UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost the message)"

@@ -123,6 +123,8 @@ def test_a_job_that_loses_its_follower_twice_while_running_is_failed_not_requeue
     not_running = lifecycle.requeue(replace(again, state=A), reason="x", now=NOW, lost=True)
     assert not_running is not None and not_running.state == Q and not_running.fields["lost_runs"] == 1
     assert lifecycle_job({"_id": "j", "state": "running", "attempt": 3, "lost_runs": 1}).lost_runs == 1
+    part = lifecycle.requeue(replace(again, part_of="split"), reason="x", now=NOW, lost=True)
+    assert part is not None and part.state == F and part.effects == (SettleSplit("split"),)  # its split job settles
 
 
 def test_an_assigned_job_never_sent_goes_back_on_the_same_attempt() -> None:
