@@ -302,8 +302,8 @@ async def compare_page(
             b_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, b, what="job", field="b", team=team)
             job = await jobs_store.get_job(db, job_id=b_id, team=team)
             where = JobFilter(model=job.model_ref.split(":", 1)[0], state=JobState.succeeded)
-            listed = await jobs_store.list_jobs(db, where=where, limit=COMPARE_CHOICES + 1, team=team)
-            earlier = [j for j in listed if j.id != job.id and j.created_at <= job.created_at][:COMPARE_CHOICES]
+            after = (job.created_at, job.id)  # the list's own cursor: the jobs submitted before B, newest first
+            earlier = await jobs_store.list_jobs(db, where=where, limit=COMPARE_CHOICES, after=after, team=team)
     except BenchfleetError as exc:
         error = exc.message
     page = {"a": a, "b": b, "threshold": threshold, "result": result, "error": error, "earlier": earlier}

@@ -61,11 +61,11 @@ def test_the_follower_refuses_a_name_that_resolves_to_a_denied_address_before_co
     (DNS rebinding): the follower resolves it just before the first contact and refuses, never connecting."""
     resolved: list[str] = []
 
-    def resolver(host: str, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
+    def resolver(host: str, port: int | None, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0) -> list[Any]:  # noqa: A002 - getaddrinfo's names
         resolved.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.169.254", port or 80))]
 
-    def no_connection(*args: Any, **kwargs: Any) -> None:
+    def no_connection(self: socket.socket, address: object) -> None:
         raise AssertionError("a denied address was contacted")
 
     monkeypatch.setattr(egress.socket, "getaddrinfo", resolver)
