@@ -34,10 +34,15 @@ class Ages:
         self._at: dict[Hashable, float] = {}
         self._keep_s, self._max_keys = keep_s, max_keys
 
-    def mark(self, key: Hashable) -> None:
-        """`key` was heard from (or sent) now; past `max_keys`, keys older than `keep_s` are dropped."""
+    def now(self) -> float:
+        """This clock's time, to mark a key with later (mark(at=))."""
+        return self._clock()
+
+    def mark(self, key: Hashable, *, at: float | None = None) -> None:
+        """`key` was heard from (or sent) now, or `at` (a now() read earlier; never moving a later mark back); past
+        `max_keys`, keys older than `keep_s` are dropped."""
         now = self._clock()
-        self._at[key] = now
+        self._at[key] = now if at is None else max(at, self._at.get(key, at))
         if len(self._at) > self._max_keys:
             self._at = {k: t for k, t in self._at.items() if now - t <= self._keep_s}
 

@@ -27,7 +27,7 @@ from common.errors import Conflict
 from common.wire.jobs import TERMINAL_STATES, JobState, StateChange
 
 ACTIVE = frozenset({JobState.assigned, JobState.running})
-MAX_LOST_RUNS = 2  # running attempts a job may lose with its follower before it is failed (requeue(lost=True))
+MAX_LOST_RUNS = 2  # running attempts a job may lose with its follower before it is failed (requeue(lost_to=...))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,9 @@ class Job:
     shard_index: int | None = None  # a shard: its index (0 coordinates)
     points: int = 0  # how many points the job (a shard: each shard) measures
     started_at: datetime | None = None  # when the current attempt began running
-    lost_runs: int = 0  # earlier attempts whose follower stopped (died, restarted) while running it
+    # Earlier attempts whose follower stopped (died, restarted) while running them, each as loss_key(follower,
+    # incarnation). A loss is taken back when that same process is heard again (it was silent, not dead).
+    lost_to: tuple[str, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -122,13 +124,13 @@ class Change:
 
     def apply_to(self, job: Job) -> Job:
         """The job as this change leaves it (what a reader sees once it is written)."""
-        values = {k: v for k, v in self.fields.items() if k in _JOB_FIELDS}
+        values: dict[str, Any] = {k: tuple(v) if k == "lost_to" else v for k, v in self.fields.items() if k in _JOB_FIELDS}
         # The attempt starts when it runs; a new attempt has not started yet.
         started = self.entry.at if self.state == JobState.running else job.started_at if self.attempt == job.attempt else None
         return replace(job, state=self.state, attempt=self.attempt, started_at=started, **values)
 
 
-_JOB_FIELDS = frozenset({"follower_id", "dispatched", "error", "lost_runs"})
+_JOB_FIELDS = frozenset({"follower_id", "dispatched", "error", "lost_to"})
 
 
 def _entry(
@@ -188,31 +190,39 @@ def unassign(job: Job, *, reason: str, now: datetime) -> Change | None:
     )
 
 
-def requeue(job: Job, *, reason: str, now: datetime, lost: bool = False) -> Change | None:
+def loss_key(follower_id: str, incarnation: str | None) -> str:
+    """How a job records losing a run to this follower process (Job.lost_to)."""
+    return f"{follower_id}/{incarnation or '?'}"
+
+
+def requeue(job: Job, *, reason: str, now: datetime, lost_to: str | None = None) -> Change | None:
     """assigned or running → queued as the next attempt (its follower missed its heartbeats, never received it, or is
     drained); the old attempt's reports are refused from then on. `reason` may name `{follower_id}`. None if the job
     is not held by a follower.
 
-    `lost`: the follower stopped without giving the job back (it died, or came back as a new process). A job that loses
-    MAX_LOST_RUNS running attempts so is failed instead, naming it: a job that kills its follower (a model that
-    exhausts its memory, say) must not walk the fleet killing each one in turn."""
+    `lost_to` (a loss_key): the follower process stopped without giving the job back (it died, went silent, or came
+    back as a new process). A job that loses MAX_LOST_RUNS running attempts so is failed instead, naming it: a job that
+    kills its follower (a model that exhausts its memory, say) must not walk the fleet killing each one in turn. A
+    follower that was only silent (a starved host, a partition) and is heard again as the same process did not die:
+    leader/store/assignments.forgive takes its losses back, so a busy host never fails the jobs it runs."""
     if job.state not in ACTIVE:
         return None
     why = reason.format(follower_id=job.follower_id)
-    counted = lost and job.state == JobState.running
-    if counted and job.lost_runs + 1 >= MAX_LOST_RUNS:
+    counted = lost_to is not None and job.state == JobState.running
+    if counted and len(job.lost_to) + 1 >= MAX_LOST_RUNS:
         times = "twice" if MAX_LOST_RUNS == 2 else f"{MAX_LOST_RUNS} times"
         said = f"its follower stopped while running it, {times} (last: {why}); not requeued again: read the followers' logs"
         failed = end(job, state=JobState.failed, reason=said, now=now)
         return replace(failed, guard=Guard(job.state, job.attempt, job.follower_id, check_follower=True))
     attempt = job.attempt + 1
+    lost = (*job.lost_to, lost_to) if counted and lost_to is not None else job.lost_to
     return Change(
         job.job_id,
         Guard(job.state, job.attempt, job.follower_id, check_follower=True),
         JobState.queued,
         attempt,
         _entry(JobState.queued, attempt, now, reason=why),
-        {"follower_id": None, "dispatched": False, "points_done": 0, "lost_runs": job.lost_runs + counted},
+        {"follower_id": None, "dispatched": False, "points_done": 0, "lost_to": list(lost)},
     )
 
 

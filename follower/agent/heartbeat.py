@@ -27,27 +27,45 @@ def measured_clock(client: LeaderClient, samples: int = 8) -> ClockOffset | None
 
 
 class Heartbeater(threading.Thread):
-    """Beats every interval; re-registers when the leader no longer knows this incarnation."""
+    """Beats every interval; re-registers when the leader no longer knows this incarnation.
+
+    A beat is one POST and nothing else: the clock offset to the leader (eight round trips, each up to the client's
+    timeout on a busy leader) is measured beside it, in a thread of its own every CLOCK_EVERY beats, and rides on the
+    first beat after it is known. Measured inline, it delayed every tenth beat by as long as those round trips took,
+    and a busy leader made a live follower look silent."""
 
     def __init__(self, settings: FollowerSettings, client: LeaderClient, info: FollowerInfo, loop: RunLoop) -> None:
         super().__init__(name="heartbeat", daemon=True)
         self.settings, self.client, self.info, self.loop = settings, client, info, loop
         self.stopped = threading.Event()
         self.beats = 0
+        self._clock: ClockOffset | None = None  # measured, not yet sent
+        self._clock_lock = threading.Lock()
+        self._measuring: threading.Thread | None = None
 
     def beat(self) -> Heartbeat:
         """This moment's heartbeat: the running job, what is held (in run order, with estimates) and why it waits."""
         running = self.loop.running_job()
         self.beats += 1
+        if self.beats % CLOCK_EVERY == 0 and (self._measuring is None or not self._measuring.is_alive()):
+            self._measuring = threading.Thread(target=self._measure_clock, name="clock-offset", daemon=True)
+            self._measuring.start()
+        with self._clock_lock:
+            clock, self._clock = self._clock, None
         return Heartbeat(
             incarnation=self.info.incarnation,
             state="busy" if running else "ready",
             running_job=running,
             held=self.loop.holding.snapshot(),
             waiting_reason=self.loop.waiting_reason,
-            clock=measured_clock(self.client) if self.beats % CLOCK_EVERY == 0 else None,
+            clock=clock,
             target_costs_us=TargetCosts(self.settings.target_costs_path).all() if self.beats % CLOCK_EVERY == 0 else None,
         )
+
+    def _measure_clock(self) -> None:
+        measured = measured_clock(self.client)
+        with self._clock_lock:
+            self._clock = measured
 
     def run(self) -> None:
         while not self.stopped.wait(self.settings.heartbeat_interval_s):

@@ -84,10 +84,15 @@ class Monitor:
             if age_s - self._deaf_s(now, age_s) > timeout_s and await followers_store.mark_missing(
                 self._db, follower_id=follower_id, last_seen=seen
             ):
-                log.warning("follower %s missed heartbeats for %.1fs: missing", follower_id, self._missing_after_s)
+                log.warning("follower %s not heard for %.1fs (allowed %.1fs): missing", follower_id, age_s, timeout_s)
         # Every tick, not only on the transition: a job left on a missing follower by an interrupted tick is caught too.
-        missing = await followers_store.missing_ids(self._db)
-        requeued = await assignments_store.requeue_follower_jobs(self._db, follower_ids=missing, reason=MISSED_REASON, lost=True)
+        missing = await followers_store.missing(self._db)
+        # A follower that went silent lost its running jobs (counted, until that process is heard again); one that left
+        # (no incarnation) gave them back.
+        silent = {follower_id: incarnation for follower_id, incarnation in missing.items() if incarnation is not None}
+        requeued = await assignments_store.requeue_follower_jobs(
+            self._db, follower_ids=list(missing), reason=MISSED_REASON, lost=silent
+        )
         if requeued:
             log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
             self._on_requeue()

@@ -3,7 +3,7 @@ unassign, requeue: decided by leader/lifecycle.py, each written with one conditi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pymongo import ASCENDING
@@ -128,12 +128,18 @@ async def unassign_job(db: AsyncDatabase, *, job_id: str, attempt: int, reason: 
 
 
 async def requeue_follower_jobs(
-    db: AsyncDatabase, *, follower_ids: list[str], reason: str, states: list[str] | None = None, lost: bool = False
+    db: AsyncDatabase,
+    *,
+    follower_ids: list[str],
+    reason: str,
+    states: list[str] | None = None,
+    lost: Mapping[str, str | None] | None = None,
 ) -> list[str]:
-    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt
-    (`lost`: the followers stopped without giving them back: lifecycle.requeue fails a job that lost too many runs).
+    """Put every assigned/running job (or those in `states`) of these followers back in the queue as a new attempt.
 
-    Returns the ids of those that moved; `reason` may contain `{follower_id}`.
+    `lost` (follower id → the incarnation that stopped): the followers stopped without giving them back, so each running
+    job records the loss (lifecycle.requeue fails a job that lost too many runs; forgive() takes a loss back). Returns
+    the ids of those that moved; `reason` may contain `{follower_id}`.
     """
     if not follower_ids:
         return []
@@ -142,16 +148,33 @@ async def requeue_follower_jobs(
         .find({"follower_id": {"$in": follower_ids}, "state": {"$in": states or ACTIVE_STATES}}, LIFECYCLE_FIELDS)
         .to_list(None)
     )
-    return [doc["_id"] for doc in docs if await _requeue(db, doc, reason, lost=lost)]
+    moved = []
+    for doc in docs:
+        follower_id = doc["follower_id"]
+        lost_to = lifecycle.loss_key(follower_id, lost[follower_id]) if lost is not None and follower_id in lost else None
+        if await _requeue(db, doc, reason, lost_to=lost_to):
+            moved.append(doc["_id"])
+    return moved
 
 
-async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str, *, lost: bool = False) -> bool:
+async def _requeue(db: AsyncDatabase, doc: dict[str, Any], reason: str, *, lost_to: str | None = None) -> bool:
     """One job back to the queue as a new attempt (or failed: lifecycle.requeue); False if it moved meanwhile."""
-    change = lifecycle.requeue(lifecycle_job(doc), reason=reason, now=utcnow(), lost=lost)
+    change = lifecycle.requeue(lifecycle_job(doc), reason=reason, now=utcnow(), lost_to=lost_to)
     if change is None or not await apply_change(db, change):
         return False
     await carry_out(db, applied(doc, change), change.effects)  # a part failed so settles its split job
     return True
+
+
+async def forgive(db: AsyncDatabase, *, follower_id: str, incarnation: str) -> list[str]:
+    """This follower process was heard again after it went missing: it was silent (a starved host, a partition), not
+    dead, so the runs it lost count against no job (lifecycle.requeue). Returns the ids of the jobs it forgave."""
+    key = lifecycle.loss_key(follower_id, incarnation)
+    unfinished = {"state": {"$in": [JobState.queued.value, *ACTIVE_STATES]}, "lost_to": key}  # an ended job keeps its record
+    ids = [doc["_id"] for doc in await db[COLLECTION].find(unfinished, {"_id": 1}).to_list(None)]
+    if ids:
+        await db[COLLECTION].update_many({"_id": {"$in": ids}}, {"$pull": {"lost_to": key}})
+    return ids
 
 
 UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost the message)"

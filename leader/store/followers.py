@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
@@ -15,6 +15,7 @@ from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, Gpu, follower_class
 
 COLLECTION = "followers"
+Heard = Literal["unknown", "live", "returned"]
 MISSING = "missing"
 DRAINING = "draining"
 
@@ -69,23 +70,22 @@ async def register(db: AsyncDatabase, *, info: FollowerInfo) -> tuple[FollowerVi
     return view, (before["incarnation"] if before is not None else None)
 
 
-async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> bool:
-    """Record a heartbeat of the registered incarnation (a missing follower comes back); False if unknown."""
-    result = await db[COLLECTION].update_one(
-        {"_id": follower_id, "incarnation": beat.incarnation},
-        {
-            "$set": {
-                "state": beat.state,
-                "running_job": beat.running_job,
-                "held": [h.model_dump() for h in beat.held],
-                "waiting_reason": beat.waiting_reason,
-                "last_seen": utcnow(),
-                **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
-                **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
-            }
-        },
-    )
-    return result.matched_count > 0
+async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> Heard:
+    """Record a heartbeat of the registered incarnation (a missing follower comes back): whether it was unknown, live,
+    or back from missing (the same process: it was silent, not dead)."""
+    fields = {
+        "state": beat.state,
+        "running_job": beat.running_job,
+        "held": [h.model_dump() for h in beat.held],
+        "waiting_reason": beat.waiting_reason,
+        "last_seen": utcnow(),
+        **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
+        **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
+    }
+    this = {"_id": follower_id, "incarnation": beat.incarnation}
+    if (await db[COLLECTION].update_one({**this, "state": MISSING}, {"$set": fields})).matched_count:
+        return "returned"
+    return "live" if (await db[COLLECTION].update_one(this, {"$set": fields})).matched_count else "unknown"
 
 
 async def set_draining(db: AsyncDatabase, *, follower_id: str, draining: bool) -> FollowerView:
@@ -197,7 +197,7 @@ async def leave(db: AsyncDatabase, *, follower_id: str, incarnation: str) -> boo
     return result.matched_count > 0
 
 
-async def missing_ids(db: AsyncDatabase) -> list[str]:
-    """Ids of the followers currently missing."""
-    docs = await db[COLLECTION].find({"state": MISSING}, {"_id": 1}).to_list(None)
-    return [doc["_id"] for doc in docs]
+async def missing(db: AsyncDatabase) -> dict[str, str | None]:
+    """The followers currently missing: id → the incarnation that went silent (None: it left, giving its jobs back)."""
+    docs = await db[COLLECTION].find({"state": MISSING}, {"_id": 1, "incarnation": 1}).to_list(None)
+    return {doc["_id"]: doc.get("incarnation") for doc in docs}

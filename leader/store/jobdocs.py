@@ -34,7 +34,7 @@ LIFECYCLE_FIELDS = {
         "shards",
         "points_total",
         "history",
-        "lost_runs",
+        "lost_to",
     )
 }
 
@@ -57,7 +57,7 @@ def lifecycle_job(doc: dict[str, Any]) -> Job:
         shard_index=shard.get("index"),
         points=int(doc.get("points_total") or 0),
         started_at=as_utc(started[-1]) if started else None,
-        lost_runs=int(doc.get("lost_runs") or 0),
+        lost_to=tuple(doc.get("lost_to") or ()),
     )
 
 

@@ -81,7 +81,7 @@ async def register(
     heard.mark(info.follower_id)
     if previous is not None and previous != info.incarnation:
         requeued = await assignments_store.requeue_follower_jobs(
-            db, follower_ids=[info.follower_id], reason=RESTARTED_REASON, lost=True
+            db, follower_ids=[info.follower_id], reason=RESTARTED_REASON, lost={info.follower_id: previous}
         )
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
@@ -135,9 +135,17 @@ async def heartbeat(
 ) -> HeartbeatReply:
     """Record a heartbeat; known=False asks the agent to register again."""
     check_follower(principal, follower_id)
-    known = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
+    arrived = heard.now()  # heard when it arrived, however long PerfDB then takes to record it
+    said = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
+    known = said != "unknown"
     if known:
-        heard.mark(follower_id)
+        heard.mark(follower_id, at=arrived)
+    if said == "returned":
+        # The same process, heard again: it was silent (a starved host, a partition), not dead. Its runs lost meanwhile
+        # count against no job (their new attempts stand; the old ones it still holds are cancelled below).
+        forgiven = await assignments_store.forgive(db, follower_id=follower_id, incarnation=beat.incarnation)
+        forgave = f"; its lost runs forgiven: {', '.join(forgiven)}" if forgiven else ""
+        log.warning("follower %s is heard again: missing no more%s", follower_id, forgave)
     # Jobs the agent holds or runs that the leader withdrew (cancelled, requeued): it drops them and stops the running one.
     held = [(h.job_id, h.attempt) for h in beat.held]
     cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []

@@ -236,12 +236,28 @@ def test_silent_follower_goes_missing_and_loses_its_job(make_leader: Callable[..
     followers = leader.client.get("/api/v1/followers", headers=ADMIN).json()
     assert followers[0]["state"] == "missing"
 
-    # It comes back with the same incarnation: alive again, and the queued job goes to it as attempt 2.
+    assert lost_to(leader, job["id"]) == [f"{silent}/{incarnation}"]  # counted while it may have died
+
+    # It comes back with the same incarnation: alive again (silent, not dead, so the lost run is forgiven), and the
+    # queued job goes to it as attempt 2.
     assert leader.heartbeat(silent, incarnation, state="busy") is True
     assert leader.client.get("/api/v1/followers", headers=ADMIN).json()[0]["state"] == "busy"
+    assert lost_to(leader, job["id"]) == []
     placed = leader.wait_for(job["id"], lambda j: j["state"] == "assigned")
     assert (placed["attempt"], placed["follower_id"]) == (2, silent)
     assert leader.heartbeat("never-registered", incarnation) is False
+
+    # A starved host that goes silent again is not the job's doing: attempt 3, not a failure.
+    assert claim(leader, job["id"], 2, silent, incarnation).status_code == 200
+    again = leader.wait_for(job["id"], lambda j: j["attempt"] == 3, timeout=10.0)
+    assert again["state"] == "queued" and lost_to(leader, job["id"]) == [f"{silent}/{incarnation}"]
+    assert leader.heartbeat(silent, incarnation) is True
+    assert lost_to(leader, job["id"]) == []  # heard again: forgiven again (a restart would have counted: the test above)
+
+
+def lost_to(leader: Leader, job_id: str) -> list[str]:
+    """The follower processes the job's runs were lost to (as stored)."""
+    return (leader.db["jobs"].find_one({"_id": job_id}, {"lost_to": 1}) or {}).get("lost_to") or []
 
 
 def test_restart_keeps_queue_and_resends_undispatched(

@@ -11,7 +11,7 @@ import pytest
 from common.errors import Conflict
 from common.wire.jobs import JobState
 from leader import lifecycle
-from leader.lifecycle import CancelOwingShards, CancelParts, Guard, Job, Part, RecordRunTime, SettleSplit, StartSplit
+from leader.lifecycle import CancelOwingShards, CancelParts, Guard, Job, Part, RecordRunTime, SettleSplit, StartSplit, loss_key
 from leader.store.jobdocs import applied, change_filter, change_update, lifecycle_job
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -91,7 +91,7 @@ def test_a_requeue_after_missed_heartbeats_is_the_next_attempt_on_no_follower() 
     assert change is not None
     assert change.guard == Guard(R, 2, "f1", check_follower=True)  # a no-op if it finished or moved meanwhile
     assert (change.state, change.attempt) == (Q, 3)
-    assert change.fields == {"follower_id": None, "dispatched": False, "points_done": 0, "lost_runs": 0}
+    assert change.fields == {"follower_id": None, "dispatched": False, "points_done": 0, "lost_to": []}
     assert (change.entry.attempt, change.entry.reason) == (3, "follower f1 missed its heartbeats")
     requeued = change.apply_to(job)
     # The old attempt's finish is refused from then on; its follower is told to drop it.
@@ -104,14 +104,14 @@ def test_a_requeue_after_missed_heartbeats_is_the_next_attempt_on_no_follower() 
 
 def test_a_job_that_loses_its_follower_twice_while_running_is_failed_not_requeued() -> None:
     """A job that kills its follower (a model that exhausts its memory) must not walk the fleet killing each one: its
-    first lost run is requeued and counted, its second fails it, naming why. A run given back (SIGTERM, drained, never
-    delivered) or an attempt lost before it ran counts for nothing."""
+    first lost run is requeued and recorded against that follower process, its second fails it, naming why. A run
+    given back (SIGTERM, drained, never delivered) or an attempt lost before it ran counts for nothing."""
     job = running()
-    first = lifecycle.requeue(job, reason="follower {follower_id} restarted", now=NOW, lost=True)
-    assert first is not None and (first.state, first.attempt, first.fields["lost_runs"]) == (Q, 3, 1)
+    first = lifecycle.requeue(job, reason="follower {follower_id} restarted", now=NOW, lost_to=loss_key("f1", "i1"))
+    assert first is not None and (first.state, first.attempt, first.fields["lost_to"]) == (Q, 3, ["f1/i1"])
     again = replace(first.apply_to(job), state=R, follower_id="f2")  # placed and claimed elsewhere
-    assert again.lost_runs == 1
-    second = lifecycle.requeue(again, reason="follower {follower_id} missed its heartbeats", now=NOW, lost=True)
+    assert again.lost_to == ("f1/i1",)
+    second = lifecycle.requeue(again, reason="follower {follower_id} missed its heartbeats", now=NOW, lost_to="f2/i2")
     assert second is not None and (second.state, second.attempt) == (F, 3)
     assert second.guard == Guard(R, 3, "f2", check_follower=True)
     assert second.fields["error"] == (
@@ -119,11 +119,12 @@ def test_a_job_that_loses_its_follower_twice_while_running_is_failed_not_requeue
         "read the followers' logs"
     )
     given_back = lifecycle.requeue(again, reason="follower {follower_id} stopped (SIGTERM)", now=NOW)
-    assert given_back is not None and given_back.state == Q and given_back.fields["lost_runs"] == 1
-    not_running = lifecycle.requeue(replace(again, state=A), reason="x", now=NOW, lost=True)
-    assert not_running is not None and not_running.state == Q and not_running.fields["lost_runs"] == 1
-    assert lifecycle_job({"_id": "j", "state": "running", "attempt": 3, "lost_runs": 1}).lost_runs == 1
-    part = lifecycle.requeue(replace(again, part_of="split"), reason="x", now=NOW, lost=True)
+    assert given_back is not None and given_back.state == Q and given_back.fields["lost_to"] == ["f1/i1"]
+    not_running = lifecycle.requeue(replace(again, state=A), reason="x", now=NOW, lost_to="f2/i2")
+    assert not_running is not None and not_running.state == Q and not_running.fields["lost_to"] == ["f1/i1"]
+    assert lifecycle_job({"_id": "j", "state": "running", "attempt": 3, "lost_to": ["f1/i1"]}).lost_to == ("f1/i1",)
+    assert loss_key("f3", None) == "f3/?"  # a follower whose incarnation was never known
+    part = lifecycle.requeue(replace(again, part_of="split"), reason="x", now=NOW, lost_to="f2/i2")
     assert part is not None and part.state == F and part.effects == (SettleSplit("split"),)  # its split job settles
 
 
@@ -236,7 +237,7 @@ def test_a_change_is_written_as_one_conditional_update_and_read_back_as_the_life
         "follower_id": None,
         "dispatched": False,
         "points_done": 0,
-        "lost_runs": 0,
+        "lost_to": [],
     }
     assert update["$push"]["history"]["attempt"] == 3 and update["$push"]["history"]["reason"] == "gone"
     after = applied(doc, change)

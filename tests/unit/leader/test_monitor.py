@@ -25,15 +25,15 @@ def _one_follower_stores(monkeypatch: pytest.MonkeyPatch, marked: list[str], *, 
         marked.append(follower_id)
         return True
 
-    async def missing_ids(db: Any) -> list[str]:
-        return []
+    async def missing(db: Any) -> dict[str, str | None]:
+        return {}
 
-    async def requeue_follower_jobs(db: Any, *, follower_ids: list[str], reason: str, lost: bool = False) -> list[str]:
+    async def requeue_follower_jobs(db: Any, *, follower_ids: list[str], reason: str, lost: Any = None) -> list[str]:
         return []
 
     monkeypatch.setattr(monitor_module.followers_store, "live_ids", live_ids)
     monkeypatch.setattr(monitor_module.followers_store, "mark_missing", mark_missing)
-    monkeypatch.setattr(monitor_module.followers_store, "missing_ids", missing_ids)
+    monkeypatch.setattr(monitor_module.followers_store, "missing", missing)
     monkeypatch.setattr(monitor_module.assignments_store, "requeue_follower_jobs", requeue_follower_jobs)
 
 
@@ -59,6 +59,13 @@ def test_ages_count_from_the_leaders_start_and_ignore_the_wall_clock() -> None:
     ages.mark("f1")
     now[0] = 104.5
     assert ages.age_s("f1") == 1.5 and ages.age_s("never-heard") == 4.5
+    # A beat is heard when it arrived (now() read then), however long recording it took; never moved back.
+    arrived = ages.now()
+    now[0] = 110.0
+    ages.mark("f1", at=arrived)
+    assert ages.age_s("f1") == 5.5
+    ages.mark("f1", at=arrived - 3.0)  # an older beat recorded late
+    assert ages.age_s("f1") == 5.5
 
 
 def test_wall_steps_are_noticed_and_slow_drift_is_not() -> None:
