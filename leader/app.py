@@ -35,6 +35,7 @@ from leader.api.routes import (
     teams,
     tokens,
 )
+from leader.api.uploads import UploadSlots
 from leader.clock import Ages
 from leader.dbhealth import DbHealth
 from leader.metrics import LeaderMetrics
@@ -239,6 +240,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     metrics = LeaderMetrics()
     metrics.install(app)  # GET /metrics (Prometheus) and request timing
     app.state.metrics = metrics
+    app.state.uploads = UploadSlots(settings.max_uploads_per_user, settings.max_uploads)
     api = APIRouter(prefix=API_PREFIX)
     routers = (jobs, models, followers, fleetchecks, tokens, teams, records, progress, data, audit_routes, secrets, shard_barrier)
     for module in routers:

@@ -71,6 +71,10 @@ class LeaderSettings(BaseSettings):
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
     currency: str = Field(default="USD", max_length=8)
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    # Uploads (models, data sets) in progress at once, per user and on this leader; one more is 429 with Retry-After.
+    # Each holds a spooled file on disk while it arrives and is checked (one at a time: leader/api/heavy.py).
+    max_uploads_per_user: int = Field(default=2, gt=0)
+    max_uploads: int = Field(default=8, gt=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     # Per-job bounds checked at submission (422 naming the field); tighter than the schema's hard caps.
     max_rate: float = Field(default=20_000.0, gt=0)

@@ -54,7 +54,7 @@ def _check(spool: BinaryIO, data_format: str, limit: int) -> tuple[int, str, int
 @router.post("", status_code=201, response_model=DataSetMeta, openapi_extra=_UPLOAD_BODY)
 async def upload_data(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> DataSetMeta:
     """Store a request-data set after its size and format checks; jobs name it by the returned id."""
-    async with upload_form(request, what="a data set", limit=settings.max_upload_bytes) as form:
+    async with upload_form(request, what="a data set", limit=settings.max_upload_bytes, user=principal.user) as form:
         name = text_field(form.get("name"), "name", NAME_PATTERN)
         data_format = form.get("format")
         if data_format not in DATA_FORMATS:

@@ -49,7 +49,7 @@ _UPLOAD_BODY = multipart_body(
 @router.post("", status_code=201, response_model=ModelMeta, openapi_extra=_UPLOAD_BODY)
 async def upload_model(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> ModelMeta:
     """Store a model file with its signature and checksum; the model is visible only once fully stored."""
-    async with upload_form(request, what="a model", limit=settings.max_upload_bytes) as form:
+    async with upload_form(request, what="a model", limit=settings.max_upload_bytes, user=principal.user) as form:
         name = text_field(form.get("name"), "name", NAME_PATTERN)
         version = text_field(form.get("version"), "version", VERSION_PATTERN)
         model_format = form.get("format") or "onnx"

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
+import io
 import json
 import secrets
 import socket
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -134,21 +138,29 @@ def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mong
     _clean(db)
 
 
+class LeaderProcess(NamedTuple):
+    address: str
+    db_name: str
+    admin: str
+    pid: int
+
+
 @pytest.fixture(scope="module")
 def leader_process(
     mongo_service: Service, redis_service: Service, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, str, str]]:
-    """A real leader process (uvicorn): only a real server sees a client vanish mid-body."""
+) -> Iterator[LeaderProcess]:
+    """A real leader process (uvicorn): only a real server sees a client vanish mid-body, and has a memory to measure."""
     db_name = f"upload_{uuid.uuid4().hex[:8]}"
     stack = LocalStack(tmp_path_factory.mktemp("upload"), mongo_uri=mongo_service.url, redis_url=redis_service.url,
                        db_name=db_name, base_env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     with stack:
-        stack.start_leader()
-        yield f"127.0.0.1:{stack.leader_port}", db_name, stack.admin_token
+        process = stack.start_leader()
+        assert process.pid is not None
+        yield LeaderProcess(f"127.0.0.1:{stack.leader_port}", db_name, stack.admin_token, process.pid)
 
 
-def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: tuple[str, str, str], mongo_client) -> None:  # type: ignore[no-untyped-def]
-    address, db_name, admin = leader_process
+def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: LeaderProcess, mongo_client) -> None:  # type: ignore[no-untyped-def]
+    address, db_name, admin, _ = leader_process
     host, port = address.split(":")
     boundary = "cut"
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nhalf\r\n"
@@ -215,3 +227,76 @@ def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_ser
     assert removed == {"models": 1, "data": 1, "records": 0}, removed
     assert again == {"models": 0, "data": 0, "records": 0}  # nothing more, and the sweep is idempotent
     assert left == {str(recent), str(busy), str(published)}  # recent, in progress and published stay
+
+
+class _Junk(io.RawIOBase):
+    """`size` bytes of zeros (no valid model), produced as read, never held: the upload of a big junk file. Once
+    `hold_at` bytes are out it waits for `go` (the leader has by then read most of them: it is inside the upload)."""
+
+    def __init__(self, size: int, hold_at: int, go: threading.Event, held: threading.Semaphore) -> None:
+        self.left, self.hold_at, self.go, self.held = size, hold_at, go, held
+        self.sent = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.sent >= self.hold_at and not self.go.is_set():
+            self.held.release()
+            assert self.go.wait(120)
+        n = min(len(buffer), self.left, 1024 * 1024)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        self.sent += n
+        return n
+
+
+def _memory_kb(pid: int, field: str) -> int:
+    """A field of the process's /proc status (VmRSS, VmHWM), in kB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(f"{field}:"))
+
+
+def test_four_concurrent_400_mib_uploads_keep_the_leader_small_and_a_third_of_one_users_is_429(
+    leader_process: LeaderProcess,
+) -> None:
+    """The attack: four concurrent 400 MiB junk models took the leader from 430 MB to 1,969 MB. Now each arrives into
+    a spool on disk and is checked one at a time from there: the leader's peak memory grows by under 200 MB (VmHWM,
+    reset before). Two users send two each (the most one user may have in progress); a third of one user's, sent
+    while its two are arriving, is refused at once (429, Retry-After), before its body is read."""
+    address, _, admin, pid = leader_process
+    with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {admin}"}) as http:
+        tokens = [http.post("/api/v1/tokens", json={"user": u, "role": "submitter"}).json()["token"] for u in ("ann", "bob")]
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")  # resets VmHWM to the current RSS: the peak from here on
+    before_kb = _memory_kb(pid, "VmRSS")
+    go, held = threading.Event(), threading.Semaphore(0)
+    size, hold_at = 400 * 1024 * 1024, 64 * 1024 * 1024  # the leader has read ≥ 58 MiB of each when it holds
+
+    def upload(token: str, i: int) -> httpx.Response:
+        with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {token}"}, timeout=300) as http:
+            junk = _Junk(size, hold_at, go, held)
+            return http.post("/api/v1/models", data={"name": f"junk{i}", "version": "1"},
+                             files={"file": ("junk.onnx", junk, "application/octet-stream")})  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        sent = [pool.submit(upload, tokens[i % 2], i) for i in range(4)]
+        try:
+            for _ in sent:  # every upload is inside the leader, reading its body
+                assert held.acquire(timeout=120)
+            with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
+                third = http.post("/api/v1/models", data={"name": "small", "version": "1"},
+                                  files={"file": ("m.onnx", b"\x00" * 1000, "application/octet-stream")})  # fmt: skip
+        finally:
+            go.set()
+        answers = [f.result() for f in sent]
+    assert third.status_code == 429 and third.json()["field"] == "file", third.text
+    assert third.headers["Retry-After"] == "5" and "2 of your uploads are in progress" in third.json()["message"]
+    assert [a.status_code for a in answers] == [422] * 4, [a.text[:200] for a in answers]
+    assert all(a.json()["field"] == "file" for a in answers)
+    grown_mb = (_memory_kb(pid, "VmHWM") - before_kb) / 1024
+    assert grown_mb < 200, f"the leader's peak memory grew by {grown_mb:.0f} MB for 4 × 400 MiB uploads"
+    with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
+        again = http.post("/api/v1/models", data={"name": "small", "version": "1"},
+                          files={"file": ("m.onnx", b"\x00" * 1000, "application/octet-stream")})  # fmt: skip
+    assert again.status_code == 422, again.text  # its slots are free again: refused for what it is, not for a slot

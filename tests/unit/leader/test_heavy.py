@@ -36,3 +36,22 @@ def test_heavy_work_runs_in_worker_threads_a_few_at_a_time() -> None:
     assert done == ["upload"] * 4 + ["export"] * 6
     assert uploads_most == heavy.CAPACITY["upload"] == 1 and most[0] == heavy.CAPACITY["export"] == 2
     assert loop_thread not in ran_on  # in worker threads: the loop answers heartbeats meanwhile
+
+
+def test_upload_slots_bound_each_user_and_the_leader_and_free_on_the_way_out() -> None:
+    import pytest
+
+    from common.errors import TooManyRequests
+    from leader.api.uploads import UploadSlots
+
+    slots = UploadSlots(per_user=2, total=3)
+    with slots.slot("ann"), slots.slot("ann"):
+        with pytest.raises(TooManyRequests, match="2 of your uploads are in progress") as mine, slots.slot("ann"):
+            pass
+        assert (mine.value.field, mine.value.retry_after_s) == ("file", 5)
+        with slots.slot("bob"), pytest.raises(TooManyRequests, match="receiving 3 uploads"), slots.slot("cy"):
+            pass  # bob's is the leader's third
+    with pytest.raises(ValueError), slots.slot("ann"):  # a failed upload frees its slot too
+        raise ValueError
+    with slots.slot("ann"), slots.slot("ann"), slots.slot("cy"):
+        pass  # every slot is free again
