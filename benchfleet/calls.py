@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 from pydantic import TypeAdapter
@@ -21,6 +21,7 @@ from common.wire.secrets import SecretView
 from common.wire.teams import TeamSettings, TeamView, UsageReport
 
 T = TypeVar("T")
+FollowerAction = Literal["drain", "resume", "approve"]  # what an admin does to a follower (POST followers/ID/ACTION)
 
 API = "/api/v1"
 EXPORT_FORMATS = ("csv", "json", "parquet")
@@ -227,8 +228,8 @@ class Calls:
         return Call("GET", f"{API}/jobs/{job_id}/report.html", _bytes)
 
     @staticmethod
-    def drain(follower_id: str, draining: bool) -> Call[FollowerView]:
-        return Call("POST", f"{API}/followers/{follower_id}/{'drain' if draining else 'resume'}", _FOLLOWER)
+    def follower_action(follower_id: str, action: FollowerAction) -> Call[FollowerView]:
+        return Call("POST", f"{API}/followers/{follower_id}/{action}", _FOLLOWER)
 
     @staticmethod
     def start_fleet_check(model: str, hardware: str | None, rate: float, duration_s: float) -> Call[FleetCheckView]:

@@ -292,12 +292,20 @@ def register(app: typer.Typer) -> None:
     def drain(follower_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
         """Drain a follower (admins): it finishes its running job and takes no new one; its held jobs are requeued."""
         with client_for(url, token) as client:
-            view = call(client.drain, follower_id, draining=True)
+            view = call(client.follower_action, follower_id, "drain")
+        console.print(f"follower {view.info.follower_id} {view.state}", markup=False)
+
+    @app.command()
+    def approve(follower_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
+        """Approve a pending follower (admins): one that joined with the join token takes jobs, and reads their
+        models, data sets and secrets, only once approved (unless the leader trusts its join token)."""
+        with client_for(url, token) as client:
+            view = call(client.follower_action, follower_id, "approve")
         console.print(f"follower {view.info.follower_id} {view.state}", markup=False)
 
     @app.command()
     def resume(follower_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = "") -> None:
         """End a follower's drain: it takes jobs again."""
         with client_for(url, token) as client:
-            view = call(client.drain, follower_id, draining=False)
+            view = call(client.follower_action, follower_id, "resume")
         console.print(f"follower {view.info.follower_id} {view.state}", markup=False)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from benchfleet.calls import Call, Calls, Described, T
+from benchfleet.calls import Call, Calls, Described, FollowerAction, T
 from common.formats.datasets import DataSetMeta
 from common.spec.job import JobSpec
 from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
@@ -212,9 +212,9 @@ class BenchfleetClient:
         """The job's self-contained HTML report."""
         return self._do(Calls.report(job_id))
 
-    def drain(self, follower_id: str, *, draining: bool = True) -> FollowerView:
-        """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
-        return self._do(Calls.drain(follower_id, draining))
+    def follower_action(self, follower_id: str, action: FollowerAction) -> FollowerView:
+        """Admins: drain a follower (no new job), resume it, or approve a pending one (it takes jobs from now on)."""
+        return self._do(Calls.follower_action(follower_id, action))
 
     def start_fleet_check(
         self, model: str, *, hardware: str | None = None, rate: float = 50.0, duration_s: float = 10.0
@@ -409,9 +409,9 @@ class AsyncBenchfleetClient:
         """The job's self-contained HTML report."""
         return await self._do(Calls.report(job_id))
 
-    async def drain(self, follower_id: str, *, draining: bool = True) -> FollowerView:
-        """Drain a follower (admins): it takes no new job; `draining=False` resumes it."""
-        return await self._do(Calls.drain(follower_id, draining))
+    async def follower_action(self, follower_id: str, action: FollowerAction) -> FollowerView:
+        """Admins: drain a follower (no new job), resume it, or approve a pending one (it takes jobs from now on)."""
+        return await self._do(Calls.follower_action(follower_id, action))
 
     async def start_fleet_check(
         self, model: str, *, hardware: str | None = None, rate: float = 50.0, duration_s: float = 10.0

@@ -82,6 +82,9 @@ class LocalStack:
                 "BENCHFLEET_LEADER_FOLLOWER_TOKEN": self.follower_token,
                 "BENCHFLEET_FOLLOWER_LEADER_URL": self.url,
                 "BENCHFLEET_FOLLOWER_TOKEN": self.follower_token,
+                # One host's fleet: its join token never leaves the host, so a follower joining with it is trusted (a
+                # leader for followers on other hosts keeps the default: each is approved by an admin).
+                "BENCHFLEET_LEADER_FOLLOWER_APPROVAL": "join-token",
                 # The key target secrets are sealed with (kept across leader restarts of this stack; `up` keeps one on disk).
                 "BENCHFLEET_LEADER_SECRET_KEY": secret_key or secrets.token_urlsafe(32),
             }

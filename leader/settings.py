@@ -70,6 +70,11 @@ class LeaderSettings(BaseSettings):
     # any other) for GET /usage's cost, and the currency it is in.
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
     currency: str = Field(default="USD", max_length=8)
+    # Who a follower joining with the follower (join) token must be approved by before it gets a job, a model, a data
+    # set or a secret: "admin" (it is pending until `benchfleet approve ID`), or "join-token" (the token
+    # is trust enough: where it never leaves the hosts an operator runs, as in the compose file and the Helm chart).
+    # A follower an admin registers, or one re-registering with its own credential, keeps what it had.
+    follower_approval: Literal["admin", "join-token"] = "admin"
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     # Uploads (models, data sets) in progress at once, per user and on this leader; one more is 429 with Retry-After.
     # Each holds a spooled file on disk while it arrives and is checked (one at a time: leader/api/heavy.py).

@@ -12,7 +12,7 @@ from common.spec.job import Labels
 from common.wire.analysis import Anomaly
 from common.wire.compat import WIRE
 
-FollowerState = Literal["ready", "busy", "draining", "missing"]
+FollowerState = Literal["ready", "busy", "draining", "missing", "pending"]  # pending: awaiting an admin's approval
 
 
 class GpuInfo(BaseModel):

@@ -20,6 +20,7 @@ from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE, Principal, csrf_toke
 from leader.clock import Ages
 from leader.placement.placer import Placer
 from leader.settings import LeaderSettings
+from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import lookup
 from leader.store import sessions as sessions_store
@@ -135,10 +136,13 @@ def require_follower(principal: PrincipalDep) -> Principal:
     raise Unauthorized("missing or wrong bearer token")
 
 
-def require_reader(principal: PrincipalDep) -> Principal:
-    """Model metadata and bytes: any user, or a follower fetching the model of its task."""
+async def require_reader(principal: PrincipalDep, db: Db) -> Principal:
+    """Model metadata and bytes: any user, or an approved follower fetching the model of its task (a pending one reads
+    nothing of any team's)."""
     if principal.role == "join":
         raise Forbidden("the join token only registers; use the credential registration returned", field="Authorization")
+    if principal.role == "follower" and not await followers_store.is_approved(db, follower_id=principal.follower_id or ""):
+        raise Forbidden(f"follower {principal.follower_id} awaits an admin's approval", field="Authorization")
     return principal
 
 

@@ -43,7 +43,7 @@ MAX_BROKER_BACKOFF_S = 30.0
 
 Policy = Literal["queue_aware", "least_queue_length", "round_robin"]
 POLICIES: tuple[str, ...] = ("queue_aware", "least_queue_length", "round_robin")
-NO_FOLLOWER = "no follower is available (none registered, or all missing or draining)"
+NO_FOLLOWER = "no follower is available (none registered, or all missing, draining or awaiting an admin's approval)"
 _ZERO = Load()
 
 

@@ -18,6 +18,9 @@ COLLECTION = "followers"
 Heard = Literal["unknown", "live", "returned"]
 MISSING = "missing"
 DRAINING = "draining"
+PENDING = "pending"
+# Followers that may be given work (placement, fleet checks) and read models and data: approved, heard, not draining.
+_MAY_WORK = {"state": {"$ne": MISSING}, "draining": {"$ne": True}, "approved": True}
 
 
 async def ensure_indexes(db: AsyncDatabase) -> None:
@@ -27,8 +30,11 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
 
 def follower_view(doc: dict[str, Any]) -> FollowerView:
     """A stored follower document as the API shows it."""
-    # Draining is an admin's flag on top of the heartbeat state; missing wins (a drained host can also die).
-    state = DRAINING if doc.get("draining") and doc["state"] != MISSING else doc["state"]
+    # Draining is an admin's flag on top of the heartbeat state, and pending (not approved) on top of that; missing wins
+    # (a drained host can also die).
+    state = doc["state"]
+    if state != MISSING:
+        state = PENDING if not doc.get("approved") else DRAINING if doc.get("draining") else state
     return FollowerView.model_validate(
         {
             "info": doc["info"],
@@ -46,28 +52,47 @@ def follower_view(doc: dict[str, Any]) -> FollowerView:
     )
 
 
-async def register(db: AsyncDatabase, *, info: FollowerInfo) -> tuple[FollowerView, str | None]:
-    """Create or refresh the follower as ready; returns its view and the incarnation it had before (None if new)."""
+async def register(db: AsyncDatabase, *, info: FollowerInfo, approved: bool | None) -> tuple[FollowerView, str | None]:
+    """Create or refresh the follower as ready, approved or not (None: as it was; a new one is not); returns its view
+    and the incarnation it had before (None if new)."""
     now = utcnow()
+    fields = {
+        "info": info.model_dump(),
+        "incarnation": info.incarnation,
+        "state": "ready",
+        "last_seen": now,
+        "registered_at": now,
+        "running_job": None,
+        **({"approved": approved} if approved is not None else {}),
+    }
     before = await db[COLLECTION].find_one_and_update(
-        {"_id": info.follower_id},
-        {
-            "$set": {
-                "info": info.model_dump(),
-                "incarnation": info.incarnation,
-                "state": "ready",
-                "last_seen": now,
-                "registered_at": now,
-                "running_job": None,
-            }
-        },
-        upsert=True,
-        return_document=ReturnDocument.BEFORE,
+        {"_id": info.follower_id}, {"$set": fields}, upsert=True, return_document=ReturnDocument.BEFORE
     )
+    is_approved = approved if approved is not None else bool((before or {}).get("approved"))
     view = FollowerView(
-        info=info, state="ready", last_seen=now, registered_at=now, running_job=None, release_note=release_note(info.version)
+        info=info,
+        state="ready" if is_approved else "pending",
+        last_seen=now,
+        registered_at=now,
+        running_job=None,
+        release_note=release_note(info.version),
     )
     return view, (before["incarnation"] if before is not None else None)
+
+
+async def approve(db: AsyncDatabase, *, follower_id: str) -> FollowerView:
+    """An admin approves a pending follower: it may take jobs from now on; NotFound if unknown."""
+    doc = await db[COLLECTION].find_one_and_update(
+        {"_id": follower_id}, {"$set": {"approved": True}}, return_document=ReturnDocument.AFTER
+    )
+    if doc is None:
+        raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
+    return follower_view(doc)
+
+
+async def is_approved(db: AsyncDatabase, *, follower_id: str) -> bool:
+    """Whether this follower was approved (an unknown one was not)."""
+    return await db[COLLECTION].find_one({"_id": follower_id, "approved": True}, {"_id": 1}) is not None
 
 
 async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> Heard:
@@ -106,8 +131,8 @@ async def remove(db: AsyncDatabase, *, follower_id: str) -> None:
 
 
 async def available_docs(db: AsyncDatabase) -> list[dict[str, Any]]:
-    """The documents (id and info) of the followers that may take work: not missing, not draining."""
-    return await db[COLLECTION].find({"state": {"$ne": MISSING}, "draining": {"$ne": True}}, {"info": 1}).to_list(None)
+    """The documents (id and info) of the followers that may take work: approved, not missing, not draining."""
+    return await db[COLLECTION].find(_MAY_WORK, {"info": 1}).to_list(None)
 
 
 async def get_follower(db: AsyncDatabase, *, follower_id: str) -> FollowerView | None:
@@ -151,11 +176,11 @@ async def list_followers(db: AsyncDatabase) -> list[FollowerView]:
 
 
 async def candidates(db: AsyncDatabase) -> list[Candidate]:
-    """Followers that may take work (not missing, not draining) with their backends and GPUs."""
+    """Followers that may take work (approved, not missing, not draining) with their backends and GPUs."""
     docs = (
         await db[COLLECTION]
         .find(
-            {"state": {"$ne": MISSING}, "draining": {"$ne": True}},
+            _MAY_WORK,
             {"info.backends": 1, "info.trusted_only": 1, "info.network_shaping": 1, "info.gpus": 1, "info.labels": 1},
         )
         .to_list(None)

@@ -25,6 +25,7 @@ from common.spec.grid import START_COST_S
 from common.wire.auth import DEFAULT_TEAM
 from leader.clock import utcnow
 from leader.store import datasets as datasets_store
+from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import models as models_store
@@ -123,11 +124,19 @@ async def _rows_counted(db: AsyncDatabase) -> int:
     return changed
 
 
+async def _followers_approved(db: AsyncDatabase) -> int:
+    """Followers registered before approval existed were trusted when they joined: they stay approved (a new join
+    with the join token is pending unless the leader's follower_approval is "join-token")."""
+    result = await db[followers_store.COLLECTION].update_many({"approved": None}, {"$set": {"approved": True}})
+    return result.modified_count
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "jobs carry their measured seconds and the spec's estimate", _jobs_measured_seconds),
     Migration(2, "every document carries its team, every job and baseline its owner", _teams_and_owners),
     Migration(3, "leaderboard rows carry their result's reproducibility record", _rows_environment),
     Migration(4, "leaderboard rows are counted by sort bucket, each model's best kept", _rows_counted),
+    Migration(5, "followers registered before approval existed are approved", _followers_approved),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

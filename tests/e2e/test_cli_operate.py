@@ -341,3 +341,7 @@ def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: P
     assert drained.returncode == 0 and "draining" in drained.stdout, drained.stdout
     resumed = _cli(fleet, "resume", "f-cli")
     assert resumed.returncode == 0 and "draining" not in resumed.stdout, resumed.stdout
+    approved = _cli(fleet, "approve", "f-cli")  # trusted already (one host's fleet): approving changes nothing
+    assert approved.returncode == 0 and approved.stdout.startswith("follower f-cli "), approved.stdout
+    assert "pending" not in approved.stdout, approved.stdout
+    assert _cli(fleet, "approve", "no-such-follower").returncode != 0

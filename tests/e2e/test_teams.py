@@ -82,7 +82,7 @@ def test_the_queue_runs_the_team_within_its_weighted_share_first_urgent_before_a
         _run_all(admin, [teams[team].submit_yaml(job_spec(f"{team}-first", f"{team}-m", RED_S)).id for team in ("red", "blue")])
 
         for follower in fleet:
-            admin.drain(follower)
+            admin.follower_action(follower, "drain")
         ids: dict[str, list[str]] = {"red": [], "blue": []}
         for i in range(RED_JOBS):  # interleaved, red first
             ids["red"].append(teams["red"].submit_yaml(job_spec(f"red-{i}", "red-m", RED_S)).id)
@@ -109,7 +109,7 @@ def test_the_queue_runs_the_team_within_its_weighted_share_first_urgent_before_a
             assert max(place[j] for j in ids[first]) < min(place[j] for j in ids[then]), (first, weight, place)
 
         for follower in fleet:
-            admin.drain(follower, draining=False)
+            admin.follower_action(follower, "resume")
         every = [*ids["red"], *ids["blue"], urgent]
         _run_all(admin, every)
         # Placed first, the urgent job ran first on its follower: at most the other followers' first jobs started

@@ -71,13 +71,20 @@ async def register(
 ) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
 
-    An agent joining with the join token (or registered by an admin) gets its own credential, bound to its id.
+    An agent joining with the join token (or registered by an admin) gets its own credential, bound to its id. Joining
+    with the join token, it is pending (no job, model, data set or secret) until an admin approves it, unless the
+    leader's follower_approval is "join-token"; registered by an admin it is approved; re-registering with its own
+    credential it keeps what it had. Approval is never inherited by a new join under the same id.
     """
+    approved: bool | None = None  # its own credential: as it was
     if principal.role == "follower":
         check_follower(principal, info.follower_id)
     elif principal.role == "join":
         await _refuse_live_takeover(db, info, settings.missing_after_s, heard.age_s(info.follower_id))
-    view, previous = await followers_store.register(db, info=info)
+        approved = settings.follower_approval == "join-token"
+    else:
+        approved = True  # an admin registered it
+    view, previous = await followers_store.register(db, info=info, approved=approved)
     heard.mark(info.follower_id)
     if previous is not None and previous != info.incarnation:
         requeued = await assignments_store.requeue_follower_jobs(
@@ -86,11 +93,12 @@ async def register(
         if requeued:
             log.warning("follower %s restarted: requeued %s", info.follower_id, ", ".join(requeued))
     log.info(
-        "follower %s registered (incarnation %s, backends %s%s)",
+        "follower %s registered (incarnation %s, backends %s%s)%s",
         info.follower_id,
         info.incarnation,
         info.backends,
         f"; {view.release_note}" if view.release_note else "",
+        f": pending until an admin approves it (benchfleet approve {info.follower_id})" if view.state == "pending" else "",
     )
     credential = None
     if principal.role != "follower":
@@ -196,6 +204,16 @@ async def drain(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
     if requeued:
         placer.nudge()
     log.info("follower %s draining; requeued %d held job(s)", follower_id, len(requeued))
+    return view
+
+
+@router.post("/{follower_id}/approve", response_model=FollowerView, dependencies=[AdminAuth])
+async def approve(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
+    """Approve a pending follower (one that joined with the join token): it takes jobs, and reads their models, data
+    sets and target secrets, from now on. Approving an approved one changes nothing."""
+    view = await followers_store.approve(db, follower_id=follower_id)
+    log.info("follower %s approved", follower_id)
+    placer.nudge()
     return view
 
 

@@ -75,6 +75,11 @@
       if (!answer.ok) throw new Error(await refused(answer));
       location.reload();
     },
+    async approve(el) {
+      const answer = await api("POST", `/api/v1/followers/${el.dataset.follower}/approve`);
+      if (!answer.ok) throw new Error(await refused(answer));
+      location.reload();
+    },
     async resume(el) {
       const answer = await api("POST", `/api/v1/followers/${el.dataset.follower}/resume`);
       if (!answer.ok) throw new Error(await refused(answer));

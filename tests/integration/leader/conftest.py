@@ -78,6 +78,8 @@ def make_settings(mongo_service: Service, redis_service: Service) -> SettingsFac
             "place_interval_s": 0.2,
             "monitor_interval_s": 0.2,
             "grpc_port": 0,  # live progress off: no test here uses it (tests/e2e/test_progress.py does, on real processes)
+            # The join token is trusted here (as on one host); test_follower_approval.py runs the leader's default.
+            "follower_approval": "join-token",
         }
         values.update(overrides)
         return LeaderSettings(**values)

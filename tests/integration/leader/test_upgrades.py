@@ -38,13 +38,14 @@ def _in_db(leader: Leader, work: Callable[[Any], Any]) -> Any:
 def _as_previous_schema(leader: Leader) -> None:
     """Put the database back in the shape the leader before schema versions wrote: no team on any document, no owner on
     jobs and baselines, no measured seconds or spec estimate on jobs, leaderboard rows without environment or samples/s
-    but with the in-memory index's sync stamp, nothing counting them, no schema record."""
+    but with the in-memory index's sync stamp, nothing counting them, no follower approved, no schema record."""
     db = leader.db
     for collection in migrations.TEAM_COLLECTIONS:
         db[collection].update_many({}, {"$unset": {"team": ""}})
     for collection in migrations.OWNER_COLLECTIONS:
         db[collection].update_many({}, {"$unset": {"owner": ""}})
     db["jobs"].update_many({}, {"$unset": {"measured_s": "", "base_estimate_s": ""}})
+    db["followers"].update_many({}, {"$unset": {"approved": ""}})
     db["leaderboard"].update_many({}, {"$unset": {"environment": "", "samples_per_s": ""}, "$set": {"updated_ns": 1}})
     for collection in ("leaderboard_counts", "leaderboard_ties", "leaderboard_best"):
         db.drop_collection(collection)
@@ -65,6 +66,7 @@ def test_a_database_of_the_previous_schema_is_migrated_once_and_read(make_leader
         metrics=lambda *_: {"latency_ms": pct(5.0)},
     )
     assert old.client.put("/api/v1/baselines/spring", headers=ADMIN, json={"job_id": job_id}).status_code in (200, 204)
+    old.register("joined-before")
     viewer = old.client.post("/api/v1/tokens", headers=ADMIN, json={"user": "pat", "role": "viewer"}).json()["token"]
     assert old.db[migrations.META].find_one({"_id": migrations.SCHEMA_ID})["version"] == migrations.SCHEMA_VERSION
     row = old.db["leaderboard"].find_one({"job_id": job_id})
@@ -96,10 +98,12 @@ def test_a_database_of_the_previous_schema_is_migrated_once_and_read(make_leader
     assert board["total"] == 1 and board["total_exact"] and board["rows"][0]["best"], board
     assert board["rows"][0]["samples_per_s"] == pytest.approx(board["rows"][0]["throughput"])
     assert "updated_ns" not in new.db["leaderboard"].find_one({"job_id": job_id})
+    # A follower that joined before approval existed was trusted then: it stays approved, not pending.
+    assert new.db["followers"].find_one({"_id": "joined-before"})["approved"] is True
 
     # Run again: nothing above the version runs, and each migration finds nothing left in the old shape.
     assert _in_db(new, migrations.migrate) == []
-    assert [_in_db(new, m.apply) for m in migrations.MIGRATIONS] == [0, 0, 0, 0]
+    assert [_in_db(new, m.apply) for m in migrations.MIGRATIONS] == [0] * len(migrations.MIGRATIONS)
 
 
 def test_a_database_ahead_of_the_leader_is_refused(leader: Leader) -> None:
