@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from common.logs import setup_logging
 from leader.app import create_app
+from leader.httpserver import header_deadline_protocol
 from leader.settings import LeaderSettings
 
 SHUTDOWN_GRACE_S = 2
@@ -40,6 +41,7 @@ def main() -> int:
         log_config=None,
         proxy_headers=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        http=header_deadline_protocol(settings.header_timeout_s),
         **tls,  # type: ignore[arg-type]
     )
     return 0

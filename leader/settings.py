@@ -81,6 +81,9 @@ class LeaderSettings(BaseSettings):
     max_uploads_per_user: int = Field(default=2, gt=0)
     max_uploads: int = Field(default=8, gt=0)
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    # Seconds a client has to send a request's headers (from opening the connection, or from a later request's first
+    # byte); a connection that takes longer is closed (leader/httpserver.py).
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # Per-job bounds checked at submission (422 naming the field); tighter than the schema's hard caps.
     max_rate: float = Field(default=20_000.0, gt=0)
     max_duration_s: float = Field(default=600.0, gt=0)
