@@ -1,9 +1,13 @@
 """The leader under load: N submissions from C concurrent clients (none lost or duplicated, counted in PerfDB) while
-F simulated followers heartbeat over real HTTP; prints the API latency percentiles measured in this run.
+F simulated followers heartbeat over real HTTP; then, with those N jobs stored, R concurrent readers of the jobs
+list, the leaderboard and the console's pages for S seconds while the followers beat and a client submits once a
+second. Prints the latency percentiles measured in this run, each reader figure also as a ratio to the same read by
+one reader on the idle leader (measured first, in this run), and the answers' status codes.
 
 Starts its own Redis, SecantusDB (on-disk storage) and leader process on loopback.
-Usage: .venv/bin/python bench/leader_load.py [--jobs 1000] [--clients 50] [--followers 50]
-The last line is `RESULT leader key=value ...`. (Named leader_load: a bench/leader.py would shadow the leader
+Usage: .venv/bin/python bench/leader_load.py [--jobs 10000] [--clients 50] [--followers 50] [--readers 200]
+       [--read-s 60]
+The last line is `RESULT leader_load key=value ...`. (Named leader_load: a bench/leader.py would shadow the leader
 package for scripts run from bench/, which puts bench/ first on sys.path.)
 """
 
@@ -15,6 +19,8 @@ import contextlib
 import tempfile
 import time
 import uuid
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -100,7 +106,83 @@ async def submitter(url: str, token: str, names: list[str], lat: list[float], er
     return ids
 
 
-async def run(url: str, env: dict[str, str], jobs: int, clients: int, followers: int) -> dict[str, object]:
+# What a reader reads, in turn: the jobs list and the leaderboard (API), and the console's pages of both.
+READS = ("/api/v1/jobs", "/api/v1/leaderboard", "/jobs", "/leaderboard")
+
+
+@dataclass
+class Reads:
+    """One read phase: each read's latency by path, the answers' status codes, and the submissions and heartbeats
+    made meanwhile."""
+
+    readers: int
+    seconds: float
+    lat: dict[str, list[float]] = field(default_factory=lambda: {path: [] for path in READS})
+    statuses: Counter[int] = field(default_factory=Counter)
+    submit_lat: list[float] = field(default_factory=list)
+    beat_lat: list[float] = field(default_factory=list)
+
+
+async def reader(url: str, cookies: dict[str, str], token: str, until: float, out: Reads, k: int) -> None:
+    """Read the API with a viewer token and the pages with its login's cookie, one after another, until `until`."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        i = k  # readers start at different reads
+        while time.monotonic() < until:
+            path = READS[i % len(READS)]
+            i += 1
+            started = time.perf_counter()
+            if path.startswith("/api/"):
+                response = await http.get(path, headers={"Authorization": f"Bearer {token}"})
+            else:
+                response = await http.get(path, cookies=cookies)
+            out.lat[path].append(time.perf_counter() - started)
+            out.statuses[response.status_code] += 1
+            if response.status_code == 429:  # refused for the load: wait as told
+                await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+
+
+async def read_phase(
+    url: str,
+    admin: str,
+    viewer: tuple[str, dict[str, str]],
+    readers: int,
+    seconds: float,
+    beat_lat: list[float],
+    errors: list[str],
+) -> Reads:
+    """`readers` concurrent readers for `seconds`, while one client submits a job a second."""
+    out = Reads(readers, seconds)
+    beats_before = len(beat_lat)
+    until = time.monotonic() + seconds
+    token, cookies = viewer
+
+    async def trickle() -> None:
+        while time.monotonic() < until:
+            await submitter(url, admin, [f"trickle-{uuid.uuid4().hex[:8]}"], out.submit_lat, errors)
+            await asyncio.sleep(max(0.0, 1.0 - (out.submit_lat[-1] if out.submit_lat else 0.0)))
+
+    await asyncio.gather(trickle(), *(reader(url, cookies, token, until, out, k) for k in range(readers)))
+    out.beat_lat = beat_lat[beats_before:]
+    return out
+
+
+async def viewer_login(url: str, admin: str) -> tuple[str, dict[str, str]]:
+    """A viewer's token and its web login's session cookie (what an open console sends)."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        made = await http.post(
+            "/api/v1/tokens", json={"user": "reader", "role": "viewer"}, headers={"Authorization": f"Bearer {admin}"}
+        )
+        made.raise_for_status()
+        token = made.json()["token"]
+        login = await http.post("/login", data={"token": token, "next": "/jobs"})
+        if login.status_code not in (200, 303):
+            raise RuntimeError(f"login: HTTP {login.status_code}: {login.text[:200]}")
+        return token, dict(login.cookies)
+
+
+async def run(
+    url: str, env: dict[str, str], jobs: int, clients: int, followers: int, readers: int, read_s: float
+) -> dict[str, object]:
     admin = env["BENCHFLEET_LEADER_ADMIN_TOKEN"]
     stop = asyncio.Event()
     beat_lat: list[float] = []
@@ -119,17 +201,33 @@ async def run(url: str, env: dict[str, str], jobs: int, clients: int, followers:
     results = await asyncio.gather(*(submitter(url, admin, names[c::clients], sub_lat, errors) for c in range(clients)))
     elapsed = time.perf_counter() - started
     under_load = beat_lat[idle_beats:]
+    phases: list[Reads] = []
+    if readers:
+        viewer = await viewer_login(url, admin)
+        # The reference: one reader on the leader with the jobs stored; then ten; then the room.
+        for count, seconds in ((1, min(10.0, read_s)), (10, min(20.0, read_s)), (readers, read_s)):
+            phases.append(await read_phase(url, admin, viewer, count, seconds, beat_lat, errors))
     stop.set()
     await asyncio.gather(*beaters)
     ids = [i for r in results for i in r]
-    return {"ids": ids, "names": names, "sub_lat": sub_lat, "beat_lat": under_load, "errors": errors, "elapsed": elapsed}
+    return {
+        "ids": ids,
+        "names": names,
+        "sub_lat": sub_lat,
+        "beat_lat": under_load,
+        "errors": errors,
+        "elapsed": elapsed,
+        "phases": phases,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--followers", type=int, default=50)
+    parser.add_argument("--readers", type=int, default=200, help="concurrent readers in the last read phase (0: none)")
+    parser.add_argument("--read-s", type=float, default=60.0, help="seconds of that phase")
     parser.add_argument(
         "--missing-after-s", type=float, default=10.0, help="the leader's heartbeat timeout (10 s is the production default)"
     )
@@ -147,7 +245,7 @@ def main() -> None:
                 timeout=60,
             )
             upload.raise_for_status()
-            out = asyncio.run(run(url, env, args.jobs, args.clients, args.followers))
+            out = asyncio.run(run(url, env, args.jobs, args.clients, args.followers, args.readers, args.read_s))
             with pymongo.MongoClient(mongo_uri) as mongo:
                 docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1, "history.reason": 1}))
                 states = [d.get("state") for d in mongo["bench"]["followers"].find({}, {"state": 1})]
@@ -175,7 +273,7 @@ def main() -> None:
     print(f"errors: {len(errors)} {errors[:3]}")
     # Liveness under the storm: every simulated follower beat every HEARTBEAT_EVERY_S throughout, so none should
     # have been judged missing, nor any job requeued for missed heartbeats.
-    marked = leader_log.count("missed heartbeats for")
+    marked = leader_log.count("): missing")  # the monitor's "follower F not heard for Xs (allowed Ys): missing"
     lagged = leader_log.count("liveness tick late")  # ticks the monitor found the leader itself lagging (not judged on)
     requeued = sum(any("missed heartbeats" in (h.get("reason") or "") for h in d.get("history", [])) for d in docs)
     print(
@@ -184,13 +282,51 @@ def main() -> None:
         f"follower states at the end: {sorted(set(states))}"
     )
     leaked = env["BENCHFLEET_LEADER_ADMIN_TOKEN"] in leader_log or env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"] in leader_log
+    phases: list[Reads] = out["phases"]  # type: ignore[assignment]
+    reads = read_figures(phases) if phases else ""
     print(
-        "RESULT leader "
+        "RESULT leader_load "
         f"jobs={args.jobs} clients={args.clients} followers={args.followers} stored={len(stored)} lost={lost} "
         f"duplicated={duplicated} errors={len(errors)} submit_per_s={args.jobs / out['elapsed']:.0f} "
         f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
         f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)} "
         f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued} lagged_ticks={lagged}"
+        + reads
+    )
+
+
+def _ms(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values) * 1000, q)) if values else float("nan")
+
+
+def read_figures(phases: list[Reads]) -> str:
+    """Print each read phase; the RESULT keys of the reference (1 reader), 10 readers and the room."""
+    reference = phases[0]
+    for phase in phases:
+        rate = sum(phase.statuses.values()) / phase.seconds
+        print(
+            f"{phase.readers} readers for {phase.seconds:g} s: {rate:.0f} reads/s, answers {dict(sorted(phase.statuses.items()))}"
+        )
+        for path, lat in phase.lat.items():
+            base = _ms(reference.lat[path], 50)
+            print(
+                f"  {path:22s} p50 {_ms(lat, 50):8.1f} ms ({_ms(lat, 50) / base:5.1f}x one reader's) p99 {_ms(lat, 99):8.1f} ms"
+                f" ({len(lat)} reads)"
+            )
+        print(
+            f"  meanwhile: submissions p99 {_ms(phase.submit_lat, 99):.1f} ms ({len(phase.submit_lat)}), heartbeats p99"
+            f" {_ms(phase.beat_lat, 99):.1f} ms ({len(phase.beat_lat)})"
+        )
+    ten, room = phases[1], phases[-1]
+    jobs = "/api/v1/jobs"
+    return (
+        f" readers={room.readers} read_s={room.seconds:g} jobs_list_p50_ms_1={_ms(reference.lat[jobs], 50):.1f}"
+        f" jobs_list_p50_ms_10={_ms(ten.lat[jobs], 50):.1f} jobs_list_p50_ms_room={_ms(room.lat[jobs], 50):.1f}"
+        f" jobs_list_room_vs_1={_ms(room.lat[jobs], 50) / _ms(reference.lat[jobs], 50):.1f}"
+        f" room_reads_per_s={sum(room.statuses.values()) / room.seconds:.0f} room_200={room.statuses[200]}"
+        f" room_429={room.statuses[429]} room_503={room.statuses[503]}"
+        f" room_other={sum(v for k, v in room.statuses.items() if k not in (200, 429, 503))}"
+        f" room_submit_p99_ms={_ms(room.submit_lat, 99):.1f} room_heartbeat_p99_ms={_ms(room.beat_lat, 99):.1f}"
     )
 
 
