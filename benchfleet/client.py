@@ -47,15 +47,15 @@ def _raise_for(response: httpx.Response) -> None:
     raise ApiError(response.status_code, str(body.get("error", "http_error")), str(message), body.get("field"))
 
 
-# A read the leader answers 503 with Retry-After (its database unreachable for a moment) is asked again, at most once a
-# second, until this many seconds have passed since the first try; then the 503 is raised. A write is never repeated
-# (it may have taken effect before the answer was lost).
+# A read the leader answers 503 or 429 with Retry-After (its database unreachable for a moment, or too many reads at
+# once) is asked again, at most once a second, until this many seconds have passed since the first try; then the
+# answer is raised. A write is never repeated (it may have taken effect before the answer was lost).
 UNAVAILABLE_RETRY_S = 30.0
 
 
 def _retry_in(response: httpx.Response, call: Call[Any], started: float, budget_s: float) -> float | None:
     """How long to wait before asking `call` again, or None to take this answer as it is."""
-    if response.status_code != 503 or call.method not in ("GET", "HEAD"):
+    if response.status_code not in (429, 503) or call.method not in ("GET", "HEAD"):
         return None
     try:
         wait = min(max(float(response.headers["Retry-After"]), 0.1), 1.0)

@@ -19,6 +19,7 @@ from common import tracing
 from leader import dbhealth
 from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
+from leader.api.readlimit import ReadLimit
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
 from leader.api.routes import (
@@ -252,7 +253,9 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     web_pages.install(app)  # the web pages, their login and static assets
     apidocs.install(app)  # /docs, offline
     errors.document(app, API_PREFIX)  # every operation's error statuses, in the one error shape
-    app.add_middleware(SecurityHeaders)  # frame, sniff and referrer rules on every response
+    # Heavy reads a few at a time, refused (429) before they reach the database or the app's other layers.
+    app.add_middleware(ReadLimit, per_client=settings.max_reads_per_client, total=settings.max_reads)
+    app.add_middleware(SecurityHeaders)  # frame, sniff and referrer rules on every response (a 429 of ReadLimit's too)
     # Outermost: a trusted proxy's forwarded scheme and client address are what every layer below sees.
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[h.strip() for h in settings.trusted_proxies.split(",")])
     return app

@@ -70,6 +70,10 @@ class LeaderSettings(BaseSettings):
     # any other) for GET /usage's cost, and the currency it is in.
     prices: dict[str, Annotated[float, Field(ge=0)]] = {}
     currency: str = Field(default="USD", max_length=8)
+    # Heavy reads (job lists, the leaderboard, compare, results, the console's pages) in progress at once, per client
+    # (its token or login) and on this leader; one more is 429 with Retry-After 1 (leader/api/readlimit.py).
+    max_reads_per_client: int = Field(default=6, gt=0)
+    max_reads: int = Field(default=32, gt=0)
     # Who a follower joining with the follower (join) token must be approved by before it gets a job, a model, a data
     # set or a secret: "admin" (it is pending until `benchfleet approve ID`), or "join-token" (the token
     # is trust enough: where it never leaves the hosts an operator runs, as in the compose file and the Helm chart).

@@ -92,8 +92,8 @@ def _auth_header(status: int) -> dict[str, str] | None:
 
 # The statuses an operation may answer with the error body, documented in the OpenAPI (every operation under the API
 # prefix): any may be refused (401, 403), fail validation (400, 422), not find what it names (404) or find the
-# database down (503); one that changes something may conflict (409), be too large (413), of a type not taken (415),
-# or over a queue cap (429, with Retry-After).
+# database down (503) or be one read too many at once (429, with Retry-After); one that changes something may
+# conflict (409), be too large (413), of a type not taken (415), or over a cap (429: waiting jobs, uploads).
 _WHY = {
     400: "Bad request",
     401: "No or unknown bearer token",
@@ -103,7 +103,7 @@ _WHY = {
     413: "Too large",
     415: "Unsupported media type",
     422: "Invalid input (the field is named)",
-    429: "Too many waiting jobs (see Retry-After)",
+    429: "Too many at once: waiting jobs, uploads or reads (see Retry-After)",
     503: "The database is unreachable (see Retry-After)",
 }
 _ERROR_SCHEMA = {
@@ -119,9 +119,9 @@ _ERROR_SCHEMA = {
 
 
 def _statuses(method: str) -> list[int]:
-    statuses = [400, 401, 403, 404, 422, 503]  # 404: a resource named in the path, the query or the body
+    statuses = [400, 401, 403, 404, 422, 429, 503]  # 404: a resource named in the path, the query or the body
     if method in ("post", "put", "patch", "delete"):
-        statuses += [409, 413, 415, 429]
+        statuses += [409, 413, 415]
     return statuses
 
 
