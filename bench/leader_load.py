@@ -159,33 +159,33 @@ async def reader(url: str, cookies: dict[str, str], token: str, until: float, ou
 async def read_phase(
     url: str,
     admin: str,
-    viewer: tuple[str, dict[str, str]],
+    viewers: list[tuple[str, dict[str, str]]],
     readers: int,
     seconds: float,
     beat_lat: list[float],
     errors: list[str],
 ) -> Reads:
-    """`readers` concurrent readers for `seconds`, while one client submits a job a second."""
+    """`readers` concurrent readers (each a user of its own: a viewer token and its login) for `seconds`, while one
+    client submits a job a second."""
     out = Reads(readers, seconds)
     beats_before = len(beat_lat)
     until = time.monotonic() + seconds
-    token, cookies = viewer
 
     async def trickle() -> None:
         while time.monotonic() < until:
             await submitter(url, admin, [f"trickle-{uuid.uuid4().hex[:8]}"], out.submit_lat, errors)
             await asyncio.sleep(max(0.0, 1.0 - (out.submit_lat[-1] if out.submit_lat else 0.0)))
 
-    await asyncio.gather(trickle(), *(reader(url, cookies, token, until, out, k) for k in range(readers)))
+    await asyncio.gather(trickle(), *(reader(url, viewers[k][1], viewers[k][0], until, out, k) for k in range(readers)))
     out.beat_lat = beat_lat[beats_before:]
     return out
 
 
-async def viewer_login(url: str, admin: str) -> tuple[str, dict[str, str]]:
-    """A viewer's token and its web login's session cookie (what an open console sends)."""
+async def viewer_login(url: str, admin: str, k: int) -> tuple[str, dict[str, str]]:
+    """Viewer k's token and its web login's session cookie (what an open console sends)."""
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         made = await http.post(
-            "/api/v1/tokens", json={"user": "reader", "role": "viewer"}, headers={"Authorization": f"Bearer {admin}"}
+            "/api/v1/tokens", json={"user": f"reader-{k}", "role": "viewer"}, headers={"Authorization": f"Bearer {admin}"}
         )
         made.raise_for_status()
         token = made.json()["token"]
@@ -218,10 +218,10 @@ async def run(
     under_load = beat_lat[idle_beats:]
     phases: list[Reads] = []
     if readers:
-        viewer = await viewer_login(url, admin)
+        viewers = [await viewer_login(url, admin, k) for k in range(max(readers, 10))]  # a user per reader
         # The reference: one reader on the leader with the jobs stored; then ten; then the room.
         for count, seconds in ((1, min(10.0, read_s)), (10, min(20.0, read_s)), (readers, read_s)):
-            phases.append(await read_phase(url, admin, viewer, count, seconds, beat_lat, errors))
+            phases.append(await read_phase(url, admin, viewers, count, seconds, beat_lat, errors))
             print(f"read phase: {count} readers for {seconds:g} s done: {dict(phases[-1].statuses)}", flush=True)
     stop.set()
     await asyncio.gather(*beaters)
