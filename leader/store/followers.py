@@ -80,14 +80,17 @@ async def register(db: AsyncDatabase, *, info: FollowerInfo, approved: bool | No
     return view, (before["incarnation"] if before is not None else None)
 
 
-async def approve(db: AsyncDatabase, *, follower_id: str) -> FollowerView:
-    """An admin approves a pending follower: it may take jobs from now on; NotFound if unknown."""
-    doc = await db[COLLECTION].find_one_and_update(
-        {"_id": follower_id}, {"$set": {"approved": True}}, return_document=ReturnDocument.AFTER
-    )
+async def _set_by_admin(db: AsyncDatabase, follower_id: str, fields: dict[str, Any]) -> FollowerView:
+    """An admin's flag on a follower (approved, draining), and its view after; NotFound if unknown."""
+    doc = await db[COLLECTION].find_one_and_update({"_id": follower_id}, {"$set": fields}, return_document=ReturnDocument.AFTER)
     if doc is None:
         raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
     return follower_view(doc)
+
+
+async def approve(db: AsyncDatabase, *, follower_id: str) -> FollowerView:
+    """An admin approves a pending follower: it may take jobs from now on; NotFound if unknown."""
+    return await _set_by_admin(db, follower_id, {"approved": True})
 
 
 async def is_approved(db: AsyncDatabase, *, follower_id: str) -> bool:
@@ -108,19 +111,15 @@ async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> 
         **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
     }
     this = {"_id": follower_id, "incarnation": beat.incarnation}
-    if (await db[COLLECTION].update_one({**this, "state": MISSING}, {"$set": fields})).matched_count:
-        return "returned"
-    return "live" if (await db[COLLECTION].update_one(this, {"$set": fields})).matched_count else "unknown"
+    # One write for a live follower's beat (every beat but a comeback's); a second only when that one matched nothing.
+    if (await db[COLLECTION].update_one({**this, "state": {"$ne": MISSING}}, {"$set": fields})).matched_count:
+        return "live"
+    return "returned" if (await db[COLLECTION].update_one(this, {"$set": fields})).matched_count else "unknown"
 
 
 async def set_draining(db: AsyncDatabase, *, follower_id: str, draining: bool) -> FollowerView:
     """Drain (no new jobs; the running one finishes) or resume a follower; NotFound if unknown."""
-    doc = await db[COLLECTION].find_one_and_update(
-        {"_id": follower_id}, {"$set": {"draining": draining}}, return_document=ReturnDocument.AFTER
-    )
-    if doc is None:
-        raise NotFound(f"follower {follower_id} is not registered", field="follower_id")
-    return follower_view(doc)
+    return await _set_by_admin(db, follower_id, {"draining": draining})
 
 
 async def remove(db: AsyncDatabase, *, follower_id: str) -> None:

@@ -37,8 +37,8 @@ def test_a_joining_follower_gets_nothing_until_an_admin_approves_it(make_leader:
         refused = leader.client.get(path, headers=as_it)
         assert refused.status_code == 403 and refused.json()["field"] == "Authorization", refused.text
         assert f"follower {follower} awaits an admin's approval" in refused.json()["message"]
-    secret = leader.client.get(f"/api/v1/jobs/{job['id']}/target-credentials", headers=as_it,
-                               params={"attempt": 1, "follower_id": follower})  # fmt: skip
+    secrets_path = f"/api/v1/jobs/{job['id']}/target-credentials"
+    secret = leader.client.get(secrets_path, headers=as_it, params={"attempt": 1, "follower_id": follower})
     assert secret.status_code == 409, secret.text  # not running there: nothing opened
 
     # Only an admin approves; then it is ready, gets the job and reads its model.
@@ -56,8 +56,8 @@ def test_a_joining_follower_gets_nothing_until_an_admin_approves_it(make_leader:
     assert _view(leader, follower)["state"] == "ready"
     # Gone silent, its id joined again with the join token (anyone holding it): pending, approval not inherited.
     deadline = time.monotonic() + 15
-    while (again := leader.client.post("/api/v1/followers/register", headers=FOLLOWER,
-                                       json=follower_info(follower, uuid.uuid4().hex))).status_code == 409:  # fmt: skip
+    rejoin = follower_info(follower, uuid.uuid4().hex)
+    while (again := leader.client.post("/api/v1/followers/register", headers=FOLLOWER, json=rejoin)).status_code == 409:
         assert time.monotonic() < deadline, again.text
         time.sleep(0.2)
     assert again.status_code == 200 and again.json()["state"] == "pending", again.text

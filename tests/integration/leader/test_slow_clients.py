@@ -21,9 +21,14 @@ WAIT_S = 15.0  # how long a test waits for the leader to close a connection: far
 @pytest.fixture(scope="module")
 def leader_url(mongo_service: Service, redis_service: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real leader process (`python -m leader`, uvicorn as the leader serves): the deadline lives in its server."""
-    stack = LocalStack(tmp_path_factory.mktemp("slow"), mongo_uri=mongo_service.url, redis_url=redis_service.url,
-                       db_name=f"slow_{uuid.uuid4().hex[:8]}", base_env={"PATH": "/usr/bin:/bin"},
-                       env={"BENCHFLEET_LEADER_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)})  # fmt: skip
+    stack = LocalStack(
+        tmp_path_factory.mktemp("slow"),
+        mongo_uri=mongo_service.url,
+        redis_url=redis_service.url,
+        db_name=f"slow_{uuid.uuid4().hex[:8]}",
+        base_env={"PATH": "/usr/bin:/bin"},
+        env={"BENCHFLEET_LEADER_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)},
+    )
     with stack:
         stack.start_leader()
         yield stack.url

@@ -251,6 +251,9 @@ class _Junk(io.RawIOBase):
         return n
 
 
+SMALL_FORM = {"name": "small", "version": "1"}  # a small junk model's upload
+
+
 def _memory_kb(pid: int, field: str) -> int:
     """A field of the process's /proc status (VmRSS, VmHWM), in kB."""
     with open(f"/proc/{pid}/status", encoding="ascii") as fh:
@@ -276,8 +279,7 @@ def test_four_concurrent_400_mib_uploads_keep_the_leader_small_and_a_third_of_on
     def upload(token: str, i: int) -> httpx.Response:
         with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {token}"}, timeout=300) as http:
             junk = _Junk(size, hold_at, go, held)
-            return http.post("/api/v1/models", data={"name": f"junk{i}", "version": "1"},
-                             files={"file": ("junk.onnx", junk, "application/octet-stream")})  # fmt: skip
+            return http.post("/api/v1/models", data={"name": f"junk{i}", "version": "1"}, files={"file": ("junk.onnx", junk)})
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         sent = [pool.submit(upload, tokens[i % 2], i) for i in range(4)]
@@ -285,8 +287,7 @@ def test_four_concurrent_400_mib_uploads_keep_the_leader_small_and_a_third_of_on
             for _ in sent:  # every upload is inside the leader, reading its body
                 assert held.acquire(timeout=120)
             with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
-                third = http.post("/api/v1/models", data={"name": "small", "version": "1"},
-                                  files={"file": ("m.onnx", b"\x00" * 1000, "application/octet-stream")})  # fmt: skip
+                third = http.post("/api/v1/models", data=SMALL_FORM, files={"file": ("m.onnx", bytes(1000))})
         finally:
             go.set()
         answers = [f.result() for f in sent]
@@ -297,6 +298,5 @@ def test_four_concurrent_400_mib_uploads_keep_the_leader_small_and_a_third_of_on
     grown_mb = (_memory_kb(pid, "VmHWM") - before_kb) / 1024
     assert grown_mb < 200, f"the leader's peak memory grew by {grown_mb:.0f} MB for 4 × 400 MiB uploads"
     with httpx.Client(base_url=f"http://{address}", headers={"Authorization": f"Bearer {tokens[0]}"}) as http:
-        again = http.post("/api/v1/models", data={"name": "small", "version": "1"},
-                          files={"file": ("m.onnx", b"\x00" * 1000, "application/octet-stream")})  # fmt: skip
+        again = http.post("/api/v1/models", data=SMALL_FORM, files={"file": ("m.onnx", bytes(1000))})
     assert again.status_code == 422, again.text  # its slots are free again: refused for what it is, not for a slot
