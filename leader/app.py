@@ -217,7 +217,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 asyncio.create_task(_retention(settings, db), name="retention"),
                 asyncio.create_task(placer.run(), name="placement"),
                 asyncio.create_task(monitor.run(), name="liveness"),
-                asyncio.create_task(metrics.run(db, book=lambda: placer.book), name="metrics"),
+                asyncio.create_task(metrics.run(db, resources.jobs_index, book=lambda: placer.book), name="metrics"),
             ]
             log.info("leader ready (db %s)", settings.db_name)
             yield

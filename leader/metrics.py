@@ -17,13 +17,13 @@ from common.logs import FOLLOWER_ID, JOB_ID
 from common.wire.jobs import JobState
 from leader.placement.book import JobBook
 from leader.store import metrics as metrics_store
+from leader.store.joblist import FEED_OVERLAP, JobIndex
 
 log = logging.getLogger(__name__)
 
 # How often the PerfDB aggregates behind the gauges are refreshed (a scrape never waits on the database).
 REFRESH_INTERVAL_S = 2.0
 # States the placer's book holds in memory (queued, and active jobs with their follower); the rest are counted in PerfDB.
-BOOK_STATES = (JobState.queued.value, JobState.assigned.value, JobState.running.value)
 PLACEMENT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _JOB_PATH = re.compile(r"^/api/v1/jobs/([A-Za-z0-9_-]{1,64})(?:/|$)")
@@ -80,22 +80,16 @@ class LeaderMetrics:
             registry=self.registry,
         )
         # Placements up to this time are counted; the first refresh counts only placements made after the start.
-        self._placed_until = datetime.now(UTC)
+        self._placed_until = self._read_from = datetime.now(UTC)
         self.refresh_errors = Counter(
             "benchfleet_leader_metrics_refresh_failures", "Failed gauge refreshes.", registry=self.registry
         )
 
-    async def refresh(self, db: AsyncDatabase, book: JobBook | None = None) -> None:
-        """Refresh the gauges: queues and unfinished jobs from the placer's book when it has loaded, else PerfDB."""
-        if book is not None:
-            by_state = dict.fromkeys(BOOK_STATES, 0)
-            by_state[JobState.queued.value] = len(book.queued)
-            for active in list(book.active.values()):
-                by_state[active.state] = by_state.get(active.state, 0) + 1
-            finished = [state.value for state in JobState if state.value not in by_state]
-            by_state.update(await metrics_store.jobs_in_states(db, finished))
-        else:
-            by_state = await metrics_store.jobs_by_state(db)
+    async def refresh(self, db: AsyncDatabase, index: JobIndex, book: JobBook | None = None) -> None:
+        """Refresh the gauges: jobs by state from the jobs list's index (leader.store.joblist: no count decodes every
+        finished job), queues from the placer's book when it has loaded, else PerfDB."""
+        await index.refresh(db)
+        by_state = {state.value: 0 for state in JobState} | index.count_by_state()
         for state, n in by_state.items():
             self.jobs.labels(state).set(n)
         followers = await metrics_store.followers_by_state(db)
@@ -112,7 +106,12 @@ class LeaderMetrics:
             n, seconds = queues.get(follower_id, (0, 0.0))
             self.queue_jobs.labels(follower_id).set(n)
             self.queue_seconds.labels(follower_id).set(seconds)
-        for assigned_at, waited_s in await metrics_store.placements_since(db, since=self._placed_until):
+        # The jobs changed since FEED_OVERLAP before the last read began (not since the last placement: with none for a
+        # while, that was every job changed since, history and all, every refresh).
+        started = datetime.now(UTC)
+        placed = await metrics_store.placements_since(db, since=self._placed_until, changed_since=self._read_from)
+        self._read_from = started - FEED_OVERLAP
+        for assigned_at, waited_s in placed:
             self.placement.observe(waited_s)
             self.placements.inc()
             self._placed_until = max(self._placed_until, assigned_at)
@@ -120,6 +119,7 @@ class LeaderMetrics:
     async def run(
         self,
         db: AsyncDatabase,
+        index: JobIndex,
         interval_s: float = REFRESH_INTERVAL_S,
         book: Callable[[], JobBook | None] | None = None,
     ) -> None:
@@ -129,7 +129,7 @@ class LeaderMetrics:
         """
         while True:
             try:
-                await self.refresh(db, book() if book is not None else None)
+                await self.refresh(db, index, book() if book is not None else None)
             except Exception as exc:
                 self.refresh_errors.inc()
                 log.warning("metrics refresh failed: %s", exc)

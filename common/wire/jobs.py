@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -168,24 +169,39 @@ class JobFilter(BaseModel):
             raise ValueError("a date (2026-11-28) or a date and time (2026-11-28T12:00:00Z), not a number")
         return value
 
-    def query(self) -> dict[str, object]:
-        """The PerfDB filter over job documents."""
-        out: dict[str, object] = {}
-        if self.team:
-            out["team"] = self.team
-        if self.state is not None:
-            out["state"] = self.state.value
-        if self.owner:
-            out["owner"] = self.owner
-        if self.model:
-            out["model_ref"] = self.model if ":" in self.model else {"$regex": "^" + re.escape(self.model) + ":"}
-        if self.backend:
-            out["spec.backends"] = self.backend
-        if self.follower_id:
-            out["follower_id"] = self.follower_id
-        if self.since is not None:
-            out["created_at"] = {"$gte": self.since}
-        return out
+    def admits(self, job: JobFacets) -> bool:
+        """Whether a job with these facets is one the filters select."""
+        model_ok = not self.model or (
+            job.model_ref == self.model if ":" in self.model else job.model_ref.startswith(self.model + ":")
+        )
+        return (
+            (not self.team or job.team == self.team)
+            and (self.state is None or job.state == self.state.value)
+            and (not self.owner or job.owner == self.owner)
+            and model_ok
+            and (not self.backend or self.backend in job.backends)
+            and (not self.follower_id or job.follower_id == self.follower_id)
+            and (self.since is None or job.created_at >= _aware(self.since))
+        )
+
+
+def _aware(at: datetime) -> datetime:
+    """A filter's time as UTC (a time given without a zone is UTC)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacets:
+    """What a job list filters a job by (leader.store.joblist keeps them for every job)."""
+
+    team: str
+    state: str
+    owner: str
+    model_ref: str
+    backends: tuple[str, ...]
+    follower_id: str | None
+    created_at: datetime  # UTC
+    split: bool = False  # a job split into parts (its parts are jobs of their own)
 
 
 class SubmitPreview(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import redis.asyncio as aioredis
@@ -25,6 +25,7 @@ from leader.store import jobs as jobs_store
 from leader.store import lookup
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store
+from leader.store.joblist import JobIndex
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Resources:
     redis: aioredis.Redis
     placer: Placer
     heard: Ages  # monotonic age of each follower's last word (registration, heartbeat): liveness decisions
+    jobs_index: JobIndex = field(default_factory=JobIndex)  # the jobs list's order and filters (leader.store.joblist)
 
 
 def get_resources(request: Request) -> Resources:
@@ -59,6 +61,11 @@ def get_heard(request: Request) -> Ages:
     return get_resources(request).heard
 
 
+def get_jobs_index(request: Request) -> JobIndex:
+    """The jobs list's index."""
+    return get_resources(request).jobs_index
+
+
 def get_placer(request: Request) -> Placer:
     """The placement loop (to nudge it)."""
     return get_resources(request).placer
@@ -69,6 +76,7 @@ SettingsDep = Annotated[LeaderSettings, Depends(get_settings)]
 Db = Annotated[AsyncDatabase, Depends(get_db)]
 PlacerDep = Annotated[Placer, Depends(get_placer)]
 HeardDep = Annotated[Ages, Depends(get_heard)]
+JobIndexDep = Annotated[JobIndex, Depends(get_jobs_index)]
 
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.
 _bearer = HTTPBearer(auto_error=False)

@@ -56,6 +56,7 @@ class Sharing:
         self.ageing_per_s, self.wait_bound = ageing_per_s, wait_bound  # the leader's queue's (common/fairshare.py)
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
         self._learned: dict[tuple[str, str], _Cached] = {}
+        self._recent = usage_store.RecentRuns()  # the runs of the window and the day, kept current by the feed
 
     def forget(self) -> None:
         """Read again at the next use (an admin changed a team's settings)."""
@@ -84,12 +85,13 @@ class Sharing:
 
     async def _window_use(self) -> dict[str, float]:
         if not self._window.fresh():
-            self._window = _Cached(time.monotonic(), await usage_store.window_use(self._db, now=utcnow(), window_s=WINDOW_S))
+            use = await usage_store.window_use(self._db, now=utcnow(), window_s=WINDOW_S, recent=self._recent)
+            self._window = _Cached(time.monotonic(), use)
         return dict(self._window.value)
 
     async def _day_use(self) -> dict[tuple[str, str], float]:
         if not self._today.fresh():
-            self._today = _Cached(time.monotonic(), await usage_store.day_use(self._db, now=utcnow()))
+            self._today = _Cached(time.monotonic(), await usage_store.day_use(self._db, now=utcnow(), recent=self._recent))
         return dict(self._today.value)
 
     async def uses(self, book: JobBook) -> dict[str, TeamUse]:

@@ -8,15 +8,14 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from functools import partial
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING
+from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.errors import Conflict
-from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobFilter, JobState, JobTask, JobView
+from common.wire.jobs import TERMINAL_STATES, Claim, FinishReport, JobState, JobTask, JobView
 from common.wire.models import ModelMeta
 from leader import lifecycle
 from leader.clock import as_utc, utcnow
@@ -34,7 +33,7 @@ from leader.store.jobdocs import (
     job_view,
     lifecycle_job,
 )
-from leader.store.lookup import by_id, team_query
+from leader.store.lookup import by_id
 
 COLLECTION = "jobs"
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
@@ -50,7 +49,6 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     # The placer's change feed reads jobs by the time of their last transition; the queue limit counts per owner.
     await jobs.create_index([("updated_at", ASCENDING)])
     await jobs.create_index([("owner", ASCENDING), ("state", ASCENDING)])
-    await jobs.create_index([("team", ASCENDING), ("created_at", DESCENDING)])  # a team's job list, newest first
 
 
 async def insert_job(
@@ -161,29 +159,6 @@ async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, fi
 def counted_parts(doc: dict[str, Any]) -> list[str]:
     """The parts whose points are the job's (lifecycle.counted_parts)."""
     return list(lifecycle.counted_parts(doc.get("parts") or (), sharded=bool(doc.get("shards"))))
-
-
-async def list_jobs(
-    db: AsyncDatabase, *, where: JobFilter, limit: int, after: tuple[datetime, str] | None = None, team: str | None = None
-) -> list[JobView]:
-    """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
-    after it."""
-    if team is not None and where.team and where.team != team:
-        return []  # another team's jobs do not exist for this caller
-    query: dict[str, Any] = {**where.query(), **team_query(team)}
-    if after is not None:
-        at, job_id = after
-        query["$or"] = [{"created_at": {"$lt": at}}, {"created_at": at, "_id": {"$lt": job_id}}]
-    docs = await db[COLLECTION].find(query).sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(limit).to_list(limit)
-    # A split job shows its parts' progress, as get_job does: one read for every split job on the page.
-    part_ids = [part for doc in docs for part in doc.get("parts") or []]
-    if part_ids:
-        parts = await db[COLLECTION].find({"_id": {"$in": part_ids}}, {"points_done": 1}).to_list(None)
-        done = {p["_id"]: int(p.get("points_done", 0)) for p in parts}
-        for doc in docs:
-            if doc.get("parts"):
-                doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
-    return [job_view(doc) for doc in docs]
 
 
 async def model_in_use(db: AsyncDatabase, *, model_ref: str) -> bool:

@@ -14,24 +14,6 @@ FOLLOWERS = "followers"
 ACTIVE = [JobState.assigned.value, JobState.running.value]
 
 
-async def jobs_by_state(db: AsyncDatabase) -> dict[str, int]:
-    """How many jobs are in each state (every state present, zero when none); a split job is not counted, its parts are."""
-    pipeline: list[dict[str, Any]] = [{"$match": {"parts": {"$exists": False}}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
-    rows = await (await db[JOBS].aggregate(pipeline)).to_list(None)
-    counts = {state.value: 0 for state in JobState}
-    counts.update({str(row["_id"]): int(row["n"]) for row in rows if row["_id"] is not None})
-    return counts
-
-
-async def jobs_in_states(db: AsyncDatabase, states: list[str]) -> dict[str, int]:
-    """How many jobs are in each of `states`: one count per state on the (state, created_at) index, not a full scan.
-
-    A split job is not counted (its parts are, as the placer's book counts the unfinished states), so nothing counts twice.
-    """
-    query = {"parts": {"$exists": False}}
-    return {state: await db[JOBS].count_documents({"state": state, **query}) for state in states}
-
-
 async def queues_by_follower(db: AsyncDatabase) -> dict[str, tuple[int, float]]:
     """Per follower: (jobs assigned or running, their summed estimated seconds)."""
     pipeline: list[dict[str, Any]] = [
@@ -52,9 +34,10 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-async def placements_since(db: AsyncDatabase, *, since: datetime) -> list[tuple[datetime, float]]:
-    """Each placement (queued → assigned) made after `since`: (when it was assigned, seconds it waited in the queue)."""
-    docs = await db[JOBS].find({"updated_at": {"$gte": since}}, {"history": 1}).to_list(None)
+async def placements_since(db: AsyncDatabase, *, since: datetime, changed_since: datetime) -> list[tuple[datetime, float]]:
+    """Each placement (queued → assigned) made after `since`, in the jobs changed since `changed_since`: (when it was
+    assigned, seconds it waited in the queue)."""
+    docs = await db[JOBS].find({"updated_at": {"$gte": changed_since}}, {"history": 1}).to_list(None)
     out: list[tuple[datetime, float]] = []
     for doc in docs:
         queued_at: datetime | None = None

@@ -25,6 +25,7 @@ from leader.clock import as_utc, utcnow
 from leader.placement.queueinfo import QueueInfo
 from leader.store import fleetchecks as fleetchecks_store
 from leader.store import followers as followers_store
+from leader.store import joblist
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import usage as usage_store
@@ -115,7 +116,9 @@ async def jobs_page(request: Request) -> HTMLResponse:
         where = _where(params)
         after = paging.decode(params.get("cursor") or None)
         limit = _page_size(params.get("limit"))
-        jobs = await jobs_store.list_jobs(resources.db, where=where, limit=limit, after=after, team=principal.scope)
+        jobs = await joblist.list_jobs(
+            resources.db, resources.jobs_index, where=where, limit=limit, after=after, team=principal.scope
+        )
         queue = QueueInfo(resources.db, resources.placer)
         jobs = [await queue.fill(j) for j in jobs]
         succeeded = [j.id for j in jobs if j.state == JobState.succeeded]

@@ -24,8 +24,8 @@ from leader.analysis.boardquery import NUMERIC, column
 from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
 from leader.api import API_PREFIX, deps
+from leader.store import joblist, lookup
 from leader.store import jobs as jobs_store
-from leader.store import lookup
 from leader.store import results as results_store
 from leader.web import charts as draw
 from leader.web import console, login, repository, submit
@@ -303,7 +303,8 @@ async def compare_page(
             job = await jobs_store.get_job(db, job_id=b_id, team=team)
             where = JobFilter(model=job.model_ref.split(":", 1)[0], state=JobState.succeeded)
             after = (job.created_at, job.id)  # the list's own cursor: the jobs submitted before B, newest first
-            earlier = await jobs_store.list_jobs(db, where=where, limit=COMPARE_CHOICES, after=after, team=team)
+            index = deps.get_resources(request).jobs_index
+            earlier = await joblist.list_jobs(db, index, where=where, limit=COMPARE_CHOICES, after=after, team=team)
     except BenchfleetError as exc:
         error = exc.message
     page = {"a": a, "b": b, "threshold": threshold, "result": result, "error": error, "earlier": earlier}

@@ -38,7 +38,7 @@ from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
 from leader.api import paging
 from leader.api.body import read_limited
-from leader.api.deps import Db, FollowerPrincipal, JobId, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
+from leader.api.deps import Db, FollowerPrincipal, JobId, JobIndexDep, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
 from leader.auth.tokens import Principal
 from leader.jobplan import JobPlan, plan_job
 from leader.jobs import fleetcheck
@@ -49,7 +49,7 @@ from leader.placement.queueinfo import QueueInfo, preview, unplaceable
 from leader.placement.shard_choice import choose_shard_followers, sized
 from leader.store import assignments as assignments_store
 from leader.store import datasets as data_store
-from leader.store import deletion
+from leader.store import deletion, joblist
 from leader.store import followers as followers_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
@@ -272,6 +272,7 @@ async def list_jobs(
     request: Request,
     response: Response,
     db: Db,
+    index: JobIndexDep,
     viewer: Viewer,
     where: Annotated[JobFilter, Query()],
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
@@ -280,7 +281,7 @@ async def list_jobs(
     """The caller's team's jobs (every team's for an admin) newest first, those the filters select (state, owner,
     model name or name:version, backend, follower, submitted since), a page of `limit` at a time: a full page names the
     next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
-    jobs = await jobs_store.list_jobs(db, where=where, limit=limit, after=paging.decode(cursor), team=viewer.scope)
+    jobs = await joblist.list_jobs(db, index, where=where, limit=limit, after=paging.decode(cursor), team=viewer.scope)
     paging.link_next(request, response, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
     return jobs
 

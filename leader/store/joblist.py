@@ -1,0 +1,148 @@
+"""The jobs list's index: each job's place in the list (submitted at, id) and what the list filters by, held in the
+leader's memory, so that a page of the list reads from PerfDB only the jobs it shows.
+
+Why: PerfDB's embedded server decodes every candidate of a sorted query before its limit. The newest 100 of 10,000
+jobs cost 1.7 s of its one core, and ten readers of the list starved every heartbeat and submission behind them for
+seconds (bench/leader_load.py). Here a page's jobs are chosen in memory and read by id.
+
+The index is read whole once (the first list a leader serves), then kept current by the jobs whose `updated_at` moved
+(every write to a job sets it; leader.placement.book relies on the same), read again right before each page: a write
+that landed before the page was asked is in it. A page checks its filter again on the documents it reads, so an entry
+behind the truth can leave a job out for one refresh but never shows one that does not match; a job deleted since
+(leader.store.deletion, retention) is dropped from the index when a page finds it gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from common.wire.jobs import JobFacets, JobFilter, JobView
+from leader.clock import as_utc, utcnow
+from leader.store.jobdocs import job_view
+from leader.store.jobs import COLLECTION, counted_parts
+
+FIELDS = dict.fromkeys(("created_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1)
+# The next read starts this long before the last one started: a write stamped before a read that commits after it
+# (within this time) is read the next time. (Not from the newest write seen: after a burst of writes, that would
+# read the burst's last moments again on every refresh until the next write.)
+FEED_OVERLAP = timedelta(seconds=2)
+Key = tuple[datetime, str]  # (created_at, id): the list is newest first, ties by id
+
+
+def facets_of(doc: dict[str, Any]) -> JobFacets:
+    """What the list filters a job document by."""
+    return JobFacets(
+        team=str(doc.get("team") or ""),
+        state=str(doc.get("state") or ""),
+        owner=str(doc.get("owner") or ""),
+        model_ref=str(doc.get("model_ref") or ""),
+        backends=tuple((doc.get("spec") or {}).get("backends") or ()),
+        follower_id=doc.get("follower_id"),
+        created_at=as_utc(doc["created_at"]),
+        split=bool(doc.get("parts")),
+    )
+
+
+class JobIndex:
+    """Every job's key and filter fields, by id, and the keys in list order (ascending: a page walks it backwards)."""
+
+    def __init__(self) -> None:
+        self._facets: dict[str, JobFacets] = {}
+        self._keys: list[Key] = []
+        self._since: datetime | None = None  # None: not read yet
+        self._lock = asyncio.Lock()
+        self._started = 0  # refreshes started, and completed (a caller waits for one that started after it asked)
+        self._done = 0
+
+    def __len__(self) -> int:
+        return len(self._facets)
+
+    def _put(self, job_id: str, facets: JobFacets) -> None:
+        if job_id not in self._facets:  # (a job's submission time never changes: its key stays where it is)
+            bisect.insort(self._keys, (facets.created_at, job_id))
+        self._facets[job_id] = facets
+
+    def drop(self, job_id: str) -> None:
+        """Forget a job (it was deleted)."""
+        facets = self._facets.pop(job_id, None)
+        if facets is not None:
+            self._keys.pop(bisect.bisect_left(self._keys, (facets.created_at, job_id)))
+
+    async def refresh(self, db: AsyncDatabase) -> None:
+        """Read what changed since the last refresh (everything, the first time): one refresh that started after this
+        call serves it, so concurrent pages share their reads."""
+        need = self._started + 1
+        async with self._lock:
+            if self._done >= need:
+                return
+            self._started += 1
+            started = utcnow()
+            query = {} if self._since is None else {"updated_at": {"$gte": self._since}}
+            async for doc in db[COLLECTION].find(query, FIELDS).batch_size(2000):
+                self._put(doc["_id"], facets_of(doc))
+            self._since = started - FEED_OVERLAP
+            self._done = self._started
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many jobs are in each state, as of the last refresh; a split job is not counted (its parts are)."""
+        return dict(Counter(f.state for f in self._facets.values() if not f.split))
+
+    def select(self, where: JobFilter, *, team: str | None, after: Key | None) -> Iterator[str]:
+        """The ids the index says `where` selects (of `team`, when given), newest first, after `after`."""
+        end = len(self._keys) if after is None else bisect.bisect_left(self._keys, after)
+        for k in range(end - 1, -1, -1):
+            job_id = self._keys[k][1]
+            facets = self._facets[job_id]
+            if (team is None or facets.team == team) and where.admits(facets):
+                yield job_id
+
+    async def page(
+        self, db: AsyncDatabase, where: JobFilter, *, limit: int, team: str | None, after: Key | None
+    ) -> list[dict[str, Any]]:
+        """Up to `limit` job documents that `where` selects (of `team`), newest first, after `after`: chosen here,
+        read by id, and checked again as read."""
+        if team is not None and where.team and where.team != team:
+            return []  # another team's jobs do not exist for this caller
+        await self.refresh(db)
+        out: list[dict[str, Any]] = []
+        while len(out) < limit:
+            chosen = list(itertools.islice(self.select(where, team=team, after=after), limit - len(out)))
+            if not chosen:
+                break
+            after = (self._facets[chosen[-1]].created_at, chosen[-1])  # where the next read resumes, if one is needed
+            found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": chosen}})}
+            for job_id in chosen:
+                doc = found.get(job_id)
+                if doc is None:
+                    self.drop(job_id)
+                    continue
+                facets = facets_of(doc)
+                self._put(job_id, facets)
+                if (team is None or facets.team == team) and where.admits(facets):
+                    out.append(doc)
+        return out
+
+
+async def list_jobs(
+    db: AsyncDatabase, index: JobIndex, *, where: JobFilter, limit: int, after: Key | None = None, team: str | None = None
+) -> list[JobView]:
+    """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
+    after it."""
+    docs = await index.page(db, where, limit=limit, team=team, after=after)
+    # A split job shows its parts' progress, as get_job does: one read for every split job on the page.
+    part_ids = [part for doc in docs for part in doc.get("parts") or []]
+    if part_ids:
+        parts = await db[COLLECTION].find({"_id": {"$in": part_ids}}, {"points_done": 1}).to_list(None)
+        done = {p["_id"]: int(p.get("points_done", 0)) for p in parts}
+        for doc in docs:
+            if doc.get("parts"):
+                doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
+    return [job_view(doc) for doc in docs]
