@@ -46,6 +46,7 @@ class _Active:
     dispatched: bool
     part_of: str | None = None
     team: str = ""
+    attempt: int = 1
 
 
 class JobBook:
@@ -56,6 +57,7 @@ class JobBook:
         self.kinds: dict[Kind, _KindQueue] = {}
         self.active: dict[str, _Active] = {}
         self.loads: dict[str, Load] = {}
+        self.on_follower: dict[str, set[str]] = {}  # follower → its active jobs
         self.owner_waiting: dict[str, int] = {}
         self.part_followers: dict[str, dict[str, str]] = {}  # split job → its active parts → their followers
         # A queued job's FCFS wait, estimated when this book first saw it: what its wait bound is measured against.
@@ -81,7 +83,13 @@ class JobBook:
             self.owner_waiting[change.owner] = self.owner_waiting.get(change.owner, 0) + 1
         elif change.state in ACTIVE and change.follower_id:
             active = _Active(
-                change.follower_id, change.estimate_s, change.state, change.dispatched, change.part_of, change.queued.team
+                change.follower_id,
+                change.estimate_s,
+                change.state,
+                change.dispatched,
+                change.part_of,
+                change.queued.team,
+                change.queued.attempt,
             )
             self._activate(job_id, active)
 
@@ -106,6 +114,10 @@ class JobBook:
                 self.owner_waiting.pop(owner, None)
         active = self.active.pop(job_id, None)
         if active is not None:
+            held = self.on_follower.get(active.follower_id, set())
+            held.discard(job_id)
+            if not held:
+                self.on_follower.pop(active.follower_id, None)
             if active.part_of is not None:
                 siblings = self.part_followers.get(active.part_of, {})
                 siblings.pop(job_id, None)
@@ -200,17 +212,25 @@ class JobBook:
 
     def placed(self, job: QueuedJob, follower_id: str, estimate_s: float) -> None:
         """The placer assigned the job (not yet dispatched)."""
-        self.apply_placed(job.job_id, follower_id, estimate_s, part_of=job.part_of, team=job.team)
+        self.apply_placed(job.job_id, follower_id, estimate_s, part_of=job.part_of, team=job.team, attempt=job.attempt)
 
     def apply_placed(
-        self, job_id: str, follower_id: str, estimate_s: float, *, part_of: str | None = None, team: str = ""
+        self,
+        job_id: str,
+        follower_id: str,
+        estimate_s: float,
+        *,
+        part_of: str | None = None,
+        team: str = "",
+        attempt: int = 1,
     ) -> None:
         """Account an assignment made by this process before the feed reports it."""
         self.forget(job_id)
-        self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of, team))
+        self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of, team, attempt))
 
     def _activate(self, job_id: str, active: _Active) -> None:
         self.active[job_id] = active
+        self.on_follower.setdefault(active.follower_id, set()).add(job_id)
         self.loads[active.follower_id] = self.loads.get(active.follower_id, Load()).plus(active.estimate_s)
         if active.part_of is not None:
             self.part_followers.setdefault(active.part_of, {})[job_id] = active.follower_id
@@ -225,6 +245,15 @@ class JobBook:
         active = self.active.get(job_id)
         if active is not None:
             active.dispatched = True
+
+    def sent_to(self, follower_id: str) -> list[tuple[str, int]]:
+        """(job, attempt) of the jobs assigned to the follower whose message was sent (not yet claimed)."""
+        out = []
+        for job_id in self.on_follower.get(follower_id, ()):
+            a = self.active[job_id]
+            if a.state == JobState.assigned.value and a.dispatched:
+                out.append((job_id, a.attempt))
+        return out
 
     def undispatched(self) -> list[str]:
         """Assigned jobs whose message may never have been sent."""

@@ -181,20 +181,22 @@ UNDELIVERED_REASON = "follower {follower_id} never received it (the broker lost 
 
 
 async def requeue_undelivered(
-    db: AsyncDatabase, *, follower_id: str, held: set[str], sent_age_s: Callable[[tuple[str, int]], float], after_s: float
+    db: AsyncDatabase,
+    *,
+    follower_id: str,
+    held: set[str],
+    sent_age_s: Callable[[tuple[str, int]], float],
+    after_s: float,
+    among: list[str] | None = None,
 ) -> list[str]:
     """Jobs sent to this follower at least `after_s` ago (`sent_age_s((job_id, attempt))`, monotonic) that its heartbeat
     does not hold: requeued as a new attempt.
 
     The old attempt's message, should it turn up after all, is refused at claim and dropped on the next heartbeat.
+    With `among` (the placer's book's overdue candidates), only those are read.
     """
-    docs = (
-        await db[COLLECTION]
-        .find(
-            {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True, "_id": {"$nin": list(held)}},
-            LIFECYCLE_FIELDS,
-        )
-        .to_list(None)
-    )
+    ids: dict[str, Any] = {"$nin": list(held)} if among is None else {"$in": [j for j in among if j not in held]}
+    query = {"follower_id": follower_id, "state": JobState.assigned.value, "dispatched": True, "_id": ids}
+    docs = await db[COLLECTION].find(query, LIFECYCLE_FIELDS).to_list(None)
     docs = [doc for doc in docs if sent_age_s((doc["_id"], doc["attempt"])) >= after_s]
     return [doc["_id"] for doc in docs if doc["_id"] not in held and await _requeue(db, doc, UNDELIVERED_REASON)]

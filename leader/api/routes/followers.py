@@ -159,13 +159,24 @@ async def heartbeat(
     cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []
     if known:
         # Sent long enough ago (by the placer's monotonic clock), yet not among what the agent holds: the message was
-        # lost on the way; place it again.
-        lost = await assignments_store.requeue_undelivered(
-            db,
-            follower_id=follower_id,
-            held={h.job_id for h in beat.held},
-            sent_age_s=placer.sent.age_s,
-            after_s=settings.undelivered_after_s,
+        # lost on the way; place it again. The placer's book names the candidates, so a follower with a deep queue
+        # costs no read of its jobs on every beat (only without a book yet are they all read).
+        holds = {h.job_id for h in beat.held}
+        among = None
+        if placer.book is not None:
+            sent = placer.book.sent_to(follower_id)
+            among = [j for j, a in sent if j not in holds and placer.sent.age_s((j, a)) >= settings.undelivered_after_s]
+        lost = (
+            await assignments_store.requeue_undelivered(
+                db,
+                follower_id=follower_id,
+                held=holds,
+                sent_age_s=placer.sent.age_s,
+                after_s=settings.undelivered_after_s,
+                among=among,
+            )
+            if among is None or among
+            else []
         )
         if lost:
             log.warning("follower %s never received job(s) %s: requeued", follower_id, ", ".join(lost))

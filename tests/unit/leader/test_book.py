@@ -119,3 +119,23 @@ def test_each_team_counts_the_followers_that_run_its_jobs_or_start_one_now() -> 
     assert not book.runs_nothing("f1") and not book.runs_nothing("f2") and book.runs_nothing("f3")
     book.apply(doc("r1", "succeeded", follower="f1", team="red"))
     assert book.running_by_team() == {"blue": 2}
+
+
+def test_the_jobs_sent_to_a_follower_are_known_without_reading_them() -> None:
+    """A heartbeat asks which of the follower's jobs were sent and not yet claimed (lost messages are judged among
+    them): from the book, with their attempts, as jobs are placed, sent, claimed, requeued and moved."""
+    book = JobBook()
+    book.apply(doc("a", "assigned", follower="f1", attempt=2))
+    book.apply(doc("b", "assigned", follower="f1", dispatched=False))
+    book.apply(doc("c", "running", follower="f1"))
+    book.apply(doc("d", "assigned", follower="f2"))
+    assert sorted(book.sent_to("f1")) == [("a", 2)] and book.sent_to("f2") == [("d", 1)] and book.sent_to("f3") == []
+    book.dispatched("b")
+    assert sorted(book.sent_to("f1")) == [("a", 2), ("b", 1)]
+    book.apply(doc("a", "running", follower="f1", attempt=2))  # claimed
+    book.apply(doc("d", "queued", attempt=2))  # requeued
+    assert book.sent_to("f1") == [("b", 1)] and book.sent_to("f2") == [] and "f2" not in book.on_follower
+    book.apply_placed("d", "f1", 5.0, attempt=2)
+    assert book.sent_to("f1") == [("b", 1)]  # placed, not yet sent
+    book.dispatched("d")
+    assert sorted(book.sent_to("f1")) == [("b", 1), ("d", 2)]
