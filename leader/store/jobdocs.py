@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from typing import Any
 
 from common.spec.grid import overload_allowance_s
@@ -87,10 +89,32 @@ def applied(doc: dict[str, Any], change: Change) -> dict[str, Any]:
     return {**doc, **change_fields(change, change.entry.at), "history": [*doc.get("history", []), change.entry.model_dump()]}
 
 
+# Each job's spec as last validated, with the stored document it was made from: validating a spec (its grid, its load's
+# rates) was most of what a page of the jobs list cost the leader, and a job's spec is written once. Reused only when
+# the stored spec is equal, so a changed one (a pin) is validated again.
+_SPECS: OrderedDict[str, tuple[tuple[dict[str, Any], int], JobSpec, float]] = OrderedDict()
+MAX_SPECS = 4096
+
+
+def _spec(doc: dict[str, Any]) -> tuple[JobSpec, float]:
+    """The document's spec, validated, and its overload allowance for the job's points (overload_allowance_s)."""
+    made_from = (doc["spec"], int(doc["points_total"]))
+    kept = _SPECS.get(doc["_id"])
+    if kept is not None and kept[0] == made_from:
+        _SPECS.move_to_end(doc["_id"])
+        return kept[1], kept[2]
+    spec = JobSpec.model_validate(doc["spec"])
+    allowance = overload_allowance_s(spec, doc["points_total"])
+    _SPECS[doc["_id"]] = (copy.deepcopy(made_from), spec, allowance)
+    if len(_SPECS) > MAX_SPECS:
+        _SPECS.popitem(last=False)
+    return spec, allowance
+
+
 def job_view(doc: dict[str, Any]) -> JobView:
     """A stored job document as the API shows it (datetimes made UTC-aware)."""
     history = [StateChange.model_validate({**entry, "at": as_utc(entry["at"])}) for entry in doc["history"]]
-    spec = JobSpec.model_validate(doc["spec"])
+    spec, allowance = _spec(doc)
     return JobView(
         id=doc["_id"],
         name=doc["name"],
@@ -102,7 +126,7 @@ def job_view(doc: dict[str, Any]) -> JobView:
         points_total=doc["points_total"],
         points_done=doc["points_done"],
         estimate_s=doc["estimate_s"],
-        estimate_max_s=round(doc["estimate_s"] + overload_allowance_s(spec, doc["points_total"]), 3),
+        estimate_max_s=round(doc["estimate_s"] + allowance, 3),
         estimate_spread_s=doc.get("estimate_spread_s"),
         created_at=as_utc(doc["created_at"]),
         updated_at=as_utc(doc["updated_at"]),

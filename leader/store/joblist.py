@@ -9,7 +9,8 @@ The index is read whole once (the first list a leader serves), then kept current
 (every write to a job sets it; leader.placement.book relies on the same), read again right before each page: a write
 that landed before the page was asked is in it. A page checks its filter again on the documents it reads, so an entry
 behind the truth can leave a job out for one refresh but never shows one that does not match; a job deleted since
-(leader.store.deletion, retention) is dropped from the index when a page finds it gone.
+(leader.store.deletion, retention) is dropped from the index when a page finds it gone. A finished job's view is kept
+with the `updated_at` it was made at and shown again while that is unchanged: a page of finished jobs reads no job.
 """
 
 from __future__ import annotations
@@ -17,24 +18,30 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.wire.jobs import JobFacets, JobFilter, JobView
+from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
 from leader.clock import as_utc, utcnow
 from leader.store.jobdocs import job_view
 from leader.store.jobs import COLLECTION, counted_parts
 
-FIELDS = dict.fromkeys(("created_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1)
+FIELDS = dict.fromkeys(
+    ("created_at", "updated_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1
+)
 # The next read starts this long before the last one started: a write stamped before a read that commits after it
 # (within this time) is read the next time. (Not from the newest write seen: after a burst of writes, that would
 # read the burst's last moments again on every refresh until the next write.)
 FEED_OVERLAP = timedelta(seconds=2)
 Key = tuple[datetime, str]  # (created_at, id): the list is newest first, ties by id
+# Views of finished jobs kept, by id with the `updated_at` they were made at: a page of finished jobs reads nothing and
+# validates nothing again (a finished job changes only by a write that moves its updated_at, which the feed reads).
+MAX_VIEWS = 4096
+FINISHED = frozenset(state.value for state in TERMINAL_STATES)
 
 
 def facets_of(doc: dict[str, Any]) -> JobFacets:
@@ -57,6 +64,8 @@ class JobIndex:
     def __init__(self) -> None:
         self._facets: dict[str, JobFacets] = {}
         self._keys: list[Key] = []
+        self._stamps: dict[str, datetime | None] = {}  # each job's updated_at as last read
+        self._views: OrderedDict[str, tuple[datetime | None, JobView]] = OrderedDict()  # finished jobs' views
         self._since: datetime | None = None  # None: not read yet
         self._lock = asyncio.Lock()
         self._started = 0  # refreshes started, and completed (a caller waits for one that started after it asked)
@@ -65,14 +74,17 @@ class JobIndex:
     def __len__(self) -> int:
         return len(self._facets)
 
-    def _put(self, job_id: str, facets: JobFacets) -> None:
+    def _put(self, job_id: str, facets: JobFacets, stamp: datetime | None) -> None:
         if job_id not in self._facets:  # (a job's submission time never changes: its key stays where it is)
             bisect.insort(self._keys, (facets.created_at, job_id))
         self._facets[job_id] = facets
+        self._stamps[job_id] = stamp
 
     def drop(self, job_id: str) -> None:
         """Forget a job (it was deleted)."""
         facets = self._facets.pop(job_id, None)
+        self._stamps.pop(job_id, None)
+        self._views.pop(job_id, None)
         if facets is not None:
             self._keys.pop(bisect.bisect_left(self._keys, (facets.created_at, job_id)))
 
@@ -87,7 +99,7 @@ class JobIndex:
             started = utcnow()
             query = {} if self._since is None else {"updated_at": {"$gte": self._since}}
             async for doc in db[COLLECTION].find(query, FIELDS).batch_size(2000):
-                self._put(doc["_id"], facets_of(doc))
+                self._put(doc["_id"], facets_of(doc), doc.get("updated_at"))
             self._since = started - FEED_OVERLAP
             self._done = self._started
 
@@ -106,38 +118,55 @@ class JobIndex:
 
     async def page(
         self, db: AsyncDatabase, where: JobFilter, *, limit: int, team: str | None, after: Key | None
-    ) -> list[dict[str, Any]]:
-        """Up to `limit` job documents that `where` selects (of `team`), newest first, after `after`: chosen here,
-        read by id, and checked again as read."""
+    ) -> list[JobView]:
+        """Up to `limit` jobs that `where` selects (of `team`), newest first, after `after`: chosen here, read by id
+        (a finished job's view unchanged since it was made is not read again) and checked again as read."""
         if team is not None and where.team and where.team != team:
             return []  # another team's jobs do not exist for this caller
         await self.refresh(db)
-        out: list[dict[str, Any]] = []
+        out: list[JobView] = []
         while len(out) < limit:
             chosen = list(itertools.islice(self.select(where, team=team, after=after), limit - len(out)))
             if not chosen:
                 break
             after = (self._facets[chosen[-1]].created_at, chosen[-1])  # where the next read resumes, if one is needed
-            found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": chosen}})}
+            views: dict[str, JobView] = {}
             for job_id in chosen:
-                doc = found.get(job_id)
-                if doc is None:
-                    self.drop(job_id)
-                    continue
-                facets = facets_of(doc)
-                self._put(job_id, facets)
-                if (team is None or facets.team == team) and where.admits(facets):
-                    out.append(doc)
+                kept = self._views.get(job_id)
+                if kept is not None and kept[0] == self._stamps.get(job_id):
+                    views[job_id] = kept[1]
+                    self._views.move_to_end(job_id)
+            need = [job_id for job_id in chosen if job_id not in views]
+            if need:
+                views.update(await self._read(db, need, where, team))
+            out.extend(views[job_id] for job_id in chosen if job_id in views)
+        return out
+
+    async def _read(self, db: AsyncDatabase, ids: list[str], where: JobFilter, team: str | None) -> dict[str, JobView]:
+        """The views of those of `ids` that still exist and match, read from PerfDB; the index brought up to date."""
+        found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": ids}})}
+        await _count_parts(db, list(found.values()))
+        out: dict[str, JobView] = {}
+        for job_id in ids:
+            doc = found.get(job_id)
+            if doc is None:
+                self.drop(job_id)
+                continue
+            facets = facets_of(doc)
+            self._put(job_id, facets, doc.get("updated_at"))
+            if not ((team is None or facets.team == team) and where.admits(facets)):
+                continue
+            out[job_id] = view = job_view(doc)
+            if facets.state in FINISHED and not facets.split:  # (a split job's progress is its parts')
+                self._views[job_id] = (doc.get("updated_at"), view)
+                self._views.move_to_end(job_id)
+                if len(self._views) > MAX_VIEWS:
+                    self._views.popitem(last=False)
         return out
 
 
-async def list_jobs(
-    db: AsyncDatabase, index: JobIndex, *, where: JobFilter, limit: int, after: Key | None = None, team: str | None = None
-) -> list[JobView]:
-    """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
-    after it."""
-    docs = await index.page(db, where, limit=limit, team=team, after=after)
-    # A split job shows its parts' progress, as get_job does: one read for every split job on the page.
+async def _count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
+    """A split job shows its parts' progress, as get_job does: one read for every split job among `docs`."""
     part_ids = [part for doc in docs for part in doc.get("parts") or []]
     if part_ids:
         parts = await db[COLLECTION].find({"_id": {"$in": part_ids}}, {"points_done": 1}).to_list(None)
@@ -145,4 +174,11 @@ async def list_jobs(
         for doc in docs:
             if doc.get("parts"):
                 doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
-    return [job_view(doc) for doc in docs]
+
+
+async def list_jobs(
+    db: AsyncDatabase, index: JobIndex, *, where: JobFilter, limit: int, after: Key | None = None, team: str | None = None
+) -> list[JobView]:
+    """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
+    after it."""
+    return await index.page(db, where, limit=limit, team=team, after=after)

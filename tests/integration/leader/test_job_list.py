@@ -84,3 +84,39 @@ def test_writes_by_another_process_and_deletions_show_on_the_next_page(leader: L
     leader.db.jobs.delete_one({"_id": jobs[3]})
     assert listed("?limit=3") == [jobs[4], jobs[2], jobs[1]]
     assert listed("") == [jobs[4], jobs[2], jobs[1], jobs[0]]
+
+
+def test_finished_jobs_are_shown_again_without_reading_them_until_they_change(leader: Leader) -> None:
+    """A page of finished jobs is read once; the next page reads only the feed; a finished job written since (its
+    updated_at moved) is read again and shown as it now is; an unfinished one is always read (its waiting reason is
+    written without moving updated_at)."""
+    leader.upload_model()
+    jobs = [leader.submit()["id"] for _ in range(4)]
+    for job_id in jobs[:3]:
+        assert leader.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN).status_code == 200
+    listener = Finds()
+
+    async def pages() -> list[list[Any]]:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(leader.settings.mongo_uri, event_listeners=[listener])
+        try:
+            db = client[leader.settings.db_name]
+            index = joblist.JobIndex()
+            out: list[list[Any]] = []
+            for step in range(3):
+                if step == 2:
+                    await db.jobs.update_one({"_id": jobs[0]}, {"$set": {"name": "renamed", "updated_at": datetime.now(UTC)}})
+                listener.finds.clear()
+                listed = await joblist.list_jobs(db, index, where=JobFilter(), limit=10)
+                out.append([[j.id for j in listed], {j.id: j.name for j in listed}, [f["filter"] for f in listener.finds]])
+            return out
+        finally:
+            await client.close()
+
+    first, second, third = asyncio.run(pages())
+    newest_first = jobs[::-1]
+    assert first[0] == second[0] == third[0] == newest_first
+    assert first[2][-1] == {"_id": {"$in": newest_first}}  # (after the index's first read)
+    feed = second[2][0]
+    assert list(feed) == ["updated_at"] and second[2][1:] == [{"_id": {"$in": [jobs[3]]}}]  # only the queued one
+    assert third[2][1:] == [{"_id": {"$in": [jobs[3], jobs[0]]}}] and third[1][jobs[0]] == "renamed"
+    assert second[1][jobs[0]] == first[1][jobs[0]] != "renamed"
