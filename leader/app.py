@@ -72,8 +72,12 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 SOCKET_TIMEOUT_MS = 15_000
 # Nor does a request wait without bound for a pooled connection.
 WAIT_QUEUE_TIMEOUT_MS = 10_000
-# The longest one shutdown step (stopping the loops, gRPC, a client) may take before the leader goes on without it.
+# The longest one shutdown step (stopping the loops, gRPC, a client) may take before the leader goes on without it,
+# and all of them together: after the server's own 2 s grace (leader/__main__.py) the leader is gone within 8 s of a
+# SIGTERM, inside the 10 s a container runtime waits before it kills (compose's `down` once found the leader still
+# closing its clients and killed it: exit 137).
 SHUTDOWN_STEP_S = 5.0
+SHUTDOWN_TOTAL_S = 6.0
 
 
 async def ensure_indexes(resources: Resources) -> None:
@@ -94,12 +98,14 @@ async def ensure_indexes(resources: Resources) -> None:
     await leaderboard_store.ensure_indexes(resources.db)
 
 
-async def _bounded(what: str, step: Awaitable[object]) -> None:
-    """One shutdown step, given SHUTDOWN_STEP_S: a client library that never returns does not hold the leader up."""
+async def _bounded(what: str, step: Awaitable[object], deadline: float) -> None:
+    """One shutdown step, given SHUTDOWN_STEP_S and no more than is left before `deadline` (monotonic): a client
+    library that never returns does not hold the leader up."""
+    allowed = max(0.1, min(SHUTDOWN_STEP_S, deadline - time.monotonic()))
     try:
-        await asyncio.wait_for(step, timeout=SHUTDOWN_STEP_S)
+        await asyncio.wait_for(step, timeout=allowed)
     except TimeoutError:
-        log.warning("shutdown: %s did not stop within %.0f s; going on without it", what, SHUTDOWN_STEP_S)
+        log.warning("shutdown: %s did not stop within %.1f s; going on without it", what, allowed)
 
 
 STARTUP_WAIT_S = 120.0  # how long a starting leader waits for PerfDB (started beside it, by compose or a chart)
@@ -225,16 +231,17 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             log.info("leader ready (db %s)", settings.db_name)
             yield
         finally:
+            deadline = time.monotonic() + SHUTDOWN_TOTAL_S
             for task in tasks:
                 task.cancel()
-            await _bounded("background loops", asyncio.gather(*tasks, return_exceptions=True))
+            await _bounded("background loops", asyncio.gather(*tasks, return_exceptions=True), deadline)
             if telemetry is not None:
-                await _bounded("telemetry gRPC", telemetry[0].stop(grace=1.0))
-            queue.close()
-            await _bounded("traces", asyncio.to_thread(tracing.flush))
-            await _bounded("redis", redis.aclose())
-            await _bounded("database probe", db_health.close())
-            await _bounded("database", client.close())
+                await _bounded("telemetry gRPC", telemetry[0].stop(grace=1.0), deadline)
+            await _bounded("the job queue", asyncio.to_thread(queue.close), deadline)  # (a broker already gone may block)
+            await _bounded("traces", asyncio.to_thread(tracing.flush), deadline)
+            await _bounded("redis", redis.aclose(), deadline)
+            await _bounded("database probe", db_health.close(), deadline)
+            await _bounded("database", client.close(), deadline)
 
     # /docs is served from the package's own Swagger UI (leader/web/apidocs.py); FastAPI's default pages use a CDN.
     app = FastAPI(title="benchfleet leader", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
