@@ -19,7 +19,7 @@ from common import tracing
 from leader import dbhealth
 from leader.api import API_PREFIX, audit, errors
 from leader.api.deps import Resources
-from leader.api.readlimit import LoopLag, ReadLimit
+from leader.api.readlimit import ReadLimit
 from leader.api.routes import analysis as analysis_routes
 from leader.api.routes import audit as audit_routes
 from leader.api.routes import (
@@ -164,8 +164,6 @@ async def _retention(settings: LeaderSettings, db: AsyncDatabase) -> None:
 def create_app(settings: LeaderSettings) -> FastAPI:
     """Build the leader app; nothing connects until the lifespan starts."""
 
-    loop_lag = LoopLag()  # how late the loop runs: heavy reads wait while it is late (leader/api/readlimit.py)
-
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # journal=True: a write is acknowledged once it is in the database's journal, so what the leader acknowledged
@@ -221,7 +219,6 @@ def create_app(settings: LeaderSettings) -> FastAPI:
             tasks = [
                 *_ondemand(settings, db, placer),
                 asyncio.create_task(db_health.run(), name="perfdb-probe"),
-                asyncio.create_task(loop_lag.run(), name="loop-lag"),
                 asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
                 asyncio.create_task(_retention(settings, db), name="retention"),
                 asyncio.create_task(placer.run(), name="placement"),
@@ -264,13 +261,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     apidocs.install(app)  # /docs, offline
     errors.document(app, API_PREFIX)  # every operation's error statuses, in the one error shape
     # Heavy reads a few at a time, refused (429) before they reach the database or the app's other layers.
-    app.add_middleware(
-        ReadLimit,
-        per_client=settings.max_reads_per_client,
-        total=settings.max_reads,
-        lag=loop_lag,
-        shed_lag_s=settings.read_shed_lag_ms / 1000,
-    )
+    app.add_middleware(ReadLimit, per_client=settings.max_reads_per_client, total=settings.max_reads)
     app.add_middleware(SecurityHeaders)  # frame, sniff and referrer rules on every response (a 429 of ReadLimit's too)
     # Outermost: a trusted proxy's forwarded scheme and client address are what every layer below sees.
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[h.strip() for h in settings.trusted_proxies.split(",")])

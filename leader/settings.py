@@ -74,8 +74,6 @@ class LeaderSettings(BaseSettings):
     # (its token or login) and on this leader; one more is 429 with Retry-After 1 (leader/api/readlimit.py).
     max_reads_per_client: int = Field(default=6, gt=0)
     max_reads: int = Field(default=32, gt=0)
-    # Heavy reads are refused (429) while the leader's event loop runs later than this (leader/api/readlimit.py).
-    read_shed_lag_ms: float = Field(default=100.0, gt=0, le=10_000)
     # Who a follower joining with the follower (join) token must be approved by before it gets a job, a model, a data
     # set or a secret: "admin" (it is pending until `benchfleet approve ID`), or "join-token" (the token
     # is trust enough: where it never leaves the hosts an operator runs, as in the compose file and the Helm chart).
