@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+# Every change feed over `updated_at` (the placer's book, the jobs list's index, the fair share's runs, the placement
+# metrics) starts this long before its last read began: a write stamped before a read that commits after it is read
+# the next time. (Not from the newest write seen: after a burst of submissions, that read the burst's last moments
+# again on every tick until the next write, bench/leader_load.py.)
+FEED_OVERLAP = timedelta(seconds=2)
 
 
 def utcnow() -> datetime:

@@ -93,7 +93,6 @@ class JobChange:
     job_id: str
     state: str
     created_at: datetime
-    updated_at: datetime | None  # the last transition (the change feed reads from there)
     owner: str
     split: bool  # a split job: never placed itself, its parts are
     follower_id: str | None

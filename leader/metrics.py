@@ -15,9 +15,10 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.logs import FOLLOWER_ID, JOB_ID
 from common.wire.jobs import JobState
+from leader.clock import FEED_OVERLAP
 from leader.placement.book import JobBook
 from leader.store import metrics as metrics_store
-from leader.store.joblist import FEED_OVERLAP, JobIndex
+from leader.store.joblist import JobIndex
 
 log = logging.getLogger(__name__)
 

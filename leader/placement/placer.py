@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -21,7 +21,7 @@ from common.fairshare import AGEING_PER_S, WAIT_BOUND
 from common.spec.needs import TRUSTED_ONLY
 from common.spec.network import NETEM, TBF
 from common.wire.jobs import JobTask
-from leader.clock import Ages, WallSteps, utcnow
+from leader.clock import FEED_OVERLAP, Ages, WallSteps, utcnow
 from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.placement.book import JobBook
 from leader.placement.queue import TaskQueue
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 # How many queued jobs one tick considers; the rest wait for the next tick.
 MAX_PER_TICK = 500
 # The change feed re-reads this much before the newest change seen: a write stamped just before a read may commit after it.
-FEED_OVERLAP = timedelta(seconds=2)
 # A full reload of the book from PerfDB this often: a safety net for a change the feed could have missed.
 FULL_RESYNC_S = 600.0
 # After a failed publish, placement pauses (doubling up to this) so a broker outage does not churn jobs and history.
@@ -280,10 +279,7 @@ class Placer:
             return book
         changes = await assignments_store.changed_since(self._db, since=(self._since or started) - FEED_OVERLAP)
         self.book.apply_all(changes)
-        # The next read starts FEED_OVERLAP before this one started: a write stamped before this read that commits after
-        # it is read then. (Not from the newest write seen: after a burst of submissions, that read the burst's last
-        # moments again on every tick until the next write, bench/leader_load.py.)
-        self._since = started
+        self._since = started  # (read again from FEED_OVERLAP before it: leader.clock says why)
         return self.book
 
     async def tick(self) -> int:

@@ -219,7 +219,6 @@ def job_change(doc: dict[str, Any]) -> JobChange:
         job_id=doc["_id"],
         state=str(doc.get("state")),
         created_at=doc["created_at"],
-        updated_at=as_utc(doc["updated_at"]) if doc.get("updated_at") is not None else None,
         owner=str(doc["owner"]),
         split=bool(doc.get("parts")),
         follower_id=doc.get("follower_id"),

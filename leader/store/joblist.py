@@ -20,23 +20,19 @@ import bisect
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
-from leader.clock import as_utc, utcnow
+from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store.jobdocs import job_view
 from leader.store.jobs import COLLECTION, counted_parts
 
 FIELDS = dict.fromkeys(
     ("created_at", "updated_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1
 )
-# The next read starts this long before the last one started: a write stamped before a read that commits after it
-# (within this time) is read the next time. (Not from the newest write seen: after a burst of writes, that would
-# read the burst's last moments again on every refresh until the next write.)
-FEED_OVERLAP = timedelta(seconds=2)
 Key = tuple[datetime, str]  # (created_at, id): the list is newest first, ties by id
 # Views of finished jobs kept, by id with the `updated_at` they were made at: a page of finished jobs reads nothing and
 # validates nothing again (a finished job changes only by a write that moves its updated_at, which the feed reads).
@@ -70,9 +66,6 @@ class JobIndex:
         self._lock = asyncio.Lock()
         self._started = 0  # refreshes started, and completed (a caller waits for one that started after it asked)
         self._done = 0
-
-    def __len__(self) -> int:
-        return len(self._facets)
 
     def _put(self, job_id: str, facets: JobFacets, stamp: datetime | None) -> None:
         if job_id not in self._facets:  # (a job's submission time never changes: its key stays where it is)

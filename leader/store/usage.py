@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.fairshare import use_in_window
 from common.wire.jobs import JobState
 from common.wire.teams import UsageBy, UsageReport, UsageRow
-from leader.clock import as_utc, utcnow
+from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store import followers as followers_store
 
 JOBS = "jobs"
@@ -70,8 +70,6 @@ async def runs_between(db: AsyncDatabase, since: datetime, until: datetime) -> l
     return runs
 
 
-# The next read starts this long before the last one started (leader.store.joblist.FEED_OVERLAP says why).
-FEED_OVERLAP = timedelta(seconds=2)
 # A job whose every run ended this long ago counts in no window or day the placer asks for: forgotten.
 KEEP = timedelta(hours=25)
 
