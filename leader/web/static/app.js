@@ -15,11 +15,11 @@
         state.textContent = `${j.state} — ${j.points_done}/${j.points_total} points`;
         document.getElementById("job-state").textContent = j.state;  // one state on the page, the live one
         if (terminal.has(j.state)) { location.reload(); return; }
-        // A job that waits says why (and what would unblock it), not "waiting for the first window".
+        // A job that waits says why (and what would unblock it) once, above; not "waiting for the first window".
         const waiting = j.waiting_reason && (j.state === "queued" || j.state === "assigned") ? j.waiting_reason : "";
         document.getElementById("job-waiting").hidden = !waiting;
         document.getElementById("waiting-reason").textContent = waiting;
-        if (waiting) { metrics.textContent = waiting; setTimeout(tick, 1000); return; }
+        if (waiting) { metrics.textContent = ""; setTimeout(tick, 1000); return; }
       }
       const progress = await fetch(`/api/v1/jobs/${jobId}/progress`, {credentials: "same-origin"});
       if (progress.status === 404) {

@@ -140,6 +140,8 @@ def test_an_admin_lists_filters_cancels_reruns_copies_and_drains(console: dict[s
         page.goto(f"{url}/jobs/{stuck[:8]}")
         assert page.locator("#job-waiting").is_visible() and page.inner_text("#waiting-reason") == reason
         assert "needs backends tfserving" in reason, reason
+        page.wait_for_function("document.getElementById('live-state').textContent.includes('points')")  # a live tick
+        assert page.inner_text("main").count(reason) == 1  # said once, not again in the live box
         page.screenshot(path=str(shots / "console-job-waiting.png"))
         unknown = page.goto(f"{url}/jobs/0123456789abcdef0123456789abcdef")
         assert unknown is not None and unknown.status == 404 and "does not exist" in page.inner_text("#not-found")
