@@ -1,4 +1,4 @@
-"""Teams sharing the fleet: `teams ls` (weights, fair shares, use now), `teams set TEAM --weight W` (admins), and
+"""Teams sharing the fleet: `teams ls` (weights, fair shares, use now), `teams set TEAM --weight W --allow NET` (admins), and
 `usage` (follower- and GPU-hours with their cost over a period, by team, user, follower class or follower)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import typer
 from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, UrlOpt, call, client_for, console, fail, show
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
+from common import egress
 from common.wire.teams import TeamView, UsageReport
 
 teams_app = typer.Typer(no_args_is_help=True, help="Teams sharing the fleet: their weights and use (ls), set a weight.")
@@ -76,10 +77,15 @@ def teams_set(
     quota: Annotated[
         list[str] | None, typer.Option(help="CLASS=HOURS: follower-hours a day on that follower class (`*`: any other).")
     ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(help="A loopback, private or other non-public network its targets may be (e.g. 10.0.0.0/8); repeat."),
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
 ) -> None:
-    """Set a team's weight and daily quotas (admins; what is not given goes back to the default)."""
+    """Set a team's weight, daily quotas and the non-public networks its targets may be (admins; what is not given goes
+    back to the default)."""
     quotas: dict[str, float] = {}
     for item in quota or []:
         cls, _, hours = item.rpartition("=")
@@ -89,10 +95,18 @@ def teams_set(
             quotas[cls] = float(hours)
         except ValueError:
             fail(f"--quota {item!r}: expected CLASS=HOURS", EXIT_USAGE)
+    for item in allow or []:
+        try:
+            egress.network(item)
+        except ValueError as exc:
+            fail(f"--allow: {exc}", EXIT_USAGE)
     with client_for(url, token) as client:
-        view = call(client.set_team, team, weight=weight, quota_hours_per_day=quotas)
+        view = call(client.set_team, team, weight=weight, quota_hours_per_day=quotas, egress_allow=allow or [])
     shown = ", ".join(f"{c} {h:g} h" for c, h in view.quota_hours_per_day.items()) or "none"
-    console.print(f"team {view.team}: weight {view.weight:g}, daily quotas: {shown}", markup=False)
+    allowed = ", ".join(view.egress_allow) or "none"
+    console.print(
+        f"team {view.team}: weight {view.weight:g}, daily quotas: {shown}, non-public targets allowed: {allowed}", markup=False
+    )
 
 
 def register(app: typer.Typer) -> None:

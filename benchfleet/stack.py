@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchfleet.client import BenchfleetClient
 from common.procs import SupervisedProcess, free_port, http_ready
@@ -85,6 +86,9 @@ class LocalStack:
                 # One host's fleet: its join token never leaves the host, so a follower joining with it is trusted (a
                 # leader for followers on other hosts keeps the default: each is approved by an admin).
                 "BENCHFLEET_LEADER_FOLLOWER_APPROVAL": "join-token",
+                # ... and its user is its admin: every team's targets may be on loopback (the endpoints they run here),
+                # never the fleet's own services (common/egress.py).
+                "BENCHFLEET_LEADER_EGRESS_ALLOW": "127.0.0.0/8,::1/128",
                 # The key target secrets are sealed with (kept across leader restarts of this stack; `up` keeps one on disk).
                 "BENCHFLEET_LEADER_SECRET_KEY": secret_key or secrets.token_urlsafe(32),
             }
@@ -125,6 +129,9 @@ class LocalStack:
     def _set_urls(self) -> None:
         if self.mongo_uri:
             self.env["BENCHFLEET_MONGO_URI"] = self.mongo_uri
+            # The database is one of the fleet's own services: no target may be it (common/egress.py).
+            where = urlsplit(self.mongo_uri.split(",", 1)[0])
+            self.env["BENCHFLEET_FOLLOWER_FLEET_SERVICES"] = f"{where.hostname}:{where.port or 27017}"
         if self.redis_url:
             self.env["BENCHFLEET_REDIS_URL"] = self.redis_url
 

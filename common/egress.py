@@ -1,16 +1,21 @@
-"""Where a job's target may point: addresses no target may be (link-local, the clouds' metadata services) and the one
-spelling an address literal must have. Checked on the URL at submission (common/spec/target.py) and again by the
-follower on every address the name resolves to, just before it first contacts the endpoint (a name may resolve
-elsewhere by then); a denied address is never contacted.
+"""Where a job's target may point: addresses no target may be (link-local, the clouds' metadata services), addresses
+only an admin may open to a team (loopback, private and other non-public ranges), the fleet's own services (never),
+and the one spelling an address literal must have.
 
-Loopback and private ranges are still allowed: an admin's allow-list for them (per team) is not built yet."""
+Checked on the URL at submission (the spelling and the denied names and addresses in common/spec/target.py, a literal
+outside the team's allow-list by the leader), and again by the follower on every address the name resolves to just
+before it first contacts the endpoint; the follower then connects to the address it checked, never resolving the
+name again (so a name cannot rebind between the check and the load). A refused address is never contacted."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # The instance-metadata services of the clouds (credentials live there) and every link-local address.
 DENIED_NETWORKS = tuple(
@@ -25,6 +30,34 @@ DENIED_NETWORKS = tuple(
     )
 )
 DENIED_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"})
+# Names every resolver answers with loopback (RFC 6761): judged as 127.0.0.1 at submission.
+LOOPBACK_NAMES = ("localhost",)
+MAX_ALLOWED = 64  # networks in one allow-list
+HOW_TO_ALLOW = (
+    "an admin allows such addresses for a team (PUT /api/v1/teams/TEAM egress_allow, `benchfleet teams set TEAM "
+    "--allow NETWORK`) or for every team (BENCHFLEET_LEADER_EGRESS_ALLOW)"
+)
+
+
+def network(text: str) -> Network:
+    """An allow-list entry (an address or a network, host bits ignored: 10.1.2.3/8 is 10.0.0.0/8); ValueError naming it
+    when it is neither, when it is every address, or when it lies inside what no target may be. (Where an entry holds a
+    denied address, as 100.64.0.0/10 holds Alibaba's metadata service, the denial still wins.)"""
+    try:
+        net = ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an address or a network (e.g. 10.0.0.0/8, 127.0.0.1, fd00::/8)") from None
+    if net.prefixlen == 0:
+        raise ValueError(f"{net} is every address: name the non-public networks the team's endpoints are in")
+    for denied_net in DENIED_NETWORKS:
+        if net.version == denied_net.version and net.subnet_of(denied_net):  # type: ignore[arg-type]
+            raise ValueError(f"{net} is in {denied_net} (link-local or a cloud metadata service): no target may be there")
+    return net
+
+
+def networks(texts: Iterable[str]) -> tuple[Network, ...]:
+    """Allow-list entries parsed (see `network`)."""
+    return tuple(network(t) for t in texts)
 
 
 def literal(host: str) -> Address | None:
@@ -42,8 +75,8 @@ def literal(host: str) -> Address | None:
 
 
 def refusal(host: str) -> str | None:
-    """Why a target's host part is refused as written (a denied name or address, or an address spelled in a form other
-    than its canonical one); None if it may be used."""
+    """Why a target's host part is refused as written, for every team (a denied name or address, or an address spelled
+    in a form other than its canonical one); None if it may be used."""
     name = host.strip("[]").rstrip(".").lower()
     if name in DENIED_NAMES:
         return f"{host} is a cloud metadata service: no target may point at it"
@@ -55,26 +88,90 @@ def refusal(host: str) -> str | None:
     return denied(address)
 
 
+def _unmapped(address: Address) -> Address:
+    """An IPv4-mapped IPv6 address as the IPv4 address it reaches."""
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
+
+
 def denied(address: Address) -> str | None:
     """Why no target may be this address (link-local or a metadata service); None if it may."""
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    for candidate in (address, mapped) if mapped else (address,):
-        for network in DENIED_NETWORKS:
-            if candidate in network:
-                return f"{address} is in {network} (link-local or a cloud metadata service): no target may point at it"
+    for candidate in {address, _unmapped(address)}:
+        for net in DENIED_NETWORKS:
+            if candidate in net:
+                return f"{address} is in {net} (link-local or a cloud metadata service): no target may point at it"
     return None
 
 
-def check_resolved(host: str, port: int | None) -> None:
-    """ValueError naming the address if `host` resolves (now) to any denied one; the follower calls it before it first
-    contacts a target. A name that does not resolve is left to the connection to report."""
+def restricted(address: Address, allow: tuple[Network, ...]) -> str | None:
+    """Why a team may not reach this address: it is not public (loopback, private, shared or reserved) and no
+    allow-list entry holds it; None if it is public or allowed."""
+    reached = _unmapped(address)
+    if reached.is_global and not reached.is_multicast:
+        return None
+    if any(reached.version == net.version and reached in net for net in allow):
+        return None
+    kind = "loopback" if reached.is_loopback else "private or reserved"
+    return f"{address} is a {kind} address and the team's allow-list does not hold it: {HOW_TO_ALLOW}"
+
+
+def team_refusal(host: str, allow: tuple[Network, ...]) -> str | None:
+    """Why a team may not name this host at submission (the leader's check: a literal outside the allow-list, or a
+    loopback name); a name is judged again by the follower on what it resolves to."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return restricted(ipaddress.IPv4Address("127.0.0.1"), allow)
+    address = literal(host)
+    return None if address is None else restricted(address, allow)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the follower running a target job may reach: the team's allow-list (from the leader) and the fleet's own
+    services (host, port), which no target may be even where the allow-list holds their addresses."""
+
+    allow: tuple[Network, ...] = ()
+    fleet: tuple[tuple[str, int], ...] = ()
+
+    def _fleet_addresses(self) -> list[tuple[Address, int]]:
+        out = []
+        for host, port in self.fleet:
+            try:
+                infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+            except socket.gaierror:
+                continue
+            out += [(_unmapped(ipaddress.ip_address(str(i[4][0]).split("%", 1)[0])), port) for i in infos]
+        return out
+
+    def fleet_service(self, address: Address, port: int) -> bool:
+        """Whether (address, port) reaches one of the fleet's own services: the same address, or any loopback address
+        or an unspecified one on this host, at its port."""
+        reached = _unmapped(address)
+        for service, service_port in self._fleet_addresses():
+            if service_port != port:
+                continue
+            if service == reached or service.is_unspecified or (service.is_loopback and reached.is_loopback):
+                return True
+        return False
+
+
+def check_resolved(host: str, port: int, policy: Policy) -> list[Address]:
+    """The addresses `host` resolves to now, every one checked (the follower calls it just before it first contacts a
+    target, and connects to these only); ValueError naming the address if any is denied, outside the team's
+    allow-list, or one of the fleet's own services, and when the name does not resolve."""
     if (why := refusal(host)) is not None:
         raise ValueError(why)
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return
+    except socket.gaierror as exc:
+        raise ValueError(f"{host} does not resolve: {exc.strerror}") from None
+    addresses: list[Address] = []
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if (why := denied(address)) is not None:
+        if (why := denied(address) or restricted(address, policy.allow)) is not None:
             raise ValueError(f"{host} resolves to {why}")
+        if policy.fleet_service(address, port):
+            raise ValueError(f"{host}:{port} resolves to {address}:{port}, one of the fleet's own services: no target may be")
+        if address not in addresses:
+            addresses.append(address)
+    return addresses

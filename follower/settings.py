@@ -57,6 +57,9 @@ class FollowerSettings(BaseSettings):
     # Do not start a job while a foreign process uses a GPU, or while host CPU is above this percentage (None: off).
     wait_for_gpu: bool = True
     max_host_cpu_percent: float | None = Field(default=None, gt=0, le=100)
+    # The fleet's services besides the leader, the broker and this follower's own ports (comma-separated host:port, e.g.
+    # the database's): no target may be one of them, whatever a team's allow-list opens (common/egress.py).
+    fleet_services: str = ""
     # Prometheus /metrics: loopback by default (set 0.0.0.0 in a pod so Prometheus can scrape); port -1 disables it.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9701, ge=-1, lt=65536)

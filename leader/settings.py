@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common import egress
 from common.fairshare import AGEING_PER_S, WAIT_BOUND
 
 MIN_TOKEN_LENGTH = 16
@@ -100,6 +101,11 @@ class LeaderSettings(BaseSettings):
     # Reverse proxies whose X-Forwarded-For/-Proto are believed (comma-separated addresses or networks; "*": any).
     # Behind a TLS proxy listed here the login cookie is marked Secure and the audit log names the real client.
     trusted_proxies: str = "127.0.0.1"
+    # The loopback, private and other non-public networks every team's targets may be (comma-separated addresses or
+    # networks), beside each team's own allow-list (PUT /teams/TEAM egress_allow); empty: none, only public addresses.
+    # One host's fleet (`benchfleet up`, the demo) allows loopback: its user is its admin. The fleet's own services,
+    # link-local and the clouds' metadata services are refused whatever is allowed (common/egress.py).
+    egress_allow: str = ""
     # Benchmarks as on-demand Kubernetes pods (leader/placement/ondemand.py): the batch/v1 Job template the chart renders
     # (YAML); unset: off. Its namespace (default: the leader's own), a Kueue LocalQueue to label the Jobs with, and how
     # many such pods may exist at once.
@@ -128,6 +134,16 @@ class LeaderSettings(BaseSettings):
             if path is not None and not path.is_file():
                 raise ValueError(f"{name}: no file at {path}")
         return self
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        return ",".join(str(n) for n in egress.networks(t for t in value.split(",") if t.strip()))
+
+    @property
+    def egress_networks(self) -> tuple[egress.Network, ...]:
+        """The leader's own allow-list, parsed."""
+        return egress.networks(t for t in self.egress_allow.split(",") if t)
 
     @field_validator("secret_key", mode="before")
     @classmethod

@@ -76,9 +76,11 @@ class SecretView(BaseModel):
 
 
 class TargetCredentials(BaseModel):
-    """What the follower running an attempt of a target job gets: the headers to send and the CA bundle, opened."""
+    """What the follower running an attempt of a target job gets: the headers to send and the CA bundle, opened, and
+    the non-public networks the job's team may reach (the leader's allow-list and the team's: common/egress.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     headers: list[tuple[str, str]] = []
     ca_pem: str | None = None
+    egress_allow: list[str] = []

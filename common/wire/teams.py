@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
 
+from common import egress
 from common.fairshare import DEFAULT_WEIGHT
 
 UsageBy = Literal["team", "user", "follower_class", "follower"]
@@ -24,6 +25,14 @@ class TeamSettings(BaseModel):
     # Follower-hours a day (UTC) it may use per follower class (`*`: every class not named); past it, its jobs wait
     # for the next day (or for a follower of another class), queued with the reason.
     quota_hours_per_day: Annotated[dict[FollowerClass, Annotated[StrictFloat, Field(ge=0, le=24_000)]], Field(max_length=64)] = {}
+    # The loopback, private and other non-public addresses (networks) its jobs' targets may be, beside the public
+    # internet (common/egress.py); the leader's own BENCHFLEET_LEADER_EGRESS_ALLOW is added for every team.
+    egress_allow: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=egress.MAX_ALLOWED)] = []
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        return [str(n) for n in egress.networks(value)]
 
 
 class TeamView(BaseModel):
@@ -38,6 +47,7 @@ class TeamView(BaseModel):
     window_s: float
     quota_hours_per_day: dict[str, float] = {}
     used_today_hours: dict[str, float] = {}  # follower-hours used since 00:00 UTC, by follower class
+    egress_allow: list[str] = []  # the team's own allow-list (the leader's is added to it: see LeaderSettings)
 
 
 class UsageRow(BaseModel):

@@ -20,7 +20,7 @@ from common.wire.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
 from follower.attempt.request_data import resolve_labels, resolve_request_data, with_client_stages
-from follower.attempt.target import resolve_target
+from follower.attempt.target import fleet_services, resolve_target
 from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
 from follower.host.sampler import SamplerConfig
@@ -52,7 +52,8 @@ async def _run_points(
     outbox = Outbox(settings.work_dir / "outbox")
     credentials = NO_CREDENTIALS
     if task.spec.target is not None:  # an endpoint already running: its secrets and its signature (from its metadata)
-        model, credentials = await asyncio.to_thread(resolve_target, task, client, settings.follower_id)
+        fleet = fleet_services(settings, settings.telemetry_address or client.telemetry_address)
+        model, credentials = await asyncio.to_thread(resolve_target, task, client, settings.follower_id, fleet)
         task = task.model_copy(update={"model": model})
     if task.model.format != "endpoint":
         # Refuse a model that does not match the job (or its own metadata) before any server starts.

@@ -4,25 +4,48 @@ kept in memory), and the model's signature read from the endpoint's metadata whe
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
+from common import egress
 from common.formats.signature import input_mismatches
 from common.wire.jobs import JobTask
 from common.wire.models import ModelMeta
-from follower.backends.endpoint import read_signature
+from follower.backends.endpoint import pin, read_signature
 from follower.link.leader_client import LeaderClient
 from follower.protocols import EndpointError, EndpointRefused
 from follower.protocols.transports import Credentials
+from follower.settings import FollowerSettings
 
 log = logging.getLogger(__name__)
 
 
-def resolve_target(task: JobTask, client: LeaderClient, follower_id: str) -> tuple[ModelMeta, Credentials]:
-    """(the model as the endpoint describes it, the credentials to drive it with); a RuntimeError naming the endpoint
-    when its signature cannot be read or differs from the job's `inputs`."""
+def fleet_services(settings: FollowerSettings, telemetry: str | None) -> tuple[tuple[str, int], ...]:
+    """(host, port) of every service of the fleet this follower knows: the leader, its live-progress listener, the
+    broker, this follower's metrics port and the services its settings name."""
+    urls = [settings.leader_url, settings.redis_url]
+    places = [f"//{p.strip()}" for p in [telemetry or "", *settings.fleet_services.split(",")] if p.strip()]
+    out = []
+    for url in urls + places:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443, "redis": 6379, "rediss": 6379}.get(parts.scheme)
+        if parts.hostname and port:
+            out.append((parts.hostname, port))
+    if settings.metrics_port > 0:
+        out.append((settings.metrics_host, settings.metrics_port))
+    return tuple(out)
+
+
+def resolve_target(
+    task: JobTask, client: LeaderClient, follower_id: str, fleet: tuple[tuple[str, int], ...]
+) -> tuple[ModelMeta, Credentials]:
+    """(the model as the endpoint describes it, the credentials to drive it with, pinned to the address checked against
+    the team's allow-list and the fleet's own services `fleet`); EndpointRefused naming a refused address, a
+    RuntimeError naming the endpoint when its signature cannot be read or differs from the job's `inputs`."""
     target = task.spec.target
     assert target is not None
     opened = client.target_credentials(task.job_id, task.attempt, follower_id)
     credentials = Credentials(headers=tuple(opened.headers), verify=target.verify_tls, ca_pem=opened.ca_pem)
+    credentials = pin(target, credentials, egress.Policy(allow=egress.networks(opened.egress_allow), fleet=fleet))
     model = task.model
     if model.format != "endpoint":
         return model, credentials  # a stored model's signature (and, for a language model, its tokenizer)

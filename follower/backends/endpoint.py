@@ -5,6 +5,7 @@ endpoint's own answer and the model's signature is read from its metadata, both 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,19 +26,28 @@ def target_endpoint(target: TargetSpec, model: str) -> Endpoint:
     return Endpoint(target.protocol, target.url, target.model_name or model, target.model_version)
 
 
-def check_egress(target: TargetSpec) -> None:
-    """EndpointRefused (never retried) if the target's name resolves now to an address no target may be (common/egress.py):
-    checked before the endpoint is first contacted, so a name that resolved elsewhere at submission is caught here."""
+def pin(target: TargetSpec, credentials: Credentials, policy: egress.Policy) -> Credentials:
+    """The credentials with the address every connection to the target goes to: its name resolved now and every address
+    checked (common/egress.py), before the endpoint is first contacted; EndpointRefused (never retried) naming the
+    address when one is refused, so a name that resolved elsewhere at submission is caught here and never contacted."""
     parts = urlsplit(target.url)
+    port = parts.port or {"http": 80, "https": 443, "grpc": 80, "grpcs": 443}.get(parts.scheme, 80)
     try:
-        egress.check_resolved(parts.hostname or "", parts.port)
+        addresses = egress.check_resolved(parts.hostname or "", port, policy)
     except ValueError as exc:
         raise EndpointRefused(f"{target.url}: {exc}") from None
+    return replace(credentials, address=str(addresses[0]))
 
 
-def read_signature(target: TargetSpec, model: str, credentials: Credentials = NO_CREDENTIALS) -> list[TensorSpec] | None:
+def _checked(target: TargetSpec, credentials: Credentials) -> None:
+    """EndpointRefused unless the credentials carry the address `pin` checked: nothing is contacted before its check."""
+    if credentials.address is None:
+        raise EndpointRefused(f"{target.url}: its address was not checked before contacting it")
+
+
+def read_signature(target: TargetSpec, model: str, credentials: Credentials) -> list[TensorSpec] | None:
     """The model's inputs as the endpoint describes them; None for a protocol without metadata (OpenAI)."""
-    check_egress(target)
+    _checked(target, credentials)
     return PROTOCOLS[target.protocol].signature(target_endpoint(target, model), credentials)
 
 
@@ -67,7 +77,7 @@ class EndpointBackend:
     def wait_ready(self, timeout_s: float) -> float:
         """Until the endpoint says the model is ready (its protocol's own health answer, over HTTP or gRPC); 0.0, as
         no start of ours is timed."""
-        check_egress(self.target)
+        _checked(self.target, self.credentials)
         deadline, last, pause = time.monotonic() + timeout_s, "no answer", READY_POLL_FIRST_S
         while True:
             try:

@@ -4,6 +4,7 @@ or a unary gRPC call with a target's credentials, and the errors they end in."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import httpx
@@ -41,9 +42,16 @@ def post_json(url: str, body: bytes, credentials: Credentials) -> Any:
 def _call(method: str, url: str, credentials: Credentials, body: bytes | None = None) -> httpx.Response:
     verify: Any = credentials.ssl_context()
     headers = dict(credentials.headers) if body is None else {**dict(credentials.headers), "Content-Type": "application/json"}
+    parts = urlsplit(url)
+    to, extensions = url, {}
+    if credentials.address is not None and parts.hostname:  # to the checked address; the name in Host and TLS
+        at = f"[{credentials.address}]" if ":" in credentials.address else credentials.address
+        to = urlunsplit(parts._replace(netloc=at + (f":{parts.port}" if parts.port else "")))
+        headers["Host"] = parts.netloc
+        extensions = {"sni_hostname": parts.hostname}
     try:
         with httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, headers=headers, follow_redirects=False) as client:
-            response = client.request(method, url, content=body)
+            response = client.request(method, to, content=body, extensions=extensions)
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):
@@ -76,11 +84,12 @@ def unary(endpoint: Endpoint, method: str, request: Any, answer_type: Any, crede
     """One unary gRPC call to the endpoint with its credentials; EndpointRefused for UNAUTHENTICATED or
     PERMISSION_DENIED, EndpointError for any other failure, naming the RPC."""
     metadata = tuple((k.lower(), v) for k, v in credentials.headers) or None
+    target, options = credentials.grpc_channel(endpoint.address)
     if endpoint.tls:
         roots = credentials.ca_pem.encode() if credentials.ca_pem else None
-        channel = grpc.secure_channel(endpoint.address, grpc.ssl_channel_credentials(roots))
+        channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(roots), options=options)
     else:
-        channel = grpc.insecure_channel(endpoint.address)
+        channel = grpc.insecure_channel(target, options=options)
     name = method.rsplit("/", 1)[-1]
     try:
         call = channel.unary_unary(

@@ -5,20 +5,36 @@ endpoint's metadata. Its secrets must exist now, not fail on a follower later.""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from common import egress
 from common.errors import InvalidSpec, NotFound
 from common.spec.job import JobSpec
 from common.wire.models import ModelMeta, TensorSpec
 from leader.store import models as models_store
 from leader.store import secrets as secrets_store
+from leader.store import teams as teams_store
 
 
-async def target_model(db: AsyncDatabase, spec: JobSpec, *, team: str, owner: str) -> ModelMeta:
-    """The model a target job measures (422/404 naming the field when the target cannot be driven as asked)."""
+async def allowed_networks(
+    db: AsyncDatabase, *, team: str, leader_allow: tuple[egress.Network, ...]
+) -> tuple[egress.Network, ...]:
+    """The non-public networks the team's targets may be: the leader's allow-list and the team's own."""
+    return leader_allow + egress.networks(await teams_store.egress_allow(db, team))
+
+
+async def target_model(
+    db: AsyncDatabase, spec: JobSpec, *, team: str, owner: str, leader_allow: tuple[egress.Network, ...]
+) -> ModelMeta:
+    """The model a target job measures (422/404 naming the field when the target cannot be driven as asked, or when
+    its address is one the team may not reach: common/egress.py)."""
     target = spec.target
     assert target is not None
+    host = urlsplit(target.url).hostname or ""
+    if (why := egress.team_refusal(host, await allowed_networks(db, team=team, leader_allow=leader_allow))) is not None:
+        raise InvalidSpec(f"team {team} may not point a target at {host}: {why}", field="target.url")
     await secrets_store.check_target(db, team=team, target=target)
     try:
         stored: ModelMeta | None = await models_store.get_model(

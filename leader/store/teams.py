@@ -25,6 +25,12 @@ async def settings(db: AsyncDatabase) -> dict[str, TeamSettings]:
     }
 
 
+async def egress_allow(db: AsyncDatabase, team: str) -> list[str]:
+    """The team's own allow-list of non-public networks for its targets (empty unless an admin set one)."""
+    doc = await db[COLLECTION].find_one({"_id": team}, {"egress_allow": 1})
+    return list((doc or {}).get("egress_allow") or [])
+
+
 async def known(db: AsyncDatabase) -> list[str]:
     """Every team that has a token, a job or settings, sorted."""
     names = set(await db[users.COLLECTION].distinct("team")) | set(await db[jobs.COLLECTION].distinct("team"))

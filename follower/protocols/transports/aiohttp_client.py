@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
 import aiohttp
+import aiohttp.abc
 
 from follower.protocols.transports.base import NO_CREDENTIALS, Answer, Credentials, Transport, http_answer
 
 _HEADERS = {"Content-Type": "application/json"}
+
+
+class _Pinned(aiohttp.abc.AbstractResolver):
+    """Every name resolves to the one address the target was checked at (common/egress.py)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[Any]:
+        family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
+        return [{"hostname": host, "host": self.address, "port": port, "family": family, "proto": 0, "flags": 0}]
+
+    async def close(self) -> None:
+        return None
 
 
 class AiohttpTransport(Transport):
@@ -21,7 +37,11 @@ class AiohttpTransport(Transport):
         super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
         tls = credentials.ssl_context() if url.startswith("https://") else None
         connector = aiohttp.TCPConnector(
-            limit=max_concurrency, limit_per_host=max_concurrency, force_close=False, ssl=tls or True
+            limit=max_concurrency,
+            limit_per_host=max_concurrency,
+            force_close=False,
+            ssl=tls or True,
+            resolver=_Pinned(credentials.address) if credentials.address else None,
         )
         self.headers = {**_HEADERS, **dict(credentials.headers)}
         self.session = aiohttp.ClientSession(

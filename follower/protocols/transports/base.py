@@ -30,9 +30,26 @@ class Credentials:
     headers: tuple[tuple[str, str], ...] = ()
     verify: bool = True
     ca_pem: str | None = None
+    # The address the target's name was checked to resolve to (common/egress.py): every connection goes there, the
+    # name is never resolved again (the URL's name still goes in Host, the TLS server name and gRPC's authority).
+    address: str | None = None
 
     def __repr__(self) -> str:
-        return f"Credentials(headers={[h for h, _ in self.headers]}, verify={self.verify}, ca={self.ca_pem is not None})"
+        return (
+            f"Credentials(headers={[h for h, _ in self.headers]}, verify={self.verify}, ca={self.ca_pem is not None}, "
+            f"address={self.address})"
+        )
+
+    def grpc_channel(self, netloc: str) -> tuple[str, list[tuple[str, Any]]]:
+        """(the channel target, its options) for a gRPC endpoint at `netloc`: at the checked address, the authority and
+        the TLS name still the URL's."""
+        if self.address is None:
+            return netloc, []
+        host, _, port = netloc.rpartition(":")
+        bare = host.strip("[]")
+        scheme = "ipv6" if ":" in self.address else "ipv4"
+        at = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{scheme}:{at}:{port}", [("grpc.default_authority", netloc), ("grpc.ssl_target_name_override", bare)]
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context for an https:// or grpcs:// target: the system's CAs or the bundle, checked unless told not."""

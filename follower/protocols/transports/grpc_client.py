@@ -59,14 +59,15 @@ class GrpcTransport(Transport):
         super().__init__(
             f"{scheme}://{address}{method}", max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials
         )
-        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
+        target, pinned = credentials.grpc_channel(address)
+        options = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20), *pinned]
         if tls:
             if not credentials.verify:
                 raise ValueError("gRPC over TLS always checks the certificate: give its CA in target.ca_bundle instead")
             roots = credentials.ca_pem.encode() if credentials.ca_pem else None
-            self.channel = grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots), options=options)
+            self.channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(roots), options=options)
         else:
-            self.channel = grpc.aio.insecure_channel(address, options=options)
+            self.channel = grpc.aio.insecure_channel(target, options=options)
         # gRPC metadata keys are lower case; a secret's header travels as one.
         self.metadata = tuple((name.lower(), value) for name, value in credentials.headers) or None
         self.stages = stages

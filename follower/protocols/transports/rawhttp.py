@@ -189,14 +189,19 @@ class RawHttpSession:
     """
 
     def __init__(
-        self, url: str, timeout_s: float = 30.0, conn_factory: Any = None, headers: tuple[tuple[str, str], ...] = ()
+        self,
+        url: str,
+        timeout_s: float = 30.0,
+        conn_factory: Any = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        address: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         # A target's own headers (a secret's), written into every request; CR/LF were refused when it was stored.
         self.extra_head = "".join(f"{name}: {value}\r\n" for name, value in headers)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"RawHttpSession speaks plain http:// only, not {url!r}")
-        self.host = parts.hostname
+        self.host = address or parts.hostname  # the checked address a connection goes to (the name stays in Host)
         self.port = parts.port or 80
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         netloc = parts.netloc.rsplit("@", 1)[-1]
@@ -328,7 +333,7 @@ class RawHttpTransport(Transport):
 
     def __init__(self, url: str, *, max_concurrency: int, timeout_s: float, credentials: Credentials = NO_CREDENTIALS) -> None:
         super().__init__(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)
-        self.session = RawHttpSession(url, timeout_s, self.conn_factory, headers=credentials.headers)
+        self.session = RawHttpSession(url, timeout_s, self.conn_factory, headers=credentials.headers, address=credentials.address)
         self._waiters: set[_Waiter] = set()
 
     def encode(self, body: bytes) -> bytes:

@@ -131,7 +131,7 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
     # A submitter's own team's models and data only (another team's do not exist for it); an admin's any team's.
     team = principal.scope
     if spec.target is not None:  # an endpoint already running: its model need not be stored (leader/jobs/targets.py)
-        model = await target_model(db, spec, team=principal.team, owner=principal.user)
+        model = await target_model(db, spec, team=principal.team, owner=principal.user, leader_allow=settings.egress_networks)
     else:
         model = await models_store.get_model(db, name=spec.model.name, version=spec.model.version, field="model.ref", team=team)
     check_request_size(plan, model.inputs, model.ref)

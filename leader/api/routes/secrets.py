@@ -12,6 +12,7 @@ from common.spec.target import TargetSpec
 from common.wire.jobs import JobState
 from common.wire.secrets import SecretCreate, SecretView, TargetCredentials
 from leader.api.deps import Db, FollowerPrincipal, SettingsDep, Submitter, Viewer, check_follower
+from leader.jobs.targets import allowed_networks
 from leader.secretbox import SecretBox
 from leader.settings import LeaderSettings
 from leader.store import jobs as jobs_store
@@ -62,8 +63,8 @@ async def delete_secret(name: str, db: Db, principal: Submitter) -> SecretView:
 async def target_credentials(
     job_id: str, attempt: int, follower_id: str, request: Request, db: Db, settings: SettingsDep, principal: FollowerPrincipal
 ) -> TargetCredentials:
-    """The opened secrets of a target job, for the follower running its current attempt (403 for anyone else, 409
-    for an attempt that is not the job's running one)."""
+    """The opened secrets of a target job and the networks its team may reach, for the follower running its current
+    attempt (403 for anyone else, 409 for an attempt that is not the job's running one)."""
     check_follower(principal, follower_id)
     if principal.role != "follower":
         raise Forbidden("only the follower running the job fetches its target's secrets", field="follower_id")
@@ -71,6 +72,8 @@ async def target_credentials(
     if job.follower_id != follower_id or job.attempt != attempt or job.state not in (JobState.assigned, JobState.running):
         raise Conflict(f"attempt {attempt} of job {job_id} is not running on follower {follower_id}", field="attempt")
     target: TargetSpec | None = job.spec.target
+    allow = [str(n) for n in await allowed_networks(db, team=job.team, leader_allow=settings.egress_networks)]
     if target is None or (target.secret is None and target.ca_bundle is None):
-        return TargetCredentials()  # nothing to open (a leader without secret_key drives such targets too)
-    return await secrets_store.open_for_target(db, secret_box(request, settings), team=job.team, target=target)
+        return TargetCredentials(egress_allow=allow)  # nothing to open (a leader without secret_key drives these too)
+    opened = await secrets_store.open_for_target(db, secret_box(request, settings), team=job.team, target=target)
+    return opened.model_copy(update={"egress_allow": allow})

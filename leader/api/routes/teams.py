@@ -1,6 +1,7 @@
 """Teams sharing the fleet: GET /teams (each team's weight, fair share, use now and quotas), PUT /teams/{team} (an
-admin sets its weight and daily quotas), GET /usage (follower- and GPU-hours by team, user, follower class or
-follower over a period, with their cost). A user sees only their own team's."""
+admin sets its weight, daily quotas and the non-public networks its targets may be), GET /usage (follower- and
+GPU-hours by team, user, follower class or follower over a period, with their cost). A user sees only their own
+team's."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ async def _views(db: Db, placer: PlacerDep, only: str | None) -> list[TeamView]:
                 fair_share=round(use.weight / weight_sum, 4) if contends and use and weight_sum > 0 else None,
                 window_s=WINDOW_S,
                 quota_hours_per_day=settings.get(team, TeamSettings()).quota_hours_per_day,
+                egress_allow=settings.get(team, TeamSettings()).egress_allow,
                 used_today_hours={cls: round(h, 4) for (t, cls), h in today.items() if t == team},
             )
         )
@@ -68,8 +70,9 @@ async def set_team(
     placer: PlacerDep,
     admin: Admin,
 ) -> TeamView:
-    """Set a team's weight (admins): under contention its share of follower time follows weight / the contending
-    teams' weights."""
+    """Set a team's weight, daily quotas and egress allow-list (admins; what is not given goes back to its default):
+    under contention its share of follower time follows weight / the contending teams' weights; its jobs' targets may
+    be the non-public networks of its allow-list (an entry overlapping link-local or a metadata service is a 422)."""
     await teams_store.set_team(db, team=team, settings=settings, by=admin.user)
     placer.sharing.forget()
     return (await _views(db, placer, team))[0]

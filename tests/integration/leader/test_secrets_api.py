@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from common.wire.auth import DEFAULT_TEAM
 from tests.integration.leader.conftest import ADMIN, YAML, Leader
 
 KEY = "k" * 32
@@ -13,10 +14,16 @@ VALUE = "Bearer sk-live-" + uuid.uuid4().hex
 
 
 def _target_job(leader: Leader, secret: str | None) -> dict[str, Any]:
+    """A job aimed at loopback: refused until an admin allows loopback for the team (common/egress.py), then taken."""
     named = f", secret: {secret}" if secret else ""
     body = (f"name: endpoint\nmodel: remote\ninputs: [{{name: x, datatype: FP32, shape: [-1, 4]}}]\n"
             "load: {allow_short: true, rate: 50, duration: 2s}\n"
             f"target: {{url: 'http://127.0.0.1:9', protocol: kserve-http{named}}}\n")
+    refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=body)
+    assert refused.status_code == 422 and refused.json()["field"] == "target.url", refused.text
+    assert "127.0.0.1 is a loopback address" in refused.json()["message"], refused.text
+    allowed = leader.client.put(f"/api/v1/teams/{DEFAULT_TEAM}", headers=ADMIN, json={"egress_allow": ["127.0.0.1"]})
+    assert allowed.status_code == 200 and allowed.json()["egress_allow"] == ["127.0.0.1/32"], allowed.text
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=body)
     assert response.status_code == 201, response.text
     return dict(response.json())
@@ -56,7 +63,8 @@ def test_secrets_are_write_only_and_open_only_for_the_running_follower(make_lead
     _claimed(leader, job["id"], runner, "incarnation-run")
     leader.register(other, "incarnation-other")
     opened = _credentials(leader, job["id"], runner, leader.as_follower(runner))
-    assert opened.status_code == 200 and opened.json() == {"headers": [["X-Api-Key", VALUE]], "ca_pem": None}
+    assert opened.status_code == 200, opened.text
+    assert opened.json() == {"headers": [["X-Api-Key", VALUE]], "ca_pem": None, "egress_allow": ["127.0.0.1/32"]}
     assert _credentials(leader, job["id"], runner, leader.as_follower(other)).status_code == 403  # not its credential
     assert _credentials(leader, job["id"], other, leader.as_follower(other)).status_code == 409  # not its job
     assert _credentials(leader, job["id"], runner, ADMIN).status_code == 403  # not even an admin
@@ -72,4 +80,4 @@ def test_a_leader_without_a_key_refuses_secrets_but_drives_targets_without_one(l
     job = _target_job(leader, None)
     _claimed(leader, job["id"], "f-plain", "incarnation-plain")
     opened = _credentials(leader, job["id"], "f-plain", leader.as_follower("f-plain"))
-    assert opened.status_code == 200 and opened.json() == {"headers": [], "ca_pem": None}
+    assert opened.status_code == 200 and opened.json() == {"headers": [], "ca_pem": None, "egress_allow": ["127.0.0.1/32"]}

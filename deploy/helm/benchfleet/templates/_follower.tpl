@@ -66,6 +66,8 @@ containers:
       {{- include "benchfleet.redisPasswordEnv" .root | nindent 6 }}
       - {name: BENCHFLEET_FOLLOWER_LEADER_URL, value: "http://{{ include "benchfleet.fullname" .root }}-leader:{{ .root.Values.leader.port }}"}
       - {name: BENCHFLEET_REDIS_URL, value: {{ include "benchfleet.redisUrl" .root | quote }}}
+      # The database is one of the fleet's own services: no target may be it, whatever a team's allow-list opens.
+      - {name: BENCHFLEET_FOLLOWER_FLEET_SERVICES, value: "{{ include "benchfleet.fullname" .root }}-mongodb:27017"}
       - {name: BENCHFLEET_FOLLOWER_WORK_DIR, value: /work}
       - {name: BENCHFLEET_FOLLOWER_METRICS_HOST, value: "0.0.0.0"}
       - {name: BENCHFLEET_FOLLOWER_METRICS_PORT, value: {{ $f.metricsPort | quote }}}
