@@ -62,35 +62,59 @@ class TeamUse:
     running: int = 0  # followers running its jobs now
 
 
-def standing(team: str, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE, fleet: int = 0, extra_s: float = 0.0) -> int:
-    """Where a job of the team, `extra_s` long, stands against its team's share (smaller goes first): 2 when the team
-    already uses more than (1 + tolerance) x its fair share of the window's follower time, or the job would run it on
-    more of the `fleet`'s followers (0: not counted) than (1 + tolerance) x its fair share of them, rounded up; 1 when
-    neither, but the team would be past its share of the window with the job charged; else 0."""
-    if distance(team, uses) > tolerance:
-        return 2
-    active = {name: use for name, use in uses.items() if use.active or name == team}
-    weights = sum(max(u.weight, 0.0) for u in active.values())
-    if fleet > 0 and len(active) >= 2 and team in active and weights > 0:
-        fair = active[team].weight / weights * fleet
-        if active[team].running + 1 > math.ceil(fair * (1 + tolerance)):
+class Shares:
+    """The standings of many jobs against one `uses` (a view of the whole queue orders thousands of jobs): the
+    contending teams' weights and use summed once, not per job. `distance` and `standing` are defined here."""
+
+    def __init__(self, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE, fleet: int = 0) -> None:
+        self.uses, self.tolerance, self.fleet = uses, tolerance, fleet
+        self._contending = self._sums(None)
+
+    def _sums(self, team: str | None) -> tuple[dict[str, TeamUse], float, float]:
+        """The contending teams (and `team`), their weights and their use, summed."""
+        active = {name: use for name, use in self.uses.items() if use.active or name == team}
+        return active, sum(max(u.weight, 0.0) for u in active.values()), sum(max(u.used_s, 0.0) for u in active.values())
+
+    def _of(self, team: str) -> tuple[dict[str, TeamUse], float, float]:
+        mine = self.uses.get(team)
+        return self._contending if mine is not None and mine.active else self._sums(team)
+
+    def distance(self, team: str, extra_s: float = 0.0) -> float:
+        """How far the team is from its fair share among the contending teams: use / share - 1 (0 at its share, -1
+        using none of it), with `extra_s` more of it charged to the team; 0 when it alone contends, when nobody used
+        anything yet, or when it is unknown."""
+        active, weights, used = self._of(team)
+        if team not in active or len(active) < 2:
+            return 0.0
+        used += extra_s
+        mine = active[team]
+        if weights <= 0 or used <= 0 or mine.weight <= 0:
+            return 0.0
+        return ((max(mine.used_s, 0.0) + extra_s) / used) / (mine.weight / weights) - 1.0
+
+    def standing(self, team: str, extra_s: float = 0.0) -> int:
+        """Where a job of the team, `extra_s` long, stands against its team's share (smaller goes first): 2 when the
+        team already uses more than (1 + tolerance) x its fair share of the window's follower time, or the job would run
+        it on more of the `fleet`'s followers (0: not counted) than (1 + tolerance) x its fair share of them, rounded
+        up; 1 when neither, but the team would be past its share of the window with the job charged; else 0."""
+        if self.distance(team) > self.tolerance:
             return 2
-    return int(distance(team, uses, extra_s) > tolerance)
+        active, weights, _ = self._of(team)
+        if self.fleet > 0 and len(active) >= 2 and team in active and weights > 0:
+            fair = active[team].weight / weights * self.fleet
+            if active[team].running + 1 > math.ceil(fair * (1 + self.tolerance)):
+                return 2
+        return int(self.distance(team, extra_s) > self.tolerance)
+
+
+def standing(team: str, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE, fleet: int = 0, extra_s: float = 0.0) -> int:
+    """Shares.standing for one job."""
+    return Shares(uses, tolerance, fleet).standing(team, extra_s)
 
 
 def distance(team: str, uses: Mapping[str, TeamUse], extra_s: float = 0.0) -> float:
-    """How far the team is from its fair share among the contending teams: use / share - 1 (0 at its share, -1 using
-    none of it), with `extra_s` more of it charged to the team; 0 when it alone contends, when nobody used anything
-    yet, or when it is unknown."""
-    active = {name: use for name, use in uses.items() if use.active or name == team}
-    if team not in active or len(active) < 2:
-        return 0.0
-    weights = sum(max(u.weight, 0.0) for u in active.values())
-    used = sum(max(u.used_s, 0.0) for u in active.values()) + extra_s
-    mine = active[team]
-    if weights <= 0 or used <= 0 or mine.weight <= 0:
-        return 0.0
-    return ((max(mine.used_s, 0.0) + extra_s) / used) / (mine.weight / weights) - 1.0
+    """Shares.distance for one team."""
+    return Shares(uses).distance(team, extra_s)
 
 
 def use_in_window(runs: Iterable[tuple[str, float, float | None]], now: float, window_s: float = WINDOW_S) -> dict[str, float]:
@@ -111,18 +135,21 @@ def order_key(
     ahead_s: float,
     priority: str,
     team: str = "",
-    uses: Mapping[str, TeamUse] | None = None,
+    uses: Mapping[str, TeamUse] | Shares | None = None,
     ageing_per_s: float,
     wait_bound: float,
     tolerance: float = TOLERANCE,
     fleet: int = 0,
 ) -> tuple[int, int, int, float]:
     """Smaller runs first: (its class's rank; where it stands against its team's share (`standing`: its estimate
-    charged, `fleet` followers); then 0 and -waited for an overdue job, one that waited `wait_bound` x its FCFS
-    turnaround (`ahead_s` of work before it plus its own estimate), first come first served among them; else 1 and its
-    estimate less `ageing_per_s` for every second waited)."""
+    charged, `fleet` followers; `uses` may be Shares made with them, for many jobs); then 0 and -waited for an overdue
+    job, one that waited `wait_bound` x its FCFS turnaround (`ahead_s` of work before it plus its own estimate), first
+    come first served among them; else 1 and its estimate less `ageing_per_s` for every second waited)."""
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK["normal"])
-    over = standing(team, uses, tolerance, fleet, estimate_s) if team and uses else 0
+    over = 0
+    if team and uses:
+        shares = uses if isinstance(uses, Shares) else Shares(uses, tolerance, fleet)
+        over = shares.standing(team, estimate_s)
     if wait_bound > 0 and waited_s >= wait_bound * (ahead_s + estimate_s):
         return (rank, over, 0, -waited_s)
     return (rank, over, 1, estimate_s - ageing_per_s * waited_s)

@@ -16,12 +16,13 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pymongo import AsyncMongoClient
 from pymongo.errors import ConnectionFailure, NetworkTimeout, PyMongoError, WaitQueueTimeoutError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +118,25 @@ def busy() -> JSONResponse:
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
 
+class _Guard:
+    """The fast 503 while PerfDB is down (a pure ASGI layer: no task or stream per request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            health: DbHealth | None = getattr(scope["app"].state, "dbhealth", None)
+            if health is not None and health.down and not scope["path"].startswith(EXEMPT):
+                await unavailable()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def install(app: FastAPI) -> None:
     """The fast 503 while the database is down, and the same answer for a request that finds it down."""
 
-    @app.middleware("http")
-    async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        health: DbHealth | None = getattr(request.app.state, "dbhealth", None)
-        if health is not None and health.down and not request.url.path.startswith(EXEMPT):
-            return unavailable()
-        return await call_next(request)
+    app.add_middleware(_Guard)
 
     async def _connection_failure(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, WaitQueueTimeoutError | NetworkTimeout):

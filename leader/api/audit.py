@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from leader.auth.tokens import Principal
 from leader.clock import utcnow
@@ -29,30 +29,45 @@ ROUTINE = re.compile(
 )
 
 
+class _Audit:
+    """Records a changing request once the app has answered it, before the answer goes out (an entry is stored, or its
+    failure logged, by the time its client reads the answer). A pure ASGI layer: no task or stream per request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in CHANGES:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_recorded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                principal: Principal | None = scope.get("state", {}).get("principal")
+                if not (principal is not None and principal.role == "follower" and ROUTINE.match(scope["path"])):
+                    await _record(scope, message["status"], principal)
+            await send(message)
+
+        await self.app(scope, receive, send_recorded)
+
+
 def install(app: FastAPI) -> None:
     """Record every changing request once it is answered."""
-
-    @app.middleware("http")
-    async def _audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        if request.method in CHANGES:
-            principal: Principal | None = getattr(request.state, "principal", None)
-            if not (principal is not None and principal.role == "follower" and ROUTINE.match(request.url.path)):
-                await _record(request, response.status_code, principal)
-        return response
+    app.add_middleware(_Audit)
 
 
-async def _record(request: Request, status: int, principal: Principal | None) -> None:
+async def _record(scope: Scope, status: int, principal: Principal | None) -> None:
+    client = scope.get("client")
     entry = {
         "_id": uuid.uuid4().hex,
         "at": utcnow(),
         "user": principal.user if principal is not None else None,
         "role": principal.role if principal is not None else None,
         "token_id": principal.token_id if principal is not None else None,
-        "method": request.method,
-        "path": request.url.path,  # never the query: a login form or a cursor is not for the log
+        "method": scope["method"],
+        "path": scope["path"],  # never the query: a login form or a cursor is not for the log
         "status": status,
-        "client": request.client.host if request.client is not None else None,
+        "client": client[0] if client else None,
     }
     log.info(
         "%s %s -> %d by %s (%s) from %s",
@@ -63,10 +78,10 @@ async def _record(request: Request, status: int, principal: Principal | None) ->
         entry["role"] or "-",
         entry["client"],
     )
-    resources = getattr(request.app.state, "resources", None)
+    resources = getattr(scope["app"].state, "resources", None)
     if resources is None:
         return
     try:
         await audit_store.record(resources.db, entry)
     except Exception as exc:  # noqa: BLE001 - the audit must not fail what it audits
-        log.warning("could not store the audit entry for %s %s: %s", request.method, request.url.path, exc)
+        log.warning("could not store the audit entry for %s %s: %s", scope["method"], scope["path"], exc)

@@ -62,15 +62,22 @@ class JobBook:
         self.part_followers: dict[str, dict[str, str]] = {}  # split job → its active parts → their followers
         # A queued job's FCFS wait, estimated when this book first saw it: what its wait bound is measured against.
         self.ahead_s: dict[str, float] = {}
+        self.version = 0  # moves with every change to the queue, the active jobs or the loads (views derived from them)
+        self._applied: dict[str, JobChange] = {}  # the change each job in the book was last made from
 
     # --- applying PerfDB documents ---------------------------------------------------------------------------
 
     def apply(self, change: JobChange) -> None:
-        """Make the book agree with one job's current state."""
+        """Make the book agree with one job's current state (a change already applied, as the feed reads its overlap
+        again every tick, leaves the book and its version as they are)."""
         job_id = change.job_id
+        if self._applied.get(job_id) == change:
+            return
         self.forget(job_id)
         if change.split:
             return  # a split job is never placed itself: its parts are
+        if change.state == JobState.queued.value or (change.state in ACTIVE and change.follower_id):
+            self._applied[job_id] = change
         if change.state == JobState.queued.value:
             job = change.queued
             order: Order = (change.created_at, job_id)
@@ -100,6 +107,8 @@ class JobBook:
 
     def forget(self, job_id: str) -> None:
         """Remove a job from the book (its heap entry goes lazily, on the next pop)."""
+        self.version += 1
+        self._applied.pop(job_id, None)
         entry = self.queued.pop(job_id, None)
         self.ahead_s.pop(job_id, None)
         if entry is not None:
@@ -229,6 +238,7 @@ class JobBook:
         self._activate(job_id, _Active(follower_id, estimate_s, JobState.assigned.value, False, part_of, team, attempt))
 
     def _activate(self, job_id: str, active: _Active) -> None:
+        self.version += 1
         self.active[job_id] = active
         self.on_follower.setdefault(active.follower_id, set()).add(job_id)
         self.loads[active.follower_id] = self.loads.get(active.follower_id, Load()).plus(active.estimate_s)

@@ -241,6 +241,8 @@ class Placer:
         self._backoff_s = 0.0
         self._paused_until = 0.0
         self.book: JobBook | None = None  # None until the first full load from PerfDB
+        # The followers that may take work, as the last tick that had jobs to place read them (None before).
+        self.candidates: list[Candidate] | None = None
         self._loaded_at = 0.0
         self._since: datetime | None = None
         self._steps = WallSteps()
@@ -304,7 +306,7 @@ class Placer:
         if not kinds:
             return sent
         t0 = time.perf_counter()
-        candidates = await followers_store.candidates(self._db)
+        candidates = self.candidates = await followers_store.candidates(self._db)
         cost["candidates_ms"] = (time.perf_counter() - t0) * 1e3
         # The round-robin cursor lives in PerfDB, so a restarted leader goes on where it stopped.
         rr_last = await assignments_store.get_cursor(self._db) if self.policy == "round_robin" else None

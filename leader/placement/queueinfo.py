@@ -12,16 +12,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
+import time
+import weakref
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.spec.grid import overload_allowance_s
+from common.wire.followers import HeldJob
 from common.wire.jobs import JobState, JobView, SubmitPreview
 from common.wire.models import ModelMeta
 from leader.clock import utcnow
-from leader.domain import Candidate, Load, QueuedJob
+from leader.domain import Candidate, Load, Needs, QueuedJob
 from leader.jobplan import JobPlan
 from leader.placement.book import JobBook
 from leader.placement.placer import Placer, Policy, choose_follower, explain_unplaceable, unable_reason
@@ -44,67 +50,125 @@ async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetim
     return max(0.0, view.estimate_s - elapsed)
 
 
-async def _assigned(db: AsyncDatabase, book: JobBook, view: JobView, now: datetime) -> JobView:
-    fid = view.follower_id or ""
-    follower = await followers_store.get_follower(db, follower_id=fid)
-    held = [h for h in (follower.held if follower is not None else []) if not h.running]
-    order = [h.job_id for h in held]
-    if view.id in order:
-        ahead = [h.estimate_s for h in held[: order.index(view.id)]]
-    else:
-        # Not in the last heartbeat yet: the follower will slot it in by estimate (exact SJF, ageing aside).
-        mine = [
-            a.estimate_s
-            for job_id, a in book.active.items()
-            if a.follower_id == fid and a.state == JobState.assigned and job_id != view.id
-        ]
-        ahead = [e for e in mine if e < view.estimate_s]
-    remaining = await _running_remaining_s(db, fid, now)
-    return view.model_copy(update={"queue_position": len(ahead) + 1, "estimated_start": _at(remaining + sum(ahead), now)})
+@dataclass(frozen=True)
+class _Table:
+    """Every job queued at the leader: its place in the order placement takes the queue in, and seconds from now to its
+    estimated start (None: no follower can run it), as of one state of the book and the fleet."""
+
+    version: int  # the book's
+    fleet: tuple[Candidate, ...]
+    made: float  # monotonic seconds
+    places: dict[str, tuple[int, float | None]]
+
+
+# A table is kept while the book and the fleet are unchanged, at most TABLE_TTL_S (waiting ages jobs in the fair order).
+TABLE_TTL_S = 1.0
 
 
 class QueueInfo:
-    """Fills waiting jobs' queue position and estimated start; the fleet and the queue's order are read once per
-    instance (one request), so a page of jobs costs one ordering of the queue, not one per job."""
+    """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered and simulated once for
+    every job in it (O(n log f)), and the table is shared by every request (one made at a time) while the placer's book
+    and the fleet are unchanged, so a room of open Jobs pages costs one ordering, not one per page or per job; the
+    fleet and the followers' queues are read once per instance (one request)."""
+
+    _tables: ClassVar[weakref.WeakKeyDictionary[JobBook, _Table]] = weakref.WeakKeyDictionary()
+    _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Table]]] = weakref.WeakKeyDictionary()
 
     def __init__(self, db: AsyncDatabase, placer: Placer) -> None:
         self._db, self._placer = db, placer
         self._candidates: list[Candidate] | None = None
-        self._order: dict[str, int] | None = None
-        self._jobs: list[QueuedJob] = []
+        self._followers: dict[str, list[HeldJob]] = {}
+        self._remaining: dict[str, float] = {}
 
     async def _fleet(self) -> list[Candidate]:
+        """The fleet as the placer's last tick with queued jobs saw it (the queue is placed on that), else read."""
         if self._candidates is None:
-            self._candidates = await followers_store.candidates(self._db)
+            seen = self._placer.candidates
+            self._candidates = seen if seen is not None else await followers_store.candidates(self._db)
         return self._candidates
 
-    async def _ordered(self, book: JobBook) -> tuple[list[QueuedJob], dict[str, int]]:
-        """The leader's queue in the order placement takes it, and each job's place in it."""
-        if self._order is None:
-            jobs = [job for _, job, _ in book.queue_order()]
-            if self._placer.lookahead is not None:
-                jobs = await self._placer.sharing.order(jobs, book, len(await self._fleet()))
-            self._jobs, self._order = jobs, {job.job_id: k for k, job in enumerate(jobs)}
-        return self._jobs, self._order
+    async def _table(self, book: JobBook) -> _Table:
+        """The table of the book and fleet as they are: the kept one while it is current, else the one being made if
+        it is of them, else a new one."""
+        fleet = tuple(await self._fleet())
+        table = self._tables.get(book)
+        if table is not None and table.fleet == fleet:
+            age = time.monotonic() - table.made
+            if age < TABLE_TTL_S and table.version == book.version:
+                return table
+        making = self._making.get(book)
+        if making is not None:
+            table = await asyncio.shield(making)
+            if table.version == book.version and table.fleet == fleet:
+                return table
+        future: asyncio.Future[_Table] = asyncio.get_running_loop().create_future()
+        self._making[book] = future
+        try:
+            table = await self._make(book, fleet)
+            future.set_result(table)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # (retrieved: an error reaches every waiter, never the loop's handler)
+            raise
+        finally:
+            if self._making.get(book) is future:
+                del self._making[book]
+        self._tables[book] = table
+        return table
+
+    async def _make(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Table:
+        version = book.version
+        jobs = [job for _, job, _ in book.queue_order()]  # read before any await: the placer's tick changes the book
+        if self._placer.lookahead is not None:
+            jobs = await self._placer.sharing.order(jobs, book, len(fleet))
+        # Placement's simulation: the jobs ahead of the same kind go one by one to the capable follower whose queue
+        # finishes first; a job starts when the first of them is free.
+        heaps: dict[tuple[frozenset[str], Needs], list[float] | None] = {}
+        places: dict[str, tuple[int, float | None]] = {}
+        for k, job in enumerate(jobs):
+            kind = (job.backends, job.needs)
+            if kind not in heaps:
+                capable = [c.follower_id for c in fleet if unable_reason(job, c) is None]
+                heaps[kind] = sorted(book.loads[f].seconds if f in book.loads else 0.0 for f in capable) or None
+            heap = heaps[kind]
+            if heap is None:
+                places[job.job_id] = (k + 1, None)  # no start to estimate: waiting_reason says why
+                continue
+            places[job.job_id] = (k + 1, heap[0])
+            heapq.heapreplace(heap, heap[0] + job.estimate_s)
+        return _Table(version, fleet, time.monotonic(), places)
+
+    async def _assigned(self, book: JobBook, view: JobView, now: datetime) -> JobView:
+        fid = view.follower_id or ""
+        if fid not in self._followers:
+            follower = await followers_store.get_follower(self._db, follower_id=fid)
+            self._followers[fid] = [h for h in (follower.held if follower is not None else []) if not h.running]
+            self._remaining[fid] = await _running_remaining_s(self._db, fid, now)
+        held = self._followers[fid]
+        order = [h.job_id for h in held]
+        if view.id in order:
+            ahead = [h.estimate_s for h in held[: order.index(view.id)]]
+        else:
+            # Not in the last heartbeat yet: the follower will slot it in by estimate (exact SJF, ageing aside).
+            mine = [
+                a.estimate_s
+                for job_id, a in book.active.items()
+                if a.follower_id == fid and a.state == JobState.assigned and job_id != view.id
+            ]
+            ahead = [e for e in mine if e < view.estimate_s]
+        start = self._remaining[fid] + sum(ahead)
+        return view.model_copy(update={"queue_position": len(ahead) + 1, "estimated_start": _at(start, now)})
 
     async def _queued(self, book: JobBook, view: JobView, now: datetime) -> JobView:
-        entry = book.queued.get(view.id)
-        if entry is None:
+        if view.id not in book.queued:
             return view  # the book has not seen it yet (submitted a moment ago): the next read has it
-        job = entry[1]
-        jobs, order = await self._ordered(book)
-        place = order.get(view.id)
+        place = (await self._table(book)).places.get(view.id)
         if place is None:
             return view  # placed while the order was read: the next read has it where it went
-        capable = [c.follower_id for c in await self._fleet() if unable_reason(job, c) is None]
-        if not capable:
-            return view.model_copy(update={"queue_position": place + 1})  # no start to estimate: waiting_reason says why
-        ahead = [j.estimate_s for j in jobs[:place] if (j.backends, j.needs) == (job.backends, job.needs)]
-        loads = [(book.loads[f].seconds if f in book.loads else 0.0) for f in capable]
-        heapq.heapify(loads)
-        for estimate in ahead:
-            heapq.heapreplace(loads, loads[0] + estimate)
-        return view.model_copy(update={"queue_position": place + 1, "estimated_start": _at(loads[0], now)})
+        position, start = place
+        if start is None:
+            return view.model_copy(update={"queue_position": position})
+        return view.model_copy(update={"queue_position": position, "estimated_start": _at(start, now)})
 
     async def fill(self, view: JobView) -> JobView:
         """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""
@@ -113,7 +177,7 @@ class QueueInfo:
             return view  # the placer has not loaded its book yet (the leader just started)
         now = utcnow()
         if view.state == JobState.assigned and view.follower_id:
-            return await _assigned(self._db, book, view, now)
+            return await self._assigned(book, view, now)
         if view.state == JobState.queued:
             return await self._queued(book, view, now)
         return view

@@ -13,7 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, TeamUse, order_key
+from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, Shares, TeamUse, order_key
 from common.wire.teams import TeamSettings
 from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, QueuedJob
@@ -113,7 +113,7 @@ class Sharing:
         batch = [job for job in batch if job.job_id in book.queued]
         created = {job.job_id: book.queued[job.job_id][0] for job in batch}
         ahead = dict(book.fcfs_ahead(batch, followers))
-        uses = await self.uses(book)
+        shares = Shares(await self.uses(book), fleet=followers)  # summed once for the whole batch
         now = utcnow()
         learned = await self._learned_for(batch)
         estimates = {job.job_id: learned[_kind(job)].estimate(job.estimate_s, job.measured()) for job in batch}
@@ -125,7 +125,7 @@ class Sharing:
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,
                 team=job.team,
-                uses=uses,
+                uses=shares,
                 ageing_per_s=self.ageing_per_s,
                 wait_bound=self.wait_bound,
                 fleet=followers,

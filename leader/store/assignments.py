@@ -39,10 +39,12 @@ async def launchable(db: AsyncDatabase, *, limit: int) -> list[str]:
 
 
 async def set_waiting_reasons(db: AsyncDatabase, *, job_ids: list[str], reason: str | None) -> None:
-    """Record one reason for several queued jobs in one write (no transition: `updated_at` stays)."""
+    """Record one reason for several queued jobs in one write (no transition; `updated_at` moves, as with every write
+    to a job: the feeds and the jobs list's kept views follow it)."""
     if job_ids:
         await db[COLLECTION].update_many(
-            {"_id": {"$in": job_ids}, "state": JobState.queued.value}, {"$set": {"waiting_reason": reason}}
+            {"_id": {"$in": job_ids}, "state": JobState.queued.value},
+            {"$set": {"waiting_reason": reason, "updated_at": utcnow()}},
         )
 
 

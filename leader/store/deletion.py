@@ -92,4 +92,6 @@ async def footprint(db: AsyncDatabase, *, job_id: str, delete: bool = False) -> 
             if chunk_ids:
                 await db[CHUNKS].delete_many({"_id": {"$in": chunk_ids}})
         kinds[kind.name] = Stored(documents=count, bytes=size)
+    if delete:
+        await jobs_store.mark_deleted(db, job_ids=job_ids)
     return JobFootprint(job_id=job_id, job_ids=job_ids, deleted=delete, kinds=kinds)

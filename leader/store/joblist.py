@@ -9,8 +9,10 @@ The index is read whole once (the first list a leader serves), then kept current
 (every write to a job sets it; leader.placement.book relies on the same), read again right before each page: a write
 that landed before the page was asked is in it. A page checks its filter again on the documents it reads, so an entry
 behind the truth can leave a job out for one refresh but never shows one that does not match; a job deleted since
-(leader.store.deletion, retention) is dropped from the index when a page finds it gone. A finished job's view is kept
-with the `updated_at` it was made at and shown again while that is unchanged: a page of finished jobs reads no job.
+(leader.store.deletion, retention) is dropped from the index when a page finds it gone. A job's view is kept with the
+`updated_at` it was made at and shown again while that is unchanged: a page of jobs that did not change reads no job.
+(A view is kept only when it was read after its `updated_at`'s millisecond had passed, so no later write can carry
+the same stamp; a split job's view is never kept: its progress is its parts'.)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import bisect
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -28,16 +30,23 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
 from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store.jobdocs import job_view
-from leader.store.jobs import COLLECTION, counted_parts
+from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, counted_parts, deleted_since
 
 FIELDS = dict.fromkeys(
     ("created_at", "updated_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1
 )
 Key = tuple[datetime, str]  # (created_at, id): the list is newest first, ties by id
-# Views of finished jobs kept, by id with the `updated_at` they were made at: a page of finished jobs reads nothing and
-# validates nothing again (a finished job changes only by a write that moves its updated_at, which the feed reads).
+# Views kept, by id with the `updated_at` they were made at: a page of unchanged jobs reads nothing and validates nothing
+# again (a job changes only by a write that moves its updated_at, which the feed reads).
 MAX_VIEWS = 4096
+# What a view is made without: the expanded points and the model's snapshot are the documents' bulk (job_view reads
+# neither).
+VIEW_PROJECTION = {"points": 0, "model": 0}
+# What a kept view of an unfinished job is checked against on each page.
+STAMP = {"updated_at": 1}
 FINISHED = frozenset(state.value for state in TERMINAL_STATES)
+# A view read this long after its updated_at is kept: a later write's stamp (milliseconds, as BSON keeps it) differs.
+SETTLED = timedelta(milliseconds=2)
 
 
 def facets_of(doc: dict[str, Any]) -> JobFacets:
@@ -58,14 +67,17 @@ class JobIndex:
     """Every job's key and filter fields, by id, and the keys in list order (ascending: a page walks it backwards)."""
 
     def __init__(self) -> None:
-        self._facets: dict[str, JobFacets] = {}
-        self._keys: list[Key] = []
-        self._stamps: dict[str, datetime | None] = {}  # each job's updated_at as last read
-        self._views: OrderedDict[str, tuple[datetime | None, JobView]] = OrderedDict()  # finished jobs' views
-        self._since: datetime | None = None  # None: not read yet
+        self._clear()
         self._lock = asyncio.Lock()
         self._started = 0  # refreshes started, and completed (a caller waits for one that started after it asked)
         self._done = 0
+
+    def _clear(self) -> None:
+        self._facets: dict[str, JobFacets] = {}
+        self._keys: list[Key] = []
+        self._stamps: dict[str, datetime | None] = {}  # each job's updated_at as last read
+        self._views: OrderedDict[str, tuple[datetime | None, JobView]] = OrderedDict()  # jobs' views, by updated_at
+        self._since: datetime | None = None  # None: not read yet
 
     def _put(self, job_id: str, facets: JobFacets, stamp: datetime | None) -> None:
         if job_id not in self._facets:  # (a job's submission time never changes: its key stays where it is)
@@ -90,9 +102,14 @@ class JobIndex:
                 return
             self._started += 1
             started = utcnow()
+            if self._since is not None and started - self._since > TOMBSTONE_KEEP:
+                self._clear()  # (deletions older than the tombstones kept: read it all again)
             query = {} if self._since is None else {"updated_at": {"$gte": self._since}}
             async for doc in db[COLLECTION].find(query, FIELDS).batch_size(2000):
                 self._put(doc["_id"], facets_of(doc), doc.get("updated_at"))
+            if self._since is not None:
+                for job_id in await deleted_since(db, since=self._since):
+                    self.drop(job_id)
             self._since = started - FEED_OVERLAP
             self._done = self._started
 
@@ -113,7 +130,7 @@ class JobIndex:
         self, db: AsyncDatabase, where: JobFilter, *, limit: int, team: str | None, after: Key | None
     ) -> list[JobView]:
         """Up to `limit` jobs that `where` selects (of `team`), newest first, after `after`: chosen here, read by id
-        (a finished job's view unchanged since it was made is not read again) and checked again as read."""
+        (a job's view unchanged since it was made is not read again) and checked again as read."""
         if team is not None and where.team and where.team != team:
             return []  # another team's jobs do not exist for this caller
         await self.refresh(db)
@@ -129,15 +146,32 @@ class JobIndex:
                 if kept is not None and kept[0] == self._stamps.get(job_id):
                     views[job_id] = kept[1]
                     self._views.move_to_end(job_id)
+            await self._still_there(db, views)
             need = [job_id for job_id in chosen if job_id not in views]
             if need:
                 views.update(await self._read(db, need, where, team))
             out.extend(views[job_id] for job_id in chosen if job_id in views)
         return out
 
+    async def _still_there(self, db: AsyncDatabase, views: dict[str, JobView]) -> None:
+        """Kept views of unfinished jobs, checked against PerfDB with one small read: one deleted behind the leader's
+        back (unfinished jobs are not deleted through it, so no tombstone tells) is dropped, one changed since is read
+        again. (A finished job's deletion through the leader leaves a tombstone the refresh reads.)"""
+        waiting = [job_id for job_id, view in views.items() if view.state not in FINISHED]
+        if not waiting:
+            return
+        found = {d["_id"]: d.get("updated_at") async for d in db[COLLECTION].find({"_id": {"$in": waiting}}, STAMP)}
+        for job_id in waiting:
+            if job_id not in found:
+                self.drop(job_id)  # (and left out of the page, which the next ids fill)
+                del views[job_id]
+            elif found[job_id] != self._views[job_id][0]:
+                del views[job_id]  # changed since: read again whole
+
     async def _read(self, db: AsyncDatabase, ids: list[str], where: JobFilter, team: str | None) -> dict[str, JobView]:
         """The views of those of `ids` that still exist and match, read from PerfDB; the index brought up to date."""
-        found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": ids}})}
+        read_at = utcnow()
+        found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": ids}}, VIEW_PROJECTION)}
         await _count_parts(db, list(found.values()))
         out: dict[str, JobView] = {}
         for job_id in ids:
@@ -150,8 +184,9 @@ class JobIndex:
             if not ((team is None or facets.team == team) and where.admits(facets)):
                 continue
             out[job_id] = view = job_view(doc)
-            if facets.state in FINISHED and not facets.split:  # (a split job's progress is its parts')
-                self._views[job_id] = (doc.get("updated_at"), view)
+            stamp = doc.get("updated_at")
+            if not facets.split and stamp is not None and read_at - as_utc(stamp) >= SETTLED:
+                self._views[job_id] = (stamp, view)
                 self._views.move_to_end(job_id)
                 if len(self._views) > MAX_VIEWS:
                     self._views.popitem(last=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -36,6 +37,10 @@ from leader.store.jobdocs import (
 from leader.store.lookup import by_id
 
 COLLECTION = "jobs"
+# Jobs deleted (leader.store.deletion), by id and when: what keeps the jobs list's index (leader.store.joblist) from
+# showing a deleted job it kept, in every leader reading the database. Kept a day.
+TOMBSTONES = "job_tombstones"
+TOMBSTONE_KEEP = timedelta(days=1)
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
 TERMINAL = [state.value for state in TERMINAL_STATES]
 
@@ -49,6 +54,20 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     # The placer's change feed reads jobs by the time of their last transition; the queue limit counts per owner.
     await jobs.create_index([("updated_at", ASCENDING)])
     await jobs.create_index([("owner", ASCENDING), ("state", ASCENDING)])
+    await db[TOMBSTONES].create_index([("at", ASCENDING)])
+
+
+async def mark_deleted(db: AsyncDatabase, *, job_ids: list[str]) -> None:
+    """Record that these jobs were deleted (and forget the records older than TOMBSTONE_KEEP)."""
+    now = utcnow()
+    await db[TOMBSTONES].delete_many({"at": {"$lt": now - TOMBSTONE_KEEP}})
+    for job_id in job_ids:
+        await db[TOMBSTONES].replace_one({"_id": job_id}, {"_id": job_id, "at": now}, upsert=True)
+
+
+async def deleted_since(db: AsyncDatabase, *, since: datetime) -> list[str]:
+    """The jobs deleted since `since` (within TOMBSTONE_KEEP)."""
+    return [d["_id"] async for d in db[TOMBSTONES].find({"at": {"$gte": since}}, {"_id": 1})]
 
 
 async def insert_job(

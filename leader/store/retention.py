@@ -65,7 +65,9 @@ async def sweep_once(db: AsyncDatabase, policy: Retention) -> dict[str, int]:
             # Marked before the files go, so a read in between says retention removed them (not that there were
             # none); purged after, so a sweep cut short is finished by the next one.
             jobs = db[jobs_store.COLLECTION]
-            await jobs.update_many({"_id": {"$in": expired}, "records_expired_at": None}, {"$set": {"records_expired_at": now}})
+            # (updated_at moves with it: the jobs list keeps each job's view while its updated_at holds)
+            marked = {"records_expired_at": now, "updated_at": now}
+            await jobs.update_many({"_id": {"$in": expired}, "records_expired_at": None}, {"$set": marked})
             out["records"] = (await deletion.delete_records(db, job_ids=expired)).documents
             await jobs.update_many({"_id": {"$in": expired}}, {"$set": {"records_purged": True}})
     if policy.progress_days is not None:

@@ -18,6 +18,7 @@ from leader.clock import as_utc, utcnow
 from leader.store import users as users_store
 
 COLLECTION = "sessions"
+_sessions = users_store.Recent()  # session id hash → its document, as lately read
 
 
 async def ensure_indexes(db: AsyncDatabase) -> None:
@@ -47,8 +48,14 @@ async def start(db: AsyncDatabase, *, principal: Principal, token: str, ttl_s: f
 
 
 async def principal_for(db: AsyncDatabase, *, session_id: str, admin_token: str) -> Principal | None:
-    """The principal of a live session whose token is still live; None otherwise."""
-    doc: dict[str, Any] | None = await db[COLLECTION].find_one({"_id": hash_token(session_id)})
+    """The principal of a live session whose token is still live; None otherwise (a session's document is read at most
+    every users.PRINCIPAL_TTL_S; a logout here ends it at once)."""
+    hashed = hash_token(session_id)
+    doc: dict[str, Any] | None = _sessions.get(db, hashed)
+    if doc is None:
+        doc = await db[COLLECTION].find_one({"_id": hashed})
+        if doc is not None:
+            _sessions.put(db, hashed, doc)
     if doc is None or as_utc(doc["expires_at"]) <= utcnow():
         return None
     if doc.get("token_id") is not None:
@@ -62,3 +69,4 @@ async def principal_for(db: AsyncDatabase, *, session_id: str, admin_token: str)
 async def end(db: AsyncDatabase, *, session_id: str) -> None:
     """Forget a session (logout); unknown ids are ignored."""
     await db[COLLECTION].delete_one({"_id": hash_token(session_id)})
+    _sessions.forget(db, lambda doc: doc["_id"] == hash_token(session_id))

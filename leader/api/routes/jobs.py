@@ -270,20 +270,20 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None,
 @router.get("", response_model=list[JobView])
 async def list_jobs(
     request: Request,
-    response: Response,
     db: Db,
     index: JobIndexDep,
     viewer: Viewer,
     where: Annotated[JobFilter, Query()],
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> list[JobView]:
+) -> Response:
     """The caller's team's jobs (every team's for an admin) newest first, those the filters select (state, owner,
     model name or name:version, backend, follower, submitted since), a page of `limit` at a time: a full page names the
     next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
     jobs = await joblist.list_jobs(db, index, where=where, limit=limit, after=paging.decode(cursor), team=viewer.scope)
-    paging.link_next(request, response, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
-    return jobs
+    page = Response(paging.jobs_json(jobs), media_type="application/json")  # (the model's JSON, each job written once)
+    paging.link_next(request, page, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
+    return page
 
 
 @router.get("/{job_id}/footprint", response_model=JobFootprint)

@@ -10,6 +10,7 @@ from typing import Any
 from pymongo import AsyncMongoClient, monitoring
 
 from common.wire.jobs import JobFilter
+from leader.store import assignments as assignments_store
 from leader.store import joblist
 from tests.integration.leader.conftest import ADMIN, Leader
 
@@ -86,10 +87,10 @@ def test_writes_by_another_process_and_deletions_show_on_the_next_page(leader: L
     assert listed("") == [jobs[4], jobs[2], jobs[1], jobs[0]]
 
 
-def test_finished_jobs_are_shown_again_without_reading_them_until_they_change(leader: Leader) -> None:
-    """A page of finished jobs is read once; the next page reads only the feed; a finished job written since (its
-    updated_at moved) is read again and shown as it now is; an unfinished one is always read (its waiting reason is
-    written without moving updated_at)."""
+def test_jobs_are_shown_again_without_reading_them_until_they_change(leader: Leader) -> None:
+    """A page of jobs is read once; the next page reads the feed and, of an unfinished job, only its updated_at (so one
+    deleted behind the leader's back is noticed); a job written since (its updated_at moved: a rename, a waiting reason
+    the placer states) is read again and shown as it now is."""
     leader.upload_model()
     jobs = [leader.submit()["id"] for _ in range(4)]
     for job_id in jobs[:3]:
@@ -105,9 +106,12 @@ def test_finished_jobs_are_shown_again_without_reading_them_until_they_change(le
             for step in range(3):
                 if step == 2:
                     await db.jobs.update_one({"_id": jobs[0]}, {"$set": {"name": "renamed", "updated_at": datetime.now(UTC)}})
+                    await assignments_store.set_waiting_reasons(db, job_ids=[jobs[3]], reason="stated since")
                 listener.finds.clear()
                 listed = await joblist.list_jobs(db, index, where=JobFilter(), limit=10)
-                out.append([[j.id for j in listed], {j.id: j.name for j in listed}, [f["filter"] for f in listener.finds]])
+                reasons = {j.id: j.waiting_reason for j in listed}
+                read = [(f["filter"], f.get("projection")) for f in listener.finds]
+                out.append([[j.id for j in listed], {j.id: j.name for j in listed}, read, reasons])
             return out
         finally:
             await client.close()
@@ -115,8 +119,35 @@ def test_finished_jobs_are_shown_again_without_reading_them_until_they_change(le
     first, second, third = asyncio.run(pages())
     newest_first = jobs[::-1]
     assert first[0] == second[0] == third[0] == newest_first
-    assert first[2][-1] == {"_id": {"$in": newest_first}}  # (after the index's first read)
-    feed = second[2][0]
-    assert list(feed) == ["updated_at"] and second[2][1:] == [{"_id": {"$in": [jobs[3]]}}]  # only the queued one
-    assert third[2][1:] == [{"_id": {"$in": [jobs[3], jobs[0]]}}] and third[1][jobs[0]] == "renamed"
-    assert second[1][jobs[0]] == first[1][jobs[0]] != "renamed"
+    assert first[2][-1] == ({"_id": {"$in": newest_first}}, joblist.VIEW_PROJECTION)  # (after the index's first read)
+    feed, stamp = second[2][0][0], ({"_id": {"$in": [jobs[3]]}}, joblist.STAMP)
+    assert list(feed) == ["updated_at"] and second[2][1:] == [stamp]  # nothing changed: the queued one's stamp only
+    assert third[2][1:] == [({"_id": {"$in": [jobs[3], jobs[0]]}}, joblist.VIEW_PROJECTION)]  # the feed told: read whole
+    assert third[1][jobs[0]] == "renamed" and second[1][jobs[0]] == first[1][jobs[0]] != "renamed"
+    assert third[3][jobs[3]] == "stated since" != second[3][jobs[3]]
+
+
+def test_a_kept_finished_job_deleted_through_any_leader_leaves_every_list(leader: Leader) -> None:
+    """A finished job's view is kept and not read again; deleted (through the API, or by retention: both leave a
+    tombstone), it leaves the list at once, in this leader's index and in another's reading the same database."""
+    leader.upload_model()
+    jobs = [leader.submit()["id"] for _ in range(3)]
+    for job_id in jobs:
+        assert leader.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN).status_code == 200
+
+    def listed() -> list[str]:
+        answer = leader.client.get("/api/v1/jobs", headers=ADMIN)
+        assert answer.status_code == 200, answer.text
+        return [j["id"] for j in answer.json()]
+
+    async def other_leader(index: joblist.JobIndex) -> list[str]:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(leader.settings.mongo_uri)
+        try:
+            return [j.id for j in await joblist.list_jobs(client[leader.settings.db_name], index, where=JobFilter(), limit=10)]
+        finally:
+            await client.close()
+
+    other = joblist.JobIndex()
+    assert listed() == listed() == asyncio.run(other_leader(other)) == jobs[::-1]  # (views kept in both)
+    assert leader.client.delete(f"/api/v1/jobs/{jobs[1]}", headers=ADMIN).status_code == 200
+    assert listed() == asyncio.run(other_leader(other)) == [jobs[2], jobs[0]]
