@@ -56,20 +56,22 @@ class _Table:
     estimated start (None: no follower can run it), as of one state of the book and the fleet."""
 
     version: int  # the book's
+    settings: int  # the teams' settings' generation (Sharing.generation)
     fleet: tuple[Candidate, ...]
     made: float  # monotonic seconds
     places: dict[str, tuple[int, float | None]]
 
 
-# A table is kept while the book and the fleet are unchanged, at most TABLE_TTL_S (waiting ages jobs in the fair order).
+# A table is kept while the book, the teams' settings and the fleet are unchanged, at most TABLE_TTL_S (waiting ages
+# jobs in the fair order, and the teams' use of the window moves).
 TABLE_TTL_S = 1.0
 
 
 class QueueInfo:
     """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered and simulated once for
-    every job in it (O(n log f)), and the table is shared by every request (one made at a time) while the placer's book
-    and the fleet are unchanged, so a room of open Jobs pages costs one ordering, not one per page or per job; the
-    fleet and the followers' queues are read once per instance (one request)."""
+    every job in it (O(n log f)), and the table is shared by every request (one made at a time) while the placer's book,
+    the teams' settings and the fleet are unchanged, so a room of open Jobs pages costs one ordering, not one per page
+    or per job; the followers' queues are read once per instance (one request)."""
 
     _tables: ClassVar[weakref.WeakKeyDictionary[JobBook, _Table]] = weakref.WeakKeyDictionary()
     _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Table]]] = weakref.WeakKeyDictionary()
@@ -94,12 +96,12 @@ class QueueInfo:
         table = self._tables.get(book)
         if table is not None and table.fleet == fleet:
             age = time.monotonic() - table.made
-            if age < TABLE_TTL_S and table.version == book.version:
+            if age < TABLE_TTL_S and (table.version, table.settings) == (book.version, self._placer.sharing.generation):
                 return table
         making = self._making.get(book)
         if making is not None:
             table = await asyncio.shield(making)
-            if table.version == book.version and table.fleet == fleet:
+            if (table.version, table.settings, table.fleet) == (book.version, self._placer.sharing.generation, fleet):
                 return table
         future: asyncio.Future[_Table] = asyncio.get_running_loop().create_future()
         self._making[book] = future
@@ -117,7 +119,7 @@ class QueueInfo:
         return table
 
     async def _make(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Table:
-        version = book.version
+        version, settings = book.version, self._placer.sharing.generation
         jobs = [job for _, job, _ in book.queue_order()]  # read before any await: the placer's tick changes the book
         if self._placer.lookahead is not None:
             jobs = await self._placer.sharing.order(jobs, book, len(fleet))
@@ -136,7 +138,7 @@ class QueueInfo:
                 continue
             places[job.job_id] = (k + 1, heap[0])
             heapq.heapreplace(heap, heap[0] + job.estimate_s)
-        return _Table(version, fleet, time.monotonic(), places)
+        return _Table(version, settings, fleet, time.monotonic(), places)
 
     async def _assigned(self, book: JobBook, view: JobView, now: datetime) -> JobView:
         fid = view.follower_id or ""

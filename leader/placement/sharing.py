@@ -56,11 +56,13 @@ class Sharing:
         self.ageing_per_s, self.wait_bound = ageing_per_s, wait_bound  # the leader's queue's (common/fairshare.py)
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
         self._learned: dict[tuple[str, str], _Cached] = {}
+        self.generation = 0  # moves when the teams' settings change (an order made before is not of them)
         self._recent = usage_store.RecentRuns()  # the runs of the window and the day, kept current by the feed
 
     def forget(self) -> None:
         """Read again at the next use (an admin changed a team's settings)."""
         self._settings, self._window, self._today = _Cached(), _Cached(), _Cached()
+        self.generation += 1
 
     async def _learned_for(self, batch: list[QueuedJob]) -> dict[tuple[str, str], durations_store.Correction]:
         """Each kind's correction from its history fleet-wide (leader/store/durations.py), read at most every
