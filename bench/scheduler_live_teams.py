@@ -14,6 +14,7 @@ from pathlib import Path
 from benchfleet.client import BenchfleetClient
 from benchfleet.stack import LocalStack
 from common.wire.jobs import JobView
+from common.wire.teams import TeamSettings
 
 RED_JOBS, RED_S = 12, 1.0
 BLUE_JOBS, BLUE_S = 6, 3.0
@@ -76,7 +77,7 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
                     issued = admin.create_token(f"{team}-user", "submitter", team=team)
                     teams[team] = BenchfleetClient(stack.url, issued.token)
                     teams[team].upload_model(mlp_onnx(), name=f"{team}-live", version="1")
-                admin.set_team("blue", weight=2.0)
+                admin.set_team("blue", TeamSettings(weight=2.0))
                 for i in range(followers):
                     stack.start_follower(f"teams-{i}", wait=False)
                 leader.wait_ready(lambda: sum(f.state == "ready" for f in admin.followers()) == followers, timeout_s=90)
@@ -116,7 +117,7 @@ def live_teams(workdir: Path, redis_url: str, mongo_uri: str, followers: int = 2
 
 def _quota_stop(admin: BenchfleetClient, teams: dict[str, BenchfleetClient]) -> str:
     """Red's quota set below what it used today: its next job waits, saying why, while blue's runs."""
-    admin.set_team("red", weight=1.0, quota_hours_per_day={"*": 0.001})
+    admin.set_team("red", TeamSettings(weight=1.0, quota_hours_per_day={"*": 0.001}))
     late = teams["red"].submit_yaml(job_spec("red-late", "red-live", RED_S)).id
     blue = teams["blue"].submit_yaml(job_spec("blue-late", "blue-live", RED_S)).id
     deadline = time.monotonic() + 60

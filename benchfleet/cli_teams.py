@@ -11,7 +11,7 @@ from benchfleet.cli_common import DEFAULT_URL, EXIT_USAGE, JsonOpt, TokenOpt, Ur
 from benchfleet.render import simple_sheet
 from benchfleet.tables import Col, Sheet
 from common import egress
-from common.wire.teams import TeamView, UsageReport
+from common.wire.teams import TeamSettings, TeamView, UsageReport
 
 teams_app = typer.Typer(no_args_is_help=True, help="Teams sharing the fleet: their weights and use (ls), set a weight.")
 
@@ -101,7 +101,7 @@ def teams_set(
         except ValueError as exc:
             fail(f"--allow: {exc}", EXIT_USAGE)
     with client_for(url, token) as client:
-        view = call(client.set_team, team, weight=weight, quota_hours_per_day=quotas, egress_allow=allow or [])
+        view = call(client.set_team, team, TeamSettings(weight=weight, quota_hours_per_day=quotas, egress_allow=allow or []))
     shown = ", ".join(f"{c} {h:g} h" for c, h in view.quota_hours_per_day.items()) or "none"
     allowed = ", ".join(view.egress_allow) or "none"
     console.print(

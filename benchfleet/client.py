@@ -244,9 +244,9 @@ class BenchfleetClient:
         """Every team (yours, unless an admin) with its weight, its fair share and its use of the fleet now."""
         return self._do(Calls.teams())
 
-    def set_team(self, team: str, **settings: Any) -> TeamView:
-        """Set a team's TeamSettings (admins): weight, quota_hours_per_day, egress_allow; the rest back to defaults."""
-        return self._do(Calls.set_team(team, TeamSettings.model_validate(settings)))
+    def set_team(self, team: str, settings: TeamSettings) -> TeamView:
+        """Set a team's settings (admins): its weight, daily quotas and egress allow-list, all three replaced."""
+        return self._do(Calls.set_team(team, settings))
 
     def usage(self, *, by: str = "team", since: str | None = None, until: str | None = None) -> UsageReport:
         """Follower- and GPU-hours with their cost over a period (default: 30 days), by team, user, class or follower."""

@@ -133,7 +133,8 @@ class Policy:
     allow: tuple[Network, ...] = ()
     fleet: tuple[tuple[str, int], ...] = ()
 
-    def _fleet_addresses(self) -> list[tuple[Address, int]]:
+    def fleet_addresses(self) -> list[tuple[Address, int]]:
+        """The fleet's services' addresses as they resolve now, with their ports."""
         out = []
         for host, port in self.fleet:
             try:
@@ -143,11 +144,12 @@ class Policy:
             out += [(_unmapped(ipaddress.ip_address(str(i[4][0]).split("%", 1)[0])), port) for i in infos]
         return out
 
-    def fleet_service(self, address: Address, port: int) -> bool:
-        """Whether (address, port) reaches one of the fleet's own services: the same address, or any loopback address
-        or an unspecified one on this host, at its port."""
+    @staticmethod
+    def fleet_service(address: Address, port: int, services: list[tuple[Address, int]]) -> bool:
+        """Whether (address, port) reaches one of the fleet's `services` (fleet_addresses): the same address, or any
+        loopback address or an unspecified one on this host, at its port."""
         reached = _unmapped(address)
-        for service, service_port in self._fleet_addresses():
+        for service, service_port in services:
             if service_port != port:
                 continue
             if service == reached or service.is_unspecified or (service.is_loopback and reached.is_loopback):
@@ -166,11 +168,12 @@ def check_resolved(host: str, port: int, policy: Policy) -> list[Address]:
     except socket.gaierror as exc:
         raise ValueError(f"{host} does not resolve: {exc.strerror}") from None
     addresses: list[Address] = []
+    services = policy.fleet_addresses()
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if (why := denied(address) or restricted(address, policy.allow)) is not None:
             raise ValueError(f"{host} resolves to {why}")
-        if policy.fleet_service(address, port):
+        if policy.fleet_service(address, port, services):
             raise ValueError(f"{host}:{port} resolves to {address}:{port}, one of the fleet's own services: no target may be")
         if address not in addresses:
             addresses.append(address)

@@ -30,7 +30,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
 from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store.jobdocs import job_view
-from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, counted_parts, deleted_since
+from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, counted_parts, deleted_since, tombstone_key
 
 FIELDS = dict.fromkeys(
     ("created_at", "updated_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1
@@ -107,8 +107,8 @@ class JobIndex:
             query = {} if self._since is None else {"updated_at": {"$gte": self._since}}
             async for doc in db[COLLECTION].find(query, FIELDS).batch_size(2000):
                 self._put(doc["_id"], facets_of(doc), doc.get("updated_at"))
-            if self._since is not None:
-                for job_id in await deleted_since(db, since=self._since):
+            if self._since is not None and (gone := await deleted_since(db, since=self._since)):
+                for job_id in [j for j in self._facets if tombstone_key(j) in gone]:
                     self.drop(job_id)
             self._since = started - FEED_OVERLAP
             self._done = self._started

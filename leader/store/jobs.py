@@ -6,6 +6,7 @@ are written by leader/store/assignments.py, with apply_change."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -37,8 +38,9 @@ from leader.store.jobdocs import (
 from leader.store.lookup import by_id
 
 COLLECTION = "jobs"
-# Jobs deleted (leader.store.deletion), by id and when: what keeps the jobs list's index (leader.store.joblist) from
-# showing a deleted job it kept, in every leader reading the database. Kept a day.
+# Jobs deleted (leader.store.deletion), by the sha256 of their id (a deleted job leaves no id behind) and when: what
+# keeps the jobs list's index (leader.store.joblist) from showing a deleted job it kept, in every leader reading the
+# database. Kept a day.
 TOMBSTONES = "job_tombstones"
 TOMBSTONE_KEEP = timedelta(days=1)
 ACTIVE_STATES = [JobState.assigned.value, JobState.running.value]
@@ -57,17 +59,22 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     await db[TOMBSTONES].create_index([("at", ASCENDING)])
 
 
+def tombstone_key(job_id: str) -> str:
+    """What a deleted job's tombstone is named by."""
+    return hashlib.sha256(job_id.encode()).hexdigest()
+
+
 async def mark_deleted(db: AsyncDatabase, *, job_ids: list[str]) -> None:
     """Record that these jobs were deleted (and forget the records older than TOMBSTONE_KEEP)."""
     now = utcnow()
     await db[TOMBSTONES].delete_many({"at": {"$lt": now - TOMBSTONE_KEEP}})
-    for job_id in job_ids:
-        await db[TOMBSTONES].replace_one({"_id": job_id}, {"_id": job_id, "at": now}, upsert=True)
+    for key in map(tombstone_key, job_ids):
+        await db[TOMBSTONES].replace_one({"_id": key}, {"_id": key, "at": now}, upsert=True)
 
 
-async def deleted_since(db: AsyncDatabase, *, since: datetime) -> list[str]:
-    """The jobs deleted since `since` (within TOMBSTONE_KEEP)."""
-    return [d["_id"] async for d in db[TOMBSTONES].find({"at": {"$gte": since}}, {"_id": 1})]
+async def deleted_since(db: AsyncDatabase, *, since: datetime) -> set[str]:
+    """The tombstone keys of the jobs deleted since `since` (within TOMBSTONE_KEEP)."""
+    return {d["_id"] async for d in db[TOMBSTONES].find({"at": {"$gte": since}}, {"_id": 1})}
 
 
 async def insert_job(

@@ -25,6 +25,7 @@ from benchfleet.client import BenchfleetClient
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
 from common.fairshare import TeamUse, standing
+from common.wire.teams import TeamSettings
 from tests.e2e.test_walking_skeleton import _wait_until
 
 pytestmark = pytest.mark.e2e
@@ -93,12 +94,12 @@ def test_the_queue_runs_the_team_within_its_weighted_share_first_urgent_before_a
         # Blue's part of what the two teams used, as the leader counts it; blue's weight set so that its fair share
         # is well above that part (3 x its odds: red past its share by 2x blue's part), then well below it (a third
         # of its odds: blue past its share by 2x red's part).
-        admin.set_team("blue", weight=1.0)  # read afresh: the leader keeps its read of the window for seconds
+        admin.set_team("blue", TeamSettings(weight=1.0))  # read afresh: the leader keeps its read of the window for seconds
         used = {team: use.used_s for team, use in _uses(admin).items() if team in ids}
         assert used["red"] > 0 and used["blue"] > 0, used
         part = used["blue"] / (used["red"] + used["blue"])
         for first, weight in (("blue", 3 * part / (1 - part)), ("red", part / (3 * (1 - part)))):
-            admin.set_team("blue", weight=weight)
+            admin.set_team("blue", TeamSettings(weight=weight))
             uses = _uses(admin)
             assert uses["red"].active and uses["blue"].active, uses
             then = "red" if first == "blue" else "blue"
@@ -119,7 +120,7 @@ def test_the_queue_runs_the_team_within_its_weighted_share_first_urgent_before_a
         assert before <= FOLLOWERS - 1, (before, urgent_start)
 
         # Red past its daily quota: its next job waits, saying why, while blue's runs.
-        admin.set_team("red", weight=1.0, quota_hours_per_day={"*": 0.001})
+        admin.set_team("red", TeamSettings(weight=1.0, quota_hours_per_day={"*": 0.001}))
         late = teams["red"].submit_yaml(job_spec("red-late", "red-m", RED_S)).id
         blue = teams["blue"].submit_yaml(job_spec("blue-late", "blue-m", RED_S)).id
         _wait_until(lambda: admin.job(blue).state in DONE, 120, "blue's job to end")

@@ -100,12 +100,15 @@ NON_PUBLIC = [
 ]
 
 
+NON_PUBLIC_NETWORKS = ["127.0.0.0/8", "::1", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"]
+NON_PUBLIC_NETWORKS += ["198.18.0.0/15", "240.0.0.0/4"]
+
+
 @pytest.mark.parametrize("host", NON_PUBLIC)
 def test_loopback_private_and_reserved_addresses_need_the_teams_allow_list(host: str) -> None:
     why = egress.team_refusal(host, ())
     assert why is not None and "allow-list does not hold it" in why and "benchfleet teams set" in why, why
-    everything = egress.networks(["127.0.0.0/8", "::1", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
-                                  "fc00::/7", "198.18.0.0/15", "240.0.0.0/4"])  # fmt: skip
+    everything = egress.networks(NON_PUBLIC_NETWORKS)
     assert egress.team_refusal(host, everything) is None
     assert egress.team_refusal(host, egress.networks(["203.0.113.0/24"])) is not None  # another network opens nothing here
 
