@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.base import NAME_PATTERN
+from common.formats.lines import LineTooLong, bounded_lines
 from common.formats.llmdata import BadPrompts, parse_lines
 from common.formats.traces import BadTrace, inspect_trace
 from common.formats.ziplimits import ArchiveTooLarge, check_archive
@@ -156,7 +157,7 @@ def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
 def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
     fields: set[str] | None = None
     samples = 0
-    lines = enumerate(text, start=1)
+    lines = bounded_lines(text)
     while True:
         try:
             number, line = next(lines)
@@ -164,6 +165,8 @@ def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
             break
         except UnicodeDecodeError as exc:
             raise BadData(f"not UTF-8 text: {exc}") from None
+        except LineTooLong as exc:
+            raise BadData(str(exc)) from None
         if not line.strip():
             continue
         try:
@@ -215,7 +218,7 @@ def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | l
     if data_format == "jsonl":
         out: dict[str, list[np.ndarray]] = {}
         with open(path, encoding="utf-8") as fh:
-            for line in fh:
+            for _, line in bounded_lines(fh):
                 if line.strip() and sum(len(v) for v in out.values()) < MAX_SAMPLES * max(1, len(out)):
                     for key, value in json.loads(line).items():
                         out.setdefault(key, []).append(np.asarray(value))

@@ -16,8 +16,10 @@ the follower, in a sandbox).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import IO
+
+from common.formats.lines import LineTooLong, bounded_lines
 
 MAX_TOKENS = 131_072
 MAX_TEXT_CHARS = 1_000_000  # one prompt or message
@@ -103,10 +105,18 @@ def parse_row(doc: object, number: int) -> list[PromptRow]:
     return rows
 
 
-def parse_lines(lines: Iterable[str | bytes]) -> tuple[list[PromptRow], list[str]]:
-    """Every row of a prompts file, and the kinds it holds (sorted); BadPrompts naming the first bad line."""
+def parse_lines(text: IO[str]) -> tuple[list[PromptRow], list[str]]:
+    """Every row of a prompts file, and the kinds it holds (sorted); BadPrompts naming the first bad line (or the first
+    longer than common.formats.lines.MAX_LINE_CHARS)."""
     rows: list[PromptRow] = []
-    for number, line in enumerate(lines, start=1):
+    lines = bounded_lines(text)
+    while True:
+        try:
+            number, line = next(lines)
+        except StopIteration:
+            break
+        except LineTooLong as exc:
+            raise BadPrompts(str(exc)) from None
         if not line.strip():
             continue
         try:

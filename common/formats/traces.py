@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
 
+from common.formats.lines import LineTooLong, bounded_lines
 from common.spec.load import MAX_DURATION_S
 
 # One trace feeds one run; a million arrivals is ~3 min at 5k req/s, far more than one point ever sends.
 MAX_TRACE_FILE_ENTRIES = 1_000_000
 MAX_TRACE_TOKENS = 131_072
+MAX_TRACE_LINE_CHARS = 65_536  # one entry: a send offset and its request's lengths
 
 
 class BadTrace(ValueError):
@@ -177,18 +181,35 @@ def parse_trace(fp: IO[bytes]) -> Trace:
     fp.seek(0)
     text = io.TextIOWrapper(fp, encoding="utf-8", errors="strict", newline="")
     try:
-        lines = [(n, line) for n, line in enumerate(text, start=1)]
-    except UnicodeDecodeError as exc:
-        raise BadTrace(f"not UTF-8 text: {exc}") from None
+        return _parse(_entries(text))
     finally:
         text.detach()  # the caller's file stays open (an upload is streamed into GridFS next)
-    body = [(n, line.strip()) for n, line in lines if line.strip() and not line.lstrip().startswith("#")]
-    if not body:
+
+
+def _entries(text: IO[str]) -> Iterator[tuple[int, str]]:
+    """(number, stripped line) of each line that is not blank or a comment, read one at a time."""
+    lines = bounded_lines(text, MAX_TRACE_LINE_CHARS)
+    while True:
+        try:
+            n, line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise BadTrace(f"not UTF-8 text: {exc}") from None
+        except LineTooLong as exc:
+            raise BadTrace(str(exc)) from None
+        if line.strip() and not line.lstrip().startswith("#"):
+            yield n, line.strip()
+
+
+def _parse(body: Iterator[tuple[int, str]]) -> Trace:
+    start = next(body, None)
+    if start is None:
         raise BadTrace("no entries (one send offset per line, a CSV with a t or t_ms column, or JSONL)")
     builder = _Builder()
-    first = body[0][1]
+    first = start[1]
     if first.startswith("{"):
-        for n, line in body:
+        for n, line in itertools.chain([start], body):
             where = f"line {n}"
             try:
                 doc = json.loads(line)
@@ -206,10 +227,10 @@ def parse_trace(fp: IO[bytes]) -> Trace:
         return builder.build()
     if any(c.isalpha() for c in first.replace("e", "").replace("E", "")) or "," in first:
         header = [h.strip() for h in next(csv.reader([first]))]
-        column, scale = _time_column(header, f"line {body[0][0]} (header)")
+        column, scale = _time_column(header, f"line {start[0]} (header)")
         t_at = header.index(column)
         input_at = header.index("input") if "input" in header else None
-        for n, line in body[1:]:
+        for n, line in body:
             where = f"line {n}"
             row = next(csv.reader([line]))
             if len(row) != len(header):
@@ -222,7 +243,7 @@ def parse_trace(fp: IO[bytes]) -> Trace:
                 _lengths(dict(zip(header, row, strict=True)), where),
             )
         return builder.build()
-    for n, line in body:
+    for n, line in itertools.chain([start], body):
         builder.add(_number(line, f"line {n}", "offset"), None, f"line {n}")
     return builder.build()
 

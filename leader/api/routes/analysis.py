@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
 from common.base import NAME_PATTERN
@@ -180,9 +180,10 @@ async def export_records(
     blob = await records.load_records(db, job_id=job_id, attempt=attempt or job.attempt, index=index, probe=probe)
     if blob is None:
         raise NotFound(f"no raw records for point {index} of job {job_id}", field="index")
-    encode = lambda: export.records_bytes(records.decode(blob), fmt)  # noqa: E731 - decoded in the worker too
-    return Response(
-        await heavy.run("export", encode),
+    arrays = await heavy.run("export", records.decode, blob)
+    # Encoded a chunk at a time as it is sent (each chunk in a worker thread: Starlette iterates a plain iterator there).
+    return StreamingResponse(
+        export.records_chunks(arrays, fmt),
         media_type=export.MEDIA[fmt],
         headers={"Content-Disposition": f'attachment; filename="{job_id}-{index}-records.{fmt}"'},
     )
