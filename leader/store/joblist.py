@@ -67,12 +67,14 @@ class JobIndex:
     """Every job's key and filter fields, by id, and the keys in list order (ascending: a page walks it backwards)."""
 
     def __init__(self) -> None:
+        self.generation = 0  # moves with every change the index takes in (a conditional GET's validator)
         self._clear()
         self._lock = asyncio.Lock()
         self._started = 0  # refreshes started, and completed (a caller waits for one that started after it asked)
         self._done = 0
 
     def _clear(self) -> None:
+        self.generation += 1
         self._facets: dict[str, JobFacets] = {}
         self._keys: list[Key] = []
         self._stamps: dict[str, datetime | None] = {}  # each job's updated_at as last read
@@ -80,6 +82,8 @@ class JobIndex:
         self._since: datetime | None = None  # None: not read yet
 
     def _put(self, job_id: str, facets: JobFacets, stamp: datetime | None) -> None:
+        if self._facets.get(job_id) != facets or self._stamps.get(job_id) != stamp:
+            self.generation += 1
         if job_id not in self._facets:  # (a job's submission time never changes: its key stays where it is)
             bisect.insort(self._keys, (facets.created_at, job_id))
         self._facets[job_id] = facets
@@ -88,6 +92,7 @@ class JobIndex:
     def drop(self, job_id: str) -> None:
         """Forget a job (it was deleted)."""
         facets = self._facets.pop(job_id, None)
+        self.generation += 1
         self._stamps.pop(job_id, None)
         self._views.pop(job_id, None)
         if facets is not None:
@@ -113,6 +118,11 @@ class JobIndex:
             self._since = started - FEED_OVERLAP
             self._done = self._started
 
+    async def current(self, db: AsyncDatabase) -> int:
+        """The generation after a refresh: unchanged while no job the index holds changed, appeared or went."""
+        await self.refresh(db)
+        return self.generation
+
     def count_by_state(self) -> dict[str, int]:
         """How many jobs are in each state, as of the last refresh; a split job is not counted (its parts are)."""
         return dict(Counter(f.state for f in self._facets.values() if not f.split))
@@ -127,13 +137,21 @@ class JobIndex:
                 yield job_id
 
     async def page(
-        self, db: AsyncDatabase, where: JobFilter, *, limit: int, team: str | None, after: Key | None
+        self,
+        db: AsyncDatabase,
+        where: JobFilter,
+        *,
+        limit: int,
+        team: str | None,
+        after: Key | None,
+        refresh: bool = True,
     ) -> list[JobView]:
         """Up to `limit` jobs that `where` selects (of `team`), newest first, after `after`: chosen here, read by id
         (a job's view unchanged since it was made is not read again) and checked again as read."""
         if team is not None and where.team and where.team != team:
             return []  # another team's jobs do not exist for this caller
-        await self.refresh(db)
+        if refresh:  # (else the caller refreshed it a moment ago: `current`)
+            await self.refresh(db)
         out: list[JobView] = []
         while len(out) < limit:
             chosen = list(itertools.islice(self.select(where, team=team, after=after), limit - len(out)))
@@ -205,8 +223,15 @@ async def _count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
 
 
 async def list_jobs(
-    db: AsyncDatabase, index: JobIndex, *, where: JobFilter, limit: int, after: Key | None = None, team: str | None = None
+    db: AsyncDatabase,
+    index: JobIndex,
+    *,
+    where: JobFilter,
+    limit: int,
+    after: Key | None = None,
+    team: str | None = None,
+    refresh: bool = True,
 ) -> list[JobView]:
     """Jobs newest first (of `team`, when given) that `where` selects; with `after` (created_at, id), those that come
-    after it."""
-    return await index.page(db, where, limit=limit, team=team, after=after)
+    after it (`refresh=False`: the index was refreshed by the caller, `JobIndex.current`)."""
+    return await index.page(db, where, limit=limit, team=team, after=after, refresh=refresh)

@@ -14,13 +14,13 @@ from typing import Any
 
 import yaml
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 
 from common.errors import Conflict, InvalidRequest, NotFound
 from common.wire.followers import FollowerView
 from common.wire.jobs import TERMINAL_STATES, JobFilter, JobState, JobView, as_ran
-from leader.api import deps, paging
+from leader.api import conditional, deps, paging
 from leader.clock import as_utc, utcnow
 from leader.placement.queueinfo import QueueInfo
 from leader.store import fleetchecks as fleetchecks_store
@@ -104,20 +104,29 @@ def _where(params: dict[str, str]) -> JobFilter:
 
 
 @router.get("/jobs", response_class=HTMLResponse)
-async def jobs_page(request: Request) -> HTMLResponse:
+async def jobs_page(request: Request) -> Response:
     """Jobs newest first, filtered (team, submitter, state, model, backend, follower, date), with where each runs or
     waits, its estimated start and end, its verdict, and cancel / re-run / copy as YAML. `fragment=1` answers the
     table's body only (the page's script refreshes it while the page is visible)."""
     principal = await require_login(request)
     resources = deps.get_resources(request)
     params = dict(request.query_params)
-    error, status, rows, next_cursor = None, 200, [], None
+    fragment = params.get("fragment") == "1"
+    error, status, rows, next_cursor, tag = None, 200, [], None, None
     try:
         where = _where(params)
         after = paging.decode(params.get("cursor") or None)
         limit = _page_size(params.get("limit"))
+        generation = await resources.jobs_index.current(resources.db)
+        if fragment:  # the rows the page's script asks for again every 3 s: 304 while nothing they show changed
+            book = resources.placer.book
+            placed = (book.version if book is not None else None, resources.placer.sharing.generation)
+            who = (principal.user, principal.role, principal.team)
+            tag = conditional.etag("rows", generation, placed, who, str(request.url.query))
+            if conditional.fresh(request, tag):
+                return conditional.not_modified(tag)
         jobs = await joblist.list_jobs(
-            resources.db, resources.jobs_index, where=where, limit=limit, after=after, team=principal.scope
+            resources.db, resources.jobs_index, where=where, limit=limit, after=after, team=principal.scope, refresh=False
         )
         queue = QueueInfo(resources.db, resources.placer)
         jobs = [await queue.fill(j) for j in jobs]
@@ -129,8 +138,9 @@ async def jobs_page(request: Request) -> HTMLResponse:
     except InvalidRequest as exc:
         error, status = exc, exc.status
     context = {"rows": rows, "principal": principal, "may_submit": principal.at_least("submitter")}
-    if params.get("fragment") == "1":
-        return HTMLResponse(render("_jobrows.html", **context), status_code=status)
+    if fragment:
+        answer = HTMLResponse(render("_jobrows.html", **context), status_code=status)
+        return conditional.validated(answer, tag) if tag is not None and status == 200 else answer
     filters = {k: params.get(k, "") for k in FILTERS}
     html = render(
         "jobs.html",

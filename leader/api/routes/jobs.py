@@ -36,7 +36,7 @@ from common.wire.jobs import (
 )
 from common.wire.models import LlmParams, ModelMeta
 from common.wire.repeats import summarize_repeats
-from leader.api import paging
+from leader.api import conditional, paging
 from leader.api.body import read_limited
 from leader.api.deps import Db, FollowerPrincipal, JobId, JobIndexDep, PlacerDep, SettingsDep, Submitter, Viewer, check_follower
 from leader.auth.tokens import Principal
@@ -267,7 +267,7 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None,
         )
 
 
-@router.get("", response_model=list[JobView])
+@router.get("", response_model=list[JobView], responses={304: {"description": "Not Modified: If-None-Match named its ETag"}})
 async def list_jobs(
     request: Request,
     db: Db,
@@ -279,11 +279,16 @@ async def list_jobs(
 ) -> Response:
     """The caller's team's jobs (every team's for an admin) newest first, those the filters select (state, owner,
     model name or name:version, backend, follower, submitted since), a page of `limit` at a time: a full page names the
-    next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`)."""
-    jobs = await joblist.list_jobs(db, index, where=where, limit=limit, after=paging.decode(cursor), team=viewer.scope)
+    next one in its `Link` (rel="next") and `X-Next-Cursor` headers (pass it back as `cursor`). Its `ETag` names this
+    answer: asked again with it in `If-None-Match`, the list is 304 while no job changed (at most 10 s)."""
+    after = paging.decode(cursor)
+    tag = conditional.etag("jobs", await index.current(db), viewer.scope, str(request.url.query))
+    if conditional.fresh(request, tag):
+        return conditional.not_modified(tag)
+    jobs = await joblist.list_jobs(db, index, where=where, limit=limit, after=after, team=viewer.scope, refresh=False)
     page = Response(paging.jobs_json(jobs), media_type="application/json")  # (the model's JSON, each job written once)
     paging.link_next(request, page, (jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None)
-    return page
+    return conditional.validated(page, tag)
 
 
 @router.get("/{job_id}/footprint", response_model=JobFootprint)

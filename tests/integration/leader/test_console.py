@@ -10,6 +10,7 @@ import pytest
 
 from common.spec.parse import parse_spec_yaml
 from common.wire.jobs import JobView, as_ran
+from leader.api import conditional
 from leader.auth.tokens import CSRF_HEADER, SESSION_COOKIE
 from leader.web.submit import templates
 from tests.integration.leader.conftest import ADMIN, Leader
@@ -262,3 +263,25 @@ def test_a_login_posted_from_another_site_is_refused_and_pages_cannot_be_framed(
         headers = leader.client.get(path, headers=ADMIN if path.startswith("/api") else {}).headers
         assert headers["x-frame-options"] == "DENY" and headers["content-security-policy"] == "frame-ancestors 'none'"
         assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "same-origin"
+
+
+def test_the_jobs_rows_the_page_polls_are_304_until_they_change(leader: Leader, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Jobs page's script asks for its rows every 3 s; the browser sends back the rows' ETag (they are
+    `Cache-Control: private, no-cache`): 304 with no body while nothing they show changed, the new rows once a job is
+    submitted. Another user's rows (what they may cancel differs) have their own ETag."""
+    monkeypatch.setattr(conditional, "STALE_AFTER_S", 1e9)  # (the clock's own window never ticks mid-test)
+    leader.upload_model()
+    cookies, _ = _login(leader, ADMIN["Authorization"].split()[1])
+    first = leader.submit()["id"]
+    rows = leader.client.get("/jobs?fragment=1", cookies=cookies)
+    assert rows.status_code == 200 and first in rows.text
+    tag = rows.headers["ETag"]
+    assert rows.headers["Cache-Control"] == "private, no-cache"
+    again = leader.client.get("/jobs?fragment=1", cookies=cookies, headers={"If-None-Match": tag})
+    assert (again.status_code, again.content) == (304, b"")
+    viewer_cookies, _ = _login(leader, _token(leader, "vera", "viewer", "default"))
+    theirs = leader.client.get("/jobs?fragment=1", cookies=viewer_cookies, headers={"If-None-Match": tag})
+    assert theirs.status_code == 200 and first in theirs.text and theirs.headers["ETag"] != tag
+    second = leader.submit()["id"]
+    changed = leader.client.get("/jobs?fragment=1", cookies=cookies, headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and second in changed.text and changed.headers["ETag"] != tag

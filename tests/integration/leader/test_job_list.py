@@ -7,9 +7,11 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from pymongo import AsyncMongoClient, monitoring
 
 from common.wire.jobs import JobFilter
+from leader.api import conditional
 from leader.store import assignments as assignments_store
 from leader.store import joblist
 from tests.integration.leader.conftest import ADMIN, Leader
@@ -151,3 +153,29 @@ def test_a_kept_finished_job_deleted_through_any_leader_leaves_every_list(leader
     assert listed() == listed() == asyncio.run(other_leader(other)) == jobs[::-1]  # (views kept in both)
     assert leader.client.delete(f"/api/v1/jobs/{jobs[1]}", headers=ADMIN).status_code == 200
     assert listed() == asyncio.run(other_leader(other)) == [jobs[2], jobs[0]]
+
+
+def test_a_reader_with_the_current_list_gets_304_until_a_job_changes(leader: Leader, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Conditional GETs (leader/api/conditional.py): the list's ETag, sent back in If-None-Match, is answered 304
+    with no body while nothing changed; a submission, or a write by another process, changes it; another filter has
+    its own."""
+    monkeypatch.setattr(conditional, "STALE_AFTER_S", 1e9)  # (the clock's own window never ticks mid-test)
+    leader.upload_model()
+    first = leader.submit()["id"]
+    answer = leader.client.get("/api/v1/jobs", headers=ADMIN)
+    assert answer.status_code == 200 and [j["id"] for j in answer.json()][:1] == [first]
+    tag = answer.headers["ETag"]
+    assert tag.startswith('W/"') and answer.headers["Cache-Control"] == "private, no-cache"
+
+    again = leader.client.get("/api/v1/jobs", headers={**ADMIN, "If-None-Match": tag})
+    assert (again.status_code, again.content, again.headers["ETag"]) == (304, b"", tag)
+    other_filter = leader.client.get("/api/v1/jobs?state=queued", headers={**ADMIN, "If-None-Match": tag})
+    assert other_filter.status_code == 200 and other_filter.headers["ETag"] != tag
+
+    second = leader.submit()["id"]
+    changed = leader.client.get("/api/v1/jobs", headers={**ADMIN, "If-None-Match": tag})
+    assert changed.status_code == 200 and [j["id"] for j in changed.json()][:2] == [second, first]
+    tag = changed.headers["ETag"]
+    leader.db.jobs.update_one({"_id": first}, {"$set": {"state": "cancelled", "updated_at": datetime.now(UTC)}})
+    behind = leader.client.get("/api/v1/jobs", headers={**ADMIN, "If-None-Match": tag})
+    assert behind.status_code == 200 and {j["id"]: j["state"] for j in behind.json()}[first] == "cancelled"

@@ -41,7 +41,7 @@ def one_long_line(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("data_format", ["jsonl", "prompts"])
-def test_a_single_line_past_the_bound_is_refused_at_upload_without_holding_the_file(one_long_line: Path, data_format: str) -> None:
+def test_a_line_past_the_bound_is_refused_at_upload_without_holding_the_file(one_long_line: Path, data_format: str) -> None:
     tracemalloc.start()
     try:
         with open(one_long_line, "rb") as fp, pytest.raises(BadData) as refused:
