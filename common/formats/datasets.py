@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.base import NAME_PATTERN
-from common.formats.lines import LineTooLong, bounded_lines
+from common.formats.lines import bounded_lines
 from common.formats.llmdata import BadPrompts, parse_lines
 from common.formats.traces import BadTrace, inspect_trace
 from common.formats.ziplimits import ArchiveTooLarge, check_archive
@@ -157,16 +157,7 @@ def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
 def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
     fields: set[str] | None = None
     samples = 0
-    lines = bounded_lines(text)
-    while True:
-        try:
-            number, line = next(lines)
-        except StopIteration:
-            break
-        except UnicodeDecodeError as exc:
-            raise BadData(f"not UTF-8 text: {exc}") from None
-        except LineTooLong as exc:
-            raise BadData(str(exc)) from None
+    for number, line in bounded_lines(text, bad=BadData):
         if not line.strip():
             continue
         try:

@@ -4,7 +4,7 @@ and read again on the follower)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 # The longest line of JSONL request data or of a prompt set: one sample's inputs, or one conversation, in 16 Mi
@@ -16,12 +16,21 @@ class LineTooLong(ValueError):
     """A line past the bound (the message names it and the bound)."""
 
 
-def bounded_lines(text: IO[str], limit: int = MAX_LINE_CHARS) -> Iterator[tuple[int, str]]:
-    """(number from 1, line) for each line of `text`; LineTooLong at the first line longer than `limit` characters
-    (its end of line not counted), having read at most `limit` + 1 characters of it."""
+def bounded_lines(
+    text: IO[str], limit: int = MAX_LINE_CHARS, bad: Callable[[str], Exception] = LineTooLong
+) -> Iterator[tuple[int, str]]:
+    """(number from 1, line) for each line of `text`; `bad(message)` raised at the first line longer than `limit`
+    characters (its end of line not counted), having read at most `limit` + 1 characters of it, or at bytes that are
+    not UTF-8."""
     number = 0
-    while line := text.readline(limit + 1):
+    while True:
+        try:
+            line = text.readline(limit + 1)
+        except UnicodeDecodeError as exc:
+            raise bad(f"not UTF-8 text: {exc}") from None
+        if not line:
+            return
         number += 1
         if len(line) > limit and not line.endswith("\n"):
-            raise LineTooLong(f"line {number} is longer than {limit:,} characters")
+            raise bad(f"line {number} is longer than {limit:,} characters")
         yield number, line

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import IO
 
-from common.formats.lines import LineTooLong, bounded_lines
+from common.formats.lines import bounded_lines
 
 MAX_TOKENS = 131_072
 MAX_TEXT_CHARS = 1_000_000  # one prompt or message
@@ -109,14 +109,7 @@ def parse_lines(text: IO[str]) -> tuple[list[PromptRow], list[str]]:
     """Every row of a prompts file, and the kinds it holds (sorted); BadPrompts naming the first bad line (or the first
     longer than common.formats.lines.MAX_LINE_CHARS)."""
     rows: list[PromptRow] = []
-    lines = bounded_lines(text)
-    while True:
-        try:
-            number, line = next(lines)
-        except StopIteration:
-            break
-        except LineTooLong as exc:
-            raise BadPrompts(str(exc)) from None
+    for number, line in bounded_lines(text, bad=BadPrompts):
         if not line.strip():
             continue
         try:

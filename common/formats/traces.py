@@ -27,7 +27,7 @@ from typing import IO
 
 import numpy as np
 
-from common.formats.lines import LineTooLong, bounded_lines
+from common.formats.lines import bounded_lines
 from common.spec.load import MAX_DURATION_S
 
 # One trace feeds one run; a million arrivals is ~3 min at 5k req/s, far more than one point ever sends.
@@ -188,16 +188,7 @@ def parse_trace(fp: IO[bytes]) -> Trace:
 
 def _entries(text: IO[str]) -> Iterator[tuple[int, str]]:
     """(number, stripped line) of each line that is not blank or a comment, read one at a time."""
-    lines = bounded_lines(text, MAX_TRACE_LINE_CHARS)
-    while True:
-        try:
-            n, line = next(lines)
-        except StopIteration:
-            return
-        except UnicodeDecodeError as exc:
-            raise BadTrace(f"not UTF-8 text: {exc}") from None
-        except LineTooLong as exc:
-            raise BadTrace(str(exc)) from None
+    for n, line in bounded_lines(text, MAX_TRACE_LINE_CHARS, bad=BadTrace):
         if line.strip() and not line.lstrip().startswith("#"):
             yield n, line.strip()
 
