@@ -25,6 +25,7 @@ from leader.store import jobs as jobs_store
 from leader.store import lookup
 from leader.store import sessions as sessions_store
 from leader.store import users as users_store
+from leader.store.followers import Beats
 from leader.store.joblist import JobIndex
 
 
@@ -39,6 +40,7 @@ class Resources:
     placer: Placer
     heard: Ages  # monotonic age of each follower's last word (registration, heartbeat): liveness decisions
     jobs_index: JobIndex = field(default_factory=JobIndex)  # the jobs list's order and filters (leader.store.joblist)
+    beats: Beats = field(default_factory=Beats)  # each follower's last heartbeat written (leader.store.followers)
 
 
 def get_resources(request: Request) -> Resources:
@@ -61,6 +63,11 @@ def get_heard(request: Request) -> Ages:
     return get_resources(request).heard
 
 
+def get_beats(request: Request) -> Beats:
+    """Each follower's last heartbeat written."""
+    return get_resources(request).beats
+
+
 def get_jobs_index(request: Request) -> JobIndex:
     """The jobs list's index."""
     return get_resources(request).jobs_index
@@ -76,6 +83,7 @@ SettingsDep = Annotated[LeaderSettings, Depends(get_settings)]
 Db = Annotated[AsyncDatabase, Depends(get_db)]
 PlacerDep = Annotated[Placer, Depends(get_placer)]
 HeardDep = Annotated[Ages, Depends(get_heard)]
+BeatsDep = Annotated[Beats, Depends(get_beats)]
 JobIndexDep = Annotated[JobIndex, Depends(get_jobs_index)]
 
 # auto_error=False: a missing header is answered by our own 401 in the common error shape.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pymongo import ReturnDocument
@@ -98,23 +100,62 @@ async def is_approved(db: AsyncDatabase, *, follower_id: str) -> bool:
     return await db[COLLECTION].find_one({"_id": follower_id, "approved": True}, {"_id": 1}) is not None
 
 
-async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat) -> Heard:
+class Beats:
+    """What this leader last wrote of each follower's heartbeat: its incarnation, the fields and when. A beat that
+    changes none of them is answered from here and written at most every `rewrite_after_s`, so PerfDB's `last_seen`
+    lags a live follower by at most that. Liveness is judged from each beat's arrival (leader.clock.Ages), not from
+    `last_seen`; a follower judged missing had been silent far longer than `rewrite_after_s`, so its next beat is
+    written, and answered "returned". (Under read load PerfDB's write per unchanged beat was a quarter of its core.)"""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, tuple[str, dict[str, Any], float]] = {}
+
+    def current(self, follower_id: str, incarnation: str, fields: dict[str, Any], rewrite_after_s: float) -> bool:
+        """Whether this beat of `follower_id` says what the last one written said, and that was under `rewrite_after_s`
+        ago."""
+        last = self._last.get(follower_id)
+        return last is not None and last[:2] == (incarnation, fields) and self._clock() - last[2] < rewrite_after_s
+
+    def wrote(self, follower_id: str, incarnation: str, fields: dict[str, Any]) -> None:
+        self._last[follower_id] = (incarnation, fields, self._clock())
+
+    def forget(self, follower_id: str) -> None:
+        """The next beat is written (the follower registered, left or was removed)."""
+        self._last.pop(follower_id, None)
+
+
+async def heartbeat(
+    db: AsyncDatabase, *, follower_id: str, beat: Heartbeat, beats: Beats | None = None, rewrite_after_s: float = 0.0
+) -> Heard:
     """Record a heartbeat of the registered incarnation (a missing follower comes back): whether it was unknown, live,
-    or back from missing (the same process: it was silent, not dead)."""
+    or back from missing (the same process: it was silent, not dead). With `beats`, a beat that changes nothing is
+    written at most every `rewrite_after_s` (Beats)."""
     fields = {
         "state": beat.state,
         "running_job": beat.running_job,
         "held": [h.model_dump() for h in beat.held],
         "waiting_reason": beat.waiting_reason,
-        "last_seen": utcnow(),
         **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
         **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
     }
+    if beats is not None and beats.current(follower_id, beat.incarnation, fields, rewrite_after_s):
+        return "live"
+    written = {**fields, "last_seen": utcnow()}
     this = {"_id": follower_id, "incarnation": beat.incarnation}
     # One write for a live follower's beat (every beat but a comeback's); a second only when that one matched nothing.
-    if (await db[COLLECTION].update_one({**this, "state": {"$ne": MISSING}}, {"$set": fields})).matched_count:
-        return "live"
-    return "returned" if (await db[COLLECTION].update_one(this, {"$set": fields})).matched_count else "unknown"
+    if (await db[COLLECTION].update_one({**this, "state": {"$ne": MISSING}}, {"$set": written})).matched_count:
+        said: Heard = "live"
+    elif (await db[COLLECTION].update_one(this, {"$set": written})).matched_count:
+        said = "returned"
+    else:
+        said = "unknown"
+    if beats is not None:
+        if said == "unknown":
+            beats.forget(follower_id)
+        else:
+            beats.wrote(follower_id, beat.incarnation, fields)
+    return said
 
 
 async def set_draining(db: AsyncDatabase, *, follower_id: str, draining: bool) -> FollowerView:

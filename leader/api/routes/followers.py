@@ -16,6 +16,7 @@ from common.wire.followers import FollowerInfo, FollowerRegistration, FollowerVi
 from common.wire.jobs import JobState
 from leader.api.deps import (
     AdminAuth,
+    BeatsDep,
     Db,
     FollowerPrincipal,
     HeardDep,
@@ -68,6 +69,7 @@ async def register(
     request: Request,
     settings: SettingsDep,
     heard: HeardDep,
+    beats: BeatsDep,
 ) -> FollowerRegistration:
     """Register or re-register an agent; a new incarnation means the old one's jobs are lost and get requeued.
 
@@ -86,6 +88,7 @@ async def register(
         approved = True  # an admin registered it
     view, previous = await followers_store.register(db, info=info, approved=approved)
     heard.mark(info.follower_id)
+    beats.forget(info.follower_id)
     if previous is not None and previous != info.incarnation:
         requeued = await assignments_store.requeue_follower_jobs(
             db, follower_ids=[info.follower_id], reason=RESTARTED_REASON, lost={info.follower_id: previous}
@@ -140,11 +143,14 @@ async def heartbeat(
     placer: PlacerDep,
     settings: SettingsDep,
     heard: HeardDep,
+    beats: BeatsDep,
 ) -> HeartbeatReply:
-    """Record a heartbeat; known=False asks the agent to register again."""
+    """Record a heartbeat; known=False asks the agent to register again. A beat that changes nothing is written to
+    PerfDB at most every missing_after_s / 4 (followers_store.Beats)."""
     check_follower(principal, follower_id)
     arrived = heard.now()  # heard when it arrived, however long PerfDB then takes to record it
-    said = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat)
+    rewrite_after_s = settings.missing_after_s / 4
+    said = await followers_store.heartbeat(db, follower_id=follower_id, beat=beat, beats=beats, rewrite_after_s=rewrite_after_s)
     known = said != "unknown"
     if known:
         heard.mark(follower_id, at=arrived)
@@ -188,11 +194,14 @@ LEFT_REASON = "follower {follower_id} stopped (SIGTERM) and gave its jobs back"
 
 
 @router.post("/{follower_id}/leave", status_code=204)
-async def leave(follower_id: str, body: Leaving, db: Db, principal: FollowerPrincipal, placer: PlacerDep) -> None:
+async def leave(
+    follower_id: str, body: Leaving, db: Db, principal: FollowerPrincipal, placer: PlacerDep, beats: BeatsDep
+) -> None:
     """An agent stopping: it is missing at once (nothing more is placed on it) and every job it held or ran goes back
     to the queue as a new attempt, so nothing waits for its heartbeats to be missed; a report of the attempt it was
     running is stale from now on. 404 for an agent that is not the registered incarnation."""
     check_follower(principal, follower_id)
+    beats.forget(follower_id)
     if not await followers_store.leave(db, follower_id=follower_id, incarnation=body.incarnation):
         raise NotFound(f"follower {follower_id} is not registered with that incarnation", field="incarnation")
     requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=LEFT_REASON)
@@ -237,9 +246,10 @@ async def resume(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
 
 
 @router.delete("/{follower_id}", status_code=204, dependencies=[AdminAuth])
-async def remove(follower_id: str, db: Db, placer: PlacerDep) -> None:
+async def remove(follower_id: str, db: Db, placer: PlacerDep, beats: BeatsDep) -> None:
     """Forget a follower; its jobs go back to placement as new attempts."""
     await followers_store.remove(db, follower_id=follower_id)
+    beats.forget(follower_id)
     requeued = await assignments_store.requeue_follower_jobs(db, follower_ids=[follower_id], reason=REMOVED_REASON)
     if requeued:
         placer.nudge()
