@@ -31,6 +31,7 @@ from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
 from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store.jobdocs import job_view
 from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, counted_parts, deleted_since, tombstone_key
+from leader.store.lookup import by_ids
 
 FIELDS = dict.fromkeys(
     ("created_at", "updated_at", "team", "owner", "state", "model_ref", "spec.backends", "follower_id", "parts"), 1
@@ -178,7 +179,7 @@ class JobIndex:
         waiting = [job_id for job_id, view in views.items() if view.state not in FINISHED]
         if not waiting:
             return
-        found = {d["_id"]: d.get("updated_at") async for d in db[COLLECTION].find({"_id": {"$in": waiting}}, STAMP)}
+        found = {d["_id"]: d.get("updated_at") async for d in by_ids(db, COLLECTION, waiting, STAMP)}
         for job_id in waiting:
             if job_id not in found:
                 self.drop(job_id)  # (and left out of the page, which the next ids fill)
@@ -189,7 +190,7 @@ class JobIndex:
     async def _read(self, db: AsyncDatabase, ids: list[str], where: JobFilter, team: str | None) -> dict[str, JobView]:
         """The views of those of `ids` that still exist and match, read from PerfDB; the index brought up to date."""
         read_at = utcnow()
-        found = {doc["_id"]: doc async for doc in db[COLLECTION].find({"_id": {"$in": ids}}, VIEW_PROJECTION)}
+        found = {doc["_id"]: doc async for doc in by_ids(db, COLLECTION, ids, VIEW_PROJECTION)}
         await _count_parts(db, list(found.values()))
         out: dict[str, JobView] = {}
         for job_id in ids:
@@ -215,8 +216,7 @@ async def _count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
     """A split job shows its parts' progress, as get_job does: one read for every split job among `docs`."""
     part_ids = [part for doc in docs for part in doc.get("parts") or []]
     if part_ids:
-        parts = await db[COLLECTION].find({"_id": {"$in": part_ids}}, {"points_done": 1}).to_list(None)
-        done = {p["_id"]: int(p.get("points_done", 0)) for p in parts}
+        done = {p["_id"]: int(p.get("points_done", 0)) async for p in by_ids(db, COLLECTION, part_ids, {"points_done": 1})}
         for doc in docs:
             if doc.get("parts"):
                 doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))

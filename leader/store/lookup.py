@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -11,6 +12,21 @@ from common.errors import InvalidRequest, NotFound
 # The shortest prefix of an id that names a document (the console shows 8 characters of a job's 32).
 MIN_PREFIX = 4
 _HEX = frozenset("0123456789abcdef")
+
+
+# PerfDB's embedded server matches every document it fetches by id against the whole `$in` list again, so a read of n
+# ids costs it O(n^2): the stamps of a page of 100 jobs took 31 ms in one read, 17 ms in five of 20. (A server with a
+# real index pays one round trip more per 20 ids.)
+IDS_PER_READ = 20
+
+
+async def by_ids(
+    db: AsyncDatabase, collection: str, ids: list[str], projection: Mapping[str, Any] | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The documents of `ids` that exist (with `projection`), read IDS_PER_READ ids at a time."""
+    for start in range(0, len(ids), IDS_PER_READ):
+        async for doc in db[collection].find({"_id": {"$in": ids[start : start + IDS_PER_READ]}}, projection):
+            yield doc
 
 
 def team_query(team: str | None) -> dict[str, Any]:
