@@ -125,12 +125,10 @@ class Beats:
         self._last.pop(follower_id, None)
 
 
-async def heartbeat(
-    db: AsyncDatabase, *, follower_id: str, beat: Heartbeat, beats: Beats | None = None, rewrite_after_s: float = 0.0
-) -> Heard:
+async def heartbeat(db: AsyncDatabase, *, follower_id: str, beat: Heartbeat, beats: Beats, rewrite_after_s: float) -> Heard:
     """Record a heartbeat of the registered incarnation (a missing follower comes back): whether it was unknown, live,
-    or back from missing (the same process: it was silent, not dead). With `beats`, a beat that changes nothing is
-    written at most every `rewrite_after_s` (Beats)."""
+    or back from missing (the same process: it was silent, not dead). A beat that changes nothing is written at most
+    every `rewrite_after_s` (Beats)."""
     fields = {
         "state": beat.state,
         "running_job": beat.running_job,
@@ -139,7 +137,7 @@ async def heartbeat(
         **({"clock": beat.clock.model_dump()} if beat.clock is not None else {}),
         **({"target_costs_us": beat.target_costs_us} if beat.target_costs_us is not None else {}),
     }
-    if beats is not None and beats.current(follower_id, beat.incarnation, fields, rewrite_after_s):
+    if beats.current(follower_id, beat.incarnation, fields, rewrite_after_s):
         return "live"
     written = {**fields, "last_seen": utcnow()}
     this = {"_id": follower_id, "incarnation": beat.incarnation}
@@ -150,11 +148,10 @@ async def heartbeat(
         said = "returned"
     else:
         said = "unknown"
-    if beats is not None:
-        if said == "unknown":
-            beats.forget(follower_id)
-        else:
-            beats.wrote(follower_id, beat.incarnation, fields)
+    if said == "unknown":
+        beats.forget(follower_id)
+    else:
+        beats.wrote(follower_id, beat.incarnation, fields)
     return said
 
 

@@ -30,7 +30,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from common.wire.jobs import TERMINAL_STATES, JobFacets, JobFilter, JobView
 from leader.clock import FEED_OVERLAP, as_utc, utcnow
 from leader.store.jobdocs import job_view
-from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, counted_parts, deleted_since, tombstone_key
+from leader.store.jobs import COLLECTION, TOMBSTONE_KEEP, count_parts, deleted_since, tombstone_key
 from leader.store.lookup import by_ids
 
 FIELDS = dict.fromkeys(
@@ -191,7 +191,7 @@ class JobIndex:
         """The views of those of `ids` that still exist and match, read from PerfDB; the index brought up to date."""
         read_at = utcnow()
         found = {doc["_id"]: doc async for doc in by_ids(db, COLLECTION, ids, VIEW_PROJECTION)}
-        await _count_parts(db, list(found.values()))
+        await count_parts(db, list(found.values()))
         out: dict[str, JobView] = {}
         for job_id in ids:
             doc = found.get(job_id)
@@ -210,16 +210,6 @@ class JobIndex:
                 if len(self._views) > MAX_VIEWS:
                     self._views.popitem(last=False)
         return out
-
-
-async def _count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
-    """A split job shows its parts' progress, as get_job does: one read for every split job among `docs`."""
-    part_ids = [part for doc in docs for part in doc.get("parts") or []]
-    if part_ids:
-        done = {p["_id"]: int(p.get("points_done", 0)) async for p in by_ids(db, COLLECTION, part_ids, {"points_done": 1})}
-        for doc in docs:
-            if doc.get("parts"):
-                doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
 
 
 async def list_jobs(

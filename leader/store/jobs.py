@@ -35,7 +35,7 @@ from leader.store.jobdocs import (
     job_view,
     lifecycle_job,
 )
-from leader.store.lookup import by_id
+from leader.store.lookup import by_id, by_ids
 
 COLLECTION = "jobs"
 # Jobs deleted (leader.store.deletion), by the sha256 of their id (a deleted job leaves no id behind) and when: what
@@ -176,10 +176,18 @@ async def _get_doc(db: AsyncDatabase, job_id: str) -> dict[str, Any]:
 async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, field: str = "id") -> JobView:
     """One job (of `team`, when given); NotFound naming `field` if unknown. A split job counts its parts' points."""
     doc = await by_id(db, COLLECTION, job_id, what="job", team=team, field=field)
-    if doc.get("parts"):
-        parts = await db[COLLECTION].find({"_id": {"$in": counted_parts(doc)}}, {"points_done": 1}).to_list(None)
-        doc["points_done"] = sum(int(p.get("points_done", 0)) for p in parts)
+    await count_parts(db, [doc])
     return job_view(doc)
+
+
+async def count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
+    """A split job among `docs` shows its parts' progress: its points_done set to theirs, one read for all of them."""
+    part_ids = [part for doc in docs for part in counted_parts(doc)]
+    if part_ids:
+        done = {p["_id"]: int(p.get("points_done", 0)) async for p in by_ids(db, COLLECTION, part_ids, {"points_done": 1})}
+        for doc in docs:
+            if doc.get("parts"):
+                doc["points_done"] = sum(done.get(part, 0) for part in counted_parts(doc))
 
 
 def counted_parts(doc: dict[str, Any]) -> list[str]:
