@@ -69,6 +69,7 @@ class Shares:
     def __init__(self, uses: Mapping[str, TeamUse], tolerance: float = TOLERANCE, fleet: int = 0) -> None:
         self.uses, self.tolerance, self.fleet = uses, tolerance, fleet
         self._contending = self._sums(None)
+        self._standings: dict[tuple[str, float], int] = {}  # (team, extra_s) → standing: a queue has few distinct pairs
 
     def _sums(self, team: str | None) -> tuple[dict[str, TeamUse], float, float]:
         """The contending teams (and `team`), their weights and their use, summed."""
@@ -97,6 +98,12 @@ class Shares:
         team already uses more than (1 + tolerance) x its fair share of the window's follower time, or the job would run
         it on more of the `fleet`'s followers (0: not counted) than (1 + tolerance) x its fair share of them, rounded
         up; 1 when neither, but the team would be past its share of the window with the job charged; else 0."""
+        known = self._standings.get((team, extra_s))
+        if known is None:
+            known = self._standings[(team, extra_s)] = self._standing(team, extra_s)
+        return known
+
+    def _standing(self, team: str, extra_s: float) -> int:
         if self.distance(team) > self.tolerance:
             return 2
         active, weights, _ = self._of(team)

@@ -168,6 +168,8 @@ class JobBook:
     def fcfs_ahead(self, jobs: Iterable[QueuedJob], followers: int) -> dict[str, float]:
         """Each job's wait under first-come-first-served across the fleet (every follower's load and every job queued
         before it, shared over the followers), as first seen: later ticks keep what the first one said."""
+        if all(job.job_id in self.ahead_s for job in jobs):
+            return self.ahead_s  # (every one seen before: nothing to add, no sort)
         total = sum(load.seconds for load in self.loads.values())
         for job in sorted(jobs, key=lambda j: self.queued[j.job_id][0]):
             if job.job_id not in self.ahead_s:

@@ -27,7 +27,7 @@ from common.wire.followers import HeldJob
 from common.wire.jobs import JobState, JobView, SubmitPreview
 from common.wire.models import ModelMeta
 from leader.clock import utcnow
-from leader.domain import Candidate, Load, Needs, QueuedJob
+from leader.domain import Candidate, Load, QueuedJob
 from leader.jobplan import JobPlan
 from leader.placement.book import JobBook
 from leader.placement.placer import Placer, Policy, choose_follower, explain_unplaceable, unable_reason
@@ -125,10 +125,12 @@ class QueueInfo:
             jobs = await self._placer.sharing.order(jobs, book, len(fleet))
         # Placement's simulation: the jobs ahead of the same kind go one by one to the capable follower whose queue
         # finishes first; a job starts when the first of them is free.
-        heaps: dict[tuple[frozenset[str], Needs], list[float] | None] = {}
+        # (Each job's kind as the book's index of them, by number: a kind's key hashes its needs field by field.)
+        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
+        heaps: dict[int, list[float] | None] = {}
         places: dict[str, tuple[int, float | None]] = {}
         for k, job in enumerate(jobs):
-            kind = (job.backends, job.needs)
+            kind = kind_of[job.job_id]
             if kind not in heaps:
                 capable = [c.follower_id for c in fleet if unable_reason(job, c) is None]
                 heaps[kind] = sorted(book.loads[f].seconds if f in book.loads else 0.0 for f in capable) or None

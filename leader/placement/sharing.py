@@ -5,6 +5,7 @@ reads than that."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, Shares, TeamUse, order_key
 from common.wire.teams import TeamSettings
-from leader.clock import as_utc, utcnow
+from leader.clock import utcnow
 from leader.domain import Candidate, QueuedJob
 from leader.placement.book import JobBook
 from leader.store import durations as durations_store
@@ -33,7 +34,12 @@ MAX_KINDS = 4096
 
 def _kind(job: QueuedJob) -> tuple[str, str]:
     """A job's kind as the durations store keys it: its model and its backends."""
-    return job.model_ref, durations_store.backends_key(job.backends)
+    return _kind_of(job.model_ref, job.backends)
+
+
+@functools.lru_cache(maxsize=MAX_KINDS)
+def _kind_of(model_ref: str, backends: frozenset[str]) -> tuple[str, str]:
+    return model_ref, durations_store.backends_key(backends)
 
 
 @dataclass
@@ -117,13 +123,24 @@ class Sharing:
         ahead = dict(book.fcfs_ahead(batch, followers))
         shares = Shares(await self.uses(book), fleet=followers)  # summed once for the whole batch
         now = utcnow()
+        naive_now = now.replace(tzinfo=None)  # (what PerfDB hands back is naive UTC: subtracted as it is, per job)
         learned = await self._learned_for(batch)
-        estimates = {job.job_id: learned[_kind(job)].estimate(job.estimate_s, job.measured()) for job in batch}
+        # A queue of thousands holds few distinct estimates: each corrected once (kind, spec estimate, measured part).
+        corrected: dict[tuple[tuple[str, str], float, float | None], float] = {}
+
+        def estimate(job: QueuedJob) -> float:
+            memo = (kind := _kind(job), job.estimate_s, job.measured_s)
+            if memo not in corrected:
+                corrected[memo] = learned[kind].estimate(job.estimate_s, job.measured())
+            return corrected[memo]
+
+        estimates = {job.job_id: estimate(job) for job in batch}
 
         def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
+            at = created[job.job_id][0]
             fair = order_key(
                 estimate_s=estimates[job.job_id],
-                waited_s=(now - as_utc(created[job.job_id][0])).total_seconds(),
+                waited_s=((naive_now if at.tzinfo is None else now) - at).total_seconds(),
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,
                 team=job.team,

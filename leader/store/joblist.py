@@ -12,7 +12,10 @@ behind the truth can leave a job out for one refresh but never shows one that do
 (leader.store.deletion, retention) is dropped from the index when a page finds it gone. A job's view is kept with the
 `updated_at` it was made at and shown again while that is unchanged: a page of jobs that did not change reads no job.
 (A view is kept only when it was read after its `updated_at`'s millisecond had passed, so no later write can carry
-the same stamp; a split job's view is never kept: its progress is its parts'.)
+the same stamp; a split job's view is never kept: its progress is its parts'.) A kept view of an unfinished job is
+confirmed against PerfDB (its `updated_at`, by id) at most every CONFIRM_EVERY_S, shared by every page meanwhile: an
+unfinished job deleted behind the leader's back (no tombstone tells) leaves the list within that. (Confirmed on every
+page, ten readers of the newest 100 jobs spent PerfDB's core decoding those jobs: p50 159 ms, against 16 ms now.)
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import math
+import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +53,8 @@ STAMP = {"updated_at": 1}
 FINISHED = frozenset(state.value for state in TERMINAL_STATES)
 # A view read this long after its updated_at is kept: a later write's stamp (milliseconds, as BSON keeps it) differs.
 SETTLED = timedelta(milliseconds=2)
+# How long an unfinished job's kept view stands without its stamp read again (see the module's docstring).
+CONFIRM_EVERY_S = 1.0
 
 
 def facets_of(doc: dict[str, Any]) -> JobFacets:
@@ -67,7 +74,8 @@ def facets_of(doc: dict[str, Any]) -> JobFacets:
 class JobIndex:
     """Every job's key and filter fields, by id, and the keys in list order (ascending: a page walks it backwards)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.generation = 0  # moves with every change the index takes in (a conditional GET's validator)
         self._clear()
         self._lock = asyncio.Lock()
@@ -80,6 +88,7 @@ class JobIndex:
         self._keys: list[Key] = []
         self._stamps: dict[str, datetime | None] = {}  # each job's updated_at as last read
         self._views: OrderedDict[str, tuple[datetime | None, JobView]] = OrderedDict()  # jobs' views, by updated_at
+        self._confirmed: dict[str, float] = {}  # when each kept view's stamp was last read (this index's clock)
         self._since: datetime | None = None  # None: not read yet
 
     def _put(self, job_id: str, facets: JobFacets, stamp: datetime | None) -> None:
@@ -96,6 +105,7 @@ class JobIndex:
         self.generation += 1
         self._stamps.pop(job_id, None)
         self._views.pop(job_id, None)
+        self._confirmed.pop(job_id, None)
         if facets is not None:
             self._keys.pop(bisect.bisect_left(self._keys, (facets.created_at, job_id)))
 
@@ -173,14 +183,21 @@ class JobIndex:
         return out
 
     async def _still_there(self, db: AsyncDatabase, views: dict[str, JobView]) -> None:
-        """Kept views of unfinished jobs, checked against PerfDB with one small read: one deleted behind the leader's
-        back (unfinished jobs are not deleted through it, so no tombstone tells) is dropped, one changed since is read
-        again. (A finished job's deletion through the leader leaves a tombstone the refresh reads.)"""
-        waiting = [job_id for job_id, view in views.items() if view.state not in FINISHED]
+        """Kept views of unfinished jobs not confirmed for CONFIRM_EVERY_S, checked against PerfDB with one small read:
+        one deleted behind the leader's back (unfinished jobs are not deleted through it, so no tombstone tells) is
+        dropped, one changed since is read again. (A finished job's deletion through the leader leaves a tombstone the
+        refresh reads.)"""
+        now = self._clock()
+        waiting = [
+            job_id
+            for job_id, view in views.items()
+            if view.state not in FINISHED and now - self._confirmed.get(job_id, -math.inf) >= CONFIRM_EVERY_S
+        ]
         if not waiting:
             return
         found = {d["_id"]: d.get("updated_at") async for d in by_ids(db, COLLECTION, waiting, STAMP)}
         for job_id in waiting:
+            self._confirmed[job_id] = now
             if job_id not in found:
                 self.drop(job_id)  # (and left out of the page, which the next ids fill)
                 del views[job_id]
@@ -189,7 +206,7 @@ class JobIndex:
 
     async def _read(self, db: AsyncDatabase, ids: list[str], where: JobFilter, team: str | None) -> dict[str, JobView]:
         """The views of those of `ids` that still exist and match, read from PerfDB; the index brought up to date."""
-        read_at = utcnow()
+        read_at, now = utcnow(), self._clock()
         found = {doc["_id"]: doc async for doc in by_ids(db, COLLECTION, ids, VIEW_PROJECTION)}
         await count_parts(db, list(found.values()))
         out: dict[str, JobView] = {}
@@ -206,9 +223,10 @@ class JobIndex:
             stamp = doc.get("updated_at")
             if not facets.split and stamp is not None and read_at - as_utc(stamp) >= SETTLED:
                 self._views[job_id] = (stamp, view)
+                self._confirmed[job_id] = now
                 self._views.move_to_end(job_id)
                 if len(self._views) > MAX_VIEWS:
-                    self._views.popitem(last=False)
+                    self._confirmed.pop(self._views.popitem(last=False)[0], None)
         return out
 
 

@@ -70,7 +70,10 @@ def test_a_page_reads_only_its_own_jobs_by_id(leader: Leader) -> None:
 
 def test_writes_by_another_process_and_deletions_show_on_the_next_page(leader: Leader) -> None:
     """A state written by another process (a second leader, an admin script: every job write sets updated_at) is
-    in the next page's filter; a job deleted behind the leader's back is left out and the page is still full."""
+    in the next page's filter; a job deleted behind the leader's back is left out once its kept view's confirmation
+    is due (joblist.CONFIRM_EVERY_S: the leader's clock, a seam here), and the page is still full."""
+    now = [0.0]
+    leader.client.app.state.resources.jobs_index = joblist.JobIndex(clock=lambda: now[0])
     leader.upload_model()
     jobs = [leader.submit()["id"] for _ in range(5)]
 
@@ -85,14 +88,18 @@ def test_writes_by_another_process_and_deletions_show_on_the_next_page(leader: L
     assert listed("?state=cancelled") == [jobs[1]]
     assert jobs[1] not in listed("?state=queued")
     leader.db.jobs.delete_one({"_id": jobs[3]})
+    shown = listed("?limit=3")  # (its view, if kept, was confirmed on this clock's 0.0: due at CONFIRM_EVERY_S)
+    now[0] += joblist.CONFIRM_EVERY_S
     assert listed("?limit=3") == [jobs[4], jobs[2], jobs[1]]
     assert listed("") == [jobs[4], jobs[2], jobs[1], jobs[0]]
+    assert shown in ([jobs[4], jobs[3], jobs[2]], [jobs[4], jobs[2], jobs[1]])  # (kept and not yet due, or read whole)
 
 
 def test_jobs_are_shown_again_without_reading_them_until_they_change(leader: Leader) -> None:
-    """A page of jobs is read once; the next page reads the feed and, of an unfinished job, only its updated_at (so one
-    deleted behind the leader's back is noticed); a job written since (its updated_at moved: a rename, a waiting reason
-    the placer states) is read again and shown as it now is."""
+    """A page of jobs is read once; the next page reads the feed and nothing else; one once CONFIRM_EVERY_S has passed
+    reads, of an unfinished job, only its updated_at (so one deleted behind the leader's back is noticed); a job
+    written since (its updated_at moved: a rename, a waiting reason the placer states) is read again and shown as it
+    now is."""
     leader.upload_model()
     jobs = [leader.submit()["id"] for _ in range(4)]
     for job_id in jobs[:3]:
@@ -103,10 +110,13 @@ def test_jobs_are_shown_again_without_reading_them_until_they_change(leader: Lea
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(leader.settings.mongo_uri, event_listeners=[listener])
         try:
             db = client[leader.settings.db_name]
-            index = joblist.JobIndex()
+            now = [0.0]
+            index = joblist.JobIndex(clock=lambda: now[0])
             out: list[list[Any]] = []
-            for step in range(3):
-                if step == 2:
+            for step in range(4):
+                if step >= 2:
+                    now[0] += joblist.CONFIRM_EVERY_S  # (the queued job's kept view is due for confirmation)
+                if step == 3:
                     await db.jobs.update_one({"_id": jobs[0]}, {"$set": {"name": "renamed", "updated_at": datetime.now(UTC)}})
                     await assignments_store.set_waiting_reasons(db, job_ids=[jobs[3]], reason="stated since")
                 listener.finds.clear()
@@ -118,10 +128,11 @@ def test_jobs_are_shown_again_without_reading_them_until_they_change(leader: Lea
         finally:
             await client.close()
 
-    first, second, third = asyncio.run(pages())
+    first, within, second, third = asyncio.run(pages())
     newest_first = jobs[::-1]
-    assert first[0] == second[0] == third[0] == newest_first
+    assert first[0] == within[0] == second[0] == third[0] == newest_first
     assert first[2][-1] == ({"_id": {"$in": newest_first}}, joblist.VIEW_PROJECTION)  # (after the index's first read)
+    assert [list(f) for f, _ in within[2]] == [["updated_at"]]  # nothing changed, nothing due: the feed only
     feed, stamp = second[2][0][0], ({"_id": {"$in": [jobs[3]]}}, joblist.STAMP)
     assert list(feed) == ["updated_at"] and second[2][1:] == [stamp]  # nothing changed: the queued one's stamp only
     assert third[2][1:] == [({"_id": {"$in": [jobs[3], jobs[0]]}}, joblist.VIEW_PROJECTION)]  # the feed told: read whole
