@@ -120,13 +120,14 @@ class QueueInfo:
 
     async def _make(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Table:
         version, settings = book.version, self._placer.sharing.generation
-        jobs = [job for _, job, _ in book.queue_order()]  # read before any await: the placer's tick changes the book
+        # Read before any await: the placer's tick changes the book meanwhile. (Each job's kind as the book's index of
+        # them, by number: a kind's key hashes its needs field by field.)
+        jobs = [job for _, job, _ in book.queue_order()]
+        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
         if self._placer.lookahead is not None:
             jobs = await self._placer.sharing.order(jobs, book, len(fleet))
         # Placement's simulation: the jobs ahead of the same kind go one by one to the capable follower whose queue
         # finishes first; a job starts when the first of them is free.
-        # (Each job's kind as the book's index of them, by number: a kind's key hashes its needs field by field.)
-        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
         heaps: dict[int, list[float] | None] = {}
         places: dict[str, tuple[int, float | None]] = {}
         for k, job in enumerate(jobs):
