@@ -4,6 +4,11 @@ list, the leaderboard and the console's pages for S seconds while the followers 
 second. Prints the latency percentiles measured in this run, each reader figure also as a ratio to the same read by
 one reader on the idle leader (measured first, in this run), and the answers' status codes.
 
+The followers (and the trickle of submissions), the storm's submitters and the readers each run in a process of their
+own, as they would on their own machines: in one process, the 200 readers' own event loop (about half a core of
+httpx) delayed every heartbeat and submission the bench timed, and a submission the leader answered in 0.5 s was
+timed at 5 s.
+
 Starts its own Redis, SecantusDB (on-disk storage) and leader process on loopback.
 Usage: .venv/bin/python bench/leader_load.py [--jobs 10000] [--clients 50] [--followers 50] [--readers 200]
        [--read-s 60]
@@ -16,12 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import numpy as np
@@ -31,6 +40,8 @@ from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
 from common import __version__
 from common.wire.followers import FollowerInfo, Heartbeat
+
+T = TypeVar("T")
 
 HEARTBEAT_EVERY_S = 0.5  # the tests' interval: 4x the production default rate per follower
 
@@ -159,7 +170,44 @@ async def reader(url: str, cookies: dict[str, str], token: str, until: float, ou
                 await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
 
 
+def _readers(url: str, viewers: list[tuple[str, dict[str, str]]], readers: int, seconds: float) -> Reads:
+    """(In a process of its own) `readers` concurrent readers, each a user of its own, for `seconds`."""
+    out = Reads(readers, seconds)
+    until = time.monotonic() + seconds
+
+    async def read() -> None:
+        await asyncio.gather(*(reader(url, viewers[k][1], viewers[k][0], until, out, k) for k in range(readers)))
+
+    asyncio.run(read())
+    return out
+
+
+def _storm(url: str, token: str, names: list[str], clients: int) -> tuple[list[str], list[float], list[str], float]:
+    """(In a process of its own) each named job submitted once by `clients` concurrent clients: the ids answered,
+    the latencies, the errors and the seconds it took."""
+    lat: list[float] = []
+    errors: list[str] = []
+
+    async def submit() -> list[list[str]]:
+        return await asyncio.gather(*(submitter(url, token, names[c::clients], lat, errors) for c in range(clients)))
+
+    started = time.perf_counter()
+    results = asyncio.run(submit())
+    return [i for r in results for i in r], lat, errors, time.perf_counter() - started
+
+
+async def _elsewhere(
+    pool: ProcessPoolExecutor, work: Callable[[], Awaitable[None]] | None, fn: Callable[..., T], *args: object
+) -> T:
+    """`fn(*args)` run in the pool's process while this process's loop goes on beating (and runs `work`, if given)."""
+    done = asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    if work is not None:
+        await work()
+    return await done
+
+
 async def read_phase(
+    pool: ProcessPoolExecutor,
     url: str,
     admin: str,
     viewers: list[tuple[str, dict[str, str]]],
@@ -168,18 +216,19 @@ async def read_phase(
     beat_lat: list[float],
     errors: list[str],
 ) -> Reads:
-    """`readers` concurrent readers (each a user of its own: a viewer token and its login) for `seconds`, while one
-    client submits a job a second."""
-    out = Reads(readers, seconds)
+    """`readers` concurrent readers (each a user of its own: a viewer token and its login; in their own process) for
+    `seconds`, while one client here submits a job a second."""
+    submit_lat: list[float] = []
     beats_before = len(beat_lat)
     until = time.monotonic() + seconds
 
     async def trickle() -> None:
         while time.monotonic() < until:
-            await submitter(url, admin, [f"trickle-{uuid.uuid4().hex[:8]}"], out.submit_lat, errors)
-            await asyncio.sleep(max(0.0, 1.0 - (out.submit_lat[-1] if out.submit_lat else 0.0)))
+            await submitter(url, admin, [f"trickle-{uuid.uuid4().hex[:8]}"], submit_lat, errors)
+            await asyncio.sleep(max(0.0, 1.0 - (submit_lat[-1] if submit_lat else 0.0)))
 
-    await asyncio.gather(trickle(), *(reader(url, viewers[k][1], viewers[k][0], until, out, k) for k in range(readers)))
+    out = await _elsewhere(pool, trickle, _readers, url, viewers, readers, seconds)
+    out.submit_lat = submit_lat
     out.beat_lat = beat_lat[beats_before:]
     return out
 
@@ -215,20 +264,20 @@ async def run(
         await asyncio.sleep(0.05)
     idle_beats = len(beat_lat)
     names = [f"bench-{uuid.uuid4().hex[:8]}-{i:04d}" for i in range(jobs)]
-    started = time.perf_counter()
-    results = await asyncio.gather(*(submitter(url, admin, names[c::clients], sub_lat, errors) for c in range(clients)))
-    elapsed = time.perf_counter() - started
-    under_load = beat_lat[idle_beats:]
     phases: list[Reads] = []
-    if readers:
-        viewers = [await viewer_login(url, admin, k) for k in range(max(readers, 10))]  # a user per reader
-        # The reference: one reader on the leader with the jobs stored; then ten; then the room.
-        for count, seconds in ((1, min(10.0, read_s)), (10, min(20.0, read_s)), (readers, read_s)):
-            phases.append(await read_phase(url, admin, viewers, count, seconds, beat_lat, errors))
-            print(f"read phase: {count} readers for {seconds:g} s done: {dict(phases[-1].statuses)}", flush=True)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        ids, storm_lat, storm_errors, elapsed = await _elsewhere(pool, None, _storm, url, admin, names, clients)
+        sub_lat.extend(storm_lat)
+        errors.extend(storm_errors)
+        under_load = beat_lat[idle_beats:]
+        if readers:
+            viewers = [await viewer_login(url, admin, k) for k in range(max(readers, 10))]  # a user per reader
+            # The reference: one reader on the leader with the jobs stored; then ten; then the room.
+            for count, seconds in ((1, min(10.0, read_s)), (10, min(20.0, read_s)), (readers, read_s)):
+                phases.append(await read_phase(pool, url, admin, viewers, count, seconds, beat_lat, errors))
+                print(f"read phase: {count} readers for {seconds:g} s done: {dict(phases[-1].statuses)}", flush=True)
     stop.set()
     await asyncio.gather(*beaters)
-    ids = [i for r in results for i in r]
     return {
         "ids": ids,
         "names": names,
