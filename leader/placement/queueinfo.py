@@ -51,30 +51,43 @@ async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetim
 
 
 @dataclass(frozen=True)
-class _Table:
-    """Every job queued at the leader: its place in the order placement takes the queue in, and seconds from now to its
-    estimated start (None: no follower can run it), as of one state of the book and the fleet."""
+class _Order:
+    """The leader's queue in the order placement takes it, as of one state of the book, the teams' settings and the
+    fleet."""
 
-    version: int  # the book's
     settings: int  # the teams' settings' generation (Sharing.generation)
     fleet: tuple[Candidate, ...]
-    made: float  # monotonic seconds
+    made: float  # this module's clock
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Every job of an order still queued: its place in it, and seconds from now to its estimated start (None: no
+    follower can run it), as of one state of the book."""
+
+    version: int  # the book's
+    order: _Order
+    made: float  # this module's clock
     places: dict[str, tuple[int, float | None]]
 
 
-# A table is kept while the book, the teams' settings and the fleet are unchanged, at most TABLE_TTL_S (waiting ages
-# jobs in the fair order, and the teams' use of the window moves).
+# An order is kept while the teams' settings and the fleet are unchanged, at most TABLE_TTL_S (waiting ages jobs in
+# the fair order, a placement moves a team's standing, and a job enters the queue: it has no place until the next
+# order). A table is made again from its order whenever the book changes (a job that left the queue leaves its place,
+# the starts follow the followers' loads), and at most TABLE_TTL_S after the last (a start is seconds from then).
 TABLE_TTL_S = 1.0
+_clock = time.monotonic  # (a seam for tests)
 
 
 class QueueInfo:
-    """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered and simulated once for
-    every job in it (O(n log f)), and the table is shared by every request (one made at a time) while the placer's book,
-    the teams' settings and the fleet are unchanged, so a room of open Jobs pages costs one ordering, not one per page
-    or per job; the followers' queues are read once per instance (one request)."""
+    """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered once for every job in it
+    and shared by every request (one made at a time) for at most TABLE_TTL_S, and placement is simulated along that
+    order (O(n log f)) once per state of the placer's book, so a room of open Jobs pages costs one ordering a second,
+    not one per page, per job or per placement; the followers' queues are read once per instance (one request)."""
 
     _tables: ClassVar[weakref.WeakKeyDictionary[JobBook, _Table]] = weakref.WeakKeyDictionary()
-    _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Table]]] = weakref.WeakKeyDictionary()
+    _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Order]]] = weakref.WeakKeyDictionary()
 
     def __init__(self, db: AsyncDatabase, placer: Placer) -> None:
         self._db, self._placer = db, placer
@@ -89,25 +102,29 @@ class QueueInfo:
             self._candidates = seen if seen is not None else await followers_store.candidates(self._db)
         return self._candidates
 
+    def _current(self, order: _Order, fleet: tuple[Candidate, ...]) -> bool:
+        fresh = _clock() - order.made < TABLE_TTL_S
+        return fresh and (order.settings, order.fleet) == (self._placer.sharing.generation, fleet)
+
     async def _table(self, book: JobBook) -> _Table:
-        """The table of the book and fleet as they are: the kept one while it is current, else the one being made if
-        it is of them, else a new one."""
+        """The table of the book as it is, along an order that is current: the kept one, or one made from the kept
+        order, else from the order being made if it is current, else from a new one."""
         fleet = tuple(await self._fleet())
         table = self._tables.get(book)
-        if table is not None and table.fleet == fleet:
-            age = time.monotonic() - table.made
-            if age < TABLE_TTL_S and (table.version, table.settings) == (book.version, self._placer.sharing.generation):
+        if table is not None and self._current(table.order, fleet):
+            if table.version == book.version and _clock() - table.made < TABLE_TTL_S:
                 return table
+            return self._simulate(book, table.order)
         making = self._making.get(book)
         if making is not None:
-            table = await asyncio.shield(making)
-            if (table.version, table.settings, table.fleet) == (book.version, self._placer.sharing.generation, fleet):
-                return table
-        future: asyncio.Future[_Table] = asyncio.get_running_loop().create_future()
+            order = await asyncio.shield(making)
+            if self._current(order, fleet):
+                return self._simulate(book, order)
+        future: asyncio.Future[_Order] = asyncio.get_running_loop().create_future()
         self._making[book] = future
         try:
-            table = await self._make(book, fleet)
-            future.set_result(table)
+            order = await self._order(book, fleet)
+            future.set_result(order)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # (retrieved: an error reaches every waiter, never the loop's handler)
@@ -115,33 +132,39 @@ class QueueInfo:
         finally:
             if self._making.get(book) is future:
                 del self._making[book]
-        self._tables[book] = table
-        return table
+        return self._simulate(book, order)
 
-    async def _make(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Table:
-        version, settings = book.version, self._placer.sharing.generation
-        # Read before any await: the placer's tick changes the book meanwhile. (Each job's kind as the book's index of
-        # them, by number: a kind's key hashes its needs field by field.)
-        jobs = [job for _, job, _ in book.queue_order()]
-        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
+    async def _order(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Order:
+        settings = self._placer.sharing.generation
+        jobs = [job for _, job, _ in book.queue_order()]  # read before any await: the placer's tick changes the book
         if self._placer.lookahead is not None:
             jobs = await self._placer.sharing.order(jobs, book, len(fleet))
-        # Placement's simulation: the jobs ahead of the same kind go one by one to the capable follower whose queue
-        # finishes first; a job starts when the first of them is free.
+        return _Order(settings, fleet, _clock(), tuple(job.job_id for job in jobs))
+
+    def _simulate(self, book: JobBook, order: _Order) -> _Table:
+        """Placement's simulation along the order, of the book as it is (no await: one state of it): the jobs ahead of
+        the same kind go one by one to the capable follower whose queue finishes first; a job starts when the first of
+        them is free. (Each job's kind as the book's index of them, by number: a kind's key hashes its needs field by
+        field.)"""
+        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
         heaps: dict[int, list[float] | None] = {}
         places: dict[str, tuple[int, float | None]] = {}
-        for k, job in enumerate(jobs):
-            kind = kind_of[job.job_id]
+        for job_id in order.job_ids:
+            kind = kind_of.get(job_id)
+            if kind is None:
+                continue  # left the queue since the order was made
+            job = book.queued[job_id][1]
             if kind not in heaps:
-                capable = [c.follower_id for c in fleet if unable_reason(job, c) is None]
+                capable = [c.follower_id for c in order.fleet if unable_reason(job, c) is None]
                 heaps[kind] = sorted(book.loads[f].seconds if f in book.loads else 0.0 for f in capable) or None
             heap = heaps[kind]
             if heap is None:
-                places[job.job_id] = (k + 1, None)  # no start to estimate: waiting_reason says why
+                places[job_id] = (len(places) + 1, None)  # no start to estimate: waiting_reason says why
                 continue
-            places[job.job_id] = (k + 1, heap[0])
+            places[job_id] = (len(places) + 1, heap[0])
             heapq.heapreplace(heap, heap[0] + job.estimate_s)
-        return _Table(version, settings, fleet, time.monotonic(), places)
+        table = self._tables[book] = _Table(book.version, order, _clock(), places)
+        return table
 
     async def _assigned(self, book: JobBook, view: JobView, now: datetime) -> JobView:
         fid = view.follower_id or ""
@@ -169,7 +192,7 @@ class QueueInfo:
             return view  # the book has not seen it yet (submitted a moment ago): the next read has it
         place = (await self._table(book)).places.get(view.id)
         if place is None:
-            return view  # placed while the order was read: the next read has it where it went
+            return view  # queued since the order was made (at most TABLE_TTL_S ago): the next order has its place
         position, start = place
         if start is None:
             return view.model_copy(update={"queue_position": position})
