@@ -318,6 +318,7 @@ def main() -> None:
                 docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1, "history.reason": 1}))
                 states = [d.get("state") for d in mongo["bench"]["followers"].find({}, {"state": 1})]
             leader_log = (Path(tmp) / "leader.log").read_text(errors="replace")
+            rss_mb = _rss_mb(stack.leader.pid)
         finally:
             stack.close()
     stored = [d["name"] for d in docs]
@@ -359,8 +360,16 @@ def main() -> None:
         f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
         f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)} "
         f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued} lagged_ticks={lagged}"
-        + reads
+        f" leader_rss_mb={rss_mb:.0f}" + reads
     )
+
+
+def _rss_mb(pid: int | None) -> float:
+    """A process's resident memory now, in MB (/proc)."""
+    if pid is None:
+        return float("nan")
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
 
 
 def _ms(values: list[float], q: float) -> float:
