@@ -92,6 +92,13 @@ def test_malformed_yaml_names_the_line() -> None:
         parse_spec_yaml("name: x\nload: {rate: [1, 2\n")
 
 
+def test_a_scalar_yaml_resolves_but_cannot_build_is_refused_not_a_crash() -> None:
+    """`2026-13-45` resolves as a timestamp and failed to build with a bare ValueError (an HTTP 500 at submission)."""
+    with pytest.raises(InvalidSpec, match="malformed YAML: month must be in 1..12") as caught:
+        parse_spec_yaml("model: m:1\nname: 2026-13-45\n")
+    assert caught.value.field == "(body)" and caught.value.status == 422
+
+
 def test_yaml_tags_that_build_objects_are_refused() -> None:
     with pytest.raises(InvalidSpec, match="constructor"):
         parse_spec_yaml("!!python/object/apply:os.system ['true']")
