@@ -39,6 +39,15 @@ MAX_PER_TICK = 500
 FULL_RESYNC_S = 600.0
 # After a failed publish, placement pauses (doubling up to this) so a broker outage does not churn jobs and history.
 MAX_BROKER_BACKOFF_S = 30.0
+# Nudged ticks start at least this far apart: a storm of submissions (each nudges) is placed a few times a second, not
+# once per submission (every tick reads the jobs changed in the feed's overlap and the followers: back to back, they
+# were PerfDB's largest load in bench/leader_load.py's storm).
+NUDGE_GAP_S = 0.2
+# A submission's "can any follower run it" check reads the fleet at most this often (once per submission, it was a read
+# of every follower's document: PerfDB's largest cost in a storm of submissions), and at once after this leader
+# registered, approved or resumed a follower (Placer.fleet_changed); placement's own ticks always read it afresh.
+FLEET_TTL_S = 1.0
+_clock = time.monotonic  # (a seam for tests)
 
 Policy = Literal["queue_aware", "least_queue_length", "round_robin"]
 POLICIES: tuple[str, ...] = ("queue_aware", "least_queue_length", "round_robin")
@@ -210,7 +219,8 @@ def choose_follower(
 
 
 class Placer:
-    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue.
+    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue (at most every
+    NUDGE_GAP_S).
 
     Its view of the queue and the loads is the JobBook, kept current from PerfDB by a change feed, so a tick costs
     Mongo work in proportion to what changed and what it places, not to how many jobs the fleet holds.
@@ -243,6 +253,7 @@ class Placer:
         self.book: JobBook | None = None  # None until the first full load from PerfDB
         # The followers that may take work, as the last tick that had jobs to place read them (None before).
         self.candidates: list[Candidate] | None = None
+        self._fleet: tuple[float, list[Candidate]] | None = None  # (monotonic read time, candidates): Placer.fleet
         self._loaded_at = 0.0
         self._since: datetime | None = None
         self._steps = WallSteps()
@@ -253,15 +264,30 @@ class Placer:
         """Run the next tick now rather than at the end of the interval."""
         self._wakeup.set()
 
+    def fleet_changed(self) -> None:
+        """A follower may take work that could not (registered, approved, resumed): read the fleet afresh, and tick."""
+        self._fleet = None
+        self.nudge()
+
+    async def fleet(self) -> list[Candidate]:
+        """The followers that may take work, read from PerfDB at most every FLEET_TTL_S (see there)."""
+        now = _clock()
+        if self._fleet is None or now - self._fleet[0] >= FLEET_TTL_S:
+            self._fleet = (now, await followers_store.candidates(self._db))
+        return self._fleet[1]
+
     async def run(self) -> None:
         """Tick forever; an error in one tick is logged and the next tick tries again."""
         while True:
+            started = time.monotonic()
             try:
                 await self.tick()
             except Exception:
                 log.exception("placement tick failed; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=self._interval_s)
+            if (gap := NUDGE_GAP_S - (time.monotonic() - started)) > 0:
+                await asyncio.sleep(gap)  # (nudges meanwhile are served by the tick that follows)
             # Cleared before the tick, so a nudge that arrives during it is not lost.
             self._wakeup.clear()
 

@@ -218,17 +218,18 @@ def _as_queued(plan: JobPlan, model: ModelMeta) -> QueuedJob:
     return queued_job({**doc, "base_estimate_s": plan.estimate_s, "measured_s": plan.measured_s})
 
 
-async def unplaceable(db: AsyncDatabase, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> str | None:
-    """Why no follower can run this submission now, whatever it waits behind (a backend none offers, a GPU none has,
-    every follower draining); None when one can. One pass over the followers: cheap enough for every submission."""
+def unplaceable(candidates: list[Candidate], *, plan: JobPlan, model: ModelMeta, policy: Policy) -> str | None:
+    """Why none of `candidates` (the fleet: Placer.fleet) can run this submission, whatever it waits behind (a backend
+    none offers, a GPU none has, every follower draining); None when one can."""
     job = _as_queued(plan, model)
-    candidates = await followers_store.candidates(db)
     if choose_follower(job=job, candidates=candidates, loads={}, policy=policy) is not None:
         return None
     return explain_unplaceable(job, candidates)
 
 
-async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, model: ModelMeta, policy: Policy) -> SubmitPreview:
+def preview(
+    candidates: list[Candidate], book: JobBook | None, *, plan: JobPlan, model: ModelMeta, policy: Policy
+) -> SubmitPreview:
     """What placement would do with a checked submission if it were stored now: the jobs queued at the leader for the
     same kind of follower go first, one by one, to the follower the policy picks; then this one does. Its start is the
     work queued there by then. An estimate, as `QueueInfo.fill`'s is; a split job is previewed as its first part."""
@@ -243,7 +244,6 @@ async def preview(db: AsyncDatabase, book: JobBook | None, *, plan: JobPlan, mod
         estimate_max_s=round(plan.estimate_s + overload_allowance_s(spec, points), 3),
     )
     job = _as_queued(plan, model)
-    candidates = await followers_store.candidates(db)
     loads = dict(book.loads) if book is not None else {}
     queued = sorted(book.queued.values(), key=lambda entry: entry[0]) if book is not None else []
     for _, other, _ in queued:

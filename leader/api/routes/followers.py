@@ -111,7 +111,7 @@ async def register(
             db, user=f"follower:{info.follower_id}", role="follower", follower_id=info.follower_id, label="registration"
         )
         credential = issued.token
-    placer.nudge()
+    placer.fleet_changed()
     telemetry = getattr(request.app.state, "telemetry_address", None)
     return FollowerRegistration(**view.model_dump(), credential=credential, telemetry_address=telemetry)
 
@@ -160,6 +160,7 @@ async def heartbeat(
         forgiven = await assignments_store.forgive(db, follower_id=follower_id, incarnation=beat.incarnation)
         forgave = f"; its lost runs forgiven: {', '.join(forgiven)}" if forgiven else ""
         log.warning("follower %s is heard again: missing no more%s", follower_id, forgave)
+        placer.fleet_changed()  # (it may take work again)
     # Jobs the agent holds or runs that the leader withdrew (cancelled, requeued): it drops them and stops the running one.
     held = [(h.job_id, h.attempt) for h in beat.held]
     cancel = await jobs_store.stale_held(db, follower_id=follower_id, held=held) if known else []
@@ -233,7 +234,7 @@ async def approve(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
     sets and target secrets, from now on. Approving an approved one changes nothing."""
     view = await followers_store.approve(db, follower_id=follower_id)
     log.info("follower %s approved", follower_id)
-    placer.nudge()
+    placer.fleet_changed()
     return view
 
 
@@ -241,7 +242,7 @@ async def approve(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
 async def resume(follower_id: str, db: Db, placer: PlacerDep) -> FollowerView:
     """End a drain: the follower takes jobs again."""
     view = await followers_store.set_draining(db, follower_id=follower_id, draining=False)
-    placer.nudge()
+    placer.fleet_changed()
     return view
 
 

@@ -191,7 +191,7 @@ async def submit_job(request: Request, db: Db, settings: SettingsDep, placer: Pl
     placer.nudge()
     # A job no follower can run now (a backend none offers, a GPU none has): flagged in the reply, not left to wait in
     # silence until the placer's next tick says why.
-    if (why := await unplaceable(db, plan=plan, model=model, policy=settings.placement_policy)) is not None:
+    if (why := unplaceable(await placer.fleet(), plan=plan, model=model, policy=settings.placement_policy)) is not None:
         await assignments_store.set_waiting_reasons(db, job_ids=[job.id], reason=why)
         job = job.model_copy(update={"waiting_reason": why})
     return job
@@ -203,7 +203,7 @@ async def preview_job(request: Request, db: Db, settings: SettingsDep, placer: P
     submitting it now would do: its points and estimate, and where placement would send it (after how many jobs, about
     when it would start), or why no follower can run it."""
     checked = await _checked(request, db, settings, principal)
-    return await preview(db, placer.book, plan=checked.plan, model=checked.model, policy=settings.placement_policy)
+    return preview(await placer.fleet(), placer.book, plan=checked.plan, model=checked.model, policy=settings.placement_policy)
 
 
 async def _colocated_models(db: Db, spec: JobSpec, model: ModelMeta, team: str | None) -> list[ModelMeta]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from leader.placement.placer import NO_FOLLOWER
 from tests.integration.leader.conftest import ADMIN, SPEC_YAML, YAML, Leader
 
 
@@ -170,8 +171,11 @@ def test_a_unique_start_of_a_job_id_names_the_job_and_a_foreign_one_is_not_there
 
 def test_a_job_no_follower_can_run_is_flagged_in_the_submission_reply(leader: Leader) -> None:
     """A backend no registered follower offers: the reply says why the job will wait (it once said nothing until the
-    placer's next tick, and `submit` printed only the id); a job a follower can run carries no reason."""
+    placer's next tick, and `submit` printed only the id); a job a follower can run carries no reason. The fleet it is
+    judged on is kept a second (leader.placement.placer.FLEET_TTL_S), and read again at once after a registration."""
     leader.upload_model()
+    alone = leader.submit(text=SPEC_YAML.format(model="ident:1"))  # (the fleet read and kept: nobody)
+    assert alone["waiting_reason"] == NO_FOLLOWER, alone
     leader.register("f-onnx", backends=["onnxruntime"])
     waits = leader.submit(text=SPEC_YAML.format(model="ident:1").replace("onnxruntime", "tfserving"))
     assert waits["waiting_reason"] and "needs backends tfserving" in waits["waiting_reason"], waits
