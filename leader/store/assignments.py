@@ -15,6 +15,7 @@ from leader.clock import utcnow
 from leader.domain import JobChange, Load, QueuedJob
 from leader.store.jobdocs import BOOK_FIELDS, LIFECYCLE_FIELDS, applied, job_change, job_task, job_view, lifecycle_job, queued_job
 from leader.store.jobs import ACTIVE_STATES, COLLECTION, apply_change, carry_out
+from leader.store.lookup import id_chunks
 
 
 async def queued_jobs(db: AsyncDatabase, *, limit: int) -> list[QueuedJob]:
@@ -39,12 +40,12 @@ async def launchable(db: AsyncDatabase, *, limit: int) -> list[str]:
 
 
 async def set_waiting_reasons(db: AsyncDatabase, *, job_ids: list[str], reason: str | None) -> None:
-    """Record one reason for several queued jobs in one write (no transition; `updated_at` moves, as with every write
-    to a job: the feeds and the jobs list's kept views follow it)."""
-    if job_ids:
+    """Record one reason for several queued jobs, one write per IDS_PER_READ of them (no transition; `updated_at`
+    moves, as with every write to a job: the feeds and the jobs list's kept views follow it)."""
+    now = utcnow()
+    for chunk in id_chunks(job_ids):
         await db[COLLECTION].update_many(
-            {"_id": {"$in": job_ids}, "state": JobState.queued.value},
-            {"$set": {"waiting_reason": reason, "updated_at": utcnow()}},
+            {"_id": {"$in": chunk}, "state": JobState.queued.value}, {"$set": {"waiting_reason": reason, "updated_at": now}}
         )
 
 
