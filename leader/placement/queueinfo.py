@@ -58,7 +58,8 @@ class _Order:
     settings: int  # the teams' settings' generation (Sharing.generation)
     fleet: tuple[Candidate, ...]
     made: float  # this module's clock
-    job_ids: tuple[str, ...]
+    jobs: tuple[tuple[str, int, float], ...]  # (id, kind, estimate) in order; a kind is an index into `capable`
+    capable: tuple[tuple[str, ...], ...]  # each kind's followers that can run it
 
 
 @dataclass(frozen=True)
@@ -135,34 +136,42 @@ class QueueInfo:
         return self._simulate(book, order)
 
     async def _order(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Order:
+        """The queue's order, each job with what the simulation needs of it (its kind's capable followers, once per
+        kind: the simulation runs on every change of the book, the order once a second). (Each job's kind as the
+        book's index of them, by number: a kind's key hashes its needs field by field.)"""
         settings = self._placer.sharing.generation
-        jobs = [job for _, job, _ in book.queue_order()]  # read before any await: the placer's tick changes the book
+        # Read before any await: the placer's tick changes the book meanwhile.
+        jobs = [job for _, job, _ in book.queue_order()]
+        kinds = list(book.kinds.values())
+        kind_of = {job_id: i for i, queue in enumerate(kinds) for job_id in queue.members}
         if self._placer.lookahead is not None:
             jobs = await self._placer.sharing.order(jobs, book, len(fleet))
-        return _Order(settings, fleet, _clock(), tuple(job.job_id for job in jobs))
+        capable: dict[int, tuple[str, ...]] = {}
+        for job in jobs:
+            if kind_of[job.job_id] not in capable:
+                capable[kind_of[job.job_id]] = tuple(c.follower_id for c in fleet if unable_reason(job, c) is None)
+        kind_numbers = {kind: n for n, kind in enumerate(capable)}  # (the kinds this order holds, numbered from 0)
+        ordered = tuple((job.job_id, kind_numbers[kind_of[job.job_id]], job.estimate_s) for job in jobs)
+        return _Order(settings, fleet, _clock(), ordered, tuple(capable.values()))
 
     def _simulate(self, book: JobBook, order: _Order) -> _Table:
         """Placement's simulation along the order, of the book as it is (no await: one state of it): the jobs ahead of
         the same kind go one by one to the capable follower whose queue finishes first; a job starts when the first of
-        them is free. (Each job's kind as the book's index of them, by number: a kind's key hashes its needs field by
-        field.)"""
-        kind_of = {job_id: i for i, queue in enumerate(book.kinds.values()) for job_id in queue.members}
+        them is free."""
+        queued, loads = book.queued, book.loads
         heaps: dict[int, list[float] | None] = {}
         places: dict[str, tuple[int, float | None]] = {}
-        for job_id in order.job_ids:
-            kind = kind_of.get(job_id)
-            if kind is None:
+        for job_id, kind, estimate_s in order.jobs:
+            if job_id not in queued:
                 continue  # left the queue since the order was made
-            job = book.queued[job_id][1]
             if kind not in heaps:
-                capable = [c.follower_id for c in order.fleet if unable_reason(job, c) is None]
-                heaps[kind] = sorted(book.loads[f].seconds if f in book.loads else 0.0 for f in capable) or None
+                heaps[kind] = sorted(loads[f].seconds if f in loads else 0.0 for f in order.capable[kind]) or None
             heap = heaps[kind]
             if heap is None:
                 places[job_id] = (len(places) + 1, None)  # no start to estimate: waiting_reason says why
                 continue
             places[job_id] = (len(places) + 1, heap[0])
-            heapq.heapreplace(heap, heap[0] + job.estimate_s)
+            heapq.heapreplace(heap, heap[0] + estimate_s)
         table = self._tables[book] = _Table(book.version, order, _clock(), places)
         return table
 
