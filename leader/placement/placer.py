@@ -39,10 +39,6 @@ MAX_PER_TICK = 500
 FULL_RESYNC_S = 600.0
 # After a failed publish, placement pauses (doubling up to this) so a broker outage does not churn jobs and history.
 MAX_BROKER_BACKOFF_S = 30.0
-# Nudged ticks start at least this far apart: a storm of submissions (each nudges) is placed a few times a second, not
-# once per submission (every tick reads the jobs changed in the feed's overlap and the followers: back to back, they
-# were PerfDB's largest load in bench/leader_load.py's storm).
-NUDGE_GAP_S = 0.2
 # A submission's "can any follower run it" check reads the fleet at most this often (once per submission, it was a read
 # of every follower's document: PerfDB's largest cost in a storm of submissions), and at once after this leader
 # registered, approved or resumed a follower (Placer.fleet_changed); placement's own ticks always read it afresh.
@@ -219,8 +215,7 @@ def choose_follower(
 
 
 class Placer:
-    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue (at most every
-    NUDGE_GAP_S).
+    """The placement loop: runs every interval, or at once when nudged by a submission or a requeue.
 
     Its view of the queue and the loads is the JobBook, kept current from PerfDB by a change feed, so a tick costs
     Mongo work in proportion to what changed and what it places, not to how many jobs the fleet holds.
@@ -279,15 +274,12 @@ class Placer:
     async def run(self) -> None:
         """Tick forever; an error in one tick is logged and the next tick tries again."""
         while True:
-            started = time.monotonic()
             try:
                 await self.tick()
             except Exception:
                 log.exception("placement tick failed; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=self._interval_s)
-            if (gap := NUDGE_GAP_S - (time.monotonic() - started)) > 0:
-                await asyncio.sleep(gap)  # (nudges meanwhile are served by the tick that follows)
             # Cleared before the tick, so a nudge that arrives during it is not lost.
             self._wakeup.clear()
 

@@ -273,6 +273,9 @@ def test_the_jobs_rows_the_page_polls_are_304_until_they_change(leader: Leader, 
     leader.upload_model()
     cookies, _ = _login(leader, ADMIN["Authorization"].split()[1])
     first = leader.submit()["id"]
+    # The placer's book takes the job in at its next tick, a moment after the reply: the rows' ETag names the book's
+    # version, so it is read once the job has its place.
+    leader.wait_for(first, lambda job: job["queue_position"] is not None)
     rows = leader.client.get("/jobs?fragment=1", cookies=cookies)
     assert rows.status_code == 200 and first in rows.text
     tag = rows.headers["ETag"]
