@@ -14,7 +14,8 @@ from leader.api import paging
 SPEC = {"name": "j", "model": "m:1", "load": {"rate": 10}}
 
 
-def _job(job_id: str, **update: object) -> JobView:
+def queued_view(job_id: str, **update: object) -> JobView:
+    """A queued job's view (what the jobs list shows), with `update` applied."""
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     job = JobView(
         id=job_id,
@@ -35,16 +36,16 @@ def _job(job_id: str, **update: object) -> JobView:
 
 
 def test_the_page_is_what_the_response_model_writes_and_each_change_is_written_again() -> None:
-    jobs = [_job("a"), _job("b", waiting_reason="needs backends tfserving")]
+    jobs = [queued_view("a"), queued_view("b", waiting_reason="needs backends tfserving")]
     assert paging.jobs_json(jobs) == TypeAdapter(list[JobView]).dump_json(jobs, by_alias=True)
     assert paging.jobs_json([]) == b"[]"
     # What changes a job's view without moving its updated_at (a reason, a split job's parts' progress, the queue's
     # figures) is written again, not served from before.
     later = datetime(2026, 11, 29, 12, 1, tzinfo=UTC)
     for changed in (
-        _job("a", waiting_reason="awaiting an admin's approval"),
-        _job("a", points_done=1),
-        _job("a", queue_position=3, estimated_start=later),
-        _job("a", updated_at=later + timedelta(seconds=1), name="renamed"),
+        queued_view("a", waiting_reason="awaiting an admin's approval"),
+        queued_view("a", points_done=1),
+        queued_view("a", queue_position=3, estimated_start=later),
+        queued_view("a", updated_at=later + timedelta(seconds=1), name="renamed"),
     ):
         assert paging.jobs_json([changed]) == TypeAdapter(list[JobView]).dump_json([changed], by_alias=True)

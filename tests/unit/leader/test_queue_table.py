@@ -10,15 +10,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from common.spec.parse import parse_spec_yaml
-from common.wire.jobs import JobState, JobView
+from common.wire.jobs import JobView
 from leader.domain import Candidate, QueuedJob
 from leader.placement import queueinfo
 from leader.placement.book import JobBook
 from leader.placement.queueinfo import QueueInfo
 from tests.unit.leader.test_book import doc
+from tests.unit.leader.test_jobs_json import queued_view
 
-SPEC = "name: q\nmodel: m:1\nbackends: [onnxruntime]\nload: {rate: 10, duration: 1s}\n"
 
 
 class Sharing:
@@ -42,24 +41,6 @@ class Placer:
         self.candidates = [Candidate("f1", frozenset({"onnxruntime"}))]
 
 
-def view(job_id: str) -> JobView:
-    now = datetime.now(UTC)
-    return JobView(
-        id=job_id,
-        name="q",
-        state=JobState.queued,
-        attempt=1,
-        follower_id=None,
-        spec=parse_spec_yaml(SPEC),
-        model_ref="m:1",
-        points_total=1,
-        points_done=0,
-        estimate_s=10.0,
-        created_at=now,
-        updated_at=now,
-        history=[],
-    )
-
 
 def test_a_job_placed_while_the_order_is_made_leaves_its_place_at_once() -> None:
     book = JobBook()
@@ -67,7 +48,7 @@ def test_a_job_placed_while_the_order_is_made_leaves_its_place_at_once() -> None
     placer = Placer(book, Sharing(tick=True))
 
     async def positions() -> list[int | None]:
-        return [(await QueueInfo(None, placer).fill(view(j))).queue_position for j in ("a", "c")]  # type: ignore[arg-type]
+        return [(await QueueInfo(None, placer).fill(queued_view(j))).queue_position for j in ("a", "c")]  # type: ignore[arg-type]
 
     # Ordered [a, b, c]; the tick placed a meanwhile: the table is of the book as it is.
     assert asyncio.run(positions()) == [None, 2]
@@ -83,7 +64,7 @@ def test_the_order_is_made_at_most_once_a_second_and_positions_follow_every_chan
 
     def places(*ids: str) -> list[tuple[int | None, float | None]]:
         async def fill() -> list[JobView]:
-            return [await QueueInfo(None, placer).fill(view(j)) for j in ids]  # type: ignore[arg-type]
+            return [await QueueInfo(None, placer).fill(queued_view(j)) for j in ids]  # type: ignore[arg-type]
 
         out = []
         for filled in asyncio.run(fill()):
