@@ -19,7 +19,6 @@ from tests.unit.leader.test_book import doc
 from tests.unit.leader.test_jobs_json import queued_view
 
 
-
 class Sharing:
     """Sharing's seam: the order submission order, counted; with `tick`, while the order is being made (it awaits
     PerfDB), the placer's tick places the first job."""
