@@ -123,7 +123,7 @@ class Sharing:
         ahead = dict(book.fcfs_ahead(batch, followers))
         shares = Shares(await self.uses(book), fleet=followers)  # summed once for the whole batch
         now = utcnow()
-        naive_now = now.replace(tzinfo=None)  # (what PerfDB hands back is naive UTC: subtracted as it is, per job)
+        naive_now = now.replace(tzinfo=None)  # (a naive time, as a document written without tz_aware holds, is UTC)
         learned = await self._learned_for(batch)
         # A queue of thousands holds few distinct estimates: each corrected once (kind, spec estimate, measured part).
         corrected: dict[tuple[tuple[str, str], float, float | None], float] = {}
