@@ -41,7 +41,8 @@ FULL_RESYNC_S = 600.0
 MAX_BROKER_BACKOFF_S = 30.0
 # A submission's "can any follower run it" check reads the fleet at most this often (once per submission, it was a read
 # of every follower's document: PerfDB's largest cost in a storm of submissions), and at once after this leader
-# registered, approved or resumed a follower (Placer.fleet_changed); placement's own ticks always read it afresh.
+# registered, approved or resumed a follower or heard a missing one again (Placer.fleet_changed); placement's own ticks
+# always read it afresh.
 FLEET_TTL_S = 1.0
 _clock = time.monotonic  # (a seam for tests)
 
@@ -249,6 +250,7 @@ class Placer:
         # The followers that may take work, as the last tick that had jobs to place read them (None before).
         self.candidates: list[Candidate] | None = None
         self._fleet: tuple[float, list[Candidate]] | None = None  # (monotonic read time, candidates): Placer.fleet
+        self._fleet_changes = 0  # (a read that began before a change is not kept)
         self._loaded_at = 0.0
         self._since: datetime | None = None
         self._steps = WallSteps()
@@ -260,16 +262,21 @@ class Placer:
         self._wakeup.set()
 
     def fleet_changed(self) -> None:
-        """A follower may take work that could not (registered, approved, resumed): read the fleet afresh, and tick."""
+        """A follower may take work that could not (registered, approved, resumed, heard again): read the fleet
+        afresh, and tick."""
         self._fleet = None
+        self._fleet_changes += 1
         self.nudge()
 
     async def fleet(self) -> list[Candidate]:
         """The followers that may take work, read from PerfDB at most every FLEET_TTL_S (see there)."""
-        now = _clock()
-        if self._fleet is None or now - self._fleet[0] >= FLEET_TTL_S:
-            self._fleet = (now, await followers_store.candidates(self._db))
-        return self._fleet[1]
+        now, changes = _clock(), self._fleet_changes
+        if self._fleet is not None and now - self._fleet[0] < FLEET_TTL_S:
+            return self._fleet[1]
+        read = await followers_store.candidates(self._db)
+        if changes == self._fleet_changes:  # (else a change landed while it read: the next call reads again)
+            self._fleet = (now, read)
+        return read
 
     async def run(self) -> None:
         """Tick forever; an error in one tick is logged and the next tick tries again."""

@@ -37,3 +37,21 @@ def test_the_fleet_is_read_at_most_once_a_ttl_and_at_once_after_a_change(monkeyp
 
     assert asyncio.run(run()) == ["f1", "f1", "f1", "f2", "f3"]
     assert reads == [0.0, FLEET_TTL_S, FLEET_TTL_S]
+
+
+def test_a_read_that_began_before_a_change_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+
+    async def run() -> list[str]:
+        placer = Placer(db=None, queue=None, interval_s=1.0)  # type: ignore[arg-type]
+
+        async def candidates(db: Any) -> list[Candidate]:
+            reads.append(1)
+            if len(reads) == 1:
+                placer.fleet_changed()  # a registration lands while the first read is on its way
+            return [Candidate(f"f{len(reads)}", frozenset({"onnxruntime"}))]
+
+        monkeypatch.setattr(placer_module.followers_store, "candidates", candidates)
+        return [(await placer.fleet())[0].follower_id, (await placer.fleet())[0].follower_id]
+
+    assert asyncio.run(run()) == ["f1", "f2"] and len(reads) == 2  # (the first answer served, not kept)
