@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, Shares, TeamUse, order_key
 from common.wire.teams import TeamSettings
-from leader.clock import utcnow
+from leader.clock import as_utc, utcnow
 from leader.domain import Candidate, QueuedJob
 from leader.placement.book import JobBook
 from leader.store import durations as durations_store
@@ -123,7 +123,6 @@ class Sharing:
         ahead = dict(book.fcfs_ahead(batch, followers))
         shares = Shares(await self.uses(book), fleet=followers)  # summed once for the whole batch
         now = utcnow()
-        naive_now = now.replace(tzinfo=None)  # (a naive time, as a document written without tz_aware holds, is UTC)
         learned = await self._learned_for(batch)
         # A queue of thousands holds few distinct estimates: each corrected once (kind, spec estimate, measured part).
         corrected: dict[tuple[tuple[str, str], float, float | None], float] = {}
@@ -137,10 +136,9 @@ class Sharing:
         estimates = {job.job_id: estimate(job) for job in batch}
 
         def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
-            at = created[job.job_id][0]
             fair = order_key(
                 estimate_s=estimates[job.job_id],
-                waited_s=((naive_now if at.tzinfo is None else now) - at).total_seconds(),
+                waited_s=(now - as_utc(created[job.job_id][0])).total_seconds(),
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,
                 team=job.team,

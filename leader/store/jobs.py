@@ -181,7 +181,8 @@ async def get_job(db: AsyncDatabase, *, job_id: str, team: str | None = None, fi
 
 
 async def count_parts(db: AsyncDatabase, docs: list[dict[str, Any]]) -> None:
-    """A split job among `docs` shows its parts' progress: its points_done set to theirs, one read for all of them."""
+    """A split job among `docs` shows its parts' progress: its points_done set to theirs, every part read by id
+    (lookup.by_ids), the parts of all of `docs` together."""
     part_ids = [part for doc in docs for part in counted_parts(doc)]
     if part_ids:
         done = {p["_id"]: int(p.get("points_done", 0)) async for p in by_ids(db, COLLECTION, part_ids, {"points_done": 1})}
