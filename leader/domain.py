@@ -92,7 +92,7 @@ class JobChange:
 
     job_id: str
     state: str
-    created_at: datetime
+    created_at: datetime  # aware, UTC
     owner: str
     split: bool  # a split job: never placed itself, its parts are
     follower_id: str | None

@@ -54,6 +54,9 @@ class JobBook:
 
     def __init__(self) -> None:
         self.queued: dict[str, tuple[Order, QueuedJob, str]] = {}  # job id → (order, job, owner)
+        # A queued job's submission in UTC seconds, what its wait is counted from (its order's time, converted once: the
+        # fair order reads it for every queued job every time it is made).
+        self.since: dict[str, float] = {}
         self.kinds: dict[Kind, _KindQueue] = {}
         self.active: dict[str, _Active] = {}
         self.loads: dict[str, Load] = {}
@@ -82,6 +85,7 @@ class JobBook:
             job = change.queued
             order: Order = (change.created_at, job_id)
             self.queued[job_id] = (order, job, change.owner)
+            self.since[job_id] = change.created_at.timestamp()
             kq = self.kinds.setdefault((job.backends, job.needs), _KindQueue())
             kq.members.add(job_id)
             if job.waiting_reason != kq.stated:
@@ -110,6 +114,7 @@ class JobBook:
         self.version += 1
         self._applied.pop(job_id, None)
         entry = self.queued.pop(job_id, None)
+        self.since.pop(job_id, None)
         self.ahead_s.pop(job_id, None)
         if entry is not None:
             _, job, owner = entry

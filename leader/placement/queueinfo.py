@@ -51,50 +51,39 @@ async def _running_remaining_s(db: AsyncDatabase, follower_id: str, now: datetim
 
 
 @dataclass(frozen=True)
-class _Order:
-    """The leader's queue in the order placement takes it, as of one state of the book, the teams' settings and the
-    fleet."""
+class _Table:
+    """Every job of the leader's queue in the order placement takes it, its place in it and seconds from `made` to its
+    estimated start (None: no follower can run it), as of one state of the book, the teams' settings and the fleet."""
 
     settings: int  # the teams' settings' generation (Sharing.generation)
     fleet: tuple[Candidate, ...]
     made: float  # this module's clock
-    jobs: tuple[tuple[str, int, float], ...]  # (id, kind, estimate) in order; a kind is an index into `capable`
-    capable: tuple[tuple[str, ...], ...]  # each kind's followers that can run it
-
-
-@dataclass(frozen=True)
-class _Table:
-    """Every job of an order still queued: its place in it, and seconds from now to its estimated start (None: no
-    follower can run it), as of one state of the book."""
-
-    version: int  # the book's
-    order: _Order
-    made: float  # this module's clock
     places: dict[str, tuple[int, float | None]]
 
 
-# An order is kept while the teams' settings and the fleet are unchanged, at most TABLE_TTL_S (waiting ages jobs in
-# the fair order, a placement moves a team's standing, and a job enters the queue: it has no place until the next
-# order). A table is made again from its order whenever the book changes (a job that left the queue leaves its place,
-# the starts follow the followers' loads), and at most TABLE_TTL_S after the last (a start is seconds from then).
+# A table is kept while the teams' settings and the fleet are unchanged, at most TABLE_TTL_S: it is an estimate of at
+# most that age (waiting ages jobs in the fair order, a placement moves a team's standing and the jobs behind it, a job
+# enters the queue: it has no place until the next table). Made at most once per TABLE_TTL_S however often the book
+# changes (a fleet whose followers lose or reject jobs changes it several times a second).
 TABLE_TTL_S = 1.0
 _clock = time.monotonic  # (a seam for tests)
 
 
 class QueueInfo:
-    """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered once for every job in it
-    and shared by every request (one made at a time) for at most TABLE_TTL_S, and placement is simulated along that
-    order (O(n log f)) once per state of the placer's book, so a room of open Jobs pages costs one ordering a second,
-    not one per page, per job or per placement; the followers' queues are read once per instance (one request)."""
+    """Fills waiting jobs' queue position and estimated start. The leader's queue is ordered once for every job in it,
+    placement simulated along that order (O(n log f)), and the table shared by every request (one made at a time) for
+    at most TABLE_TTL_S, so a room of open Jobs pages costs one ordering a second, not one per page, per job or per
+    placement; the followers' queues are read once per instance (one request)."""
 
     _tables: ClassVar[weakref.WeakKeyDictionary[JobBook, _Table]] = weakref.WeakKeyDictionary()
-    _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Order]]] = weakref.WeakKeyDictionary()
+    _making: ClassVar[weakref.WeakKeyDictionary[JobBook, asyncio.Future[_Table]]] = weakref.WeakKeyDictionary()
 
     def __init__(self, db: AsyncDatabase, placer: Placer) -> None:
         self._db, self._placer = db, placer
         self._candidates: list[Candidate] | None = None
         self._followers: dict[str, list[HeldJob]] = {}
         self._remaining: dict[str, float] = {}
+        self._table_seen: _Table | None = None  # the table this instance (one request) reads every job's place in
 
     async def _fleet(self) -> list[Candidate]:
         """The fleet as the placer's last tick with queued jobs saw it (the queue is placed on that), else read."""
@@ -103,29 +92,31 @@ class QueueInfo:
             self._candidates = seen if seen is not None else await followers_store.candidates(self._db)
         return self._candidates
 
-    def _current(self, order: _Order, fleet: tuple[Candidate, ...]) -> bool:
-        fresh = _clock() - order.made < TABLE_TTL_S
-        return fresh and (order.settings, order.fleet) == (self._placer.sharing.generation, fleet)
+    def _current(self, table: _Table, fleet: tuple[Candidate, ...]) -> bool:
+        fresh = _clock() - table.made < TABLE_TTL_S
+        return fresh and (table.settings, table.fleet) == (self._placer.sharing.generation, fleet)
 
     async def _table(self, book: JobBook) -> _Table:
-        """The table of the book as it is, along an order that is current: the kept one, or one made from the kept
-        order, else from the order being made if it is current, else from a new one."""
+        """The table this request reads: the kept one if current, else the one being made if current, else a new one."""
+        if self._table_seen is not None:
+            return self._table_seen
         fleet = tuple(await self._fleet())
         table = self._tables.get(book)
-        if table is not None and self._current(table.order, fleet):
-            if table.version == book.version and _clock() - table.made < TABLE_TTL_S:
-                return table
-            return self._simulate(book, table.order)
-        making = self._making.get(book)
-        if making is not None:
-            order = await asyncio.shield(making)
-            if self._current(order, fleet):
-                return self._simulate(book, order)
-        future: asyncio.Future[_Order] = asyncio.get_running_loop().create_future()
+        if table is None or not self._current(table, fleet):
+            making = self._making.get(book)
+            table = await asyncio.shield(making) if making is not None else None
+            if table is None or not self._current(table, fleet):
+                table = await self._make(book, fleet)
+        self._table_seen = table
+        return table
+
+    async def _make(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Table:
+        future: asyncio.Future[_Table] = asyncio.get_running_loop().create_future()
         self._making[book] = future
         try:
-            order = await self._order(book, fleet)
-            future.set_result(order)
+            table = self._tables[book] = self._simulate(book, await self._order(book, fleet), fleet)
+            future.set_result(table)
+            return table
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # (retrieved: an error reaches every waiter, never the loop's handler)
@@ -133,13 +124,13 @@ class QueueInfo:
         finally:
             if self._making.get(book) is future:
                 del self._making[book]
-        return self._simulate(book, order)
 
-    async def _order(self, book: JobBook, fleet: tuple[Candidate, ...]) -> _Order:
-        """The queue's order, each job with what the simulation needs of it (its kind's capable followers, once per
-        kind: the simulation runs on every change of the book, the order once a second). (Each job's kind as the
-        book's index of them, by number: a kind's key hashes its needs field by field.)"""
-        settings = self._placer.sharing.generation
+    async def _order(
+        self, book: JobBook, fleet: tuple[Candidate, ...]
+    ) -> tuple[list[tuple[str, int, float]], list[tuple[str, ...]]]:
+        """The queue's order, each job as (id, kind, estimate), and each kind's capable followers (a kind is an index
+        into them; each job's kind as the book's index of them, by number: a kind's key hashes its needs field by
+        field)."""
         # Read before any await: the placer's tick changes the book meanwhile.
         jobs = [job for _, job, _ in book.queue_order()]
         kinds = list(book.kinds.values())
@@ -151,29 +142,31 @@ class QueueInfo:
             if kind_of[job.job_id] not in capable:
                 capable[kind_of[job.job_id]] = tuple(c.follower_id for c in fleet if unable_reason(job, c) is None)
         kind_numbers = {kind: n for n, kind in enumerate(capable)}  # (the kinds this order holds, numbered from 0)
-        ordered = tuple((job.job_id, kind_numbers[kind_of[job.job_id]], job.estimate_s) for job in jobs)
-        return _Order(settings, fleet, _clock(), ordered, tuple(capable.values()))
+        ordered = [(job.job_id, kind_numbers[kind_of[job.job_id]], job.estimate_s) for job in jobs]
+        return ordered, list(capable.values())
 
-    def _simulate(self, book: JobBook, order: _Order) -> _Table:
+    def _simulate(
+        self, book: JobBook, order: tuple[list[tuple[str, int, float]], list[tuple[str, ...]]], fleet: tuple[Candidate, ...]
+    ) -> _Table:
         """Placement's simulation along the order, of the book as it is (no await: one state of it): the jobs ahead of
         the same kind go one by one to the capable follower whose queue finishes first; a job starts when the first of
         them is free."""
+        jobs, capable = order
         queued, loads = book.queued, book.loads
         heaps: dict[int, list[float] | None] = {}
         places: dict[str, tuple[int, float | None]] = {}
-        for job_id, kind, estimate_s in order.jobs:
+        for job_id, kind, estimate_s in jobs:
             if job_id not in queued:
-                continue  # left the queue since the order was made
+                continue  # left the queue while the order was made
             if kind not in heaps:
-                heaps[kind] = sorted(loads[f].seconds if f in loads else 0.0 for f in order.capable[kind]) or None
+                heaps[kind] = sorted(loads[f].seconds if f in loads else 0.0 for f in capable[kind]) or None
             heap = heaps[kind]
             if heap is None:
                 places[job_id] = (len(places) + 1, None)  # no start to estimate: waiting_reason says why
                 continue
             places[job_id] = (len(places) + 1, heap[0])
             heapq.heapreplace(heap, heap[0] + estimate_s)
-        table = self._tables[book] = _Table(book.version, order, _clock(), places)
-        return table
+        return _Table(self._placer.sharing.generation, fleet, _clock(), places)
 
     async def _assigned(self, book: JobBook, view: JobView, now: datetime) -> JobView:
         fid = view.follower_id or ""
@@ -199,13 +192,15 @@ class QueueInfo:
     async def _queued(self, book: JobBook, view: JobView, now: datetime) -> JobView:
         if view.id not in book.queued:
             return view  # the book has not seen it yet (submitted a moment ago): the next read has it
-        place = (await self._table(book)).places.get(view.id)
+        table = await self._table(book)
+        place = table.places.get(view.id)
         if place is None:
-            return view  # queued since the order was made (at most TABLE_TTL_S ago): the next order has its place
+            return view  # queued since the table was made (at most TABLE_TTL_S ago): the next one has its place
         position, start = place
         if start is None:
             return view.model_copy(update={"queue_position": position})
-        return view.model_copy(update={"queue_position": position, "estimated_start": _at(start, now)})
+        age = _clock() - table.made
+        return view.model_copy(update={"queue_position": position, "estimated_start": _at(start - age, now)})
 
     async def fill(self, view: JobView) -> JobView:
         """The view with queue_position and estimated_start filled for a queued or assigned job (else unchanged)."""

@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from common.fairshare import AGEING_PER_S, WAIT_BOUND, WINDOW_S, Shares, TeamUse, order_key
 from common.wire.teams import TeamSettings
-from leader.clock import as_utc, utcnow
+from leader.clock import utcnow
 from leader.domain import Candidate, QueuedJob
 from leader.placement.book import JobBook
 from leader.store import durations as durations_store
@@ -76,7 +76,7 @@ class Sharing:
         if len(self._learned) > MAX_KINDS:
             self._learned.clear()
         out = {}
-        for kind in {_kind(job) for job in batch}:
+        for kind in {_kind_of(model_ref, backends) for model_ref, backends in {(job.model_ref, job.backends) for job in batch}}:
             cached = self._learned.get(kind)
             if cached is None or not cached.fresh():
                 learned = await durations_store.correction(
@@ -120,31 +120,29 @@ class Sharing:
         # Read from the book before any await: a view's ordering runs beside the placer's tick, which changes the book.
         batch = [job for job in batch if job.job_id in book.queued]
         created = {job.job_id: book.queued[job.job_id][0] for job in batch}
+        since = {job.job_id: book.since[job.job_id] for job in batch}
         ahead = dict(book.fcfs_ahead(batch, followers))
         shares = Shares(await self.uses(book), fleet=followers)  # summed once for the whole batch
-        now = utcnow()
+        now = utcnow().timestamp()
         learned = await self._learned_for(batch)
         # A queue of thousands holds few distinct estimates: each corrected once (kind, spec estimate, measured part).
-        corrected: dict[tuple[tuple[str, str], float, float | None], float] = {}
-
-        def estimate(job: QueuedJob) -> float:
-            memo = (kind := _kind(job), job.estimate_s, job.measured_s)
-            if memo not in corrected:
-                corrected[memo] = learned[kind].estimate(job.estimate_s, job.measured())
-            return corrected[memo]
-
-        estimates = {job.job_id: estimate(job) for job in batch}
+        corrected: dict[tuple[str, frozenset[str], float, float | None], float] = {}
+        ageing_per_s, wait_bound = self.ageing_per_s, self.wait_bound
 
         def key(job: QueuedJob) -> tuple[tuple[int, int, int, float], tuple[datetime, str]]:
+            memo = (job.model_ref, job.backends, job.estimate_s, job.measured_s)
+            estimate_s = corrected.get(memo)
+            if estimate_s is None:
+                estimate_s = corrected[memo] = learned[_kind(job)].estimate(job.estimate_s, job.measured())
             fair = order_key(
-                estimate_s=estimates[job.job_id],
-                waited_s=(now - as_utc(created[job.job_id][0])).total_seconds(),
+                estimate_s=estimate_s,
+                waited_s=now - since[job.job_id],
                 ahead_s=ahead.get(job.job_id, 0.0),
                 priority=job.priority,
                 team=job.team,
                 uses=shares,
-                ageing_per_s=self.ageing_per_s,
-                wait_bound=self.wait_bound,
+                ageing_per_s=ageing_per_s,
+                wait_bound=wait_bound,
                 fleet=followers,
             )
             return fair, created[job.job_id]

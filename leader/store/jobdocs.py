@@ -214,11 +214,11 @@ def queued_job(doc: dict[str, Any]) -> QueuedJob:
 
 
 def job_change(doc: dict[str, Any]) -> JobChange:
-    """A job document (at least BOOK_FIELDS) as the placer's book applies it."""
+    """A job document (at least BOOK_FIELDS) as the placer's book applies it (its time as the UTC it is)."""
     return JobChange(
         job_id=doc["_id"],
         state=str(doc.get("state")),
-        created_at=doc["created_at"],
+        created_at=as_utc(doc["created_at"]),
         owner=str(doc["owner"]),
         split=bool(doc.get("parts")),
         follower_id=doc.get("follower_id"),

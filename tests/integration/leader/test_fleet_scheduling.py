@@ -83,10 +83,11 @@ def test_queue_position_and_estimated_start_at_the_leader_follow_its_order(leade
     assert all(v["estimated_start"] is None and v["waiting_reason"] for v in views.values())
     leader.register(fid())
     # The follower takes the two shortest (the one it runs and the one beside it); the longest waits here, first in the
-    # leader's queue, to start when the follower's two are done.
+    # leader's queue (once the queue's table is made again: it is at most a second old), to start when the follower's
+    # two are done.
     dispatched = [leader.wait_dispatched(j) for j in (short, mid)]
-    waiting = leader.job(long_)
-    assert waiting["state"] == "queued" and waiting["follower_id"] is None and waiting["queue_position"] == 1
+    waiting = leader.wait_for(long_, lambda v: v["queue_position"] == 1)
+    assert waiting["state"] == "queued" and waiting["follower_id"] is None
     start_in = (datetime.fromisoformat(waiting["estimated_start"]) - datetime.now(UTC)).total_seconds()
     assert start_in == pytest.approx(sum(d["estimate_s"] for d in dispatched), abs=2.0)
 

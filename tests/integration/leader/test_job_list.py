@@ -173,6 +173,8 @@ def test_a_reader_with_the_current_list_gets_304_until_a_job_changes(leader: Lea
     monkeypatch.setattr(conditional, "STALE_AFTER_S", 1e9)  # (the clock's own window never ticks mid-test)
     leader.upload_model()
     first = leader.submit()["id"]
+    # The placer states why it waits (no follower), which moves the job: the list is current once it has.
+    leader.wait_for(first, lambda v: v["waiting_reason"] is not None)
     answer = leader.client.get("/api/v1/jobs", headers=ADMIN)
     assert answer.status_code == 200 and [j["id"] for j in answer.json()][:1] == [first]
     tag = answer.headers["ETag"]
