@@ -1,8 +1,10 @@
 """The leader under load: N submissions from C concurrent clients (none lost or duplicated, counted in PerfDB) while
 F simulated followers heartbeat over real HTTP; then, with those N jobs stored, R concurrent readers of the jobs
 list, the leaderboard and the console's pages for S seconds while the followers beat and a client submits once a
-second. Prints the latency percentiles measured in this run, each reader figure also as a ratio to the same read by
-one reader on the idle leader (measured first, in this run), and the answers' status codes.
+second. The followers take what they are sent off their Celery queues and hold it, as agents do (each holds as many
+as placement gives it), and one runs a job throughout: a fleet at work, with more queued than it can take. Prints the
+latency percentiles measured in this run, each reader figure also as a ratio to the same read by one reader on the
+idle leader (measured first, in this run), and the answers' status codes.
 
 The followers (and the trickle of submissions), the storm's submitters and the readers each run in a process of their
 own, as they would on their own machines: in one process, the 200 readers' own event loop (about half a core of
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import json
 import multiprocessing
 import tempfile
 import time
@@ -35,11 +39,14 @@ from typing import TypeVar
 import httpx
 import numpy as np
 import pymongo
+import redis.asyncio as aioredis
 
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.stack import LocalStack
 from common import __version__
-from common.wire.followers import FollowerInfo, Heartbeat
+from common.wire.followers import FollowerInfo, Heartbeat, HeartbeatReply, HeldJob
+from common.wire.jobs import Claim
+from common.wire.messaging import queue_for
 
 T = TypeVar("T")
 
@@ -68,8 +75,28 @@ def start_services(workdir: Path, missing_after_s: float = 10.0) -> LocalStack:
     return stack
 
 
-async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, lat: list[float], errors: list[str]) -> None:
-    """Register with the join token, then beat every interval with the own credential until stopped."""
+async def take_sent(broker: aioredis.Redis, fid: str) -> list[HeldJob]:
+    """The run-job messages waiting on the follower's Celery queue (and its priority sub-queues), taken off it as its
+    agent takes them: each attempt as the agent would hold it."""
+    base = queue_for(fid)
+    taken = []
+    for key in await broker.keys(f"{base}*"):
+        # kombu names priority sub-queues `<queue>\x06\x16<priority>`; nothing else may share the prefix.
+        if key.decode() != base and not key.decode().startswith(base + "\x06\x16"):
+            continue
+        while (raw := await broker.rpop(key)) is not None:
+            args, _kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
+            task = args[0]
+            taken.append(HeldJob(job_id=task["job_id"], attempt=task["attempt"], estimate_s=task["estimate_s"]))
+    return taken
+
+
+async def heartbeater(
+    url: str, join_token: str, broker_url: str, fid: str, stop: asyncio.Event, lat: list[float], errors: list[str], *, runs: bool
+) -> None:
+    """Register with the join token, then beat every interval with the own credential until stopped, holding what the
+    leader sends (taken off its queue, as an agent does; dropped when the leader withdraws it) and, with `runs`, running
+    the first job it is sent for the rest of the bench (claimed, as an agent claims the job it starts)."""
     incarnation = uuid.uuid4().hex
     info = FollowerInfo(
         follower_id=fid,
@@ -82,7 +109,9 @@ async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, 
         backends=["onnxruntime"],
         version=__version__,
     )
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+    held: dict[str, HeldJob] = {}
+    broker = aioredis.Redis.from_url(broker_url)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http, contextlib.aclosing(broker):
         reply = await http.post(
             "/api/v1/followers/register",
             content=info.model_dump_json(),
@@ -90,11 +119,24 @@ async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, 
         )
         reply.raise_for_status()
         headers = {"Authorization": f"Bearer {reply.json()['credential']}", "Content-Type": "application/json"}
-        body = Heartbeat(incarnation=incarnation, state="ready").model_dump_json()
         while not stop.is_set():
+            for job in await take_sent(broker, fid):
+                held[job.job_id] = job
+                if runs and not any(h.running for h in held.values()):
+                    claim = Claim(attempt=job.attempt, follower_id=fid, incarnation=incarnation)
+                    claimed = await http.post(
+                        f"/api/v1/jobs/{job.job_id}/claim", content=claim.model_dump_json(), headers=headers
+                    )
+                    if claimed.status_code != 200:
+                        errors.append(f"claim {claimed.status_code}")
+                    else:
+                        held[job.job_id] = job.model_copy(update={"running": True})
+            running = next((h.job_id for h in held.values() if h.running), None)
+            state = "busy" if running else "ready"
+            beat = Heartbeat(incarnation=incarnation, state=state, running_job=running, held=list(held.values()))
             started = time.perf_counter()
             try:
-                response = await http.post(f"/api/v1/followers/{fid}/heartbeat", content=body, headers=headers)
+                response = await http.post(f"/api/v1/followers/{fid}/heartbeat", content=beat.model_dump_json(), headers=headers)
             except httpx.TransportError as exc:  # no answer within the timeout: a beat lost, as a follower's would be
                 errors.append(f"heartbeat: {type(exc).__name__}")
                 lat.append(time.perf_counter() - started)
@@ -102,6 +144,9 @@ async def heartbeater(url: str, join_token: str, fid: str, stop: asyncio.Event, 
             lat.append(time.perf_counter() - started)
             if response.status_code != 200:
                 errors.append(f"heartbeat {response.status_code}")
+            else:
+                for job_id in HeartbeatReply.model_validate_json(response.content).cancel:
+                    held.pop(job_id, None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), HEARTBEAT_EVERY_S)
 
@@ -251,12 +296,15 @@ async def run(
     url: str, env: dict[str, str], jobs: int, clients: int, followers: int, readers: int, read_s: float
 ) -> dict[str, object]:
     admin = env["BENCHFLEET_LEADER_ADMIN_TOKEN"]
+    join, broker = env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"], env["BENCHFLEET_REDIS_URL"]
     stop = asyncio.Event()
     beat_lat: list[float] = []
     sub_lat: list[float] = []
     errors: list[str] = []
     beaters = [
-        asyncio.create_task(heartbeater(url, env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"], f"bench-{i:02d}", stop, beat_lat, errors))
+        asyncio.create_task(
+            heartbeater(url, join, broker, f"bench-{i:02d}", stop, beat_lat, errors, runs=i == 0)  # one job runs throughout
+        )
         for i in range(followers)
     ]
     # Let every follower register and beat once before the submissions start (all followers on line).
@@ -315,7 +363,8 @@ def main() -> None:
             upload.raise_for_status()
             out = asyncio.run(run(url, env, args.jobs, args.clients, args.followers, args.readers, args.read_s))
             with pymongo.MongoClient(mongo_uri) as mongo:
-                docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, {"name": 1, "history.reason": 1}))
+                fields = {"name": 1, "state": 1, "attempt": 1, "history.reason": 1}
+                docs = list(mongo["bench"]["jobs"].find({"name": {"$regex": "^bench-"}}, fields))
                 states = [d.get("state") for d in mongo["bench"]["followers"].find({}, {"state": 1})]
             leader_log = (Path(tmp) / "leader.log").read_text(errors="replace")
             rss_mb = _rss_mb(stack.leader.pid)
@@ -345,10 +394,13 @@ def main() -> None:
     marked = leader_log.count("): missing")  # the monitor's "follower F not heard for Xs (allowed Ys): missing"
     lagged = leader_log.count("liveness tick late")  # ticks the monitor found the leader itself lagging (not judged on)
     requeued = sum(any("missed heartbeats" in (h.get("reason") or "") for h in d.get("history", [])) for d in docs)
+    # Any other requeue: the followers hold what they are sent, so none is lost on the way (nor given back).
+    requeued_any = sum(int(d.get("attempt", 1)) > 1 for d in docs)
+    running = sum(d.get("state") == "running" for d in docs)  # the job run throughout, still running
     print(
         f"followers marked missing (missing_after_s {args.missing_after_s:g}): {marked}; jobs requeued for missed "
-        f"heartbeats: {requeued}; late liveness ticks (leader lagged, timeout extended): {lagged}; "
-        f"follower states at the end: {sorted(set(states))}"
+        f"heartbeats: {requeued}, for any reason: {requeued_any}; late liveness ticks (leader lagged, timeout "
+        f"extended): {lagged}; follower states at the end: {sorted(set(states))}; jobs running at the end: {running}"
     )
     leaked = env["BENCHFLEET_LEADER_ADMIN_TOKEN"] in leader_log or env["BENCHFLEET_LEADER_FOLLOWER_TOKEN"] in leader_log
     phases: list[Reads] = out["phases"]  # type: ignore[assignment]
@@ -360,7 +412,7 @@ def main() -> None:
         f"submit_p50_ms={np.percentile(sub, 50):.1f} submit_p99_ms={np.percentile(sub, 99):.1f} "
         f"heartbeat_p99_ms={np.percentile(beat, 99) if len(beat) else float('nan'):.1f} token_in_log={int(leaked)} "
         f"missing_after_s={args.missing_after_s:g} marked_missing={marked} requeued_missed={requeued} lagged_ticks={lagged}"
-        f" leader_rss_mb={rss_mb:.0f}" + reads
+        f" requeued_any={requeued_any} running={running} leader_rss_mb={rss_mb:.0f}" + reads
     )
 
 
