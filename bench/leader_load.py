@@ -85,8 +85,7 @@ async def take_sent(broker: aioredis.Redis, fid: str) -> list[HeldJob]:
         if key.decode() != base and not key.decode().startswith(base + "\x06\x16"):
             continue
         while (raw := await broker.rpop(key)) is not None:
-            args, _kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
-            task = args[0]
+            task = json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0]  # (args, kwargs, embed): args[0]
             taken.append(HeldJob(job_id=task["job_id"], attempt=task["attempt"], estimate_s=task["estimate_s"]))
     return taken
 
@@ -98,17 +97,8 @@ async def heartbeater(
     leader sends (taken off its queue, as an agent does; dropped when the leader withdraws it) and, with `runs`, running
     the first job it is sent for the rest of the bench (claimed, as an agent claims the job it starts)."""
     incarnation = uuid.uuid4().hex
-    info = FollowerInfo(
-        follower_id=fid,
-        incarnation=incarnation,
-        host=fid,
-        cpu_model="bench",
-        cpu_count=8,
-        memory_mb=16384,
-        gpus=[],
-        backends=["onnxruntime"],
-        version=__version__,
-    )
+    facts = {"host": fid, "cpu_model": "bench", "cpu_count": 8, "memory_mb": 16384, "gpus": [], "backends": ["onnxruntime"]}
+    info = FollowerInfo.model_validate({"follower_id": fid, "incarnation": incarnation, "version": __version__, **facts})
     held: dict[str, HeldJob] = {}
     broker = aioredis.Redis.from_url(broker_url)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http, contextlib.aclosing(broker):
@@ -123,14 +113,10 @@ async def heartbeater(
             for job in await take_sent(broker, fid):
                 held[job.job_id] = job
                 if runs and not any(h.running for h in held.values()):
-                    claim = Claim(attempt=job.attempt, follower_id=fid, incarnation=incarnation)
-                    claimed = await http.post(
-                        f"/api/v1/jobs/{job.job_id}/claim", content=claim.model_dump_json(), headers=headers
-                    )
-                    if claimed.status_code != 200:
-                        errors.append(f"claim {claimed.status_code}")
-                    else:
-                        held[job.job_id] = job.model_copy(update={"running": True})
+                    claim = Claim(attempt=job.attempt, follower_id=fid, incarnation=incarnation).model_dump_json()
+                    claimed = await http.post(f"/api/v1/jobs/{job.job_id}/claim", content=claim, headers=headers)
+                    held[job.job_id] = job.model_copy(update={"running": claimed.status_code == 200})
+                    errors.extend([f"claim {claimed.status_code}"] if claimed.status_code != 200 else [])
             running = next((h.job_id for h in held.values() if h.running), None)
             state = "busy" if running else "ready"
             beat = Heartbeat(incarnation=incarnation, state=state, running_job=running, held=list(held.values()))
@@ -139,12 +125,11 @@ async def heartbeater(
                 response = await http.post(f"/api/v1/followers/{fid}/heartbeat", content=beat.model_dump_json(), headers=headers)
             except httpx.TransportError as exc:  # no answer within the timeout: a beat lost, as a follower's would be
                 errors.append(f"heartbeat: {type(exc).__name__}")
-                lat.append(time.perf_counter() - started)
-                continue
+                response = None
             lat.append(time.perf_counter() - started)
-            if response.status_code != 200:
+            if response is not None and response.status_code != 200:
                 errors.append(f"heartbeat {response.status_code}")
-            else:
+            elif response is not None:  # what the leader withdrew is dropped, as an agent drops it
                 for job_id in HeartbeatReply.model_validate_json(response.content).cancel:
                     held.pop(job_id, None)
             with contextlib.suppress(TimeoutError):
