@@ -71,10 +71,19 @@ class OpenAiServerBackend(ProcessBackend):
 
     @classmethod
     def why_missing(cls) -> str:
-        """Why the server cannot run here, for skip messages and errors."""
+        """Why the server cannot run here, for skip messages and errors: where it looked, and what named that place
+        (the setting, as an image sets it, or the default an install script fills)."""
+        program = cls.interpreter()
+        setting = os.environ.get(cls.python_setting)
+        named = f"{cls.python_setting}={setting}" if setting else f"the default place; {cls.python_setting} names another"
+        if program.exists() and cls.dists:
+            lib = program.parent.parent / "lib" / "python3*" / "site-packages"
+            found = f"{program} has no {' or '.join(cls.dists)} distribution in {lib}"
+        else:
+            found = f"no {cls.name} environment at {program}"
         failed = SOURCE_ROOT / ".benchfleet" / f"{cls.default_env}.FAILED"
-        detail = f" ({failed.read_text().strip()})" if failed.exists() else ""
-        return f"no {cls.name} environment at {cls.interpreter()} ({cls.install_hint}){detail}"
+        detail = f" ({failed.read_text().strip()})" if failed.exists() and not setting else ""
+        return f"{found} ({named}; {cls.install_hint}){detail}"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -40,9 +40,13 @@ class TorchScriptBackend(ProcessBackend):
         if torch_available() is None:
             raise RuntimeError("the torchscript backend needs PyTorch on this follower (pip install 'benchfleet[torch]')")
         ts_file = self.served_file(model_path, model, "torchscript", workdir)
+        self._spawn(self.argv(ts_file, model), workdir, model, cwd=SOURCE_ROOT)
+
+    def argv(self, ts_file: Path, model: ModelMeta) -> list[str]:
+        """The server's command line (on a new port): the model's signature and the device it runs on."""
         argv = self._own_server_argv("follower.servers.torchscript_server", ts_file, model)
         signature = {"inputs": [t.model_dump() for t in model.inputs], "outputs": [t.model_dump() for t in model.outputs]}
         argv += ["--signature", json.dumps(signature), "--device", self.server.device]
         if self.server.threads is not None:
             argv += ["--threads", str(self.server.threads)]
-        self._spawn(argv, workdir, model, cwd=SOURCE_ROOT)
+        return argv
