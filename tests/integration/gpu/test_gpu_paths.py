@@ -20,6 +20,7 @@ from common.spec.server import ServerOptions
 from common.wire.models import ModelMeta
 from follower.backends import get_backend
 from follower.backends.artifacts import artifact
+from follower.backends.triton import find_triton, why_no_triton
 from follower.host import hostinfo
 from follower.host.sampler import SamplerConfig
 from follower.point.context import HostFacts, ServerRun
@@ -73,10 +74,13 @@ def test_nvml_reports_the_gpus() -> None:
 
 
 @needs_gpu
-@pytest.mark.parametrize("backend", ["torchscript", "onnxruntime"])
+@pytest.mark.parametrize("backend", ["torchscript", "onnxruntime", "triton"])
 def test_model_on_cuda_answers_like_the_cpu_reference(backend: str, wide: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+    """The model on the GPU (Triton: KIND_GPU instances on it) answers as the CPU reference does."""
     if backend == "onnxruntime" and "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip(f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (a CPU-only wheel)")
+    if backend == "triton" and find_triton() is None:
+        pytest.skip(f"no Triton here: {why_no_triton()}")
     path, model = wide
     server = get_backend(backend, server=ServerOptions(device="cuda:0"))
     server.start(path, model, tmp_path)
