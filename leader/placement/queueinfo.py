@@ -114,7 +114,8 @@ class QueueInfo:
         future: asyncio.Future[_Table] = asyncio.get_running_loop().create_future()
         self._making[book] = future
         try:
-            table = self._tables[book] = self._simulate(book, await self._order(book, fleet), fleet)
+            settings = self._placer.sharing.generation  # (what the order is made of: read before it awaits)
+            table = self._tables[book] = self._simulate(book, await self._order(book, fleet), settings, fleet)
             future.set_result(table)
             return table
         except BaseException as exc:
@@ -146,7 +147,11 @@ class QueueInfo:
         return ordered, list(capable.values())
 
     def _simulate(
-        self, book: JobBook, order: tuple[list[tuple[str, int, float]], list[tuple[str, ...]]], fleet: tuple[Candidate, ...]
+        self,
+        book: JobBook,
+        order: tuple[list[tuple[str, int, float]], list[tuple[str, ...]]],
+        settings: int,
+        fleet: tuple[Candidate, ...],
     ) -> _Table:
         """Placement's simulation along the order, of the book as it is (no await: one state of it): the jobs ahead of
         the same kind go one by one to the capable follower whose queue finishes first; a job starts when the first of
@@ -166,7 +171,7 @@ class QueueInfo:
                 continue
             places[job_id] = (len(places) + 1, heap[0])
             heapq.heapreplace(heap, heap[0] + estimate_s)
-        return _Table(self._placer.sharing.generation, fleet, _clock(), places)
+        return _Table(settings, fleet, _clock(), places)
 
     async def _assigned(self, book: JobBook, view: JobView, now: datetime) -> JobView:
         fid = view.follower_id or ""
