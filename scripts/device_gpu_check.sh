@@ -36,4 +36,5 @@ echo "== the GPU bench (bench/gpu.py: TorchScript on CUDA against the CPU, power
 timeout -s INT -k 10 "${GPU_BENCH_TIMEOUT_S:-75}" "$PY" bench/gpu.py --duration 2 --batches 1 8
 echo "== GPU paths: each test's outcome (and why one did not run)"
 grep -E '^(PASSED|FAILED|SKIPPED|ERROR) ' "$OUT/pytest.log" | grep -E 'gpu|mps|sampler|netshape|sandbox' || echo "(no outcome: see above)"
+echo "== took ${SECONDS} s (the check's budget: 480 s)"
 exit "$tests"
