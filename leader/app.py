@@ -131,7 +131,9 @@ async def _first_contact(resources: Resources) -> None:
             await asyncio.sleep(2.0)
 
 
-def _ondemand(settings: LeaderSettings, db: AsyncDatabase, placer: Placer) -> list[asyncio.Task[None]]:
+def _ondemand(
+    settings: LeaderSettings, db: AsyncDatabase, placer: Placer, beats: followers_store.Beats
+) -> list[asyncio.Task[None]]:
     """The on-demand pod launcher's loop, when a Job template is configured (Kubernetes mode)."""
     if settings.ondemand_template is None:
         return []
@@ -145,6 +147,7 @@ def _ondemand(settings: LeaderSettings, db: AsyncDatabase, placer: Placer) -> li
         max_pods=settings.ondemand_max_pods,
         interval_s=settings.place_interval_s * 4,
         on_pinned=placer.nudge,
+        on_forgotten=beats.forget,  # (one on-demand follower per job: kept, their last beats would pile up)
     )
     log.info("benchmarks run as on-demand Kubernetes Jobs (at most %d at once)", settings.ondemand_max_pods)
     return [asyncio.create_task(launcher.run(), name="ondemand-launcher")]
@@ -217,7 +220,7 @@ def create_app(settings: LeaderSettings) -> FastAPI:
                 host = "" if settings.grpc_host in ("0.0.0.0", "::") else settings.grpc_host
                 app.state.telemetry_address = settings.grpc_advertise or f"{host}:{telemetry[1]}"
             tasks = [
-                *_ondemand(settings, db, placer),
+                *_ondemand(settings, db, placer, resources.beats),
                 asyncio.create_task(db_health.run(), name="perfdb-probe"),
                 asyncio.create_task(orphans_store.sweep(db), name="orphan-sweep"),
                 asyncio.create_task(_retention(settings, db), name="retention"),

@@ -109,9 +109,11 @@ class Launcher:
         max_pods: int,
         interval_s: float,
         on_pinned: Callable[[], None],
+        on_forgotten: Callable[[str], None],
     ) -> None:
         self._db, self._kube, self._template = db, kube, template
         self._queue, self._max_pods, self._interval_s, self._on_pinned = queue, max_pods, interval_s, on_pinned
+        self._on_forgotten = on_forgotten  # a follower this launcher forgot (the leader's memory of its beats goes too)
 
     async def run(self) -> None:
         while True:
@@ -149,7 +151,7 @@ class Launcher:
         for view in await followers_store.list_followers(self._db):
             follower_id = view.info.follower_id
             if follower_id.startswith(PREFIX) and follower_id not in standing:
-                await _forget(self._db, follower_id)
+                await self._forget(follower_id)
         for kube_job in kube_jobs:
             name = kube_job["metadata"]["name"]
             job_id = (kube_job["metadata"].get("labels") or {}).get(LABEL_JOB, "")
@@ -159,7 +161,7 @@ class Launcher:
                 job = None
             if job is None or job.state in TERMINAL_STATES:
                 await asyncio.to_thread(self._kube.delete, name)
-                await _forget(self._db, name)
+                await self._forget(name)
                 continue
             why = failure(kube_job)
             if why is not None:
@@ -168,17 +170,17 @@ class Launcher:
             live += 1
         return live
 
+    async def _forget(self, follower_id: str) -> None:
+        with contextlib.suppress(NotFound):  # never registered (its pod failed first), or already forgotten
+            await followers_store.remove(self._db, follower_id=follower_id)
+        self._on_forgotten(follower_id)
+
     async def _fail(self, job_id: str, reason: str) -> None:
         try:
             await jobs_store.fail_job(self._db, job_id=job_id, reason=reason)
             log.warning("job %s failed: %s", job_id, reason)
         except Conflict:
             pass  # it ended meanwhile, on its own
-
-
-async def _forget(db: AsyncDatabase, follower_id: str) -> None:
-    with contextlib.suppress(NotFound):  # never registered (its pod failed first), or already forgotten
-        await followers_store.remove(db, follower_id=follower_id)
 
 
 def _said(exc: Exception) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from leader.placement.ondemand import LABEL_MANAGED, MANAGER, Launcher, follower_id_for
+from leader.store.followers import Beats
 from tests.integration.leader.conftest import ADMIN, Leader
 
 TEMPLATE: dict[str, Any] = {
@@ -41,7 +42,7 @@ class Kube:
         del self.jobs[name]
 
 
-def tick(leader: Leader, kube: Kube) -> None:
+def tick(leader: Leader, kube: Kube, beats: Beats) -> None:
     async def once() -> None:
         client: AsyncMongoClient = AsyncMongoClient(leader.settings.mongo_uri)
         try:
@@ -53,6 +54,7 @@ def tick(leader: Leader, kube: Kube) -> None:
                 max_pods=2,
                 interval_s=1.0,
                 on_pinned=lambda: None,
+                on_forgotten=beats.forget,
             )
             await launcher.tick()
         finally:
@@ -72,26 +74,31 @@ def test_the_launcher_forgets_an_on_demand_follower_whenever_it_shows_up_without
     job_id = leader.submit()["id"]
     pod = follower_id_for(job_id)
     kube = Kube()
+    beats = Beats()  # the leader's memory of the followers' last beats: what the launcher forgets goes from it too
     leader.register("gpu-a", backends=["triton"])  # standing, and unable to take the job
 
-    tick(leader, kube)
+    tick(leader, kube, beats)
     assert list(kube.jobs) == [pod]
     assert leader.job(job_id)["spec"]["requires"]["follower"] == pod
 
     leader.register(pod)  # the pod started and joined
     ghost = follower_id_for(uuid.uuid4().hex)
     leader.register(ghost)  # an on-demand follower whose Kubernetes Job is gone
-    tick(leader, kube)
+    for follower in ("gpu-a", pod, ghost):
+        beats.wrote(follower, "i", {})
+    tick(leader, kube, beats)
     assert registered(leader) == {"gpu-a", pod}
     assert kube.deleted == []
+    assert [beats.current(f, "i", {}, 60.0) for f in ("gpu-a", pod, ghost)] == [True, True, False]
 
     response = leader.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN)
     assert response.status_code == 200, response.text
     leader.wait_state(job_id, "cancelled")
-    tick(leader, kube)
+    tick(leader, kube, beats)
     assert kube.deleted == [pod] and registered(leader) == {"gpu-a"}
+    assert [beats.current(f, "i", {}, 60.0) for f in ("gpu-a", pod)] == [True, False]
 
     leader.register(pod)  # its last heartbeat, sent while the pod stopped, registered it again
-    tick(leader, kube)
+    tick(leader, kube, beats)
     assert registered(leader) == {"gpu-a"}
     assert kube.jobs == {}
