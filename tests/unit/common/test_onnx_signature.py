@@ -72,7 +72,7 @@ def test_junk_is_refused_from_its_layout_without_being_read_whole() -> None:
         check_layout(io.BytesIO(model))
     for junk, said in [
         # Random junk after a first byte whose wire type (its low 3 bits, 7) no field has: wholly random junk starts
-        # with one of a model's field tags about one time in twenty, and is then refused further on (a full run saw it).
+        # with one of a model's field tags about one time in thirty, and is then refused further on (a full run saw it).
         (b"\xff" + os.urandom(4095), "byte 0 does not start a field of a model"),
         (bytes(64), "byte 0 does not start a field of a model"),
         (b"\x08\x01", "it has no graph"),
