@@ -95,5 +95,14 @@ class Monitor:
         )
         if requeued:
             log.warning("requeued %d job(s) of missing followers: %s", len(requeued), ", ".join(requeued))
+            # A follower heard again while its jobs were requeued: its beat's forgive may have read them before this
+            # wrote their loss, so the same process (silent, not dead) is forgiven here too.
+            still = await followers_store.missing(self._db)
+            for follower_id, incarnation in silent.items():
+                if (
+                    follower_id not in still
+                    and await followers_store.incarnation_of(self._db, follower_id=follower_id) == incarnation
+                ):
+                    await assignments_store.forgive(self._db, follower_id=follower_id, incarnation=incarnation)
             self._on_requeue()
         return requeued

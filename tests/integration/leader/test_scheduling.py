@@ -8,13 +8,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 from pymongo import MongoClient
 
+from common.wire.followers import Heartbeat
 from common.wire.jobs import JobTask
 from common.wire.messaging import RUN_JOB_TASK
 from leader.app import create_app
+from leader.store.followers import Beats
 from tests.integration.leader.conftest import (
     ADMIN,
     FOLLOWER,
@@ -255,6 +258,39 @@ def test_silent_follower_goes_missing_and_loses_its_job(make_leader: Callable[..
     assert lost_to(leader, job["id"]) == []  # heard again: forgiven again (a restart would have counted: the test above)
 
 
+def test_a_follower_heard_again_while_its_jobs_are_requeued_is_forgiven(
+    make_leader: Callable[..., Leader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a full run once lost an LLM job to ("stopped while running it, twice"): the monitor read the follower as
+    missing, its returning beat marked it live and forgave before the monitor's requeue wrote the loss, and the loss
+    stood. Here the beat lands exactly there (at the requeue's seam), and the run lost is forgiven all the same."""
+    from leader.placement import monitor
+    from leader.store import assignments as assignments_store
+    from leader.store import followers as followers_store
+
+    requeue = assignments_store.requeue_follower_jobs
+    follower: dict[str, str] = {}
+    returned: list[str] = []
+
+    async def beat_first(db: Any, **kwargs: Any) -> list[str]:
+        if follower and follower["id"] in kwargs["follower_ids"] and not returned:
+            # The returning beat, as its route runs it: recorded live, then forgiven (nothing is lost yet).
+            beat = Heartbeat(incarnation=follower["incarnation"], state="busy")
+            said = await followers_store.heartbeat(db, follower_id=follower["id"], beat=beat, beats=Beats(), rewrite_after_s=0)
+            returned.append(said)
+            returned.extend(await assignments_store.forgive(db, follower_id=follower["id"], incarnation=follower["incarnation"]))
+        return await requeue(db, **kwargs)
+
+    monkeypatch.setattr(monitor.assignments_store, "requeue_follower_jobs", beat_first)
+    leader = make_leader(missing_after_s=1.0)
+    job, silent, incarnation = _running_job(leader)
+    follower.update(id=silent, incarnation=incarnation)
+    requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2, timeout=10.0)
+    assert returned == ["returned"]  # the beat's own forgive found nothing: the loss was not written yet
+    assert f"follower {silent} missed heartbeats" in [entry.get("reason") for entry in requeued["history"]]
+    assert lost_to(leader, job["id"]) == []  # without the monitor's second look: [f"{silent}/{incarnation}"]
+
+
 def lost_to(leader: Leader, job_id: str) -> list[str]:
     """The follower processes the job's runs were lost to (as stored)."""
     return (leader.db["jobs"].find_one({"_id": job_id}, {"lost_to": 1}) or {}).get("lost_to") or []
@@ -314,6 +350,7 @@ def test_a_job_whose_message_never_reached_the_follower_is_placed_again(make_lea
         return doc.get("state") == "assigned" and doc.get("attempt") == attempt and bool(doc.get("dispatched"))
 
     leader.wait_for(job["id"], lambda _j: sent(1))
+
     # Nobody consumes the follower's queue here: its heartbeats hold nothing, as after a lost message.
     def requeued_after_a_beat(j: dict[str, Any]) -> bool:
         leader.heartbeat(follower, incarnation)  # one heartbeat per poll
