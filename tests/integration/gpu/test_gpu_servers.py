@@ -39,9 +39,17 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ModelMeta]:
     made = llama(layers=2, hidden=128, heads=4, kv_heads=None, intermediate=None, vocab=2048, context=512, seed=5)
     path = tmp_path_factory.mktemp("llm") / "tiny-llama.zip"
     path.write_bytes(made.data)
-    meta = ModelMeta(name="tiny-llama", version="1", format="hf", inputs=[], outputs=[],
-                     sha256=hashlib.sha256(made.data).hexdigest(), size_bytes=len(made.data), created_at=datetime.now(UTC),
-                     llm=hfbundle.describe(path, hfbundle.unpack_limit(path)))  # fmt: skip
+    meta = ModelMeta(
+        name="tiny-llama",
+        version="1",
+        format="hf",
+        inputs=[],
+        outputs=[],
+        sha256=hashlib.sha256(made.data).hexdigest(),
+        size_bytes=len(made.data),
+        created_at=datetime.now(UTC),
+        llm=hfbundle.describe(path, hfbundle.unpack_limit(path)),
+    )
     return path, meta
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -272,14 +272,21 @@ def test_a_follower_heard_again_while_its_jobs_are_requeued_is_forgiven(
     follower: dict[str, str] = {}
     returned: list[str] = []
 
-    async def beat_first(db: Any, **kwargs: Any) -> list[str]:
-        if follower and follower["id"] in kwargs["follower_ids"] and not returned:
+    async def beat_first(
+        db: Any,
+        *,
+        follower_ids: list[str],
+        reason: str,
+        states: list[str] | None = None,
+        lost: Mapping[str, str | None] | None = None,
+    ) -> list[str]:
+        if follower and follower["id"] in follower_ids and not returned:
             # The returning beat, as its route runs it: recorded live, then forgiven (nothing is lost yet).
             beat = Heartbeat(incarnation=follower["incarnation"], state="busy")
             said = await followers_store.heartbeat(db, follower_id=follower["id"], beat=beat, beats=Beats(), rewrite_after_s=0)
             returned.append(said)
             returned.extend(await assignments_store.forgive(db, follower_id=follower["id"], incarnation=follower["incarnation"]))
-        return await requeue(db, **kwargs)
+        return await requeue(db, follower_ids=follower_ids, reason=reason, states=states, lost=lost)
 
     monkeypatch.setattr(monitor.assignments_store, "requeue_follower_jobs", beat_first)
     leader = make_leader(missing_after_s=1.0)

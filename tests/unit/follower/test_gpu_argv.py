@@ -6,23 +6,17 @@ scripts/device_gpu_check.sh); what they are given is fixed here, so a change to 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from common.spec.server import LlmServerOptions, ServerOptions
-from common.wire.models import LlmParams, ModelMeta, TensorSpec
 from follower.backends import LlamaCppBackend, OnnxRuntimeBackend, SglangBackend, TorchScriptBackend, VllmBackend
 from follower.backends.llmserver import OpenAiServerBackend
 from follower.convert.triton_repo import config_pbtxt
+from tests.unit.follower.test_llm_servers import MODEL as LLM
+from tests.unit.follower.test_point_pipeline import MODEL as TENSOR
 
-LLM = ModelMeta(name="tiny", version="1", format="hf", inputs=[], outputs=[], sha256="-", size_bytes=1,
-                created_at=datetime.now(UTC), llm=LlmParams(architecture="LlamaForCausalLM", model_type="llama",
-                                                            parameters=1, context_length=2048, vocab_size=2048))  # fmt: skip
-TENSOR = ModelMeta(name="m", version="1", format="onnx", inputs=[TensorSpec(name="x", datatype="FP32", shape=[-1, 4])],
-                   outputs=[TensorSpec(name="y", datatype="FP32", shape=[-1, 2])], sha256="0" * 64, size_bytes=1,
-                   created_at=datetime.now(UTC))  # fmt: skip
 CPU = ServerOptions()
 
 
