@@ -288,11 +288,24 @@ def test_a_follower_heard_again_while_its_jobs_are_requeued_is_forgiven(
             returned.extend(await assignments_store.forgive(db, follower_id=follower["id"], incarnation=follower["incarnation"]))
         return await requeue(db, follower_ids=follower_ids, reason=reason, states=states, lost=lost)
 
+    tick = monitor.Monitor.tick
+    ticks_done: list[list[str]] = []  # what each whole tick requeued (its second look included)
+
+    async def recorded_tick(self: monitor.Monitor) -> list[str]:
+        ticks_done.append(await tick(self))
+        return ticks_done[-1]
+
     monkeypatch.setattr(monitor.assignments_store, "requeue_follower_jobs", beat_first)
+    monkeypatch.setattr(monitor.Monitor, "tick", recorded_tick)
     leader = make_leader(missing_after_s=1.0)
     job, silent, incarnation = _running_job(leader)
     follower.update(id=silent, incarnation=incarnation)
     requeued = leader.wait_for(job["id"], lambda j: j["attempt"] == 2, timeout=10.0)
+    # The loss is read once the tick that requeued the job has ended (its requeue is visible before its second look).
+    deadline = time.monotonic() + 10.0
+    while job["id"] not in [job_id for done in ticks_done for job_id in done]:
+        assert time.monotonic() < deadline, "the tick that requeued the job never ended"
+        time.sleep(0.05)
     assert returned == ["returned"]  # the beat's own forgive found nothing: the loss was not written yet
     assert f"follower {silent} missed heartbeats" in [entry.get("reason") for entry in requeued["history"]]
     assert lost_to(leader, job["id"]) == []  # without the monitor's second look: [f"{silent}/{incarnation}"]
