@@ -26,6 +26,8 @@ def results_sheets(results: JobResults) -> list[Sheet]:
         sheets.append(llm)
     if (wire := wire_sheet(results)) is not None:
         sheets.append(wire)
+    if (quality := quality_sheet(results)) is not None:
+        sheets.append(quality)
     if results.repeats:
         sheets.append(repeats_sheet(results))
     return sheets
@@ -186,6 +188,41 @@ def wire_sheet(results: JobResults) -> Sheet | None:
         if wire.unmatched or wire.drops or wire.truncated:
             why = "".join(f"; {n}: {reason}" for reason, n in sorted(wire.unmatched_why.items()))
             sheet.note(f"point {r.point.index}: {wire.unmatched} requests not matched, {wire.drops} packets dropped{why}")
+    return sheet
+
+
+def quality_sheet(results: JobResults) -> Sheet | None:
+    """A job with `quality:`: per point, the served model's accuracy against the data's labels (each with its 95%
+    interval and sample count) and what the pass took; a check that could not run says why. None without `quality:`."""
+    points = [r for r in results.points if r.quality is not None]
+    if not points:
+        return None
+    sheet = Sheet(
+        title="quality: accuracy of the served answers against the data's labels (95% intervals)",
+        columns=[
+            Col("#"),
+            Col("backend", right=False),
+            Col("batch"),
+            Col("samples"),
+            Col("top-1", right=False),
+            Col("top-k", right=False, rank=1),
+            Col("pass s", rank=2),
+        ],
+    )
+    for r in points:
+        quality = r.quality
+        assert quality is not None
+        accuracy = quality.accuracy
+        top1 = (
+            accuracy.top1.points()
+            if accuracy
+            else "not run " + sheet.note(f"point {r.point.index}: " + "; ".join(quality.not_run))
+        )
+        topk = f"top-{accuracy.k} {accuracy.topk.points()}" if accuracy and accuracy.topk else "-"
+        samples = str(accuracy.top1.samples) if accuracy else "-"
+        sheet.rows.append(
+            [str(r.point.index), r.point.backend, str(r.point.batch_size), samples, top1, topk, f"{quality.seconds:.2f}"]
+        )
     return sheet
 
 

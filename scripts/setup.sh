@@ -46,7 +46,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing benchfleet and its dependencies into .venv"
     .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
-    .venv/bin/python -c "import fastapi, celery, pymongo, gridfs, onnxruntime, hdrh, aiohttp, cryptography"
+    .venv/bin/python -c "import fastapi, celery, pymongo, gridfs, onnxruntime, hdrh, aiohttp, cryptography, sklearn"
     echo "$want" > "$stamp"
 fi
 

@@ -2,7 +2,8 @@
 
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
-follower). A fourth, `trace`, is not request data but arrival times for `load.trace` (common.formats.traces); a fifth,
+follower). An npz `labels` array or a JSONL `label` is each sample's true class (for `quality.accuracy`), never an
+input. A fourth, `trace`, is not request data but arrival times for `load.trace` (common.formats.traces); a fifth,
 `prompts`, is a language model's prompts, chats, conversations or prompt lengths (common.formats.llmdata).
 The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
@@ -23,6 +24,7 @@ from common.formats.lines import bounded_lines
 from common.formats.llmdata import BadPrompts, parse_lines
 from common.formats.traces import BadTrace, inspect_trace
 from common.formats.ziplimits import ArchiveTooLarge, check_archive
+from common.spec.quality import LABEL_FIELDS
 from common.wire.auth import DEFAULT_TEAM
 
 DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
@@ -117,6 +119,8 @@ def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
                 key = info.filename.removesuffix(".npy")
                 if len(shape) < 1 or dtype.hasobject:
                     raise BadData(f"array {key!r} must have a sample axis and a numeric dtype")
+                if key in LABEL_FIELDS and (len(shape) != 1 or dtype.kind not in "iu"):
+                    raise BadData(f"array {key!r} holds each sample's class: one integer per sample, not {dtype}{list(shape)}")
                 counts[key] = int(shape[0])
     except (BadData, ArchiveTooLarge):
         raise
@@ -166,6 +170,9 @@ def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
             raise BadData(f"line {number} is not JSON: {exc}") from None
         if not isinstance(doc, dict) or not doc:
             raise BadData(f"line {number} must be an object mapping input names to values")
+        label = next((doc[k] for k in LABEL_FIELDS if k in doc), 0)
+        if not isinstance(label, int) or isinstance(label, bool) or label < 0:
+            raise BadData(f"line {number}: a label is the sample's class, a whole number >= 0 (not {json.dumps(label)[:40]})")
         if fields is None:
             fields = set(doc)
         elif set(doc) != fields:
@@ -205,18 +212,39 @@ def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | l
             check_archive(archive, MAX_INFLATED_BYTES)  # again where it is inflated: the follower
     if data_format == "npz":
         with np.load(path, allow_pickle=False) as npz:
-            return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files}
+            return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files if key not in LABEL_FIELDS}
     if data_format == "jsonl":
-        out: dict[str, list[np.ndarray]] = {}
-        with open(path, encoding="utf-8") as fh:
-            for _, line in bounded_lines(fh):
-                if line.strip() and sum(len(v) for v in out.values()) < MAX_SAMPLES * max(1, len(out)):
-                    for key, value in json.loads(line).items():
-                        out.setdefault(key, []).append(np.asarray(value))
-        return out
+        return {k: v for k, v in _jsonl_columns(path).items() if k not in LABEL_FIELDS}
     with zipfile.ZipFile(path) as zf:
         names = sorted(n for n in zf.namelist() if n.lower().endswith(IMAGE_SUFFIXES))[:MAX_SAMPLES]
         return [zf.read(n) for n in names]
+
+
+def _jsonl_columns(path: str) -> dict[str, list[np.ndarray]]:
+    """A stored JSONL set's fields, each a list of one array per sample (at most MAX_SAMPLES)."""
+    out: dict[str, list[np.ndarray]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for _, line in bounded_lines(fh):
+            if line.strip() and sum(len(v) for v in out.values()) < MAX_SAMPLES * max(1, len(out)):
+                for key, value in json.loads(line).items():
+                    out.setdefault(key, []).append(np.asarray(value))
+    return out
+
+
+def load_truth(path: str, data_format: str) -> np.ndarray | None:
+    """Each sample's true class (int64, in sample order) where a stored npz or JSONL set carries them (LABEL_FIELDS),
+    None where it carries none."""
+    if data_format == "npz":
+        with zipfile.ZipFile(path) as archive:
+            check_archive(archive, MAX_INFLATED_BYTES)
+        with np.load(path, allow_pickle=False) as npz:
+            key = next((k for k in LABEL_FIELDS if k in npz.files), None)
+            return None if key is None else np.asarray(npz[key][:MAX_SAMPLES], dtype=np.int64)
+    if data_format == "jsonl":
+        columns = _jsonl_columns(path)
+        key = next((k for k in LABEL_FIELDS if k in columns), None)
+        return None if key is None else np.asarray(columns[key], dtype=np.int64)
+    return None
 
 
 def _labels(raw: bytes) -> list[str]:

@@ -21,6 +21,7 @@ from common.spec.colocate import ColocateSpec
 from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
+from common.spec.quality import QualitySpec
 from common.spec.server import MAX_BATCH, ServerOptions
 from common.spec.slo import SLO
 from common.spec.sweep import configurations
@@ -226,6 +227,8 @@ class JobSpec(StrictModel):
     """Send every request a W3C `traceparent` header naming its point's span (as GuideLLM does), so a server
     instrumented with OpenTelemetry puts its own spans in the job's trace. The job's trace exists whether or not this
     is set; spans are exported where the leader and followers are configured to (OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    quality: QualitySpec | None = None
+    """How good the answers are, checked on every point after its load (accuracy against the request data's labels)."""
     sweep: dict[str, list[Any]] | None = None
     """Server options to sweep: an option path (threads, llm.max_num_seqs, dynamic_batching.max_queue_delay_us, ...)
     to the values to try; every combination is a configuration with its own server start, crossed with the grid."""
@@ -343,6 +346,17 @@ class JobSpec(StrictModel):
         scheme = urlsplit(target.url).scheme if target is not None else "http"
         if value == "wire" and scheme != "http":
             raise ValueError(f"a wire audit reads HTTP/1.1 off the wire; the target's {scheme}:// cannot be read (drop audit)")
+        return value
+
+    @field_validator("quality")
+    @classmethod
+    def _quality_needs_labels(cls, value: QualitySpec | None, info: ValidationInfo) -> QualitySpec | None:
+        if value is not None and value.accuracy is not None:  # the fields before it, as validated
+            if info.data.get("llm") is not None or any(b in LLM_BACKENDS for b in info.data.get("backends") or []):
+                raise ValueError("quality.accuracy scores a tensor model's class scores; a language model has none to score")
+            data = info.data.get("data")
+            if data is None or data.source != "upload":
+                raise ValueError("quality.accuracy scores against labelled data: give data: {source: upload, id: ...}")
         return value
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from common.spec.job import PointSpec
 from common.wire.audit import WireAudit
+from common.wire.quality import Quality
 from common.wire.search import SearchAnswer
 
 
@@ -413,3 +414,4 @@ class PointResult(BaseModel):
     shards: list[ShardRun] | None = None  # a sharded point (target.shards): each follower's part of the load
     shard_skew_ms: float | None = None  # the spread of the shards' start lags (a point past 1 ms is flagged)
     wire: WireAudit | None = None  # the job's `audit: wire`: the client's clock against the wire
+    quality: Quality | None = None  # the job's `quality:` checks on this point's server, after its load

@@ -19,7 +19,7 @@ from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
 from common.wire.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
-from follower.attempt.request_data import resolve_labels, resolve_request_data, with_client_stages
+from follower.attempt.request_data import resolve_labels, resolve_request_data, resolve_truth, with_client_stages
 from follower.attempt.target import fleet_services, resolve_target
 from follower.attempt.trace_data import resolve_trace
 from follower.convert.signature import check_before_serving
@@ -106,6 +106,10 @@ async def _run_backends(
     )
     # The labels a client-side post-processor looks up (an uploaded set's labels.txt).
     labels = await asyncio.to_thread(resolve_labels, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache")
+    # Each sample's true class, for the job's quality checks (only fetched when it asks for them).
+    truth = None
+    if task.spec.quality is not None:
+        truth = await asyncio.to_thread(resolve_truth, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache")
     # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
     trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
     # A language model's uploaded prompt set (llm.dataset: ID), the same way.
@@ -140,6 +144,8 @@ async def _run_backends(
         target_costs=TargetCosts(settings.target_costs_path),
         postprocess=task.spec.data.postprocess if task.spec.data.processing == "client" else None,
         labels=labels,
+        quality=task.spec.quality,
+        truth=truth,
         generators=generators,
     )
     sources: list[AsyncIterator[PointResult]]

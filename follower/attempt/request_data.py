@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.formats.datasets import DataSetMeta, load_labels, load_samples
+from common.formats.datasets import DataSetMeta, load_labels, load_samples, load_truth
 from common.spec.job import DataRef
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import PointResult
@@ -42,6 +42,15 @@ def resolve_labels(data: DataRef, *, client: LeaderClient | None, cache_dir: Pat
     path, meta, _ = fetch_data(client, data.id, cache_dir)
     labels = load_labels(str(path), meta.format)
     return tuple(labels) if labels is not None else None
+
+
+def resolve_truth(data: DataRef, *, client: LeaderClient | None, cache_dir: Path) -> np.ndarray | None:
+    """Each uploaded sample's true class (an npz `labels` array, a JSONL `label`), for quality.accuracy; None where
+    the data carries none."""
+    if data.source != "upload" or client is None or data.id is None:
+        return None
+    path, meta, _ = fetch_data(client, data.id, cache_dir)
+    return load_truth(str(path), meta.format)
 
 
 def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from common.formats.llmdata import PromptRow
 from common.formats.traces import Trace
 from common.spec.job import PointSpec
 from common.spec.network import NetworkSpec
+from common.spec.quality import QualitySpec
 from common.spec.slo import SLO
 from common.spec.target import TargetSpec
 from common.wire.models import ModelMeta
@@ -105,6 +108,8 @@ class ServerRun:
     postprocess: str | None = None  # a client-side post-processor, timed on sample answers after each point
     labels: tuple[str, ...] | None = None  # the classes' labels it looks up (the data set's labels.txt)
     generators: Generators | None = None  # the open loop's own processes for the attempt's points (None: one a point)
+    quality: QualitySpec | None = None  # the job's quality checks, run on each point's server after its load
+    truth: np.ndarray | None = None  # each request-data sample's true class (its labels), for quality.accuracy
     gpu_gate: bool = False  # each point checks, as it starts and ends, that no foreign process uses a GPU (wait_for_gpu)
 
     @property

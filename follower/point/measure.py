@@ -12,6 +12,7 @@ from follower.point.drive import drive_point
 from follower.point.judge import judge
 from follower.point.plan import plan_point
 from follower.point.postprocess import with_client_postprocess
+from follower.point.quality import with_quality
 from follower.point.result import point_result
 from follower.point.search import run_search
 from follower.point.shard import drive_shard
@@ -25,7 +26,7 @@ async def measure_point(point: PointSpec, ctx: PointContext, cold_start: ColdSta
         result = await _measure(point, ctx, cold_start)
     else:
         result = await run_search(point, ctx, cold_start, _measure)
-    return await with_client_postprocess(result, point, ctx)
+    return await with_quality(await with_client_postprocess(result, point, ctx), point, ctx)
 
 
 async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | None) -> PointResult:

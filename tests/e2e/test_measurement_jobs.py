@@ -1,6 +1,6 @@
 """Measurement-core features in real jobs (leader → follower → real ORT server): an uploaded trace replayed exactly,
-closed-loop warm-up kept out of the statistics, two generator processes merged exactly, and repeat runs on fresh
-servers with their spread."""
+closed-loop warm-up kept out of the statistics, two generator processes merged exactly, repeat runs on fresh
+servers with their spread, and each point's quality scored against labelled data."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import time
 
 import httpx
 import numpy as np
+import onnxruntime as ort
 import pytest
 from rich.console import Console
 
+from benchfleet.generate.digits import digits_mlp, digits_npz
 from benchfleet.generate.modelgen import mlp_onnx
 from benchfleet.render import print_results
 from common.stats import decode
@@ -82,12 +84,15 @@ def test_uploaded_trace_is_replayed_at_its_offsets_with_its_inputs(fleet, model:
     np.savez(buf, input=rng.standard_normal((8, 16)).astype(np.float32))
     data = _upload(fleet, buf.getvalue(), "npz", "rows")
     duration = float(offsets_ms[-1]) / 1000 + 0.5
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: trace-replay
 model: {model}
-load: {{pattern: trace, trace: {{dataset: {trace['id']}}}, duration: {duration}s, warmup: 0.2s}}
-data: {{source: upload, id: {data['id']}}}
-""")
+load: {{pattern: trace, trace: {{dataset: {trace["id"]}}}, duration: {duration}s, warmup: 0.2s}}
+data: {{source: upload, id: {data["id"]}}}
+""",
+    )
     (row,) = results.points
     assert row.requests == 600 and row.ok == 600 and row.errors == 0, row.error_sample
     assert row.point.trace_dataset == trace["id"] and abs(row.point.rate - 600 / duration) < 1e-9
@@ -99,8 +104,13 @@ data: {{source: upload, id: {data['id']}}}
     assert any(plan.reason in r for r in row.invalid_reasons) == plan.saturated, (plan, row.invalid_reasons)
     # The generator thread's scheduling is recorded; a refused SCHED_FIFO carries its reason.
     sched = row.generator_scheduling
-    assert sched is not None and (sched == "fifo" or (sched.startswith("nice ") and (
-        "SCHED_FIFO refused: " not in sched or sched.split("SCHED_FIFO refused: ", 1)[1].startswith("E")))), sched
+    assert sched is not None and (
+        sched == "fifo"
+        or (
+            sched.startswith("nice ")
+            and ("SCHED_FIFO refused: " not in sched or sched.split("SCHED_FIFO refused: ", 1)[1].startswith("E"))
+        )
+    ), sched
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 200_000_000
     measured = rec["intended_ns"][rec["intended_ns"] >= measured_start] - measured_start
@@ -111,11 +121,14 @@ data: {{source: upload, id: {data['id']}}}
 
 
 def test_closed_loop_warm_up_is_not_measured(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: closed-warm
 model: {model}
 load: {{pattern: closed, concurrency: 2, duration: 1s, warmup: 0.5s}}
-""")
+""",
+    )
     (row,) = results.points
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 500_000_000
@@ -137,12 +150,15 @@ def test_one_percentile_estimator_the_figures_everywhere_are_the_raw_records_nea
     import math
 
     _only_follower(fleet, "meas-estimator")
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: one-estimator
 model: {model}
 load: {{allow_short: true, pattern: poisson, rate: 150, duration: 2s, warmup: 0.5s}}
 seed: 4
-""")
+""",
+    )
     (row,) = results.points
     rec = _records(fleet, results)
     start = int(rec["start_ns"][0]) + 500_000_000
@@ -163,12 +179,15 @@ seed: 4
 
 def test_generators_setting_runs_two_processes_merged_exactly(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
     _only_follower(fleet, "meas-two", {"BENCHFLEET_FOLLOWER_GENERATORS": "2"})
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: two-generators
 model: {model}
 load: {{pattern: poisson, rate: 300, duration: 2s, warmup: 0.5s}}
 seed: 9
-""")
+""",
+    )
     (row,) = results.points
     assert row.generators == 2 and row.generator_plan is not None
     assert row.generator_plan.processes == 2 and row.generator_plan.forced, row.generator_plan
@@ -184,12 +203,15 @@ seed: 9
 
 def test_repeats_with_fresh_servers_interleave_and_report_the_spread(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
     _only_follower(fleet, "meas-repeats")
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: repeats
 model: {model}
 load: {{allow_short: true, pattern: poisson, rate: [150, 300], duration: 1s, warmup: 0.2s}}
 repeats: {{count: 2, fresh_server: true}}
-""")
+""",
+    )
     points = sorted(results.points, key=lambda r: r.point.index)
     # Round 1 runs both rates, then round 2 runs them again on a server started afresh (its cold start measured).
     assert [(r.point.repeat, r.point.config, r.point.rate) for r in points] == [
@@ -213,13 +235,16 @@ def test_a_batching_study_on_our_server_sweeps_batching_off_and_on_in_one_job(fl
     """The seed's dynamic-batching study on our ORT server, as one job: the same seeded load on a server without a
     batcher and on one whose batcher waits up to 20 ms for 16 requests, each configuration its own server start."""
     _only_follower(fleet, "meas-batching")
-    results = _run(fleet, f"""
+    results = _run(
+        fleet,
+        f"""
 name: batching-study
 model: {model}
 batch_sizes: [1]
 load: {{allow_short: true, pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}}
 sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 20000}}]}}
-""")
+""",
+    )
     off, on = sorted(results.points, key=lambda r: r.point.config)
     assert off.point.server.dynamic_batching is None
     assert on.point.server.dynamic_batching is not None and on.point.server.dynamic_batching.max_batch_size == 16
@@ -240,5 +265,52 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
     assert "dynamic_batching=off" in out.getvalue()
     assert "dynamic_batching=(max_batch_size=16,max_queue_delay_us=20000)" in out.getvalue()
     assert off.latency_ms is not None and on.latency_ms is not None
-    print(f"our server, batching off: {off.server_stats} p50 {off.latency_ms.p50:.2f} ms; "
-          f"on: {on.server_stats} p50 {on.latency_ms.p50:.2f} ms")
+    print(
+        f"our server, batching off: {off.server_stats} p50 {off.latency_ms.p50:.2f} ms; "
+        f"on: {on.server_stats} p50 {on.latency_ms.p50:.2f} ms"
+    )
+
+
+def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet) -> None:  # type: ignore[no-untyped-def]
+    """A digits-trained model on ONNX Runtime, its held-out digits uploaded with their labels: every point carries its
+    top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model scores on the same batches
+    in-process, with a 95% interval around it; the CLI's quality sheet shows them."""
+    _only_follower(fleet, "meas-quality")
+    model, offline = digits_mlp()
+    held = np.load(io.BytesIO(digits_npz()))
+    with fleet.client() as client:
+        ref = client.upload_model(model, name="digits-mlp", version="1").ref
+    data = _upload(fleet, digits_npz(), "npz", "digits-test")
+    results = _run(
+        fleet,
+        f"""
+name: digits-quality
+model: {ref}
+batch_sizes: [1, 7]
+load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
+data: {{source: upload, id: {data["id"]}}}
+quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
+""",
+    )
+    assert results.job.state == "succeeded", results.job.error
+    session = ort.InferenceSession(model)
+    truth = held["labels"][:500]
+    for r in results.points:
+        # The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 scored.
+        b = r.point.batch_size
+        rows = [[(s + j) % len(truth) for j in range(b)] for s in range(0, 500, b)]
+        scores = np.concatenate([session.run(None, {"input": held["input"][idx]})[0] for idx in rows])[:500]
+        ranked = np.argsort(-scores, axis=1, kind="stable")
+        assert r.quality is not None and r.quality.not_run == [], r.quality
+        accuracy = r.quality.accuracy
+        assert accuracy is not None and accuracy.topk is not None
+        assert accuracy.top1.hits == int((ranked[:, 0] == truth).sum()) and accuracy.top1.samples == 500
+        assert accuracy.k == 3 and accuracy.topk.hits == int((ranked[:, :3] == truth[:, None]).any(axis=1).sum())
+        assert accuracy.top1.low < accuracy.top1.value < accuracy.top1.high and accuracy.topk.value >= accuracy.top1.value
+        assert accuracy.top1.value > 0.9 and offline > 0.9  # a trained model: far above chance (0.1)
+    out = io.StringIO()
+    print_results(Console(file=out), results)
+    text = out.getvalue()
+    assert "quality: accuracy of the served answers" in text
+    for r in results.points:
+        assert r.quality is not None and r.quality.accuracy is not None and r.quality.accuracy.top1.points() in text

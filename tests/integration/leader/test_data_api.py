@@ -71,6 +71,11 @@ def test_upload_list_get_download_delete(leader: Leader, fmt: str, content: byte
         # Found by the schemathesis fuzz: bytes that are not UTF-8, a zip whose member is not a .npy array.
         ("jsonl", b'{"a": 1}\n\xf2\x81', "UTF-8"),
         ("npz", _images_zip(), "not a .npy array"),
+        # Labels are each sample's class: one whole number per sample.
+        ("npz", _npz(input=np.zeros((2, 3)), labels=np.zeros((2, 1), np.int64)), "'labels' holds each sample's class"),
+        ("npz", _npz(input=np.zeros((2, 3)), labels=np.zeros(2)), "one integer per sample, not float64[2]"),
+        ("jsonl", b'{"input": [1], "label": 0}\n{"input": [2], "label": "cat"}\n', "line 2: a label is the sample's class"),
+        ("jsonl", b'{"input": [1], "label": -1}\n', "a whole number >= 0 (not -1)"),
     ],
 )
 def test_bad_data_is_refused_before_storage_naming_the_field(leader: Leader, fmt: str, content: bytes, needle: str) -> None:
@@ -94,3 +99,20 @@ def test_job_naming_an_unknown_data_set_is_refused(leader: Leader) -> None:
     spec = "name: j\nmodel: ident:1\nload: {allow_short: true, rate: 10, duration: 1s}\ndata: {source: upload, id: abc123}\n"
     response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
     assert response.status_code == 422 and response.json()["field"] == "data.id", response.text
+
+
+def test_quality_accuracy_needs_a_labelled_data_set(leader: Leader) -> None:
+    """The job's quality check is refused at submission, naming quality.accuracy, when its data carries no labels; a
+    labelled set's labels are a field of the set, and the job that scores it is accepted."""
+    leader.upload_model("ident", "1")
+    bare = _upload(leader, _npz(input=np.zeros((4, 3), np.float32)), "npz", "bare").json()
+    labelled = _upload(leader, _npz(input=np.zeros((4, 3), np.float32), labels=np.arange(4)), "npz", "labelled").json()
+    assert labelled["fields"] == ["input", "labels"] and labelled["samples"] == 4
+    spec = "name: j\nmodel: ident:1\nload: {{allow_short: true, rate: 10, duration: 1s}}\n"
+    spec += "data: {{source: upload, id: {}}}\nquality: {{}}\n"
+    refused = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec.format(bare["id"]))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "quality.accuracy" and "carries no labels" in refused.json()["message"]
+    accepted = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec.format(labelled["id"]))
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["spec"]["quality"] == {"accuracy": {"top_k": 5}, "max_samples": 1000}

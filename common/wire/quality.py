@@ -1,0 +1,41 @@
+"""A point's quality figures as they travel and are stored: each a share with its sample count and 95% interval."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Share(BaseModel):
+    """A proportion measured on `samples` samples: `hits` of them, and its 95% Wilson score interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hits: int
+    samples: int
+    value: float
+    low: float
+    high: float
+
+    def points(self) -> str:
+        """As a user reads it: percent, with its interval, e.g. "98.3% [97.0, 99.1]"."""
+        return f"{100 * self.value:.1f}% [{100 * self.low:.1f}, {100 * self.high:.1f}]"
+
+
+class Accuracy(BaseModel):
+    """Top-1 (and top-k) accuracy of the served model's class scores against the data set's labels."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top1: Share
+    k: int  # the k of `topk` (1: top-1 only)
+    topk: Share | None = None
+
+
+class Quality(BaseModel):
+    """What the point's quality checks found (follower/point/quality.py), and each check that could not run, with why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accuracy: Accuracy | None = None
+    not_run: list[str] = []  # "accuracy: why it could not run"
+    seconds: float = 0.0  # the pass's wall time, after the load

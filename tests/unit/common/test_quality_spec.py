@@ -1,0 +1,79 @@
+"""`quality:` in the job spec, and labelled request data: labels are each sample's class, never a model input."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.errors import InvalidSpec
+from common.formats.datasets import inspect_data, load_samples, load_truth
+from common.spec.parse import parse_spec_yaml
+
+BASE = "name: j\nmodel: m:1\nload: {rate: 10, duration: 1s, allow_short: true}\n"
+UPLOAD = "data: {source: upload, id: abc}\n"
+
+
+def test_quality_defaults_to_top1_and_top5_over_a_thousand_samples() -> None:
+    spec = parse_spec_yaml(BASE + UPLOAD + "quality: {}\n")
+    assert spec.quality is not None and spec.quality.accuracy is not None
+    assert (spec.quality.accuracy.top_k, spec.quality.max_samples) == (5, 1000)
+    assert parse_spec_yaml(BASE).quality is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "needle"),
+    [
+        ("quality: {}\n", "quality", "scores against labelled data: give data: {source: upload"),
+        (UPLOAD + "quality: {max_samples: 10001}\n", "quality.max_samples", "must be <= 10000"),
+        (UPLOAD + "quality: {accuracy: {top_k: 0}}\n", "quality.accuracy.top_k", "must be >= 1"),
+        (UPLOAD + "quality: {accuracy: {top_k: 3}, extra: 1}\n", "quality.extra", "unknown field"),
+        (UPLOAD + "backends: [vllm]\nquality: {}\n", "quality", "a language model has none to score"),
+    ],
+)
+def test_a_quality_check_that_cannot_be_run_is_refused_naming_why(extra: str, field: str, needle: str) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + extra)
+    assert caught.value.field == field and needle in str(caught.value)
+
+
+def test_a_quality_check_can_be_turned_off() -> None:
+    spec = parse_spec_yaml(BASE + "quality: {accuracy: null}\n")  # nothing to score: no labelled data needed
+    assert spec.quality is not None and spec.quality.accuracy is None
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.savez(out, **arrays)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+def test_npz_labels_are_read_as_the_truth_and_kept_out_of_the_samples(tmp_path: Path) -> None:
+    content = _npz(input=np.arange(12, dtype=np.float32).reshape(4, 3), labels=np.array([3, 1, 4, 1], np.uint8))
+    assert inspect_data(io.BytesIO(content), "npz") == (4, ["input", "labels"])
+    path = tmp_path / "d.npz"
+    path.write_bytes(content)
+    samples = load_samples(str(path), "npz")
+    assert isinstance(samples, dict) and list(samples) == ["input"] and len(samples["input"]) == 4
+    truth = load_truth(str(path), "npz")
+    assert truth is not None and truth.dtype == np.int64 and truth.tolist() == [3, 1, 4, 1]
+
+
+def test_jsonl_label_is_read_as_the_truth_and_kept_out_of_the_samples(tmp_path: Path) -> None:
+    content = b'{"x": [1, 2], "label": 7}\n{"x": [3, 4], "label": 0}\n'
+    assert inspect_data(io.BytesIO(content), "jsonl") == (2, ["label", "x"])
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(content)
+    samples = load_samples(str(path), "jsonl")
+    assert isinstance(samples, dict) and list(samples) == ["x"]
+    truth = load_truth(str(path), "jsonl")
+    assert truth is not None and truth.tolist() == [7, 0]
+
+
+def test_a_set_without_labels_has_no_truth(tmp_path: Path) -> None:
+    path = tmp_path / "d.npz"
+    path.write_bytes(_npz(input=np.zeros((2, 3), np.float32)))
+    assert load_truth(str(path), "npz") is None
+    assert load_truth(str(path), "images") is None  # an images set's labels.txt names classes, not each sample's
