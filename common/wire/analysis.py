@@ -66,6 +66,12 @@ class LeaderboardRow(BaseModel):
     goodput_share: float | None = None  # their share of the requests (the attainment)
     cost_usd_per_1m_tokens: float | None = None  # per 1M output tokens, at the follower's instance price
     energy_j_per_1k_tokens: float | None = None  # where the follower measures energy
+    # The served model's top-1 accuracy against the job's labelled data (a job's `quality:`), 0..1, with its 95%
+    # interval and sample count (None without a quality check, and on older rows).
+    accuracy: float | None = None
+    accuracy_low: float | None = None
+    accuracy_high: float | None = None
+    accuracy_samples: float | None = None
     # A search point (its rate or users are the load found): the lowest failing load, how it stopped, its probes.
     search_lowest_fail: float | None = None
     search_stopped: str | None = None

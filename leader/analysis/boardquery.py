@@ -29,6 +29,10 @@ NUMERIC = rowcounts.NUMBERS + (
     "ttft_p99_ci_high_ms",
     "search_lowest_fail",
     "search_probes",
+    "accuracy",
+    "accuracy_low",
+    "accuracy_high",
+    "accuracy_samples",
 )
 TEXT = rowcounts.TEXT + (
     "follower_id",

@@ -260,6 +260,12 @@ def row_from_result(
         "tokens_per_s": _num(result, "llm.output_tokens_per_s"),
         "goodput_rps": _num(result, "llm.goodput_rps"),
         "goodput_share": _num(result, "llm.goodput_share"),
+        # The served model's top-1 accuracy against the job's labelled data (`quality:`), with its 95% interval and
+        # sample count; None where the job asked for no quality check or it could not run.
+        "accuracy": _num(result, "quality.accuracy.top1.value"),
+        "accuracy_low": _num(result, "quality.accuracy.top1.low"),
+        "accuracy_high": _num(result, "quality.accuracy.top1.high"),
+        "accuracy_samples": _num(result, "quality.accuracy.top1.samples"),
         # A search point: the load found is the row's rate (or users); the lowest failing load and how it stopped.
         "search_lowest_fail": _num(result, "search.lowest_fail"),
         "search_stopped": (result.get("search") or {}).get("stopped"),

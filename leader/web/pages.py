@@ -24,7 +24,7 @@ from leader.analysis.boardquery import NUMERIC, column
 from leader.analysis.recommend import parse_query, recommend
 from leader.analysis.roofline import cost_by_hardware, roofline
 from leader.api import API_PREFIX, deps
-from leader.store import joblist, lookup
+from leader.store import joblist, lookup, rowcounts
 from leader.store import jobs as jobs_store
 from leader.store import results as results_store
 from leader.web import charts as draw
@@ -48,6 +48,8 @@ COLUMNS = [
 ]
 # Shown when a row on the page is a language model's.
 LLM_COLUMNS = [("ttft_p99_ms", "TTFT p99 ms"), ("tokens_per_s", "tokens/s")]
+# Shown when a row on the page carries a quality check's accuracy.
+QUALITY_COLUMNS = [("accuracy", "top-1 accuracy")]
 HEAT_METRICS = heatmap.METRICS
 HEAT_PARAMS = heatmap.PARAMS
 
@@ -133,12 +135,15 @@ async def leaderboard_page(request: Request) -> HTMLResponse:
         return link(sort=col, order=flip)
 
     llm = any(r.ttft_p99_ms is not None for r in page.rows)
+    quality = any(r.accuracy is not None for r in page.rows)
     html = render(
         "leaderboard.html",
         csrf=request.state.csrf,
         page=page,
-        columns=COLUMNS + LLM_COLUMNS if llm else COLUMNS,
+        columns=COLUMNS + (LLM_COLUMNS if llm else []) + (QUALITY_COLUMNS if quality else []),
         llm=llm,
+        quality=quality,
+        sortable=rowcounts.SORTABLE,
         filter_values=values,
         sort_link=sort_link,
         page_link=lambda off: link(offset=max(0, off)),

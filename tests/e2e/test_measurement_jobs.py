@@ -4,6 +4,7 @@ servers with their spread, and each point's quality scored against labelled data
 
 from __future__ import annotations
 
+import csv
 import io
 import time
 
@@ -274,7 +275,7 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
 def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet) -> None:  # type: ignore[no-untyped-def]
     """A digits-trained model on ONNX Runtime, its held-out digits uploaded with their labels: every point carries its
     top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model scores on the same batches
-    in-process, with a 95% interval around it; the CLI's quality sheet shows them."""
+    in-process, with a 95% interval around it; the leaderboard, the export and the CLI's quality sheet show them."""
     _only_follower(fleet, "meas-quality")
     model, offline = digits_mlp()
     held = np.load(io.BytesIO(digits_npz()))
@@ -308,6 +309,16 @@ quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
         assert accuracy.k == 3 and accuracy.topk.hits == int((ranked[:, :3] == truth[:, None]).any(axis=1).sum())
         assert accuracy.top1.low < accuracy.top1.value < accuracy.top1.high and accuracy.topk.value >= accuracy.top1.value
         assert accuracy.top1.value > 0.9 and offline > 0.9  # a trained model: far above chance (0.1)
+    # The leaderboard's rows and the job's export carry each point's top-1 accuracy with its interval and count.
+    by_index = {r.point.index: r.quality.accuracy for r in results.points if r.quality and r.quality.accuracy}
+    with fleet.client() as client:
+        rows = client.leaderboard(filters=[f"job_id:{results.job.id}"], sort="index").rows
+        exported = list(csv.DictReader(io.StringIO(client.export(results.job.id, "csv").decode())))
+    assert [r.index for r in rows] == [0, 1] and len(exported) == 2
+    for row, line in zip(rows, exported, strict=True):
+        top1 = by_index[row.index].top1
+        assert (row.accuracy, row.accuracy_low, row.accuracy_high, row.accuracy_samples) == (top1.value, top1.low, top1.high, 500)
+        assert float(line["accuracy"]) == top1.value and float(line["accuracy_low"]) == top1.low
     out = io.StringIO()
     print_results(Console(file=out), results)
     text = out.getvalue()
