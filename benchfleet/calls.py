@@ -216,8 +216,9 @@ class Calls:
         return Call("GET", f"{API}/recommend", _RECOMMEND, params=params)
 
     @staticmethod
-    def compare(a: str, b: str, threshold: float | None) -> Call[CompareResponse]:
-        return Call("GET", f"{API}/compare", _COMPARE, params={"a": a, "b": b, "threshold": threshold})
+    def compare(a: str, b: str, threshold: float | None, quality_threshold: float | None = None) -> Call[CompareResponse]:
+        params = {"a": a, "b": b, "threshold": threshold, "quality_threshold": quality_threshold}
+        return Call("GET", f"{API}/compare", _COMPARE, params=params)
 
     @staticmethod
     def pin_baseline(name: str, job_id: str) -> Call[dict[str, str]]:

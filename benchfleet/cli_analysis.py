@@ -168,7 +168,13 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
             change = "-" if m.change is None else f"{100 * m.change:+.1f}%"
             test = "bootstrap" if m.ci_low is not None else "summary"
             sheet.rows.append([f"  {m.metric}", _num(m.a), _num(m.b), change, ci, "-", test, m.verdict])
+        if (q := p.quality) is not None:  # top-1 accuracy in percent; its change and interval in points
+            ci = f"{100 * q.ci_low:+.2f} .. {100 * q.ci_high:+.2f} pt"
+            a, b = f"{100 * q.a:.1f}% of {q.a_samples}", f"{100 * q.b:.1f}% of {q.b_samples}"
+            sheet.rows.append(["  top-1 accuracy", a, b, f"{100 * q.change:+.2f} pt", ci, "-", "newcombe", q.verdict])
     sheet.footer = f"{answer.regressions} regression(s) at a threshold of {100 * answer.threshold:g}%"
+    if any(p.quality is not None for p in answer.points):
+        sheet.footer += f" (top-1 accuracy: a fall of {100 * answer.quality_threshold:g} points)"
     if answer.invalid:
         sheet.footer += f"; {answer.invalid} point(s) not judged: a side's point is invalid"
     return sheet
@@ -243,13 +249,17 @@ def register(app: typer.Typer) -> None:
         url: UrlOpt = DEFAULT_URL,
         token: TokenOpt = "",
         threshold: Annotated[float | None, typer.Option(min=0.0, max=10.0, help="The p99 change that counts (0.05: 5%).")] = None,
+        quality_threshold: Annotated[
+            float | None, typer.Option(min=0.0, max=1.0, help="The fall in top-1 accuracy that counts (0.005: half a point).")
+        ] = None,
         as_json: JsonOpt = False,
         wide: WideOpt = False,
     ) -> None:
-        """Compare job B with job A point by point, between valid points only; exits 5 when a point regressed (a CI
-        gate), else 6 when a point could not be judged because a side's point is invalid."""
+        """Compare job B with job A point by point, latency between valid points only, accuracy wherever both scored it;
+        exits 5 when a point regressed (a CI gate), else 6 when a point could not be judged because a side's point is
+        invalid."""
         with client_for(url, token) as client:
-            answer = call(client.compare, job_a, job_b, threshold=threshold)
+            answer = call(client.compare, job_a, job_b, threshold=threshold, quality_threshold=quality_threshold)
         show(answer, compare_sheet, as_json=as_json, wide=wide)
         if answer.regressions:
             raise typer.Exit(EXIT_REGRESSION)

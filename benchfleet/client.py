@@ -200,9 +200,12 @@ class BenchfleetClient:
         `missing`: what to run."""
         return self._do(Calls.recommend(query, filters))
 
-    def compare(self, a: str, b: str, *, threshold: float | None = None) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse."""
-        return self._do(Calls.compare(a, b, threshold))
+    def compare(
+        self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
+    ) -> CompareResponse:
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse (in
+        latency beyond `threshold`, or in accuracy beyond `quality_threshold`)."""
+        return self._do(Calls.compare(a, b, threshold, quality_threshold))
 
     def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
         """Pin a job as the team's named baseline (compare with `baseline:NAME`)."""
@@ -397,9 +400,12 @@ class AsyncBenchfleetClient:
         `missing`: what to run."""
         return await self._do(Calls.recommend(query, filters))
 
-    async def compare(self, a: str, b: str, *, threshold: float | None = None) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse."""
-        return await self._do(Calls.compare(a, b, threshold))
+    async def compare(
+        self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
+    ) -> CompareResponse:
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse (in
+        latency beyond `threshold`, or in accuracy beyond `quality_threshold`)."""
+        return await self._do(Calls.compare(a, b, threshold, quality_threshold))
 
     async def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
         """Pin a job as the team's named baseline (compare with `baseline:NAME`)."""

@@ -209,6 +209,21 @@ class MetricComparison(BaseModel):
     verdict: Verdict
 
 
+class QualityComparison(BaseModel):
+    """The served model's top-1 accuracy on B's point against A's (a job's `quality:`; higher is better). Judged on its
+    own: it was measured after the load, one request at a time, so a point the load made invalid still has it."""
+
+    metric: Literal["top1_accuracy"] = "top1_accuracy"
+    a: float  # 0..1
+    b: float
+    a_samples: int
+    b_samples: int
+    change: float  # b - a, in share points (-0.01: one point lower)
+    ci_low: float  # 95% interval of b - a (Newcombe's, from each side's Wilson interval)
+    ci_high: float
+    verdict: Verdict
+
+
 class PointComparison(BaseModel):
     """One point of B against the same point (backend, batch, pattern, rate) of A."""
 
@@ -233,6 +248,7 @@ class PointComparison(BaseModel):
     b_valid: bool | None = None
     a_reasons: list[str] = []
     b_reasons: list[str] = []
+    quality: QualityComparison | None = None  # both sides scored their answers (a job's `quality:`)
 
 
 class CompareResponse(BaseModel):
@@ -241,6 +257,7 @@ class CompareResponse(BaseModel):
     a: str
     b: str
     threshold: float
+    quality_threshold: float = 0.005  # the fall in top-1 accuracy that counts (share points: 0.005 is half a point)
     points: list[PointComparison]
     regressions: int  # regressions between valid points only
     invalid: int = 0  # points not judged because a side's point is invalid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +12,20 @@ from scipy.stats import mannwhitneyu
 
 from common.spec.job import load_label
 from common.stats import block_bootstrap_diff_ci, block_bootstrap_rate_diff_ci, quantile
-from common.wire.analysis import CompareResponse, LlmMetric, MetricComparison, PointComparison, Verdict
+from common.wire.analysis import (
+    CompareResponse,
+    LlmMetric,
+    MetricComparison,
+    PointComparison,
+    QualityComparison,
+    Verdict,
+)
 from common.wire.repro import comparable_environments
 from common.wire.results import Environment
 from leader.analysis.records import LlmSeries, Timed
 
 DEFAULT_THRESHOLD = 0.10
+DEFAULT_QUALITY_THRESHOLD = 0.005  # half a point of top-1 accuracy
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,29 @@ def compare_llm(
     return out
 
 
+def compare_quality(ra: dict[str, Any], rb: dict[str, Any], threshold: float) -> QualityComparison | None:
+    """B's top-1 accuracy against A's, when both points scored their answers: the difference with Newcombe's 95%
+    interval (from each side's Wilson interval; it takes the two sides as independent samples, which errs wide when
+    both scored the same data). A regression is a fall beyond `threshold` whose interval excludes no change."""
+    keys = ("accuracy", "accuracy_low", "accuracy_high", "accuracy_samples")
+    if any(ra.get(k) is None for k in keys) or any(rb.get(k) is None for k in keys):
+        return None
+    pa, la, ha = ra["accuracy"], ra["accuracy_low"], ra["accuracy_high"]
+    pb, lb, hb = rb["accuracy"], rb["accuracy_low"], rb["accuracy_high"]
+    change = pb - pa
+    ci = (change - math.hypot(pb - lb, ha - pa), change + math.hypot(hb - pb, pa - la))
+    return QualityComparison(
+        a=pa,
+        b=pb,
+        a_samples=int(ra["accuracy_samples"]),
+        b_samples=int(rb["accuracy_samples"]),
+        change=change,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        verdict=judge(change, ci, threshold, higher_is_better=True),
+    )
+
+
 def comparability(ra: dict[str, Any] | None, rb: dict[str, Any] | None) -> str | None:
     """The "comparable?" verdict of two rows' reproducibility records (None: a side is missing, or a row stored before
     rows kept their environment)."""
@@ -131,9 +163,11 @@ async def compare_rows(
     b: str,
     load_latencies: LatencyLoader,
     threshold: float = DEFAULT_THRESHOLD,
+    quality_threshold: float = DEFAULT_QUALITY_THRESHOLD,
 ) -> CompareResponse:
     """Match points by key and test each pair (raw latencies when both have records, else the summaries). A pair with
-    an invalid side is shown with its figures and its reasons but judged "invalid": it decides no regression."""
+    an invalid side is shown with its figures and its reasons but judged "invalid": it decides no latency regression.
+    Its accuracy (both sides scored with `quality:`) is judged all the same: it was measured after the load."""
     dims = varying(a_rows, b_rows)
     a_by = {point_key(row, dims): row for row in a_rows}
     b_by = {point_key(row, dims): row for row in b_rows}
@@ -184,8 +218,12 @@ async def compare_rows(
                 b_valid=b_valid,
                 a_reasons=a_reasons,
                 b_reasons=b_reasons,
+                quality=compare_quality(ra, rb, quality_threshold) if ra is not None and rb is not None else None,
             )
         )
     regressions = sum(p.verdict == "regression" for p in out) + sum(m.verdict == "regression" for p in out for m in p.llm)
+    regressions += sum(p.quality is not None and p.quality.verdict == "regression" for p in out)
     invalid = sum(p.verdict == "invalid" for p in out)
-    return CompareResponse(a=a, b=b, threshold=threshold, points=out, regressions=regressions, invalid=invalid)
+    return CompareResponse(
+        a=a, b=b, threshold=threshold, quality_threshold=quality_threshold, points=out, regressions=regressions, invalid=invalid
+    )

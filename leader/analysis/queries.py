@@ -57,10 +57,19 @@ def latency_loader(db: Any) -> compare.LatencyLoader:
     return load
 
 
-async def compare_jobs(db: Any, a: str, b: str, threshold: float, team: str | None = None) -> CompareResponse:
+async def compare_jobs(
+    db: Any,
+    a: str,
+    b: str,
+    threshold: float,
+    team: str | None = None,
+    quality_threshold: float = compare.DEFAULT_QUALITY_THRESHOLD,
+) -> CompareResponse:
     """Job (or baseline) b against a, point by point, as `team` sees them (None: every team)."""
     a_rows, b_rows = await job_rows(db, a, "a", team), await job_rows(db, b, "b", team)
-    return await compare.compare_rows(a_rows, b_rows, a=a, b=b, load_latencies=latency_loader(db), threshold=threshold)
+    return await compare.compare_rows(
+        a_rows, b_rows, a=a, b=b, load_latencies=latency_loader(db), threshold=threshold, quality_threshold=quality_threshold
+    )
 
 
 async def raw_latencies(db: Any, job_id: str, attempt: int, points: list[PointResult]) -> dict[int, np.ndarray]:

@@ -1,11 +1,15 @@
 """Measurement-core features in real jobs (leader → follower → real ORT server): an uploaded trace replayed exactly,
 closed-loop warm-up kept out of the statistics, two generator processes merged exactly, repeat runs on fresh
-servers with their spread, and each point's quality scored against labelled data."""
+servers with their spread, and each point's quality scored against labelled data and gated on by compare."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+import os
+import subprocess
+import sys
 import time
 
 import httpx
@@ -325,3 +329,38 @@ quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
     assert "quality: accuracy of the served answers" in text
     for r in results.points:
         assert r.quality is not None and r.quality.accuracy is not None and r.quality.accuracy.top1.points() in text
+
+
+def test_compare_exits_5_on_an_accuracy_fall_beyond_its_interval_and_not_on_one_inside_it(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The digits model against one trained for fewer steps on the same data: 60 steps scores within a sample of 100
+    steps (inside the interval: no regression), 5 steps about ten points lower (a regression: `compare` exits 5). The
+    loads are short on purpose (every point invalid): accuracy is judged all the same, latency decides nothing."""
+    _only_follower(fleet, "meas-compare")
+    data = _upload(fleet, digits_npz(), "npz", "digits-compare")
+    jobs = {}
+    with fleet.client() as client:
+        for steps in (100, 60, 5):
+            ref = client.upload_model(digits_mlp(steps=steps)[0], name="digits-steps", version=str(steps)).ref
+            jobs[steps] = _run(
+                fleet,
+                f"""
+name: digits-{steps}
+model: {ref}
+load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
+data: {{source: upload, id: {data["id"]}}}
+quality: {{accuracy: {{top_k: 1}}, max_samples: 540}}
+""",
+            ).job.id
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BENCHFLEET_URL": fleet.url,
+           "BENCHFLEET_TOKEN": fleet.admin_token, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # fmt: skip
+    for steps, rc, verdict in ((60, 6, "unchanged"), (5, 5, "regression")):
+        argv = [sys.executable, "-m", "benchfleet", "compare", jobs[100], jobs[steps], "--quality-threshold", "0.005"]
+        shown = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert shown.returncode == rc, shown.stdout + shown.stderr
+        row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("top-1 accuracy"))
+        assert row.split()[-1] == verdict and "newcombe" in row, shown.stdout
+        answer = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=60).stdout)
+        (point,) = answer["points"]
+        assert point["verdict"] == "invalid" and point["quality"]["verdict"] == verdict, point
+        low, high = point["quality"]["ci_low"], point["quality"]["ci_high"]
+        assert (low < 0 < high) == (verdict == "unchanged") and point["quality"]["a_samples"] == 540

@@ -107,9 +107,12 @@ async def compare(
     a: str,
     b: str,
     threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD,
+    quality_threshold: Annotated[float, Query(gt=0, lt=1)] = compare_mod.DEFAULT_QUALITY_THRESHOLD,
 ) -> CompareResponse:
-    """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney."""
-    return await queries.compare_jobs(db, a, b, threshold, team=viewer.scope)
+    """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney;
+    top-1 accuracy (both jobs with `quality:`) its difference's interval, a fall beyond `quality_threshold` (share
+    points: 0.005 is half a point) outside it a regression."""
+    return await queries.compare_jobs(db, a, b, threshold, team=viewer.scope, quality_threshold=quality_threshold)
 
 
 class BaselineBody(BaseModel):
