@@ -95,10 +95,18 @@ def leaderboard_sheet(page: LeaderboardPage) -> Sheet:
     return sheet
 
 
+def _percent_in(value: float | None, low: float | None, high: float | None) -> str:
+    """A share with its interval, as percent ("98.3% [97.0, 99.1]"); "-" when not measured."""
+    if value is None or low is None or high is None:
+        return "-"
+    return f"{100 * value:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def recommend_sheet(answer: RecommendResponse) -> Sheet:
     """One row per recommended configuration, with the point that backs it (a language model's: tokens/s, TTFT and
     TPOT p99, cost per 1M output tokens); with none, what to run as the note."""
     llm = answer.query.llm
+    accuracy = answer.query.min_accuracy is not None or any(r.accuracy is not None for r in answer.recommendations)
     sheet = Sheet(
         title=f"recommendation: {answer.query.describe()}",
         columns=[
@@ -113,6 +121,7 @@ def recommend_sheet(answer: RecommendResponse) -> Sheet:
                 if llm
                 else [Col("p99 ms"), Col("p99 CI high", rank=2), Col("req/s", rank=1), Col("samples/s"), Col("cost/1M $", rank=4)]
             ),
+            *([Col("top-1 acc", right=False, rank=1)] if accuracy else []),
             Col("points", rank=5),
             Col("evidence", right=False, rank=2),
         ],
@@ -130,6 +139,8 @@ def recommend_sheet(answer: RecommendResponse) -> Sheet:
             ]
         )
         backend = r.backend + (f" {r.options}" if r.options else "")
+        if accuracy:
+            figures.append(_percent_in(r.accuracy, r.accuracy_low, r.accuracy_high))
         row = [str(r.rank), r.model, backend, r.hardware, str(r.batch_size), r.evidence.load, *figures, str(r.candidates)]
         sheet.rows.append([*row, f"{r.evidence.job_id}:{r.evidence.index}"])
     if answer.missing:
@@ -215,6 +226,9 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option("--max-cost-per-1m-tokens", help="Budget per 1M output tokens.")
         ] = None,
         model: Annotated[str | None, typer.Option("--model", help="Only this model (name:version).")] = None,
+        min_accuracy: Annotated[
+            float | None, typer.Option("--min-accuracy", help="The least top-1 accuracy, 0..1 (points scored by quality:).")
+        ] = None,
         filter: FilterOpt = None,  # noqa: A002 - the option's name
         confident: Annotated[bool, typer.Option("--confident", help="Hold p99 and TTFT at the upper end of their CIs.")] = False,
         as_json: JsonOpt = False,
@@ -233,6 +247,7 @@ def register(app: typer.Typer) -> None:
                 max_cost=max_cost,
                 max_cost_per_1m_tokens=max_cost_tokens,
                 model=model,
+                min_accuracy=min_accuracy,
                 confident=confident,
             )
         except ValidationError as exc:

@@ -116,7 +116,10 @@ class RecommendQuery(BaseModel):
     max_cost: Annotated[float, Field(ge=0)] | None = None  # per 1M requests
     max_cost_per_1m_tokens: Annotated[float, Field(ge=0)] | None = None  # per 1M output tokens
     model: Annotated[str, Field(max_length=200)] | None = None
-    confident: bool = False  # hold the p99 and TTFT limits at the upper end of their 95% CIs
+    # The least top-1 accuracy (0..1) a configuration's answers must score on its labelled data (a job's `quality:`);
+    # a point never scored fails it. `confident` holds it at the lower end of the accuracy's 95% interval.
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    confident: bool = False  # hold the p99 and TTFT limits at the upper end of their 95% CIs (accuracy: its lower end)
 
     @model_validator(mode="after")
     def _an_slo(self) -> RecommendQuery:
@@ -150,7 +153,9 @@ class RecommendQuery(BaseModel):
             for v, what in ((self.max_cost, "requests"), (self.max_cost_per_1m_tokens, "output tokens"))
             if v is not None
         ]
-        held = " (held at the CIs' upper ends)" if self.confident else ""
+        if self.min_accuracy is not None:
+            parts.append(f"top-1 accuracy >= {100 * self.min_accuracy:g}%")
+        held = " (held at the CIs' ends)" if self.confident else ""
         return ", ".join(parts) + held + (f", model {self.model}" if self.model else "")
 
 
@@ -175,6 +180,9 @@ class Recommendation(BaseModel):
     tpot_p99_ms: float | None = None
     cost_usd_per_1m_tokens: float | None = None
     energy_j_per_1k_tokens: float | None = None
+    accuracy: float | None = None  # top-1 accuracy of its answers (a job's `quality:`), with its 95% interval
+    accuracy_low: float | None = None
+    accuracy_high: float | None = None
     evidence: LeaderboardRow
     candidates: int  # valid points of this configuration that met the constraints
 

@@ -74,9 +74,18 @@ def affordable(row: dict[str, Any], query: RecommendQuery) -> bool:
     )
 
 
+def accurate(row: dict[str, Any], query: RecommendQuery) -> bool:
+    """At least the accuracy floor asked (`confident`: the lower end of its 95% interval); a point whose answers were
+    never scored fails a floor, as an unknown cost fails a budget."""
+    if query.min_accuracy is None:
+        return True
+    accuracy = row.get("accuracy_low") if query.confident else row.get("accuracy")
+    return accuracy is not None and accuracy >= query.min_accuracy
+
+
 def eligible(row: dict[str, Any], query: RecommendQuery) -> bool:
     """A valid point that meets every constraint of the query."""
-    return meets_slo(row, query) and carries(row, query) and affordable(row, query)
+    return meets_slo(row, query) and accurate(row, query) and carries(row, query) and affordable(row, query)
 
 
 def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int = TOP) -> RecommendResponse:
@@ -128,6 +137,9 @@ def _recommendation(rank: int, row: dict[str, Any], candidates: int) -> Recommen
         tpot_p99_ms=row.get("tpot_p99_ms"),
         cost_usd_per_1m_tokens=row.get("cost_usd_per_1m_tokens"),
         energy_j_per_1k_tokens=row.get("energy_j_per_1k_tokens"),
+        accuracy=row.get("accuracy"),
+        accuracy_low=row.get("accuracy_low"),
+        accuracy_high=row.get("accuracy_high"),
         evidence=to_row(row),
         candidates=candidates,
     )
@@ -170,12 +182,27 @@ def what_to_run(rows: list[dict[str, Any]], query: RecommendQuery) -> str:
             f"{_where(near)}, is {100 * (excess(near) - 1):.0f}% over its limit: {search} on it to find the load "
             "where the SLO holds, or measure lower loads"
         )
-    carried = [r for r in in_slo if carries(r, query)]
+    scored = [r for r in in_slo if accurate(r, query)]
+    if not scored:
+        floor = f"top-1 accuracy >= {100 * (query.min_accuracy or 0):g}%"
+        measured = [r for r in in_slo if r.get("accuracy") is not None]
+        if not measured:
+            return (
+                f"not enough evidence: {len(in_slo)} points meet the SLO but none was scored for accuracy; add "
+                "quality: {accuracy: {}} with labelled data (data: {source: upload, id: ...}) to the job and run it again"
+            )
+        best = max(measured, key=lambda r: r["accuracy"])
+        return (
+            f"not enough evidence: {len(in_slo)} points meet the SLO but none reaches {floor}; the most accurate, "
+            f"{_where(best)}, scored {100 * best['accuracy']:.1f}% (95% interval {100 * best['accuracy_low']:.1f}-"
+            f"{100 * best['accuracy_high']:.1f}%): lower the floor, or measure a more accurate configuration"
+        )
+    carried = [r for r in scored if carries(r, query)]
     if not carried:
-        most = min(in_slo, key=lambda r: rank_key(r, query))
+        most = min(scored, key=lambda r: rank_key(r, query))
         served = f"{most.get('tokens_per_s') or 0:.1f} output tokens/s" if query.llm else f"{most['throughput']:.1f} req/s"
         return (
-            f"not enough evidence: {len(in_slo)} points meet the SLO but none carries the traffic asked; the most, "
+            f"not enough evidence: {len(scored)} points meet the SLO but none carries the traffic asked; the most, "
             f"{served}, was {_where(most)}: {search} to find the most each configuration carries within the SLO, or "
             "sweep its server options (sweep: {llm.max_num_seqs: [...]}) or measure other hardware"
         )

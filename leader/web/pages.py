@@ -100,6 +100,7 @@ RECOMMEND_FIELDS = (
     "min_tokens_per_s",
     "max_cost",
     "max_cost_per_1m_tokens",
+    "min_accuracy",
 )
 
 

@@ -73,6 +73,7 @@ async def recommend(
     max_cost: float | None = None,
     max_cost_per_1m_tokens: float | None = None,
     model: str | None = None,
+    min_accuracy: float | None = None,
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002
     confident: bool = False,
 ) -> RecommendResponse:
@@ -81,7 +82,9 @@ async def recommend(
     with none, `missing` says which constraint no point met and what to run.
 
     `min_throughput` is in requests/s; `max_cost` per 1M requests, `max_cost_per_1m_tokens` per 1M output tokens.
-    `confident=true` holds the p99 and TTFT limits against the upper end of each point's 95% CI.
+    `min_accuracy` (0..1) is the least top-1 accuracy a point's answers must have scored (a job's `quality:`; a point
+    never scored fails it). `confident=true` holds the p99 and TTFT limits against the upper end of each point's 95%
+    CI, and the accuracy floor against the lower end of its interval.
     """
     query = parse_query(
         {
@@ -94,6 +97,7 @@ async def recommend(
             "max_cost": max_cost,
             "max_cost_per_1m_tokens": max_cost_per_1m_tokens,
             "model": model,
+            "min_accuracy": min_accuracy,
             "confident": confident,
         }
     )

@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.stats import quantile
+from common.wire.analysis import RecommendQuery
+from follower.point.quality import share
 from leader.analysis.recommend import config_key
 from leader.store.rowbest import meets_slo
 from tests.integration.leader.analysis_seed import latencies, pct, seed_job
@@ -90,6 +92,7 @@ def brute_force_top3(
 ) -> tuple[list[str], int]:
     """The recommender's answer worked out from the rows alone: every qualifying point, the best per configuration
     by samples/s (requests/s x batch size; then cost, p99, id), the three best configurations."""
+
     def ok(r: dict[str, Any]) -> bool:
         cost = r["cost_usd_per_1m"]
         return bool(
@@ -332,3 +335,29 @@ def test_compare_reads_the_measured_requests_only(leader: Leader) -> None:
     assert point["a_p99_ms"] == pytest.approx(quantile(measured[1], 0.99), rel=1e-6)
     assert point["b_p99_ms"] == pytest.approx(quantile(measured[2], 0.99), rel=1e-6)
     assert point["verdict"] == "unchanged" and compared["regressions"] == 0, point
+
+
+def test_recommender_honours_an_accuracy_floor_over_the_api(leader: Leader) -> None:
+    """Batch 8 serves more but its answers score 96.3% (a kernel that changes answers, say); batch 1 scores 98.3%: a
+    floor of 97.5% leaves batch 1 alone, and the leaderboard rows carry each accuracy with its interval."""
+    leader.upload_model()
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        top1 = share(520 if batch == 8 else 531, 540).model_dump()
+        return {
+            "latency_ms": pct(15.0 if batch == 8 else 5.0),
+            "achieved_rate": 150.0 if batch == 8 else 900.0,
+            "quality": {"accuracy": {"top1": top1, "k": 1}, "not_run": [], "seconds": 0.4},
+        }
+
+    job = seed_job(leader, name="floor", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
+                   follower_id="floor", metrics=metrics)  # fmt: skip
+    loose = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
+    assert [r["batch_size"] for r in loose["recommendations"]] == [8, 1]
+    tight = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", min_accuracy=0.975)
+    assert [(r["batch_size"], r["accuracy"]) for r in tight["recommendations"]] == [(1, 531 / 540)]
+    assert "top-1 accuracy >= 97.5%" in RecommendQuery.model_validate(tight["query"]).describe()
+    rows = get(leader, "/api/v1/leaderboard", filter=[f"job_id={job}", "accuracy>=0.97"], limit=10)["rows"]
+    assert [(r["batch_size"], r["accuracy_samples"]) for r in rows] == [(1, 540)]
+    bad = leader.client.get("/api/v1/recommend", headers=ADMIN, params={"p99_ms": 20, "min_accuracy": 2})
+    assert bad.status_code == 400 and bad.json()["field"] == "min_accuracy", bad.text

@@ -1,0 +1,71 @@
+"""The recommender's accuracy floor: the fastest configuration whose answers score at least the floor (held at the
+lower end of their 95% interval with `confident`); a point never scored fails a floor; a floor no point reaches says
+which configuration came closest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.wire.analysis import RecommendQuery
+from follower.point.quality import share
+from leader.analysis.recommend import recommend
+
+
+def _row(i: int, model: str, samples_per_s: float, hits: int | None, samples: int = 540) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "_id": f"j:{i}",
+        "job_id": "j",
+        "job_name": "j",
+        "attempt": 1,
+        "index": i,
+        "model": model,
+        "backend": "onnxruntime",
+        "hardware": "cpu",
+        "follower_id": "f",
+        "batch_size": 1,
+        "pattern": "poisson",
+        "rate": 100.0,
+        "load": "100 req/s",
+        "throughput": samples_per_s,
+        "samples_per_s": samples_per_s,
+        "p99_ms": 5.0,
+        "p99_ci_high_ms": 6.0,
+        "valid": True,
+    }
+    if hits is not None:
+        scored = share(hits, samples)
+        row.update(accuracy=scored.value, accuracy_low=scored.low, accuracy_high=scored.high, accuracy_samples=samples)
+    return row
+
+
+# float32: 98.3% at 1,000 samples/s; INT8: 96.3% at 1,500; a model never scored, fastest of all.
+ROWS = [_row(0, "digits:f32", 1000.0, 531), _row(1, "digits:int8", 1500.0, 520), _row(2, "other:1", 3000.0, None)]
+
+
+def test_without_a_floor_the_fastest_ranks_first_and_shows_its_accuracy() -> None:
+    answer = recommend(ROWS, RecommendQuery(p99_ms=10))
+    assert [r.model for r in answer.recommendations] == ["other:1", "digits:int8", "digits:f32"]
+    assert answer.recommendations[1].accuracy == 520 / 540 and answer.recommendations[0].accuracy is None
+
+
+def test_a_loose_floor_keeps_the_faster_int8_and_a_tight_one_excludes_it() -> None:
+    loose = recommend(ROWS, RecommendQuery(p99_ms=10, min_accuracy=0.96))
+    assert [r.model for r in loose.recommendations] == ["digits:int8", "digits:f32"]  # the unscored model fails a floor
+    tight = recommend(ROWS, RecommendQuery(p99_ms=10, min_accuracy=0.975))
+    assert [r.model for r in tight.recommendations] == ["digits:f32"] and tight.considered == 1
+    assert "top-1 accuracy >= 97.5%" in tight.query.describe()
+
+
+def test_confident_holds_the_floor_at_the_lower_end_of_the_interval() -> None:
+    # float32's 98.3% of 540 has an interval reaching down to about 96.9%: a floor of 97.5% it meets only by estimate.
+    assert share(531, 540).low < 0.975 < share(531, 540).value
+    held = recommend(ROWS, RecommendQuery(p99_ms=10, min_accuracy=0.975, confident=True))
+    assert held.recommendations == [] and held.missing is not None
+    assert "none reaches top-1 accuracy >= 97.5%" in held.missing and "digits:f32" not in held.missing
+    assert "onnxruntime on cpu, batch 1, at 100 req/s, scored 98.3% (95% interval" in held.missing
+
+
+def test_a_floor_with_no_scored_point_says_to_add_a_quality_check() -> None:
+    answer = recommend([ROWS[2]], RecommendQuery(p99_ms=10, min_accuracy=0.5))
+    assert answer.recommendations == [] and answer.missing is not None
+    assert "none was scored for accuracy; add quality: {accuracy: {}} with labelled data" in answer.missing
