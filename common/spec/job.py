@@ -22,7 +22,7 @@ from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
 from common.spec.quality import QualitySpec
-from common.spec.server import MAX_BATCH, ServerOptions
+from common.spec.server import MAX_BATCH, PRECISION_BACKENDS, ServerOptions
 from common.spec.slo import SLO
 from common.spec.sweep import configurations
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
@@ -358,6 +358,14 @@ class JobSpec(StrictModel):
             if data is None or data.source != "upload":
                 raise ValueError("quality.accuracy scores against labelled data: give data: {source: upload, id: ...}")
         return value
+
+    @model_validator(mode="after")
+    def _precision_on_onnxruntime(self) -> JobSpec:
+        if (self.server.precision != "float32" or "precision" in (self.sweep or {})) and (
+            others := [b for b in self.backends if b not in PRECISION_BACKENDS]
+        ):
+            raise ValueError(f"server.precision converts the model for onnxruntime; {', '.join(others)} serve it as stored")
+        return self
 
     @model_validator(mode="after")
     def _grid_size(self) -> JobSpec:

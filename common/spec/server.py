@@ -52,6 +52,11 @@ class LlmServerOptions(StrictModel):
         return self.max_model_len or min(context_length, DEFAULT_MAX_MODEL_LEN)
 
 
+# The numeric precision onnxruntime serves a model in (follower/servers/ort_server.py converts as it loads).
+Precision = Literal["float32", "int8_dynamic", "float16"]
+PRECISION_BACKENDS = frozenset({"onnxruntime"})
+
+
 class ServerOptions(StrictModel):
     """How the serving system is configured (each backend applies what it supports; defaults keep old YAML valid)."""
 
@@ -75,6 +80,11 @@ class ServerOptions(StrictModel):
     execution_provider names another GPU provider), Triton gets KIND_GPU instances on that GPU."""
     llm: LlmServerOptions = LlmServerOptions()
     """The engine settings of LLM servers (vllm, sglang, triton-openai, llamacpp)."""
+    precision: Precision = "float32"
+    """The numbers onnxruntime serves the model in, converted by its server as it loads (inside its cold start; what
+    it costs in quality, a job's `quality:` shows): `int8_dynamic` quantizes the weights to INT8 (activations at run
+    time), `float16` converts weights and activations to float16 (inputs and outputs stay float32). Sweep it to see
+    the trade-off: `sweep: {precision: [float32, int8_dynamic, float16]}`. onnxruntime only."""
 
     @property
     def uses_gpu(self) -> bool:

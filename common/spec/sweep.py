@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 SWEEPABLE = (
     "threads",
     "instances",
+    "precision",
     "dynamic_batching",
     "dynamic_batching.max_batch_size",
     "dynamic_batching.max_queue_delay_us",

@@ -48,11 +48,14 @@ class OnnxRuntimeBackend(ProcessBackend):
         self._spawn(self.argv(self.served_file(model_path, model, "onnx", workdir), model), workdir, model, cwd=SOURCE_ROOT)
 
     def argv(self, onnx_file: Path, model: ModelMeta) -> list[str]:
-        """The server's command line (on a new port): the execution provider and, for a GPU one, the GPU."""
+        """The server's command line (on a new port): the execution provider and, for a GPU one, the GPU; the
+        precision it converts the model to as it loads."""
         argv = self._own_server_argv("follower.servers.ort_server", onnx_file, model)
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":
             argv += ["--device-id", str(self.server.gpu_index)]
         if self.intra_op_threads is not None:
             argv += ["--intra-op-threads", str(self.intra_op_threads)]
+        if self.server.precision != "float32":
+            argv += ["--precision", self.server.precision]
         return argv

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,12 +45,14 @@ class ModelServer(KServeModel):
         providers: list[str],
         intra_op_threads: int | None,
         device_id: int = 0,
+        precision: str = "float32",
         **options: Any,
     ) -> None:
         super().__init__(model_path, name, version, **options)
         self.providers = providers
         self.device_id = device_id
         self.intra_op_threads = intra_op_threads
+        self.precision = precision
 
     @property
     def session(self) -> ort.InferenceSession | None:
@@ -64,7 +68,8 @@ class ModelServer(KServeModel):
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers: list[Any] = [(p, {"device_id": self.device_id}) if p in GPU_PROVIDERS else p for p in self.providers]
-        session = ort.InferenceSession(self.model_path, sess_options=options, providers=providers)
+        model = self.model_path if self.precision == "float32" else converted(self.model_path, self.precision)
+        session = ort.InferenceSession(model, sess_options=options, providers=providers)
         # ORT quietly falls back to the CPU when a requested provider cannot load (no CUDA, a CPU-only wheel):
         # a GPU benchmark that ran on the CPU would be a false result, so refuse to become ready instead.
         if session.get_providers()[0] != self.providers[0]:
@@ -87,6 +92,28 @@ class ModelServer(KServeModel):
         return list(self.handle.run(names, feeds))
 
 
+def converted(model_path: str, precision: str) -> bytes:
+    """The model in `precision` (common/spec/server.py Precision): INT8 weights with activations quantized at run time
+    (onnxruntime.quantization.quantize_dynamic), or float16 throughout with float32 inputs and outputs. Done here, in
+    the server's own process (and sandbox), as it loads: the model is read, never run, by the conversion."""
+    import onnx
+
+    if precision == "int8_dynamic":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Given the model (not its path) the quantizer writes its scratch files in /tmp (the sandbox's own), not
+        # beside the model, whose directory the server may not write.
+        with tempfile.TemporaryDirectory(prefix="benchfleet-int8-") as tmp:
+            out = Path(tmp) / "model.int8.onnx"
+            quantize_dynamic(onnx.load(model_path), out, weight_type=QuantType.QInt8)
+            return out.read_bytes()
+    if precision == "float16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        return bytes(convert_float_to_float16(onnx.load(model_path), keep_io_types=True).SerializeToString())
+    raise ValueError(f"unknown precision {precision!r}: float32, int8_dynamic or float16")
+
+
 def parser() -> argparse.ArgumentParser:
     """Command-line options of the server."""
     parser = argparse.ArgumentParser(prog="python -m follower.servers.ort_server", description=__doc__.splitlines()[0])
@@ -94,13 +121,18 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--intra-op-threads", type=int, default=None, help="ORT intra-op threads (default: ORT's own choice)")
     parser.add_argument("--provider", action="append", default=None, help="ORT execution provider; repeatable")
     parser.add_argument("--device-id", type=int, default=0, help="GPU ordinal for a GPU execution provider")
+    parser.add_argument(
+        "--precision", choices=["float32", "int8_dynamic", "float16"], default="float32", help="convert as it loads"
+    )
     return parser
 
 
 def _server(args: argparse.Namespace, cpus: set[int] | None) -> ModelServer:
     intra_op_threads = args.intra_op_threads or (len(cpus) if cpus else None)
     providers = args.provider or ["CPUExecutionProvider"]
-    return ModelServer(args.model, args.name, args.version, providers, intra_op_threads, args.device_id, **engine_options(args))
+    return ModelServer(
+        args.model, args.name, args.version, providers, intra_op_threads, args.device_id, args.precision, **engine_options(args)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

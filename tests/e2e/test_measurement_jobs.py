@@ -24,6 +24,7 @@ from benchfleet.render import print_results
 from common.stats import decode
 from common.wire.jobs import JobResults
 from common.wire.records import decode as decode_records
+from follower.servers.ort_server import converted
 from tests.e2e.test_walking_skeleton import _wait_done
 
 pytestmark = pytest.mark.e2e
@@ -276,10 +277,11 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
     )
 
 
-def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet) -> None:  # type: ignore[no-untyped-def]
-    """A digits-trained model on ONNX Runtime, its held-out digits uploaded with their labels: every point carries its
-    top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model scores on the same batches
-    in-process, with a 95% interval around it; the leaderboard, the export and the CLI's quality sheet show them."""
+def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A digits-trained model on ONNX Runtime as float32 and as INT8 in one job, its held-out digits uploaded with their
+    labels: every point carries its top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model
+    in the same precision scores on the same batches in-process, with a 95% interval around it; the leaderboard, the
+    export and the CLI's quality sheet show them."""
     _only_follower(fleet, "meas-quality")
     model, offline = digits_mlp()
     held = np.load(io.BytesIO(digits_npz()))
@@ -295,14 +297,23 @@ batch_sizes: [1, 7]
 load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
 data: {{source: upload, id: {data["id"]}}}
 quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
+sweep: {{precision: [float32, int8_dynamic]}}
 """,
     )
     assert results.job.state == "succeeded", results.job.error
-    session = ort.InferenceSession(model)
+    path = tmp_path / "digits.onnx"
+    path.write_bytes(model)
+    sessions = {
+        "float32": ort.InferenceSession(model),
+        "int8_dynamic": ort.InferenceSession(converted(str(path), "int8_dynamic")),
+    }
     truth = held["labels"][:500]
+    configurations = sorted((r.point.server.precision, r.point.batch_size) for r in results.points)
+    assert configurations == [("float32", 1), ("float32", 7), ("int8_dynamic", 1), ("int8_dynamic", 7)]
     for r in results.points:
-        # The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 scored.
-        b = r.point.batch_size
+        # The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 scored, by
+        # the model as that configuration's server converted it.
+        session, b = sessions[r.point.server.precision], r.point.batch_size
         rows = [[(s + j) % len(truth) for j in range(b)] for s in range(0, 500, b)]
         scores = np.concatenate([session.run(None, {"input": held["input"][idx]})[0] for idx in rows])[:500]
         ranked = np.argsort(-scores, axis=1, kind="stable")
@@ -318,7 +329,7 @@ quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
     with fleet.client() as client:
         rows = client.leaderboard(filters=[f"job_id:{results.job.id}"], sort="index").rows
         exported = list(csv.DictReader(io.StringIO(client.export(results.job.id, "csv").decode())))
-    assert [r.index for r in rows] == [0, 1] and len(exported) == 2
+    assert [r.index for r in rows] == [0, 1, 2, 3] and len(exported) == 4
     for row, line in zip(rows, exported, strict=True):
         top1 = by_index[row.index].top1
         assert (row.accuracy, row.accuracy_low, row.accuracy_high, row.accuracy_samples) == (top1.value, top1.low, top1.high, 500)

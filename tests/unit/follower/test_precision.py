@@ -1,0 +1,47 @@
+"""`server.precision`: onnxruntime's server converts the model as it loads (its argv says which precision); a job
+asking another backend for it is refused, and a sweep over it makes one configuration per precision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import InvalidSpec
+from common.spec.parse import parse_spec_yaml
+from common.spec.server import ServerOptions
+from follower.backends.onnxruntime import OnnxRuntimeBackend
+from tests.unit.follower.test_gpu_argv import TENSOR
+
+BASE = "name: j\nmodel: m:1\nload: {rate: 10, duration: 1s, allow_short: true}\n"
+
+
+@pytest.mark.parametrize("precision", ["int8_dynamic", "float16"])
+def test_the_server_is_told_the_precision(precision: str, tmp_path: Path) -> None:
+    argv = OnnxRuntimeBackend(server=ServerOptions(precision=precision)).argv(tmp_path / "m.onnx", TENSOR)  # type: ignore[arg-type]
+    assert argv[argv.index("--precision") + 1] == precision
+
+
+def test_float32_is_the_model_as_stored(tmp_path: Path) -> None:
+    assert "--precision" not in OnnxRuntimeBackend(server=ServerOptions()).argv(tmp_path / "m.onnx", TENSOR)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "backends: [onnxruntime, triton]\nserver: {precision: int8_dynamic}\n",
+        "backends: [torchscript]\nsweep: {precision: [float32, float16]}\n",
+    ],
+)
+def test_precision_on_another_backend_is_refused(extra: str) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + extra)
+    assert "server.precision converts the model for onnxruntime" in str(caught.value)
+
+
+def test_a_sweep_over_precision_is_one_configuration_each() -> None:
+    spec = parse_spec_yaml(BASE + "sweep: {precision: [float32, int8_dynamic, float16]}\n")
+    assert spec.sweep == {"precision": ["float32", "int8_dynamic", "float16"]}
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + "sweep: {precision: [float32, int4]}\n")
+    assert "precision" in str(caught.value)
