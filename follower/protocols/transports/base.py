@@ -10,6 +10,7 @@ subclass here, with no fork in the timing loop. Modelled on httpx's transports (
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import time
 from abc import ABC, abstractmethod
@@ -52,12 +53,19 @@ class Credentials:
         return f"{scheme}:{at}:{port}", [("grpc.default_authority", netloc), ("grpc.ssl_target_name_override", bare)]
 
     def ssl_context(self) -> ssl.SSLContext:
-        """The TLS context for an https:// or grpcs:// target: the system's CAs or the bundle, checked unless told not."""
-        context = ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else ssl.create_default_context()
-        if not self.verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
+        """The TLS context for an https:// or grpcs:// target: the system's CAs or the bundle, checked unless told not
+        (made once per bundle and choice: loading the system's CAs takes ~50 ms, which a pass of one-off calls, such as
+        a quality check's thousands of answers, would pay on every call)."""
+        return _ssl_context(self.ca_pem, self.verify)
+
+
+@functools.lru_cache(maxsize=32)
+def _ssl_context(ca_pem: str | None, verify: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=ca_pem) if ca_pem else ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 NO_CREDENTIALS = Credentials()

@@ -86,3 +86,16 @@ def test_each_protocol_opens_its_transport(endpoint: Endpoint, raw_http: bool, k
             await transport.close()
 
     assert asyncio.run(opened()) is kind
+
+
+def test_a_tls_context_is_made_once_per_bundle_and_choice() -> None:
+    """Loading the system's CAs takes ~50 ms: a pass of one-off calls (a quality check's answers) must not pay it per
+    call (it made the pass 24x slower, bench/quality.py); a different bundle or choice still gets its own context."""
+    import ssl
+
+    from follower.protocols.transports import Credentials
+
+    checked = Credentials(headers=(("Authorization", "Bearer x"),)).ssl_context()
+    assert Credentials().ssl_context() is checked  # headers do not change how the certificate is checked
+    unchecked = Credentials(verify=False).ssl_context()
+    assert unchecked is not checked and unchecked.verify_mode == ssl.CERT_NONE and checked.verify_mode == ssl.CERT_REQUIRED
