@@ -197,6 +197,7 @@ def quality_sheet(results: JobResults) -> Sheet | None:
     points = [r for r in results.points if r.quality is not None]
     if not points:
         return None
+    agreement = any(r.quality is not None and r.quality.agreement is not None for r in points)
     sheet = Sheet(
         title="quality: accuracy of the served answers against the data's labels (95% intervals)",
         columns=[
@@ -206,6 +207,7 @@ def quality_sheet(results: JobResults) -> Sheet | None:
             Col("samples"),
             Col("top-1", right=False),
             Col("top-k", right=False, rank=1),
+            *([Col("agrees with the reference", right=False), Col("max |Δ|", rank=1)] if agreement else []),
             Col("pass s", rank=2),
         ],
     )
@@ -220,9 +222,15 @@ def quality_sheet(results: JobResults) -> Sheet | None:
         )
         topk = f"top-{accuracy.k} {accuracy.topk.points()}" if accuracy and accuracy.topk else "-"
         samples = str(accuracy.top1.samples) if accuracy else "-"
-        sheet.rows.append(
-            [str(r.point.index), r.point.backend, str(r.point.batch_size), samples, top1, topk, f"{quality.seconds:.2f}"]
-        )
+        agreed = []
+        if agreement:
+            a = quality.agreement
+            agreed = [a.top1.points(), f"{a.max_abs_diff:.3g}"] if a else ["-", "-"]
+        row = [str(r.point.index), r.point.backend, str(r.point.batch_size), samples, top1, topk, *agreed]
+        sheet.rows.append([*row, f"{quality.seconds:.2f}"])
+    if agreement:
+        reference = next(r.quality.agreement.reference for r in points if r.quality and r.quality.agreement)
+        sheet.note(f"the reference: {reference}; agreement is the share of samples whose top class is the reference's")
     return sheet
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from common.base import StrictModel
 
@@ -31,5 +31,16 @@ class QualitySpec(StrictModel):
 
     accuracy: AccuracySpec | None = AccuracySpec()
     """Accuracy against the request data's labels; null for none."""
+    agreement: bool = False
+    """Also compare each point's answers with the answers of the job's first configuration (its first backend and
+    server options: list `precision: float32` first in a sweep to make the float32 model the reference) to the same
+    samples at the same batch size: the share of samples whose top class agrees, and the largest and mean absolute
+    difference of the scores. The reference must run on the same follower (not a split job's other part)."""
     max_samples: Annotated[int, Field(ge=1, le=MAX_QUALITY_SAMPLES)] = 1000
     """Score at most this many samples of the data set (its first ones, in order) per point."""
+
+    @model_validator(mode="after")
+    def _agreement_reads_the_accuracy_pass(self) -> QualitySpec:
+        if self.agreement and self.accuracy is None:
+            raise ValueError("quality.agreement compares the answers the accuracy pass collects: keep quality.accuracy")
+        return self

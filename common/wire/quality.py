@@ -31,11 +31,23 @@ class Accuracy(BaseModel):
     topk: Share | None = None
 
 
+class Agreement(BaseModel):
+    """The point's answers against the reference configuration's answers to the same samples at the same batch size."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str  # the reference configuration as a user reads it ("onnxruntime (default options)", "... threads=2")
+    top1: Share  # samples whose highest-scored class is the reference's
+    max_abs_diff: float  # of the scores, over every sample and class
+    mean_abs_diff: float
+
+
 class Quality(BaseModel):
     """What the point's quality checks found (follower/point/quality.py), and each check that could not run, with why."""
 
     model_config = ConfigDict(extra="forbid")
 
     accuracy: Accuracy | None = None
+    agreement: Agreement | None = None
     not_run: list[str] = []  # "accuracy: why it could not run"
     seconds: float = 0.0  # the pass's wall time, after the load

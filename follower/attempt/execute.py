@@ -146,6 +146,7 @@ async def _run_backends(
         labels=labels,
         quality=task.spec.quality,
         truth=truth,
+        reference=(task.points[0].backend, task.points[0].server) if task.spec.quality and task.spec.quality.agreement else None,
         generators=generators,
     )
     sources: list[AsyncIterator[PointResult]]

@@ -16,6 +16,7 @@ from common.formats.traces import Trace
 from common.spec.job import PointSpec
 from common.spec.network import NetworkSpec
 from common.spec.quality import QualitySpec
+from common.spec.server import ServerOptions
 from common.spec.slo import SLO
 from common.spec.target import TargetSpec
 from common.wire.models import ModelMeta
@@ -110,6 +111,10 @@ class ServerRun:
     generators: Generators | None = None  # the open loop's own processes for the attempt's points (None: one a point)
     quality: QualitySpec | None = None  # the job's quality checks, run on each point's server after its load
     truth: np.ndarray | None = None  # each request-data sample's true class (its labels), for quality.accuracy
+    # quality.agreement: the reference configuration (the job's first: backend, server options), and its answers' scores
+    # by batch size once its points have scored them (filled by follower/point/quality.py as the attempt runs).
+    reference: tuple[str, ServerOptions] | None = None
+    reference_scores: dict[int, np.ndarray] = field(default_factory=dict)
     gpu_gate: bool = False  # each point checks, as it starts and ends, that no foreign process uses a GPU (wait_for_gpu)
 
     @property

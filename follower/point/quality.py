@@ -3,9 +3,10 @@
 Accuracy sends the job's labelled request data (its first `max_samples` samples, in order, through the same
 client-side processors as under load) in requests of the point's batch size, one at a time, and scores each answer's
 class scores against the sample's label: top-1 and top-k, each a share with its 95% Wilson interval. The load is over,
-so nothing here touches the point's latency figures; the pass's own wall time is stored beside it. A check that
-cannot run (no labels, answers with no class scores, a server that stopped answering) says why on the point instead
-of failing the job.
+so nothing here touches the point's latency figures; the pass's own wall time is stored beside it. Agreement sets the
+same answers beside those of the job's first configuration (its reference) to the same samples at the same batch size,
+kept from that configuration's own points earlier in the attempt. A check that cannot run (no labels, answers with no
+class scores, a server that stopped answering, no reference answers) says why on the point instead of failing the job.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import numpy as np
 
 from common.spec.job import PointSpec
 from common.spec.quality import QualitySpec
+from common.spec.server import ServerOptions
+from common.spec.sweep import describe
 from common.stats import wilson_interval
 from common.wire.models import TensorSpec
-from common.wire.quality import Accuracy, Quality, Share
+from common.wire.quality import Accuracy, Agreement, Quality, Share
 from common.wire.results import PointResult
 from follower.loadgen.bodies import Samples, build_row_bodies
 from follower.point.context import PointContext
@@ -44,23 +47,18 @@ def hits_at(scores: np.ndarray, truth: np.ndarray, k: int) -> int:
     return int((ranked == truth[:, None]).any(axis=1).sum())
 
 
-def score_accuracy(
+def answer_scores(
     inputs: Sequence[TensorSpec],
     samples: Samples,
-    truth: np.ndarray,
     *,
+    count: int,
     batch_size: int,
-    k: int,
-    max_samples: int,
     endpoint: Endpoint,
     credentials: Credentials,
-) -> Accuracy | str:
-    """The served model's accuracy on the first samples (up to max_samples), or why it cannot be scored."""
-    n = min(len(truth), min(len(v) for v in samples.values()), max_samples)
-    if n == 0:
-        return "accuracy: the request data has no samples"
-    # Request i sends rows i*b .. i*b+b-1 (wrapping): only rows below n are scored, each once.
-    starts = np.arange(0, n, batch_size, dtype=np.int64)
+) -> np.ndarray | str:
+    """The served model's [count, classes] scores for the first `count` samples, or why they cannot be had."""
+    # Request i sends rows i*b .. i*b+b-1 (wrapping): only rows below `count` are kept, each once.
+    starts = np.arange(0, count, batch_size, dtype=np.int64)
     bodies, _ = build_row_bodies(inputs, batch_size, samples, starts, protocol=endpoint.protocol)
     protocol = PROTOCOLS[endpoint.protocol]
     scored: list[np.ndarray] = []
@@ -68,19 +66,42 @@ def score_accuracy(
         try:
             scores = scores_of("quality.accuracy", protocol.outputs(endpoint, body, credentials))
         except PostprocessError as exc:
-            return f"accuracy: {str(exc).removeprefix('data.postprocess: ')}"
+            return str(exc).removeprefix("data.postprocess: ")
         except EndpointError as exc:  # the server stopped answering after the load: the point says so already
-            return f"accuracy: the server did not answer ({exc})"
-        take = min(batch_size, n - int(start))
+            return f"the server did not answer ({exc})"
+        take = min(batch_size, count - int(start))
         if scores.shape[0] < take:
-            return f"accuracy: an answer to {batch_size} samples held scores for {scores.shape[0]}"
+            return f"an answer to {batch_size} samples held scores for {scores.shape[0]}"
         scored.append(scores[:take])
-    all_scores = np.concatenate(scored)
-    if (bad := int(truth[:n].max())) >= all_scores.shape[1]:
-        return f"accuracy: a label names class {bad}; the answers score {all_scores.shape[1]} classes"
-    top1 = share(hits_at(all_scores, truth[:n], 1), n)
-    topk = share(hits_at(all_scores, truth[:n], k), n) if k > 1 else None
+    return np.concatenate(scored)
+
+
+def accuracy_of(scores: np.ndarray, truth: np.ndarray, k: int) -> Accuracy | str:
+    """Top-1 (and top-k) accuracy of [n, classes] scores against the first n labels, or why not."""
+    n = len(scores)
+    if (bad := int(truth[:n].max())) >= scores.shape[1]:
+        return f"accuracy: a label names class {bad}; the answers score {scores.shape[1]} classes"
+    top1 = share(hits_at(scores, truth[:n], 1), n)
+    topk = share(hits_at(scores, truth[:n], k), n) if k > 1 else None
     return Accuracy(top1=top1, k=k, topk=topk)
+
+
+def agreement_of(scores: np.ndarray, reference: np.ndarray, label: str) -> Agreement | str:
+    """The answers' agreement with the reference configuration's to the same samples, or why they cannot be set side by
+    side."""
+    n = min(len(scores), len(reference))
+    if scores.shape[1:] != reference.shape[1:] or n == 0:
+        return f"agreement: the answers score {scores.shape[1:]} and the reference's {reference.shape[1:]}"
+    a, b = scores[:n].astype(np.float64), reference[:n].astype(np.float64)
+    same = int((np.argmax(a, axis=1) == np.argmax(b, axis=1)).sum())
+    diff = np.abs(a - b)
+    return Agreement(reference=label, top1=share(same, n), max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()))
+
+
+def reference_label(backend: str, server: ServerOptions) -> str:
+    """A configuration as a user reads it: its backend and the options that differ from the defaults."""
+    options = describe(server)
+    return f"{backend} {options}" if options else f"{backend} (default options)"
 
 
 async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext) -> PointResult:
@@ -91,24 +112,45 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
     started = time.perf_counter()
     not_run: list[str] = []
     accuracy: Accuracy | None = None
+    agreement: Agreement | None = None
     if spec.accuracy is not None:
-        if ctx.run.truth is None or ctx.run.samples is None:
+        samples, truth = ctx.run.samples, ctx.run.truth
+        if truth is None or samples is None:
             not_run.append(NO_LABELS)
+        elif (count := min(len(truth), min(len(v) for v in samples.values()), spec.max_samples)) == 0:
+            not_run.append("accuracy: the request data has no samples")
         else:
-            scored = await asyncio.to_thread(
-                score_accuracy,
+            scores = await asyncio.to_thread(
+                answer_scores,
                 ctx.run.model.inputs,
-                ctx.run.samples,
-                ctx.run.truth,
+                samples,
+                count=count,
                 batch_size=point.batch_size,
-                k=spec.accuracy.top_k,
-                max_samples=spec.max_samples,
                 endpoint=ctx.endpoint,
                 credentials=ctx.run.credentials,
             )
-            if isinstance(scored, str):
-                not_run.append(scored)
+            if isinstance(scores, str):
+                not_run.append(f"accuracy: {scores}")
             else:
-                accuracy = scored
-    quality = Quality(accuracy=accuracy, not_run=not_run, seconds=time.perf_counter() - started)
+                scored = accuracy_of(scores, truth, spec.accuracy.top_k)
+                accuracy, not_run = (None, [*not_run, scored]) if isinstance(scored, str) else (scored, not_run)
+                if spec.agreement:
+                    agreed = _agreement(scores, point, ctx)
+                    agreement, not_run = (None, [*not_run, agreed]) if isinstance(agreed, str) else (agreed, not_run)
+    quality = Quality(accuracy=accuracy, agreement=agreement, not_run=not_run, seconds=time.perf_counter() - started)
     return result.model_copy(update={"quality": quality})
+
+
+def _agreement(scores: np.ndarray, point: PointSpec, ctx: PointContext) -> Agreement | str:
+    """The point's answers against the reference configuration's at its batch size (a point of the reference itself
+    keeps its answers as the reference, and agrees with them)."""
+    if ctx.run.reference is None:
+        return "agreement: no reference configuration"
+    backend, server = ctx.run.reference
+    label = reference_label(backend, server)
+    if (point.backend, point.server) == (backend, server):
+        ctx.run.reference_scores.setdefault(point.batch_size, scores)
+    reference = ctx.run.reference_scores.get(point.batch_size)
+    if reference is None:
+        return f"agreement: the reference configuration ({label}) has no answers at batch {point.batch_size} on this follower"
+    return agreement_of(scores, reference, label)

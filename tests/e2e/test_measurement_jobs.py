@@ -280,8 +280,8 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
 def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A digits-trained model on ONNX Runtime as float32 and as INT8 in one job, its held-out digits uploaded with their
     labels: every point carries its top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model
-    in the same precision scores on the same batches in-process, with a 95% interval around it; the leaderboard, the
-    export and the CLI's quality sheet show them."""
+    in the same precision scores on the same batches in-process, with a 95% interval around it, and its agreement with
+    the float32 configuration's answers; the leaderboard, the export and the CLI's quality sheet show them."""
     _only_follower(fleet, "meas-quality")
     model, offline = digits_mlp()
     held = np.load(io.BytesIO(digits_npz()))
@@ -296,7 +296,7 @@ model: {ref}
 batch_sizes: [1, 7]
 load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
 data: {{source: upload, id: {data["id"]}}}
-quality: {{accuracy: {{top_k: 3}}, max_samples: 500}}
+quality: {{accuracy: {{top_k: 3}}, max_samples: 500, agreement: true}}
 sweep: {{precision: [float32, int8_dynamic]}}
 """,
     )
@@ -310,12 +310,22 @@ sweep: {{precision: [float32, int8_dynamic]}}
     truth = held["labels"][:500]
     configurations = sorted((r.point.server.precision, r.point.batch_size) for r in results.points)
     assert configurations == [("float32", 1), ("float32", 7), ("int8_dynamic", 1), ("int8_dynamic", 7)]
-    for r in results.points:
-        # The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 scored, by
-        # the model as that configuration's server converted it.
-        session, b = sessions[r.point.server.precision], r.point.batch_size
+
+    def answers(precision: str, b: int) -> np.ndarray:
+        """The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 kept, by the
+        model as that configuration's server converted it."""
         rows = [[(s + j) % len(truth) for j in range(b)] for s in range(0, 500, b)]
-        scores = np.concatenate([session.run(None, {"input": held["input"][idx]})[0] for idx in rows])[:500]
+        return np.concatenate([sessions[precision].run(None, {"input": held["input"][idx]})[0] for idx in rows])[:500]
+
+    for r in results.points:
+        scores = answers(r.point.server.precision, r.point.batch_size)
+        # Agreement with the reference (the first configuration: float32) at the same batch size.
+        reference = answers("float32", r.point.batch_size)
+        agreement = r.quality.agreement if r.quality else None
+        assert agreement is not None and agreement.reference == "onnxruntime (default options)"
+        assert agreement.top1.hits == int((scores.argmax(axis=1) == reference.argmax(axis=1)).sum()) >= 490
+        assert agreement.max_abs_diff == pytest.approx(float(np.abs(scores - reference).max()), abs=1e-4)
+        assert (agreement.max_abs_diff == 0.0) == (r.point.server.precision == "float32")  # INT8's answers move
         ranked = np.argsort(-scores, axis=1, kind="stable")
         assert r.quality is not None and r.quality.not_run == [], r.quality
         accuracy = r.quality.accuracy
