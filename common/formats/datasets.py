@@ -2,14 +2,16 @@
 
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
-follower). An npz `labels` array or a JSONL `label` is each sample's true class (for `quality.accuracy`), never an
-input. A fourth, `trace`, is not request data but arrival times for `load.trace` (common.formats.traces); a fifth,
-`prompts`, is a language model's prompts, chats, conversations or prompt lengths (common.formats.llmdata).
+follower). An npz `labels` array, a JSONL `label` or an images zip's labels.csv is each sample's true class (for
+`quality.accuracy`), never an input. A fourth, `trace`, is not request data but arrival times for `load.trace`
+(common.formats.traces); a fifth, `prompts`, is a language model's prompts, chats, conversations or prompt lengths
+(common.formats.llmdata).
 The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import zipfile
@@ -33,6 +35,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 # An images set may carry its classes' labels: labels.txt, one per line in class order (as ImageNet's), for the
 # topk post-processor's label lookup.
 LABELS_FILE = "labels.txt"
+# And each image's true class (for `quality.accuracy`): labels.csv, a `file,label` header then one row per image, the
+# label a class number or a name from labels.txt.
+IMAGE_LABELS_FILE = "labels.csv"
+MAX_IMAGE_LABELS_BYTES = 16 * 1024**2
 MAX_LABELS = 100_000
 MAX_LABEL_CHARS = 200
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
@@ -196,13 +202,47 @@ def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
             for name in images:
                 with zf.open(name) as member, Image.open(member) as img:
                     img.verify()  # headers and structure only; decoding happens on the follower
-            if LABELS_FILE in names:
-                _labels(zf.read(LABELS_FILE))
+            classes = _labels(zf.read(LABELS_FILE)) if LABELS_FILE in names else None
+            labelled = IMAGE_LABELS_FILE in names and bool(_image_truth(zf, images, classes))
     except (BadData, ArchiveTooLarge):
         raise
     except (zipfile.BadZipFile, UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise BadData(f"not a zip of readable images: {exc}") from None
-    return len(images), ["image"]
+    return len(images), ["image", "label"] if labelled else ["image"]
+
+
+def _image_truth(zf: zipfile.ZipFile, images: list[str], classes: list[str] | None) -> list[int]:
+    """Each image's class from the zip's labels.csv, in the order the images are served (sorted by name), or BadData
+    naming the line that is wrong."""
+    info = zf.getinfo(IMAGE_LABELS_FILE)
+    if info.file_size > MAX_IMAGE_LABELS_BYTES:
+        raise BadData(f"{IMAGE_LABELS_FILE}: {info.file_size:,} bytes; at most {MAX_IMAGE_LABELS_BYTES:,}")
+    try:
+        rows = list(csv.reader(io.StringIO(zf.read(info).decode("utf-8"))))
+    except UnicodeDecodeError:
+        raise BadData(f"{IMAGE_LABELS_FILE}: not UTF-8 text") from None
+    if not rows or [c.strip() for c in rows[0]] != ["file", "label"]:
+        raise BadData(f"{IMAGE_LABELS_FILE}: the first line must be the header file,label")
+    known, by_name = set(images), {name: i for i, name in enumerate(classes or [])}
+    truth: dict[str, int] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != 2 or row[0] not in known or row[0] in truth:
+            what = "is not an image of the zip" if len(row) == 2 and row[0] not in known else "is not one new file,label pair"
+            raise BadData(f"{IMAGE_LABELS_FILE}: line {number} {what}")
+        label = row[1].strip()
+        if label.isdigit():
+            truth[row[0]] = int(label)
+        elif label in by_name:
+            truth[row[0]] = by_name[label]
+        else:
+            raise BadData(
+                f"{IMAGE_LABELS_FILE}: line {number}: {label[:40]!r} is neither a class number nor a name in {LABELS_FILE}"
+            )
+    if missing := [n for n in images if n not in truth]:
+        raise BadData(f"{IMAGE_LABELS_FILE}: {len(missing)} images have no label, e.g. {missing[0]}")
+    return [truth[n] for n in sorted(images)[:MAX_SAMPLES]]
 
 
 def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | list[bytes]:
@@ -244,6 +284,15 @@ def load_truth(path: str, data_format: str) -> np.ndarray | None:
         columns = _jsonl_columns(path)
         key = next((k for k in LABEL_FIELDS if k in columns), None)
         return None if key is None else np.asarray(columns[key], dtype=np.int64)
+    if data_format == "images":
+        with zipfile.ZipFile(path) as zf:
+            check_archive(zf, MAX_INFLATED_BYTES)
+            names = zf.namelist()
+            if IMAGE_LABELS_FILE not in names:
+                return None
+            images = [n for n in names if n.lower().endswith(IMAGE_SUFFIXES) and not n.endswith("/")]
+            classes = _labels(zf.read(LABELS_FILE)) if LABELS_FILE in names else None
+            return np.asarray(_image_truth(zf, images, classes), dtype=np.int64)
     return None
 
 

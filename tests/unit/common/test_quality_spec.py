@@ -77,3 +77,52 @@ def test_a_set_without_labels_has_no_truth(tmp_path: Path) -> None:
     path.write_bytes(_npz(input=np.zeros((2, 3), np.float32)))
     assert load_truth(str(path), "npz") is None
     assert load_truth(str(path), "images") is None  # an images set's labels.txt names classes, not each sample's
+
+
+def _images(labels_csv: str | None, classes: str | None = None) -> bytes:
+    import zipfile
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name in ("b.png", "a.png", "c.png"):
+            png = io.BytesIO()
+            Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(png, format="PNG")
+            zf.writestr(name, png.getvalue())
+        if labels_csv is not None:
+            zf.writestr("labels.csv", labels_csv)
+        if classes is not None:
+            zf.writestr("labels.txt", classes)
+    return out.getvalue()
+
+
+def test_an_images_zip_labels_each_image_in_the_order_they_are_served(tmp_path: Path) -> None:
+    # Numbers or names from labels.txt; the truth follows the images' served order (sorted by name: a, b, c).
+    content = _images("file,label\nb.png,cat\na.png,2\nc.png,dog\n", classes="dog\ncat\nbird\n")
+    assert inspect_data(io.BytesIO(content), "images") == (3, ["image", "label"])
+    path = tmp_path / "d.zip"
+    path.write_bytes(content)
+    truth = load_truth(str(path), "images")
+    assert truth is not None and truth.tolist() == [2, 1, 0]
+    samples = load_samples(str(path), "images")
+    assert isinstance(samples, list) and len(samples) == 3  # labels.csv is not an image
+    assert inspect_data(io.BytesIO(_images(None)), "images") == (3, ["image"])
+
+
+@pytest.mark.parametrize(
+    ("labels_csv", "needle"),
+    [
+        ("a.png,1\n", "the first line must be the header file,label"),
+        ("file,label\na.png,1\nb.png,1\n", "1 images have no label, e.g. c.png"),
+        ("file,label\na.png,1\nb.png,1\nc.png,1\nd.png,1\n", "line 5 is not an image of the zip"),
+        ("file,label\na.png,1\na.png,2\n", "line 3 is not one new file,label pair"),
+        ("file,label\na.png,cat\n", "line 2: 'cat' is neither a class number nor a name in labels.txt"),
+    ],
+)
+def test_a_bad_labels_csv_is_refused_naming_the_line(labels_csv: str, needle: str) -> None:
+    from common.formats.datasets import BadData
+
+    with pytest.raises(BadData) as caught:
+        inspect_data(io.BytesIO(_images(labels_csv)), "images")
+    assert needle in str(caught.value)
