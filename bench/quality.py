@@ -65,7 +65,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> list[PointResult]:
                 warmup_s=1.0,
                 seed=1,
                 server=server,
-            )  # fmt: skip
+            )
             for i, b in enumerate(args.batches)
         ]
         run_ = ServerRun(

@@ -90,15 +90,12 @@ def test_uploaded_trace_is_replayed_at_its_offsets_with_its_inputs(fleet, model:
     np.savez(buf, input=rng.standard_normal((8, 16)).astype(np.float32))
     data = _upload(fleet, buf.getvalue(), "npz", "rows")
     duration = float(offsets_ms[-1]) / 1000 + 0.5
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: trace-replay
 model: {model}
-load: {{pattern: trace, trace: {{dataset: {trace["id"]}}}, duration: {duration}s, warmup: 0.2s}}
-data: {{source: upload, id: {data["id"]}}}
-""",
-    )
+load: {{pattern: trace, trace: {{dataset: {trace['id']}}}, duration: {duration}s, warmup: 0.2s}}
+data: {{source: upload, id: {data['id']}}}
+""")
     (row,) = results.points
     assert row.requests == 600 and row.ok == 600 and row.errors == 0, row.error_sample
     assert row.point.trace_dataset == trace["id"] and abs(row.point.rate - 600 / duration) < 1e-9
@@ -110,13 +107,8 @@ data: {{source: upload, id: {data["id"]}}}
     assert any(plan.reason in r for r in row.invalid_reasons) == plan.saturated, (plan, row.invalid_reasons)
     # The generator thread's scheduling is recorded; a refused SCHED_FIFO carries its reason.
     sched = row.generator_scheduling
-    assert sched is not None and (
-        sched == "fifo"
-        or (
-            sched.startswith("nice ")
-            and ("SCHED_FIFO refused: " not in sched or sched.split("SCHED_FIFO refused: ", 1)[1].startswith("E"))
-        )
-    ), sched
+    assert sched is not None and (sched == "fifo" or (sched.startswith("nice ") and (
+        "SCHED_FIFO refused: " not in sched or sched.split("SCHED_FIFO refused: ", 1)[1].startswith("E")))), sched
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 200_000_000
     measured = rec["intended_ns"][rec["intended_ns"] >= measured_start] - measured_start
@@ -127,14 +119,11 @@ data: {{source: upload, id: {data["id"]}}}
 
 
 def test_closed_loop_warm_up_is_not_measured(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: closed-warm
 model: {model}
 load: {{pattern: closed, concurrency: 2, duration: 1s, warmup: 0.5s}}
-""",
-    )
+""")
     (row,) = results.points
     rec = _records(fleet, results)
     measured_start = int(rec["start_ns"][0]) + 500_000_000
@@ -156,15 +145,12 @@ def test_one_percentile_estimator_the_figures_everywhere_are_the_raw_records_nea
     import math
 
     _only_follower(fleet, "meas-estimator")
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: one-estimator
 model: {model}
 load: {{allow_short: true, pattern: poisson, rate: 150, duration: 2s, warmup: 0.5s}}
 seed: 4
-""",
-    )
+""")
     (row,) = results.points
     rec = _records(fleet, results)
     start = int(rec["start_ns"][0]) + 500_000_000
@@ -185,15 +171,12 @@ seed: 4
 
 def test_generators_setting_runs_two_processes_merged_exactly(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
     _only_follower(fleet, "meas-two", {"BENCHFLEET_FOLLOWER_GENERATORS": "2"})
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: two-generators
 model: {model}
 load: {{pattern: poisson, rate: 300, duration: 2s, warmup: 0.5s}}
 seed: 9
-""",
-    )
+""")
     (row,) = results.points
     assert row.generators == 2 and row.generator_plan is not None
     assert row.generator_plan.processes == 2 and row.generator_plan.forced, row.generator_plan
@@ -209,15 +192,12 @@ seed: 9
 
 def test_repeats_with_fresh_servers_interleave_and_report_the_spread(fleet, model: str) -> None:  # type: ignore[no-untyped-def]
     _only_follower(fleet, "meas-repeats")
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: repeats
 model: {model}
 load: {{allow_short: true, pattern: poisson, rate: [150, 300], duration: 1s, warmup: 0.2s}}
 repeats: {{count: 2, fresh_server: true}}
-""",
-    )
+""")
     points = sorted(results.points, key=lambda r: r.point.index)
     # Round 1 runs both rates, then round 2 runs them again on a server started afresh (its cold start measured).
     assert [(r.point.repeat, r.point.config, r.point.rate) for r in points] == [
@@ -241,16 +221,13 @@ def test_a_batching_study_on_our_server_sweeps_batching_off_and_on_in_one_job(fl
     """The seed's dynamic-batching study on our ORT server, as one job: the same seeded load on a server without a
     batcher and on one whose batcher waits up to 20 ms for 16 requests, each configuration its own server start."""
     _only_follower(fleet, "meas-batching")
-    results = _run(
-        fleet,
-        f"""
+    results = _run(fleet, f"""
 name: batching-study
 model: {model}
 batch_sizes: [1]
 load: {{allow_short: true, pattern: poisson, rate: 150, duration: 1.5s, warmup: 0.3s}}
 sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 20000}}]}}
-""",
-    )
+""")
     off, on = sorted(results.points, key=lambda r: r.point.config)
     assert off.point.server.dynamic_batching is None
     assert on.point.server.dynamic_batching is not None and on.point.server.dynamic_batching.max_batch_size == 16
@@ -271,10 +248,8 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
     assert "dynamic_batching=off" in out.getvalue()
     assert "dynamic_batching=(max_batch_size=16,max_queue_delay_us=20000)" in out.getvalue()
     assert off.latency_ms is not None and on.latency_ms is not None
-    print(
-        f"our server, batching off: {off.server_stats} p50 {off.latency_ms.p50:.2f} ms; "
-        f"on: {on.server_stats} p50 {on.latency_ms.p50:.2f} ms"
-    )
+    print(f"our server, batching off: {off.server_stats} p50 {off.latency_ms.p50:.2f} ms; "
+          f"on: {on.server_stats} p50 {on.latency_ms.p50:.2f} ms")
 
 
 def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -372,8 +347,12 @@ data: {{source: upload, id: {data["id"]}}}
 quality: {{accuracy: {{top_k: 1}}, max_samples: 540}}
 """,
             ).job.id
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "BENCHFLEET_URL": fleet.url,
-           "BENCHFLEET_TOKEN": fleet.admin_token, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # fmt: skip
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "BENCHFLEET_URL": fleet.url,
+        "BENCHFLEET_TOKEN": fleet.admin_token,
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
     for steps, rc, verdict in ((60, 6, "unchanged"), (5, 5, "regression")):
         argv = [sys.executable, "-m", "benchfleet", "compare", jobs[100], jobs[steps], "--quality-threshold", "0.005"]
         shown = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)

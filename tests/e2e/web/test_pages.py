@@ -194,47 +194,18 @@ def test_a_job_with_repeats_shows_each_configurations_spread_and_verdict(server:
 
 def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], leader: Leader, artifacts_dir: Path) -> None:
     def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
-        figures = {
-            "ttft_ms": pct(40.0),
-            "ttft_ci_ms": {"p99": [38.0, 43.5]},
-            "ttft_sent_ms": pct(30.0),
-            "itl_ms": pct(5.0),
-            "itl_request_ms": pct(4.0),
-            "tpot_ms": pct(4.5),
-            "e2e_sent_ms": pct(200.0),
-            "output_tokens_per_s": 16 * rate,
-            "input_tokens_per_s": 48 * rate,
-            "user_tokens_per_s_p50": 200.0,
-            "goodput_rps": rate * 0.9,
-            "goodput_share": 0.9,
-            "output_tokens_asked": 3200,
-            "output_tokens_server": 3200,
-            "output_tokens_client": 3550,
-            "token_events": 3100,
-            "server": {
-                "requests": 220,
-                "prompt_tokens": 10560,
-                "generation_tokens": 3520,
-                "ttft_ms_mean": 12.5,
-                "quantiles": {
-                    "ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
-                    "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0},
-                },
-            },
-        }
+        figures = {"ttft_ms": pct(40.0), "ttft_ci_ms": {"p99": [38.0, 43.5]}, "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0),
+                   "itl_request_ms": pct(4.0),
+                   "tpot_ms": pct(4.5), "e2e_sent_ms": pct(200.0), "output_tokens_per_s": 16 * rate,
+                   "input_tokens_per_s": 48 * rate, "user_tokens_per_s_p50": 200.0, "goodput_rps": rate * 0.9,
+                   "goodput_share": 0.9, "output_tokens_asked": 3200, "output_tokens_server": 3200,
+                   "output_tokens_client": 3550, "token_events": 3100,
+                   "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5,
+                              "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
+                                            "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
         windows = [
-            {
-                "t_s": t,
-                "duration_s": 1.0,
-                "requests": int(rate),
-                "ok": int(rate),
-                "throughput": 0.9 * rate,
-                "ttft_p99_ms": 40 + t,
-                "itl_p50_ms": 5 + t,
-                "server_running": 2 + t,
-                "server_waiting": t,
-                "kv_cache_usage": 0.1 * (t + 1),
-            }
+            {"t_s": t, "duration_s": 1.0, "requests": int(rate), "ok": int(rate), "throughput": 0.9 * rate, "ttft_p99_ms": 40 + t,
+             "itl_p50_ms": 5 + t, "server_running": 2 + t, "server_waiting": t, "kv_cache_usage": 0.1 * (t + 1)}
             for t in range(3)
         ]
         return {"latency_ms": pct(200.0), "achieved_rate": rate, "offered_rate": rate, "llm": figures, "windows": windows}
@@ -280,83 +251,32 @@ def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
     def swept(backend: str, batch: int, rate: float) -> dict[str, Any]:
         return {"latency_ms": pct(next(p99s)), "achieved_rate": rate}
 
-    sweep = seed_job(
-        leader,
-        name="web-sweep",
-        backends=["onnxruntime"],
-        batches=[1],
-        rates=[50, 100],
-        p99_slo=10,
-        follower_id="host-s",
-        metrics=swept,
-        extra="sweep: {threads: [1, 2]}\n",
-    )
-    probes = [
-        {"load": 20.0, "valid": True, "passed": True, "margin": 0.8, "p99_ms": 4.0, "achieved_rate": 20.0},
-        {"load": 240.0, "valid": True, "passed": False, "margin": -2.0, "p99_ms": 60.0, "achieved_rate": 230.0},
-        {"load": 69.3, "valid": True, "passed": True, "margin": 0.6, "p99_ms": 8.0, "achieved_rate": 69.0},
-        {
-            "load": 186.0,
-            "valid": True,
-            "passed": True,
-            "margin": 0.05,
-            "p99_ms": 19.0,
-            "p99_ci_ms": [17.0, 21.5],
-            "uncertain": True,
-            "achieved_rate": 185.0,
-        },
-        {"load": 195.0, "valid": True, "passed": False, "margin": -0.3, "p99_ms": 26.0, "achieved_rate": 194.0},
-    ]
-    answer = {
-        "criterion": "p99 <= 20 ms",
-        "found": 186.0,
-        "lowest_fail": 195.0,
-        "precision": 0.05,
-        "width": 0.046,
-        "stopped": "resolved",
-        "chosen": 3,
-        "probes": probes,
-        "notes": ["the verdict at 186 req/s is uncertain: both runs together still straddle the limit"],
-    }
+    sweep = seed_job(leader, name="web-sweep", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
+                     follower_id="host-s", metrics=swept, extra="sweep: {threads: [1, 2]}\n")
+    probes = [{"load": 20.0, "valid": True, "passed": True, "margin": 0.8, "p99_ms": 4.0, "achieved_rate": 20.0},
+              {"load": 240.0, "valid": True, "passed": False, "margin": -2.0, "p99_ms": 60.0, "achieved_rate": 230.0},
+              {"load": 69.3, "valid": True, "passed": True, "margin": 0.6, "p99_ms": 8.0, "achieved_rate": 69.0},
+              {"load": 186.0, "valid": True, "passed": True, "margin": 0.05, "p99_ms": 19.0, "p99_ci_ms": [17.0, 21.5],
+               "uncertain": True, "achieved_rate": 185.0},
+              {"load": 195.0, "valid": True, "passed": False, "margin": -0.3, "p99_ms": 26.0, "achieved_rate": 194.0}]
+    answer = {"criterion": "p99 <= 20 ms", "found": 186.0, "lowest_fail": 195.0, "precision": 0.05, "width": 0.046,
+              "stopped": "resolved", "chosen": 3, "probes": probes,
+              "notes": ["the verdict at 186 req/s is uncertain: both runs together still straddle the limit"]}
 
     def searched(backend: str, batch: int, rate: float) -> dict[str, Any]:
         return {"latency_ms": pct(19.0), "achieved_rate": 185.0, "search": answer}
 
-    search = seed_job(
-        leader,
-        name="web-search",
-        backends=["onnxruntime"],
-        batches=[1],
-        rates=[186],
-        p99_slo=20,
-        follower_id="host-q",
-        metrics=searched,
-    )
+    search = seed_job(leader, name="web-search", backends=["onnxruntime"], batches=[1], rates=[186], p99_slo=20,
+                      follower_id="host-q", metrics=searched)
 
     def tokens(backend: str, batch: int, rate: float) -> dict[str, Any]:
-        figures = {
-            "ttft_ms": pct(40.0 * rate / 10),
-            "ttft_sent_ms": pct(30.0),
-            "itl_ms": pct(5.0),
-            "itl_request_ms": pct(4.0),
-            "tpot_ms": pct(4.5),
-            "e2e_sent_ms": pct(200.0),
-            "output_tokens_per_s": 16 * rate,
-            "input_tokens_per_s": 48 * rate,
-            "user_tokens_per_s_p50": 200.0,
-        }
+        figures = {"ttft_ms": pct(40.0 * rate / 10), "ttft_sent_ms": pct(30.0), "itl_ms": pct(5.0), "itl_request_ms": pct(4.0),
+                   "tpot_ms": pct(4.5), "e2e_sent_ms": pct(200.0), "output_tokens_per_s": 16 * rate,
+                   "input_tokens_per_s": 48 * rate, "user_tokens_per_s_p50": 200.0}
         return {"latency_ms": pct(200.0), "achieved_rate": rate, "llm": figures}
 
-    seed_job(
-        leader,
-        name="web-llm-rec",
-        backends=["onnxruntime"],
-        batches=[1],
-        rates=[10, 20, 40],
-        p99_slo=300,
-        follower_id="host-t",
-        metrics=tokens,
-    )
+    seed_job(leader, name="web-llm-rec", backends=["onnxruntime"], batches=[1], rates=[10, 20, 40], p99_slo=300,
+             follower_id="host-t", metrics=tokens)
     with job_page(server, sweep) as page:
         charts = {c["title"]: c for c in drawn_charts(page, "#charts")}
         ladder = next(c for t, c in charts.items() if "throughput" in t)
@@ -453,7 +373,6 @@ def test_pages_fit_1400_wide_with_legends_outside_the_plots(server: dict[str, An
 
     bad = seed_job(leader, name="half-invalid", backends=["onnxruntime"], batches=[1], rates=[50, 100], p99_slo=10,
                    follower_id="host9", metrics=metrics)  # fmt: skip
-
     def all_valid(backend: str, batch: int, rate: float) -> dict[str, Any]:
         return {"latency_ms": pct(4.0), "achieved_rate": rate}
 
@@ -548,9 +467,8 @@ def test_a_one_rate_job_marks_every_configuration_and_stacks_its_stages_to_the_m
         return {"latency_ms": {**pct(p99), "mean": 4.0}, "achieved_rate": rate, "stages_ms": stages}
 
     backends = ["onnxruntime", "triton"]
-    job = seed_job(
-        leader, name="one-rate", backends=backends, batches=[1], rates=[50], p99_slo=10, follower_id="host1", metrics=metrics
-    )
+    job = seed_job(leader, name="one-rate", backends=backends, batches=[1], rates=[50], p99_slo=10, follower_id="host1",
+                   metrics=metrics)
     shots = artifacts_dir / "web"
     shots.mkdir(exist_ok=True)
     with job_page(server, job) as page:
@@ -710,10 +628,9 @@ def test_quality_is_drawn_on_the_job_leaderboard_recommendation_and_compare_page
 
         return metrics
 
-    good = seed_job(leader, name="fp32", backends=["onnxruntime"], batches=[1], rates=[100], p99_slo=10,
-                    follower_id="q0", metrics=scoring(531))  # fmt: skip
-    worse = seed_job(leader, name="int8", backends=["onnxruntime"], batches=[1], rates=[100], p99_slo=10,
-                     follower_id="q1", metrics=scoring(486))  # fmt: skip
+    one_point: dict[str, Any] = {"backends": ["onnxruntime"], "batches": [1], "rates": [100], "p99_slo": 10}
+    good = seed_job(leader, name="fp32", follower_id="q0", metrics=scoring(531), **one_point)
+    worse = seed_job(leader, name="int8", follower_id="q1", metrics=scoring(486), **one_point)
     with serve(leader.settings) as url, logged_in(chromium, url, ADMIN_TOKEN, height=900) as page:
         page.goto(f"{url}/jobs/{good}")
         assert page.locator("#quality tr.quality-point td.top1").all_inner_texts() == [share(531, 540).points()]

@@ -350,8 +350,8 @@ def test_recommender_honours_an_accuracy_floor_over_the_api(leader: Leader) -> N
             "quality": {"accuracy": {"top1": top1, "k": 1}, "not_run": [], "seconds": 0.4},
         }
 
-    job = seed_job(leader, name="floor", backends=["onnxruntime"], batches=[1, 8], rates=[100], p99_slo=20,
-                   follower_id="floor", metrics=metrics)  # fmt: skip
+    one_job: dict[str, Any] = {"backends": ["onnxruntime"], "batches": [1, 8], "rates": [100], "p99_slo": 20}
+    job = seed_job(leader, name="floor", follower_id="floor", metrics=metrics, **one_job)
     loose = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}")
     assert [r["batch_size"] for r in loose["recommendations"]] == [8, 1]
     tight = get(leader, "/api/v1/recommend", p99_ms=20, filter=f"job_id={job}", min_accuracy=0.975)
