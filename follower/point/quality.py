@@ -28,7 +28,7 @@ from common.wire.results import PointResult
 from follower.loadgen.bodies import Samples, build_row_bodies
 from follower.point.context import PointContext
 from follower.point.postprocess import PostprocessError, scores_of
-from follower.protocols import PROTOCOLS, Credentials, Endpoint, EndpointError
+from follower.protocols import PROTOCOLS, Credentials, Endpoint, EndpointError, session
 
 NO_LABELS = "accuracy: the request data carries no labels (an npz `labels` array, or a `label` on each JSONL row)"
 
@@ -62,17 +62,18 @@ def answer_scores(
     bodies, _ = build_row_bodies(inputs, batch_size, samples, starts, protocol=endpoint.protocol)
     protocol = PROTOCOLS[endpoint.protocol]
     scored: list[np.ndarray] = []
-    for start, body in zip(starts, bodies, strict=True):
-        try:
-            scores = scores_of("quality.accuracy", protocol.outputs(endpoint, body, credentials))
-        except PostprocessError as exc:
-            return str(exc).removeprefix("data.postprocess: ")
-        except EndpointError as exc:  # the server stopped answering after the load: the point says so already
-            return f"the server did not answer ({exc})"
-        take = min(batch_size, count - int(start))
-        if scores.shape[0] < take:
-            return f"an answer to {batch_size} samples held scores for {scores.shape[0]}"
-        scored.append(scores[:take])
+    with session(credentials):  # one connection for the whole pass (HTTP; gRPC calls open a channel each)
+        for start, body in zip(starts, bodies, strict=True):
+            try:
+                scores = scores_of("quality.accuracy", protocol.outputs(endpoint, body, credentials))
+            except PostprocessError as exc:
+                return str(exc).removeprefix("data.postprocess: ")
+            except EndpointError as exc:  # the server stopped answering after the load: the point says so already
+                return f"the server did not answer ({exc})"
+            take = min(batch_size, count - int(start))
+            if scores.shape[0] < take:
+                return f"an answer to {batch_size} samples held scores for {scores.shape[0]}"
+            scored.append(scores[:take])
     return np.concatenate(scored)
 
 

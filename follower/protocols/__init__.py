@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from common.spec.target import ProtocolName
 from follower.protocols.base import Endpoint, ServingProtocol
-from follower.protocols.calls import EndpointError, EndpointRefused
+from follower.protocols.calls import EndpointError, EndpointRefused, session
 from follower.protocols.kserve_grpc import KserveGrpc
 from follower.protocols.kserve_http import KserveHttp
 from follower.protocols.openai import OpenAi
@@ -39,4 +39,5 @@ __all__ = [
     "Transport",
     "infer_url",
     "protocol_of",
+    "session",
 ]

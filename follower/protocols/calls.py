@@ -3,6 +3,9 @@ or a unary gRPC call with a target's credentials, and the errors they end in."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,8 +42,28 @@ def post_json(url: str, body: bytes, credentials: Credentials) -> Any:
     return _json(url, _call("POST", url, credentials, body))
 
 
-def _call(method: str, url: str, credentials: Credentials, body: bytes | None = None) -> httpx.Response:
+# A pass of many one-off calls (a quality check's answers) keeps one connection: the client `session` opened.
+_SESSION: contextvars.ContextVar[tuple[Credentials, httpx.Client] | None] = contextvars.ContextVar("calls", default=None)
+
+
+@contextlib.contextmanager
+def session(credentials: Credentials) -> Iterator[None]:
+    """Within it, this thread's calls with `credentials` share one HTTP client (its connections kept open) instead of
+    a client and a connection each."""
+    with _client(credentials) as client:
+        token = _SESSION.set((credentials, client))
+        try:
+            yield
+        finally:
+            _SESSION.reset(token)
+
+
+def _client(credentials: Credentials) -> httpx.Client:
     verify: Any = credentials.ssl_context()
+    return httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, follow_redirects=False)
+
+
+def _call(method: str, url: str, credentials: Credentials, body: bytes | None = None) -> httpx.Response:
     headers = dict(credentials.headers) if body is None else {**dict(credentials.headers), "Content-Type": "application/json"}
     parts = urlsplit(url)
     to, extensions = url, {}
@@ -49,9 +72,13 @@ def _call(method: str, url: str, credentials: Credentials, body: bytes | None = 
         to = urlunsplit(parts._replace(netloc=at + (f":{parts.port}" if parts.port else "")))
         headers["Host"] = parts.netloc
         extensions = {"sni_hostname": parts.hostname}
+    shared = _SESSION.get()
     try:
-        with httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, headers=headers, follow_redirects=False) as client:
-            response = client.request(method, to, content=body, extensions=extensions)
+        if shared is not None and shared[0] == credentials:
+            response = shared[1].request(method, to, content=body, headers=headers, extensions=extensions)
+        else:
+            with _client(credentials) as client:
+                response = client.request(method, to, content=body, headers=headers, extensions=extensions)
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):

@@ -114,3 +114,26 @@ def test_the_server_serves_the_model_in_the_precision_asked(precision: str, tmp_
     full = ort.InferenceSession(model).run(None, {"input": x})[0]
     assert 1e-4 < float(np.abs(served - full).max()) < 0.5 * float(np.abs(full).max())
     assert np.array_equal(served.argmax(axis=1), full.argmax(axis=1))
+
+
+def test_a_session_of_one_off_calls_keeps_one_client(ort_server: OrtServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quality pass's thousands of answers go over one client (its connection kept open); calls outside a session
+    each open their own, as before."""
+    from follower.protocols import NO_CREDENTIALS, PROTOCOLS, Credentials, Endpoint, calls, session
+
+    made: list[Credentials] = []
+    real = calls._client
+
+    def counted(credentials: Credentials) -> httpx.Client:
+        made.append(credentials)
+        return real(credentials)
+
+    monkeypatch.setattr(calls, "_client", counted)
+    endpoint = Endpoint(base=ort_server.url, model="mlp", protocol="kserve-http")
+    body = PROTOCOLS["kserve-http"].encode([{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}])
+    with session(NO_CREDENTIALS):
+        answers = [PROTOCOLS["kserve-http"].outputs(endpoint, body, NO_CREDENTIALS)["output"] for _ in range(3)]
+    assert len(made) == 1 and all(a.shape == (1, 10) for a in answers)
+    PROTOCOLS["kserve-http"].outputs(endpoint, body, NO_CREDENTIALS)
+    PROTOCOLS["kserve-http"].outputs(endpoint, body, NO_CREDENTIALS)
+    assert len(made) == 3
