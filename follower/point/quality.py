@@ -59,7 +59,10 @@ def answer_scores(
     """The served model's [count, classes] scores for the first `count` samples, or why they cannot be had."""
     # Request i sends rows i*b .. i*b+b-1 (wrapping): only rows below `count` are kept, each once.
     starts = np.arange(0, count, batch_size, dtype=np.int64)
-    bodies, _ = build_row_bodies(inputs, batch_size, samples, starts, protocol=endpoint.protocol)
+    try:
+        bodies, _ = build_row_bodies(inputs, batch_size, samples, starts, protocol=endpoint.protocol)
+    except ValueError as exc:  # the data does not fit the model's inputs (its load said so already)
+        return str(exc)
     protocol = PROTOCOLS[endpoint.protocol]
     scored: list[np.ndarray] = []
     with session(credentials):  # one connection for the whole pass (HTTP; gRPC calls open a channel each)

@@ -31,6 +31,8 @@ def test_quality_defaults_to_top1_and_top5_over_a_thousand_samples() -> None:
         (UPLOAD + "quality: {accuracy: {top_k: 0}}\n", "quality.accuracy.top_k", "must be >= 1"),
         (UPLOAD + "quality: {accuracy: {top_k: 3}, extra: 1}\n", "quality.extra", "unknown field"),
         (UPLOAD + "backends: [vllm]\nquality: {}\n", "quality", "a language model has none to score"),
+        # A co-location job sends synthetic requests only: never labelled data.
+        (UPLOAD + "colocate: {models: [other:1]}\nquality: {}\n", "colocate", "synthetic requests from its own signature"),
     ],
 )
 def test_a_quality_check_that_cannot_be_run_is_refused_naming_why(extra: str, field: str, needle: str) -> None:
