@@ -113,6 +113,8 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
     spec: QualitySpec | None = ctx.run.quality
     if spec is None or point.llm is not None:
         return result
+    if ctx.run.shard is not None and ctx.run.shard.index != 0:  # a sharded point's answers are scored once, by shard 0
+        return result
     started = time.perf_counter()
     not_run: list[str] = []
     accuracy: Accuracy | None = None
