@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,3 +57,30 @@ def test_agreement_needs_accuracys_pass() -> None:
     with pytest.raises(InvalidSpec) as caught:
         parse_spec_yaml(base + "quality: {agreement: true, accuracy: null}\n")
     assert "quality.agreement compares the answers the accuracy pass collects" in str(caught.value)
+
+
+def test_a_sharded_point_is_scored_by_shard_0_alone(tmp_path: Path) -> None:
+    """Every follower driving a sharded endpoint measures its share of the load, but only shard 0 (whose point is the
+    one reported) scores the answers: the others leave the result as it was, sending the endpoint nothing more."""
+    import asyncio
+    from typing import cast
+
+    from common.spec.job import PointSpec
+    from common.spec.quality import QualitySpec
+    from follower.backends import Backend
+    from follower.link.leader_client import LeaderClient
+    from follower.point.context import PointContext, ServerRun, ShardLink
+    from follower.point.quality import with_quality
+    from follower.protocols import Endpoint
+    from tests.unit.follower.test_point_pipeline import MODEL
+    from tests.unit.leader.test_load_label import _result
+
+    point = PointSpec(index=0, backend="endpoint", batch_size=1, pattern="poisson", rate=10, duration_s=1, warmup_s=0, seed=0)
+    shard = ShardLink(client=cast(LeaderClient, None), job_id="j", index=1, count=2, attempt=1, follower_id="f1")
+    truth = np.arange(4)
+    run = ServerRun(model=MODEL, model_path=tmp_path, workdir=tmp_path, quality=QualitySpec(), truth=truth, shard=shard)
+    # Were the pass to run, the result would come back with a quality (here a reason: no samples were given).
+    endpoint = Endpoint(protocol="kserve-http", base="http://127.0.0.1:9", model="m")
+    ctx = PointContext(run=run, backend=cast(Backend, None), endpoint=endpoint, backend_version="1")
+    result = _result(point)
+    assert asyncio.run(with_quality(result, point, ctx)) is result
