@@ -71,7 +71,7 @@ class LeaderboardRow(BaseModel):
     accuracy: float | None = None
     accuracy_low: float | None = None
     accuracy_high: float | None = None
-    accuracy_samples: float | None = None
+    accuracy_samples: int | None = None
     # A search point (its rate or users are the load found): the lowest failing load, how it stopped, its probes.
     search_lowest_fail: float | None = None
     search_stopped: str | None = None

@@ -128,6 +128,10 @@ def find_rows(db: AsyncDatabase, query: dict[str, Any], fields: dict[str, int] |
     return db[COLLECTION].find(query, fields or PAGE_FIELDS).batch_size(2000)
 
 
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def _num(doc: Any, *paths: str) -> float | None:
     """The first number found at one of the dotted paths (fields that other issues add may be absent)."""
     for path in paths:
@@ -265,7 +269,7 @@ def row_from_result(
         "accuracy": _num(result, "quality.accuracy.top1.value"),
         "accuracy_low": _num(result, "quality.accuracy.top1.low"),
         "accuracy_high": _num(result, "quality.accuracy.top1.high"),
-        "accuracy_samples": _num(result, "quality.accuracy.top1.samples"),
+        "accuracy_samples": _int(_num(result, "quality.accuracy.top1.samples")),
         # A search point: the load found is the row's rate (or users); the lowest failing load and how it stopped.
         "search_lowest_fail": _num(result, "search.lowest_fail"),
         "search_stopped": (result.get("search") or {}).get("stopped"),
