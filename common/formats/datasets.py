@@ -40,6 +40,7 @@ LABELS_FILE = "labels.txt"
 IMAGE_LABELS_FILE = "labels.csv"
 MAX_IMAGE_LABELS_BYTES = 16 * 1024**2
 MAX_LABELS = 100_000
+MAX_CLASSES = MAX_LABELS  # a sample's class (its label) is a number below this
 MAX_LABEL_CHARS = 200
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
@@ -177,8 +178,11 @@ def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
         if not isinstance(doc, dict) or not doc:
             raise BadData(f"line {number} must be an object mapping input names to values")
         label = next((doc[k] for k in LABEL_FIELDS if k in doc), 0)
-        if not isinstance(label, int) or isinstance(label, bool) or label < 0:
-            raise BadData(f"line {number}: a label is the sample's class, a whole number >= 0 (not {json.dumps(label)[:40]})")
+        if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < MAX_CLASSES:
+            raise BadData(
+                f"line {number}: a label is the sample's class, a whole number 0..{MAX_CLASSES - 1} "
+                f"(not {json.dumps(label)[:40]})"
+            )
         if fields is None:
             fields = set(doc)
         elif set(doc) != fields:
@@ -232,13 +236,14 @@ def _image_truth(zf: zipfile.ZipFile, images: list[str], classes: list[str] | No
             what = "is not an image of the zip" if len(row) == 2 and row[0] not in known else "is not one new file,label pair"
             raise BadData(f"{IMAGE_LABELS_FILE}: line {number} {what}")
         label = row[1].strip()
-        if label.isdigit():
+        if label.isascii() and label.isdigit() and int(label) < MAX_CLASSES:
             truth[row[0]] = int(label)
         elif label in by_name:
             truth[row[0]] = by_name[label]
         else:
             raise BadData(
-                f"{IMAGE_LABELS_FILE}: line {number}: {label[:40]!r} is neither a class number nor a name in {LABELS_FILE}"
+                f"{IMAGE_LABELS_FILE}: line {number}: {label[:40]!r} is neither a class number below {MAX_CLASSES} nor "
+                f"a name in {LABELS_FILE}"
             )
     if missing := [n for n in images if n not in truth]:
         raise BadData(f"{IMAGE_LABELS_FILE}: {len(missing)} images have no label, e.g. {missing[0]}")

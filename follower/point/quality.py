@@ -83,8 +83,8 @@ def answer_scores(
 def accuracy_of(scores: np.ndarray, truth: np.ndarray, k: int) -> Accuracy | str:
     """Top-1 (and top-k) accuracy of [n, classes] scores against the first n labels, or why not."""
     n = len(scores)
-    if (bad := int(truth[:n].max())) >= scores.shape[1]:
-        return f"accuracy: a label names class {bad}; the answers score {scores.shape[1]} classes"
+    if (bad := int(truth[:n].max())) >= scores.shape[1] or (bad := int(truth[:n].min())) < 0:
+        return f"accuracy: a label names class {bad}; the answers score classes 0..{scores.shape[1] - 1}"
     top1 = share(hits_at(scores, truth[:n], 1), n)
     topk = share(hits_at(scores, truth[:n], k), n) if k > 1 else None
     return Accuracy(top1=top1, k=k, topk=topk)

@@ -75,7 +75,7 @@ def test_upload_list_get_download_delete(leader: Leader, fmt: str, content: byte
         ("npz", _npz(input=np.zeros((2, 3)), labels=np.zeros((2, 1), np.int64)), "'labels' holds each sample's class"),
         ("npz", _npz(input=np.zeros((2, 3)), labels=np.zeros(2)), "one integer per sample, not float64[2]"),
         ("jsonl", b'{"input": [1], "label": 0}\n{"input": [2], "label": "cat"}\n', "line 2: a label is the sample's class"),
-        ("jsonl", b'{"input": [1], "label": -1}\n', "a whole number >= 0 (not -1)"),
+        ("jsonl", b'{"input": [1], "label": -1}\n', "a whole number 0..99999 (not -1)"),
     ],
 )
 def test_bad_data_is_refused_before_storage_naming_the_field(leader: Leader, fmt: str, content: bytes, needle: str) -> None:

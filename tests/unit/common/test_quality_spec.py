@@ -119,7 +119,8 @@ def test_an_images_zip_labels_each_image_in_the_order_they_are_served(tmp_path: 
         ("file,label\na.png,1\nb.png,1\n", "1 images have no label, e.g. c.png"),
         ("file,label\na.png,1\nb.png,1\nc.png,1\nd.png,1\n", "line 5 is not an image of the zip"),
         ("file,label\na.png,1\na.png,2\n", "line 3 is not one new file,label pair"),
-        ("file,label\na.png,cat\n", "line 2: 'cat' is neither a class number nor a name in labels.txt"),
+        ("file,label\na.png,cat\n", "line 2: 'cat' is neither a class number below 100000 nor a name in labels.txt"),
+        ("file,label\na.png,\u00b2\n", "line 2: '\u00b2' is neither a class number"),
     ],
 )
 def test_a_bad_labels_csv_is_refused_naming_the_line(labels_csv: str, needle: str) -> None:

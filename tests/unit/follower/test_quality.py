@@ -84,3 +84,12 @@ def test_a_sharded_point_is_scored_by_shard_0_alone(tmp_path: Path) -> None:
     ctx = PointContext(run=run, backend=cast(Backend, None), endpoint=endpoint, backend_version="1")
     result = _result(point)
     assert asyncio.run(with_quality(result, point, ctx)) is result
+
+
+def test_a_label_outside_the_answers_classes_is_a_reason_not_a_score() -> None:
+    from follower.point.quality import accuracy_of
+
+    scores = np.zeros((2, 3), np.float32)
+    assert accuracy_of(scores, np.array([0, 3]), 1) == "accuracy: a label names class 3; the answers score classes 0..2"
+    # An npz of unsigned labels past int64 reads back negative: never silently scored as a miss.
+    assert accuracy_of(scores, np.array([0, -5]), 1) == "accuracy: a label names class -5; the answers score classes 0..2"
