@@ -64,10 +64,6 @@ def _retry_in(response: httpx.Response, call: Call[Any], started: float, budget_
     return wait if time.monotonic() + wait - started <= budget_s else None
 
 
-def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 class BenchfleetClient:
     """Synchronous client; one per thread of use."""
 
@@ -80,7 +76,9 @@ class BenchfleetClient:
         transport: httpx.BaseTransport | None = None,
         unavailable_retry_s: float = UNAVAILABLE_RETRY_S,
     ) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, transport=transport
+        )
         self._unavailable_retry_s = unavailable_retry_s
 
     def __enter__(self) -> BenchfleetClient:
@@ -196,15 +194,13 @@ class BenchfleetClient:
         return self._do(Calls.leaderboard(sort, filters, limit, order, offset))
 
     def recommend(self, query: RecommendQuery, *, filters: Mapping[str, str] | Sequence[str] | None = None) -> RecommendResponse:
-        """The configurations the recommender picks for a query (an SLO, a traffic target, a budget), or with none
-        `missing`: what to run."""
+        """The configurations the recommender picks for a query (an SLO, traffic, a budget, a floor), or `missing`."""
         return self._do(Calls.recommend(query, filters))
 
     def compare(
         self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
     ) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse (in
-        latency beyond `threshold`, or in accuracy beyond `quality_threshold`)."""
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions."""
         return self._do(Calls.compare(a, b, threshold, quality_threshold))
 
     def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
@@ -281,7 +277,7 @@ class AsyncBenchfleetClient:
         unavailable_retry_s: float = UNAVAILABLE_RETRY_S,
     ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=_headers(token), timeout=timeout_s, transport=transport
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, transport=transport
         )
         self._unavailable_retry_s = unavailable_retry_s
 
@@ -396,15 +392,13 @@ class AsyncBenchfleetClient:
     async def recommend(
         self, query: RecommendQuery, *, filters: Mapping[str, str] | Sequence[str] | None = None
     ) -> RecommendResponse:
-        """The configurations the recommender picks for a query (an SLO, a traffic target, a budget), or with none
-        `missing`: what to run."""
+        """The configurations the recommender picks for a query (an SLO, traffic, a budget, a floor), or `missing`."""
         return await self._do(Calls.recommend(query, filters))
 
     async def compare(
         self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
     ) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions` counts the points that got worse (in
-        latency beyond `threshold`, or in accuracy beyond `quality_threshold`)."""
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions."""
         return await self._do(Calls.compare(a, b, threshold, quality_threshold))
 
     async def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
