@@ -30,7 +30,10 @@ from follower.point.context import PointContext
 from follower.point.postprocess import PostprocessError, scores_of
 from follower.protocols import PROTOCOLS, Credentials, Endpoint, EndpointError, session
 
-NO_LABELS = "accuracy: the request data carries no labels (an npz `labels` array, or a `label` on each JSONL row)"
+NO_LABELS = (
+    "accuracy: the request data carries no labels (an npz `labels` array, a `label` on each JSONL row, or an images "
+    "zip's labels.csv)"
+)
 
 
 def share(hits: int, samples: int) -> Share:
@@ -85,6 +88,7 @@ def accuracy_of(scores: np.ndarray, truth: np.ndarray, k: int) -> Accuracy | str
     n = len(scores)
     if (bad := int(truth[:n].max())) >= scores.shape[1] or (bad := int(truth[:n].min())) < 0:
         return f"accuracy: a label names class {bad}; the answers score classes 0..{scores.shape[1] - 1}"
+    k = min(k, scores.shape[1])  # top-k of fewer than k classes is top-(classes): say so, not "top-5 = 100%"
     top1 = share(hits_at(scores, truth[:n], 1), n)
     topk = share(hits_at(scores, truth[:n], k), n) if k > 1 else None
     return Accuracy(top1=top1, k=k, topk=topk)

@@ -93,3 +93,10 @@ def test_a_label_outside_the_answers_classes_is_a_reason_not_a_score() -> None:
     assert accuracy_of(scores, np.array([0, 3]), 1) == "accuracy: a label names class 3; the answers score classes 0..2"
     # An npz of unsigned labels past int64 reads back negative: never silently scored as a miss.
     assert accuracy_of(scores, np.array([0, -5]), 1) == "accuracy: a label names class -5; the answers score classes 0..2"
+
+
+def test_top_k_past_the_classes_is_reported_as_top_classes() -> None:
+    from follower.point.quality import accuracy_of
+
+    scored = accuracy_of(np.array([[0.2, 0.8], [0.9, 0.1]], np.float32), np.array([1, 1]), 5)
+    assert not isinstance(scored, str) and scored.k == 2 and scored.topk is not None and scored.topk.hits == 2
