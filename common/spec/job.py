@@ -22,7 +22,7 @@ from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
 from common.spec.quality import QualitySpec
-from common.spec.server import MAX_BATCH, PRECISION_BACKENDS, ServerOptions
+from common.spec.server import MAX_BATCH, PRECISION_BACKENDS, QUANTISED_BACKENDS, QUANTISED_DTYPES, ServerOptions
 from common.spec.slo import SLO
 from common.spec.sweep import configurations
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
@@ -360,11 +360,19 @@ class JobSpec(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _precision_on_onnxruntime(self) -> JobSpec:
-        if (self.server.precision != "float32" or "precision" in (self.sweep or {})) and (
-            others := [b for b in self.backends if b not in PRECISION_BACKENDS]
+    def _conversions_where_served(self) -> JobSpec:
+        swept = self.sweep or {}
+        dtypes = {self.server.llm.dtype, *(v for v in swept.get("llm.dtype", []) if isinstance(v, str))}
+        for asked, backends, what in (
+            (
+                self.server.precision != "float32" or "precision" in swept,
+                PRECISION_BACKENDS,
+                "server.precision converts the model for onnxruntime",
+            ),
+            (bool(dtypes & QUANTISED_DTYPES), QUANTISED_BACKENDS, "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types"),
         ):
-            raise ValueError(f"server.precision converts the model for onnxruntime; {', '.join(others)} serve it as stored")
+            if asked and (others := [b for b in self.backends if b not in backends]):
+                raise ValueError(f"{what}; {', '.join(others)} cannot serve the model so")
         return self
 
     @model_validator(mode="after")

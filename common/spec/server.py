@@ -40,8 +40,9 @@ class LlmServerOptions(StrictModel):
     """Reuse the KV cache of a shared prompt prefix (llama.cpp: --cache-prompt)."""
     chunked_prefill: bool | None = None
     """Split long prefills into chunks scheduled beside decodes (vLLM's --enable-chunked-prefill)."""
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """The data type the server computes in (llama.cpp: the GGUF file's, auto meaning float16)."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "q8_0", "q4_0"] = "auto"
+    """The data type the server computes in (llama.cpp: the GGUF file's, auto meaning float16; q8_0 and q4_0 are
+    llama.cpp's quantised types, 8-bit and 4-bit blocks of 32 weights with a float16 scale each)."""
     enforce_eager: bool | None = None
     """Run the model eagerly: no compiled graph, no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph):
     a faster start and less memory, usually slower steps."""
@@ -55,6 +56,9 @@ class LlmServerOptions(StrictModel):
 # The numeric precision onnxruntime serves a model in (follower/servers/ort_server.py converts as it loads).
 Precision = Literal["float32", "int8_dynamic", "float16"]
 PRECISION_BACKENDS = frozenset({"onnxruntime"})
+# The llm.dtype values only llama.cpp serves (the model converted to a quantised GGUF file as it starts).
+QUANTISED_DTYPES = frozenset({"q8_0", "q4_0"})
+QUANTISED_BACKENDS = frozenset({"llamacpp"})
 
 
 class ServerOptions(StrictModel):

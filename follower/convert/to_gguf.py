@@ -8,7 +8,9 @@ tokenizer.json, nothing executable. It does what llama.cpp's own convert_hf_to_g
   for special added tokens, user-defined for other added ones), the merges, BOS/EOS/UNK and whether BOS is added,
   and the chat template;
 - the tensors under llama.cpp's names, the query and key projections' rows permuted from Hugging Face's rotate-half
-  RoPE layout to GGML's interleaved pairs, one-dimensional tensors (norms) in float32 and the rest in the asked type.
+  RoPE layout to GGML's interleaved pairs, one-dimensional tensors (norms) in float32 and the rest in the asked type:
+  float32, float16, bfloat16, or a quantised type, Q8_0 (8-bit, a scale per block of 32) or Q4_0 (4-bit), as
+  llama-quantize writes them; a matrix whose rows are not whole blocks stays float16, as llama.cpp's converter keeps it.
 
 Anything else (another architecture, another tokenizer, a tensor it does not know) is a ValueError naming it: a model
 is converted exactly or not at all. The file is written beside its destination and renamed into place.
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 
 ARCHITECTURES = frozenset({"LlamaForCausalLM"})
-DTYPES = ("float16", "float32", "bfloat16")
+DTYPES = ("float16", "float32", "bfloat16", "q8_0", "q4_0")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _PER_LAYER = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -142,9 +144,13 @@ def convert(model_dir: Path, out: Path, *, dtype: str = "float16") -> Path:
     hidden = int(config["hidden_size"])
     head_dim = int(config.get("head_dim") or hidden // heads)
     vocab = vocabulary(model_dir, int(config["vocab_size"]))
-    file_type = {"float16": gguf.LlamaFileType.MOSTLY_F16, "float32": gguf.LlamaFileType.ALL_F32}.get(
-        dtype, gguf.LlamaFileType.MOSTLY_BF16
-    )
+    file_type = {
+        "float16": gguf.LlamaFileType.MOSTLY_F16,
+        "float32": gguf.LlamaFileType.ALL_F32,
+        "bfloat16": gguf.LlamaFileType.MOSTLY_BF16,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    }[dtype]
 
     partial = out.with_name(out.name + ".partial")
     writer = gguf.GGUFWriter(str(partial), "llama")
@@ -199,8 +205,11 @@ def _add(writer: Any, name: str, data: np.ndarray, dtype: str) -> None:
 
     if data.ndim == 1 or dtype == "float32":
         writer.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
-    elif dtype == "float16":
+        return
+    kind = {"bfloat16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0"}.get(dtype)
+    qtype = getattr(gguf.GGMLQuantizationType, kind) if kind else None
+    if qtype is None or data.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0]:
         writer.add_tensor(name, np.ascontiguousarray(data, dtype=np.float16))
-    else:
-        bf16 = gguf.quants.quantize(np.ascontiguousarray(data, dtype=np.float32), gguf.GGMLQuantizationType.BF16)
-        writer.add_tensor(name, bf16, raw_shape=bf16.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        return
+    packed = gguf.quants.quantize(np.ascontiguousarray(data, dtype=np.float32), qtype)
+    writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=qtype)

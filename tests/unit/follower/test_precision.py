@@ -10,6 +10,7 @@ import pytest
 from common.errors import InvalidSpec
 from common.spec.parse import parse_spec_yaml
 from common.spec.server import ServerOptions
+from common.spec.sweep import configurations
 from follower.backends.onnxruntime import OnnxRuntimeBackend
 from tests.unit.follower.test_gpu_argv import TENSOR
 
@@ -45,3 +46,21 @@ def test_a_sweep_over_precision_is_one_configuration_each() -> None:
     with pytest.raises(InvalidSpec) as caught:
         parse_spec_yaml(BASE + "sweep: {precision: [float32, int4]}\n")
     assert "precision" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "backends: [vllm]\nserver: {llm: {dtype: q4_0}}\n",
+        "backends: [llamacpp, vllm]\nsweep: {llm.dtype: [float16, q8_0]}\n",
+    ],
+)
+def test_llamacpps_quantised_types_are_refused_on_another_server(extra: str) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + extra)
+    assert "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types; vllm cannot" in str(caught.value)
+
+
+def test_a_sweep_over_llamacpps_types_is_one_configuration_each() -> None:
+    spec = parse_spec_yaml(BASE + "backends: [llamacpp]\nsweep: {llm.dtype: [float32, float16, q8_0, q4_0]}\n")
+    assert [s.llm.dtype for s in configurations(spec.sweep or {}, spec.server)] == ["float32", "float16", "q8_0", "q4_0"]

@@ -107,6 +107,32 @@ def test_other_types_and_what_it_refuses(model_dir: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "o.gguf").exists()
 
 
+@pytest.mark.parametrize(("dtype", "qtype", "file_type"), [("q8_0", "Q8_0", "MOSTLY_Q8_0"), ("q4_0", "Q4_0", "MOSTLY_Q4_0")])
+def test_quantised_types_hold_each_matrix_in_blocks_that_read_back_near_its_weights(
+    model_dir: Path, tmp_path: Path, dtype: str, qtype: str, file_type: str
+) -> None:
+    from safetensors.numpy import load_file
+
+    out = convert(model_dir, tmp_path / f"{dtype}.gguf", dtype=dtype)
+    reader = gguf.GGUFReader(str(out))
+    kind = getattr(gguf.GGMLQuantizationType, qtype)
+    assert _field(reader, "general.file_type") == getattr(gguf.LlamaFileType, file_type)
+    weights = load_file(model_dir / "model.safetensors")
+    up = weights["model.layers.0.mlp.up_proj.weight"].astype(np.float32)  # [96, 64]: rows of two 32-wide blocks
+    tensors = {t.name: t for t in reader.tensors}
+    assert {t.tensor_type for n, t in tensors.items() if t.data.ndim > 1 and "norm" not in n} == {kind}
+    assert tensors["blk.0.ffn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    back = gguf.quants.dequantize(tensors["blk.0.ffn_up.weight"].data, kind).reshape(up.shape)
+    scale = np.abs(up).reshape(-1, 32).max(axis=1, keepdims=True)  # each block's own scale bounds its error
+    error = np.abs(back - up).reshape(-1, 32) / scale
+    # Q8_0: half a step of amax/127, plus the float16 scale's rounding (2^-11 relative) over 127 steps. Q4_0: its grid
+    # is -8..7 steps of amax/8, so the block's extreme of the other sign is clipped a whole step: amax/8 (and the
+    # scale's rounding over 8 steps).
+    bound = {"q8_0": 1 / 254 + 2**-11, "q4_0": 1 / 8 + 8 * 2**-11}[dtype]
+    assert 0 < error.max() <= bound
+    assert out.stat().st_size < convert(model_dir, tmp_path / "f16.gguf", dtype="float16").stat().st_size
+
+
 def _rope_half(x: np.ndarray, pos: int, theta: float = 10000.0) -> np.ndarray:
     """Hugging Face's RoPE: the head's first half rotated with its second (rotate_half)."""
     d = x.shape[-1]
