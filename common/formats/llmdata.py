@@ -9,6 +9,8 @@ Each line is one object of one of these kinds, with an optional `output_tokens` 
                                                        turn, each carrying the turns before it with the recorded replies
   {"prompt_tokens": 512}                               a length only: the follower builds an exact prompt of it (an
                                                        empirical length distribution from a file)
+A `prompt` or `messages` row may carry an `answer` (text or a number): what a correct completion says, for
+`quality.evaluation` (an evaluation set). A set that has answers has one on every row.
 Parsing is plain JSON with bounds on sizes; nothing in a row is executed or rendered here (chat templates render on
 the follower, in a sandbox).
 """
@@ -26,6 +28,8 @@ MAX_TEXT_CHARS = 1_000_000  # one prompt or message
 MAX_TURNS = 256
 ROLES = ("system", "user", "assistant")
 KINDS = ("prompt", "messages", "conversation", "prompt_tokens")
+ANSWER = "answer"  # listed beside the row kinds of a set whose rows all carry one
+MAX_ANSWER_CHARS = 10_000
 # The row kinds an api can send: messages (and conversations) need chat; a prompt text or a length go to either.
 KINDS_FOR_API = {"completions": ("prompt", "prompt_tokens"), "chat": ("prompt", "messages", "prompt_tokens")}
 
@@ -43,6 +47,7 @@ class PromptRow:
     messages: tuple[tuple[str, str], ...] | None = None  # (role, content)
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    answer: str | None = None  # what a correct completion says (an evaluation set's row)
 
     @property
     def kind(self) -> str:
@@ -72,28 +77,39 @@ def _messages(value: object, what: str, number: int) -> list[tuple[str, str]]:
     return out
 
 
+def _answer(value: object, kind: str, number: int) -> str:
+    if kind not in ("prompt", "messages"):
+        raise BadPrompts(f"line {number}: an answer goes with a prompt or messages row, not a {kind} row")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ANSWER_CHARS:
+        raise BadPrompts(f"line {number}: answer must be a number or non-empty text of at most {MAX_ANSWER_CHARS:,} characters")
+    return value
+
+
 def parse_row(doc: object, number: int) -> list[PromptRow]:
     """The requests one line makes (a conversation makes one per user turn)."""
     if not isinstance(doc, dict):
         raise BadPrompts(f"line {number}: must be a JSON object")
     kinds = [k for k in KINDS if k in doc]
-    unknown = set(doc) - set(KINDS) - {"output_tokens"}
+    unknown = set(doc) - set(KINDS) - {"output_tokens", ANSWER}
     if len(kinds) != 1 or unknown:
         raise BadPrompts(
-            f"line {number}: must hold exactly one of {', '.join(KINDS)} (and optionally output_tokens)"
+            f"line {number}: must hold exactly one of {', '.join(KINDS)} (and optionally output_tokens, answer)"
             + (f"; unknown fields {sorted(unknown)}" if unknown else "")
         )
     output = _tokens(doc["output_tokens"], "output_tokens", number) if "output_tokens" in doc else None
     kind = kinds[0]
+    answer = _answer(doc[ANSWER], kind, number) if ANSWER in doc else None
     if kind == "prompt":
-        return [PromptRow(prompt=_text(doc["prompt"], "prompt", number), output_tokens=output)]
+        return [PromptRow(prompt=_text(doc["prompt"], "prompt", number), output_tokens=output, answer=answer)]
     if kind == "prompt_tokens":
         return [PromptRow(prompt_tokens=_tokens(doc["prompt_tokens"], "prompt_tokens", number), output_tokens=output)]
     messages = _messages(doc[kind], kind, number)
     if messages[-1][0] != "user" and kind == "messages":
         raise BadPrompts(f"line {number}: messages must end with a user message")
     if kind == "messages":
-        return [PromptRow(messages=tuple(messages), output_tokens=output)]
+        return [PromptRow(messages=tuple(messages), output_tokens=output, answer=answer)]
     # A conversation: one request per user turn, with everything before it (the recorded replies included).
     rows = [
         PromptRow(messages=tuple(messages[: k + 1]), output_tokens=output)
@@ -106,9 +122,11 @@ def parse_row(doc: object, number: int) -> list[PromptRow]:
 
 
 def parse_lines(text: IO[str]) -> tuple[list[PromptRow], list[str]]:
-    """Every row of a prompts file, and the kinds it holds (sorted); BadPrompts naming the first bad line (or the first
-    longer than common.formats.lines.MAX_LINE_CHARS)."""
+    """Every row of a prompts file, and the kinds it holds (sorted; with ANSWER last where every row has an answer);
+    BadPrompts naming the first bad line (or the first longer than common.formats.lines.MAX_LINE_CHARS), or the first
+    line without an answer in a set whose other rows have one."""
     rows: list[PromptRow] = []
+    unanswered: int | None = None
     for number, line in bounded_lines(text, bad=BadPrompts):
         if not line.strip():
             continue
@@ -116,7 +134,14 @@ def parse_lines(text: IO[str]) -> tuple[list[PromptRow], list[str]]:
             doc = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadPrompts(f"line {number} is not JSON: {exc}") from None
-        rows.extend(parse_row(doc, number))
+        parsed = parse_row(doc, number)
+        if unanswered is None and parsed[0].answer is None:
+            unanswered = number
+        rows.extend(parsed)
     if not rows:
         raise BadPrompts("no prompt rows")
-    return rows, sorted({r.kind for r in rows})  # a conversation's rows are messages
+    answered = [r.answer is not None for r in rows]
+    if any(answered) and not all(answered):
+        raise BadPrompts(f"line {unanswered}: has no answer, while other rows have one (an evaluation set answers every row)")
+    kinds = sorted({r.kind for r in rows})  # a conversation's rows are messages
+    return rows, [*kinds, ANSWER] if all(answered) else kinds

@@ -350,14 +350,15 @@ class JobSpec(StrictModel):
 
     @field_validator("quality")
     @classmethod
-    def _quality_needs_labels(cls, value: QualitySpec | None, info: ValidationInfo) -> QualitySpec | None:
-        if value is not None and value.accuracy is not None:  # the fields before it, as validated
-            if info.data.get("llm") is not None or any(b in LLM_BACKENDS for b in info.data.get("backends") or []):
-                raise ValueError("quality.accuracy scores a tensor model's class scores; a language model has none to score")
-            data = info.data.get("data")
-            if data is None or data.source != "upload":
-                raise ValueError("quality.accuracy scores against labelled data: give data: {source: upload, id: ...}")
-        return value
+    def _quality_for_the_model(cls, value: QualitySpec | None, info: ValidationInfo) -> QualitySpec | None:
+        if value is None:  # the fields before it, as validated
+            return None
+        llm, data = info.data.get("llm"), info.data.get("data")
+        return value.for_job(
+            language=llm is not None or any(b in LLM_BACKENDS for b in info.data.get("backends") or []),
+            uploaded=data is not None and data.source == "upload",
+            prompt_set=llm is not None and llm.dataset is not None,
+        )
 
     @model_validator(mode="after")
     def _conversions_where_served(self) -> JobSpec:

@@ -22,13 +22,19 @@ class Share(BaseModel):
 
 
 class Accuracy(BaseModel):
-    """Top-1 (and top-k) accuracy of the served model's class scores against the data set's labels."""
+    """Top-1 (and top-k) accuracy of the served model's class scores against the data set's labels; for a language
+    model, the share of an evaluation set's greedy completions its `scorer` scores correct (as `top1`, k 1)."""
 
     model_config = ConfigDict(extra="forbid")
 
     top1: Share
     k: int  # the k of `topk` (1: top-1 only)
     topk: Share | None = None
+    scorer: str | None = None  # a language model's evaluation scorer (common.spec.quality.Scorer); None: class scores
+
+    def name(self) -> str:
+        """What the figure is, as a user reads it."""
+        return f"evaluation ({self.scorer})" if self.scorer else "top-1 accuracy"
 
 
 class Agreement(BaseModel):
@@ -42,6 +48,20 @@ class Agreement(BaseModel):
     mean_abs_diff: float
 
 
+class CompletionAgreement(BaseModel):
+    """A language model's greedy completions against the reference configuration's to the same prompts, compared as
+    token ids (the model's own tokenizer on each completion's text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str
+    exact: Share  # completions identical, token for token, to the reference's
+    tokens: Share | None  # the reference's tokens matched by the same token at the same position
+    first_difference: float | None  # mean position (0: the first token) of the first differing token; None: none
+    # differ (a completion that is the other's beginning differs at the shorter's end)
+    differing: int  # completions that differ
+
+
 class Quality(BaseModel):
     """What the point's quality checks found (follower/point/quality.py), and each check that could not run, with why."""
 
@@ -49,5 +69,7 @@ class Quality(BaseModel):
 
     accuracy: Accuracy | None = None
     agreement: Agreement | None = None
+    completions: CompletionAgreement | None = None  # a language model's agreement
+    from_point: int | None = None  # a language model's figures from this earlier point of the same server and options
     not_run: list[str] = []  # "accuracy: why it could not run"
     seconds: float = 0.0  # the pass's wall time, after the load

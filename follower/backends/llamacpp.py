@@ -7,20 +7,36 @@ An "hf" model (a Llama with a byte-level BPE tokenizer) is converted to GGUF for
 max_num_seqs is its slots (--parallel, default 4), each holding max_model_len tokens (--kv-unified-per-slot);
 max_num_batched_tokens its batch (--batch-size, --ubatch-size); prefix_caching its --cache-prompt; dtype the GGUF
 file's type. Its /metrics (llamacpp:*) count tokens, not requests.
+
+A quantised type (q8_0, q4_0) runs on llama.cpp's repacked weight layouts where the CPU has them (AMX, AVX-512): on a
+host whose CPU says it has AMX but dies on it (a VM: SIGILL as the server warms up), the follower finds so once, by
+starting the server on the model before its measured start, and then serves it with repacking off (--no-repack),
+stated in the server's version as recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
+
+from common.procs import free_port
+from common.spec.server import QUANTISED_DTYPES
 from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 from follower.backends.process import SOURCE_ROOT
 from follower.convert.to_gguf import convert
 
 DEFAULT_SLOTS = 4  # llama-server's own default of parallel slots
+NO_REPACK = "weight repacking off: this host's CPU died on llama.cpp's repacked kernels"
+PROBE_TIMEOUT_S = 120.0
+# Programs whose repacked kernels died on this host (follower/backends/llamacpp.py: _repack_dies), found once a process.
+_REPACK_DIES: dict[str, bool] = {}
 
 
 class LlamaCppBackend(OpenAiServerBackend):
@@ -43,7 +59,13 @@ class LlamaCppBackend(OpenAiServerBackend):
         return (True, _version(program)) if program.exists() else (False, cls.why_missing())
 
     def version(self) -> str:
-        return _version(self.python) if self.python.exists() else "absent"
+        if not self.python.exists():
+            return "absent"
+        return f"{_version(self.python)} ({NO_REPACK})" if self._no_repack() else _version(self.python)
+
+    def _no_repack(self) -> bool:
+        """Whether this server runs with repacking off: a quantised type, on a host where the repacked kernels died."""
+        return self.server.llm.dtype in QUANTISED_DTYPES and _REPACK_DIES.get(str(self.python), False)
 
     def runtime_paths(self) -> list[Path]:
         """The program's installation (bin/ and its VERSION)."""
@@ -88,6 +110,8 @@ class LlamaCppBackend(OpenAiServerBackend):
         threads = self.server.threads or (len(self.cpus) if self.cpus else None)
         if threads:
             argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+        if self._no_repack():
+            argv += ["--no-repack"]
         return argv
 
     def environment(self) -> dict[str, str]:
@@ -105,7 +129,37 @@ class LlamaCppBackend(OpenAiServerBackend):
                 f"this llama.cpp build ({self.version()}) has no GPU backend: a GPU configuration would run on the CPU"
             )
         dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
-        return convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
+        out = convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
+        if dtype in QUANTISED_DTYPES and str(self.python) not in _REPACK_DIES:
+            _REPACK_DIES[str(self.python)] = self._repack_dies(out)
+        return out
+
+    def _repack_dies(self, model_file: Path) -> bool:
+        """Whether llama-server, started on the quantised `model_file` with its repacked kernels (in the server's
+        sandbox, one CPU thread), dies of an illegal instruction before it answers /health (it warms up on them first)."""
+        port = free_port()
+        argv = [str(self.python), "--model", str(model_file), "--host", self.host, "--port", str(port), "--threads", "1"]
+        argv += ["--parallel", "1", "--no-webui"]
+        if self.sandbox is not None:
+            self.sandbox.allow_read(self.runtime_paths())
+            argv = self.sandbox.command(argv, cwd=None)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.environment(), start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + PROBE_TIMEOUT_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if httpx.get(f"http://{self.host}:{port}/health", timeout=1.0).status_code == 200:
+                        return False
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)  # polls the server's readiness
+            return proc.poll() in (-signal.SIGILL, 128 + signal.SIGILL)  # bubblewrap passes a signal on as 128 + it
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the sandbox's wrappers and the server with them
+            proc.wait()
 
     def ready_url(self) -> str:
         """llama-server answers /health with 200 once the model is loaded (503 while loading)."""

@@ -10,6 +10,7 @@ from common.wire.results import ColdStart, PointResult
 from follower.point.context import PointContext
 from follower.point.drive import drive_point
 from follower.point.judge import judge
+from follower.point.llmquality import with_llm_quality
 from follower.point.plan import plan_point
 from follower.point.postprocess import with_client_postprocess
 from follower.point.quality import with_quality
@@ -26,7 +27,8 @@ async def measure_point(point: PointSpec, ctx: PointContext, cold_start: ColdSta
         result = await _measure(point, ctx, cold_start)
     else:
         result = await run_search(point, ctx, cold_start, _measure)
-    return await with_quality(await with_client_postprocess(result, point, ctx), point, ctx)
+    scored = with_quality if point.llm is None else with_llm_quality
+    return await scored(await with_client_postprocess(result, point, ctx), point, ctx)
 
 
 async def _measure(point: PointSpec, ctx: PointContext, cold_start: ColdStart | None) -> PointResult:

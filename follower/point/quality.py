@@ -7,6 +7,7 @@ so nothing here touches the point's latency figures; the pass's own wall time is
 same answers beside those of the job's first configuration (its reference) to the same samples at the same batch size,
 kept from that configuration's own points earlier in the attempt. A check that cannot run (no labels, answers with no
 class scores, a server that stopped answering, no reference answers) says why on the point instead of failing the job.
+A language model's checks are follower/point/llmquality.py's.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
         samples, truth = ctx.run.samples, ctx.run.truth
         if truth is None or samples is None:
             not_run.append(NO_LABELS)
-        elif (count := min(len(truth), min(len(v) for v in samples.values()), spec.max_samples)) == 0:
+        elif (count := min(len(truth), min(len(v) for v in samples.values()), spec.samples("tensor"))) == 0:
             not_run.append("accuracy: the request data has no samples")
         else:
             scores = await asyncio.to_thread(

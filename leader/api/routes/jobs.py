@@ -13,7 +13,7 @@ from common import tracing
 from common.errors import Conflict, Forbidden, InvalidSpec, NotFound, UnsupportedMediaType
 from common.fairshare import PRIORITY_ROLES
 from common.formats.datasets import DataSetMeta
-from common.formats.llmdata import KINDS_FOR_API
+from common.formats.llmdata import ANSWER, KINDS_FOR_API
 from common.formats.signature import input_mismatches
 from common.spec.grid import expand
 from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
@@ -168,7 +168,7 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
                 field="quality.accuracy",
             )
     if spec.llm is not None and spec.llm.dataset is not None:
-        await _check_prompt_set(db, spec.llm, team)
+        await _check_prompt_set(db, spec.llm, team, scored=spec.quality is not None and spec.quality.evaluation is not None)
     if isinstance(spec.load.trace, TraceRef):
         await _check_trace_ref(db, spec.load.trace, data_meta, team)
     colocated = await _colocated_models(db, spec, model, team)
@@ -230,8 +230,9 @@ async def _colocated_models(db: Db, spec: JobSpec, model: ModelMeta, team: str |
     return out
 
 
-async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None) -> None:
-    """An uploaded prompt set must exist, be one, and hold only rows the job's api can send (422 naming the field)."""
+async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None, *, scored: bool) -> None:
+    """An uploaded prompt set must exist, be one, hold only rows the job's api can send, and (`scored`: the job's
+    quality.evaluation scores it) an answer on every row (422 naming the field)."""
     field = "llm.dataset"
     try:
         meta = await data_store.get(db, data_id=str(workload.dataset), team=team)
@@ -241,11 +242,15 @@ async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None) -> 
         raise InvalidSpec(
             f"data set {workload.dataset} is {meta.format} data, not a prompt set (upload it with format prompts)", field=field
         )
-    if wrong := [k for k in meta.fields if k not in KINDS_FOR_API[workload.api]]:
+    if wrong := [k for k in meta.fields if k not in (*KINDS_FOR_API[workload.api], ANSWER)]:
         raise InvalidSpec(
             f"prompt set {workload.dataset} holds {', '.join(wrong)} rows, which api {workload.api} cannot "
             "send (chat messages and conversations need api: chat)",
             field=field,
+        )
+    if scored and ANSWER not in meta.fields:
+        raise InvalidSpec(
+            f"prompt set {workload.dataset} has no answers to score (an `answer` on every row)", field="quality.evaluation"
         )
 
 
