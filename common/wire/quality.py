@@ -60,6 +60,7 @@ class CompletionAgreement(BaseModel):
     first_difference: float | None  # mean position (0: the first token) of the first differing token; None: none
     # differ (a completion that is the other's beginning differs at the shorter's end)
     differing: int  # completions that differ
+    tokens_from: str = "server"  # server: the tokens each answer's logprobs named; tokenizer: its text split again
 
 
 class Quality(BaseModel):

@@ -116,7 +116,7 @@ class ServerRun:
     # by batch size once its points have scored them (filled by follower/point/quality.py as the attempt runs).
     reference: tuple[str, ServerOptions] | None = None
     reference_scores: dict[int, np.ndarray] = field(default_factory=dict)
-    reference_tokens: list[list[int]] = field(default_factory=list)  # a language model's: its greedy completions
+    reference_tokens: list[list[str]] = field(default_factory=list)  # a language model's: its greedy completions
     llm_quality: dict[str, Quality] = field(default_factory=dict)  # a language model's figures by configuration
     gpu_gate: bool = False  # each point checks, as it starts and ends, that no foreign process uses a GPU (wait_for_gpu)
 

@@ -8,8 +8,9 @@ model may stop at its end), through the job's own API (completions or chat), and
   the point's accuracy, with its 95% Wilson interval, so the leaderboard, compare and the recommender's floor read it as
   they read a tensor model's.
 - **agreement**: the same prompts (the evaluation set's, else the prompt set's, else prompts built as the load's are,
-  from a fixed seed) against the job's first configuration's completions (its reference): each completion as token ids
-  (the model's own tokenizer on its text), the share identical, the share of the reference's tokens matched at their
+  from a fixed seed) against the job's first configuration's completions (its reference): each completion as the
+  tokens the server says it generated (its `logprobs`; a server that gives none: the model's own tokenizer on the
+  text, which may split it otherwise), the share identical, the share of the reference's tokens matched at their
   position, and the mean position of the first differing token.
 
 Greedy answers do not depend on the load, so a configuration is checked once per attempt, after its first point; its
@@ -74,8 +75,10 @@ def score(scorer: Scorer, completion: str, answer: str) -> bool:
     return said_n is not None and wanted_n is not None and math.isclose(said_n, wanted_n, rel_tol=1e-6, abs_tol=1e-12)
 
 
-def agreement_of(answers: Sequence[Sequence[int]], reference: Sequence[Sequence[int]], label: str) -> CompletionAgreement:
-    """Completions (token ids) against the reference's to the same prompts, pairwise."""
+def agreement_of(
+    answers: Sequence[Sequence[str]], reference: Sequence[Sequence[str]], label: str, *, tokens_from: str = "server"
+) -> CompletionAgreement:
+    """Completions (their tokens) against the reference's to the same prompts, pairwise."""
     n = min(len(answers), len(reference))
     identical = matched = total = 0
     firsts: list[int] = []
@@ -92,6 +95,7 @@ def agreement_of(answers: Sequence[Sequence[int]], reference: Sequence[Sequence[
         tokens=share(matched, total) if total else None,
         first_difference=sum(firsts) / len(firsts) if firsts else None,
         differing=len(firsts),
+        tokens_from=tokens_from,
     )
 
 
@@ -112,12 +116,35 @@ def quality_bodies(
     )
     taken = [dataclasses.replace(r, output_tokens=None) for r in rows[:n]] if rows else None
     bodies, _, _, _ = llm_bodies(greedy, model_name, maker, n, QUALITY_SEED, taken)
-    return [orjson.dumps(orjson.loads(body) | {"temperature": 0}) for body in bodies]
+    # The generated tokens as the server names them: completions' `logprobs` is a count, chat's a switch.
+    ask = {"temperature": 0, "logprobs": True} if workload.api == "chat" else {"temperature": 0, "logprobs": 1}
+    return [orjson.dumps(orjson.loads(body) | ask) for body in bodies]
 
 
-def completions(url: str, bodies: Sequence[bytes], credentials: Credentials) -> list[str] | str:
-    """Each body's completion text, or why they cannot be had."""
-    out: list[str] = []
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One greedy answer: its text, and its tokens as the server named them (None: it named none)."""
+
+    text: str
+    tokens: list[str] | None
+
+
+def _tokens(choice: dict[str, object]) -> list[str] | None:
+    """The generated tokens of an answer's `logprobs`: chat's (and llama.cpp's) `content`, or completions' `tokens`."""
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return None
+    content, tokens = logprobs.get("content"), logprobs.get("tokens")
+    if isinstance(content, list) and all(isinstance(c, dict) and isinstance(c.get("token"), str) for c in content):
+        return [c["token"] for c in content]
+    if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+        return list(tokens)
+    return None
+
+
+def completions(url: str, bodies: Sequence[bytes], credentials: Credentials) -> list[Completion] | str:
+    """Each body's completion, or why they cannot be had."""
+    out: list[Completion] = []
     with session(credentials):
         for body in bodies:
             try:
@@ -129,7 +156,7 @@ def completions(url: str, bodies: Sequence[bytes], credentials: Credentials) -> 
                 text = choice["message"]["content"] if "message" in choice else choice["text"]
             except (KeyError, IndexError, TypeError):
                 return "an answer held no completion text (choices[0].text or choices[0].message.content)"
-            out.append(text if isinstance(text, str) else "")
+            out.append(Completion(text if isinstance(text, str) else "", _tokens(choice) if isinstance(choice, dict) else None))
     return out
 
 
@@ -168,16 +195,23 @@ def _check(spec: QualitySpec, workload: LlmWorkload, point: PointSpec, ctx: Poin
         if not answers or any(a is None for a in answers):
             not_run.append("evaluation: the prompt set has no answer on every row")
         else:
-            hits = sum(score(spec.evaluation.scorer, text, str(a)) for text, a in zip(said, answers, strict=True))
+            hits = sum(score(spec.evaluation.scorer, c.text, str(a)) for c, a in zip(said, answers, strict=True))
             accuracy = Accuracy(top1=share(hits, n), k=1, scorer=spec.evaluation.scorer)
     if spec.agreement:
-        tokens = [maker.tokenizer.encode(text, add_special_tokens=False).ids for text in said]
-        agreed = _agreement(tokens, point, ctx)
+        named = all(c.tokens is not None for c in said)
+        tokens = [c.tokens if c.tokens is not None else _split(maker, c.text) for c in said]
+        agreed = _agreement(tokens, "server" if named else "tokenizer", point, ctx)
         agreement, not_run = (None, [*not_run, agreed]) if isinstance(agreed, str) else (agreed, not_run)
     return Quality(accuracy=accuracy, completions=agreement, not_run=not_run, seconds=time.perf_counter() - started)
 
 
-def _agreement(tokens: list[list[int]], point: PointSpec, ctx: PointContext) -> CompletionAgreement | str:
+def _split(maker: PromptMaker, text: str) -> list[str]:
+    """Generated text as the model's tokenizer splits it (for a server that names no tokens)."""
+    ids = maker.tokenizer.encode(text, add_special_tokens=False).ids
+    return [maker.tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+
+
+def _agreement(tokens: list[list[str]], source: str, point: PointSpec, ctx: PointContext) -> CompletionAgreement | str:
     """The completions against the reference configuration's (a point of the reference keeps its own as the reference)."""
     if ctx.run.reference is None:
         return "agreement: no reference configuration"
@@ -187,4 +221,4 @@ def _agreement(tokens: list[list[int]], point: PointSpec, ctx: PointContext) -> 
         ctx.run.reference_tokens.extend(tokens)
     if not ctx.run.reference_tokens:
         return f"agreement: the reference configuration ({label}) has no completions on this follower"
-    return agreement_of(tokens, ctx.run.reference_tokens, label)
+    return agreement_of(tokens, ctx.run.reference_tokens, label, tokens_from=source)

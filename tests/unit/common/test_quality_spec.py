@@ -19,7 +19,7 @@ UPLOAD = "data: {source: upload, id: abc}\n"
 def test_quality_defaults_to_top1_and_top5_over_a_thousand_samples() -> None:
     spec = parse_spec_yaml(BASE + UPLOAD + "quality: {}\n")
     assert spec.quality is not None and spec.quality.accuracy is not None
-    assert (spec.quality.accuracy.top_k, spec.quality.max_samples) == (5, 1000)
+    assert (spec.quality.accuracy.top_k, spec.quality.samples("tensor")) == (5, 1000)
     assert parse_spec_yaml(BASE).quality is None
 
 
@@ -30,7 +30,12 @@ def test_quality_defaults_to_top1_and_top5_over_a_thousand_samples() -> None:
         (UPLOAD + "quality: {max_samples: 10001}\n", "quality.max_samples", "must be <= 10000"),
         (UPLOAD + "quality: {accuracy: {top_k: 0}}\n", "quality.accuracy.top_k", "must be >= 1"),
         (UPLOAD + "quality: {accuracy: {top_k: 3}, extra: 1}\n", "quality.extra", "unknown field"),
-        (UPLOAD + "backends: [vllm]\nquality: {}\n", "quality", "a language model has none to score"),
+        (UPLOAD + "backends: [vllm]\nquality: {accuracy: {}}\n", "quality", "a language model has none to score"),
+        ("backends: [vllm]\nquality: {}\n", "quality", "quality.evaluation or quality.agreement: ask for one"),
+        ("backends: [vllm]\nquality: {evaluation: {}}\n", "quality", "give llm.dataset (a prompt set with answers)"),
+        ("backends: [vllm]\nquality: {agreement: true, evaluation: {scorer: regex}}\n", "quality.evaluation.scorer", "exact"),
+        ("backends: [vllm]\nquality: {agreement: true, answer_tokens: 4097}\n", "quality.answer_tokens", "<= 4096"),
+        (UPLOAD + "quality: {evaluation: {}}\n", "quality", "a tensor model's is quality.accuracy"),
         # A co-location job sends synthetic requests only: never labelled data.
         (UPLOAD + "colocate: {models: [other:1]}\nquality: {}\n", "colocate", "synthetic requests from its own signature"),
     ],
