@@ -197,6 +197,8 @@ def quality_sheet(results: JobResults) -> Sheet | None:
     points = [r for r in results.points if r.quality is not None]
     if not points:
         return None
+    if any(r.point.llm is not None for r in points):
+        return llm_quality_sheet(results, points)
     agreement = any(r.quality is not None and r.quality.agreement is not None for r in points)
     sheet = Sheet(
         title="quality: accuracy of the served answers against the data's labels (95% intervals)",
@@ -231,6 +233,46 @@ def quality_sheet(results: JobResults) -> Sheet | None:
     if agreement:
         reference = next(r.quality.agreement.reference for r in points if r.quality and r.quality.agreement)
         sheet.note(f"the reference: {reference}; agreement is the share of samples whose top class is the reference's")
+    return sheet
+
+
+def llm_quality_sheet(results: JobResults, points: Sequence[PointResult]) -> Sheet:
+    """A language model's `quality:` per point: the evaluation set's accuracy by its scorer, and the greedy completions'
+    agreement with the reference configuration's (identical ones, tokens matched at their place, where they first
+    differ), each share with its 95% interval; a configuration's later points carry its first point's figures."""
+    sheet = Sheet(
+        title="quality: greedy completions, scored and set against the reference's (95% intervals)",
+        columns=[
+            Col("#"),
+            Col("backend", right=False),
+            Col("samples"),
+            Col("evaluation", right=False),
+            Col("identical", right=False),
+            Col("tokens matched", right=False, rank=1),
+            Col("first diff", rank=1),
+            Col("pass s", rank=2),
+        ],
+    )
+    for r in points:
+        quality = r.quality
+        assert quality is not None
+        accuracy, agreed = quality.accuracy, quality.completions
+        backend = f"{r.point.backend} {sweep_label(results.job.spec.sweep, r.point.server)}".strip()
+        evaluation = f"{accuracy.name()} {accuracy.top1.points()}" if accuracy else "-"
+        samples = accuracy.top1.samples if accuracy else agreed.exact.samples if agreed else None
+        matched = agreed.tokens.points() if agreed and agreed.tokens else "-"
+        first = f"{agreed.first_difference:.1f}" if agreed and agreed.first_difference is not None else "-"
+        if quality.not_run:
+            evaluation += " " + sheet.note(f"point {r.point.index}: " + "; ".join(quality.not_run))
+        took = f"{quality.seconds:.2f}" if quality.from_point is None else f"as #{quality.from_point}"
+        identical = agreed.exact.points() if agreed else "-"
+        sheet.rows.append([str(r.point.index), backend, str(samples or "-"), evaluation, identical, matched, first, took])
+    if reference := next((r.quality.completions for r in points if r.quality and r.quality.completions), None):
+        sheet.note(
+            f"the reference: {reference.reference}; tokens as "
+            + ("each server named them" if reference.tokens_from == "server" else "the model's tokenizer splits the text")
+            + "; first diff: the mean place of the first differing token"
+        )
     return sheet
 
 
