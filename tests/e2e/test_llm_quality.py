@@ -152,3 +152,12 @@ quality: {{evaluation: {{scorer: contains}}, agreement: true, answer_tokens: {AN
     out = io.StringIO()
     print_results(Console(file=out, width=220), results)
     assert "evaluation (contains)" in out.getvalue() and "identical" in out.getvalue(), out.getvalue()
+    # The job's page (here its downloadable report, the same template) has a row per configuration.
+    report = httpx.get(
+        f"{fleet.url}/api/v1/jobs/{job.id}/report.html", headers={"Authorization": f"Bearer {fleet.admin_token}"}, timeout=30
+    )
+    assert report.status_code == 200
+    table = report.text[report.text.index('<table id="quality">') :]
+    table = table[: table.index("</table>")]
+    assert table.count('class="quality-point"') == 3 and "dtype=q4_0" in table, table
+    assert f"evaluation (contains) {q4.accuracy.top1.points()}" in table, table
