@@ -115,4 +115,10 @@ def test_quality_accuracy_needs_a_labelled_data_set(leader: Leader) -> None:
     assert refused.json()["field"] == "quality.accuracy" and "carries no labels" in refused.json()["message"]
     accepted = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec.format(labelled["id"]))
     assert accepted.status_code == 201, accepted.text
-    assert accepted.json()["spec"]["quality"] == {"accuracy": {"top_k": 5}, "agreement": False, "max_samples": 1000}
+    assert accepted.json()["spec"]["quality"] == {
+        "accuracy": {"top_k": 5},
+        "evaluation": None,
+        "agreement": False,
+        "max_samples": None,  # unset: the model's kind says (1,000 samples for a tensor model)
+        "answer_tokens": 32,
+    }

@@ -210,6 +210,7 @@ def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(lea
         ("llm: {dataset: nosuch}\n", "llm.dataset", "does not exist"),
         (f"data: {{source: upload, id: {lengths['id']}}}\n", "data.id", "name it in llm.dataset"),
         ("llm: {prompt_tokens: 100, shared_prefix: {tokens: 150}}\n", "llm", "may hold on the server"),
+        (f"llm: {{dataset: {lengths['id']}}}\nquality: {{evaluation: {{}}}}\n", "quality.evaluation", "has no answers to score"),
     ):  # fmt: skip
         refused = leader.client.post("/api/v1/jobs", headers=yaml, content=base + extra)
         assert refused.status_code == 422 and refused.json()["field"] == field, refused.text
@@ -218,6 +219,16 @@ def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(lea
                   f"llm: {{dataset: {lengths['id']}, shared_prefix: {{tokens: 16, share: 0.5}}}}\n"):  # fmt: skip
         accepted = leader.client.post("/api/v1/jobs", headers=yaml, content=base + extra)
         assert accepted.status_code == 201, accepted.text
+    # An evaluation set: an answer on every row, listed as such; a job scores it by its scorer.
+    answered = upload("eval", [{"prompt": "2+2=", "answer": 4}, {"prompt": "Capital of France?", "answer": "Paris"}])
+    assert answered["status"] == 201 and answered["fields"] == ["prompt", "answer"], answered
+    half = upload("half", [{"prompt": "2+2=", "answer": 4}, {"prompt": "Why?"}])
+    assert half["status"] == 422 and "line 2: has no answer, while other rows have one" in half["message"], half
+    scored = f"llm: {{dataset: {answered['id']}}}\nquality: {{evaluation: {{scorer: number}}, agreement: true}}\n"
+    accepted = leader.client.post("/api/v1/jobs", headers=yaml, content=base + scored)
+    assert accepted.status_code == 201, accepted.text
+    quality = accepted.json()["spec"]["quality"]
+    assert (quality["accuracy"], quality["evaluation"], quality["agreement"]) == (None, {"scorer": "number"}, True)
 
 
 def test_only_an_admin_marks_a_model_trusted_and_unfinished_jobs_take_the_mark(leader: Leader) -> None:
