@@ -22,7 +22,7 @@ from common.spec.llm import LlmWorkload
 from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
 from common.spec.quality import QualitySpec
-from common.spec.server import MAX_BATCH, PRECISION_BACKENDS, QUANTISED_BACKENDS, QUANTISED_DTYPES, ServerOptions
+from common.spec.server import MAX_BATCH, ServerOptions, conversion_problem
 from common.spec.slo import SLO
 from common.spec.sweep import configurations
 from common.spec.target import ENDPOINT, TargetSpec, default_backends
@@ -362,18 +362,8 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _conversions_where_served(self) -> JobSpec:
-        swept = self.sweep or {}
-        dtypes = {self.server.llm.dtype, *(v for v in swept.get("llm.dtype", []) if isinstance(v, str))}
-        for asked, backends, what in (
-            (
-                self.server.precision != "float32" or "precision" in swept,
-                PRECISION_BACKENDS,
-                "server.precision converts the model for onnxruntime",
-            ),
-            (bool(dtypes & QUANTISED_DTYPES), QUANTISED_BACKENDS, "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types"),
-        ):
-            if asked and (others := [b for b in self.backends if b not in backends]):
-                raise ValueError(f"{what}; {', '.join(others)} cannot serve the model so")
+        if problem := conversion_problem(self.server, self.sweep or {}, self.backends, uploaded=self.data.source == "upload"):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@ server-side dynamic batching and an LLM engine's settings."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -54,7 +55,7 @@ class LlmServerOptions(StrictModel):
 
 
 # The numeric precision onnxruntime serves a model in (follower/servers/ort_server.py converts as it loads).
-Precision = Literal["float32", "int8_dynamic", "float16"]
+Precision = Literal["float32", "int8_dynamic", "int8_static", "float16"]
 PRECISION_BACKENDS = frozenset({"onnxruntime"})
 # The llm.dtype values only llama.cpp serves (the model converted to a quantised GGUF file as it starts).
 QUANTISED_DTYPES = frozenset({"q8_0", "q4_0"})
@@ -106,3 +107,21 @@ class ServerOptions(StrictModel):
     def gpu_index(self) -> int:
         """The GPU ordinal of `device` (cuda → 0)."""
         return int(self.device.partition(":")[2] or 0)
+
+
+def conversion_problem(
+    server: ServerOptions, sweep: dict[str, list[Any]], backends: Sequence[str], *, uploaded: bool
+) -> str | None:
+    """Why a job's conversions cannot be served (a precision, or llama.cpp's quantised types, asked of a backend that
+    does not convert so; static INT8 without the request data it calibrates on), or None."""
+    precisions = {server.precision, *(v for v in sweep.get("precision", []) if isinstance(v, str))}
+    dtypes = {server.llm.dtype, *(v for v in sweep.get("llm.dtype", []) if isinstance(v, str))}
+    for asked, served_by, what in (
+        (precisions != {"float32"}, PRECISION_BACKENDS, "server.precision converts the model for onnxruntime"),
+        (bool(dtypes & QUANTISED_DTYPES), QUANTISED_BACKENDS, "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types"),
+    ):
+        if asked and (others := [b for b in backends if b not in served_by]):
+            return f"{what}; {', '.join(others)} cannot serve the model so"
+    if "int8_static" in precisions and not uploaded:
+        return "server.precision int8_static calibrates on the job's request data: give data: {source: upload, id: ...}"
+    return None

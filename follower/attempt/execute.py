@@ -19,9 +19,16 @@ from common.wire.jobs import Claim, FinishReport, JobTask, PointReport
 from common.wire.results import PointResult
 from follower.attempt.model_cache import fetch_model
 from follower.attempt.prompt_data import resolve_prompt_set
-from follower.attempt.request_data import resolve_labels, resolve_request_data, resolve_truth, with_client_stages
+from follower.attempt.request_data import (
+    resolve_labels,
+    resolve_request_data,
+    resolve_truth,
+    with_client_stages,
+    write_calibration,
+)
 from follower.attempt.target import fleet_services, resolve_target
 from follower.attempt.trace_data import resolve_trace
+from follower.backends.onnxruntime import CALIBRATION_FILE
 from follower.convert.signature import check_before_serving
 from follower.host.sampler import SamplerConfig
 from follower.link.leader_client import LeaderClient, LeaderRejected, StaleAttempt
@@ -104,6 +111,8 @@ async def _run_backends(
     samples, client_ms = await asyncio.to_thread(
         resolve_request_data, task.spec.data, task.model, client=client, cache_dir=settings.work_dir / "data-cache"
     )
+    if any(p.server.precision == "int8_static" for p in task.points):  # the samples static INT8 calibrates on
+        await asyncio.to_thread(write_calibration, samples, task.model, workdir / CALIBRATION_FILE)
     # The labels a client-side post-processor looks up (an uploaded set's labels.txt).
     labels = await asyncio.to_thread(resolve_labels, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache")
     # Each sample's true class, for the job's quality checks (only fetched when it asks for them).

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from common.formats.datasets import DataSetMeta, load_labels, load_samples, load_truth
+from common.formats.datatypes import V2_TO_NUMPY
 from common.spec.job import DataRef
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import PointResult
@@ -60,6 +61,9 @@ def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:
     spec = model.inputs[0]
     side = spec.shape[2] if spec.shape[2] > 0 else 224
     return spec, side
+
+
+MAX_CALIBRATION = 256  # samples static INT8 calibrates its activation ranges on
 
 
 def resolve_samples(data: DataRef, model: ModelMeta, *, client: LeaderClient | None, cache_dir: Path) -> Samples | None:
@@ -111,6 +115,27 @@ def _processed(data: DataRef, model: ModelMeta, raw: dict[str, list[np.ndarray]]
         process = get_processor(data.preprocess)
         raw = {k: [np.asarray(process(v.item() if v.ndim == 0 else v)) for v in vs] for k, vs in raw.items()}
     return raw
+
+
+def write_calibration(samples: Samples | None, model: ModelMeta, out: Path) -> Path:
+    """The first MAX_CALIBRATION samples as the model's inputs (one array per input, [n, ...] in its datatype), written
+    to `out` (an npz) for `server.precision: int8_static` to calibrate on; a ValueError naming what does not fit."""
+    what = "server.precision int8_static calibrates on the request data as the model's inputs"
+    if not samples:
+        raise ValueError(f"{what}: the job has none (data: {{source: upload, id: ...}})")
+    arrays: dict[str, np.ndarray] = {}
+    for spec in model.inputs:
+        rows = samples.get(spec.name)
+        if rows is None:
+            raise ValueError(f"{what}: the data has no {spec.name!r}, a model input")
+        try:
+            taken = [np.asarray(v, dtype=V2_TO_NUMPY[spec.datatype]) for v in list(rows)[:MAX_CALIBRATION]]
+            arrays[spec.name] = np.stack(taken)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{what}: {spec.name!r} is not {spec.datatype} arrays of one shape ({exc})") from None
+    with out.open("wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as ArrayLike
+    return out
 
 
 def with_client_stages(result: PointResult, per_sample_ms: dict[str, float] | None) -> PointResult:

@@ -10,6 +10,8 @@ from common.wire.models import ModelMeta
 from follower.backends.process import SOURCE_ROOT, ProcessBackend
 from follower.host.sandbox import Sandbox
 
+CALIBRATION_FILE = "calibration.npz"  # the request data's first samples as the model's inputs (int8_static)
+
 
 class OnnxRuntimeBackend(ProcessBackend):
     """Serves an .onnx file with onnxruntime behind the Open Inference Protocol."""
@@ -44,12 +46,14 @@ class OnnxRuntimeBackend(ProcessBackend):
         return str(onnxruntime.__version__)
 
     def start(self, model_path: Path, model: ModelMeta, workdir: Path) -> None:
-        """Spawn the server on a free loopback port with its log at workdir/onnxruntime.log."""
-        self._spawn(self.argv(self.served_file(model_path, model, "onnx", workdir), model), workdir, model, cwd=SOURCE_ROOT)
+        """Spawn the server on a free loopback port with its log at workdir/onnxruntime.log (static INT8 calibrates on
+        workdir/CALIBRATION_FILE, which the attempt writes from the job's request data)."""
+        onnx_file = self.served_file(model_path, model, "onnx", workdir)
+        self._spawn(self.argv(onnx_file, model, calibration=workdir / CALIBRATION_FILE), workdir, model, cwd=SOURCE_ROOT)
 
-    def argv(self, onnx_file: Path, model: ModelMeta) -> list[str]:
+    def argv(self, onnx_file: Path, model: ModelMeta, *, calibration: Path | None = None) -> list[str]:
         """The server's command line (on a new port): the execution provider and, for a GPU one, the GPU; the
-        precision it converts the model to as it loads."""
+        precision it converts the model to as it loads (int8_static: with the `calibration` samples)."""
         argv = self._own_server_argv("follower.servers.ort_server", onnx_file, model)
         argv += ["--provider", self.provider]
         if self.provider != "CPUExecutionProvider":
@@ -58,4 +62,8 @@ class OnnxRuntimeBackend(ProcessBackend):
             argv += ["--intra-op-threads", str(self.intra_op_threads)]
         if self.server.precision != "float32":
             argv += ["--precision", self.server.precision]
+        if self.server.precision == "int8_static":
+            if calibration is None or not calibration.is_file():
+                raise RuntimeError("server.precision int8_static has no calibration samples (the job's request data)")
+            argv += ["--calibration", str(calibration)]
         return argv

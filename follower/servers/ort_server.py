@@ -46,6 +46,7 @@ class ModelServer(KServeModel):
         intra_op_threads: int | None,
         device_id: int = 0,
         precision: str = "float32",
+        calibration: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__(model_path, name, version, **options)
@@ -53,6 +54,7 @@ class ModelServer(KServeModel):
         self.device_id = device_id
         self.intra_op_threads = intra_op_threads
         self.precision = precision
+        self.calibration = calibration  # int8_static: the npz of input samples it calibrates on
 
     @property
     def session(self) -> ort.InferenceSession | None:
@@ -68,7 +70,7 @@ class ModelServer(KServeModel):
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers: list[Any] = [(p, {"device_id": self.device_id}) if p in GPU_PROVIDERS else p for p in self.providers]
-        model = self.model_path if self.precision == "float32" else converted(self.model_path, self.precision)
+        model = self.model_path if self.precision == "float32" else converted(self.model_path, self.precision, self.calibration)
         session = ort.InferenceSession(model, sess_options=options, providers=providers)
         # ORT quietly falls back to the CPU when a requested provider cannot load (no CUDA, a CPU-only wheel):
         # a GPU benchmark that ran on the CPU would be a false result, so refuse to become ready instead.
@@ -92,11 +94,42 @@ class ModelServer(KServeModel):
         return list(self.handle.run(names, feeds))
 
 
-def converted(model_path: str, precision: str) -> bytes:
+def converted(model_path: str, precision: str, calibration: str | None = None) -> bytes:
     """The model in `precision` (common/spec/server.py Precision): INT8 weights with activations quantized at run time
-    (onnxruntime.quantization.quantize_dynamic), or float16 throughout with float32 inputs and outputs. Done here, in
-    the server's own process (and sandbox), as it loads: the model is read, never run, by the conversion."""
+    (onnxruntime.quantization.quantize_dynamic); INT8 weights and activations with the activations' ranges calibrated
+    on `calibration` (an npz of input arrays, one row a sample: quantize_static, QDQ, min-max); or float16 throughout
+    with float32 inputs and outputs. Done here, in the server's own process (and sandbox), as it loads; calibration
+    runs the model (in this process) on the job's own request data."""
     import onnx
+
+    if precision == "int8_static":
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        if calibration is None:
+            raise ValueError("int8_static needs --calibration (the request data's samples as the model's inputs)")
+        with np.load(calibration) as data:
+            arrays = {name: data[name] for name in data.files}
+        count = min(len(a) for a in arrays.values())
+
+        class Samples(CalibrationDataReader):  # one sample at a time, each a batch of one
+            def __init__(self) -> None:
+                self.rows = iter(range(count))
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                i = next(self.rows, None)
+                return None if i is None else {name: a[i : i + 1] for name, a in arrays.items()}
+
+        with tempfile.TemporaryDirectory(prefix="benchfleet-int8-") as tmp:
+            out = Path(tmp) / "model.int8s.onnx"
+            quantize_static(
+                onnx.load(model_path),
+                out,
+                Samples(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+            )
+            return out.read_bytes()
 
     if precision == "int8_dynamic":
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -111,7 +144,7 @@ def converted(model_path: str, precision: str) -> bytes:
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         return bytes(convert_float_to_float16(onnx.load(model_path), keep_io_types=True).SerializeToString())
-    raise ValueError(f"unknown precision {precision!r}: float32, int8_dynamic or float16")
+    raise ValueError(f"unknown precision {precision!r}: float32, int8_dynamic, int8_static or float16")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,8 +155,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--provider", action="append", default=None, help="ORT execution provider; repeatable")
     parser.add_argument("--device-id", type=int, default=0, help="GPU ordinal for a GPU execution provider")
     parser.add_argument(
-        "--precision", choices=["float32", "int8_dynamic", "float16"], default="float32", help="convert as it loads"
+        "--precision",
+        choices=["float32", "int8_dynamic", "int8_static", "float16"],
+        default="float32",
+        help="convert as it loads",
     )
+    parser.add_argument("--calibration", default=None, help="int8_static: an npz of input samples to calibrate on")
     return parser
 
 
@@ -131,7 +168,15 @@ def _server(args: argparse.Namespace, cpus: set[int] | None) -> ModelServer:
     intra_op_threads = args.intra_op_threads or (len(cpus) if cpus else None)
     providers = args.provider or ["CPUExecutionProvider"]
     return ModelServer(
-        args.model, args.name, args.version, providers, intra_op_threads, args.device_id, args.precision, **engine_options(args)
+        args.model,
+        args.name,
+        args.version,
+        providers,
+        intra_op_threads,
+        args.device_id,
+        args.precision,
+        args.calibration,
+        **engine_options(args),
     )
 
 

@@ -253,7 +253,8 @@ sweep: {{dynamic_batching: [null, {{max_batch_size: 16, max_queue_delay_us: 2000
 
 
 def test_quality_scores_each_points_served_answers_against_the_datas_labels(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A digits-trained model on ONNX Runtime as float32 and as INT8 in one job, its held-out digits uploaded with their
+    """A digits-trained model on ONNX Runtime as float32 and as INT8 (dynamic, and static calibrated on the job's own
+    data) in one job, its held-out digits uploaded with their
     labels: every point carries its top-1 and top-3 accuracy over the first 500 samples, exactly the hits the same model
     in the same precision scores on the same batches in-process, with a 95% interval around it, and its agreement with
     the float32 configuration's answers; the leaderboard, the export and the CLI's quality sheet show them."""
@@ -272,19 +273,22 @@ batch_sizes: [1, 7]
 load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
 data: {{source: upload, id: {data["id"]}}}
 quality: {{accuracy: {{top_k: 3}}, max_samples: 500, agreement: true}}
-sweep: {{precision: [float32, int8_dynamic]}}
+sweep: {{precision: [float32, int8_dynamic, int8_static]}}
 """,
     )
     assert results.job.state == "succeeded", results.job.error
     path = tmp_path / "digits.onnx"
     path.write_bytes(model)
+    calibration = tmp_path / "calibration.npz"  # what the follower writes: the data's first 256 samples as the input
+    np.savez(calibration, input=held["input"][:256].astype(np.float32))
     sessions = {
         "float32": ort.InferenceSession(model),
         "int8_dynamic": ort.InferenceSession(converted(str(path), "int8_dynamic")),
+        "int8_static": ort.InferenceSession(converted(str(path), "int8_static", str(calibration))),
     }
     truth = held["labels"][:500]
     configurations = sorted((r.point.server.precision, r.point.batch_size) for r in results.points)
-    assert configurations == [("float32", 1), ("float32", 7), ("int8_dynamic", 1), ("int8_dynamic", 7)]
+    assert configurations == [(p, b) for p in ("float32", "int8_dynamic", "int8_static") for b in (1, 7)]
 
     def answers(precision: str, b: int) -> np.ndarray:
         """The same batches the follower sends: rows b*i .. b*i+b-1 (the last wraps), only the first 500 kept, by the
@@ -314,7 +318,7 @@ sweep: {{precision: [float32, int8_dynamic]}}
     with fleet.client() as client:
         rows = client.leaderboard(filters=[f"job_id:{results.job.id}"], sort="index").rows
         exported = list(csv.DictReader(io.StringIO(client.export(results.job.id, "csv").decode())))
-    assert [r.index for r in rows] == [0, 1, 2, 3] and len(exported) == 4
+    assert [r.index for r in rows] == [0, 1, 2, 3, 4, 5] and len(exported) == 6
     for row, line in zip(rows, exported, strict=True):
         top1 = by_index[row.index].top1
         assert (row.accuracy, row.accuracy_low, row.accuracy_high, row.accuracy_samples) == (top1.value, top1.low, top1.high, 500)

@@ -90,11 +90,11 @@ def test_unknown_model_is_404(ort_server: OrtServer) -> None:
     assert "resnet" in response.json()["error"]
 
 
-@pytest.mark.parametrize("precision", ["int8_dynamic", "float16"])
+@pytest.mark.parametrize("precision", ["int8_dynamic", "int8_static", "float16"])
 def test_the_server_serves_the_model_in_the_precision_asked(precision: str, tmp_path: Path) -> None:
     """`--precision` converts the model as the server loads it: its answers are the converted model's (as
-    follower.servers.ort_server.converted makes it, run in-process), close to the float32 model's but not equal to
-    them; the class each row ranks first is the same on these digits."""
+    follower.servers.ort_server.converted makes it, run in-process; static INT8 calibrated on the same samples), close
+    to the float32 model's but not equal to them; the class each row ranks first is the same on these digits."""
     from benchfleet.generate.digits import digits, digits_mlp
     from follower.servers.ort_server import converted
 
@@ -102,14 +102,17 @@ def test_the_server_serves_the_model_in_the_precision_asked(precision: str, tmp_
     path = tmp_path / "digits.onnx"
     path.write_bytes(model)
     x = digits().test_x[:16]
-    with serve_ort(path, "digits", tmp_path, "--precision", precision) as server:
+    calibration = tmp_path / "calibration.npz"
+    np.savez(calibration, input=digits().train_x[:64].astype(np.float32))
+    extra = ["--calibration", str(calibration)] if precision == "int8_static" else []
+    with serve_ort(path, "digits", tmp_path, "--precision", precision, *extra) as server:
         body = {"inputs": [{"name": "input", "shape": [16, 64], "datatype": "FP32", "data": x.ravel().tolist()}]}
         response = httpx.post(f"{server.url}/v2/models/digits/infer", json=body)
     assert response.status_code == 200, response.text
     (out,) = response.json()["outputs"]
     assert out["datatype"] == "FP32"  # inputs and outputs stay float32 whatever the precision inside
     served = np.asarray(out["data"], dtype=np.float32).reshape(16, 10)
-    expected = ort.InferenceSession(converted(str(path), precision)).run(None, {"input": x})[0]
+    expected = ort.InferenceSession(converted(str(path), precision, str(calibration))).run(None, {"input": x})[0]
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-5)
     full = ort.InferenceSession(model).run(None, {"input": x})[0]
     assert 1e-4 < float(np.abs(served - full).max()) < 0.5 * float(np.abs(full).max())

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from common.errors import InvalidSpec
 from common.spec.parse import parse_spec_yaml
 from common.spec.server import ServerOptions
 from common.spec.sweep import configurations
-from follower.backends.onnxruntime import OnnxRuntimeBackend
+from follower.attempt.request_data import MAX_CALIBRATION, write_calibration
+from follower.backends.onnxruntime import CALIBRATION_FILE, OnnxRuntimeBackend
 from tests.unit.follower.test_gpu_argv import TENSOR
 
 BASE = "name: j\nmodel: m:1\nload: {rate: 10, duration: 1s, allow_short: true}\n"
@@ -64,3 +66,29 @@ def test_llamacpps_quantised_types_are_refused_on_another_server(extra: str) -> 
 def test_a_sweep_over_llamacpps_types_is_one_configuration_each() -> None:
     spec = parse_spec_yaml(BASE + "backends: [llamacpp]\nsweep: {llm.dtype: [float32, float16, q8_0, q4_0]}\n")
     assert [s.llm.dtype for s in configurations(spec.sweep or {}, spec.server)] == ["float32", "float16", "q8_0", "q4_0"]
+
+
+def test_static_int8_calibrates_on_the_jobs_own_request_data(tmp_path: Path) -> None:
+    """Refused without uploaded data; the server is handed the calibration file the attempt writes (the data's first
+    samples as the model's inputs, in its datatype), and cannot start without one."""
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + "sweep: {precision: [float32, int8_static]}\n")
+    assert "int8_static calibrates on the job's request data: give data: {source: upload" in str(caught.value)
+    assert parse_spec_yaml(BASE + "data: {source: upload, id: abc}\nserver: {precision: int8_static}\n")
+    backend = OnnxRuntimeBackend(server=ServerOptions(precision="int8_static"))
+    with pytest.raises(RuntimeError, match="int8_static has no calibration samples"):
+        backend.argv(tmp_path / "m.onnx", TENSOR, calibration=tmp_path / "absent.npz")
+    rows = [np.arange(4, dtype=np.float64) + i for i in range(300)]
+    written = write_calibration({"x": rows}, TENSOR, tmp_path / CALIBRATION_FILE)
+    argv = backend.argv(tmp_path / "m.onnx", TENSOR, calibration=written)
+    assert argv[argv.index("--calibration") + 1] == str(written)
+    with np.load(written) as data:
+        assert data["x"].dtype == np.float32 and data["x"].shape == (MAX_CALIBRATION, 4)
+        assert data["x"][7].tolist() == [7.0, 8.0, 9.0, 10.0]
+    for samples, needle in [
+        (None, "the job has none"),
+        ({"y": rows}, "the data has no 'x', a model input"),
+        ({"x": [np.zeros(4), np.zeros(3)]}, "'x' is not FP32 arrays of one shape"),
+    ]:
+        with pytest.raises(ValueError, match=needle):
+            write_calibration(samples, TENSOR, tmp_path / "c.npz")
