@@ -200,8 +200,9 @@ def quality_sheet(results: JobResults) -> Sheet | None:
     if any(r.point.llm is not None for r in points):
         return llm_quality_sheet(results, points)
     agreement = any(r.quality is not None and r.quality.agreement is not None for r in points)
+    errors = any(r.quality is not None and r.quality.error is not None for r in points)
     sheet = Sheet(
-        title="quality: accuracy of the served answers against the data's labels (95% intervals)",
+        title="quality: the served answers against the data's labels and true values (95% intervals)",
         columns=[
             Col("#"),
             Col("backend", right=False),
@@ -210,6 +211,7 @@ def quality_sheet(results: JobResults) -> Sheet | None:
             Col("top-1", right=False),
             Col("top-k", right=False, rank=1),
             *([Col("agrees with the reference", right=False), Col("max |Δ|", rank=1)] if agreement else []),
+            *([Col("error against the targets", right=False)] if errors else []),
             Col("pass s", rank=2),
         ],
     )
@@ -217,17 +219,19 @@ def quality_sheet(results: JobResults) -> Sheet | None:
         quality = r.quality
         assert quality is not None
         accuracy = quality.accuracy
-        top1 = (
-            accuracy.top1.points()
-            if accuracy
-            else "not run " + sheet.note(f"point {r.point.index}: " + "; ".join(quality.not_run))
-        )
+        top1 = accuracy.top1.points() if accuracy else "-"
+        if quality.not_run:
+            top1 += " not run " + sheet.note(f"point {r.point.index}: " + "; ".join(quality.not_run))
         topk = f"top-{accuracy.k} {accuracy.topk.points()}" if accuracy and accuracy.topk else "-"
         samples = str(accuracy.top1.samples) if accuracy else "-"
         agreed = []
         if agreement:
             a = quality.agreement
             agreed = [a.top1.points(), f"{a.max_abs_diff:.3g}"] if a else ["-", "-"]
+        if errors:
+            agreed.append(quality.error.shown() if quality.error else "-")
+        if samples == "-" and quality.error:
+            samples = str(quality.error.samples)
         row = [str(r.point.index), r.point.backend, str(r.point.batch_size), samples, top1, topk, *agreed]
         sheet.rows.append([*row, f"{quality.seconds:.2f}"])
     if agreement:

@@ -203,6 +203,18 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     return min(max(0.0, centre - half), share), max(min(1.0, centre + half), share)
 
 
+def mean_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Student's t interval of the mean of independent `values` (the sample's own spread); None for fewer than 2."""
+    n = len(values)
+    if n < 2:
+        return None
+    from scipy.stats import t
+
+    mean = float(np.mean(values))
+    half = float(t.ppf(1 - (1 - confidence) / 2, n - 1)) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    return mean - half, mean + half
+
+
 def block_bootstrap_rate_diff_ci(
     a: tuple[np.ndarray, np.ndarray, float],
     b: tuple[np.ndarray, np.ndarray, float],

@@ -3,9 +3,10 @@
 Three formats: `npz` (numpy arrays keyed by model input name, first axis = samples; pickles refused), `jsonl` (one JSON
 object per line, input name → nested list of one sample), `images` (a zip of PNG/JPEG files, preprocessed on the
 follower). An npz `labels` array, a JSONL `label` or an images zip's labels.csv is each sample's true class (for
-`quality.accuracy`), never an input. A fourth, `trace`, is not request data but arrival times for `load.trace`
-(common.formats.traces); a fifth, `prompts`, is a language model's prompts, chats, conversations or prompt lengths
-(common.formats.llmdata).
+`quality.accuracy`), never an input; an npz `targets` array ([n] or [n, k] numbers) or a JSONL `target` (a number or a
+list of them) is each sample's true value (for `quality.regression`), never an input either. A fourth, `trace`, is not
+request data but arrival times for `load.trace` (common.formats.traces); a fifth, `prompts`, is a language model's
+prompts, chats, conversations or prompt lengths (common.formats.llmdata).
 The check only parses (numpy headers without pickle, JSON, image headers): no user code runs anywhere.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import zipfile
 from datetime import datetime
 from typing import IO, Annotated, Literal
@@ -26,7 +28,7 @@ from common.formats.lines import bounded_lines
 from common.formats.llmdata import BadPrompts, parse_lines
 from common.formats.traces import BadTrace, inspect_trace
 from common.formats.ziplimits import ArchiveTooLarge, check_archive
-from common.spec.quality import LABEL_FIELDS
+from common.spec.quality import LABEL_FIELDS, TARGET_FIELDS, TRUTH_FIELDS
 from common.wire.auth import DEFAULT_TEAM
 
 DataFormat = Literal["npz", "jsonl", "images", "trace", "prompts"]
@@ -41,6 +43,7 @@ IMAGE_LABELS_FILE = "labels.csv"
 MAX_IMAGE_LABELS_BYTES = 16 * 1024**2
 MAX_LABELS = 100_000
 MAX_CLASSES = MAX_LABELS  # a sample's class (its label) is a number below this
+MAX_TARGETS = 1000  # values in one JSONL sample's target
 MAX_LABEL_CHARS = 200
 # A data set the runner cycles through: more samples than this are never needed in one run (bodies are pre-built).
 MAX_SAMPLES = 100_000
@@ -128,6 +131,10 @@ def _inspect_npz(fp: IO[bytes]) -> tuple[int, list[str]]:
                     raise BadData(f"array {key!r} must have a sample axis and a numeric dtype")
                 if key in LABEL_FIELDS and (len(shape) != 1 or dtype.kind not in "iu"):
                     raise BadData(f"array {key!r} holds each sample's class: one integer per sample, not {dtype}{list(shape)}")
+                if key in TARGET_FIELDS and (len(shape) not in (1, 2) or dtype.kind not in "iuf"):
+                    raise BadData(
+                        f"array {key!r} holds each sample's true values: [n] or [n, k] numbers, not {dtype}{list(shape)}"
+                    )
                 counts[key] = int(shape[0])
     except (BadData, ArchiveTooLarge):
         raise
@@ -167,6 +174,7 @@ def _inspect_jsonl(fp: IO[bytes]) -> tuple[int, list[str]]:
 
 def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
     fields: set[str] | None = None
+    targets_width: int | None = None
     samples = 0
     for number, line in bounded_lines(text, bad=BadData):
         if not line.strip():
@@ -183,6 +191,15 @@ def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
                 f"line {number}: a label is the sample's class, a whole number 0..{MAX_CLASSES - 1} "
                 f"(not {json.dumps(label)[:40]})"
             )
+        if (target := next((doc[k] for k in TARGET_FIELDS if k in doc), None)) is not None:
+            if not _values(target):
+                raise BadData(
+                    f"line {number}: a target is the sample's true value: a number or a list of 1..{MAX_TARGETS} numbers"
+                )
+            width = len(target) if isinstance(target, list) else 1
+            if targets_width not in (None, width):
+                raise BadData(f"line {number}: its target holds {width} values, line 1's {targets_width}")
+            targets_width = width
         if fields is None:
             fields = set(doc)
         elif set(doc) != fields:
@@ -191,6 +208,14 @@ def _jsonl_lines(text: IO[str]) -> tuple[int, list[str]]:
     if not samples or fields is None:
         raise BadData("no JSON lines")
     return samples, sorted(fields)
+
+
+def _values(value: object) -> bool:
+    """A target: a finite number, or a flat list of 1..MAX_TARGETS of them."""
+    items = value if isinstance(value, list) else [value]
+    return 1 <= len(items) <= MAX_TARGETS and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in items
+    )
 
 
 def _inspect_images(fp: IO[bytes]) -> tuple[int, list[str]]:
@@ -257,9 +282,9 @@ def load_samples(path: str, data_format: str) -> dict[str, list[np.ndarray]] | l
             check_archive(archive, MAX_INFLATED_BYTES)  # again where it is inflated: the follower
     if data_format == "npz":
         with np.load(path, allow_pickle=False) as npz:
-            return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files if key not in LABEL_FIELDS}
+            return {key: list(npz[key][:MAX_SAMPLES]) for key in npz.files if key not in TRUTH_FIELDS}
     if data_format == "jsonl":
-        return {k: v for k, v in _jsonl_columns(path).items() if k not in LABEL_FIELDS}
+        return {k: v for k, v in _jsonl_columns(path).items() if k not in TRUTH_FIELDS}
     with zipfile.ZipFile(path) as zf:
         names = sorted(n for n in zf.namelist() if n.lower().endswith(IMAGE_SUFFIXES))[:MAX_SAMPLES]
         return [zf.read(n) for n in names]
@@ -299,6 +324,24 @@ def load_truth(path: str, data_format: str) -> np.ndarray | None:
             classes = _labels(zf.read(LABELS_FILE)) if LABELS_FILE in names else None
             return np.asarray(_image_truth(zf, images, classes), dtype=np.int64)
     return None
+
+
+def load_targets(path: str, data_format: str) -> np.ndarray | None:
+    """Each sample's true values ([n, k] float64, in sample order) where a stored npz or JSONL set carries them
+    (TARGET_FIELDS), None where it carries none."""
+    if data_format == "npz":
+        with zipfile.ZipFile(path) as archive:
+            check_archive(archive, MAX_INFLATED_BYTES)
+        with np.load(path, allow_pickle=False) as npz:
+            key = next((k for k in TARGET_FIELDS if k in npz.files), None)
+            values = None if key is None else np.asarray(npz[key][:MAX_SAMPLES], dtype=np.float64)
+    elif data_format == "jsonl":
+        columns = _jsonl_columns(path)
+        key = next((k for k in TARGET_FIELDS if k in columns), None)
+        values = None if key is None else np.asarray([np.atleast_1d(v) for v in columns[key]], dtype=np.float64)
+    else:
+        return None
+    return None if values is None else values.reshape(len(values), -1)
 
 
 def _labels(raw: bytes) -> list[str]:

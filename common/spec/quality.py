@@ -12,6 +12,9 @@ from common.base import StrictModel
 # The fields of an uploaded request-data set that hold each sample's true class (npz `labels`, JSONL `label`):
 # never a model input.
 LABEL_FIELDS = ("labels", "label")
+# And the fields that hold each sample's true values (npz `targets`, JSONL `target`), for quality.regression.
+TARGET_FIELDS = ("targets", "target")
+TRUTH_FIELDS = LABEL_FIELDS + TARGET_FIELDS
 MAX_QUALITY_SAMPLES = 10_000
 MAX_TOP_K = 100
 MAX_ANSWER_TOKENS = 4096
@@ -49,6 +52,10 @@ class QualitySpec(StrictModel):
 
     accuracy: AccuracySpec | None = AccuracySpec()
     """A tensor model: accuracy against the request data's labels; null for none (a language model has none)."""
+    regression: bool = False
+    """A tensor model: the served answer's values against the request data's true values (an npz `targets` array, or a
+    `target` on each JSONL row): mean absolute error with its 95% interval, root mean square error and the largest
+    error; with it, accuracy is off unless asked."""
     evaluation: EvaluationSpec | None = None
     """A language model: the accuracy of its greedy completions of an evaluation set (llm.dataset rows with answers)."""
     agreement: bool = False
@@ -81,13 +88,23 @@ class QualitySpec(StrictModel):
                 )
             if self.evaluation is not None and not prompt_set:
                 raise ValueError("quality.evaluation scores an evaluation set: give llm.dataset (a prompt set with answers)")
+            if self.regression:
+                raise ValueError("quality.regression scores a tensor model's values; a language model's is quality.evaluation")
             if self.evaluation is None and not self.agreement:
                 raise ValueError("quality for a language model is quality.evaluation or quality.agreement: ask for one")
             return self.model_copy(update={"accuracy": None})
         if self.evaluation is not None:
             raise ValueError("quality.evaluation scores a language model's completions; a tensor model's is quality.accuracy")
-        if self.accuracy is not None and not uploaded:
-            raise ValueError("quality.accuracy scores against labelled data: give data: {source: upload, id: ...}")
-        if self.agreement and self.accuracy is None:
+        checks = self
+        if self.regression and "accuracy" not in self.model_fields_set:
+            checks = self.model_copy(update={"accuracy": None})
+        if (checks.accuracy is not None or checks.regression) and not uploaded:
+            what = (
+                "quality.accuracy scores against labelled data"
+                if checks.accuracy
+                else "quality.regression scores against true values"
+            )
+            raise ValueError(f"{what}: give data: {{source: upload, id: ...}}")
+        if checks.agreement and checks.accuracy is None and not checks.regression:
             raise ValueError("quality.agreement compares the answers the accuracy pass collects: keep quality.accuracy")
-        return self
+        return checks

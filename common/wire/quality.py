@@ -63,6 +63,26 @@ class CompletionAgreement(BaseModel):
     tokens_from: str = "server"  # server: the tokens each answer's logprobs named; tokenizer: its text split again
 
 
+class TargetError(BaseModel):
+    """The served answer's values against the data's true values (`quality.regression`): each sample's error is the
+    mean of its values' absolute errors; the figures are over the samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int
+    values: int  # true values per sample
+    mae: float  # mean absolute error
+    mae_low: float | None  # its 95% interval (Student's t over the samples' errors; None for one sample)
+    mae_high: float | None
+    rmse: float  # root mean square error over every value
+    max_abs: float  # the largest absolute error of any value
+
+    def shown(self) -> str:
+        """As a user reads it: "MAE 0.012 [0.010, 0.014], RMSE 0.02"."""
+        interval = f" [{self.mae_low:.3g}, {self.mae_high:.3g}]" if self.mae_low is not None and self.mae_high is not None else ""
+        return f"MAE {self.mae:.3g}{interval}, RMSE {self.rmse:.3g}"
+
+
 class Quality(BaseModel):
     """What the point's quality checks found (follower/point/quality.py), and each check that could not run, with why."""
 
@@ -70,6 +90,7 @@ class Quality(BaseModel):
 
     accuracy: Accuracy | None = None
     agreement: Agreement | None = None
+    error: TargetError | None = None  # quality.regression
     completions: CompletionAgreement | None = None  # a language model's agreement
     from_point: int | None = None  # a language model's figures from this earlier point of the same server and options
     not_run: list[str] = []  # "accuracy: why it could not run"

@@ -116,9 +116,11 @@ async def _run_backends(
     # The labels a client-side post-processor looks up (an uploaded set's labels.txt).
     labels = await asyncio.to_thread(resolve_labels, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache")
     # Each sample's true class, for the job's quality checks (only fetched when it asks for them).
-    truth = None
+    truth = targets = None
     if task.spec.quality is not None:
-        truth = await asyncio.to_thread(resolve_truth, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache")
+        truth, targets = await asyncio.to_thread(
+            resolve_truth, task.spec.data, client=client, cache_dir=settings.work_dir / "data-cache"
+        )
     # An uploaded trace (load.trace: {dataset: ID}) is fetched the same way, once, and replayed by every backend.
     trace = await asyncio.to_thread(resolve_trace, task.spec, client=client, cache_dir=settings.work_dir / "data-cache")
     # A language model's uploaded prompt set (llm.dataset: ID), the same way.
@@ -155,6 +157,7 @@ async def _run_backends(
         labels=labels,
         quality=task.spec.quality,
         truth=truth,
+        targets=targets,
         reference=(task.points[0].backend, task.points[0].server) if task.spec.quality and task.spec.quality.agreement else None,
         generators=generators,
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.formats.datasets import DataSetMeta, load_labels, load_samples, load_truth
+from common.formats.datasets import DataSetMeta, load_labels, load_samples, load_targets, load_truth
 from common.formats.datatypes import V2_TO_NUMPY
 from common.spec.job import DataRef
 from common.wire.models import ModelMeta, TensorSpec
@@ -45,13 +45,13 @@ def resolve_labels(data: DataRef, *, client: LeaderClient | None, cache_dir: Pat
     return tuple(labels) if labels is not None else None
 
 
-def resolve_truth(data: DataRef, *, client: LeaderClient | None, cache_dir: Path) -> np.ndarray | None:
-    """Each uploaded sample's true class (an npz `labels` array, a JSONL `label`), for quality.accuracy; None where
-    the data carries none."""
+def resolve_truth(data: DataRef, *, client: LeaderClient | None, cache_dir: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each uploaded sample's true class (an npz `labels` array, a JSONL `label`), for quality.accuracy, and its true
+    values (an npz `targets` array, a JSONL `target`), for quality.regression; None for what the data carries none of."""
     if data.source != "upload" or client is None or data.id is None:
-        return None
+        return None, None
     path, meta, _ = fetch_data(client, data.id, cache_dir)
-    return load_truth(str(path), meta.format)
+    return load_truth(str(path), meta.format), load_targets(str(path), meta.format)
 
 
 def _image_input(model: ModelMeta) -> tuple[TensorSpec, int]:

@@ -112,6 +112,7 @@ class ServerRun:
     generators: Generators | None = None  # the open loop's own processes for the attempt's points (None: one a point)
     quality: QualitySpec | None = None  # the job's quality checks, run on each point's server after its load
     truth: np.ndarray | None = None  # each request-data sample's true class (its labels), for quality.accuracy
+    targets: np.ndarray | None = None  # each sample's true values ([n, k]), for quality.regression
     # quality.agreement: the reference configuration (the job's first: backend, server options), and its answers' scores
     # by batch size once its points have scored them (filled by follower/point/quality.py as the attempt runs).
     reference: tuple[str, ServerOptions] | None = None

@@ -22,15 +22,16 @@ from common.spec.job import PointSpec
 from common.spec.quality import QualitySpec
 from common.spec.server import ServerOptions
 from common.spec.sweep import describe
-from common.stats import wilson_interval
+from common.stats import mean_interval, wilson_interval
 from common.wire.models import TensorSpec
-from common.wire.quality import Accuracy, Agreement, Quality, Share
+from common.wire.quality import Accuracy, Agreement, Quality, Share, TargetError
 from common.wire.results import PointResult
 from follower.loadgen.bodies import Samples, build_row_bodies
 from follower.point.context import PointContext
 from follower.point.postprocess import PostprocessError, scores_of
 from follower.protocols import PROTOCOLS, Credentials, Endpoint, EndpointError, session
 
+NO_TARGETS = "regression: the request data carries no true values (an npz `targets` array, or a `target` on each JSONL row)"
 NO_LABELS = (
     "accuracy: the request data carries no labels (an npz `labels` array, a `label` on each JSONL row, or an images "
     "zip's labels.csv)"
@@ -122,16 +123,20 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
         return result
     started = time.perf_counter()
     not_run: list[str] = []
-    accuracy: Accuracy | None = None
-    agreement: Agreement | None = None
-    if spec.accuracy is not None:
-        samples, truth = ctx.run.samples, ctx.run.truth
-        if truth is None or samples is None:
-            not_run.append(NO_LABELS)
-        elif (count := min(len(truth), min(len(v) for v in samples.values()), spec.samples("tensor"))) == 0:
-            not_run.append("accuracy: the request data has no samples")
-        else:
-            scores = await asyncio.to_thread(
+    samples, truth, targets = ctx.run.samples, ctx.run.truth, ctx.run.targets
+    asked = {"accuracy": truth if spec.accuracy is not None else None, "regression": targets if spec.regression else None}
+    checks = [name for name, wanted in (("accuracy", spec.accuracy is not None), ("regression", spec.regression)) if wanted]
+    not_run += [NO_LABELS if name == "accuracy" else NO_TARGETS for name in checks if asked[name] is None]
+    accuracy: Accuracy | str | None = None
+    error: TargetError | str | None = None
+    agreement: Agreement | str | None = None
+    known = [len(t) for t in asked.values() if t is not None]
+    if known and samples is not None:
+        count = min(*known, min(len(v) for v in samples.values()), spec.samples("tensor"))
+        scores = (
+            "the request data has no samples"
+            if count == 0
+            else await asyncio.to_thread(
                 answer_scores,
                 ctx.run.model.inputs,
                 samples,
@@ -140,16 +145,45 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
                 endpoint=ctx.endpoint,
                 credentials=ctx.run.credentials,
             )
-            if isinstance(scores, str):
-                not_run.append(f"accuracy: {scores}")
-            else:
-                scored = accuracy_of(scores, truth, spec.accuracy.top_k)
-                accuracy, not_run = (None, [*not_run, scored]) if isinstance(scored, str) else (scored, not_run)
-                if spec.agreement:
-                    agreed = _agreement(scores, point, ctx)
-                    agreement, not_run = (None, [*not_run, agreed]) if isinstance(agreed, str) else (agreed, not_run)
-    quality = Quality(accuracy=accuracy, agreement=agreement, not_run=not_run, seconds=time.perf_counter() - started)
+        )
+        if isinstance(scores, str):
+            not_run += [f"{name}: {scores}" for name in checks if asked[name] is not None]
+        else:
+            if spec.accuracy is not None and truth is not None:
+                accuracy = accuracy_of(scores, truth, spec.accuracy.top_k)
+            if spec.regression and targets is not None:
+                error = error_of(scores, targets)
+            if spec.agreement:
+                agreement = _agreement(scores, point, ctx)
+    not_run += [f for f in (accuracy, error, agreement) if isinstance(f, str)]
+    quality = Quality(
+        accuracy=None if isinstance(accuracy, str) else accuracy,
+        error=None if isinstance(error, str) else error,
+        agreement=None if isinstance(agreement, str) else agreement,
+        not_run=not_run,
+        seconds=time.perf_counter() - started,
+    )
     return result.model_copy(update={"quality": quality})
+
+
+def error_of(scores: np.ndarray, targets: np.ndarray) -> TargetError | str:
+    """The answers' values ([n, k] scores) against the first n samples' true values ([n, k]), or why not."""
+    n = len(scores)
+    truth = targets[:n]
+    if scores.shape[1] != truth.shape[1]:
+        return f"regression: the answers hold {scores.shape[1]} values a sample, the targets {truth.shape[1]}"
+    diff = np.abs(scores.astype(np.float64) - truth)
+    per_sample = diff.mean(axis=1)
+    interval = mean_interval(per_sample)
+    return TargetError(
+        samples=n,
+        values=int(truth.shape[1]),
+        mae=float(per_sample.mean()),
+        mae_low=max(0.0, interval[0]) if interval else None,  # an absolute error is never below zero
+        mae_high=interval[1] if interval else None,
+        rmse=float(np.sqrt((diff**2).mean())),
+        max_abs=float(diff.max()),
+    )
 
 
 def _agreement(scores: np.ndarray, point: PointSpec, ctx: PointContext) -> Agreement | str:

@@ -331,6 +331,55 @@ sweep: {{precision: [float32, int8_dynamic, int8_static]}}
         assert r.quality is not None and r.quality.accuracy is not None and r.quality.accuracy.top1.points() in text
 
 
+def test_regression_scores_each_points_values_against_the_datas_true_values(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Error against targets: the digits model's own float32 outputs uploaded as each sample's true values (reference
+    outputs), the model served as float32 and as INT8. Each point's error is the in-process model's at batch 1 against
+    those values (float32: none but rounding; INT8: what quantising moved), as a mean absolute error with its interval,
+    RMSE and the largest error; the CLI's quality sheet shows it."""
+    _only_follower(fleet, "meas-regression")
+    model, _ = digits_mlp()
+    x = np.load(io.BytesIO(digits_npz()))["input"][:200].astype(np.float32)
+    reference = ort.InferenceSession(model).run(None, {"input": x})[0]
+    content = io.BytesIO()
+    np.savez(content, input=x, targets=reference)
+    with fleet.client() as client:
+        ref = client.upload_model(model, name="digits-reg", version="1").ref
+    data = _upload(fleet, content.getvalue(), "npz", "digits-reference-outputs")
+    assert data["fields"] == ["input", "targets"]
+    results = _run(
+        fleet,
+        f"""
+name: digits-regression
+model: {ref}
+load: {{pattern: poisson, rate: 50, duration: 1s, warmup: 0.2s, allow_short: true}}
+data: {{source: upload, id: {data["id"]}}}
+quality: {{regression: true, max_samples: 200}}
+sweep: {{precision: [float32, int8_dynamic]}}
+""",
+    )
+    assert results.job.state == "succeeded", results.job.error
+    path = tmp_path / "digits.onnx"
+    path.write_bytes(model)
+    maes = {}
+    for r in results.points:
+        precision = r.point.server.precision
+        session = ort.InferenceSession(model if precision == "float32" else converted(str(path), precision))
+        served = np.concatenate([session.run(None, {"input": x[i : i + 1]})[0] for i in range(len(x))])
+        diff = np.abs(served.astype(np.float64) - reference)
+        error = r.quality.error if r.quality else None
+        assert r.quality is not None and r.quality.accuracy is None and r.quality.not_run == [], r.quality
+        assert error is not None and (error.samples, error.values) == (200, 10)
+        assert error.mae == pytest.approx(float(diff.mean()), abs=1e-6)
+        assert error.max_abs == pytest.approx(float(diff.max()), abs=1e-6)
+        assert error.mae_low is not None and error.mae_high is not None and error.mae_low <= error.mae <= error.mae_high
+        maes[precision] = error.mae
+    assert maes["float32"] < 1e-5 < maes["int8_dynamic"], maes  # rounding only, against what INT8 moved
+    out = io.StringIO()
+    print_results(Console(file=out, width=200), results)
+    assert "error against the targets" in out.getvalue()
+    assert all(r.quality and r.quality.error and r.quality.error.shown() in out.getvalue() for r in results.points)
+
+
 def test_compare_exits_5_on_an_accuracy_fall_beyond_its_interval_and_not_on_one_inside_it(fleet, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The digits model against one trained for fewer steps on the same data: 60 steps scores within a sample of 100
     steps (inside the interval: no regression), 5 steps about ten points lower (a regression: `compare` exits 5). The

@@ -21,7 +21,7 @@ from common.spec.llm import LlmWorkload
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
 from common.spec.processors import processing_problem
-from common.spec.quality import LABEL_FIELDS
+from common.spec.quality import LABEL_FIELDS, TARGET_FIELDS
 from common.tracing import fresh_traceparent
 from common.wire.jobs import (
     TERMINAL_STATES,
@@ -166,6 +166,12 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
                 f"data set {spec.data.id} carries no labels to score accuracy against (an npz `labels` array, or a "
                 f"`label` on each JSONL row); it holds {', '.join(data_meta.fields)}",
                 field="quality.accuracy",
+            )
+        if spec.quality is not None and spec.quality.regression and not set(data_meta.fields) & set(TARGET_FIELDS):
+            raise InvalidSpec(
+                f"data set {spec.data.id} carries no true values to score the answers against (an npz `targets` "
+                f"array, or a `target` on each JSONL row); it holds {', '.join(data_meta.fields)}",
+                field="quality.regression",
             )
     if spec.llm is not None and spec.llm.dataset is not None:
         await _check_prompt_set(db, spec.llm, team, scored=spec.quality is not None and spec.quality.evaluation is not None)

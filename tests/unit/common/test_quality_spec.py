@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from common.errors import InvalidSpec
-from common.formats.datasets import inspect_data, load_samples, load_truth
+from common.formats.datasets import BadData, inspect_data, load_samples, load_targets, load_truth
 from common.spec.parse import parse_spec_yaml
 
 BASE = "name: j\nmodel: m:1\nload: {rate: 10, duration: 1s, allow_short: true}\n"
@@ -134,3 +135,53 @@ def test_a_bad_labels_csv_is_refused_naming_the_line(labels_csv: str, needle: st
     with pytest.raises(BadData) as caught:
         inspect_data(io.BytesIO(_images(labels_csv)), "images")
     assert needle in str(caught.value)
+
+
+def test_regression_targets_are_read_as_true_values_and_kept_out_of_the_samples(tmp_path: Path) -> None:
+    """An npz `targets` ([n] or [n, k]) or a JSONL `target` (a number or a list) is each sample's true value, read as
+    [n, k] float64, never a model input; what is not numbers of one width is refused at upload naming it."""
+    content = _npz(input=np.zeros((3, 2), np.float32), targets=np.array([0.5, -1, 2], np.float32))
+    assert inspect_data(io.BytesIO(content), "npz") == (3, ["input", "targets"])
+    path = tmp_path / "d.npz"
+    path.write_bytes(content)
+    samples = load_samples(str(path), "npz")
+    assert isinstance(samples, dict) and list(samples) == ["input"]
+    targets = load_targets(str(path), "npz")
+    assert targets is not None and targets.dtype == np.float64 and targets.tolist() == [[0.5], [-1.0], [2.0]]
+    lines = b'{"x": [1, 2], "target": [0.25, 1e3]}\n{"x": [3, 4], "target": [1, 2]}\n'
+    assert inspect_data(io.BytesIO(lines), "jsonl") == (2, ["target", "x"])
+    (tmp_path / "d.jsonl").write_bytes(lines)
+    assert list(load_samples(str(tmp_path / "d.jsonl"), "jsonl")) == ["x"]  # type: ignore[arg-type]
+    jsonl = load_targets(str(tmp_path / "d.jsonl"), "jsonl")
+    assert jsonl is not None and jsonl.tolist() == [[0.25, 1000.0], [1.0, 2.0]]
+    assert load_targets(str(tmp_path / "d.jsonl"), "images") is None and load_truth(str(path), "npz") is None
+    for bad, needle in [
+        (b'{"x": 1, "target": "7"}\n', "line 1: a target is the sample's true value"),
+        (b'{"x": 1, "target": [1, [2]]}\n', "line 1: a target is the sample's true value"),
+        (b'{"x": 1, "target": true}\n', "line 1: a target is the sample's true value"),
+        (b'{"x": 1, "target": [1, 2]}\n{"x": 1, "target": 3}\n', "line 2: its target holds 1 values, line 1's 2"),
+    ]:
+        with pytest.raises(BadData, match=re.escape(needle)):
+            inspect_data(io.BytesIO(bad), "jsonl")
+    with pytest.raises(BadData, match="holds each sample's true values: \\[n\\] or \\[n, k\\] numbers"):
+        inspect_data(io.BytesIO(_npz(input=np.zeros((2, 1)), targets=np.zeros((2, 1, 1)))), "npz")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "needle"),
+    [
+        ("quality: {regression: true}\n", "quality", "quality.regression scores against true values: give data"),
+        ("backends: [vllm]\nquality: {regression: true}\n", "quality", "a language model's is quality.evaluation"),
+    ],
+)
+def test_regression_that_cannot_be_run_is_refused(extra: str, field: str, needle: str) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        parse_spec_yaml(BASE + extra)
+    assert caught.value.field == field and needle in str(caught.value)
+
+
+def test_regression_turns_accuracy_off_unless_it_is_asked_too() -> None:
+    alone = parse_spec_yaml(BASE + UPLOAD + "quality: {regression: true, agreement: true}\n").quality
+    assert alone is not None and alone.accuracy is None and alone.regression and alone.agreement
+    both = parse_spec_yaml(BASE + UPLOAD + "quality: {regression: true, accuracy: {top_k: 2}}\n").quality
+    assert both is not None and both.accuracy is not None and both.accuracy.top_k == 2

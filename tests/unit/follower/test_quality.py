@@ -100,3 +100,23 @@ def test_top_k_past_the_classes_is_reported_as_top_classes() -> None:
 
     scored = accuracy_of(np.array([[0.2, 0.8], [0.9, 0.1]], np.float32), np.array([1, 1]), 5)
     assert not isinstance(scored, str) and scored.k == 2 and scored.topk is not None and scored.topk.hits == 2
+
+
+def test_error_against_targets_is_each_samples_mean_absolute_error_with_a_t_interval() -> None:
+    from follower.point.quality import error_of
+
+    scores = np.array([[1.0, 2.0], [0.0, 0.0], [3.0, 3.0], [1.0, 1.0]], dtype=np.float32)
+    targets = np.array([[1.0, 1.0], [0.0, 2.0], [3.0, 3.0], [2.0, 2.0], [9.0, 9.0]])  # one more than was answered
+    error = error_of(scores, targets)
+    assert not isinstance(error, str)
+    per_sample = [0.5, 1.0, 0.0, 1.0]  # |1-1|,|2-1| -> 0.5; |0-0|,|0-2| -> 1; 0; 1
+    mean, sd = sum(per_sample) / 4, float(np.std(per_sample, ddof=1))
+    half = 3.182446305284263 * sd / 2  # Student's t at 97.5% with 3 degrees of freedom, over sqrt(4)
+    assert (error.samples, error.values, error.mae) == (4, 2, mean)
+    assert mean - half < 0 and error.mae_low == 0.0  # an absolute error is never below zero: the interval stops there
+    assert error.mae_high == pytest.approx(mean + half)
+    assert error.rmse == pytest.approx(math.sqrt((0 + 1 + 0 + 4 + 0 + 0 + 1 + 1) / 8)) and error.max_abs == 2.0
+    assert error.shown() == "MAE 0.625 [0, 1.39], RMSE 0.935"
+    one = error_of(scores[:1], targets)
+    assert not isinstance(one, str) and one.mae_low is None and one.shown() == "MAE 0.5, RMSE 0.707"
+    assert error_of(scores, targets[:, :1]) == "regression: the answers hold 2 values a sample, the targets 1"
