@@ -106,7 +106,7 @@ def recommend_sheet(answer: RecommendResponse) -> Sheet:
     """One row per recommended configuration, with the point that backs it (a language model's: tokens/s, TTFT and
     TPOT p99, cost per 1M output tokens); with none, what to run as the note."""
     llm = answer.query.llm
-    accuracy = answer.query.min_accuracy is not None or any(r.accuracy is not None for r in answer.recommendations)
+    accuracy = answer.query.accuracy_floor() != "" or any(r.accuracy is not None for r in answer.recommendations)
     sheet = Sheet(
         title=f"recommendation: {answer.query.describe()}",
         columns=[
@@ -229,6 +229,9 @@ def register(app: typer.Typer) -> None:
         min_accuracy: Annotated[
             float | None, typer.Option("--min-accuracy", help="The least top-1 accuracy, 0..1 (points scored by quality:).")
         ] = None,
+        max_drop: Annotated[
+            float | None, typer.Option("--max-accuracy-drop", help="Within this much (0..1) of the model's most accurate.")
+        ] = None,
         filter: FilterOpt = None,  # noqa: A002 - the option's name
         confident: Annotated[bool, typer.Option("--confident", help="Hold p99 and TTFT at the upper end of their CIs.")] = False,
         as_json: JsonOpt = False,
@@ -248,6 +251,7 @@ def register(app: typer.Typer) -> None:
                 max_cost_per_1m_tokens=max_cost_tokens,
                 model=model,
                 min_accuracy=min_accuracy,
+                max_accuracy_drop=max_drop,
                 confident=confident,
             )
         except ValidationError as exc:

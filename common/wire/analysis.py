@@ -119,6 +119,8 @@ class RecommendQuery(BaseModel):
     # The least top-1 accuracy (0..1) a configuration's answers must score on its labelled data (a job's `quality:`);
     # a point never scored fails it. `confident` holds it at the lower end of the accuracy's 95% interval.
     min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    # Or within this much (0..1: 0.01 is one point) of the most accurate score any point of the same model reached.
+    max_accuracy_drop: Annotated[float, Field(ge=0, le=1)] | None = None
     confident: bool = False  # hold the p99 and TTFT limits at the upper end of their 95% CIs (accuracy: its lower end)
 
     @model_validator(mode="after")
@@ -131,6 +133,13 @@ class RecommendQuery(BaseModel):
     def llm(self) -> bool:
         """A language model's question: ranked by output tokens/s."""
         return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.min_tokens_per_s, self.max_cost_per_1m_tokens))
+
+    def accuracy_floor(self) -> str:
+        """The accuracy floor in words."""
+        floors = [f"top-1 accuracy >= {100 * self.min_accuracy:g}%"] if self.min_accuracy is not None else []
+        if self.max_accuracy_drop is not None:
+            floors.append(f"accuracy within {100 * self.max_accuracy_drop:g} points of the model's most accurate")
+        return " and ".join(floors)
 
     def describe(self) -> str:
         """The question in words."""
@@ -153,8 +162,8 @@ class RecommendQuery(BaseModel):
             for v, what in ((self.max_cost, "requests"), (self.max_cost_per_1m_tokens, "output tokens"))
             if v is not None
         ]
-        if self.min_accuracy is not None:
-            parts.append(f"top-1 accuracy >= {100 * self.min_accuracy:g}%")
+        if self.min_accuracy is not None or self.max_accuracy_drop is not None:
+            parts.append(self.accuracy_floor())
         held = " (held at the CIs' ends)" if self.confident else ""
         return ", ".join(parts) + held + (f", model {self.model}" if self.model else "")
 

@@ -74,18 +74,35 @@ def affordable(row: dict[str, Any], query: RecommendQuery) -> bool:
     )
 
 
-def accurate(row: dict[str, Any], query: RecommendQuery) -> bool:
-    """At least the accuracy floor asked (`confident`: the lower end of its 95% interval); a point whose answers were
-    never scored fails a floor, as an unknown cost fails a budget."""
-    if query.min_accuracy is None:
+def accuracy_floors(rows: Iterable[dict[str, Any]], query: RecommendQuery) -> dict[str, float]:
+    """Each model's accuracy floor: `min_accuracy`, and with `max_accuracy_drop` the most accurate score any of the
+    model's rows reached less the drop (the higher of the two); a model none of whose rows was scored has no entry."""
+    if query.min_accuracy is None and query.max_accuracy_drop is None:
+        return {}
+    best: dict[str, float] = {}
+    for row in rows:
+        if (accuracy := row.get("accuracy")) is not None:
+            best[row["model"]] = max(best.get(row["model"], 0.0), accuracy)
+    floors = {}
+    for model, top in best.items():
+        relative = top - query.max_accuracy_drop - 1e-12 if query.max_accuracy_drop is not None else 0.0
+        floors[model] = max(query.min_accuracy or 0.0, relative)
+    return floors
+
+
+def accurate(row: dict[str, Any], query: RecommendQuery, floors: dict[str, float]) -> bool:
+    """At least the model's accuracy floor (`accuracy_floors`; `confident`: the lower end of its 95% interval); a
+    point whose answers were never scored fails a floor, as an unknown cost fails a budget."""
+    if query.min_accuracy is None and query.max_accuracy_drop is None:
         return True
     accuracy = row.get("accuracy_low") if query.confident else row.get("accuracy")
-    return accuracy is not None and accuracy >= query.min_accuracy
+    floor = floors.get(row["model"])
+    return accuracy is not None and floor is not None and accuracy >= floor
 
 
-def eligible(row: dict[str, Any], query: RecommendQuery) -> bool:
+def eligible(row: dict[str, Any], query: RecommendQuery, floors: dict[str, float]) -> bool:
     """A valid point that meets every constraint of the query."""
-    return meets_slo(row, query) and accurate(row, query) and carries(row, query) and affordable(row, query)
+    return meets_slo(row, query) and accurate(row, query, floors) and carries(row, query) and affordable(row, query)
 
 
 def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int = TOP) -> RecommendResponse:
@@ -96,6 +113,7 @@ def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int
     one that served the least: the luckiest of several runs is not evidence.
     """
     rows = list(rows)
+    floors = accuracy_floors(rows, query)
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         runs.setdefault(run_key(row), []).append(row)
@@ -103,7 +121,7 @@ def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int
     counts: dict[tuple[Any, ...], int] = {}
     considered = 0
     for siblings in runs.values():
-        if not all(eligible(row, query) for row in siblings):
+        if not all(eligible(row, query, floors) for row in siblings):
             continue
         considered += len(siblings)
         row = max(siblings, key=lambda r: rank_key(r, query))  # the run that ranks last stands for them
@@ -114,7 +132,10 @@ def recommend(rows: Iterable[dict[str, Any]], query: RecommendQuery, *, top: int
     chosen = sorted(best.values(), key=lambda r: rank_key(r, query))[:top]
     recs = [_recommendation(i + 1, row, counts[config_key(row)]) for i, row in enumerate(chosen)]
     return RecommendResponse(
-        query=query, recommendations=recs, considered=considered, missing=None if recs else what_to_run(rows, query)
+        query=query,
+        recommendations=recs,
+        considered=considered,
+        missing=None if recs else what_to_run(rows, query, floors),
     )
 
 
@@ -155,7 +176,7 @@ def _slo_yaml(query: RecommendQuery) -> str:
     return "{" + ", ".join(limits) + "}"
 
 
-def what_to_run(rows: list[dict[str, Any]], query: RecommendQuery) -> str:
+def what_to_run(rows: list[dict[str, Any]], query: RecommendQuery, floors: dict[str, float]) -> str:
     """Not enough evidence: the first constraint no measured point passes, the closest point, and the job to run."""
     of = f" of model {query.model}" if query.model else ""
     valid = [r for r in rows if r.get("valid") and (query.model is None or r["model"] == query.model)]
@@ -182,14 +203,19 @@ def what_to_run(rows: list[dict[str, Any]], query: RecommendQuery) -> str:
             f"{_where(near)}, is {100 * (excess(near) - 1):.0f}% over its limit: {search} on it to find the load "
             "where the SLO holds, or measure lower loads"
         )
-    scored = [r for r in in_slo if accurate(r, query)]
+    scored = [r for r in in_slo if accurate(r, query, floors)]
     if not scored:
-        floor = f"top-1 accuracy >= {100 * (query.min_accuracy or 0):g}%"
+        floor = query.accuracy_floor()
         measured = [r for r in in_slo if r.get("accuracy") is not None]
         if not measured:
+            how = (
+                "quality: {evaluation: {scorer: ...}} with an evaluation set (llm.dataset rows with answers)"
+                if query.llm
+                else "quality: {accuracy: {}} with labelled data (data: {source: upload, id: ...})"
+            )
             return (
                 f"not enough evidence: {len(in_slo)} points meet the SLO but none was scored for accuracy; add "
-                "quality: {accuracy: {}} with labelled data (data: {source: upload, id: ...}) to the job and run it again"
+                f"{how} to the job and run it again"
             )
         best = max(measured, key=lambda r: r["accuracy"])
         return (

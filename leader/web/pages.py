@@ -101,6 +101,7 @@ RECOMMEND_FIELDS = (
     "max_cost",
     "max_cost_per_1m_tokens",
     "min_accuracy",
+    "max_accuracy_drop",
 )
 
 

@@ -74,6 +74,7 @@ async def recommend(
     max_cost_per_1m_tokens: float | None = None,
     model: str | None = None,
     min_accuracy: float | None = None,
+    max_accuracy_drop: float | None = None,
     filter: Annotated[list[str] | None, Query()] = None,  # noqa: A002
     confident: bool = False,
 ) -> RecommendResponse:
@@ -83,7 +84,8 @@ async def recommend(
 
     `min_throughput` is in requests/s; `max_cost` per 1M requests, `max_cost_per_1m_tokens` per 1M output tokens.
     `min_accuracy` (0..1) is the least top-1 accuracy a point's answers must have scored (a job's `quality:`; a point
-    never scored fails it). `confident=true` holds the p99 and TTFT limits against the upper end of each point's 95%
+    never scored fails it); `max_accuracy_drop` (0..1) keeps only points within that much of the most accurate score
+    any point of the same model reached. `confident=true` holds the p99 and TTFT limits against the upper end of each point's 95%
     CI, and the accuracy floor against the lower end of its interval.
     """
     query = parse_query(
@@ -98,6 +100,7 @@ async def recommend(
             "max_cost_per_1m_tokens": max_cost_per_1m_tokens,
             "model": model,
             "min_accuracy": min_accuracy,
+            "max_accuracy_drop": max_accuracy_drop,
             "confident": confident,
         }
     )

@@ -69,3 +69,25 @@ def test_a_floor_with_no_scored_point_says_to_add_a_quality_check() -> None:
     answer = recommend([ROWS[2]], RecommendQuery(p99_ms=10, min_accuracy=0.5))
     assert answer.recommendations == [] and answer.missing is not None
     assert "none was scored for accuracy; add quality: {accuracy: {}} with labelled data" in answer.missing
+
+
+def test_a_drop_from_the_models_most_accurate_is_a_floor_for_each_model_of_its_own() -> None:
+    """"The fastest configuration within a point of the most accurate": each model's floor is its own best score less
+    the drop (98.3% - 1 point for digits), so INT8 at 96.3% is out and float16 at 98.0% is in; another model's
+    configurations are held to that model's best, not to digits'."""
+    f32, int8, f16 = (_row(i, "digits:1", rate, hits) for i, rate, hits in ((0, 1000.0, 531), (1, 1500.0, 520), (2, 1200.0, 529)))
+    for row, precision in ((f32, "float32"), (int8, "int8_dynamic"), (f16, "float16")):
+        row["options"] = f'{{"precision": "{precision}"}}'
+    other = [_row(3, "other:1", 900.0, 300), _row(4, "other:1", 2000.0, 297)]  # 55.6% and 55.0%: within a point
+    other[1].update(rate=200.0, load="200 req/s")  # a higher load of the same configuration, not a repeat of the first
+    answer = recommend([f32, int8, f16, *other], RecommendQuery(p99_ms=10, max_accuracy_drop=0.01))
+    assert [(r.model, r.accuracy) for r in answer.recommendations] == [
+        ("other:1", 297 / 540),
+        ("digits:1", 529 / 540),
+        ("digits:1", 531 / 540),
+    ]
+    assert "accuracy within 1 points of the model's most accurate" in answer.query.describe()
+    both = recommend([f32, int8, f16, *other], RecommendQuery(p99_ms=10, max_accuracy_drop=0.01, min_accuracy=0.9))
+    assert [r.accuracy for r in both.recommendations] == [529 / 540, 531 / 540]  # other:1 is under the absolute floor
+    none = recommend([f32, int8, f16], RecommendQuery(p99_ms=10, max_accuracy_drop=0.01, min_accuracy=0.99))
+    assert none.missing is not None and "none reaches top-1 accuracy >= 99% and accuracy within 1 points" in none.missing
