@@ -282,11 +282,15 @@ backends: [vllm]
 server: {{llm: {{enforce_eager: true}}}}
 load: {{allow_short: true, pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
 llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
+quality: {{agreement: true, answer_tokens: 6}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=300)
     (point,) = results.points
     llm = point.llm
     assert llm is not None and point.ok == point.requests > 0, (point.error_sample, point.reasons)
+    # Greedy completions of the set's five rows through vLLM's chat API, its tokens read from its `logprobs.content`.
+    agreed = point.quality.completions if point.quality else None
+    assert agreed is not None and agreed.tokens_from == "server" and (agreed.exact.hits, agreed.exact.samples) == (5, 5)
     # Every prompt the server counted (chat template, history, system prefix) is the length the follower built or
     # counted by the model's own tokenizer, and every answer had the length its row or the distribution asked.
     assert llm.mismatched_requests == 0, llm
@@ -324,11 +328,17 @@ model: {llm_model}
 target: {{url: "{shared_vllm}", protocol: openai}}
 load: {{pattern: closed, concurrency: 4, duration: 3s, warmup: 1s}}
 llm: {{prompt_tokens: {{dist: uniform, min: 8, max: 64}}, output_tokens: {{dist: uniform, min: 2, max: 12}}}}
+quality: {{agreement: true, max_samples: 6, answer_tokens: 8}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=300)
     (point,) = results.points
     llm = point.llm
     assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    # Greedy completions through vLLM's completions API: its tokens read from its `logprobs` (the reference is this
+    # one configuration, so every completion agrees with itself).
+    agreed = point.quality.completions if point.quality else None
+    assert agreed is not None and agreed.tokens_from == "server" and agreed.tokens is not None, point.quality
+    assert (agreed.exact.hits, agreed.exact.samples, agreed.differing) == (6, 6, 0) and agreed.tokens.value == 1.0
     # Four users cycling through bodies of different lengths: each request is checked against the body it sent.
     assert llm.mismatched_requests == 0 and llm.output_tokens_asked == llm.output_tokens_server, llm
     # No schedule: a request is due when its user is free, so TTFT from the intended time is TTFT from the send.
