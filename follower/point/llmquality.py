@@ -41,6 +41,8 @@ from follower.protocols import PROTOCOLS, Credentials, EndpointError, session
 from follower.protocols.calls import post_json
 
 QUALITY_SEED = 0  # the built prompts' seed: every configuration and point of a job gets the same prompts
+# How long one greedy answer may take: a minute, and half a second a token asked (a big model on a CPU is slow).
+ANSWER_TIMEOUT_S, ANSWER_TIMEOUT_PER_TOKEN_S = 60.0, 0.5
 _SPACE = re.compile(r"\s+")
 _EDGES = " \t\n.,;:!?\"'`()[]{}*"
 _CHOICE = re.compile(r"(?<![A-Za-z])([A-J])(?![A-Za-z])")
@@ -142,13 +144,14 @@ def _tokens(choice: dict[str, object]) -> list[str] | None:
     return None
 
 
-def completions(url: str, bodies: Sequence[bytes], credentials: Credentials) -> list[Completion] | str:
-    """Each body's completion, or why they cannot be had."""
+def completions(url: str, bodies: Sequence[bytes], credentials: Credentials, *, tokens: int) -> list[Completion] | str:
+    """Each body's completion (of at most `tokens` tokens), or why they cannot be had."""
     out: list[Completion] = []
+    timeout_s = ANSWER_TIMEOUT_S + ANSWER_TIMEOUT_PER_TOKEN_S * tokens
     with session(credentials):
         for body in bodies:
             try:
-                answer = post_json(url, body, credentials)
+                answer = post_json(url, body, credentials, timeout_s=timeout_s)
             except EndpointError as exc:
                 return f"the server did not answer ({exc})"
             try:
@@ -183,7 +186,8 @@ def _check(spec: QualitySpec, workload: LlmWorkload, point: PointSpec, ctx: Poin
     n = min(spec.samples("llm"), len(rows)) if rows else spec.samples("llm")
     bodies = quality_bodies(workload, ctx.run.model.name, maker, rows, n, spec.answer_tokens)
     protocol = PROTOCOLS[ctx.endpoint.protocol]
-    said = completions(protocol.infer_url(protocol.route(ctx.endpoint, workload)), bodies, ctx.run.credentials)
+    url = protocol.infer_url(protocol.route(ctx.endpoint, workload))
+    said = completions(url, bodies, ctx.run.credentials, tokens=spec.answer_tokens)
     if isinstance(said, str):
         checks = [name for name, asked in (("evaluation", spec.evaluation), ("agreement", spec.agreement)) if asked]
         return Quality(not_run=[f"{c}: {said}" for c in checks], seconds=time.perf_counter() - started)

@@ -37,9 +37,10 @@ def get_json(url: str, credentials: Credentials) -> Any:
     return _json(url, get(url, credentials))
 
 
-def post_json(url: str, body: bytes, credentials: Credentials) -> Any:
-    """The JSON of a 200 answer to POST `body` (JSON) to `url`; EndpointRefused for 401/403, EndpointError otherwise."""
-    return _json(url, _call("POST", url, credentials, body))
+def post_json(url: str, body: bytes, credentials: Credentials, *, timeout_s: float = METADATA_TIMEOUT_S) -> Any:
+    """The JSON of a 200 answer to POST `body` (JSON) to `url` within `timeout_s`; EndpointRefused for 401/403,
+    EndpointError otherwise."""
+    return _json(url, _call("POST", url, credentials, body, timeout_s=timeout_s))
 
 
 # A pass of many one-off calls (a quality check's answers) keeps one connection: the client `session` opened.
@@ -63,7 +64,9 @@ def _client(credentials: Credentials) -> httpx.Client:
     return httpx.Client(timeout=METADATA_TIMEOUT_S, verify=verify, follow_redirects=False)
 
 
-def _call(method: str, url: str, credentials: Credentials, body: bytes | None = None) -> httpx.Response:
+def _call(
+    method: str, url: str, credentials: Credentials, body: bytes | None = None, *, timeout_s: float = METADATA_TIMEOUT_S
+) -> httpx.Response:
     headers = dict(credentials.headers) if body is None else {**dict(credentials.headers), "Content-Type": "application/json"}
     parts = urlsplit(url)
     to, extensions = url, {}
@@ -75,10 +78,10 @@ def _call(method: str, url: str, credentials: Credentials, body: bytes | None = 
     shared = _SESSION.get()
     try:
         if shared is not None and shared[0] == credentials:
-            response = shared[1].request(method, to, content=body, headers=headers, extensions=extensions)
+            response = shared[1].request(method, to, content=body, headers=headers, extensions=extensions, timeout=timeout_s)
         else:
             with _client(credentials) as client:
-                response = client.request(method, to, content=body, headers=headers, extensions=extensions)
+                response = client.request(method, to, content=body, headers=headers, extensions=extensions, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
     if response.status_code in (401, 403):
