@@ -139,7 +139,7 @@ class LlamaCppBackend(OpenAiServerBackend):
         sandbox, one CPU thread), dies of an illegal instruction before it answers /health (it warms up on them first)."""
         port = free_port()
         argv = [str(self.python), "--model", str(model_file), "--host", self.host, "--port", str(port), "--threads", "1"]
-        argv += ["--parallel", "1", "--no-webui"]
+        argv += ["--parallel", "1", "--ctx-size", "256", "--no-webui"]  # a small cache: the probe only warms up
         if self.sandbox is not None:
             self.sandbox.allow_read(self.runtime_paths())
             argv = self.sandbox.command(argv, cwd=None)
