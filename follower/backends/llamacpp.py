@@ -64,8 +64,10 @@ class LlamaCppBackend(OpenAiServerBackend):
         return f"{_version(self.python)} ({NO_REPACK})" if self._no_repack() else _version(self.python)
 
     def _no_repack(self) -> bool:
-        """Whether this server runs with repacking off: a quantised type, on a host where the repacked kernels died."""
-        return self.server.llm.dtype in QUANTISED_DTYPES and _REPACK_DIES.get(str(self.python), False)
+        """Whether this server runs with repacking off: a quantised type on the CPU, on a host where the repacked kernels
+        died."""
+        quantised_on_cpu = self.server.llm.dtype in QUANTISED_DTYPES and not self.server.uses_gpu
+        return quantised_on_cpu and _REPACK_DIES.get(str(self.python), False)
 
     def runtime_paths(self) -> list[Path]:
         """The program's installation (bin/ and its VERSION)."""
@@ -130,7 +132,7 @@ class LlamaCppBackend(OpenAiServerBackend):
             )
         dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
         out = convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
-        if dtype in QUANTISED_DTYPES and str(self.python) not in _REPACK_DIES:
+        if dtype in QUANTISED_DTYPES and not self.server.uses_gpu and str(self.python) not in _REPACK_DIES:
             _REPACK_DIES[str(self.python)] = self._repack_dies(out)
         return out
 
@@ -139,7 +141,7 @@ class LlamaCppBackend(OpenAiServerBackend):
         sandbox, one CPU thread), dies of an illegal instruction before it answers /health (it warms up on them first)."""
         port = free_port()
         argv = [str(self.python), "--model", str(model_file), "--host", self.host, "--port", str(port), "--threads", "1"]
-        argv += ["--parallel", "1", "--ctx-size", "256", "--no-webui"]  # a small cache: the probe only warms up
+        argv += ["--parallel", "1", "--ctx-size", "256", "--n-gpu-layers", "0", "--no-webui"]  # a small cache, on the CPU
         if self.sandbox is not None:
             self.sandbox.allow_read(self.runtime_paths())
             argv = self.sandbox.command(argv, cwd=None)

@@ -6,6 +6,7 @@ naming it is checked at submission and its run skipped with that reason."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -150,3 +151,33 @@ def test_a_language_model_server_gets_longer_to_get_ready_unless_the_follower_sa
     assert ServerRun(model=tensor, model_path=Path("m"), workdir=Path("w")).ready_limit_s == READY_TIMEOUT_S == 120
     # BENCHFLEET_FOLLOWER_SERVER_READY_TIMEOUT_S, for every server of that follower
     assert ServerRun(model=MODEL, model_path=Path("m"), workdir=Path("w"), ready_timeout_s=45).ready_limit_s == 45
+
+
+@pytest.mark.parametrize(("dies", "repack"), [(True, False), (False, True)])
+def test_quantised_models_run_without_repacking_where_the_probe_dies_of_an_illegal_instruction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dies: bool, repack: bool
+) -> None:
+    """The probe starts the program on the quantised model: one that dies of SIGILL (the repacked kernels on a CPU that
+    says it has AMX and dies on it) turns repacking off for quantised types on the CPU, stated in the version; one
+    that exits otherwise leaves it on (its own start fails as it would have). Float types and GPU servers never probe."""
+    import signal
+    import stat
+
+    from follower.backends import llamacpp
+
+    program = tmp_path / f"llama-server-{dies}"
+    ends = f"os.kill(os.getpid(), {int(signal.SIGILL)})" if dies else "sys.exit(1)"
+    program.write_text(f"#!{sys.executable}\nimport os, sys\nif '--version' in sys.argv: print('version: 1 (x)')\nelse: {ends}\n")
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv(LlamaCppBackend.python_setting, str(program))
+    monkeypatch.setattr(llamacpp, "convert", lambda model_dir, out, *, dtype: out)  # the converter is test_to_gguf's
+    monkeypatch.setattr(llamacpp, "_REPACK_DIES", {})
+    float16 = LlamaCppBackend(server=ServerOptions(llm=LlmServerOptions(dtype="float16")))
+    float16.prepare(tmp_path, MODEL, tmp_path)
+    assert llamacpp._REPACK_DIES == {}  # nothing probed for a float type
+    q4 = LlamaCppBackend(server=ServerOptions(llm=LlmServerOptions(dtype="q4_0")))
+    q4.prepare(tmp_path, MODEL, tmp_path)
+    assert {str(program): dies} == llamacpp._REPACK_DIES
+    argv = q4.argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+    assert ("--no-repack" not in argv) is repack and ("weight repacking off" not in q4.version()) is repack
+    assert "--no-repack" not in float16.argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
