@@ -202,7 +202,9 @@ def quality_sheet(results: JobResults) -> Sheet | None:
     agreement = any(r.quality is not None and r.quality.agreement is not None for r in points)
     errors = any(r.quality is not None and r.quality.error is not None for r in points)
     sheet = Sheet(
-        title="quality: the served answers against the data's labels and true values (95% intervals)",
+        title="quality: accuracy of the served answers against the data's labels (95% intervals)"
+        if not errors
+        else "quality: accuracy and error of the served answers against the data's labels and true values (95% intervals)",
         columns=[
             Col("#"),
             Col("backend", right=False),

@@ -376,7 +376,7 @@ sweep: {{precision: [float32, int8_dynamic]}}
     assert maes["float32"] < 1e-5 < maes["int8_dynamic"], maes  # rounding only, against what INT8 moved
     out = io.StringIO()
     print_results(Console(file=out, width=200), results)
-    assert "error against the targets" in out.getvalue()
+    assert "quality: accuracy and error of the served answers" in out.getvalue() and "error against the targets" in out.getvalue()
     assert all(r.quality and r.quality.error and r.quality.error.shown() in out.getvalue() for r in results.points)
 
 

@@ -117,6 +117,7 @@ def test_quality_accuracy_needs_a_labelled_data_set(leader: Leader) -> None:
     assert accepted.status_code == 201, accepted.text
     assert accepted.json()["spec"]["quality"] == {
         "accuracy": {"top_k": 5},
+        "regression": False,
         "evaluation": None,
         "agreement": False,
         "max_samples": None,  # unset: the model's kind says (1,000 samples for a tensor model)
