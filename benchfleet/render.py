@@ -10,6 +10,7 @@ from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.spec.sweep import label as sweep_label
 from common.wire.jobs import JobFootprint, JobResults, JobView
+from common.wire.quality import Quality
 from common.wire.remedies import REMEDY
 from common.wire.results import Percentiles, PointResult
 
@@ -222,6 +223,7 @@ def quality_sheet(results: JobResults) -> Sheet | None:
         assert quality is not None
         accuracy = quality.accuracy
         top1 = accuracy.top1.points() if accuracy else "-"
+        top1 += _below(quality)
         if quality.not_run:
             top1 += " not run " + sheet.note(f"point {r.point.index}: " + "; ".join(quality.not_run))
         topk = f"top-{accuracy.k} {accuracy.topk.points()}" if accuracy and accuracy.topk else "-"
@@ -240,6 +242,11 @@ def quality_sheet(results: JobResults) -> Sheet | None:
         reference = next(r.quality.agreement.reference for r in points if r.quality and r.quality.agreement)
         sheet.note(f"the reference: {reference}; agreement is the share of samples whose top class is the reference's")
     return sheet
+
+
+def _below(quality: Quality) -> str:
+    """A point below its job's quality floor says so beside its score."""
+    return f" below the floor {100 * quality.floor:g}%" if quality.floor_met is False and quality.floor is not None else ""
 
 
 def llm_quality_sheet(results: JobResults, points: Sequence[PointResult]) -> Sheet:
@@ -264,7 +271,7 @@ def llm_quality_sheet(results: JobResults, points: Sequence[PointResult]) -> She
         assert quality is not None
         accuracy, agreed = quality.accuracy, quality.completions
         backend = f"{r.point.backend} {sweep_label(results.job.spec.sweep, r.point.server)}".strip()
-        evaluation = f"{accuracy.name()} {accuracy.top1.points()}" if accuracy else "-"
+        evaluation = (f"{accuracy.name()} {accuracy.top1.points()}" if accuracy else "-") + _below(quality)
         samples = accuracy.top1.samples if accuracy else agreed.exact.samples if agreed else None
         matched = agreed.tokens.points() if agreed and agreed.tokens else "-"
         first = f"{agreed.first_difference:.1f}" if agreed and agreed.first_difference is not None else "-"

@@ -69,6 +69,10 @@ class QualitySpec(StrictModel):
     max_samples: Annotated[int, Field(ge=1, le=MAX_QUALITY_SAMPLES)] | None = None
     """Score at most this many samples (the data's first ones, in order) per point; unset: 1,000 for a tensor model, 64
     completions for a language model."""
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    """The job's quality floor (0..1): a point whose top-1 accuracy (a language model's evaluation score) is below it,
+    or could not be scored, is marked below the floor and never ranks as best: not the leaderboard's best under SLO,
+    not a recommendation. Its latency figures stand as measured."""
     answer_tokens: Annotated[int, Field(ge=1, le=MAX_ANSWER_TOKENS)] = 32
     """A language model: the longest completion asked for (greedy, temperature 0; it may stop sooner at its end)."""
 
@@ -92,6 +96,8 @@ class QualitySpec(StrictModel):
                 raise ValueError("quality.regression scores a tensor model's values; a language model's is quality.evaluation")
             if self.evaluation is None and not self.agreement:
                 raise ValueError("quality for a language model is quality.evaluation or quality.agreement: ask for one")
+            if self.min_accuracy is not None and self.evaluation is None:
+                raise ValueError("quality.min_accuracy holds an evaluation score to a floor: ask for quality.evaluation")
             return self.model_copy(update={"accuracy": None})
         if self.evaluation is not None:
             raise ValueError("quality.evaluation scores a language model's completions; a tensor model's is quality.accuracy")
@@ -105,6 +111,8 @@ class QualitySpec(StrictModel):
                 else "quality.regression scores against true values"
             )
             raise ValueError(f"{what}: give data: {{source: upload, id: ...}}")
+        if checks.min_accuracy is not None and checks.accuracy is None:
+            raise ValueError("quality.min_accuracy holds top-1 accuracy to a floor: keep quality.accuracy")
         if checks.agreement and checks.accuracy is None and not checks.regression:
             raise ValueError("quality.agreement compares the answers the accuracy pass collects: keep quality.accuracy")
         return checks

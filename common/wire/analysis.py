@@ -72,6 +72,7 @@ class LeaderboardRow(BaseModel):
     accuracy_low: float | None = None
     accuracy_high: float | None = None
     accuracy_samples: int | None = None
+    quality_floor_met: bool | None = None  # met its job's quality floor (quality.min_accuracy); None: the job set none
     # A search point (its rate or users are the load found): the lowest failing load, how it stopped, its probes.
     search_lowest_fail: float | None = None
     search_stopped: str | None = None

@@ -93,5 +93,17 @@ class Quality(BaseModel):
     error: TargetError | None = None  # quality.regression
     completions: CompletionAgreement | None = None  # a language model's agreement
     from_point: int | None = None  # a language model's figures from this earlier point of the same server and options
+    # The job's quality floor (quality.min_accuracy) and whether the point's accuracy met it (a point that could not be
+    # scored does not); None without a floor. A point below it never ranks as best.
+    floor: float | None = None
+    floor_met: bool | None = None
+
+    def held_to(self, floor: float | None) -> Quality:
+        """These figures with the job's floor applied."""
+        if floor is None:
+            return self
+        met = self.accuracy is not None and self.accuracy.top1.value >= floor
+        return self.model_copy(update={"floor": floor, "floor_met": met})
+
     not_run: list[str] = []  # "accuracy: why it could not run"
     seconds: float = 0.0  # the pass's wall time, after the load

@@ -172,7 +172,7 @@ async def with_llm_quality(result: PointResult, point: PointSpec, ctx: PointCont
     key = f"{point.backend} {point.server.model_dump_json()}"
     if (done := ctx.run.llm_quality.get(key)) is not None:
         return result.model_copy(update={"quality": done})
-    quality = await asyncio.to_thread(_check, spec, workload, point, ctx)
+    quality = (await asyncio.to_thread(_check, spec, workload, point, ctx)).held_to(spec.min_accuracy)
     if quality.accuracy is not None or quality.completions is not None:  # a server that did not answer is asked again
         ctx.run.llm_quality[key] = quality.model_copy(update={"from_point": point.index})
     return result.model_copy(update={"quality": quality})

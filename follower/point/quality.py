@@ -162,7 +162,7 @@ async def with_quality(result: PointResult, point: PointSpec, ctx: PointContext)
         agreement=None if isinstance(agreement, str) else agreement,
         not_run=not_run,
         seconds=time.perf_counter() - started,
-    )
+    ).held_to(spec.min_accuracy)
     return result.model_copy(update={"quality": quality})
 
 

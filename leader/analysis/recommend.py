@@ -101,7 +101,9 @@ def accurate(row: dict[str, Any], query: RecommendQuery, floors: dict[str, float
 
 
 def eligible(row: dict[str, Any], query: RecommendQuery, floors: dict[str, float]) -> bool:
-    """A valid point that meets every constraint of the query."""
+    """A valid point that meets every constraint of the query, and its own job's quality floor where it set one."""
+    if row.get("quality_floor_met") is False:
+        return False
     return meets_slo(row, query) and accurate(row, query, floors) and carries(row, query) and affordable(row, query)
 
 

@@ -270,6 +270,8 @@ def row_from_result(
         "accuracy_low": _num(result, "quality.accuracy.top1.low"),
         "accuracy_high": _num(result, "quality.accuracy.top1.high"),
         "accuracy_samples": _int(_num(result, "quality.accuracy.top1.samples")),
+        # Whether the point met its job's quality floor (quality.min_accuracy; None without one): below it, never best.
+        "quality_floor_met": (result.get("quality") or {}).get("floor_met"),
         # A search point: the load found is the row's rate (or users); the lowest failing load and how it stopped.
         "search_lowest_fail": _num(result, "search.lowest_fail"),
         "search_stopped": (result.get("search") or {}).get("stopped"),

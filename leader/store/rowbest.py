@@ -72,7 +72,9 @@ def _score(row: dict[str, Any]) -> tuple[float, float]:
 
 def _candidate(siblings: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A run's row that stands for it (the one that served least), if every run of it meets its SLO."""
-    if not siblings or not all(meets_slo(r) and samples_per_s(r) is not None for r in siblings):
+    # A run below its job's quality floor is never best, however fast (its answers are not good enough).
+    good = all(r.get("quality_floor_met") is not False for r in siblings)
+    if not siblings or not good or not all(meets_slo(r) and samples_per_s(r) is not None for r in siblings):
         return None
     return min(siblings, key=_score)
 

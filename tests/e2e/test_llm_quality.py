@@ -116,7 +116,7 @@ backends: [llamacpp]
 sweep: {{llm.dtype: [float32, float16, q4_0]}}
 load: {{allow_short: true, pattern: poisson, rate: 4, duration: 3s, warmup: 1s}}
 llm: {{dataset: {evalset.id}, order: sequential, output_tokens: 8}}
-quality: {{evaluation: {{scorer: contains}}, agreement: true, answer_tokens: {ANSWER_TOKENS}}}
+quality: {{evaluation: {{scorer: contains}}, agreement: true, answer_tokens: {ANSWER_TOKENS}, min_accuracy: 0.5}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=420)
         board = client.leaderboard(filters=[f"job_id={job.id}"])
@@ -144,6 +144,9 @@ quality: {{evaluation: {{scorer: contains}}, agreement: true, answer_tokens: {AN
     # 4-bit weights change the greedy answers: fewer tokens where float16's are, and fewer answers found.
     assert q4.completions.tokens.value < f16.completions.tokens.value
     assert q4.completions.exact.hits < n and q4.accuracy.top1.hits < f32.accuracy.top1.hits
+    # The job's floor (50%): 4-bit's answers are below it, so it never ranks as best; float32's and float16's meet it.
+    assert (f32.floor_met, f16.floor_met, q4.floor_met) == (True, True, False) and q4.floor == 0.5
+    assert sorted(r.quality_floor_met for r in board.rows) == [False, True, True]
     # The evaluation is each row's accuracy on the leaderboard, as a tensor model's is.
     scored = {r.options: (r.accuracy, r.accuracy_samples) for r in board.rows}
     assert sorted(v for v in scored.values()) == sorted(
@@ -152,6 +155,7 @@ quality: {{evaluation: {{scorer: contains}}, agreement: true, answer_tokens: {AN
     out = io.StringIO()
     print_results(Console(file=out, width=220), results)
     assert "evaluation (contains)" in out.getvalue() and "identical" in out.getvalue(), out.getvalue()
+    assert out.getvalue().count("below the floor 50%") == 1, out.getvalue()
     # The job's page (here its downloadable report, the same template) has a row per configuration.
     report = httpx.get(
         f"{fleet.url}/api/v1/jobs/{job.id}/report.html", headers={"Authorization": f"Bearer {fleet.admin_token}"}, timeout=30

@@ -121,5 +121,6 @@ def test_quality_accuracy_needs_a_labelled_data_set(leader: Leader) -> None:
         "evaluation": None,
         "agreement": False,
         "max_samples": None,  # unset: the model's kind says (1,000 samples for a tensor model)
+        "min_accuracy": None,
         "answer_tokens": 32,
     }

@@ -185,3 +185,20 @@ def test_regression_turns_accuracy_off_unless_it_is_asked_too() -> None:
     assert alone is not None and alone.accuracy is None and alone.regression and alone.agreement
     both = parse_spec_yaml(BASE + UPLOAD + "quality: {regression: true, accuracy: {top_k: 2}}\n").quality
     assert both is not None and both.accuracy is not None and both.accuracy.top_k == 2
+
+
+def test_a_jobs_own_floor_needs_a_score_to_hold_and_marks_each_point() -> None:
+    from common.wire.quality import Accuracy, Quality, Share
+
+    for extra, needle in [
+        (UPLOAD + "quality: {regression: true, min_accuracy: 0.9}\n", "holds top-1 accuracy to a floor: keep quality.accuracy"),
+        ("backends: [vllm]\nquality: {agreement: true, min_accuracy: 0.9}\n", "ask for quality.evaluation"),
+        (UPLOAD + "quality: {min_accuracy: 1.5}\n", "quality.min_accuracy: must be <= 1.0"),
+    ]:
+        with pytest.raises(InvalidSpec, match=re.escape(needle)):
+            parse_spec_yaml(BASE + extra)
+    spec = parse_spec_yaml(BASE + UPLOAD + "quality: {min_accuracy: 0.97}\n").quality
+    assert spec is not None and spec.min_accuracy == 0.97
+    scored = Quality(accuracy=Accuracy(top1=Share(hits=96, samples=100, value=0.96, low=0.9, high=0.98), k=1))
+    assert (scored.held_to(0.97).floor_met, scored.held_to(0.96).floor_met, scored.held_to(None).floor_met) == (False, True, None)
+    assert Quality(not_run=["accuracy: no labels"]).held_to(0.5).floor_met is False  # unscored fails a floor

@@ -91,3 +91,21 @@ def test_a_drop_from_the_models_most_accurate_is_a_floor_for_each_model_of_its_o
     assert [r.accuracy for r in both.recommendations] == [529 / 540, 531 / 540]  # other:1 is under the absolute floor
     none = recommend([f32, int8, f16], RecommendQuery(p99_ms=10, max_accuracy_drop=0.01, min_accuracy=0.99))
     assert none.missing is not None and "none reaches top-1 accuracy >= 99% and accuracy within 1 points" in none.missing
+
+
+def test_a_point_below_its_own_jobs_floor_is_never_recommended_nor_the_boards_best() -> None:
+    """A job's `quality.min_accuracy` marks its points below it: the recommender passes them over with no floor of its
+    own asked, and the leaderboard's best under SLO is the next fastest that met its floor (rows of jobs without a
+    floor, None, are not held to one)."""
+    from leader.store.rowbest import best_rows
+
+    fast, slow, unfloored = _row(0, "digits:1", 1500.0, 520), _row(1, "digits:1", 1000.0, 531), _row(2, "digits:1", 900.0, None)
+    fast.update(quality_floor_met=False, options="int8")
+    slow.update(quality_floor_met=True, options="f32")
+    unfloored.update(options="f16", rate=200.0)
+    answer = recommend([fast, slow, unfloored], RecommendQuery(p99_ms=10))
+    assert [r.accuracy for r in answer.recommendations] == [531 / 540, None]
+    for row in (fast, slow, unfloored):
+        row.update(team="t", slo_p99_ms=10.0)
+    assert best_rows([fast, slow, unfloored])[("t", "digits:1")] is slow
+    assert best_rows([dict(fast, quality_floor_met=None), slow])[("t", "digits:1")]["_id"] == fast["_id"]
