@@ -40,9 +40,10 @@ class EvaluationSpec(StrictModel):
 
     scorer: Scorer = "exact"
     """exact: the completion equals the answer (both lower-cased, whitespace collapsed, surrounding punctuation and
-    quotes stripped); choice: the completion's first standalone letter A-J (as in "B", "(B)", "B." or "Answer: B") is
-    the answer's; contains: the normalised answer appears in the normalised completion; number: the completion's last
-    number (thousands commas dropped) equals the answer's number (to a relative 1e-6)."""
+    quotes stripped); choice: the letter A-J the completion names is the answer's (the one after "answer is" or
+    "Answer:", else the first in parentheses, else the first standalone one, as in "B." or "B because"); contains:
+    the normalised answer appears in the normalised completion; number: the completion's last number (thousands
+    commas dropped) equals the answer's number (to a relative 1e-6)."""
 
 
 class QualitySpec(StrictModel):

@@ -16,16 +16,12 @@ stated in the server's version as recorded.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-
-from common.procs import free_port
+from common.procs import SupervisedProcess, free_port, http_ready
 from common.spec.server import QUANTISED_DTYPES
 from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
@@ -133,35 +129,32 @@ class LlamaCppBackend(OpenAiServerBackend):
         dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
         out = convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
         if dtype in QUANTISED_DTYPES and not self.server.uses_gpu and str(self.python) not in _REPACK_DIES:
-            _REPACK_DIES[str(self.python)] = self._repack_dies(out)
+            _REPACK_DIES[str(self.python)] = self._repack_dies(out, workdir)
         return out
 
-    def _repack_dies(self, model_file: Path) -> bool:
+    def _repack_dies(self, model_file: Path, workdir: Path) -> bool:
         """Whether llama-server, started on the quantised `model_file` with its repacked kernels (in the server's
-        sandbox, one CPU thread), dies of an illegal instruction before it answers /health (it warms up on them first)."""
+        sandbox, one CPU thread, its log at workdir/llamacpp-probe.log), dies of an illegal instruction before it
+        answers /health (it warms up on them first)."""
         port = free_port()
         argv = [str(self.python), "--model", str(model_file), "--host", self.host, "--port", str(port), "--threads", "1"]
         argv += ["--parallel", "1", "--ctx-size", "256", "--n-gpu-layers", "0", "--no-webui"]  # a small cache, on the CPU
         if self.sandbox is not None:
             self.sandbox.allow_read(self.runtime_paths())
             argv = self.sandbox.command(argv, cwd=None)
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.environment(), start_new_session=True
+        probe = SupervisedProcess(
+            argv, name="llama.cpp repacking probe", log_path=workdir / "llamacpp-probe.log", env=self.environment()
         )
+        probe.start()
         try:
-            deadline = time.monotonic() + PROBE_TIMEOUT_S
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if httpx.get(f"http://{self.host}:{port}/health", timeout=1.0).status_code == 200:
-                        return False
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)  # polls the server's readiness
-            return proc.poll() in (-signal.SIGILL, 128 + signal.SIGILL)  # bubblewrap passes a signal on as 128 + it
+            probe.wait_ready(http_ready(f"http://{self.host}:{port}/health"), PROBE_TIMEOUT_S)
+            return False
+        except RuntimeError:  # it exited before it answered: of what?
+            return probe.returncode in (-signal.SIGILL, 128 + signal.SIGILL)  # bubblewrap passes a signal on as 128 + it
+        except TimeoutError:  # slow, not dead: its own start will say more
+            return False
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the sandbox's wrappers and the server with them
-            proc.wait()
+            probe.stop()
 
     def ready_url(self) -> str:
         """llama-server answers /health with 200 once the model is loaded (503 while loading)."""

@@ -46,6 +46,13 @@ ANSWER_TIMEOUT_S, ANSWER_TIMEOUT_PER_TOKEN_S = 60.0, 0.5
 _SPACE = re.compile(r"\s+")
 _EDGES = " \t\n.,;:!?\"'`()[]{}*"
 _CHOICE = re.compile(r"(?<![A-Za-z])([A-J])(?![A-Za-z])")
+# Where a completion names its choice: "the answer is (B)", "Answer: B"; else "(B)"; else its first standalone letter
+# (so "I think the answer is B" is B, not the pronoun).
+_CHOICE_SAID = (
+    re.compile(r"answer(?:\s+is)?\s*[:\-]?\s*\(?([A-J])(?![A-Za-z])", re.IGNORECASE),
+    re.compile(r"\(([A-J])\)"),
+    _CHOICE,
+)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
@@ -71,8 +78,9 @@ def score(scorer: Scorer, completion: str, answer: str) -> bool:
     if scorer == "contains":
         return normalise(answer) in normalise(completion)
     if scorer == "choice":
-        said, wanted = _CHOICE.search(completion), _CHOICE.search(answer.strip().upper())
-        return said is not None and wanted is not None and said.group(1) == wanted.group(1)
+        said = next((m.group(1) for pattern in _CHOICE_SAID if (m := pattern.search(completion))), None)
+        wanted = _CHOICE.search(answer.strip().upper())
+        return said is not None and wanted is not None and said == wanted.group(1)
     said_n, wanted_n = _number(completion, last=True), _number(answer, last=False)
     return said_n is not None and wanted_n is not None and math.isclose(said_n, wanted_n, rel_tol=1e-6, abs_tol=1e-12)
 

@@ -35,6 +35,9 @@ def maker() -> PromptMaker:
         ("choice", "Answer: C.", "c", True),
         ("choice", "Because A is wrong", "B", False),  # "Because" is a word, not the letter B; A comes first
         ("choice", "no letter here", "A", False),
+        ("choice", "I think the answer is B", "B", True),  # the pronoun I is not the choice
+        ("choice", "I would pick (D), not C", "D", True),
+        ("choice", "I", "I", True),
         ("number", "3 apples and 4 pears: 7", "7", True),  # the last number said
         ("number", "it costs 1,234.50 dollars", "1234.5", True),
         ("number", "7 of them, then 8", "7", False),

@@ -1,5 +1,6 @@
-"""`server.precision`: onnxruntime's server converts the model as it loads (its argv says which precision); a job
-asking another backend for it is refused, and a sweep over it makes one configuration per precision."""
+"""`server.precision`: onnxruntime's server converts the model as it loads (its argv says which precision), and
+llama.cpp's quantised `server.llm.dtype`s: a job asking another backend for either is refused, and a sweep over
+either makes one configuration per value."""
 
 from __future__ import annotations
 
@@ -29,17 +30,23 @@ def test_float32_is_the_model_as_stored(tmp_path: Path) -> None:
     assert "--precision" not in OnnxRuntimeBackend(server=ServerOptions()).argv(tmp_path / "m.onnx", TENSOR)
 
 
+PRECISION = "server.precision converts the model for onnxruntime"
+GGUF_TYPES = "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types; vllm cannot"
+
+
 @pytest.mark.parametrize(
-    "extra",
+    ("extra", "needle"),
     [
-        "backends: [onnxruntime, triton]\nserver: {precision: int8_dynamic}\n",
-        "backends: [torchscript]\nsweep: {precision: [float32, float16]}\n",
+        ("backends: [onnxruntime, triton]\nserver: {precision: int8_dynamic}\n", PRECISION),
+        ("backends: [torchscript]\nsweep: {precision: [float32, float16]}\n", PRECISION),
+        ("backends: [vllm]\nserver: {llm: {dtype: q4_0}}\n", GGUF_TYPES),
+        ("backends: [llamacpp, vllm]\nsweep: {llm.dtype: [float16, q8_0]}\n", GGUF_TYPES),
     ],
 )
-def test_precision_on_another_backend_is_refused(extra: str) -> None:
+def test_a_conversion_asked_of_a_server_that_does_not_make_it_is_refused(extra: str, needle: str) -> None:
     with pytest.raises(InvalidSpec) as caught:
         parse_spec_yaml(BASE + extra)
-    assert "server.precision converts the model for onnxruntime" in str(caught.value)
+    assert needle in str(caught.value)
 
 
 def test_a_sweep_over_precision_is_one_configuration_each() -> None:
@@ -48,19 +55,6 @@ def test_a_sweep_over_precision_is_one_configuration_each() -> None:
     with pytest.raises(InvalidSpec) as caught:
         parse_spec_yaml(BASE + "sweep: {precision: [float32, int4]}\n")
     assert "precision" in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [
-        "backends: [vllm]\nserver: {llm: {dtype: q4_0}}\n",
-        "backends: [llamacpp, vllm]\nsweep: {llm.dtype: [float16, q8_0]}\n",
-    ],
-)
-def test_llamacpps_quantised_types_are_refused_on_another_server(extra: str) -> None:
-    with pytest.raises(InvalidSpec) as caught:
-        parse_spec_yaml(BASE + extra)
-    assert "server.llm.dtype q8_0 and q4_0 are llama.cpp's GGUF types; vllm cannot" in str(caught.value)
 
 
 def test_a_sweep_over_llamacpps_types_is_one_configuration_each() -> None:
