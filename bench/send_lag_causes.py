@@ -5,7 +5,7 @@ Against the trivial HTTP server of bench/loadgen.py (its own core), at each rate
   dispatch   the same run split in two: dispatcher wake-up late (dispatch - intended) and the hop from the
              dispatcher to the request's send (sent - dispatch: task start, cap, connection pick);
   timer      the dispatcher alone (no request sent): timerfd + spin wake-up lateness under the same schedule;
-  spin=N     the full run with the timerfd armed N µs before each send instead of the default;
+  spin=N     the full run with the "busy" timer, its timerfd armed a fixed N µs before each send (the default adapts);
   nice       the full run with the generator thread at nice -10, as the follower runs it in a job (root/CAP_SYS_NICE);
   group      the full run with this process's autogroup at nice -10 (/proc/self/autogroup; thread nice alone
              does not count against other sessions' processes where kernel.sched_autogroup_enabled=1);
@@ -48,12 +48,13 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     offsets = arrival_offsets_ns("poisson", rate, duration, seed)
     dispatch = np.full(len(offsets), -1, dtype=np.int64)
     original_launch = openloop._Driver.launch
-    original_spin = timing.TIMERFD_SPIN_NS
+    original_spin = timing.BUSY_TAIL_NS
+    timer: timing.Timer = "yield"
     collections = [0]
 
     gc_at: list[int] = []
 
-    def on_gc(phase: str, info: dict) -> None:  # type: ignore[type-arg]
+    def on_gc(phase: str, info: dict) -> None:
         if phase == "start":
             gc_at.append(time.monotonic_ns())
 
@@ -73,7 +74,7 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     elif variant == "timer":
         patch = launch_nothing
     elif variant.startswith("spin="):
-        timing.TIMERFD_SPIN_NS = int(variant.split("=", 1)[1]) * 1000
+        timing.BUSY_TAIL_NS, timer = int(variant.split("=", 1)[1]) * 1000, "busy"
     undo = _priority(variant)
     if patch is not None:
         openloop._Driver.launch = patch  # type: ignore[method-assign]
@@ -81,11 +82,11 @@ def one(url: str, rate: float, duration: float, seed: int, variant: str) -> dict
     before = cpu_times()
     sched0, wall0 = _schedstat(), time.monotonic_ns()
     try:
-        rec = drive(trivial(url), BODY, offsets, max_concurrency=512)
+        rec = drive(trivial(url), BODY, offsets, max_concurrency=512, timer=timer)
     finally:
         gc.callbacks.remove(on_gc)
         openloop._Driver.launch = original_launch  # type: ignore[method-assign]
-        timing.TIMERFD_SPIN_NS = original_spin
+        timing.BUSY_TAIL_NS = original_spin
         undo()
     steal = steal_share(before, cpu_times()) or 0.0
     sched1, wall = _schedstat(), time.monotonic_ns() - wall0

@@ -51,6 +51,7 @@ POINT_FROM_LOAD = {
     "warmup_s": "warmup",
     "max_concurrency": "max_concurrency",
     "cap_policy": "cap_policy",
+    "busy_wait": "busy_wait",
     "cv": "cv",
     "rate_end": "rate_end",
     "steps": "steps",

@@ -396,6 +396,7 @@ class PointSpec(StrictModel):
     seed: int
     # Shape of the load beyond the rate (defaults keep points stored before these existed valid).
     cap_policy: Literal["wait", "drop"] = "wait"
+    busy_wait: bool = False
     cv: float = 1.0
     rate_end: float | None = None
     steps: int = 4

@@ -172,6 +172,11 @@ class LoadSpec(StrictModel):
     cap_policy: Literal["wait", "drop"] = "wait"
     """What an open-loop request due while max_concurrency are in flight does: wait (its wait counts as latency from the
     intended time) or be dropped (counted and reported, and against the achieved rate)."""
+    busy_wait: bool = False
+    """Open loops: spin the last 250 µs before each send (still reading answers meanwhile) on the core the follower
+    gives its generator: send lag in tens of µs at any rate, that core busy between sends. A follower with no core to
+    give (fewer than two) runs its usual timer, and the point says so. Unset: the timer wakes as far ahead of each send
+    as its recent wake-ups were late, and spins only that."""
     cv: Annotated[float, Field(gt=0, le=20)] = 1.0
     """gamma: coefficient of variation of the gaps (1 = Poisson)."""
     rate_end: Annotated[float | None, Field(validate_default=True)] = None

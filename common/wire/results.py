@@ -401,6 +401,8 @@ class PointResult(BaseModel):
     generator_plan: GeneratorPlan | None = None  # open loop: the count's reason (None: closed loop, or older results)
     # The generator thread's scheduling: "fifo", or "nice N (SCHED_FIFO refused: errno; the rule)"; None: not recorded
     generator_scheduling: str | None = None
+    # When requests left (follower/loadgen/timing.py), in words: the timer, how far ahead it woke, the share spent spinning
+    generator_timer: str | None = None
     # The CPUs' wake-up latency during the point: "held at 0 µs (/dev/cpu_dma_latency)" or "not held: why"
     cpu_wakeup_latency: str | None = None
     # What else held the CPUs while the point ran: hypervisor steal (share of all CPU time, /proc/stat) and the share

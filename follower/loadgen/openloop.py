@@ -212,6 +212,7 @@ async def run_open_loop(
             stop.set()
             driver.dispatched.set()
 
+    margin = timing.margin_for(timer)
     ticker = loop.create_task(timing.tick(lags, ticked if on_tick else None, start_ns + tick_every_ns, tick_every_ns))
 
     async def retune(rule: CapRule) -> None:
@@ -239,7 +240,9 @@ async def run_open_loop(
             )
             thread.start()
         else:
-            dispatcher = loop.create_task(timing.dispatch_on_loop(driver.intended, driver.launch, stop, driver.dispatched))
+            dispatcher = loop.create_task(
+                timing.dispatch_on_loop(driver.intended, driver.launch, stop, driver.dispatched, margin)
+            )
         await driver.dispatched.wait()
         # Without a bound, a backstop only: each request has its own timeout (after a connect bounded by the same), so a
         # request is recorded as timed out rather than abandoned by this wait.
@@ -263,6 +266,8 @@ async def run_open_loop(
         rec.wall_s = (time.monotonic_ns() - wall0) / 1e9
         rec.loop_lag_ns = np.asarray(lags, dtype=np.int64)
         rec.cap = driver.max_concurrency
+        if timer != "thread":
+            rec.spin_s, rec.wake_margin_ns = margin.spun_ns / 1e9, margin.ns
         if gc_was_enabled:
             gc.enable()
     return rec

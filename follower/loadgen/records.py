@@ -40,6 +40,10 @@ class LoadRecords:
     loop_lag_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     error_sample: str | None = None
     timer: str = "yield"
+    # Of cpu_s, the wall time the dispatcher spun before sends (timing.WakeMargin): a core kept busy, not work done.
+    spin_s: float = 0.0
+    # The timerfd's wake margin at the run's end (ns; None: the thread timer)
+    wake_margin_ns: int | None = None
     # Requests that found max_concurrency in flight at their time: they waited (counted as latency from the
     # intended time, and as send lag) or were dropped (status DROPPED). Never hidden.
     capped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
@@ -98,6 +102,16 @@ class LoadRecords:
         """The generator process's CPU time over the run's wall time (1.0 = one core busy)."""
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def spin_share(self) -> float:
+        """Of cpu_share, the dispatcher's spinning before sends over the run's wall time (at most cpu_share)."""
+        return min(self.spin_s, self.cpu_s) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def work_cpu_s(self) -> float:
+        """The generator's CPU less its spinning before sends: what its requests and answers cost."""
+        return max(self.cpu_s - self.spin_s, 0.0)
+
     def window(self, start_ns: int, end_ns: int) -> LoadRecords:
         """The requests whose *intended* time falls in [start_ns, end_ns); run-level figures are kept."""
         mask = (self.intended_ns >= start_ns) & (self.intended_ns < end_ns)
@@ -114,6 +128,8 @@ class LoadRecords:
             loop_lag_ns=self.loop_lag_ns,
             error_sample=self.error_sample,
             timer=self.timer,
+            spin_s=self.spin_s,
+            wake_margin_ns=self.wake_margin_ns,
             capped=self.capped[mask] if len(self.capped) == len(mask) else np.zeros(int(mask.sum()), dtype=bool),
             stopped_ns=self.stopped_ns,
             run_queue_share=self.run_queue_share,
@@ -179,6 +195,8 @@ def shifted(records: LoadRecords, delta_ns: int) -> LoadRecords:
         loop_lag_ns=records.loop_lag_ns,
         error_sample=records.error_sample,
         timer=records.timer,
+        spin_s=records.spin_s,
+        wake_margin_ns=records.wake_margin_ns,
         capped=records.capped,
         scheduling=records.scheduling,
         cap=records.cap,

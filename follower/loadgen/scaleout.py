@@ -58,14 +58,15 @@ class CpuCost:
         sent = int(records.sent.sum())
         # A mostly idle generator's CPU is its timer spin between sparse sends, not a cost per request: learning from
         # it would predict saturation at rates the loop handles (its spin shrinks as the sends get denser).
-        if sent < 200 or records.cpu_s <= 0 or records.cpu_share < MIN_SHARE_TO_LEARN:
+        work_s = records.work_cpu_s  # its spinning before sends is not a cost per request
+        if sent < 200 or work_s <= 0 or records.cpu_share < MIN_SHARE_TO_LEARN:
             return
         events = records.llm.token_events() if records.llm is not None else 0
         if events >= 10 * sent:
-            per_event = max(records.cpu_s - sent * self.estimate_s, 0.0) / events
+            per_event = max(work_s - sent * self.estimate_s, 0.0) / events
             self.event_estimate_s = (1 - self.weight) * self.event_estimate_s + self.weight * per_event
         elif events == 0:
-            self.estimate_s = (1 - self.weight) * self.estimate_s + self.weight * records.cpu_s / sent
+            self.estimate_s = (1 - self.weight) * self.estimate_s + self.weight * work_s / sent
 
     def per_request_s(self, tokens_per_request: float = 0.0) -> float:
         """The CPU one request costs, with its answer's token events where it streams `tokens_per_request`."""
@@ -145,6 +146,8 @@ def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
         return np.concatenate(arrays)[order]
 
     stages = {k: cat([p.stages_ns[k] for p in parts]) for k in parts[0].stages_ns}
+    busiest = max(parts, key=lambda p: p.cpu_s)  # the CPU share judged is the busiest process's, its spin beside it
+    margins = [p.wake_margin_ns for p in parts if p.wake_margin_ns is not None]
     return LoadRecords(
         intended_ns=intended[order],
         sent_ns=cat([p.sent_ns for p in parts]),
@@ -153,7 +156,9 @@ def merge(parts: Sequence[LoadRecords], start_ns: int) -> LoadRecords:
         status=cat([p.status for p in parts]),
         stages_ns=stages,
         start_ns=start_ns,
-        cpu_s=max(p.cpu_s for p in parts),
+        cpu_s=busiest.cpu_s,
+        spin_s=busiest.spin_s,
+        wake_margin_ns=max(margins) if margins else None,
         wall_s=max(p.wall_s for p in parts),
         loop_lag_ns=np.concatenate([p.loop_lag_ns for p in parts]),
         error_sample=next((p.error_sample for p in parts if p.error_sample), None),

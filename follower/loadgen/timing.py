@@ -1,8 +1,10 @@
 """When requests leave: the dispatchers that call `launch(i)` at each intended time, and the loop-lag ticker.
 
-Two timers (docs/loadgen/timing.md has the measurements behind them): "yield" waits on a timerfd until just before
-the intended time and yields the last stretch on the event loop (the default: lowest median send lag); "thread"
-sleeps in a thread with clock_nanosleep and hands each request to the loop (no spinning; suits small hosts).
+Three timers (docs/loadgen/timing.md has the measurements behind them): "yield" waits on a timerfd until just before
+the intended time and yields the last stretch on the event loop (the default), that stretch as long as the timerfd's
+wake-ups have lately been late (WakeMargin), so it costs CPU only where the host needs it; "busy" does the same with a
+fixed BUSY_TAIL_NS stretch (for a generator given a core of its own: the tightest send, the core spinning between
+sends); "thread" sleeps in a thread with clock_nanosleep and hands each request to the loop (no spinning).
 """
 
 from __future__ import annotations
@@ -17,15 +19,21 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-Timer = Literal["thread", "yield"]
-TIMERS: tuple[str, ...] = ("thread", "yield")
+Timer = Literal["thread", "yield", "busy"]
+TIMERS: tuple[str, ...] = ("thread", "yield", "busy")
 
 # The "yield" timer hands over from asyncio's coarse sleep to busy yielding this long before the intended time:
 # a little over one millisecond covers the timer's rounding.
 YIELD_SPIN_NS = 1_200_000
-# With a timerfd, the "yield" timer wakes this long before the intended time and yields the rest: waking an idle
-# vCPU takes ~0.15 ms on our VMs, so waking exactly on time sends 0.15 ms late at the median.
-TIMERFD_SPIN_NS = 150_000
+# With a timerfd, the "yield" timer wakes a margin before the intended time and yields the rest: the 90th percentile
+# of the last MARGIN_WINDOW wake-ups' lateness, between these bounds. Waking an idle vCPU takes ~0.15 ms on our VMs
+# without the wake-up latency held (follower/host/wakeup.py); held at 0, the wake-ups are a few µs to tens late, and a
+# fixed 0.15 ms margin spent ~60 µs of CPU per request spinning at 4,000 req/s (docs/loadgen/timing.md).
+MARGIN_MAX_NS = 150_000
+MARGIN_MIN_NS = 20_000
+MARGIN_WINDOW = 64
+# The "busy" timer's stretch spun before each send, whatever the wake-ups do.
+BUSY_TAIL_NS = 250_000
 # The loop-lag ticker's period: 10 ms, a common responsiveness probe interval.
 TICK_NS = 10_000_000
 # Lowered GIL switch interval while the timer thread runs: a thread waiting for the GIL waits at most this.
@@ -107,8 +115,46 @@ def dispatch_in_thread(
     call(dispatched.set)
 
 
-async def dispatch_on_loop(intended: list[int], launch: Launch, stop: threading.Event, dispatched: asyncio.Event) -> None:
-    """The "yield" timer: wake on a timerfd just before each intended time (or, with none, spin-yield), then launch."""
+class WakeMargin:
+    """How long before a request's time the timerfd wakes the dispatcher, and how long the dispatcher spun (yielding
+    to the loop, so answers are still read and stamped) between the wake-up and the send.
+
+    Adaptive ("yield"): MARGIN_MAX_NS until MARGIN_WINDOW wake-ups were seen, then the 90th percentile of each window's
+    lateness (from the armed deadline to the dispatcher running again), within [MARGIN_MIN_NS, MARGIN_MAX_NS]. Fixed
+    ("busy"): `fixed_ns` always.
+    """
+
+    __slots__ = ("ns", "fixed", "spun_ns", "_late")
+
+    def __init__(self, fixed_ns: int | None = None) -> None:
+        self.fixed = fixed_ns is not None
+        self.ns = fixed_ns if fixed_ns is not None else MARGIN_MAX_NS
+        self.spun_ns = 0  # wall time spent spinning before sends (a core busy without sending)
+        self._late: list[int] = []
+
+    def observe(self, late_ns: int) -> None:
+        """One wake-up came `late_ns` after its deadline."""
+        if self.fixed:
+            return
+        late = self._late
+        late.append(late_ns)
+        if len(late) >= MARGIN_WINDOW:
+            late.sort()
+            self.ns = min(MARGIN_MAX_NS, max(MARGIN_MIN_NS, late[len(late) * 9 // 10]))
+            late.clear()
+
+
+def margin_for(timer: Timer) -> WakeMargin:
+    """The wake margin a timer runs with."""
+    return WakeMargin(BUSY_TAIL_NS if timer == "busy" else None)
+
+
+async def dispatch_on_loop(
+    intended: list[int], launch: Launch, stop: threading.Event, dispatched: asyncio.Event, margin: WakeMargin | None = None
+) -> None:
+    """The "yield" and "busy" timers: wake on a timerfd `margin` before each intended time (or, with none, spin-yield),
+    then yield on the loop until it comes, and launch."""
+    margin = margin or WakeMargin()
     tfd = _TimerFd.create()
     if tfd is None:
         await _spin_dispatch(intended, launch, stop, dispatched)
@@ -124,9 +170,10 @@ async def dispatch_on_loop(intended: list[int], launch: Launch, stop: threading.
 
     loop.add_reader(tfd.fd, ready)
     n, i = len(intended), 0
+    clock = time.monotonic_ns
     try:
         while i < n:
-            now = time.monotonic_ns()
+            now = clock()
             while i < n and intended[i] <= now:  # every request whose time has come, in order
                 if stop.is_set():
                     return
@@ -135,12 +182,20 @@ async def dispatch_on_loop(intended: list[int], launch: Launch, stop: threading.
             if i >= n:
                 break
             target = intended[i]
-            if target - now > TIMERFD_SPIN_NS:
+            ahead = margin.ns
+            if target - now > ahead:
                 wake[0] = fut = loop.create_future()
-                tfd.arm(target - TIMERFD_SPIN_NS)
+                deadline = target - ahead
+                tfd.arm(deadline)
                 await fut
-            while time.monotonic_ns() < target:  # the last stretch: the vCPU's wake-up from idle is ~0.15 ms
-                await asyncio.sleep(0)
+                now = clock()
+                margin.observe(now - deadline)
+            if now < target:  # the last stretch, yielding so answers are read meanwhile
+                began = now
+                while now < target:
+                    await asyncio.sleep(0)
+                    now = clock()
+                margin.spun_ns += now - began
             if stop.is_set():
                 return
     finally:

@@ -120,6 +120,7 @@ class WindowSummary:
     send_lag_uncapped_ms: Percentiles | None = None  # send lag of the requests that found a free in-flight slot
     backlog: Backlog | None = None  # requests not yet answered at each window boundary (None: not computed)
     unanswered: int = 0  # sent and still unanswered when the run ended (its drain bound ran out): latency unknown
+    spin_share: float = 0.0  # of cpu_share, the dispatcher spinning before sends (timing.WakeMargin), not work
 
 
 def summarize_window(
@@ -159,6 +160,7 @@ def summarize_window(
         # A request sent early by a rounding nanosecond has lag 0, which the histogram clamps to its 1 ns floor.
         send_lag_ms=summarize_ns(np.maximum(records.sent_ns[sent] - records.intended_ns[sent], 0)),
         cpu_share=records.cpu_share,
+        spin_share=records.spin_share,
         loop_lag_ms=summarize_ns(np.maximum(records.loop_lag_ns, 0)),
         stages_ms=stages,
         error_sample=records.error_sample,
@@ -308,12 +310,14 @@ def window_reasons(summary: WindowSummary, max_concurrency: int | None = None, *
                 text=f"only {summary.ok} requests completed; a p99 needs >= {MIN_COMPLETED} (raise duration or rate)",
             )
         )
-    if summary.cpu_share > CPU_SHARE_MAX:
+    # A dispatcher spinning before a send had nothing else due: that part of its core is not load it could not carry.
+    working = summary.cpu_share - summary.spin_share
+    if working > CPU_SHARE_MAX:
+        spun = f" ({100 * summary.spin_share:.0f}% more spinning before sends)" if summary.spin_share >= 0.005 else ""
         reasons.append(
             Reason(
                 code="generator_saturated",
-                text=f"load generator used {100 * summary.cpu_share:.0f}% of a core (> {100 * CPU_SHARE_MAX:g}%): "
-                "it was saturated",
+                text=f"load generator used {100 * working:.0f}% of a core (> {100 * CPU_SHARE_MAX:g}%){spun}: it was saturated",
             )
         )
     if summary.dropped:

@@ -19,6 +19,7 @@ from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.llmprompts import llm_bodies
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
+from follower.loadgen.timing import Timer
 from follower.point.context import PointContext
 
 # Bodies a closed loop of language-model requests cycles through: distinct prompts (a prefix cache sees no more repeats
@@ -48,6 +49,7 @@ class PointPlan:
     drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.spec.grid.drain_bound_s)
     asked_tokens: np.ndarray | None = None  # a language model's point: the output tokens each request asks for
     prompt_tokens: np.ndarray | None = None  # ... and the tokens each request's prompt holds
+    timer: Timer = "yield"  # when requests leave (follower/loadgen/timing.py): "busy" where asked and a core is given
 
     @property
     def processes(self) -> int:
@@ -155,6 +157,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         generator_cores=generator_cores,
         generator_plan=gen_plan,
         reasons=tuple(reasons),
+        timer="busy" if point.busy_wait and generator_cores else ctx.run.timer,
         cap=point.max_concurrency or ctx.run.max_in_flight,
         follow_load=point.max_concurrency is None,
         drain_s=drain_bound_s(point.duration_s),

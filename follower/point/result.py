@@ -12,6 +12,8 @@ import common
 from common.spec.job import PointSpec
 from common.wire.repro import config_hash
 from common.wire.results import ColdStart, Environment, LlmFigures, PointResult
+from follower.loadgen import timing
+from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import slo_met
 from follower.point.context import HostFacts, PointContext, ServerRun
 from follower.point.drive import Driven
@@ -62,6 +64,7 @@ def point_result(
         generators=plan.processes,
         generator_plan=plan.generator_plan,
         generator_scheduling=records.scheduling,
+        generator_timer=describe_timer(records, plan) if not plan.closed else None,
         cpu_wakeup_latency=ctx.wakeup.describe() if ctx.wakeup is not None else None,
         host_steal_share=driven.steal,
         generator_run_queue_share=records.run_queue_share,
@@ -69,6 +72,21 @@ def point_result(
         llm=judged.llm,
         wire=driven.wire,
     )
+
+
+def describe_timer(records: LoadRecords, plan: PointPlan) -> str:
+    """How the point's requests were timed, in words: the timer, its wake margin, the run's share spent spinning."""
+    spun = f"{100 * records.spin_share:.1f}% of the run spinning before sends"
+    if records.timer == "busy":
+        said = f"busy-wait tail of {timing.BUSY_TAIL_NS / 1000:g} µs before each send on the generator's own core; {spun}"
+    elif records.timer == "thread":
+        said = "a timer thread (clock_nanosleep) handing each request to the loop"
+    else:
+        margin = (records.wake_margin_ns or 0) / 1000
+        said = f"timerfd waking {margin:.0f} µs ahead (its recent wake-ups' lateness, 90th percentile); {spun}"
+    if plan.point.busy_wait and records.timer != "busy":
+        said += "; busy_wait was asked, but this follower has no core to give its generator"
+    return said
 
 
 def llm_stages(figures: LlmFigures) -> dict[str, float] | None:

@@ -25,7 +25,6 @@ from follower.protocols.transports.rawhttp import ConnBase, RawHttpSession, RawH
 from follower.protocols.transports.sse import DONE, Dechunker, SseParser, StreamError
 
 _monotonic_ns = time.monotonic_ns
-TEXT_KEYS = (b'"text":', b'"content":')  # completions, chat completions (delta)
 
 
 EVENT_STREAM_STARTS = (b"data:", b":", b"event:")
@@ -42,26 +41,29 @@ def is_event_stream(start: bytes | bytearray) -> bool | None:
 
 def text_field(data: bytes) -> bytes:
     """The JSON-escaped text of one event (b"" when it has none, or null), found without decoding the JSON."""
-    for key in TEXT_KEYS:
-        at = data.find(key)
+    at = data.find(b'"text":')
+    if at >= 0:
+        start = at + 7
+    else:
+        at = data.find(b'"content":')
         if at < 0:
-            continue
-        start = at + len(key)
-        while start < len(data) and data[start] in b" \t":
-            start += 1
-        if start >= len(data) or data[start] != 0x22:  # null, or not a string
             return b""
+        start = at + 10
+    n = len(data)
+    while start < n and data[start] in b" \t":
         start += 1
-        end = data.find(b'"', start)
-        while end > 0 and data[end - 1] == 0x5C:  # a quote after a backslash: escaped unless that one is too
-            run = 1
-            while data[end - 1 - run] == 0x5C:
-                run += 1
-            if run % 2 == 0:
-                break
-            end = data.find(b'"', end + 1)
-        return data[start:end] if end > 0 else b""
-    return b""
+    if start >= n or data[start] != 0x22:  # null, or not a string
+        return b""
+    start += 1
+    end = data.find(b'"', start)
+    while end > 0 and data[end - 1] == 0x5C:  # a quote after a backslash: escaped unless that one is too
+        run = 1
+        while data[end - 1 - run] == 0x5C:
+            run += 1
+        if run % 2 == 0:
+            break
+        end = data.find(b'"', end + 1)
+    return data[start:end] if end > 0 else b""
 
 
 def _after(data: bytes, key: bytes) -> int:
@@ -168,6 +170,12 @@ class AnswerReader:
         return []
 
     @property
+    def at_event_boundary(self) -> bool:
+        """Whether this answer is a chunked event stream under way and nothing is held back (the last read ended at a
+        chunk's end and at an event's end): the next read then starts a chunk and an event."""
+        return bool(self.sse and self.head is not None and self.head[3] and self.dechunker.idle and self.parser.idle)
+
+    @property
     def whole(self) -> bool:
         """Whether the answer's framing says it is complete."""
         if self.head is None:
@@ -194,6 +202,7 @@ class _StreamConn(ConnBase):
         "usage",
         "done_seen",
         "counted",
+        "steady",
     )
 
     def __init__(self, pool: RawHttpSession) -> None:
@@ -211,6 +220,9 @@ class _StreamConn(ConnBase):
         self.usage: tuple[int | None, int | None] = (None, None)
         self.done_seen = False
         self.counted = 0  # tokens timed so far (a multi-token event adds its count)
+        # The stream is under way and its last read ended at an event's end (nothing held back): the next read may take
+        # the fast path (one chunk holding one one-line event, the usual read of a streamed token).
+        self.steady = False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -222,6 +234,19 @@ class _StreamConn(ConnBase):
 
     def data_received(self, data: bytes) -> None:
         ns = _monotonic_ns()
+        if self.steady:
+            # The usual read of a stream under way: one chunk (`size CRLF data: {json} LF LF CRLF`) holding one event.
+            # Its framing is checked here in a few byte operations; any other read takes the general path below.
+            crlf = data.find(b"\r\n", 0, 10)
+            if crlf > 0 and data.endswith(b"\n\n\r\n") and data.startswith(b"data: ", crlf + 2):
+                event = data[crlf + 8 : -4]
+                try:
+                    size = int(data[:crlf], 16)
+                except ValueError:
+                    size = -1
+                if size == len(event) + 8 and event.find(b"\n") < 0 and event.find(b"\r") < 0:
+                    self._event(ns, event)
+                    return
         if self.waiter is None:
             self.closed = True
             self.transport.close()
@@ -237,6 +262,8 @@ class _StreamConn(ConnBase):
                 self.pool.keep_alive(self, reader.head[5])
             if reader.whole:
                 self._complete()
+            else:
+                self.steady = reader.at_event_boundary
         except (HttpError, StreamError) as exc:
             self._fail(str(exc))
 
@@ -246,6 +273,11 @@ class _StreamConn(ConnBase):
             return
         self.events += 1
         text = text_field(data)
+        if text and data.find(b'"completion_tokens":') < 0:  # the usual token event: one token, its text
+            self.counted += 1
+            self.events_ns.append(ns)
+            self.texts.append(text)
+            return
         tokens = event_tokens(data, text, self.counted)
         if tokens is not None:
             arrived, self.counted, count = tokens

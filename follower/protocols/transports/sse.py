@@ -29,6 +29,11 @@ class Dechunker:
         self._left = -1  # payload bytes left in the current chunk (-1: expecting a size line; -2: its CRLF)
         self.finished = False  # the zero-size last chunk (and the blank line after it) arrived
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held back, and the next byte starts a chunk's size line."""
+        return not self._buf and self._left == -1 and not self.finished
+
     def feed(self, data: bytes) -> bytes:
         if not self._buf and self._left == -1 and not self.finished:
             fast = self._whole_chunks(data)
@@ -109,6 +114,11 @@ class SseParser:
         self._buf = bytearray()
         self._scan = 0  # where to resume looking for an event's end
         self.max_event = max_event
+
+    @property
+    def idle(self) -> bool:
+        """Nothing held back: the next byte starts an event."""
+        return not self._buf
 
     def feed(self, data: bytes, ns: int) -> list[tuple[int, bytes]]:
         """The events `data` completes, as (ns, data field) in order; comments and other fields are skipped."""

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from follower.loadgen.timing import BUSY_TAIL_NS, MARGIN_MAX_NS
 from follower.protocols.transports.http1 import HttpError
 from follower.protocols.transports.rawhttp import RawHttpSession
 
@@ -155,6 +156,18 @@ def test_open_loop_records_every_framing_through_its_callbacks(path: str, status
     # Keep-alive: answered connections are reused (a new one opens only while none is idle); a closing server: one each.
     assert connections == 20 if path == "/close" else connections < 20, connections
     assert (rec.error_sample is None) == (status == 200), rec.error_sample
+
+
+@pytest.mark.parametrize("timer", ["yield", "busy", "thread"])
+def test_every_timer_sends_no_request_before_its_time_and_the_records_say_how_they_were_timed(timer: str) -> None:
+    rec, _ = _run(_open_loop("/cl", 40, 500_000, timer=timer))
+    assert rec.status.tolist() == [200] * 40 and bool((rec.sent_ns >= rec.intended_ns).all())
+    assert rec.timer == timer
+    if timer == "thread":
+        assert (rec.wake_margin_ns, rec.spin_s) == (None, 0.0)
+    else:
+        assert rec.wake_margin_ns == (BUSY_TAIL_NS if timer == "busy" else MARGIN_MAX_NS)  # fewer than 64 wake-ups
+        assert 0.0 <= rec.spin_s <= rec.wall_s
 
 
 @pytest.mark.parametrize("path", ["/garbage", "/truncated"])

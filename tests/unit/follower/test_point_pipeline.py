@@ -152,10 +152,39 @@ def test_the_cap_follows_the_load_unless_the_spec_sets_one() -> None:
     assert (plan.cap, plan.follow_load) == (1000, True)
     fixed = _point(pattern="constant", max_concurrency=64)
     assert (plan_point(fixed, _context(fixed.server)).cap, plan_point(fixed, _context(fixed.server)).follow_load) == (64, False)
-    # Little's law with headroom: 1,000 req/s at 50 ms in the system need 50 in flight; twice that, within the bounds.
+    # Little's law with headroom: 1,000 req/s at 50 ms in the system need 50 in flight; twice that, 25 more for the
+    # requests a 25 ms stall holds, and 5 σ of Poisson bursts above those 125 (56), within the bounds.
     rec = _answered(plan.offsets_ns, 10**12)
     rec.done_ns[:] = rec.sent_ns + 50 * MS
-    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == 150  # 100, and 5 σ of Poisson bursts
+    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == 181
     assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=80) == 80
+    # An instant server: the stall's room decides (25 + 25 at 1,000 req/s); a light load gets the floor.
     rec.done_ns[:] = rec.sent_ns + 1000
-    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == MIN_CAP
+    assert little_cap(rec, int(rec.done_ns.max()), rate=1000, bound=4096) == 51
+    assert little_cap(rec, int(rec.done_ns.max()), rate=100, bound=4096) == MIN_CAP
+
+
+@pytest.mark.parametrize(("cores", "timer"), [({0, 1}, "busy"), ({0}, "yield")])
+def test_busy_wait_runs_the_busy_tail_where_the_generator_has_a_core_and_the_result_says_what_timed_the_sends(
+    monkeypatch: pytest.MonkeyPatch, cores: set[int], timer: str
+) -> None:
+    import follower.host.cpuplan as cpuplan
+
+    monkeypatch.setattr(cpuplan.os, "sched_getaffinity", lambda pid: cores)
+    point = _point(pattern="constant", busy_wait=True)
+    ctx = _context(point.server)
+    plan = plan_point(point, ctx)
+    assert plan.timer == timer
+    rec = _answered(plan.offsets_ns, 10**12)
+    rec.timer, rec.spin_s, rec.wake_margin_ns = timer, 0.15, 250_000 if timer == "busy" else 42_000
+    judged = judge(plan, Driven(rec, []), ctx)
+    said = point_result(plan, Driven(rec, []), judged, ctx, started_at=datetime.now(UTC), cold_start=None).generator_timer
+    if timer == "busy":
+        assert said == (
+            "busy-wait tail of 250 µs before each send on the generator's own core; 10.0% of the run spinning before sends"
+        )
+    else:
+        assert said == (
+            "timerfd waking 42 µs ahead (its recent wake-ups' lateness, 90th percentile); 10.0% of the run spinning before "
+            "sends; busy_wait was asked, but this follower has no core to give its generator"
+        )
