@@ -21,6 +21,9 @@ What it prints (ratios measured in this run, not asserted anywhere):
   4. capacity: a single-worker server of known capacity at 80%, 110% and 150% of it (bench/capacity.py): the
      achieved throughput never exceeds the capacity, the verdict names the server past it, and the mean latency
      from the intended time against queueing theory.
+  5. cost (bench/loadgen_cost.py): ours as a job drives a point (default timer, the cap following the load, the
+     point's verdict), ours with the busy-wait tail, and perf_analyzer, each on the generator core against a KServe v2
+     server that answers at once, at --cost-rates: CPU per request (ours over perf_analyzer's), validity, send lag.
 
 What the repeated runs showed on the 16-core GPU host (docs/loadgen/, bench/loadgen_drift.py): nothing accumulates
 across runs in one process (RSS, GC-tracked objects, connections opened per run, the server's RSS stay flat; TIME_WAIT
@@ -38,7 +41,8 @@ clients run in this process pinned to one core (sched_setaffinity). `POST /stall
 
 Optional comparators (never installed by CI):  `apt-get install wrk`  and  `.venv/bin/pip install locust`.
 Usage: .venv/bin/python bench/loadgen.py [--duration 3] [--rates 2000 5000 10000 15000] [--max-rate 40000] [--quick]
-       [--sections 1 2 3] [--repeat-rate 2000] [--repeat-duration 10] [--repeats 5] [--cpu-dma-latency US]
+       [--sections 1 2 3 4 5] [--repeat-rate 2000] [--repeat-duration 10] [--repeats 5] [--cpu-dma-latency US]
+       [--cost-rates 2000 4000 8000] [--cost-duration 5]
 Ends with one line: RESULT loadgen key=value ...
 """
 
@@ -52,6 +56,7 @@ import sys
 from pathlib import Path
 
 import capacity  # bench/capacity.py, beside this script
+import loadgen_cost
 import numpy as np
 from loadgen_clients import (  # noqa: E402  (bench/ is not a package)
     BODY,
@@ -214,7 +219,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test of the bench itself)")
     parser.add_argument("--no-realtime", action="store_true", help="nice -10 instead of SCHED_FIFO (the old setting)")
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4, 5], choices=[1, 2, 3, 4, 5])
+    parser.add_argument("--cost-rates", type=float, nargs="+", default=[2000, 4000, 8000])
+    parser.add_argument("--cost-duration", type=float, default=5.0)
     parser.add_argument(
         "--cpu-dma-latency",
         type=int,
@@ -294,6 +301,9 @@ def main() -> None:
         if 4 in args.sections:
             print("\n== 4. a single-worker server of known capacity at 80%, 110% and 150% of it (bench/capacity.py)")
             results.update(capacity.run(4.0, max(args.duration, 5.0) if args.quick else 10.0, None, srv_core))
+        if 5 in args.sections:
+            print(f"\n== 5. cost: CPU per request, validity and send lag on core {gen_core}, perf_analyzer beside")
+            loadgen_cost.run(args.cost_rates, args.cost_duration, gen_core, srv_core, results)
         steal = _steal_share()
         if steal is not None:
             print(f"\nhypervisor steal on this host during the bench: {100 * steal:.1f}% of CPU time")
