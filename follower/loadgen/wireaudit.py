@@ -299,9 +299,11 @@ def disagreement(records: LoadRecords, i: int, answer: WireAnswer | None, offset
         return "no whole answer on the wire"
     if answer.status != 200:
         return "the wire's answer is not a 200"
-    if int(records.first_byte_ns[i]) + offset_ns < answer.first_ns - SLACK_NS:
+    # A byte the client did not stamp (-1: a peer's requests, read from its own report, bench/wire.py) is not held.
+    first, done = int(records.first_byte_ns[i]), int(records.done_ns[i])
+    if first >= 0 and first + offset_ns < answer.first_ns - SLACK_NS:
         return "the client stamped the first byte before the wire carried it"
-    if int(records.done_ns[i]) + offset_ns < answer.done_ns - SLACK_NS:
+    if done >= 0 and done + offset_ns < answer.done_ns - SLACK_NS:
         return "the client stamped the last byte before the wire carried it"
     if records.llm is None:
         return None

@@ -217,3 +217,19 @@ def test_a_request_whose_syn_was_sent_again_began_with_the_first() -> None:
     result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 2_000_000 * us))
     assert (result.matched, result.unmatched) == (1, 0), result.unmatched_why
     assert result.send_us is not None and result.send_us.p50 == 5.0  # from the stamp to the first SYN
+
+
+def test_a_peers_records_that_stamp_no_bytes_are_matched_by_their_sends() -> None:
+    # bench/wire.py matches a peer's requests (read from its own report: when each left, its token times) to the wire's
+    # as the audit matches benchfleet's; a peer stamps no first or last byte (-1), which is not held against the wire.
+    us = 1000
+    conns = [_Conn(42000 + k) for k in range(2)]
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    packets = []
+    for k, conn in enumerate(conns):
+        packets += [conn.send((1000 + 100 * k) * us, REQUEST), conn.answer((5000 + 100 * k) * us, ok)]
+    records = LoadRecords.allocate(0, np.array([990, 1090], dtype=np.int64) * us)
+    records.sent_ns[:] = np.array([995, 1095]) * us
+    records.status[:] = 200
+    result = audit(Captured(packets=packets, interface="lo"), records, 0, (0, 10_000 * us))
+    assert (result.matched, result.unmatched) == (2, 0), result.unmatched_why
