@@ -56,8 +56,9 @@ class CpuCost:
         """Fold in one run's CPU per sent request, or for a streamed run per token event (its CPU less the requests'
         estimated share); runs with too few requests say little and are skipped."""
         sent = int(records.sent.sum())
-        # A mostly idle generator's CPU is its timer spin between sparse sends, not a cost per request: learning from
-        # it would predict saturation at rates the loop handles (its spin shrinks as the sends get denser).
+        # A mostly idle generator's CPU is mostly what it burns whatever it sends (its loop, its ticker), not a cost per
+        # request: learning from it would predict saturation at rates the loop handles. Its spinning before sends is
+        # measured and left out (timing.WakeMargin).
         work_s = records.work_cpu_s  # its spinning before sends is not a cost per request
         if sent < 200 or work_s <= 0 or records.cpu_share < MIN_SHARE_TO_LEARN:
             return
