@@ -228,21 +228,13 @@ class LoadSpec(StrictModel):
             f"needs {P99_MIN_SAMPLES} answered{sure}): {fix}, or set load.allow_short: true to run it anyway (its "
             "points will be invalid)"
         )
-        rate = min(self.rate)
-        needed = requests_for_a_p99(self.pattern, self.cv)
-        if rate * self.duration < needed:
-            shortest = math.ceil(10 * needed / rate) / 10
-            fix = (
-                f"set load.duration to at least {shortest:g} s"
-                if shortest <= MAX_DURATION_S
-                else f"raise the rate to at least {math.ceil(needed / MAX_DURATION_S)} req/s"
-            )
-            raise ValueError(
-                f"load.duration: {self.duration:g} s at {rate:g} req/s holds about {rate * self.duration:.0f} requests, "
-                f"too few for a p99 (it needs {P99_MIN_SAMPLES} answered, {needed} due to be sure of them): {fix}, or "
-                "set load.allow_short: true to run it anyway (its points will be invalid)"
-            )
-        return self
+
+    @field_validator("busy_wait")
+    @classmethod
+    def _check_busy_wait(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("pattern") == "closed":
+            raise ValueError("times an open loop's sends; a closed loop sends each request when the last is answered")
+        return value
 
     @field_validator("stability")
     @classmethod

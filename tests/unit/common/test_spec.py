@@ -73,6 +73,7 @@ def test_grid_expands_backends_batches_rates_in_stable_order() -> None:
         (_base(backends=[]), "backends", "at least 1"),
         (_base(colour="blue"), "colour", "unknown field"),
         (_base(load={"rate": 10, "burst": 3}), "load.burst", "unknown field"),
+        (_base(load={"pattern": "closed", "concurrency": [2], "busy_wait": True}), "load.busy_wait", "open loop"),
         (_base(name="../etc/passwd"), "name", "pattern"),
         (_base(model={"ref": "a/b"}), "model.ref", "name"),
         ({"model": {"ref": "m"}, "load": {"rate": 1}}, "name", "required"),
