@@ -4,7 +4,8 @@ Against a KServe v2 server that answers at once (bench/wire_tensor.py's, on the 
   - ours as a job runs it: the default timer (its wake margin following its wake-ups), a 1 s warm-up after which the
     in-flight cap follows the load (follower/loadgen/cap.py), and the point's own verdict on the measured part
     (follower/loadgen/verdict.py: send lag, rate, cap, errors, saturation); its CPU per request (its run's process CPU
-    over the requests it sent), its send-lag p99, the cap it ended with;
+    over the requests it sent; "(work)": less the time it spun before sends, a lower bound since answers read during a
+    spin count as spinning), its send-lag p99, the cap it ended with;
   - ours with the busy-wait tail (`load.busy_wait`): the same, spinning the last timing.BUSY_TAIL_NS before each send;
   - perf_analyzer (C++, bench/install_peers.sh), pinned to the same core at SCHED_FIFO: its CPU per request (its whole
     run's CPU over every request the server's port saw) and whether it kept the rate (its own count of delayed
