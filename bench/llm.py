@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import llm_peers  # noqa: E402
-from llm_floor import run_floor  # noqa: E402
+from llm_floor import fake_load, run_floor  # noqa: E402
 
 from benchfleet.generate.llmgen import LlamaSpec, generate  # noqa: E402
 from common.formats import hfbundle  # noqa: E402
@@ -70,11 +70,7 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 def run_ours(url: str, maker: PromptMaker, rate: float, duration_s: float, tokens: int, core: int | None) -> dict[str, float]:
     """One open-loop run of benchfleet's generator; its figures."""
-    offsets = arrival_offsets_ns("poisson", rate, duration_s, seed=int(rate))
-    workload = LlmWorkload(prompt_tokens=TokenLengths(mean=16), output_tokens=TokenLengths(mean=tokens))
-    bodies, index, _, _ = llm_bodies(workload, "fake", maker, len(offsets), seed=1)
-    if core is not None:
-        os.sched_setaffinity(0, {core})
+    offsets, bodies, index = fake_load(maker, rate, duration_s, tokens, core)
     rec = drive(Endpoint("openai", url), bodies, offsets, body_index=index, max_concurrency=4096, timeout_s=60, drain_s=30)
     ok = rec.ok
     events = int(sum(len(t) for t in (rec.llm.token_times if rec.llm else []) if t is not None))

@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 
+import numpy as np
 import uvloop
 
 from common.spec.llm import LlmWorkload, TokenLengths
@@ -36,13 +37,22 @@ class _BareTransport(OpenAiStreamTransport):
     conn_factory = _BareConn
 
 
-def run_floor(url: str, maker: PromptMaker, rate: float, duration_s: float, tokens: int, core: int | None) -> dict[str, float]:
-    """One open-loop run like bench/llm.py's run_ours, through the bare reader: its CPU and token events."""
+def fake_load(
+    maker: PromptMaker, rate: float, duration_s: float, tokens: int, core: int | None
+) -> tuple[np.ndarray, list[bytes], np.ndarray | None]:
+    """The ceiling's load against the fake server (Poisson at `rate`, 16-token prompts, `tokens` asked), its schedule,
+    bodies and body index, for benchfleet's run and the bare reader's alike; the calling thread pinned to `core`."""
     offsets = arrival_offsets_ns("poisson", rate, duration_s, seed=int(rate))
     workload = LlmWorkload(prompt_tokens=TokenLengths(mean=16), output_tokens=TokenLengths(mean=tokens))
     bodies, index, _, _ = llm_bodies(workload, "fake", maker, len(offsets), seed=1)
     if core is not None:
         os.sched_setaffinity(0, {core})
+    return offsets, bodies, index
+
+
+def run_floor(url: str, maker: PromptMaker, rate: float, duration_s: float, tokens: int, core: int | None) -> dict[str, float]:
+    """One open-loop run like bench/llm.py's run_ours, through the bare reader: its CPU and token events."""
+    offsets, bodies, index = fake_load(maker, rate, duration_s, tokens, core)
 
     async def main() -> tuple[float, int, int]:
         async with _BareTransport(url, max_concurrency=4096, timeout_s=60) as transport:

@@ -12,7 +12,6 @@ import common
 from common.spec.job import PointSpec
 from common.wire.repro import config_hash
 from common.wire.results import ColdStart, Environment, LlmFigures, PointResult
-from follower.loadgen import timing
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import slo_met
 from follower.point.context import HostFacts, PointContext, ServerRun
@@ -77,12 +76,12 @@ def point_result(
 def describe_timer(records: LoadRecords, plan: PointPlan) -> str:
     """How the point's requests were timed, in words: the timer, its wake margin, the run's share spent spinning."""
     spun = f"{100 * records.spin_share:.1f}% of the run spinning before sends"
+    margin = (records.wake_margin_ns or 0) / 1000
     if records.timer == "busy":
-        said = f"busy-wait tail of {timing.BUSY_TAIL_NS / 1000:g} µs before each send on the generator's own core; {spun}"
+        said = f"busy-wait tail of {margin:g} µs before each send on the generator's own core; {spun}"
     elif records.timer == "thread":
         said = "a timer thread (clock_nanosleep) handing each request to the loop"
     else:
-        margin = (records.wake_margin_ns or 0) / 1000
         said = f"timerfd waking {margin:.0f} µs ahead (its recent wake-ups' lateness, 90th percentile); {spun}"
     if plan.point.busy_wait and records.timer != "busy":
         said += "; busy_wait was asked, but this follower has no core to give its generator"
