@@ -27,6 +27,7 @@ from leader.api.routes import (
     fleetchecks,
     followers,
     health,
+    imports,
     jobs,
     models,
     progress,
@@ -253,7 +254,21 @@ def create_app(settings: LeaderSettings) -> FastAPI:
     app.state.metrics = metrics
     app.state.uploads = UploadSlots(settings.max_uploads_per_user, settings.max_uploads)
     api = APIRouter(prefix=API_PREFIX)
-    routers = (jobs, models, followers, fleetchecks, tokens, teams, records, progress, data, audit_routes, secrets, shard_barrier)
+    routers = (
+        jobs,
+        imports,
+        models,
+        followers,
+        fleetchecks,
+        tokens,
+        teams,
+        records,
+        progress,
+        data,
+        audit_routes,
+        secrets,
+        shard_barrier,
+    )
     for module in routers:
         api.include_router(module.router)
     api.include_router(secrets.job_router)

@@ -19,6 +19,9 @@ MAX_SHARDS = 64
 ProtocolName = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"]
 # What tensor requests speak unless a server says otherwise: KServe v2 (the Open Inference Protocol) over HTTP.
 DEFAULT_PROTOCOL: ProtocolName = "kserve-http"
+# What a run measured by another tool and imported is described as speaking: the LLM clients drive an OpenAI-compatible
+# API; perf_analyzer and LoadGen's tensor runs are written as KServe v2 (the files do not say which protocol ran).
+IMPORTED_PROTOCOL: dict[str, ProtocolName] = {"llm": "openai", "tensor": DEFAULT_PROTOCOL}
 # The URL schemes each protocol's endpoint is written with.
 SCHEMES: dict[ProtocolName, tuple[str, ...]] = {
     "kserve-http": ("http", "https"),

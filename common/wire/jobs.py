@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 from common.base import NAME_PATTERN
 from common.spec.job import JobSpec, ModelRef, PointSpec
 from common.wire.auth import DEFAULT_TEAM
+from common.wire.imports import ImportedRun
 from common.wire.models import ModelMeta
 from common.wire.repeats import RepeatSummary
 from common.wire.results import PointResult
@@ -137,6 +138,9 @@ class JobView(BaseModel):
     records_expired_at: datetime | None = None  # when retention removed its raw records (its results stay)
     traceparent: str | None = None  # the job's trace (W3C traceparent of its submission): every span of its way is in it
     colocated_refs: list[str] = []  # a co-location job's other models as they ran (name:version), in spec order
+    # `imported`: measured by another tool and imported from its files (its spec describes the run; nothing runs it)
+    kind: Literal["benchmark", "imported"] = "benchmark"
+    imported: ImportedRun | None = None
 
     def started_at(self) -> datetime | None:
         """When its current attempt started running (None: it has not)."""

@@ -36,5 +36,7 @@ REMEDY: dict[ReasonCode, str] = {
     "shard_skew": "the shards' clocks or starts were too far apart: synchronise the followers' clocks (chrony)",
     "gpu_foreign": "another process used the GPU: stop it, or run on a follower whose GPU is its own",
     "backlog": "the server was still working off the previous probe: widen the search's range or run longer probes",
+    "not_judged": "imported from another tool, whose run benchfleet did not watch: compare it with include_imported "
+    "where you accept that tool's own account, or run the same load as a benchfleet job for a verdict",
     "other": "read the reason's text: it was stored before reasons had codes",
 }

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from common.spec.job import PointSpec
 from common.wire.audit import WireAudit
+from common.wire.imports import ImportedFrom
 from common.wire.quality import Quality
 from common.wire.search import SearchAnswer
 
@@ -19,13 +20,13 @@ class Percentiles(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     count: int
-    mean: float
+    mean: float | None  # None only on an imported point whose tool does not report it
     p50: float
-    p90: float
-    p95: float
+    p90: float | None  # the same
+    p95: float | None  # the same
     p99: float
-    p999: float
-    max: float
+    p999: float | None  # the same
+    max: float | None
 
 
 class ColdStart(BaseModel):
@@ -199,6 +200,7 @@ ReasonCode = Literal[
     "shard_skew",  # the shards started further apart, or their clock offsets are less sure, than a merged point allows
     "gpu_foreign",  # a process that is not the follower's used a GPU when the point started or ended
     "backlog",  # a search probe: the server was still working off the previous probe's backlog when it would start
+    "not_judged",  # imported from another tool's files: benchfleet did not watch the run, so it gives no verdict
     "other",  # a reason stored before reasons had codes that matches none of the above
 ]
 
@@ -417,3 +419,4 @@ class PointResult(BaseModel):
     shard_skew_ms: float | None = None  # the spread of the shards' start lags (a point past 1 ms is flagged)
     wire: WireAudit | None = None  # the job's `audit: wire`: the client's clock against the wire
     quality: Quality | None = None  # the job's `quality:` checks on this point's server, after its load
+    imported: ImportedFrom | None = None  # measured by another tool and imported: its definitions; no verdict of ours

@@ -101,6 +101,8 @@ def llm_stages(figures: LlmFigures) -> dict[str, float] | None:
     if any(v is None for v in parts.values()) or server.e2e_ms_mean is None:
         return None
     service = figures.e2e_sent_ms.mean
+    if service is None:  # only an imported point's figures lack a mean
+        return None
     return {
         **{k: float(v) for k, v in parts.items() if v is not None},
         "transmission": service - server.e2e_ms_mean,

@@ -65,15 +65,15 @@ class UploadSlots:
 
 
 @contextlib.asynccontextmanager
-async def upload_form(request: Request, *, what: str, limit: int, user: str) -> AsyncIterator[FormData]:
-    """The request's multipart form, read under `limit` bytes of file, while `user` holds one of the leader's upload
-    slots (request.app.state.uploads); 415 if not a form, 429 over a slot bound."""
+async def upload_form(request: Request, *, what: str, limit: int, user: str, files: int = 1) -> AsyncIterator[FormData]:
+    """The request's multipart form of up to `files` files, read under `limit` bytes in all, while `user` holds one of
+    the leader's upload slots (request.app.state.uploads); 415 if not a form, 429 over a slot bound."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type != "multipart/form-data":
         raise UnsupportedMediaType(f"upload {what} as multipart/form-data", field="Content-Type")
     slots: UploadSlots = request.app.state.uploads
     with slots.slot(user):
-        async with limited_request(request, limit + FORM_OVERHEAD_BYTES).form(max_files=1, max_fields=8) as form:
+        async with limited_request(request, limit + FORM_OVERHEAD_BYTES).form(max_files=files, max_fields=8) as form:
             yield form
 
 

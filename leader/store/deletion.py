@@ -13,6 +13,7 @@ import bson
 from pymongo.asynchronous.database import AsyncDatabase
 
 from common.wire.jobs import JobFootprint, Stored
+from leader.store import imports as imports_store
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as leaderboard_store
 from leader.store import progress as progress_store
@@ -21,6 +22,8 @@ from leader.store import results as results_store
 from leader.store import shard_points as shard_points_store
 
 FILES, CHUNKS = f"{records_store.BUCKET}.files", f"{records_store.BUCKET}.chunks"
+# A GridFS file's bytes are its chunks: each bucket's files collection and its chunks collection.
+CHUNKS_OF = {FILES: CHUNKS, imports_store.FILES: imports_store.CHUNKS}
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ def _kinds(job_ids: list[str], point_ids: list[str]) -> list[Kind]:
         Kind("leaderboard rows", leaderboard_store.COLLECTION, {"job_id": ids}),
         Kind("progress", progress_store.COLLECTION, {"_id": ids}),
         Kind("raw records", FILES, {"metadata.job_id": ids}),
+        Kind("imported files", imports_store.FILES, {"metadata.job_id": ids}),
         Kind("shard barrier", shard_points_store.POINTS, {"_id": {"$in": point_ids}}),
         Kind("shard records", shard_points_store.RECORDS, {"job_id": ids}),
     ]
@@ -83,14 +87,15 @@ async def footprint(db: AsyncDatabase, *, job_id: str, delete: bool = False) -> 
     for kind in sorted(_kinds(job_ids, point_ids), key=lambda k: k.name == "job"):
         count, size, ids = await _sizes(db[kind.collection].find(kind.query))
         chunk_ids: list[Any] = []
-        if kind.collection == FILES:  # a file's bytes are its chunks
-            _, size, chunk_ids = await _sizes(db[CHUNKS].find({"files_id": {"$in": ids}}))
+        chunks = CHUNKS_OF.get(kind.collection)
+        if chunks is not None:  # a file's bytes are its chunks
+            _, size, chunk_ids = await _sizes(db[chunks].find({"files_id": {"$in": ids}}))
         if delete and kind.collection == leaderboard_store.COLLECTION:  # rows leave their counts and best with them
             await leaderboard_store.delete_rows(db, row_ids=ids)
         elif delete:  # a file before its chunks: a reader finds no file rather than a file without its chunks
             await db[kind.collection].delete_many({"_id": {"$in": ids}})
-            if chunk_ids:
-                await db[CHUNKS].delete_many({"_id": {"$in": chunk_ids}})
+            if chunk_ids and chunks is not None:
+                await db[chunks].delete_many({"_id": {"$in": chunk_ids}})
         kinds[kind.name] = Stored(documents=count, bytes=size)
     if delete:
         await jobs_store.mark_deleted(db, job_ids=job_ids)

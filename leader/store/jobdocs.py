@@ -142,6 +142,8 @@ def job_view(doc: dict[str, Any]) -> JobView:
         records_expired_at=as_utc(doc["records_expired_at"]) if doc.get("records_expired_at") else None,
         traceparent=doc.get("traceparent"),
         colocated_refs=[f"{m['name']}:{m['version']}" for m in doc.get("colocated_models") or []],
+        kind=doc.get("kind", "benchmark"),
+        imported=doc.get("imported"),
     )
 
 

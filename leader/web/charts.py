@@ -32,9 +32,12 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray], sweep: di
             series.append((label, quantiles(lat, qs).round(4).tolist(), (qs * 100).round(3).tolist()))
         elif p.latency_ms is not None:
             pc = p.latency_ms
-            series.append(
-                (label + " (percentiles)", [pc.p50, pc.p90, pc.p95, pc.p99, pc.p999, pc.max], [50, 90, 95, 99, 99.9, 100])
-            )
+            known = [
+                (v, q)
+                for v, q in zip((pc.p50, pc.p90, pc.p95, pc.p99, pc.p999, pc.max), (50, 90, 95, 99, 99.9, 100), strict=True)
+                if v is not None
+            ]
+            series.append((label + " (percentiles)", [v for v, _ in known], [q for _, q in known]))
     return series
 
 
@@ -152,7 +155,7 @@ def before_send(p: PointResult) -> float | None:
     """The mean time a point's requests waited to be sent: its mean latency (from the intended time) less its mean
     service time (from the send), over the same answered requests; None without both."""
     stages = p.stages_ms or {}
-    if p.latency_ms is None or SERVICE_TOTAL not in stages:
+    if p.latency_ms is None or p.latency_ms.mean is None or SERVICE_TOTAL not in stages:
         return None
     return max(0.0, p.latency_ms.mean - stages[SERVICE_TOTAL])
 

@@ -114,6 +114,7 @@ def test_a_deleted_job_leaves_nothing_behind(leader: Leader) -> None:
         "leaderboard rows": 2,
         "progress": 1,
         "raw records": 2,
+        "imported files": 0,
         "shard barrier": 0,
         "shard records": 0,
         "job": 1,

@@ -1,0 +1,64 @@
+"""Result files of other benchmark tools, read into one shape (model.Run): which tool wrote them (said, or recognised
+from their contents), each load level's figures with the tool's own definitions, and its per-request records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from common.formats.imports import llm_tools, tensor_tools
+from common.formats.imports.model import ImportRefused, Run
+from common.wire.imports import TOOL_NAMES, Tool
+
+READERS: dict[Tool, Callable[[dict[str, bytes]], Run]] = {
+    "vllm": llm_tools.vllm,
+    "aiperf": llm_tools.aiperf,
+    "guidellm": llm_tools.guidellm,
+    "inference-perf": llm_tools.inference_perf,
+    "genai-bench": llm_tools.genai_bench,
+    "perf_analyzer": tensor_tools.perf_analyzer,
+    "loadgen": tensor_tools.loadgen,
+}
+# The files an import takes at most, and their sizes (every per-request detail these tools write fits).
+MAX_FILES = 8
+MAX_FILE_BYTES = 64 * 1024 * 1024
+# JSON keys only one tool writes at the top of a result file.
+_JSON_MARKS: tuple[tuple[str, Tool], ...] = (
+    ("aiperf_version", "aiperf"),
+    ("benchmarks", "guidellm"),
+    ("load_summary", "inference-perf"),
+    ("aggregated_metrics", "genai-bench"),
+    ("num_prompts", "vllm"),
+)
+
+
+def detect(files: dict[str, bytes]) -> Tool:
+    """The tool whose files these are, from their contents; the refusal lists the tools read."""
+    for name, data in files.items():
+        head = data[:4096]
+        if b"MLPerf Results Summary" in head or head.startswith(b":::MLLOG"):
+            return "loadgen"
+        if head.startswith(b"Concurrency,") or head.startswith(b"Request Rate,"):
+            return "perf_analyzer"
+        if name.endswith(".json") or head.lstrip().startswith(b"{"):
+            try:
+                doc = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(doc, dict):
+                for key, tool in _JSON_MARKS:
+                    if key in doc:
+                        return tool
+    known = ", ".join(TOOL_NAMES.values())
+    raise ImportRefused("known tool", ", ".join(files) or "no file", f"not recognised as a result of {known}; name its tool")
+
+
+def read(files: dict[str, bytes], tool: Tool | None = None) -> Run:
+    """The run these files hold (every file from one tool); ImportRefused naming the file and field otherwise."""
+    if not files:
+        raise ImportRefused(TOOL_NAMES[tool] if tool else "known tool", "file", "no file given")
+    chosen = tool or detect(files)
+    run = READERS[chosen](files)
+    if not run.levels:
+        raise ImportRefused(TOOL_NAMES[chosen], ", ".join(files), "no load level in it")
+    return run
