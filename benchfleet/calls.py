@@ -15,6 +15,7 @@ from common.spec.job import JobSpec
 from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
+from common.wire.imports import ImportSummary
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
@@ -56,6 +57,7 @@ _RESULTS = _model(TypeAdapter(JobResults))
 _MODEL = _model(TypeAdapter(ModelMeta))
 _MODELS = _model(TypeAdapter(list[ModelMeta]))
 _DATASET = _model(TypeAdapter(DataSetMeta))
+_IMPORT = _model(TypeAdapter(ImportSummary))
 _DATASETS = _model(TypeAdapter(list[DataSetMeta]))
 _FOLLOWERS = _model(TypeAdapter(list[FollowerView]))
 _FOLLOWER = _model(TypeAdapter(FollowerView))
@@ -185,6 +187,12 @@ class Calls:
     @staticmethod
     def upload_data(content: bytes, name: str, format: str, filename: str) -> Call[DataSetMeta]:
         return _upload(f"{API}/data", _DATASET, content, filename, name=name, format=format)
+
+    @staticmethod
+    def import_files(files: Mapping[str, bytes], tool: str | None, name: str | None, model: str | None) -> Call[ImportSummary]:
+        parts = [("file", (filename, content, "application/octet-stream")) for filename, content in files.items()]
+        fields = {k: v for k, v in (("tool", tool), ("name", name), ("model", model)) if v}
+        return Call("POST", f"{API}/imports", _IMPORT, kwargs={"data": fields, "files": parts})
 
     @staticmethod
     def data_sets() -> Call[list[DataSetMeta]]:

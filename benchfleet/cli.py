@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from benchfleet import cli_admin, cli_analysis, cli_store, cli_teams
+from benchfleet import cli_admin, cli_analysis, cli_imports, cli_store, cli_teams
 from benchfleet.calls import EXPORT_FORMATS
 from benchfleet.cli_common import (
     DEFAULT_PORT,
@@ -382,6 +382,7 @@ cli_analysis.register(app)
 cli_admin.register(app)
 cli_teams.register(app)
 cli_store.register(app)
+cli_imports.register(app)
 
 
 def main() -> None:

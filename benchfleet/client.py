@@ -20,6 +20,7 @@ from common.spec.job import JobSpec
 from common.wire.analysis import CompareResponse, FleetCheckView, LeaderboardPage, RecommendQuery, RecommendResponse
 from common.wire.auth import TokenIssued, TokenView
 from common.wire.followers import FollowerView
+from common.wire.imports import ImportSummary
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.models import ModelMeta, ModelQuery, ModelUpdate
 from common.wire.secrets import SecretView
@@ -168,6 +169,12 @@ class BenchfleetClient:
         content = data.read_bytes() if isinstance(data, Path) else data
         filename = data.name if isinstance(data, Path) else f"{name}.{format}"
         return self._do(Calls.upload_data(content, name, format, filename))
+
+    def import_files(
+        self, files: list[Path], *, tool: str | None = None, name: str | None = None, model: str | None = None
+    ) -> ImportSummary:
+        """Import another tool's result files (one run) as a job of kind `imported`."""
+        return self._do(Calls.import_files({f.name: f.read_bytes() for f in files}, tool, name, model))
 
     def data_sets(self) -> list[DataSetMeta]:
         """Every stored request-data set."""
@@ -364,6 +371,12 @@ class AsyncBenchfleetClient:
         content = data.read_bytes() if isinstance(data, Path) else data
         filename = data.name if isinstance(data, Path) else f"{name}.{format}"
         return await self._do(Calls.upload_data(content, name, format, filename))
+
+    async def import_files(
+        self, files: list[Path], *, tool: str | None = None, name: str | None = None, model: str | None = None
+    ) -> ImportSummary:
+        """Import another tool's result files (one run) as a job of kind `imported`."""
+        return await self._do(Calls.import_files({f.name: f.read_bytes() for f in files}, tool, name, model))
 
     async def data_sets(self) -> list[DataSetMeta]:
         """Every stored request-data set."""

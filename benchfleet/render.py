@@ -9,6 +9,7 @@ from rich.console import Console
 from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.spec.sweep import label as sweep_label
+from common.wire.imports import TOOL_NAMES
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.quality import Quality
 from common.wire.remedies import REMEDY
@@ -76,6 +77,8 @@ def points_sheet(results: JobResults) -> Sheet:
             backend += f" {sweep_label(job.spec.sweep, r.point.server)}"
         cold = f"{r.cold_start.to_first_answer_s:.2f}" if r.cold_start else "-"
         verdict = "yes" if r.valid else "NO " + sheet.note(f"point {r.point.index}: " + "; ".join(r.invalid_reasons))
+        if r.imported is not None:  # another tool's run: no verdict of ours; what it fell behind, ours from its records
+            verdict = "not judged " + sheet.note(f"point {r.point.index} ({r.imported.level}): " + imported_note(r))
         sheet.rows.append(
             [
                 str(r.point.index),
@@ -104,7 +107,24 @@ def points_sheet(results: JobResults) -> Sheet:
     for backend, summary in sorted({(r.point.backend, r.conversion.summary()) for r in results.points if r.conversion}):
         sheet.note(f"{backend} served the model {summary}")
     sheet.footer = "latencies in ms from the intended send time; svc: from the actual send; lag: send delay"
+    if job.imported is not None:
+        defs = next(r.imported.definitions for r in results.points if r.imported is not None) if results.points else None
+        sheet.footer = f"measured by {TOOL_NAMES[job.imported.tool]} {job.imported.version or ''} and imported".replace("  ", " ")
+        sheet.footer += f"; its latency: {defs.latency}" if defs else ""
     return sheet
+
+
+def imported_note(r: PointResult) -> str:
+    """An imported point's account: where the tool fell behind, and benchfleet's own figures from its records."""
+    assert r.imported is not None
+    parts = [*r.imported.behind] or ["the file shows the tool kept its schedule"]
+    if (mine := r.imported.recomputed) is not None:
+        shifts = ", ".join(f"{k.removesuffix('_ms')} {100 * v:+.1f}%" for k, v in mine.shift.items())
+        parts.append(
+            f"benchfleet's own from its {mine.requests} records (from {mine.counted_from}): latency p99 "
+            f"{mine.latency_p99_ms:.3f} ms; against the tool's: {shifts or 'nothing to set beside'}"
+        )
+    return "; ".join(parts)
 
 
 def llm_sheet(results: JobResults) -> Sheet | None:

@@ -345,3 +345,16 @@ def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: P
     assert approved.returncode == 0 and approved.stdout.startswith("follower f-cli "), approved.stdout
     assert "pending" not in approved.stdout, approved.stdout
     assert _cli(fleet, "approve", "no-such-follower").returncode != 0
+
+
+def test_import_of_another_tools_files_shows_its_figures_unjudged(fleet) -> None:  # type: ignore[no-untyped-def]
+    """`benchfleet import FILE…` (sharing this module's fleet): GuideLLM's real benchmarks file becomes a job of two
+    points, shown with GuideLLM's definitions and "not judged"; a file of no known tool exits 3 naming the field."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
+    done = _cli(fleet, "import", str(fixtures / "guidellm" / "benchmarks.json"))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"imported GuideLLM 0\.8\.1: job [0-9a-f]{32}, 2 points", done.stdout)
+    assert done.stdout.count("not judged") >= 2 and "measured by GuideLLM 0.8.1 and imported" in done.stdout
+    assert "benchfleet's own from its 16 records" in done.stdout
+    bad = _cli(fleet, "import", str(fixtures / "aiperf" / "COMMAND.txt"))
+    assert bad.returncode == 3 and "file" in bad.stderr and "not recognised" in bad.stderr
