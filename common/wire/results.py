@@ -362,6 +362,11 @@ class PointResult(BaseModel):
         """The reasons' texts, as every view shows them (and as stored documents always carried them)."""
         return [r.text for r in self.reasons]
 
+    @property
+    def judged_invalid(self) -> bool:
+        """Benchfleet judged it invalid (an imported point is not judged at all: charts show it unringed)."""
+        return not self.valid and self.imported is None
+
     point: PointSpec
     started_at: datetime
     measured_s: float

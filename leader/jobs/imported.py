@@ -53,7 +53,7 @@ def _llm(level: Level) -> LlmFigures | None:
         return None
     return LlmFigures(
         ttft_ms=_percentiles(level.ttft),
-        ttft_sent_ms=_percentiles(level.ttft),
+        ttft_sent_ms=None,  # the tool's TTFT is ttft_ms, labelled with its definition; no second claim beside it
         itl_ms=_percentiles(level.itl),
         itl_request_ms=None,
         tpot_ms=_percentiles(level.tpot),

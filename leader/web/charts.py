@@ -11,6 +11,7 @@ import numpy as np
 from common.spec.slo import SLO
 from common.spec.sweep import label as sweep_label
 from common.stats import quantiles
+from common.wire.imports import TOOL_NAMES
 from common.wire.results import SERVICE_TOTAL, STAGE_ORDER, PointResult
 from leader.analysis.heatmap import HeatMap
 from leader.analysis.roofline import Roofline
@@ -25,7 +26,7 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray], sweep: di
     for p in points:
         config = f" {sweep_label(sweep, p.point.server)}" if sweep else ""
         label = f"#{p.point.index} {p.point.backend}{config} b{p.point.batch_size} {p.point.load_label()}"
-        label += "" if p.valid else " INVALID"
+        label += " (not judged)" if p.imported else ("" if p.valid else " INVALID")
         lat = raw.get(p.point.index)
         if lat is not None and lat.size:
             qs = np.linspace(0, 1, CDF_QUANTILES)
@@ -44,12 +45,14 @@ def _cdf_series(points: list[PointResult], raw: dict[int, np.ndarray], sweep: di
 def job_charts(
     points: list[PointResult], raw: dict[int, np.ndarray], slo: SLO | None = None, sweep: dict[str, list[Any]] | None = None
 ) -> list[Chart]:
-    """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start, and each search's probes."""
+    """The job's charts: CDF, latency vs throughput, timeline, stages, resources, cold start, and each search's probes.
+    An imported job's are its tool's figures, labelled with its definition of latency (the point pages say it whole)."""
+    tool = next((p.imported for p in points if p.imported is not None), None)
     charts = [
         line(
             "Latency CDF per point",
             _cdf_series(points, raw, sweep),
-            xlabel="latency from intended time (ms)",
+            xlabel=f"latency as {TOOL_NAMES[tool.tool]} counts it (ms)" if tool else "latency from intended time (ms)",
             ylabel="percent of requests",
             logx=True,
             empty="no latencies yet",
@@ -139,7 +142,9 @@ def job_charts(
                     f"Output tokens/s vs {name} p99 (one line per configuration; ringed red: invalid)",
                     llm,
                     lambda p, attr=attr: tokens_and(p, attr),
-                    xlabel="output tokens/s (the server's count)",
+                    xlabel=f"output tokens/s ({TOOL_NAMES[tool.tool]}'s count)"
+                    if tool
+                    else "output tokens/s (the server's count)",
                     ylabel=f"{name} p99 ms",
                 )
             )

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from common.errors import Conflict, InvalidRequest, NotFound
 from common.wire.followers import FollowerView
+from common.wire.imports import TOOL_NAMES
 from common.wire.jobs import TERMINAL_STATES, JobFilter, JobState, JobView, as_ran
 from leader.api import conditional, deps, paging
 from leader.clock import as_utc, utcnow
@@ -55,6 +56,8 @@ class JobRow:
 
 
 def _verdict(job: JobView, tally: PointTally | None) -> str:
+    if job.imported is not None:
+        return f"imported from {TOOL_NAMES[job.imported.tool]}: {job.points_total} points, not judged"
     if job.state == JobState.succeeded:
         t = tally or PointTally()
         return f"{t.valid}/{t.points} points valid, {t.slo_met} within the SLO"
@@ -68,7 +71,9 @@ def job_row(job: JobView, tally: PointTally | None, *, may_cancel: bool) -> JobR
     started = job.started_at()
     start: datetime | None
     end: datetime | None
-    if job.state in TERMINAL_STATES:
+    if job.imported is not None:  # measured elsewhere: where and when are the tool's, not a follower's
+        where, start, end, estimated = f"{TOOL_NAMES[job.imported.tool]} (imported)", job.created_at, job.created_at, False
+    elif job.state in TERMINAL_STATES:
         where, start, end, estimated = job.follower_id or "—", started, job.updated_at, False
     elif job.state == JobState.running:
         ends = started + timedelta(seconds=job.estimate_s) if started else None
@@ -151,6 +156,7 @@ async def jobs_page(request: Request) -> Response:
         next_cursor=next_cursor,
         query={k: v for k, v in filters.items() if v},
         cursor=params.get("cursor", ""),
+        import_tools=TOOL_NAMES,
         **context,
     )
     return HTMLResponse(html, status_code=status)

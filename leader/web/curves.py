@@ -46,8 +46,8 @@ def curves(
     for label, points in lines.items():
         pairs = [xy(p) for p in points]
         series.append((label, [x for x, _ in pairs], [y for _, y in pairs]))
-        flagged.append([not p.valid for p in points])
-    valid = [xy(p) for points in lines.values() for p in points if p.valid]
+        flagged.append([p.judged_invalid for p in points])
+    valid = [xy(p) for points in lines.values() for p in points if not p.judged_invalid]
     front = pareto([(x, y) for x, y in valid if finite(x) and finite(y)])
     if len(lines) > 1 and front:
         series.append(("Pareto front", [x for x, _ in front], [y for _, y in front]))
@@ -163,7 +163,7 @@ def goodput_chart(lines: Mapping[str, list[PointResult]], slo: SLO | None) -> Ch
             if p.search is not None:
                 pairs += [(x.load, x.attainment, not x.passed) for x in p.search.probes if x.attainment is not None]
             elif p.llm is not None:
-                pairs.append((p.offered_rate, p.llm.goodput_share, not p.valid))
+                pairs.append((p.offered_rate, p.llm.goodput_share, p.judged_invalid))
         pairs.sort(key=lambda t: t[0])
         loads += [x for x, _, _ in pairs]
         series.append((label, [x for x, _, _ in pairs], [y for _, y, _ in pairs]))

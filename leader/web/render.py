@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common.spec.sweep import label as sweep_label
+from common.wire.imports import TOOL_NAMES
 
 HERE = Path(__file__).parent
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
@@ -40,6 +41,7 @@ env.globals["num"] = num
 env.globals["size"] = size
 env.globals["pct"] = pct
 env.globals["sweep_label"] = sweep_label
+env.globals["tool_names"] = TOOL_NAMES  # the tools an imported run may come from, by their names
 
 
 def render(name: str, **context: Any) -> str:

@@ -115,6 +115,8 @@
       try {
         const answer = await fetch(form.dataset.upload, {method: "POST", body: data, headers: {"X-CSRF-Token": csrf},
                                                           credentials: "same-origin"});
+        // A form naming `data-open` opens the page of what it made (an import: its job); the others show it in place.
+        if (answer.ok && form.dataset.open) { location.assign(`/jobs/${(await answer.json())[form.dataset.open]}`); return; }
         if (answer.ok) { location.reload(); return; }
         let field = "";
         box.textContent = await refused(answer.clone());

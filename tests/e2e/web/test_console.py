@@ -13,6 +13,7 @@ from common.spec.parse import parse_spec_yaml
 from tests.e2e.web.browser import NEEDS_CHROMIUM, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, SPEC_YAML, Leader
+from tests.integration.leader.test_imports import FIXTURES
 from tests.unit.leader.onnx_models import identity_model
 
 pytestmark = [pytest.mark.e2e, NEEDS_CHROMIUM]
@@ -272,3 +273,39 @@ def test_the_repository_uploads_checks_and_deletes(console: dict[str, Any], arti
         page.click('tr.dataset [data-action="delete-data"]')
         page.wait_for_selector("#no-data")
         assert leader.client.get("/api/v1/data", headers=ADMIN).json() == []
+
+
+def test_importing_another_tools_run_opens_its_job_labelled_with_the_tools_definitions(
+    console: dict[str, Any], artifacts_dir: Path
+) -> None:
+    """The jobs page's import form: a file of no known tool is refused in the form (field `file`); vLLM's two real
+    result files become a job whose page says who measured it, how that tool defines latency and TTFT, "not judged" on
+    every point, benchfleet's own figures from vLLM's records beside vLLM's, and links to the files kept."""
+    url = console["url"]
+    vllm = sorted((FIXTURES / "vllm").glob("*.json"))
+    with logged_in(console["browser"], url, ADMIN_TOKEN) as page:
+        page.goto(url + "/jobs")
+        form = page.locator("#import-upload")
+        form.locator("[name=file]").set_input_files(str(FIXTURES / "aiperf" / "COMMAND.txt"))
+        form.locator("button[type=submit]").click()
+        page.wait_for_selector("#import-upload .form-error:not([hidden])")
+        assert form.locator(".form-error").get_attribute("data-field") == "file"
+        assert "not recognised" in form.locator(".form-error").inner_text()
+        form.locator("[name=file]").set_input_files([str(p) for p in vllm])
+        form.locator("[name=name]").fill("vllm-pr-run")
+        form.locator("button[type=submit]").click()
+        page.wait_for_selector("#imported")
+        assert "Imported from vLLM's bench serve" in page.inner_text("#imported")
+        definitions = page.inner_text("#definitions")
+        assert "from its send stamp to the last byte (not from the scheduled time)" in definitions and "TTFT" in definitions
+        verdicts = page.locator("#points td.verdict-cell").all_inner_texts()
+        assert len(verdicts) == 2 and all(v.startswith("not judged") for v in verdicts)
+        assert page.locator("#points tbody tr").nth(0).locator("td").nth(3).inner_text() == "request rate 4"
+        rows = page.locator("#recomputed tr.recomputed")
+        assert rows.count() == 16 and "TTFT p99" in page.inner_text("#recomputed")
+        assert page.locator("a.imported-file").all_inner_texts() == [p.name for p in vllm]
+        assert not page.locator('[data-action="rerun"]').count()  # nothing re-runs another tool's run
+        _fits(page)
+        page.screenshot(path=str(artifacts_dir / "web" / "console-imported-job.png"), full_page=True)
+        page.goto(url + "/jobs")
+        assert "imported from vLLM's bench serve: 2 points, not judged" in page.inner_text("#jobs")
