@@ -224,8 +224,11 @@ class Calls:
         return Call("GET", f"{API}/recommend", _RECOMMEND, params=params)
 
     @staticmethod
-    def compare(a: str, b: str, threshold: float | None, quality_threshold: float | None = None) -> Call[CompareResponse]:
+    def compare(
+        a: str, b: str, threshold: float | None, quality_threshold: float | None = None, include_imported: bool = False
+    ) -> Call[CompareResponse]:
         params = {"a": a, "b": b, "threshold": threshold, "quality_threshold": quality_threshold}
+        params |= {"include_imported": "true"} if include_imported else {}
         return Call("GET", f"{API}/compare", _COMPARE, params=params)
 
     @staticmethod

@@ -173,6 +173,8 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
                 verdict += " " + sheet.note(f"{p.key}: {name}'s point is invalid: {'; '.join(reasons)}")
         if p.comparable is not None and p.comparable != "comparable":
             verdict += " " + sheet.note(f"{p.key}: {p.comparable}")  # what differs between the two runs
+        for line in p.definitions:  # a side another tool measured: its definitions, and what the recomputation moved
+            verdict += " " + sheet.note(f"{p.key}: {line}")
         sheet.rows.append([p.key, _num(p.a_p99_ms), _num(p.b_p99_ms), change, ci, _num(p.p_value, ".3g"), p.test, verdict])
         for m in p.llm:  # a language model's figures, each under its point
             ci = f"{m.ci_low:+.2f} .. {m.ci_high:+.2f}" if m.ci_low is not None and m.ci_high is not None else "-"
@@ -188,6 +190,8 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
         sheet.footer += f" (top-1 accuracy: a fall of {100 * answer.quality_threshold:g} points)"
     if answer.invalid:
         sheet.footer += f"; {answer.invalid} point(s) not judged: a side's point is invalid"
+    if answer.not_judged:
+        sheet.footer += f"; {answer.not_judged} point(s) not judged: a side was imported (--include-imported judges it)"
     return sheet
 
 
@@ -271,18 +275,28 @@ def register(app: typer.Typer) -> None:
         quality_threshold: Annotated[
             float | None, typer.Option(min=0.0, max=1.0, help="The fall in top-1 accuracy that counts (0.005: half a point).")
         ] = None,
+        include_imported: Annotated[
+            bool, typer.Option("--include-imported", help="Judge points another tool measured (an imported job) too.")
+        ] = False,
         as_json: JsonOpt = False,
         wide: WideOpt = False,
     ) -> None:
         """Compare job B with job A point by point, latency between valid points only, accuracy wherever both scored it;
         exits 5 when a point regressed (a CI gate), else 6 when a point could not be judged because a side's point is
-        invalid."""
+        invalid or, without --include-imported, was measured by another tool."""
         with client_for(url, token) as client:
-            answer = call(client.compare, job_a, job_b, threshold=threshold, quality_threshold=quality_threshold)
+            answer = call(
+                client.compare,
+                job_a,
+                job_b,
+                threshold=threshold,
+                quality_threshold=quality_threshold,
+                include_imported=include_imported,
+            )
         show(answer, compare_sheet, as_json=as_json, wide=wide)
         if answer.regressions:
             raise typer.Exit(EXIT_REGRESSION)
-        if answer.invalid:
+        if answer.invalid or answer.not_judged:
             raise typer.Exit(EXIT_NOT_COMPARABLE)
 
     @app.command()

@@ -205,10 +205,17 @@ class BenchfleetClient:
         return self._do(Calls.recommend(query, filters))
 
     def compare(
-        self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
+        self,
+        a: str,
+        b: str,
+        *,
+        threshold: float | None = None,
+        quality_threshold: float | None = None,
+        include_imported: bool = False,
     ) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions."""
-        return self._do(Calls.compare(a, b, threshold, quality_threshold))
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions;
+        `include_imported`: judge points another tool measured too."""
+        return self._do(Calls.compare(a, b, threshold, quality_threshold, include_imported))
 
     def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
         """Pin a job as the team's named baseline (compare with `baseline:NAME`)."""
@@ -409,10 +416,17 @@ class AsyncBenchfleetClient:
         return await self._do(Calls.recommend(query, filters))
 
     async def compare(
-        self, a: str, b: str, *, threshold: float | None = None, quality_threshold: float | None = None
+        self,
+        a: str,
+        b: str,
+        *,
+        threshold: float | None = None,
+        quality_threshold: float | None = None,
+        include_imported: bool = False,
     ) -> CompareResponse:
-        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions."""
-        return await self._do(Calls.compare(a, b, threshold, quality_threshold))
+        """Job (or `baseline:NAME`) b against a, point by point; `regressions`: latency and accuracy regressions;
+        `include_imported`: judge points another tool measured too."""
+        return await self._do(Calls.compare(a, b, threshold, quality_threshold, include_imported))
 
     async def pin_baseline(self, name: str, job_id: str) -> dict[str, str]:
         """Pin a job as the team's named baseline (compare with `baseline:NAME`)."""

@@ -17,7 +17,8 @@ from common.wire.results import Percentiles, PointResult
 
 
 def _ms(p: Percentiles | None, attr: str) -> str:
-    return f"{getattr(p, attr):.2f}" if p is not None else "-"
+    value = getattr(p, attr) if p is not None else None  # an imported point's tool may not report every quantile
+    return f"{value:.2f}" if value is not None else "-"
 
 
 def results_sheets(results: JobResults) -> list[Sheet]:
@@ -84,7 +85,7 @@ def points_sheet(results: JobResults) -> Sheet:
                 str(r.point.index),
                 backend,
                 str(r.point.batch_size),
-                r.point.load_label(),
+                r.imported.level if r.imported else r.point.load_label(),
                 f"{r.achieved_rate:.1f}",
                 str(r.requests),
                 str(r.errors),
@@ -119,7 +120,7 @@ def imported_note(r: PointResult) -> str:
     assert r.imported is not None
     parts = [*r.imported.behind] or ["the file shows the tool kept its schedule"]
     if (mine := r.imported.recomputed) is not None:
-        shifts = ", ".join(f"{k.removesuffix('_ms')} {100 * v:+.1f}%" for k, v in mine.shift.items())
+        shifts = ", ".join(f"{k.removesuffix('_ms').replace('_', ' ')} {100 * v:+.1f}%" for k, v in mine.shift.items())
         parts.append(
             f"benchfleet's own from its {mine.requests} records (from {mine.counted_from}): latency p99 "
             f"{mine.latency_p99_ms:.3f} ms; against the tool's: {shifts or 'nothing to set beside'}"
@@ -133,8 +134,10 @@ def llm_sheet(results: JobResults) -> Sheet | None:
     points = [r for r in results.points if r.llm is not None]
     if not points:
         return None
+    tool = results.job.imported
+    title = "language model: latencies in ms (from the intended time; 'sent': from the send)"
     sheet = Sheet(
-        title="language model: latencies in ms (from the intended time; 'sent': from the send)",
+        title=f"language model: latencies in ms and tokens as {TOOL_NAMES[tool.tool]} counts them" if tool else title,
         columns=[
             Col("#"),
             Col("load"),
@@ -156,7 +159,7 @@ def llm_sheet(results: JobResults) -> Sheet | None:
         sheet.rows.append(
             [
                 str(r.point.index),
-                r.point.load_label(),
+                r.imported.level if r.imported else r.point.load_label(),
                 _ms(llm.ttft_ms, "p50"),
                 _ms(llm.ttft_ms, "p99"),
                 _ms(llm.ttft_sent_ms, "p99"),
@@ -165,7 +168,7 @@ def llm_sheet(results: JobResults) -> Sheet | None:
                 _ms(llm.tpot_ms, "p50"),
                 f"{llm.output_tokens_per_s:.1f}",
                 goodput,
-                f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
+                "-" if r.imported else f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
             ]
         )
     return sheet

@@ -208,7 +208,8 @@ class RecommendResponse(BaseModel):
 
 # "invalid": a side's point is invalid (common/wire/results.py: its reasons), so its figures decide nothing; "missing":
 # the point is on one side only.
-Verdict = Literal["regression", "improvement", "unchanged", "invalid", "missing"]
+# not_judged: a side was measured by another tool and imported, and the compare did not opt in (include_imported).
+Verdict = Literal["regression", "improvement", "unchanged", "invalid", "missing", "not_judged"]
 
 
 LlmMetric = Literal["ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "tokens_per_s"]
@@ -267,6 +268,11 @@ class PointComparison(BaseModel):
     a_reasons: list[str] = []
     b_reasons: list[str] = []
     quality: QualityComparison | None = None  # both sides scored their answers (a job's `quality:`)
+    # A side measured by another tool (imported): which tool (None: benchfleet), and what its figures are — its
+    # definitions, benchfleet's recomputation and how far it moved each figure, where the tool fell behind.
+    a_tool: str | None = None
+    b_tool: str | None = None
+    definitions: list[str] = []
 
 
 class CompareResponse(BaseModel):
@@ -279,6 +285,8 @@ class CompareResponse(BaseModel):
     points: list[PointComparison]
     regressions: int  # regressions between valid points only
     invalid: int = 0  # points not judged because a side's point is invalid
+    not_judged: int = 0  # points not judged because a side was imported and the compare did not opt in
+    include_imported: bool = False  # imported sides were judged by their own (or recomputed) figures
 
 
 class FollowerOutlier(BaseModel):

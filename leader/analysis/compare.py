@@ -22,6 +22,7 @@ from common.wire.analysis import (
 )
 from common.wire.repro import comparable_environments
 from common.wire.results import Environment
+from leader.analysis import crosstool
 from leader.analysis.records import LlmSeries, Timed
 
 DEFAULT_THRESHOLD = 0.10
@@ -146,11 +147,12 @@ def comparability(ra: dict[str, Any] | None, rb: dict[str, Any] | None) -> str |
     return comparable_environments(a, b).verdict()
 
 
-def side(row: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
-    """A side's verdict on its own point and why it is invalid (None: the side has no such point)."""
+def side(row: dict[str, Any] | None, include_imported: bool = False) -> tuple[bool | None, list[str]]:
+    """A side's verdict on its own point and why it is invalid (None: the side has no such point); an imported side
+    counts as valid where the compare opted in to it."""
     if row is None:
         return None, []
-    if row.get("valid"):
+    if row.get("valid") or (include_imported and row.get("imported")):
         return True, []
     return False, list(row.get("invalid_reasons") or []) or ["invalid (its reasons were stored before rows kept them)"]
 
@@ -164,13 +166,18 @@ async def compare_rows(
     load_latencies: LatencyLoader,
     threshold: float = DEFAULT_THRESHOLD,
     quality_threshold: float = DEFAULT_QUALITY_THRESHOLD,
+    include_imported: bool = False,
 ) -> CompareResponse:
     """Match points by key and test each pair (raw latencies when both have records, else the summaries). A pair with
     an invalid side is shown with its figures and its reasons but judged "invalid": it decides no latency regression.
-    Its accuracy (both sides scored with `quality:`) is judged all the same: it was measured after the load."""
+    Its accuracy (both sides scored with `quality:`) is judged all the same: it was measured after the load. A side
+    another tool measured (imported) is keyed on pattern and load, figured by benchfleet's definitions where its records
+    allowed (crosstool.py), and judged "not_judged" unless `include_imported`."""
     dims = varying(a_rows, b_rows)
-    a_by = {point_key(row, dims): row for row in a_rows}
-    b_by = {point_key(row, dims): row for row in b_rows}
+    cross = crosstool.has_imported(a_rows, b_rows)
+    key_of = crosstool.cross_key if cross else point_key
+    a_by = {key_of(row, dims): crosstool.as_compared(row) for row in a_rows}
+    b_by = {key_of(row, dims): crosstool.as_compared(row) for row in b_rows}
     out: list[PointComparison] = []
     for key in list(a_by) + [k for k in b_by if k not in a_by]:
         ra, rb = a_by.get(key), b_by.get(key)
@@ -194,9 +201,13 @@ async def compare_rows(
                 # From the raw records, by the estimator every figure uses (common/stats.py): the points' own p99s.
                 pa, pb = quantile(la, 0.99), quantile(lb, 0.99)
                 change = (pb - pa) / pa if pa else None
-        (a_valid, a_reasons), (b_valid, b_reasons) = side(ra), side(rb)
+        (a_valid, a_reasons), (b_valid, b_reasons) = side(ra, include_imported), side(rb, include_imported)
         verdict = judge(change, ci, threshold)
-        if ra is not None and rb is not None and (a_valid is False or b_valid is False):
+        imported = bool((ra or {}).get("imported") or (rb or {}).get("imported"))
+        if ra is not None and rb is not None and imported and not include_imported:
+            verdict = "not_judged"
+            metrics = [m.model_copy(update={"verdict": "not_judged"}) for m in metrics]
+        elif ra is not None and rb is not None and (a_valid is False or b_valid is False):
             verdict = "invalid"
             metrics = [m.model_copy(update={"verdict": "invalid"}) for m in metrics]
         out.append(
@@ -219,11 +230,22 @@ async def compare_rows(
                 a_reasons=a_reasons,
                 b_reasons=b_reasons,
                 quality=compare_quality(ra, rb, quality_threshold) if ra is not None and rb is not None else None,
+                a_tool=((ra or {}).get("imported") or {}).get("tool"),
+                b_tool=((rb or {}).get("imported") or {}).get("tool"),
+                definitions=crosstool.notes("A", ra) + crosstool.notes("B", rb),
             )
         )
     regressions = sum(p.verdict == "regression" for p in out) + sum(m.verdict == "regression" for p in out for m in p.llm)
     regressions += sum(p.quality is not None and p.quality.verdict == "regression" for p in out)
     invalid = sum(p.verdict == "invalid" for p in out)
     return CompareResponse(
-        a=a, b=b, threshold=threshold, quality_threshold=quality_threshold, points=out, regressions=regressions, invalid=invalid
+        a=a,
+        b=b,
+        threshold=threshold,
+        quality_threshold=quality_threshold,
+        points=out,
+        regressions=regressions,
+        invalid=invalid,
+        not_judged=sum(p.verdict == "not_judged" for p in out),
+        include_imported=include_imported,
     )

@@ -64,11 +64,20 @@ async def compare_jobs(
     threshold: float,
     team: str | None = None,
     quality_threshold: float = compare.DEFAULT_QUALITY_THRESHOLD,
+    include_imported: bool = False,
 ) -> CompareResponse:
-    """Job (or baseline) b against a, point by point, as `team` sees them (None: every team)."""
+    """Job (or baseline) b against a, point by point, as `team` sees them (None: every team); `include_imported`: a
+    point another tool measured is judged too (by its recomputed figures where it has them)."""
     a_rows, b_rows = await job_rows(db, a, "a", team), await job_rows(db, b, "b", team)
     return await compare.compare_rows(
-        a_rows, b_rows, a=a, b=b, load_latencies=latency_loader(db), threshold=threshold, quality_threshold=quality_threshold
+        a_rows,
+        b_rows,
+        a=a,
+        b=b,
+        load_latencies=latency_loader(db),
+        threshold=threshold,
+        quality_threshold=quality_threshold,
+        include_imported=include_imported,
     )
 
 

@@ -33,7 +33,18 @@ async def insert_import(db: AsyncDatabase, *, doc: dict[str, Any], results: list
         for name, data in files.items():
             await bucket.upload_from_stream(name, data, metadata={"job_id": job_id, "name": name})
         for result in results:
-            await results_store.save_point(db, job_id=job_id, attempt=1, result=result)
+            # The row is written here, not by the job's document (which comes last, to make the import visible).
+            stored = await results_store.store_point(db, job_id=job_id, attempt=1, result=result)
+            row = leaderboard_store.row_from_result(
+                job_id=job_id,
+                job_name=doc["name"],
+                model=doc["model_ref"],
+                team=doc["team"],
+                slo_p99_ms=None,
+                attempt=1,
+                result=stored,
+            )
+            await leaderboard_store.write_row(db, row)
         await db[jobs_store.COLLECTION].insert_one(doc)
     except BaseException:
         # Shielded: a cancelled request (client gone) must still remove what it wrote.

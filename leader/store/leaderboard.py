@@ -285,6 +285,9 @@ def row_from_result(
         "bytes_per_inference": canon.get("bytes"),
         # The reproducibility record (configuration hash and environment), for compare's "comparable?" verdict.
         "environment": env,
+        # Measured by another tool and imported (common/wire/imports.py): its definitions, benchfleet's recomputation
+        # from its records, where it fell behind; None for benchfleet's own points.
+        "imported": result.get("imported"),
     }
 
 

@@ -21,12 +21,18 @@ async def ensure_indexes(db: AsyncDatabase) -> None:
     await db[COLLECTION].create_index([("job_id", ASCENDING), ("attempt", ASCENDING), ("index", ASCENDING)])
 
 
-async def save_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: PointResult) -> int:
-    """Store (or replace) one point result; returns how many points of the attempt are stored."""
+async def store_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: PointResult) -> dict[str, Any]:
+    """Store (or replace) one point result document, its leaderboard row aside; returns the result as stored."""
     index = result.point.index
     stored = result.model_dump()
     doc = {"job_id": job_id, "attempt": attempt, "index": index, "result": stored}
     await db[COLLECTION].replace_one({"_id": f"{job_id}:{attempt}:{index}"}, doc, upsert=True)
+    return stored
+
+
+async def save_point(db: AsyncDatabase, *, job_id: str, attempt: int, result: PointResult) -> int:
+    """Store (or replace) one point result; returns how many points of the attempt are stored."""
+    stored = await store_point(db, job_id=job_id, attempt=attempt, result=result)
     # The leaderboard keeps a flat row per point (the newest attempt's), read by the web pages and analysis API.
     await leaderboard.index_point(db, job_id=job_id, attempt=attempt, result=stored)
     return await db[COLLECTION].count_documents({"job_id": job_id, "attempt": attempt})

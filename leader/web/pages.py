@@ -295,16 +295,16 @@ COMPARE_CHOICES = 5  # earlier jobs of the same model offered as A
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, a: str = "", b: str = "", threshold: float = compare_mod.DEFAULT_THRESHOLD
+    request: Request, a: str = "", b: str = "", threshold: float = compare_mod.DEFAULT_THRESHOLD, include_imported: bool = False
 ) -> HTMLResponse:
     """Two jobs (or a job against a pinned baseline) point by point. With B alone (the Jobs list's Compare), the
-    earlier finished jobs of B's model are offered as A."""
+    earlier finished jobs of B's model are offered as A. A side another tool measured is judged only when asked."""
     team = (await require_login(request)).scope
     result, error, earlier = None, None, []
     db = deps.get_db(request)
     try:
         if a and b:
-            result = await queries.compare_jobs(db, a, b, threshold, team=team)
+            result = await queries.compare_jobs(db, a, b, threshold, team=team, include_imported=include_imported)
         elif b:
             b_id = await lookup.resolve_prefix(db, jobs_store.COLLECTION, b, what="job", field="b", team=team)
             job = await jobs_store.get_job(db, job_id=b_id, team=team)
@@ -315,6 +315,7 @@ async def compare_page(
     except BenchfleetError as exc:
         error = exc.message
     page = {"a": a, "b": b, "threshold": threshold, "result": result, "error": error, "earlier": earlier}
+    page |= {"include_imported": include_imported}
     html = render("compare.html", csrf=request.state.csrf, **page)
     return HTMLResponse(html)
 

@@ -18,6 +18,18 @@ import pytest
 
 from benchfleet.generate.modelgen import mlp_onnx
 from common.procs import free_port
+from tests.integration.leader.test_imports import FIXTURES
+
+# Each tool's fixture: the points it holds and the version its files give.
+IMPORTED = {
+    "vllm": (2, "bench serve"),
+    "aiperf": (1, "AIPerf 0.13.0"),
+    "guidellm": (2, "GuideLLM 0.8.1"),
+    "inference-perf": (2, "inference-perf"),
+    "genai-bench": (2, "genai-bench 0.0.5"),
+    "perf_analyzer": (2, "perf_analyzer"),
+    "loadgen": (1, "MLPerf LoadGen 6.0.17"),
+}
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +51,9 @@ def _env(fleet, token: str | None = None) -> dict[str, str]:  # type: ignore[no-
 
 def _cli(fleet, *args: str, timeout: float = 60, token: str | None = None) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
     env = {**_env(fleet, token), "COLUMNS": "80", "TERM": "dumb"}  # a pipe: the width a terminal would have is moot
-    return subprocess.run([sys.executable, "-m", "benchfleet", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "benchfleet", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -145,8 +158,11 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     # The follower was seen busy on a point, and is idle again; its counters moved.
     assert 1.0 in busy_seen and running_points & {0.0, 1.0}, (busy_seen[-5:], running_points)
     after_follower = httpx.get(follower_metrics).text
-    assert _metric(after_follower, "benchfleet_follower_points_total", valid="true") + _metric(
-        after_follower, "benchfleet_follower_points_total", valid="false") >= 2
+    assert (
+        _metric(after_follower, "benchfleet_follower_points_total", valid="true")
+        + _metric(after_follower, "benchfleet_follower_points_total", valid="false")
+        >= 2
+    )
     assert _metric(after_follower, "benchfleet_follower_jobs_total", outcome="succeeded") >= 1
     assert _metric(after_follower, "benchfleet_follower_generator_target_rate") == 100.0
     assert _metric(after_follower, "benchfleet_follower_busy") == 0.0
@@ -154,15 +170,19 @@ def test_submit_watch_from_the_cli_while_metrics_change(fleet, tmp_path: Path) -
     deadline = time.monotonic() + 15
     while True:
         after_leader = httpx.get(leader_metrics).text
-        if _metric(after_leader, "benchfleet_leader_jobs", state="succeeded") > _metric(
-                before_leader, "benchfleet_leader_jobs", state="succeeded") or time.monotonic() > deadline:
+        if (
+            _metric(after_leader, "benchfleet_leader_jobs", state="succeeded")
+            > _metric(before_leader, "benchfleet_leader_jobs", state="succeeded")
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(0.5)
     assert _metric(after_leader, "benchfleet_leader_jobs", state="succeeded") >= 1
     assert _metric(after_leader, "benchfleet_leader_placement_seconds_count") >= 1
     assert _metric(after_leader, "benchfleet_leader_follower_queue_jobs", follower_id="f-cli") == 0.0
-    submitted = _metric(after_leader, "benchfleet_leader_api_request_seconds_count", method="POST", route="/api/v1/jobs",
-                        status="201")
+    submitted = _metric(
+        after_leader, "benchfleet_leader_api_request_seconds_count", method="POST", route="/api/v1/jobs", status="201"
+    )
     assert submitted >= 1, [line for line in after_leader.splitlines() if "api_request_seconds_count" in line]
     # Structured logs: the follower's JSON lines carry the job and follower ids.
     log_lines = [json.loads(line) for line in (fleet.workdir / "f-cli-0.log").read_text().splitlines() if line.startswith("{")]
@@ -348,13 +368,17 @@ def test_tables_read_whole_at_80_columns_and_compare_gates_ci(fleet, tmp_path: P
 
 
 def test_import_of_another_tools_files_shows_its_figures_unjudged(fleet) -> None:  # type: ignore[no-untyped-def]
-    """`benchfleet import FILE…` (sharing this module's fleet): GuideLLM's real benchmarks file becomes a job of two
-    points, shown with GuideLLM's definitions and "not judged"; a file of no known tool exits 3 naming the field."""
-    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
-    done = _cli(fleet, "import", str(fixtures / "guidellm" / "benchmarks.json"))
-    assert done.returncode == 0, done.stderr
-    assert re.search(r"imported GuideLLM 0\.8\.1: job [0-9a-f]{32}, 2 points", done.stdout)
-    assert done.stdout.count("not judged") >= 2 and "measured by GuideLLM 0.8.1 and imported" in done.stdout
-    assert "benchfleet's own from its 16 records" in done.stdout
-    bad = _cli(fleet, "import", str(fixtures / "aiperf" / "COMMAND.txt"))
+    """`benchfleet import FILE…` (sharing this module's fleet) for each tool's real files: a job of one point per load
+    level, shown with the tool's name and version, its definition of latency, "not judged" on every point, and, where
+    the files keep per-request records, benchfleet's own figures from them; a file of no known tool exits 3 naming the
+    field."""
+    for tool, (points, version) in IMPORTED.items():
+        files = [str(p) for p in sorted((FIXTURES / tool).iterdir()) if not p.name.startswith("COMMAND")]
+        done = _cli(fleet, "import", *files)
+        assert done.returncode == 0, (tool, done.stderr)
+        assert re.search(rf"imported .*{re.escape(version)}: job [0-9a-f]{{32}}, {points} points", done.stdout), done.stdout
+        assert done.stdout.count("not judged") >= points and "and imported; its latency" in done.stdout, done.stdout
+    guidellm = _cli(fleet, "import", str(FIXTURES / "guidellm" / "benchmarks.json"))
+    assert "benchfleet's own from its 16 records" in guidellm.stdout
+    bad = _cli(fleet, "import", str(FIXTURES / "aiperf" / "COMMAND.txt"))
     assert bad.returncode == 3 and "file" in bad.stderr and "not recognised" in bad.stderr

@@ -419,3 +419,68 @@ target: {{url: "{shared_vllm}", protocol: openai, shards: {{count: 2, labels: {{
     assert share is not None and 0 < other.requests < point.requests and share.output_tokens_client > 0
     per_request, share_per_request = llm.output_tokens_client / point.ok, share.output_tokens_client / other.ok
     assert abs(per_request - share_per_request) < 0.25 * share_per_request, (llm, share)
+
+
+@pytest.mark.timeout(600)
+def test_a_vllm_run_by_benchfleet_and_by_vllm_bench_serve_compared_across_tools(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, llm_bundle: Path, shared_vllm: str, tmp_path: Path
+) -> None:
+    """The same vLLM driven by benchfleet and by `vllm bench serve --save-result --save-detailed` (vLLM's own client, from
+    vLLM's environment), its result imported by the CLI: one compare keys the two on pattern and load, not judged until
+    asked; asked, it sets benchfleet's figures beside benchfleet's definitions recomputed from vLLM's own per-request
+    records (the numbers the imported point carries, exactly), and says which definitions differ and by how much."""
+    import json
+
+    from common.formats import hfbundle
+
+    with fleet.client() as client:
+        ours = client.submit_yaml(f"""
+name: llm-ours
+model: {llm_model}
+load: {{allow_short: true, pattern: poisson, rate: 4, duration: 6s, warmup: 1s}}
+llm: {{prompt_tokens: 32, output_tokens: 16}}
+target: {{url: "{shared_vllm}", protocol: openai}}
+""")
+        mine = _wait_done(client, ours.id, timeout_s=300)
+    tokenizer = hfbundle.extract(io.BytesIO(llm_bundle.read_bytes()), tmp_path / "tokenizer", 10**9)
+    out = tmp_path / "vllm-bench.json"
+    code = (
+        "import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
+        "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
+    )
+    argv = [str(VllmBackend.interpreter()), "-c", code, "--backend", "openai", "--base-url", shared_vllm,
+            "--endpoint", "/v1/completions", "--model", llm_model.split(":")[0], "--tokenizer", str(tokenizer),
+            "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",
+            "--num-prompts", "24", "--request-rate", "4", "--seed", "3", "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", "50,90,99", "--save-result", "--save-detailed", "--result-filename", str(out)]  # fmt: skip
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-2000:]
+    saved = json.loads(out.read_text())
+    cli = [sys.executable, "-m", "benchfleet", "import", str(out), "--url", fleet.url, "--token", fleet.admin_token]
+    imported = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=False)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    theirs = imported.stdout.split("job ", 1)[1].split(",", 1)[0]
+    with fleet.client() as client:
+        (point,) = client.results(theirs).points
+        unasked = client.compare(theirs, ours.id)
+        asked = client.compare(theirs, ours.id, include_imported=True)
+    # vLLM's figures as its file has them, under its definitions; benchfleet's from the same file's records.
+    assert point.imported is not None and point.llm is not None and point.llm.ttft_ms is not None
+    assert point.llm.ttft_ms.p99 == saved["p99_ttft_ms"] and point.ok == saved["completed"] == 24
+    mine_from_theirs = point.imported.recomputed
+    assert mine_from_theirs is not None and mine_from_theirs.requests == 24
+    (pair,) = unasked.points
+    assert pair.key == "poisson|4 req/s" and pair.verdict == "not_judged" and unasked.not_judged == 1
+    assert pair.a_tool == "vllm" and pair.b_tool is None
+    assert any("its latency from its send stamp to the last byte (not from the scheduled time)" in d for d in pair.definitions)
+    (judged,) = asked.points
+    # Asked, the imported side counts as judged; benchfleet's own point of 24 requests is too short for a p99 claim, so
+    # the pair is "invalid" on benchfleet's side alone (the agreement of the figures is bench/import_agreement.py's).
+    assert judged.a_valid is True and asked.not_judged == 0
+    assert judged.verdict == "invalid" and judged.b_valid is False and "a p99 needs" in judged.b_reasons[0]
+    ttft = next(m for m in judged.llm if m.metric == "ttft_p99_ms")
+    (bench_point,) = mine.points
+    assert bench_point.llm is not None and bench_point.llm.ttft_ms is not None
+    assert ttft.a == mine_from_theirs.ttft_p99_ms and ttft.b == pytest.approx(bench_point.llm.ttft_ms.p99)
+    moved = next(d for d in judged.definitions if "recomputed from its 24 records" in d)
+    assert f"ttft p99 {100 * mine_from_theirs.shift['ttft_p99_ms']:+.1f}%" in moved

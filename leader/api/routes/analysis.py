@@ -115,11 +115,16 @@ async def compare(
     b: str,
     threshold: Annotated[float, Query(gt=0, lt=10)] = compare_mod.DEFAULT_THRESHOLD,
     quality_threshold: Annotated[float, Query(gt=0, lt=1)] = compare_mod.DEFAULT_QUALITY_THRESHOLD,
+    include_imported: bool = False,
 ) -> CompareResponse:
     """Job b against job a (or `baseline:NAME`) point by point; raw latencies get a bootstrap CI and Mann-Whitney;
     top-1 accuracy (both jobs with `quality:`) its difference's interval, a fall beyond `quality_threshold` (share
-    points: 0.005 is half a point) outside it a regression."""
-    return await queries.compare_jobs(db, a, b, threshold, team=viewer.scope, quality_threshold=quality_threshold)
+    points: 0.005 is half a point) outside it a regression. A point another tool measured (an imported job) is keyed on
+    pattern and load and judged only with `include_imported` (by benchfleet's definitions recomputed from its records
+    where it has them; the comparison says which definitions differ)."""
+    return await queries.compare_jobs(
+        db, a, b, threshold, team=viewer.scope, quality_threshold=quality_threshold, include_imported=include_imported
+    )
 
 
 class BaselineBody(BaseModel):

@@ -114,3 +114,68 @@ def test_a_file_of_another_shape_is_refused_naming_the_format_and_the_field_and_
     db = leader.db
     assert db["jobs"].count_documents({}) == 0 and db["results"].count_documents({}) == 0
     assert db["imported.files"].count_documents({}) == 0 and db["imported.chunks"].count_documents({}) == 0
+
+
+def test_two_tools_runs_compared_on_pattern_and_load_judged_only_when_asked(leader: Leader) -> None:
+    """vLLM's bench serve and AIPerf, both at Poisson 4 req/s against one server: keyed on pattern and load; not judged
+    (the gate's exit 6) until asked; asked, each side's figures are benchfleet's recomputed from its own records, and
+    the notes say each tool's definitions and how far the recomputation moved each figure. The recommender, which
+    reads only judged points, finds no evidence in them."""
+    vllm = post_import(leader, fixture_files("vllm")).json()["job_id"]
+    aiperf = post_import(leader, fixture_files("aiperf")).json()["job_id"]
+    unasked = leader.client.get("/api/v1/compare", headers=ADMIN, params={"a": vllm, "b": aiperf}).json()
+    (pair,) = [p for p in unasked["points"] if p["a_index"] is not None and p["b_index"] is not None]
+    assert pair["key"] == "poisson|4 req/s" and pair["verdict"] == "not_judged" and unasked["regressions"] == 0
+    assert (pair["a_tool"], pair["b_tool"]) == ("vllm", "aiperf") and unasked["not_judged"] == 1
+    assert [m["verdict"] for m in pair["llm"]] == ["not_judged"] * 4
+    asked = leader.client.get("/api/v1/compare", headers=ADMIN, params={"a": vllm, "b": aiperf, "include_imported": "true"})
+    judged = next(p for p in asked.json()["points"] if p["key"] == "poisson|4 req/s")
+    assert judged["verdict"] in ("unchanged", "regression", "improvement") and asked.json()["not_judged"] == 0
+    a_point = leader.client.get(f"/api/v1/jobs/{vllm}/results", headers=ADMIN).json()["points"][0]
+    b_point = leader.client.get(f"/api/v1/jobs/{aiperf}/results", headers=ADMIN).json()["points"][0]
+    a_mine, b_mine = a_point["imported"]["recomputed"], b_point["imported"]["recomputed"]
+    assert (judged["a_p99_ms"], judged["b_p99_ms"]) == (a_mine["latency_p99_ms"], b_mine["latency_p99_ms"])
+    ttft = next(m for m in judged["llm"] if m["metric"] == "ttft_p99_ms")
+    assert (ttft["a"], ttft["b"]) == (a_mine["ttft_p99_ms"], b_mine["ttft_p99_ms"])
+    notes = judged["definitions"]
+    assert "A: measured by vLLM's bench serve (request rate 4); its latency from its send stamp" in notes[0]
+    moved = next(n for n in notes if n.startswith("B: compared by benchfleet's definitions"))
+    assert f"ttft p99 {100 * b_mine['shift']['ttft_p99_ms']:+.1f}%" in moved and "16 records" in moved
+    assert any(n.startswith("B: achieved 2.89 req/s of the 4 requested") for n in notes)
+    advice = leader.client.get("/api/v1/recommend", headers=ADMIN, params={"p99_ms": 1000}).json()
+    assert advice["recommendations"] == [] and advice["considered"] == 0 and "no valid point" in advice["missing"]
+
+
+def test_an_import_that_fails_while_it_is_stored_leaves_nothing(leader: Leader) -> None:
+    """The job's document is written last; when it is refused (here: its id is taken), the files, results and
+    leaderboard rows written before it are removed."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from pymongo import AsyncMongoClient
+    from pymongo.errors import DuplicateKeyError
+
+    from common.formats.imports import read
+    from leader.jobs.imported import job_document, point_results
+    from leader.store import imports as imports_store
+
+    files = fixture_files("guidellm")
+    run = read(files)
+    now = datetime.now(UTC)
+    doc = job_document(run, job_id="broken", name="b", model="m", owner="admin", team="default", files=list(files), now=now)
+    leader.db["jobs"].insert_one({"_id": "broken"})  # what refuses the import's document: its id is taken
+
+    async def attempt() -> None:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(leader.settings.mongo_uri)
+        try:
+            await imports_store.insert_import(
+                client[leader.settings.db_name], doc=doc, results=point_results(run, now), files=files
+            )
+        finally:
+            await client.close()
+
+    with pytest.raises(DuplicateKeyError):
+        asyncio.run(attempt())
+    assert list(leader.db["jobs"].find()) == [{"_id": "broken"}]
+    for collection in ("results", "leaderboard", "imported.files", "imported.chunks"):
+        assert leader.db[collection].count_documents({}) == 0, collection
