@@ -25,7 +25,8 @@ T = TypeVar("T")
 FollowerAction = Literal["drain", "resume", "approve"]  # what an admin does to a follower (POST followers/ID/ACTION)
 
 API = "/api/v1"
-EXPORT_FORMATS = ("csv", "json", "parquet")
+# The leader's exports: flat rows (csv, json, parquet), or the reports other tools read (llm-d v0.2, LoadGen's summary).
+EXPORT_FORMATS = ("csv", "json", "parquet", "llm-d", "mlperf")
 
 
 def _query_params(query: ModelQuery) -> dict[str, Any]:

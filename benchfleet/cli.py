@@ -311,7 +311,12 @@ def results(
     job_id: str,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = "",
-    format: Annotated[str, typer.Option(help="table, json (the typed results), csv or parquet (the leader's export)")] = "table",
+    format: Annotated[
+        str,
+        typer.Option(
+            help="table, json (the typed results), csv or parquet (the leader's export), llm-d or mlperf (their reports)"
+        ),
+    ] = "table",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
     wide: WideOpt = False,
 ) -> None:

@@ -130,7 +130,7 @@ class BenchfleetClient:
         return self._do(Calls.progress(job_id))
 
     def export(self, job_id: str, format: str = "csv") -> bytes:
-        """A job's results as a file (csv, json or parquet)."""
+        """A job's results as a file (csv, json or parquet; llm-d or mlperf: the reports those tools read, as JSON)."""
         return self._do(Calls.export(job_id, format))
 
     def cancel(self, job_id: str) -> JobView:
@@ -343,7 +343,7 @@ class AsyncBenchfleetClient:
         return await self._do(Calls.progress(job_id))
 
     async def export(self, job_id: str, format: str = "csv") -> bytes:
-        """A job's results as a file (csv, json or parquet)."""
+        """A job's results as a file (csv, json or parquet; llm-d or mlperf: the reports those tools read, as JSON)."""
         return await self._do(Calls.export(job_id, format))
 
     async def cancel(self, job_id: str) -> JobView:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -432,6 +433,7 @@ def test_a_vllm_run_by_benchfleet_and_by_vllm_bench_serve_compared_across_tools(
     import json
 
     from common.formats import hfbundle
+    from common.formats.llmd_report import validate_report
 
     with fleet.client() as client:
         ours = client.submit_yaml(f"""
@@ -448,11 +450,13 @@ target: {{url: "{shared_vllm}", protocol: openai}}
         "import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
         "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
     )
-    argv = [str(VllmBackend.interpreter()), "-c", code, "--backend", "openai", "--base-url", shared_vllm,
-            "--endpoint", "/v1/completions", "--model", llm_model.split(":")[0], "--tokenizer", str(tokenizer),
-            "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",
-            "--num-prompts", "24", "--request-rate", "4", "--seed", "3", "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "50,90,99", "--save-result", "--save-detailed", "--result-filename", str(out)]  # fmt: skip
+    flags = shlex.split(
+        "--backend openai --endpoint /v1/completions --dataset-name random --random-input-len 32 --random-output-len 16 "
+        "--ignore-eos --num-prompts 24 --request-rate 4 --seed 3 --percentile-metrics ttft,tpot,itl,e2el "
+        "--metric-percentiles 50,90,99 --save-result --save-detailed"
+    )
+    argv = [str(VllmBackend.interpreter()), "-c", code, *flags, "--base-url", shared_vllm, "--model", llm_model.split(":")[0]]
+    argv += ["--tokenizer", str(tokenizer), "--result-filename", str(out)]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-2000:]
     saved = json.loads(out.read_text())
@@ -484,3 +488,9 @@ target: {{url: "{shared_vllm}", protocol: openai}}
     assert ttft.a == mine_from_theirs.ttft_p99_ms and ttft.b == pytest.approx(bench_point.llm.ttft_ms.p99)
     moved = next(d for d in judged.definitions if "recomputed from its 24 records" in d)
     assert f"ttft p99 {100 * mine_from_theirs.shift['ttft_p99_ms']:+.1f}%" in moved
+    # Benchfleet's own run travels the other way: an llm-d benchmark report v0.2 that its schema takes.
+    with fleet.client() as client:
+        (report,) = json.loads(client.export(ours.id, "llm-d"))
+    assert validate_report(report) == []
+    ttft_report = report["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]
+    assert ttft_report["units"] == "ms" and ttft_report["p99"] == bench_point.llm.ttft_ms.p99

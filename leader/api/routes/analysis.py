@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from common.base import NAME_PATTERN
 from common.errors import Forbidden, NotFound
 from common.wire.analysis import CompareResponse, LeaderboardPage, OutlierResponse, RecommendResponse
-from leader.analysis import anomalies, export, heatmap, queries, records
+from leader.analysis import anomalies, export, heatmap, queries, records, reports
 from leader.analysis import compare as compare_mod
 from leader.analysis import leaderboard as board
 from leader.analysis.leaderboard import to_row
@@ -22,6 +23,7 @@ from leader.api.deps import Db, JobId, Submitter, Viewer
 from leader.store import jobs as jobs_store
 from leader.store import leaderboard as store
 from leader.store import lookup
+from leader.store import results as results_store
 from leader.store.records import MAX_PROBE
 
 router = APIRouter(tags=["analysis"])
@@ -166,8 +168,30 @@ async def outliers(
 
 
 @router.get("/jobs/{job_id}/export")
-async def export_job(job_id: JobId, db: Db, viewer: Viewer, format: str = "csv") -> Response:  # noqa: A002
-    """The job's points as CSV, JSON or Parquet (one flat row per point)."""
+async def export_job(
+    job_id: JobId,
+    db: Db,
+    viewer: Viewer,
+    format: str = "csv",  # noqa: A002
+    point: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """The job's points as CSV, JSON or Parquet (one flat row per point); or, `llm-d` and `mlperf`, as the reports those
+    tools read (a JSON list, one per point; `point` picks one): llm-d's benchmark report v0.2, checked against its
+    schema, and the summary MLPerf LoadGen's logs give, under its key names. Each says benchfleet's definitions."""
+    if format in reports.REPORT_FORMATS:
+        job = await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
+        reports.check_job(job, format)
+        points = [p for p in await results_store.job_points(db, job) if point is None or p.point.index == point]
+        if point is not None and not points:
+            raise NotFound(f"job {job_id} has no point {point}", field="point")
+        write = reports.llmd_report if format == "llm-d" else reports.mlperf_summary
+        body = [write(job, p) for p in points]
+        name = f"{job_id}{'' if point is None else f'-{point}'}.{format}.json"
+        return Response(
+            json.dumps(body[0] if point is not None else body, indent=1).encode(),
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
     fmt = export.check_format(format)
     await jobs_store.get_job(db, job_id=job_id, team=viewer.scope)
     rows = [to_row(doc).model_dump() for doc in await store.job_rows(db, job_id=job_id)]

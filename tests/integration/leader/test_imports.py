@@ -179,3 +179,27 @@ def test_an_import_that_fails_while_it_is_stored_leaves_nothing(leader: Leader) 
     assert list(leader.db["jobs"].find()) == [{"_id": "broken"}]
     for collection in ("results", "leaderboard", "imported.files", "imported.chunks"):
         assert leader.db[collection].count_documents({}) == 0, collection
+
+
+def test_exports_for_other_tools_from_the_api(leader: Leader) -> None:
+    """A benchfleet job's points as LoadGen's summary (one per point, or the one `point` names); an imported job's and
+    an unknown point are refused by name; llm-d's report, for a language model's job only, says so of a tensor one."""
+    from tests.integration.leader.analysis_seed import pct, seed_job
+
+    def metrics(backend: str, batch: int, rate: float) -> dict[str, Any]:
+        return {"latency_ms": pct(5.0), "achieved_rate": rate}
+
+    leader.upload_model()
+    grid = {"backends": ["onnxruntime"], "batches": [1], "rates": [50.0, 100.0]}
+    job = seed_job(leader, name="t", p99_slo=10, follower_id="h", metrics=metrics, **grid)
+    every = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "mlperf"})
+    assert every.status_code == 200 and [s["effective_target_qps"] for s in every.json()] == [50, 100]
+    one = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "mlperf", "point": 1}).json()
+    assert one["benchfleet_point"] == 1 and one["result_99.00_percentile_latency_ns"] == 5_000_000
+    missing = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "mlperf", "point": 7})
+    assert missing.status_code == 404 and missing.json()["field"] == "point"
+    tensor = leader.client.get(f"/api/v1/jobs/{job}/export", headers=ADMIN, params={"format": "llm-d"})
+    assert tensor.status_code == 400 and tensor.json()["field"] == "format"
+    imported = post_import(leader, fixture_files("guidellm")).json()["job_id"]
+    refused = leader.client.get(f"/api/v1/jobs/{imported}/export", headers=ADMIN, params={"format": "llm-d"})
+    assert refused.status_code == 400 and refused.json()["field"] == "job_id"
