@@ -42,6 +42,7 @@ class LeaderboardRow(BaseModel):
     errors: int = 0
     valid: bool = False
     invalid_reasons: list[str] = []  # why the point is invalid, as the judge said ([] on rows stored before it)
+    imported: str | None = None  # the tool that measured it, when imported (then not judged; None: benchfleet's own)
     slo_p99_ms: float | None = None
     slo_met: bool | None = None
     cost_usd_per_1m: float | None = None

@@ -61,8 +61,8 @@ _cache = _Pages()
 
 def to_row(doc: dict[str, Any], best: bool = False) -> LeaderboardRow:
     """A stored row document as the API's row."""
-    fields = {k: v for k, v in doc.items() if k not in {"_id", "environment", store.PENDING}}
-    return LeaderboardRow(id=doc["_id"], best=best, **fields)
+    fields = {k: v for k, v in doc.items() if k not in {"_id", "environment", "imported", store.PENDING}}
+    return LeaderboardRow(id=doc["_id"], best=best, imported=(doc.get("imported") or {}).get("tool"), **fields)
 
 
 def _scope(parsed: list[Filter], team: str | None) -> list[str] | None:

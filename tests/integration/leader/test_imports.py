@@ -97,6 +97,9 @@ def test_each_tools_files_become_an_imported_job_with_its_figures_and_no_verdict
     for name, data in files.items():
         kept = leader.client.get(f"/api/v1/jobs/{summary['job_id']}/imported/{name}", headers=ADMIN)
         assert kept.status_code == 200 and kept.content == data
+    # On the leaderboard: each point a row saying which tool measured it, never the best.
+    board = leader.client.get("/api/v1/leaderboard", headers=ADMIN, params={"filter": f"job_id={summary['job_id']}"}).json()
+    assert [(r["imported"], r["valid"], r["best"]) for r in board["rows"]] == [(tool, False, False)] * points
 
 
 def test_a_file_of_another_shape_is_refused_naming_the_format_and_the_field_and_nothing_is_stored(leader: Leader) -> None:
