@@ -7,10 +7,24 @@ import asyncio
 import httpx
 import pytest
 
-from benchfleet.client import ApiError, AsyncBenchfleetClient, BenchfleetClient
+from benchfleet.client import ApiError, BenchfleetClient
+from benchfleet.client_async import AsyncBenchfleetClient
 
-ROW = {"id": "j1:0", "job_id": "j1", "job_name": "j", "attempt": 1, "index": 0, "model": "m:1", "backend": "triton",
-       "hardware": "cpu", "follower_id": "f", "batch_size": 1, "pattern": "poisson", "rate": 10.0, "p99_ms": 3.5}
+ROW = {
+    "id": "j1:0",
+    "job_id": "j1",
+    "job_name": "j",
+    "attempt": 1,
+    "index": 0,
+    "model": "m:1",
+    "backend": "triton",
+    "hardware": "cpu",
+    "follower_id": "f",
+    "batch_size": 1,
+    "pattern": "poisson",
+    "rate": 10.0,
+    "p99_ms": 3.5,
+}
 PAGE = {"rows": [ROW], "total": 1, "sort": "p99_ms", "order": "asc", "filters": ["backend=triton"], "limit": 5, "offset": 0}
 
 
