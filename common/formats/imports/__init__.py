@@ -19,9 +19,10 @@ READERS: dict[Tool, Callable[[dict[str, bytes]], Run]] = {
     "perf_analyzer": tensor_tools.perf_analyzer,
     "loadgen": tensor_tools.loadgen,
 }
-# The files an import takes at most, and their sizes (every per-request detail these tools write fits).
+# What an import takes at most: its files, and their bytes in all (read and parsed in the leader's memory; a run of
+# 20,000 requests with AIPerf's per-request JSONL is about 50 MB).
 MAX_FILES = 8
-MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
 # JSON keys only one tool writes at the top of a result file.
 _JSON_MARKS: tuple[tuple[str, Tool], ...] = (
     ("aiperf_version", "aiperf"),

@@ -12,7 +12,7 @@ from starlette.datastructures import UploadFile
 
 from common.base import NAME_PATTERN
 from common.errors import InvalidSpec, PayloadTooLarge
-from common.formats.imports import MAX_FILE_BYTES, MAX_FILES, read
+from common.formats.imports import MAX_FILES, MAX_IMPORT_BYTES, read
 from common.formats.imports.model import ImportRefused, Run
 from common.wire.imports import TOOL_NAMES, ImportSummary, Tool
 from leader.api import heavy
@@ -68,7 +68,7 @@ def _read(files: dict[str, bytes], tool: Tool | None) -> Run:
 async def import_run(request: Request, db: Db, settings: SettingsDep, principal: Submitter) -> ImportSummary:
     """Import another tool's result files as a job of kind `imported` (one point per load level; no validity verdict
     of benchfleet's). 422 naming the tool's format and the field or line that failed; nothing is stored then."""
-    limit = min(settings.max_upload_bytes, MAX_FILES * MAX_FILE_BYTES)
+    limit = min(settings.max_upload_bytes, MAX_IMPORT_BYTES)
     async with upload_form(request, what="result files", limit=limit, user=principal.user, files=MAX_FILES) as form:
         tool_field = form.get("tool")
         if tool_field and tool_field not in TOOL_NAMES:
@@ -78,9 +78,9 @@ async def import_run(request: Request, db: Db, settings: SettingsDep, principal:
             raise InvalidSpec("field required (the tool's result files)", field="file")
         files: dict[str, bytes] = {}
         for k, upload in enumerate(uploads):
-            data = await upload.read(MAX_FILE_BYTES + 1)
-            if len(data) > MAX_FILE_BYTES:
-                raise PayloadTooLarge(f"{upload.filename}: over the limit of {MAX_FILE_BYTES} bytes per file", field="file")
+            data = await upload.read(limit + 1)
+            if len(data) + sum(map(len, files.values())) > limit:
+                raise PayloadTooLarge(f"the files exceed the limit of {limit} bytes in all", field="file")
             name = _clean(upload.filename, k)
             if name in files:
                 raise InvalidSpec(f"two files named {name}", field="file")

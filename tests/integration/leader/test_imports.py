@@ -206,3 +206,19 @@ def test_exports_for_other_tools_from_the_api(leader: Leader) -> None:
     imported = post_import(leader, fixture_files("guidellm")).json()["job_id"]
     refused = leader.client.get(f"/api/v1/jobs/{imported}/export", headers=ADMIN, params={"format": "llm-d"})
     assert refused.status_code == 400 and refused.json()["field"] == "job_id"
+
+
+def test_an_imported_job_is_deleted_whole_and_an_oversized_import_is_refused(leader: Leader) -> None:
+    """Deleting an imported job removes its kept files with its results and rows; files past the import's bound are a
+    413 naming the bound before the body is read (as every upload), and leave nothing."""
+    job = post_import(leader, fixture_files("perf_analyzer")).json()["job_id"]
+    footprint = leader.client.delete(f"/api/v1/jobs/{job}", headers=ADMIN).json()
+    assert footprint["kinds"]["imported files"]["documents"] == 1 and footprint["kinds"]["leaderboard rows"]["documents"] == 2
+    for collection in ("jobs", "results", "leaderboard", "imported.files", "imported.chunks"):
+        assert leader.db[collection].count_documents({}) == 0, collection
+    big = {"a.json": b" " * (40 * 1024 * 1024), "b.json": b" " * (30 * 1024 * 1024)}
+    refused = post_import(leader, big)
+    assert (
+        refused.status_code == 413 and f"exceeds the limit of {64 * 1024 * 1024 + 64 * 1024} bytes" in refused.json()["message"]
+    )
+    assert leader.db["jobs"].count_documents({}) == 0
