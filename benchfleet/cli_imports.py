@@ -1,4 +1,4 @@
-"""`benchfleet import FILE…`: another tool's result files (one run: vLLM's bench serve, AIPerf, GuideLLM,
+"""`benchfleet import FILE…`: another tool's result files (one run: vllm bench serve, AIPerf, GuideLLM,
 inference-perf, genai-bench, perf_analyzer, MLPerf LoadGen) become a job of kind `imported`; its results are shown
 with the tool's definitions and no verdict of benchfleet's."""
 

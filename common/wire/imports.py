@@ -12,12 +12,12 @@ from pydantic import BaseModel, ConfigDict
 Tool = Literal["vllm", "aiperf", "guidellm", "inference-perf", "genai-bench", "perf_analyzer", "loadgen"]
 
 TOOL_NAMES: dict[str, str] = {
-    "vllm": "vLLM's bench serve",
+    "vllm": "vllm bench serve",
     "aiperf": "AIPerf",
     "guidellm": "GuideLLM",
     "inference-perf": "inference-perf",
     "genai-bench": "genai-bench",
-    "perf_analyzer": "Triton's perf_analyzer",
+    "perf_analyzer": "perf_analyzer",
     "loadgen": "MLPerf LoadGen",
 }
 

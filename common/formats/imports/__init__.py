@@ -4,6 +4,7 @@ from their contents), each load level's figures with the tool's own definitions,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
 from common.formats.imports import llm_tools, tensor_tools
@@ -59,7 +60,36 @@ def read(files: dict[str, bytes], tool: Tool | None = None) -> Run:
     if not files:
         raise ImportRefused(TOOL_NAMES[tool] if tool else "known tool", "file", "no file given")
     chosen = tool or detect(files)
-    run = READERS[chosen](files)
+    fmt, names = TOOL_NAMES[chosen], ", ".join(files)
+    try:
+        run = READERS[chosen](files)
+    except ImportRefused:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, RecursionError) as exc:
+        # A field the reader found but of another shape than the tool writes (a hostile or hand-edited file).
+        raise ImportRefused(fmt, names, f"a field of an unexpected shape ({type(exc).__name__}: {exc})") from None
     if not run.levels:
-        raise ImportRefused(TOOL_NAMES[chosen], ", ".join(files), "no load level in it")
+        raise ImportRefused(fmt, names, "no load level in it")
+    _finite(run, fmt, names)
     return run
+
+
+def _finite(run: Run, fmt: str, names: str) -> None:
+    """Every figure a finite number (JSON allows NaN and Infinity; no answer of benchfleet's carries them)."""
+    for level in run.levels:
+        for figure in ("latency", "ttft", "itl", "tpot"):
+            for key, value in (getattr(level, figure) or {}).items():
+                if not math.isfinite(value):
+                    raise ImportRefused(fmt, names, f"{level.level}: {figure} {key} is {value}")
+        numbers = [
+            level.achieved_rate,
+            level.rate,
+            level.duration_s,
+            level.output_tokens_per_s or 0.0,
+            level.input_tokens_per_s or 0.0,
+        ]
+        numbers += [
+            v for r in level.records for v in (r.latency_ms or 0.0, r.ttft_ms or 0.0, r.sent_s or 0.0, r.due_s or 0.0, *r.itl_ms)
+        ]
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
+            raise ImportRefused(fmt, names, f"{level.level}: a rate, duration or per-request time is not a finite number")

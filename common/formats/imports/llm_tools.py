@@ -19,7 +19,7 @@ from common.formats.imports.model import (
     scaled,
     stats_of,
 )
-from common.wire.imports import Definitions
+from common.wire.imports import TOOL_NAMES, Definitions
 
 VLLM = Definitions(
     latency="from its send stamp to the last byte (not from the scheduled time)",
@@ -66,7 +66,7 @@ def _one_json(fmt: str, files: dict[str, bytes], key: str) -> tuple[str, Any]:
 
 def vllm(files: dict[str, bytes]) -> Run:
     """One `--save-result` file per request rate (several files: several levels); `--save-detailed` adds records."""
-    fmt = "vllm bench serve"
+    fmt = TOOL_NAMES["vllm"]
     levels, model, started = [], None, None
     for name, data in sorted(files.items()):
         doc = load_json(fmt, name, data)
@@ -144,7 +144,9 @@ def _aiperf_records(name: str, data: bytes) -> list[Record]:
             row = json.loads(line)
             meta, metrics = row["metadata"], row["metrics"]
         except (json.JSONDecodeError, KeyError, TypeError):
-            raise ImportRefused("AIPerf", f"{name} line {n}", "not a per-request record (metadata, metrics)") from None
+            raise ImportRefused(
+                TOOL_NAMES["aiperf"], f"{name} line {n}", "not a per-request record (metadata, metrics)"
+            ) from None
         if meta.get("benchmark_phase", "profiling") != "profiling":
             continue
         gaps = (metrics.get("inter_chunk_latency") or {}).get("value") or []
@@ -164,7 +166,7 @@ def _aiperf_records(name: str, data: bytes) -> list[Record]:
 
 def aiperf(files: dict[str, bytes]) -> Run:
     """profile_export_aiperf.json (the summary), with profile_export.jsonl (per-request records) where given."""
-    fmt = "AIPerf"
+    fmt = TOOL_NAMES["aiperf"]
     name, doc = _one_json(fmt, files, "aiperf_version")
     config = doc.get("input_config") or {}
     endpoint = config.get("endpoint") or {}
@@ -211,7 +213,7 @@ def aiperf(files: dict[str, bytes]) -> Run:
 
 def guidellm(files: dict[str, bytes]) -> Run:
     """GuideLLM's benchmarks JSON: one benchmark per load level, its requests with their scheduled start."""
-    fmt = "GuideLLM"
+    fmt = TOOL_NAMES["guidellm"]
     name, doc = _one_json(fmt, files, "benchmarks")
     levels = []
     for i, bench in enumerate(doc["benchmarks"]):
@@ -293,7 +295,7 @@ def _even_gaps(first: float, last: float, tokens: Any) -> tuple[float, ...]:
 def inference_perf(files: dict[str, bytes]) -> Run:
     """inference-perf's stage_N_lifecycle_metrics.json files (one level each; the summary alone when no stage file
     is given), with its config.json where given."""
-    fmt = "inference-perf"
+    fmt = TOOL_NAMES["inference-perf"]
     stages = {n: d for n, d in files.items() if n.startswith("stage_") and n.endswith(".json")}
     chosen = stages or {n: d for n, d in files.items() if "lifecycle_metrics" in n}
     if not chosen:
@@ -340,7 +342,7 @@ def inference_perf(files: dict[str, bytes]) -> Run:
 def genai_bench(files: dict[str, bytes]) -> Run:
     """genai-bench's experiment folder: one JSON per scenario and concurrency (aggregated and per-request metrics),
     with experiment_metadata.json where given."""
-    fmt = "genai-bench"
+    fmt = TOOL_NAMES["genai-bench"]
     meta = (
         load_json(fmt, "experiment_metadata.json", files["experiment_metadata.json"])
         if "experiment_metadata.json" in files

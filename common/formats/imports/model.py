@@ -86,6 +86,8 @@ def load_json(fmt: str, name: str, data: bytes) -> Any:
         raise ImportRefused(fmt, f"{name} line {exc.lineno}", f"not JSON ({exc.msg})") from None
     except UnicodeDecodeError:
         raise ImportRefused(fmt, name, "not UTF-8 text") from None
+    except RecursionError:
+        raise ImportRefused(fmt, name, "nested deeper than any result file") from None
 
 
 def need(fmt: str, where: str, doc: Any, *path: str | int) -> Any:

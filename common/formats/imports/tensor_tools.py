@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from common.formats.imports.model import ImportRefused, Level, Run
-from common.wire.imports import Definitions
+from common.wire.imports import TOOL_NAMES, Definitions
 
 PERF_ANALYZER = Definitions(
     latency="from the request's send to its answer (not from the scheduled time; a delayed request's wait is not in it)",
@@ -25,8 +25,8 @@ NS_TO_MS = 1e-6
 
 def perf_analyzer(files: dict[str, bytes]) -> Run:
     """One CSV row per concurrency or request-rate level; latencies in µs, p50/p90/p95/p99 only."""
-    fmt = "perf_analyzer CSV"
-    ((name, data),) = [(n, d) for n, d in files.items()][:1] or [("", b"")]
+    fmt = TOOL_NAMES["perf_analyzer"]
+    name, data = next(iter(files.items()))  # its one CSV (read() refuses an import without a file)
     try:
         rows = list(csv.DictReader(io.StringIO(data.decode())))
     except UnicodeDecodeError:
@@ -66,7 +66,7 @@ SUMMARY_NUMBER = re.compile(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<value>-?[\d.]+(?:e[+
 
 def loadgen(files: dict[str, bytes]) -> Run:
     """The summary's figures (ns) of its one scenario; the detail log for LoadGen's version and settings."""
-    fmt = "MLPerf LoadGen log"
+    fmt = TOOL_NAMES["loadgen"]
     summary = next((d.decode(errors="replace") for n, d in files.items() if "summary" in n), None)
     if summary is None or "MLPerf Results Summary" not in summary:
         raise ImportRefused(fmt, ", ".join(files), "no mlperf_log_summary.txt (its first lines say 'MLPerf Results Summary')")
@@ -140,11 +140,11 @@ def _detail(name: str, data: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n, line in enumerate(data.decode(errors="replace").splitlines(), 1):
         if not line.startswith(":::MLLOG "):
-            raise ImportRefused("MLPerf LoadGen log", f"{name} line {n}", "not a ':::MLLOG {json}' line")
+            raise ImportRefused(TOOL_NAMES["loadgen"], f"{name} line {n}", "not a ':::MLLOG {json}' line")
         try:
             entry = json.loads(line[len(":::MLLOG ") :])
         except json.JSONDecodeError:
-            raise ImportRefused("MLPerf LoadGen log", f"{name} line {n}", "its JSON does not parse") from None
+            raise ImportRefused(TOOL_NAMES["loadgen"], f"{name} line {n}", "its JSON does not parse") from None
         if isinstance(entry, dict) and "key" in entry:
             out[str(entry["key"])] = entry.get("value")
     return out

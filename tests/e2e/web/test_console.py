@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from common.spec.parse import parse_spec_yaml
+from common.wire.imports import TOOL_NAMES
 from tests.e2e.web.browser import NEEDS_CHROMIUM, logged_in, serve
 from tests.integration.leader.analysis_seed import pct, seed_job
 from tests.integration.leader.conftest import ADMIN, ADMIN_TOKEN, SPEC_YAML, Leader
@@ -295,7 +296,7 @@ def test_importing_another_tools_run_opens_its_job_labelled_with_the_tools_defin
         form.locator("[name=name]").fill("vllm-pr-run")
         form.locator("button[type=submit]").click()
         page.wait_for_selector("#imported")
-        assert "Imported from vLLM's bench serve" in page.inner_text("#imported")
+        assert "Imported from vllm bench serve" in page.inner_text("#imported")
         definitions = page.inner_text("#definitions")
         assert "from its send stamp to the last byte (not from the scheduled time)" in definitions and "TTFT" in definitions
         verdicts = page.locator("#points td.verdict-cell").all_inner_texts()
@@ -308,4 +309,15 @@ def test_importing_another_tools_run_opens_its_job_labelled_with_the_tools_defin
         _fits(page)
         page.screenshot(path=str(artifacts_dir / "web" / "console-imported-job.png"), full_page=True)
         page.goto(url + "/jobs")
-        assert "imported from vLLM's bench serve: 2 points, not judged" in page.inner_text("#jobs")
+        assert "imported from vllm bench serve: 2 points, not judged" in page.inner_text("#jobs")
+        # Every other tool's files through the same form: each opens its job, labelled with its tool, not judged.
+        for tool, name in TOOL_NAMES.items():
+            if tool == "vllm":
+                continue
+            page.goto(url + "/jobs")
+            files = [str(p) for p in sorted((FIXTURES / tool).iterdir()) if not p.name.startswith("COMMAND")]
+            page.locator("#import-upload [name=file]").set_input_files(files)
+            page.locator("#import-upload button[type=submit]").click()
+            page.wait_for_selector("#imported")
+            assert f"Imported from {name}" in page.inner_text("#imported"), tool
+            assert all(v.startswith("not judged") for v in page.locator("#points td.verdict-cell").all_inner_texts()), tool

@@ -120,7 +120,7 @@ def test_a_file_of_another_shape_is_refused_naming_the_format_and_the_field_and_
 
 
 def test_two_tools_runs_compared_on_pattern_and_load_judged_only_when_asked(leader: Leader) -> None:
-    """vLLM's bench serve and AIPerf, both at Poisson 4 req/s against one server: keyed on pattern and load; not judged
+    """vllm bench serve and AIPerf, both at Poisson 4 req/s against one server: keyed on pattern and load; not judged
     (the gate's exit 6) until asked; asked, each side's figures are benchfleet's recomputed from its own records, and
     the notes say each tool's definitions and how far the recomputation moved each figure. The recommender, which
     reads only judged points, finds no evidence in them."""
@@ -141,7 +141,7 @@ def test_two_tools_runs_compared_on_pattern_and_load_judged_only_when_asked(lead
     ttft = next(m for m in judged["llm"] if m["metric"] == "ttft_p99_ms")
     assert (ttft["a"], ttft["b"]) == (a_mine["ttft_p99_ms"], b_mine["ttft_p99_ms"])
     notes = judged["definitions"]
-    assert "A: measured by vLLM's bench serve (request rate 4); its latency from its send stamp" in notes[0]
+    assert "A: measured by vllm bench serve (request rate 4); its latency from its send stamp" in notes[0]
     moved = next(n for n in notes if n.startswith("B: compared by benchfleet's definitions"))
     assert f"ttft p99 {100 * b_mine['shift']['ttft_p99_ms']:+.1f}%" in moved and "16 records" in moved
     assert any(n.startswith("B: achieved 2.89 req/s of the 4 requested") for n in notes)
