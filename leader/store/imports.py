@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from bson import ObjectId
 from gridfs import AsyncGridFSBucket
 from gridfs.errors import NoFile
 from pymongo.asynchronous.database import AsyncDatabase
@@ -50,6 +51,17 @@ async def insert_import(db: AsyncDatabase, *, doc: dict[str, Any], results: list
         # Shielded: a cancelled request (client gone) must still remove what it wrote.
         await asyncio.shield(_remove(db, job_id))
         raise
+
+
+async def collect_orphans(db: AsyncDatabase, *, cutoff: ObjectId) -> int:
+    """What an import a crash interrupted left before `cutoff` (its files stored, its job's document never): its files,
+    results and rows; how many imports."""
+    published = set(await db[jobs_store.COLLECTION].distinct("_id"))
+    stray = {doc["metadata"]["job_id"] async for doc in db[FILES].find({"_id": {"$lt": cutoff}}, {"metadata.job_id": 1})}
+    stray -= published
+    for job_id in stray:
+        await _remove(db, job_id)
+    return len(stray)
 
 
 async def _remove(db: AsyncDatabase, job_id: str) -> None:

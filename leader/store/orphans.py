@@ -18,7 +18,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from leader.clock import utcnow
-from leader.store import datasets, models, records
+from leader.store import datasets, imports, models, records
 from leader.store.gridfs_files import IN_PROGRESS
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,13 @@ log = logging.getLogger(__name__)
 GRACE = timedelta(hours=1)
 SWEEP_S = 600.0
 # GridFS bucket -> the collection whose documents publish its files (by `gridfs_id`); None: its files publish themselves.
-PUBLISHED: dict[str, str | None] = {models.BUCKET: models.COLLECTION, datasets.BUCKET: datasets.COLLECTION, records.BUCKET: None}
+# An import's files are published by its job's document (imports.collect_orphans).
+PUBLISHED: dict[str, str | None] = {
+    models.BUCKET: models.COLLECTION,
+    datasets.BUCKET: datasets.COLLECTION,
+    records.BUCKET: None,
+    imports.BUCKET: None,
+}
 
 
 async def collect_orphans(db: AsyncDatabase, *, older_than: datetime) -> dict[str, int]:
@@ -52,6 +58,8 @@ async def collect_orphans(db: AsyncDatabase, *, older_than: datetime) -> dict[st
             for file_id in unpublished:
                 await AsyncGridFSBucket(db, bucket_name=bucket).delete(file_id)
             count += len(unpublished)
+        if bucket == imports.BUCKET:
+            count += await imports.collect_orphans(db, cutoff=cutoff)
         if count:
             log.warning("removed %d orphaned GridFS chunks/files of bucket %s (uploads a crash interrupted)", count, bucket)
         removed[bucket] = count

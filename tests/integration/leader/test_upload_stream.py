@@ -27,8 +27,12 @@ from tests.conftest import Service
 from tests.faults.outcomes import record
 from tests.integration.leader.conftest import ADMIN, Leader
 
-SIGNATURE = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-                        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}]})
+SIGNATURE = json.dumps(
+    {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
+    }
+)
 
 
 def _clean(db: Database) -> None:  # type: ignore[type-arg]
@@ -41,7 +45,8 @@ def _clean(db: Database) -> None:  # type: ignore[type-arg]
 def test_large_upload_is_stored_in_many_chunks_and_reads_back_identical(leader: Leader) -> None:
     data = secrets.token_bytes(3 * 1024 * 1024 + 17)  # past the 1 MiB in-memory spool: read back from disk
     response = leader.client.post(
-        "/api/v1/models", headers=ADMIN,
+        "/api/v1/models",
+        headers=ADMIN,
         data={"name": "big", "version": "1", "format": "torchscript", "signature": SIGNATURE},
         files={"file": ("big.pt", data, "application/octet-stream")},
     )
@@ -57,9 +62,11 @@ def test_large_upload_is_stored_in_many_chunks_and_reads_back_identical(leader: 
 def test_streamed_body_past_the_limit_is_413_and_stores_nothing(make_leader: Callable[..., Leader]) -> None:
     leader = make_leader(max_upload_bytes=64 * 1024)
     boundary = "b0undary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nm\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n1\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.onnx\"\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nm\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="version"\r\n\r\n1\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n'
+    ).encode()
     sent = 0
 
     def body() -> Iterator[bytes]:  # chunked, no Content-Length: only counting while streaming can stop it
@@ -76,15 +83,20 @@ def test_streamed_body_past_the_limit_is_413_and_stores_nothing(make_leader: Cal
     _clean(leader.db)
 
 
-@pytest.mark.parametrize(("fmt", "content", "field"), [("onnx", b"not a model" * 1000, "file"),
-                                                       ("torchscript", b"x" * 1000, "signature")])
+@pytest.mark.parametrize(
+    ("fmt", "content", "field"), [("onnx", b"not a model" * 1000, "file"), ("torchscript", b"x" * 1000, "signature")]
+)
 def test_failed_format_check_stores_nothing(leader: Leader, fmt: str, content: bytes, field: str) -> None:
-    response = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "bad", "version": "1", "format": fmt},
-                                  files={"file": ("bad", content)})
+    response = leader.client.post(
+        "/api/v1/models", headers=ADMIN, data={"name": "bad", "version": "1", "format": fmt}, files={"file": ("bad", content)}
+    )
     assert response.status_code == 422 and response.json()["field"] == field, response.text
     _clean(leader.db)
-    record("bad input", f"model upload failing the format check ({fmt})",
-           f"422 naming `{field}`; no model, no GridFS file or chunk stored")
+    record(
+        "bad input",
+        f"model upload failing the format check ({fmt})",
+        f"422 naming `{field}`; no model, no GridFS file or chunk stored",
+    )
 
 
 def test_a_signature_nested_past_the_parsers_stack_is_a_refusal(leader: Leader) -> None:
@@ -99,16 +111,25 @@ def test_a_signature_nested_past_the_parsers_stack_is_a_refusal(leader: Leader) 
 def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mongo_client) -> None:  # type: ignore[no-untyped-def]
     db_name = f"upload_{uuid.uuid4().hex[:8]}"
     payload = secrets.token_bytes(1024 * 1024)
-    meta = ModelMeta(name="half", version="1", format="onnx", inputs=[], outputs=[], sha256=hashlib.sha256(payload).hexdigest(),
-                     size_bytes=len(payload), created_at=utcnow())
+    meta = ModelMeta(
+        name="half",
+        version="1",
+        format="onnx",
+        inputs=[],
+        outputs=[],
+        sha256=hashlib.sha256(payload).hexdigest(),
+        size_bytes=len(payload),
+        created_at=utcnow(),
+    )
 
     async def scenario() -> tuple[int, int]:
         client: AsyncMongoClient = AsyncMongoClient(mongo_service.url)
         db = client[db_name]
         try:
+
             async def broken() -> AsyncIterator[bytes]:
                 for i in range(3):  # three 255 KiB chunks reach GridFS, then the source breaks
-                    yield payload[i * 255 * 1024:(i + 1) * 255 * 1024]
+                    yield payload[i * 255 * 1024 : (i + 1) * 255 * 1024]
                 raise ConnectionResetError("client went away")
 
             with pytest.raises(ConnectionResetError):
@@ -118,7 +139,7 @@ def test_gridfs_write_broken_midway_leaves_no_chunk(mongo_service: Service, mong
 
             async def stalls() -> AsyncIterator[bytes]:
                 yield payload[: 255 * 1024]
-                yield payload[255 * 1024: 510 * 1024]
+                yield payload[255 * 1024 : 510 * 1024]
                 stalled.set()
                 await asyncio.Event().wait()  # the rest never comes
                 yield b""
@@ -163,13 +184,19 @@ def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: L
     address, db_name, admin, _ = leader_process
     host, port = address.split(":")
     boundary = "cut"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nhalf\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n1\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.onnx\"\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nhalf\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="version"\r\n\r\n1\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="m.onnx"\r\n\r\n'
+    ).encode()
     declared = len(head) + 8 * 1024 * 1024
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall((f"POST /api/v1/models HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {admin}\r\n"
-                      f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {declared}\r\n\r\n").encode())
+        sock.sendall(
+            (
+                f"POST /api/v1/models HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {admin}\r\n"
+                f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {declared}\r\n\r\n"
+            ).encode()
+        )
         sock.sendall(head + b"\x00" * (3 * 1024 * 1024))  # 3 of the 8 MiB promised, then the client vanishes
     db = mongo_client[db_name]
     # The leader still serves (and a later upload of the same name:version is not blocked by leftovers).
@@ -180,8 +207,11 @@ def test_client_disconnect_midway_leaves_no_model_and_no_chunk(leader_process: L
         again = http.post("/api/v1/models", data=form, files={"file": ("m.pt", b"y" * 300_000)})
         assert again.status_code == 201, again.text
     assert db["models.chunks"].count_documents({}) == 2
-    record("fault", "client disconnects midway through a model upload (3 of 8 MiB sent)",
-           "no model visible, no GridFS file or chunk left; the same name:version uploads fine afterwards")
+    record(
+        "fault",
+        "client disconnects midway through a model upload (3 of 8 MiB sent)",
+        "no model visible, no GridFS file or chunk left; the same name:version uploads fine afterwards",
+    )
 
 
 def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_service: Service) -> None:
@@ -191,11 +221,13 @@ def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_ser
     from gridfs import AsyncGridFSBucket
 
     from leader.store.gridfs_files import IN_PROGRESS
+    from leader.store.leaderboard import row_from_result, write_row
     from leader.store.orphans import collect_orphans
 
     db_name = f"orphans_{uuid.uuid4().hex[:8]}"
     now = utcnow()
     old, recent, busy, unpublished, published = (ObjectId.from_datetime(now - timedelta(hours=h)) for h in (3, 0, 5, 2, 4))
+    lost_import, kept_import = ObjectId.from_datetime(now - timedelta(hours=2)), ObjectId.from_datetime(now - timedelta(hours=3))
 
     async def scenario() -> tuple[dict[str, int], dict[str, int], set[str]]:
         client: AsyncMongoClient = AsyncMongoClient(mongo_service.url)
@@ -210,12 +242,27 @@ def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_ser
             await data.upload_from_stream_with_id(unpublished, "lost.npz", b"lost")
             await data.upload_from_stream_with_id(published, "kept.npz", b"kept")
             await db["datasets"].insert_one({"_id": "d1", "gridfs_id": published})
+            # An import whose job's document never came (its files, a result and a row written), and one that did.
+            imported = AsyncGridFSBucket(db, bucket_name="imported")
+            await imported.upload_from_stream_with_id(lost_import, "a.json", b"{}", metadata={"job_id": "lost", "name": "a.json"})
+            await imported.upload_from_stream_with_id(kept_import, "b.json", b"{}", metadata={"job_id": "kept", "name": "b.json"})
+            await db["jobs"].insert_one({"_id": "kept"})
+            await db["results"].insert_many([{"_id": "lost:1:0", "job_id": "lost"}, {"_id": "kept:1:0", "job_id": "kept"}])
+            for job_id in ("lost", "kept"):
+                point = {"index": 0, "backend": "endpoint", "pattern": "poisson", "rate": 4.0}
+                row = row_from_result(
+                    job_id=job_id, job_name=job_id, model="m", slo_p99_ms=None, attempt=1, result={"point": point}
+                )
+                await write_row(db, row)
             IN_PROGRESS.add(busy)
             try:
                 removed = await collect_orphans(db, older_than=now - timedelta(hours=1))
                 again = await collect_orphans(db, older_than=now - timedelta(hours=1))
                 left = {str(d["files_id"]) async for d in db["models.chunks"].find({}, {"files_id": 1})}
                 left |= {str(d["_id"]) async for d in db["data.files"].find({}, {"_id": 1})}
+                left |= {str(d["_id"]) async for d in db["imported.files"].find({}, {"_id": 1})}
+                left |= {d["_id"] async for d in db["results"].find({}, {"_id": 1})}
+                left |= {d["_id"] async for d in db["leaderboard"].find({}, {"_id": 1})}
             finally:
                 IN_PROGRESS.discard(busy)
             return removed, again, left
@@ -224,9 +271,10 @@ def test_what_a_crashed_upload_left_behind_is_collected_once_it_is_old(mongo_ser
             await client.close()
 
     removed, again, left = asyncio.run(scenario())
-    assert removed == {"models": 1, "data": 1, "records": 0}, removed
-    assert again == {"models": 0, "data": 0, "records": 0}  # nothing more, and the sweep is idempotent
-    assert left == {str(recent), str(busy), str(published)}  # recent, in progress and published stay
+    assert removed == {"models": 1, "data": 1, "records": 0, "imported": 1}, removed
+    assert again == {"models": 0, "data": 0, "records": 0, "imported": 0}  # nothing more, and the sweep is idempotent
+    # Recent, in progress and published stay; the interrupted import's file, result and row are gone.
+    assert left == {str(recent), str(busy), str(published), str(kept_import), "kept:1:0", "kept:0"}
 
 
 class _Junk(io.RawIOBase):
