@@ -41,12 +41,13 @@ async def launchable(db: AsyncDatabase, *, limit: int) -> list[str]:
 
 async def set_waiting_reasons(db: AsyncDatabase, *, job_ids: list[str], reason: str | None) -> None:
     """Record one reason for several queued jobs, one write per IDS_PER_READ of them (no transition; `updated_at`
-    moves, as with every write to a job: the feeds and the jobs list's kept views follow it)."""
+    moves, as with every write to a job: the feeds and the jobs list's kept views follow it). A job that already
+    stores the reason is left alone: the placer's book may ask again for a job whose stored reason it read before its
+    own write landed, and a rewrite would move the job for nothing (a reader's ETag of the list with it)."""
     now = utcnow()
     for chunk in id_chunks(job_ids):
-        await db[COLLECTION].update_many(
-            {"_id": {"$in": chunk}, "state": JobState.queued.value}, {"$set": {"waiting_reason": reason, "updated_at": now}}
-        )
+        query = {"_id": {"$in": chunk}, "state": JobState.queued.value, "waiting_reason": {"$ne": reason}}
+        await db[COLLECTION].update_many(query, {"$set": {"waiting_reason": reason, "updated_at": now}})
 
 
 async def unfinished_jobs(db: AsyncDatabase) -> list[JobChange]:

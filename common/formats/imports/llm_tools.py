@@ -67,7 +67,7 @@ def _one_json(fmt: str, files: dict[str, bytes], key: str) -> tuple[str, Any]:
 def vllm(files: dict[str, bytes]) -> Run:
     """One `--save-result` file per request rate (several files: several levels); `--save-detailed` adds records."""
     fmt = TOOL_NAMES["vllm"]
-    levels, model, started = [], None, None
+    levels, model, started, settings = [], None, None, {}
     for name, data in sorted(files.items()):
         doc = load_json(fmt, name, data)
         if not isinstance(doc, dict):
@@ -119,13 +119,16 @@ def vllm(files: dict[str, bytes]) -> Run:
         rate_behind(level)
         levels.append(level)
         model = doc.get("model_id") or model
+        settings = {k: str(doc[k]) for k in _VLLM_SETTINGS if doc.get(k) is not None}
         if isinstance(doc.get("date"), str):
             started = datetime.strptime(doc["date"], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
     levels.sort(key=lambda lv: (lv.rate, lv.concurrency or 0))
     due = "its request's release by the arrival schedule, before the concurrency semaphore (vLLM's queue_times)"
-    return Run("vllm", None, None, model, None, "llm", VLLM, levels, started, due_by=due)
+    return Run("vllm", None, None, model, None, "llm", VLLM, levels, started, due_by=due, settings=settings)
 
 
+# What else vLLM's result file says of how it ran.
+_VLLM_SETTINGS = ("backend", "endpoint_type", "num_prompts", "burstiness", "max_concurrency", "tokenizer_id", "label")
 # vLLM's saved quantiles (`--metric-percentiles`) by the names benchfleet gives them.
 _VLLM_QUANTILES = {"mean": "mean", "p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p999": "p99.9"}
 
@@ -336,7 +339,9 @@ def inference_perf(files: dict[str, bytes]) -> Run:
         rate_behind(level)
         levels.append(level)
     server = config.get("server") or {}
-    return Run("inference-perf", None, None, server.get("model_name"), server.get("base_url"), "llm", INFERENCE_PERF, levels)
+    settings = {k: json.dumps(config[k]) for k in ("load", "api", "data") if config.get(k)}
+    model, url = server.get("model_name"), server.get("base_url")
+    return Run("inference-perf", None, None, model, url, "llm", INFERENCE_PERF, levels, settings=settings)
 
 
 def genai_bench(files: dict[str, bytes]) -> Run:
@@ -393,4 +398,7 @@ def genai_bench(files: dict[str, bytes]) -> Run:
         raise ImportRefused(fmt, ", ".join(files), "no result JSON (aggregated_metrics, individual_request_metrics)")
     levels.sort(key=lambda lv: lv.concurrency or 0)
     version = meta.get("benchmark_version")
-    return Run("genai-bench", version, meta.get("cmd"), meta.get("api_model_name"), None, "llm", GENAI_BENCH, levels)
+    settings = {k: str(meta[k]) for k in ("task", "traffic_scenario", "server_engine", "iteration_type") if meta.get(k)}
+    return Run(
+        "genai-bench", version, meta.get("cmd"), meta.get("api_model_name"), None, "llm", GENAI_BENCH, levels, settings=settings
+    )
