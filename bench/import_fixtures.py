@@ -79,20 +79,7 @@ def aiperf(load: Load, tmp: Path) -> None:
 
 def guidellm(load: Load, tmp: Path) -> None:
     out = tmp / "benchmarks.json"
-    backend = {"kind": "openai_http", "target": load.base_url, "model": load.model, "request_format": "/v1/completions"}
-    scenario = {
-        "spec": {
-            "backend": backend,
-            "profile": {"kind": "constant", "rate": list(RATES)},
-            "data": [{"kind": "synthetic_text", "prompt_tokens": load.input_tokens, "output_tokens": load.output_tokens}],
-            "tokenizer": {"kind": "huggingface_auto", "model": str(load.tokenizer_dir)},
-            "constraints": [{"kind": "max_requests", "count": load.n}],
-            "outputs": [{"kind": "json", "path": str(out)}],
-        }
-    }
-    config = tmp / "guidellm-scenario.json"
-    config.write_text(json.dumps(scenario))
-    argv = [str(PEERS_DIR / "guidellm" / "bin" / "guidellm"), "run", "--config", str(config), "--disable-console"]
+    argv = llm_peers.guidellm_argv(load, {"kind": "constant", "rate": list(RATES)}, out, tmp)
     _run(argv)
     _save("guidellm", argv, [out])
 

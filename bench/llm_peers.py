@@ -190,13 +190,12 @@ def aiperf(load: Load, tmp: Path) -> PeerRun:
     return _run("AIPerf", argv, load, art / "profile_export_aiperf.json", parse)
 
 
-def guidellm(load: Load, tmp: Path) -> PeerRun:
-    """GuideLLM asks for exact output lengths itself (max_tokens with ignore_eos)."""
-    out = tmp / "guidellm.json"
+def guidellm_argv(load: Load, profile: dict[str, object], out: Path, tmp: Path) -> list[str]:
+    """GuideLLM's command line for `load` under `profile` (its scenario file written into `tmp`), its JSON to `out`."""
     scenario = {
         "spec": {
             "backend": {"kind": "openai_http", "target": load.base_url, "model": load.model, "request_format": "/v1/completions"},
-            "profile": {"kind": "poisson", "rate": load.rate},
+            "profile": profile,
             "data": [{"kind": "synthetic_text", "prompt_tokens": load.input_tokens, "output_tokens": load.output_tokens}],
             "tokenizer": {"kind": "huggingface_auto", "model": str(load.tokenizer_dir)},
             "constraints": [{"kind": "max_requests", "count": load.n}],
@@ -205,7 +204,13 @@ def guidellm(load: Load, tmp: Path) -> PeerRun:
     }
     config = tmp / "guidellm-scenario.json"
     config.write_text(json.dumps(scenario))
-    argv = [str(PEERS_DIR / "guidellm" / "bin" / "guidellm"), "run", "--config", str(config), "--disable-console"]
+    return [str(PEERS_DIR / "guidellm" / "bin" / "guidellm"), "run", "--config", str(config), "--disable-console"]
+
+
+def guidellm(load: Load, tmp: Path) -> PeerRun:
+    """GuideLLM asks for exact output lengths itself (max_tokens with ignore_eos)."""
+    out = tmp / "guidellm.json"
+    argv = guidellm_argv(load, {"kind": "poisson", "rate": load.rate}, out, tmp)
 
     def parse(path: Path) -> dict[str, float]:
         m = json.loads(path.read_text())["benchmarks"][0]["metrics"]

@@ -13,7 +13,6 @@ from common.wire.imports import TOOL_NAMES
 
 # A compared row's figures and the recomputed figure (common.wire.imports.Recomputed) that stands for it.
 FIGURES = {"p99_ms": "latency_p99_ms", "ttft_p99_ms": "ttft_p99_ms", "itl_p99_ms": "itl_p99_ms", "tpot_p99_ms": "tpot_p99_ms"}
-NOT_JUDGED = "not_judged"
 
 
 def has_imported(*jobs: list[dict[str, Any]]) -> bool:

@@ -14,8 +14,6 @@ import numpy as np
 from common.wire.imports import Definitions, Tool
 
 Pattern = Literal["poisson", "constant", "closed"]
-# The summary figures a level may carry (ms), as benchfleet's Percentiles names them.
-STAT_KEYS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
 class ImportRefused(ValueError):
@@ -125,7 +123,8 @@ def stats_of(values: list[float]) -> dict[str, float] | None:
 
 
 def scaled(summary: dict[str, Any], scale: float, names: dict[str, str]) -> dict[str, float]:
-    """The tool's summary keys renamed to STAT_KEYS (`names`: ours -> its) and scaled to ms; absent ones left out."""
+    """The tool's summary keys renamed to benchfleet's Percentiles names (`names`: ours -> its) and scaled to ms; absent
+    ones left out."""
     out = {}
     for ours, theirs in names.items():
         value = summary.get(theirs)

@@ -13,8 +13,6 @@ import numpy as np
 from common.formats.imports.model import Level
 from common.wire.imports import Recomputed
 
-FIGURES = ("latency", "ttft", "itl", "tpot")
-
 
 def _q(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values), q)) if values else None
