@@ -168,8 +168,9 @@ def compare_sheet(answer: CompareResponse) -> Sheet:
         ci = f"{p.ci_low:+.2f} .. {p.ci_high:+.2f}" if p.ci_low is not None and p.ci_high is not None else "-"
         change = "-" if p.change is None else f"{100 * p.change:+.1f}%"
         verdict: str = p.verdict
-        for name, valid, reasons in (("A", p.a_valid, p.a_reasons), ("B", p.b_valid, p.b_reasons)):
-            if valid is False:  # the side's own verdict decides that nothing is judged here
+        for name, valid, reasons, tool in (("A", p.a_valid, p.a_reasons, p.a_tool), ("B", p.b_valid, p.b_reasons, p.b_tool)):
+            # The side's own verdict decides that nothing is judged here (an imported side has none: its notes say why).
+            if valid is False and tool is None:
                 verdict += " " + sheet.note(f"{p.key}: {name}'s point is invalid: {'; '.join(reasons)}")
         if p.comparable is not None and p.comparable != "comparable":
             verdict += " " + sheet.note(f"{p.key}: {p.comparable}")  # what differs between the two runs

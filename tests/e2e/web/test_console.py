@@ -321,3 +321,18 @@ def test_importing_another_tools_run_opens_its_job_labelled_with_the_tools_defin
             page.wait_for_selector("#imported")
             assert f"Imported from {name}" in page.inner_text("#imported"), tool
             assert all(v.startswith("not judged") for v in page.locator("#points td.verdict-cell").all_inner_texts()), tool
+            if tool == "aiperf":
+                aiperf_job = page.url.rsplit("/", 1)[1]
+        # vLLM's run against AIPerf's on the compare page: one pair on pattern and load, not judged until the box is
+        # ticked, each side's definitions under the verdict (never called invalid).
+        vllm_job = console["leader"].client.get("/api/v1/jobs", headers=ADMIN, params={"limit": 50}).json()
+        vllm_id = next(j["id"] for j in vllm_job if j["name"] == "vllm-pr-run")
+        page.goto(f"{url}/compare?a={vllm_id}&b={aiperf_job}")
+        row = page.locator("#comparison tr", has_text="poisson|4 req/s").first
+        assert row.get_attribute("class") == "not_judged" and "measured by AIPerf" in row.inner_text()
+        assert "invalid" not in row.inner_text()
+        page.check("#include-imported")
+        page.click("#compare-form button")
+        page.wait_for_url("**include_imported=true**")
+        judged = page.locator("#comparison tr", has_text="poisson|4 req/s").first.get_attribute("class")
+        assert judged in ("unchanged", "regression", "improvement")
