@@ -9,6 +9,12 @@ Each line is one object of one of these kinds, with an optional `output_tokens` 
                                                        turn, each carrying the turns before it with the recorded replies
   {"prompt_tokens": 512}                               a length only: the follower builds an exact prompt of it (an
                                                        empirical length distribution from a file)
+  {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...]}
+                                                       a ShareGPT-style conversation (its `id` and other fields
+                                                       ignored; human/user, gpt/chatgpt/bard/bing/assistant/model and
+                                                       system speak): read as a conversation
+A whole file that is one JSON array of ShareGPT conversations (as ShareGPT's dumps are published) is read too, each
+error naming the line its conversation starts on.
 A `prompt` or `messages` row may carry an `answer` (text or a number): what a correct completion says, for
 `quality.evaluation` (an evaluation set). A set that has answers has one on every row.
 Parsing is plain JSON with bounds on sizes; nothing in a row is executed or rendered here (chat templates render on
@@ -18,6 +24,7 @@ the follower, in a sandbox).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -34,8 +41,24 @@ MAX_ANSWER_CHARS = 10_000
 KINDS_FOR_API = {"completions": ("prompt", "prompt_tokens"), "chat": ("prompt", "messages", "prompt_tokens")}
 
 
+SHAREGPT = "conversations"
+SHAREGPT_ROLES = {"human": "user", "user": "user", "system": "system"} | {
+    speaker: "assistant" for speaker in ("gpt", "chatgpt", "bard", "bing", "assistant", "model")
+}
+MAX_ARRAY_CHARS = 256 * 2**20  # a ShareGPT array is read whole: larger dumps are split into JSON lines first
+
+
 class BadPrompts(ValueError):
     """A line that is not a prompt row (the message names the line and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class PrefixBlocks:
+    """The blocks a prompt of a given length starts with (a Mooncake trace's hash_ids): each id is `tokens` tokens,
+    the same ones wherever it recurs, so two prompts whose ids agree up to block k share exactly k blocks."""
+
+    ids: tuple[int, ...]
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,7 @@ class PromptRow:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     answer: str | None = None  # what a correct completion says (an evaluation set's row)
+    blocks: PrefixBlocks | None = None  # a length's leading blocks (a replayed Mooncake trace)
 
     @property
     def kind(self) -> str:
@@ -87,10 +111,26 @@ def _answer(value: object, kind: str, number: int) -> str:
     return value
 
 
+def _sharegpt(doc: dict[str, object], number: int) -> dict[str, object]:
+    """A ShareGPT conversation as this format's conversation row."""
+    turns = doc[SHAREGPT]
+    if not isinstance(turns, list) or not turns or len(turns) > MAX_TURNS:
+        raise BadPrompts(f"line {number}: conversations must be a list of 1..{MAX_TURNS} turns")
+    messages = []
+    for k, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("from") not in SHAREGPT_ROLES or "value" not in turn:
+            raise BadPrompts(f"line {number}: conversations[{k}] must be {{from: {'|'.join(SHAREGPT_ROLES)}, value: text}}")
+        text = _text(turn["value"], f"conversations[{k}].value", number)
+        messages.append({"role": SHAREGPT_ROLES[str(turn["from"])], "content": text})
+    return {"conversation": messages}
+
+
 def parse_row(doc: object, number: int) -> list[PromptRow]:
     """The requests one line makes (a conversation makes one per user turn)."""
     if not isinstance(doc, dict):
         raise BadPrompts(f"line {number}: must be a JSON object")
+    if SHAREGPT in doc:
+        doc = _sharegpt(doc, number)
     kinds = [k for k in KINDS if k in doc]
     unknown = set(doc) - set(KINDS) - {"output_tokens", ANSWER}
     if len(kinds) != 1 or unknown:
@@ -121,19 +161,71 @@ def parse_row(doc: object, number: int) -> list[PromptRow]:
     return rows
 
 
+def _documents(text: IO[str]) -> Iterator[tuple[int, object]]:
+    """(line number, JSON value) of each JSON line, or of each element of a file that is one JSON array."""
+    lines = bounded_lines(text, bad=BadPrompts)
+    for number, line in lines:
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("["):
+            try:
+                rest = text.read(MAX_ARRAY_CHARS)
+            except UnicodeDecodeError as exc:
+                raise BadPrompts(f"not UTF-8 text: {exc}") from None
+            yield from _array(number, line + rest)
+            return
+        yield number, _json(line, number)
+        break
+    for number, line in lines:
+        if line.strip():
+            yield number, _json(line, number)
+
+
+def _json(line: str, number: int) -> object:
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadPrompts(f"line {number} is not JSON: {exc}") from None
+
+
+def _array(first_line: int, whole: str) -> Iterator[tuple[int, object]]:
+    """Each element of a JSON array (a ShareGPT dump), read one at a time, with the line it starts on."""
+    if len(whole) > MAX_ARRAY_CHARS:
+        raise BadPrompts(f"a JSON array of more than {MAX_ARRAY_CHARS:,} characters: split it into JSON lines")
+    decoder = json.JSONDecoder()
+    at, line = whole.index("[") + 1, first_line
+    counted = 0
+
+    def skip(at: int) -> int:
+        while at < len(whole) and whole[at] in " \t\r\n":
+            at += 1
+        return at
+
+    at = skip(at)
+    while at < len(whole) and whole[at] != "]":
+        line += whole.count("\n", counted, at)
+        counted = at
+        try:
+            doc, at = decoder.raw_decode(whole, at)
+        except json.JSONDecodeError as exc:
+            raise BadPrompts(f"line {line + whole.count(chr(10), counted, exc.pos)} is not JSON: {exc.msg}") from None
+        yield line, doc
+        at = skip(at)
+        if at < len(whole) and whole[at] == ",":
+            at = skip(at + 1)
+        elif at < len(whole) and whole[at] != "]":
+            raise BadPrompts(f"line {line + whole.count(chr(10), counted, at)}: expected , or ] in the JSON array")
+    if at >= len(whole) or whole[skip(at + 1) :].strip():
+        raise BadPrompts("the JSON array is not closed by ] at the end of the file")
+
+
 def parse_lines(text: IO[str]) -> tuple[list[PromptRow], list[str]]:
     """Every row of a prompts file, and the kinds it holds (sorted; with ANSWER last where every row has an answer);
     BadPrompts naming the first bad line (or the first longer than common.formats.lines.MAX_LINE_CHARS), or the first
     line without an answer in a set whose other rows have one."""
     rows: list[PromptRow] = []
     unanswered: int | None = None
-    for number, line in bounded_lines(text, bad=BadPrompts):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadPrompts(f"line {number} is not JSON: {exc}") from None
+    for number, doc in _documents(text):
         parsed = parse_row(doc, number)
         if unanswered is None and parsed[0].answer is None:
             unanswered = number

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from common.spec import colocate
 from common.spec.job import LLM_BACKENDS, JobSpec, PointSpec
 from common.spec.llm import LlmWorkload
-from common.spec.load import TraceRef
+from common.spec.load import DEFAULT_BLOCK_TOKENS, TraceRef
 from common.spec.server import ServerOptions
 from common.spec.sweep import configurations
 
@@ -78,6 +78,7 @@ def expand(spec: JobSpec) -> list[PointSpec]:
     shared = {point_field: getattr(load, load_field) for point_field, load_field in POINT_FROM_LOAD.items()}
     trace_s = load.trace if isinstance(load.trace, list) else None
     trace_dataset = load.trace.dataset if isinstance(load.trace, TraceRef) else None
+    block_tokens = load.trace.block_tokens if isinstance(load.trace, TraceRef) else DEFAULT_BLOCK_TOKENS
     servers = configurations(spec.sweep, server) if spec.sweep else [server]
     configs = [
         (backend, served, batch, rate, concurrency)
@@ -107,6 +108,7 @@ def expand(spec: JobSpec) -> list[PointSpec]:
                 seed=(spec.seed * 1_000_003 + index) % 2**32,
                 trace_s=trace_s,
                 trace_dataset=trace_dataset,
+                trace_block_tokens=block_tokens,
                 server=served,
                 config=config,
                 repeat=repeat,

@@ -19,7 +19,7 @@ from common.devices import GPU_PROVIDERS
 from common.fairshare import Priority
 from common.spec.colocate import ColocateSpec
 from common.spec.llm import LlmWorkload
-from common.spec.load import LoadSpec, Pattern, SearchSpec, Stability
+from common.spec.load import DEFAULT_BLOCK_TOKENS, LoadSpec, Pattern, SearchSpec, Stability
 from common.spec.network import NetworkSpec
 from common.spec.quality import QualitySpec
 from common.spec.server import MAX_BATCH, ServerOptions, conversion_problem
@@ -412,6 +412,7 @@ class PointSpec(StrictModel):
     off_s: float = 1.0
     trace_s: list[float] | None = None
     trace_dataset: str | None = None  # an uploaded trace file (its id); the follower fetches and replays it
+    trace_block_tokens: int = DEFAULT_BLOCK_TOKENS  # the tokens of each of its prefix blocks (a Mooncake trace's hash_ids)
     concurrency: int | None = None
     search: SearchSpec | None = None
     window_s: float = 1.0

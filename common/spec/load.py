@@ -112,11 +112,18 @@ class SearchSpec(StrictModel):
         return self
 
 
+DEFAULT_BLOCK_TOKENS = 512  # Mooncake's published traces' block size
+MAX_BLOCK_TOKENS = 65_536
+
+
 class TraceRef(StrictModel):
     """A trace file uploaded as a data set of format `trace` (common.formats.traces), replayed as the arrival schedule."""
 
     dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,64}$")]
     """The data set's id (POST /api/v1/data)."""
+    block_tokens: Annotated[int, Field(ge=1, le=MAX_BLOCK_TOKENS)] = DEFAULT_BLOCK_TOKENS
+    """A Mooncake trace's block size in tokens: each of an entry's `hash_ids` is a block of this many prompt tokens, the
+    same tokens wherever the id recurs (512 in Mooncake's published traces)."""
 
 
 # A p99 claim at 99% confidence needs >= 459 samples (MLPerf LoadGen): a point's minimum, and a stability window's.

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from common.formats.llmdata import PromptRow
+from common.formats.llmdata import PrefixBlocks, PromptRow
+from common.formats.traces import Trace
 from common.spec.llm import LlmWorkload
 
 MIN_POOL = 256  # words needed for prompts that do not repeat themselves
@@ -58,6 +59,30 @@ class PromptMaker:
         if got != self.least(tokens) + self.words_in(prefix):
             raise ValueError(f"a prompt of {words} words came to {got} tokens, not {tokens}: this tokenizer merges words")
         return text
+
+    def block_prompt(self, tokens: int, blocks: Sequence[np.ndarray], rng: np.random.Generator, chat: bool) -> str:
+        """A prompt (a chat message's content under `chat`) of exactly `tokens` tokens whose words start with the
+        `blocks` (arrays of pool words, one token each) in order, the last one cut where the prompt ends, then fresh
+        words where the blocks run out: two prompts starting with the same blocks share exactly those tokens."""
+        room = max(tokens - (self.chat_overhead() if chat else self.added), 1)
+        taken: list[np.ndarray] = []
+        held = 0
+        for block in blocks:
+            if held >= room:
+                break
+            taken.append(block[: room - held])
+            held += len(taken[-1])
+        if held < room:
+            taken.append(rng.choice(self.pool, size=room - held))
+        text = "".join(np.concatenate(taken))
+        got = self.count_chat(text.lstrip()) if chat else self.count(text)
+        if got != self.least(tokens, chat=chat):
+            raise ValueError(f"a prompt of {room} block words came to {got} tokens, not {tokens}: this tokenizer merges words")
+        return text.lstrip() if chat else text
+
+    def block(self, block_id: int, tokens: int, seed: int) -> np.ndarray:
+        """Prefix block `block_id`: `tokens` pool words drawn from (seed, id) alone, the same wherever the id recurs."""
+        return np.random.default_rng([seed, block_id]).choice(self.pool, size=tokens)
 
     def words(self, tokens: int, rng: np.random.Generator) -> str:
         """`tokens` pool words: a shared prefix of exactly that many tokens wherever it starts a built prompt."""
@@ -136,12 +161,23 @@ def llm_bodies(
     which = rng.integers(0, len(prefixes), size=n)
     bodies: list[bytes] = []
     held = np.zeros(n, dtype=np.int64)
+    blocks: dict[tuple[int, int], np.ndarray] = {}  # (id, tokens): a prefix block's words, made once
     for i in range(n):
         prefix = prefixes[which[i]] if prefixed[i] else ""
         row = rows[picks[i]] if rows else None
         if row is not None and row.output_tokens is not None:
             outputs[i] = row.output_tokens
-        prompt, held[i] = _prompt(workload, maker, rng, row, int(drawn[i]), prefix)
+        if row is not None and row.blocks is not None and row.prompt_tokens is not None:
+            size = row.blocks.tokens
+            for b in row.blocks.ids:
+                if (b, size) not in blocks:
+                    blocks[(b, size)] = maker.block(b, size, seed)
+            words = [blocks[(b, size)] for b in row.blocks.ids]
+            chat = workload.api == "chat"
+            prompt: Prompt = maker.block_prompt(row.prompt_tokens, words, rng, chat)
+            held[i] = maker.least(row.prompt_tokens, chat=chat)
+        else:
+            prompt, held[i] = _prompt(workload, maker, rng, row, int(drawn[i]), prefix)
         bodies.append(request_body(workload, model_name, prompt, int(outputs[i])))
     return bodies, np.arange(n, dtype=np.int64), held, outputs
 
@@ -162,6 +198,18 @@ def _prompt(
     if prefix:
         messages.insert(0, ("system", prefix.lstrip()))
     return messages, maker.count_chat(messages)
+
+
+def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:
+    """The rows of a trace that gives each request's lengths: request i takes entry i's, and where the trace gives
+    prefix blocks (a Mooncake trace's hash_ids, `block_tokens` each) its prompt starts with them."""
+    if trace.prompt_tokens is None or trace.output_tokens is None:
+        raise ValueError("the trace gives no prompt and output lengths")
+    blocks = trace.blocks or (None,) * len(trace)
+    return [
+        PromptRow(prompt_tokens=int(p), output_tokens=int(o), blocks=PrefixBlocks(b, block_tokens) if b is not None else None)
+        for p, o, b in zip(trace.prompt_tokens, trace.output_tokens, blocks, strict=True)
+    ]
 
 
 def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_tokens: int) -> bytes:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.formats.llmdata import PromptRow
 from common.formats.traces import Trace
 from common.spec.grid import drain_bound_s
 from common.spec.job import PointSpec
@@ -16,7 +15,7 @@ from common.wire.results import GeneratorPlan, Reason
 from follower.host.cpuplan import plan_cpus
 from follower.host.sampler import SamplerConfig
 from follower.loadgen.bodies import build_bodies, build_row_bodies
-from follower.loadgen.llmprompts import llm_bodies
+from follower.loadgen.llmprompts import llm_bodies, trace_rows
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
 from follower.loadgen.timing import Timer
@@ -102,10 +101,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         workload, prompt_rows = point.llm, ctx.run.prompt_rows
         if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
             # A trace that gives each request's lengths: request i takes entry i's.
-            prompt_rows = [
-                PromptRow(prompt_tokens=int(p), output_tokens=int(o))
-                for p, o in zip(replayed.prompt_tokens, replayed.output_tokens, strict=True)
-            ]
+            prompt_rows = trace_rows(replayed, point.trace_block_tokens)
             workload = workload.model_copy(update={"order": "sequential"})
         # A token count in every event where the server takes the ask: an event carrying several tokens is split.
         workload = workload.model_copy(update={"usage_per_event": workload.asks_usage_per_event(point.backend)})
@@ -172,15 +168,4 @@ def trace_schedule(trace: Trace, warmup_s: float, max_s: float) -> Trace:
 
     The measured part starts at warmup_s, so each measured request's intended time is its trace offset exactly.
     """
-    measured, warm = trace.within(max_s), trace.within(warmup_s)
-
-    def cat(first: np.ndarray | None, then: np.ndarray | None) -> np.ndarray | None:
-        return None if first is None or then is None else np.concatenate([first, then])
-
-    offsets = np.concatenate([warm.offsets_ns, measured.offsets_ns + int(round(warmup_s * 1e9))])
-    return Trace(
-        offsets,
-        cat(warm.inputs, measured.inputs),
-        cat(warm.prompt_tokens, measured.prompt_tokens),
-        cat(warm.output_tokens, measured.output_tokens),
-    )
+    return trace.within(warmup_s).then(trace.within(max_s), int(round(warmup_s * 1e9)))
