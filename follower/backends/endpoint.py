@@ -14,6 +14,7 @@ from common import egress
 from common.spec.target import ENDPOINT, TargetSpec
 from common.wire.models import ModelMeta, TensorSpec
 from common.wire.results import Conversion
+from follower.backends.llmserver import parse_metrics
 from follower.protocols import NO_CREDENTIALS, PROTOCOLS, Credentials, Endpoint, EndpointError, EndpointRefused
 
 # An endpoint not ready yet is asked again after 0.2 s, then twice as long each time, at most every 5 s.
@@ -112,7 +113,16 @@ class EndpointBackend:
         return True  # not ours to watch: an endpoint that stops answering shows as errors in the records
 
     def stats(self) -> dict[str, Any]:
-        return {}
+        """The endpoint's own metrics where its protocol's servers publish them (an OpenAI-compatible server's
+        /metrics: vLLM's prefix-cache hits, its TTFT histogram...), read like a started server's, at the address `pin`
+        checked; none for a sharded point (every shard's load is in them) or an endpoint that keeps none."""
+        if self.target.shards.count != 1 or self.credentials.address is None:
+            return {}
+        try:
+            text = self.protocol.server_metrics(self._endpoint, self.credentials)
+        except EndpointError:
+            return {}
+        return {"metrics": parse_metrics(text)} if text else {}
 
     def stop(self) -> None:
         return None

@@ -85,6 +85,11 @@ class ServingProtocol(ABC):
         """The server's own name and version, where the protocol has a way to ask (None otherwise)."""
         return None
 
+    def server_metrics(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> str | None:
+        """The server's Prometheus metrics text, where its protocol's servers keep it in a known place (None
+        otherwise); EndpointError when it does not answer."""
+        return None
+
     def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
         """Where a point with this LLM workload sends its requests (the same endpoint, unless the protocol routes by
         the workload's API)."""

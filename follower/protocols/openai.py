@@ -13,6 +13,7 @@ from follower.protocols.calls import get
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 COMPLETIONS = "/v1/completions"
+MAX_METRICS_BYTES = 4 * 2**20  # vLLM's are ~100 KB; a larger answer is not read as metrics
 CHAT = "/v1/chat/completions"
 
 
@@ -32,6 +33,11 @@ class OpenAi(ServingProtocol):
     def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
         get(urlsplit(self.infer_url(endpoint))._replace(path="/v1/models").geturl(), credentials)
         return True
+
+    def server_metrics(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> str | None:
+        """vLLM's, SGLang's and llama.cpp's /metrics at the endpoint's origin (vllm:*, sglang:*, llamacpp:*)."""
+        answer = get(urlsplit(self.infer_url(endpoint))._replace(path="/metrics", query="").geturl(), credentials)
+        return answer.text if len(answer.content) <= MAX_METRICS_BYTES else None
 
     def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
         """The completions URL, or its chat sibling for `api: chat`."""

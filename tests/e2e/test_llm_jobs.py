@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -263,8 +264,8 @@ llm: {{prompt_tokens: 32, output_tokens: 8}}
 def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the_servers_counts(  # type: ignore[no-untyped-def]
     fleet, llm_model: str
 ) -> None:
-    """A follower's own vLLM: the claim includes the server's metrics (its prefix cache), which an endpoint's are not
-    read for."""
+    """A follower's own vLLM: the claim includes the server's metrics (its prefix cache) read from the server it
+    started."""
     import json
 
     conversation = [{"role": "user", "content": "Hello, who are you?"}, {"role": "assistant", "content": "A small model."},
@@ -366,6 +367,61 @@ llm: {{output_tokens: 64}}
     assert llm.output_tokens_asked == llm.output_tokens_server == sum(o for _, _, o in entries), llm
     assert llm.mismatched_requests == 0
     assert llm.input_tokens_per_s * point.measured_s == pytest.approx(sum(p for _, p, _ in entries), rel=1e-6)
+
+
+def test_a_mooncake_trace_replays_its_prefix_reuse_into_the_servers_cache(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
+    """The repository's Mooncake sample (three conversations sharing a system prompt, each turn extending its history)
+    against the same trace with every hash id made unique: vLLM's own prefix cache, read from the endpoint's /metrics
+    over each point's run, finds more of the first. The bytes sharing exactly the prefixes the ids say is
+    tests/unit/follower/test_prefix_blocks.py's claim."""
+    import json
+
+    sample = Path(__file__).resolve().parents[2] / "docs" / "traces" / "mooncake_trace.jsonl"
+    entries = [json.loads(line) for line in sample.read_text().splitlines()]
+    scrambled = "".join(
+        json.dumps(e | {"hash_ids": [10_000 + 100 * n + k for k in range(len(e["hash_ids"]))]}) + "\n"
+        for n, e in enumerate(entries)
+    )
+    hit_share = {}
+    with fleet.client() as client:
+        # The scrambled trace first: its blocks are new to the server, and none of them is the sample's.
+        for name, content in (("scrambled", scrambled.encode()), ("mooncake", sample.read_bytes())):
+            trace = client.upload_data(content, name=f"{name}-trace", format="trace")
+            assert trace.fields == ["hash_ids", "output_tokens", "prompt_tokens", "t"]
+            job = client.submit_yaml(f"""
+name: {name}-trace
+model: {llm_model}
+target: {{url: "{shared_vllm}", protocol: openai}}
+load: {{pattern: trace, trace: {{dataset: {trace.id}, block_tokens: 32}}, duration: 4s, warmup: 0s}}
+llm: {{output_tokens: 64}}
+""")
+            results: JobResults = _wait_done(client, job.id, timeout_s=300)
+            (point,) = results.points
+            llm = point.llm
+            assert llm is not None and point.requests == len(entries) and point.ok == point.requests, point.error_sample
+            # every prompt is its entry's input_length as vLLM counted it, every answer its output_length
+            assert llm.mismatched_requests == 0 and llm.output_tokens_server == sum(e["output_length"] for e in entries)
+            # the endpoint's own counters over the point: its requests and prompt tokens, and its prefix cache
+            view = llm.server
+            assert view is not None and view.requests == len(entries) and view.prefix_cache_hit_share is not None, view
+            assert view.prompt_tokens == sum(e["input_length"] for e in entries), view
+            hit_share[name] = view.prefix_cache_hit_share
+    # Scrambled, no two prompts share a block (their first token, the tokenizer's, is less than one of vLLM's blocks).
+    assert hit_share["scrambled"] == 0.0, hit_share
+    # The sample's reuse, found at most in whole blocks of vLLM's own size: what the ids share, cut to those blocks, is
+    # the most it can find (less where a request comes while the one it shares with is still being computed).
+    config = httpx.get(f"{shared_vllm}/metrics", timeout=10).text
+    block = int(re.search(r'vllm:cache_config_info\{[^}]*block_size="(\d+)"', config).group(1))  # type: ignore[union-attr]
+    found, seen = 0, []
+    for entry in entries:
+        ids = entry["hash_ids"]
+        shared = max(
+            (next((k for k, (a, b) in enumerate(zip(ids, s, strict=False)) if a != b), min(len(ids), len(s))) for s in seen),
+            default=0,
+        )
+        found += (min(1 + 32 * shared, entry["input_length"] - 1) // block) * block  # BOS, then the shared blocks' words
+        seen.append(ids)
+    assert 0 < hit_share["mooncake"] <= found / sum(e["input_length"] for e in entries), (hit_share, block, found)
 
 
 def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
