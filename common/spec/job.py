@@ -299,6 +299,12 @@ class JobSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _sessions_load(self) -> JobSpec:
+        if self.llm is not None and self.llm.sessions is not None and (why := self.load.refuses_sessions(self.target)):
+            raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
     def _llm_needs_llm_backend(self) -> JobSpec:
         if self.target is not None or (ENDPOINT in self.backends and self.target is None):
             if self.target is None:

@@ -90,6 +90,87 @@ class SharedPrefix(StrictModel):
     """How many different prefixes there are (each request's drawn at random)."""
 
 
+MAX_SESSION_TURNS = 64
+MAX_FAN_OUT = 16
+MAX_THINK_S = 600.0
+
+
+class ThinkTime(StrictModel):
+    """A pause in seconds, drawn per turn: `fixed` (mean), `uniform` (min..max), `exponential` (mean) or `lognormal`
+    (mean, sigma of its log), clipped to [min, max]. A number is short for fixed."""
+
+    dist: Literal["fixed", "uniform", "exponential", "lognormal"] = "fixed"
+    """The distribution of pauses."""
+    mean: Annotated[float, Field(ge=0, le=MAX_THINK_S)] = 1.0
+    """The mean pause in seconds (fixed: the pause)."""
+    min: Annotated[float, Field(ge=0, le=MAX_THINK_S)] = 0.0
+    """The shortest pause."""
+    max: Annotated[float, Field(ge=0, le=MAX_THINK_S)] | None = None
+    """The longest pause; unset: 4 x the mean (uniform needs it)."""
+    sigma: Annotated[float, Field(ge=0, le=4)] = 0.5
+    """lognormal: the standard deviation of the pause's logarithm."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_number(cls, data: Any) -> Any:
+        return {"dist": "fixed", "mean": data} if isinstance(data, int | float) and not isinstance(data, bool) else data
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ThinkTime:
+        if self.dist == "uniform" and self.max is None:
+            raise ValueError("uniform needs max (and min)")
+        if self.max is not None and self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """`n` pauses in ns (int64), within [min, max]."""
+        upper = self.max if self.max is not None else max(self.min, 4 * self.mean)
+        if self.dist == "fixed":
+            values = np.full(n, self.mean)
+        elif self.dist == "uniform":
+            values = rng.uniform(self.min, upper, size=n)
+        elif self.dist == "exponential":
+            values = rng.exponential(self.mean, size=n) if self.mean > 0 else np.zeros(n)
+        else:
+            values = rng.lognormal(np.log(max(self.mean, 1e-9)) - self.sigma**2 / 2, self.sigma, size=n)
+        return np.rint(np.clip(values, self.min, upper) * 1e9).astype(np.int64)
+
+
+class FanOut(StrictModel):
+    """Sub-agents: a `share` of a session's later turns are `width` requests issued together (each the session's
+    context and a sub-task of its own), the next turn waiting for all of them and carrying all their answers."""
+
+    share: Annotated[float, Field(gt=0, le=1)] = 0.25
+    """The share of turns (after the first) that fan out."""
+    width: Annotated[int, Field(ge=2, le=MAX_FAN_OUT)] = 3
+    """The requests a fanned-out turn issues together."""
+
+
+class Sessions(StrictModel):
+    """Multi-turn sessions (agentic or chat): sessions arrive open loop at the load's rate (sessions per second;
+    Poisson, constant, gamma, or a trace's offsets) and run their turns one after the other. A turn's prompt is the
+    session's context so far, the previous turn's answer (replayed as text of the length it was asked, which
+    ignore_eos makes the length generated) and `user_tokens` of a new user or tool message, so the context grows
+    each turn; the first turn's prompt is `prompt_tokens` long. The next turn is due `think_s` after the last answer
+    arrived (the user's or tool's time); it is sent then however late that is, and its latency counts from then."""
+
+    turns: TokenLengths = TokenLengths(mean=8)
+    """Turns per session (a count, drawn like a length: fixed, uniform, normal, lognormal or empirical)."""
+    user_tokens: TokenLengths = TokenLengths(mean=32)
+    """Each later turn's new message, in tokens."""
+    think_s: ThinkTime = ThinkTime()
+    """The pause between an answer and the session's next turn, in seconds."""
+    fan_out: FanOut | None = None
+    """Sub-agent turns issued together (the next turn waits for all)."""
+
+    @model_validator(mode="after")
+    def _turns(self) -> Sessions:
+        if self.turns.upper > MAX_SESSION_TURNS:
+            raise ValueError(f"turns: at most {MAX_SESSION_TURNS} per session")
+        return self
+
+
 # Servers that put their usage (cumulative completion tokens) in every streamed event when asked with
 # stream_options.continuous_usage_stats.
 USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
@@ -116,6 +197,9 @@ class LlmWorkload(StrictModel):
     """How a prompt set's rows are taken: at random or in order."""
     shared_prefix: SharedPrefix | None = None
     """A system prompt a share of the requests start with (what prefix caching saves)."""
+    sessions: Sessions | None = None
+    """Multi-turn sessions whose context grows turn by turn, with think time between turns and optional sub-agent
+    fan-out (the load's rate is then sessions per second)."""
     usage_per_event: bool | None = None
     """Ask the server for its token count in every streamed event (`stream_options.continuous_usage_stats`), so an event
     carrying several tokens counts as that many token arrivals at its time. Default: on for the servers known to take
@@ -127,6 +211,8 @@ class LlmWorkload(StrictModel):
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:
+        if self.sessions is not None and (self.dataset is not None or self.shared_prefix is not None):
+            raise ValueError("sessions build their own growing prompts: leave out dataset and shared_prefix")
         if self.longest_prompt + self.output_tokens.upper > MAX_TOKENS:
             raise ValueError(f"the longest prompt plus the longest output exceed {MAX_TOKENS} tokens")
         return self
@@ -134,5 +220,10 @@ class LlmWorkload(StrictModel):
     @property
     def longest_prompt(self) -> int:
         """The longest prompt drawn from prompt_tokens, with its shared prefix (a prompt set's rows are measured on the
-        follower)."""
-        return self.prompt_tokens.upper + (self.shared_prefix.tokens if self.shared_prefix else 0)
+        follower); a session's last turn, with every answer and message before it."""
+        first = self.prompt_tokens.upper + (self.shared_prefix.tokens if self.shared_prefix else 0)
+        if self.sessions is None:
+            return first
+        width = self.sessions.fan_out.width if self.sessions.fan_out else 1
+        per_turn = width * self.output_tokens.upper + self.sessions.user_tokens.upper
+        return first + (self.sessions.turns.upper - 1) * per_turn

@@ -212,6 +212,15 @@ class LoadSpec(StrictModel):
     """Run a point too short to hold a p99 claim anyway (fewer than the 459 requests a p99 needs are due in it): it is
     refused at submission otherwise, naming the shortest duration that would do; run anyway, it is marked invalid."""
 
+    def refuses_sessions(self, target: Any = None) -> str | None:
+        """Why LLM sessions cannot run under this load (they arrive open loop and run their turns closed loop within
+        themselves) against `target` (a TargetSpec or None), or None."""
+        if self.pattern == "closed" or self.search is not None or self.stability is not None:
+            return "llm.sessions arrive open loop at load.rate (sessions/s): not with closed, load.search or load.stability"
+        if target is not None and target.shards.count != 1:
+            return "llm.sessions run on one follower: not with target.shards"
+        return None
+
     def p99_shortfall(self) -> str | None:
         """Why this load's points cannot hold a p99 claim, and the shortest duration that would (None: they can, or
         it cannot be known before the run, or allow_short asks for them anyway). A steady open loop's point holds rate

@@ -10,23 +10,10 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 from common.spec.job import PointSpec
 from common.wire.audit import WireAudit
 from common.wire.imports import ImportedFrom
+from common.wire.percentiles import Percentiles
 from common.wire.quality import Quality
 from common.wire.search import SearchAnswer
-
-
-class Percentiles(BaseModel):
-    """A latency distribution summary in milliseconds (HDR histogram, 3 significant digits)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    count: int
-    mean: float | None  # None only on an imported point whose tool does not report it
-    p50: float
-    p90: float | None  # the same
-    p95: float | None  # the same
-    p99: float
-    p999: float | None  # the same
-    max: float | None
+from common.wire.sessions import SessionFigures
 
 
 class ColdStart(BaseModel):
@@ -270,6 +257,7 @@ class LlmFigures(BaseModel):
     mismatched_requests: int = 0  # requests whose counts disagree (see follower/loadgen/llmstats.py)
     buffered_requests: int = 0  # streams whose token events all arrived in one read
     server: LlmServerView | None = None  # the server's own view of the same run (its Prometheus metrics)
+    sessions: SessionFigures | None = None  # llm.sessions: per turn index and per session
 
 
 class Reason(BaseModel):

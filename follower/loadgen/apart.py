@@ -36,6 +36,7 @@ from follower.loadgen.cap import CapRule
 from follower.loadgen.closedloop import drive_closed
 from follower.loadgen.openloop import CapPolicy, drive
 from follower.loadgen.records import LoadRecords
+from follower.loadgen.sessions import SessionPlan, drive_sessions
 from follower.loadgen.timing import Timer
 from follower.loadgen.windows import WindowMonitor
 from follower.protocols import Endpoint
@@ -94,6 +95,21 @@ class ClosedLoopRun:
 
 
 @dataclass(frozen=True)
+class SessionRun:
+    """One point's LLM sessions (follower.loadgen.sessions.drive_sessions's arguments)."""
+
+    endpoint: Endpoint
+    bodies: list[bytes]
+    plan: SessionPlan
+    timeout_s: float
+    credentials: Credentials = NO_CREDENTIALS
+    cpus: frozenset[int] | None = None
+
+
+PointRun = OpenLoopRun | ClosedLoopRun | SessionRun
+
+
+@dataclass(frozen=True)
 class Ran:
     """A point's records, and when its windows ended it early (their boundary; None: it ran its schedule)."""
 
@@ -105,13 +121,20 @@ class GeneratorDied(RuntimeError):
     """The generator process ended during a point (killed, or out of memory)."""
 
 
-def run_point(run: OpenLoopRun | ClosedLoopRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None) -> Ran:
+def run_point(run: PointRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None) -> Ran:
     """Run one point in the calling thread, on the generator's core at raised priority, then undo both: what the
     generator process does with each point it is sent."""
     undo = isolate_generator_thread(run.cpus)
     if undo.fifo_refused:
         # The operator should know why the generator is not real-time: on a shared host it decides the send lag.
         log.warning("generator thread at %s", undo.describe())
+    if isinstance(run, SessionRun):
+        try:
+            ran = drive_sessions(run.endpoint, run.bodies, run.plan, stop, timeout_s=run.timeout_s, credentials=run.credentials)
+            ran.scheduling = undo.describe()
+            return Ran(ran, None)
+        finally:
+            undo()
     if isinstance(run, ClosedLoopRun):
         try:
             closed = drive_closed(
@@ -163,7 +186,7 @@ def run_point(run: OpenLoopRun | ClosedLoopRun, stop: threading.Event, publish: 
 def _serve(commands: Connection, results: Connection) -> None:
     """The generator process's main: run each point it is sent, in turn, until told to quit or its parent is gone. A
     listener thread takes the commands, so a cancellation reaches the point while it runs."""
-    pending: queue.Queue[tuple[OpenLoopRun | ClosedLoopRun, threading.Event] | None] = queue.Queue()
+    pending: queue.Queue[tuple[PointRun, threading.Event] | None] = queue.Queue()
     current: list[threading.Event] = [threading.Event()]
 
     def listen() -> None:
@@ -239,9 +262,7 @@ class GeneratorProcess:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
 
-    def run(
-        self, run: OpenLoopRun | ClosedLoopRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None = None
-    ) -> Ran:
+    def run(self, run: PointRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None = None) -> Ran:
         """Run one point there and wait for its records; `stop` set meanwhile ends it early (cancellation); each time
         windows close, `publish(every window so far)` (best effort: a failure never ends the point)."""
         with self._lock:
@@ -303,9 +324,7 @@ class Generators:
         self._idle: list[GeneratorProcess] = []
         self._all: list[GeneratorProcess] = []
 
-    def run(
-        self, run: OpenLoopRun | ClosedLoopRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None = None
-    ) -> Ran:
+    def run(self, run: PointRun, stop: threading.Event, publish: Callable[[list[WindowStat]], None] | None = None) -> Ran:
         """Run one point in a process of its own (GeneratorProcess.run)."""
         with self._lock:
             if self._idle:

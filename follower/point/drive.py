@@ -19,7 +19,7 @@ from follower.backends.stats import llm_server_delta, server_stats_delta
 from follower.host.cpuplan import cpu_times, steal_share
 from follower.host.gate import describe_foreign, foreign_gpu_processes
 from follower.host.sampler import ResourceSampler, Samples
-from follower.loadgen.apart import ClosedLoopRun, Generators, OpenLoopRun, Watch
+from follower.loadgen.apart import ClosedLoopRun, Generators, OpenLoopRun, PointRun, SessionRun, Watch
 from follower.loadgen.cap import CapRule, little_cap
 from follower.loadgen.records import LoadRecords
 from follower.loadgen.scaleout import COST, drive_processes, merge
@@ -121,8 +121,10 @@ async def _run_generators(
             credentials=ctx.run.credentials,
         )
         return merge(parts, min(p.start_ns for p in parts)), None
-    run: OpenLoopRun | ClosedLoopRun
-    if plan.closed:
+    run: PointRun
+    if plan.sessions is not None:
+        run = SessionRun(endpoint, list(plan.bodies), plan.sessions, REQUEST_TIMEOUT_S, ctx.run.credentials, cores)
+    elif plan.closed:
         duration_ns = plan.warmup_ns + plan.duration_ns
         run = ClosedLoopRun(
             endpoint, list(plan.bodies), point.concurrency or 1, duration_ns, REQUEST_TIMEOUT_S, ctx.run.credentials, cores

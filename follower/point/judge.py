@@ -9,6 +9,7 @@ from common.spec.load import Stability
 from common.wire.results import LlmFigures, Reason, Resources, WindowStat
 from follower.host.sampler import Window, summarize
 from follower.loadgen.llmstats import llm_figures
+from follower.loadgen.sessionstats import session_figures
 from follower.loadgen.verdict import WindowSummary, backlog, delivered_rate, summarize_window, window_reasons
 from follower.loadgen.windows import is_stable, stall, window_stats
 from follower.point.context import PointContext
@@ -76,6 +77,12 @@ def judge(plan: PointPlan, driven: Driven, ctx: PointContext) -> Judgement:
         tokens = llm_figures(measured, measured_ns / 1e9, (held[inside], asked[inside]), point.llm, ctx.run.slo, ctx.prompts)
         if tokens is not None:
             llm = tokens.figures.model_copy(update={"server": driven.llm_server})
+            if plan.sessions is not None:
+                inside_window = (measured_start, measured_end)
+                sessions = session_figures(
+                    records, plan.sessions, plan.prompt_tokens, plan.asked_tokens, inside_window, ctx.run.slo
+                )
+                llm = llm.model_copy(update={"sessions": sessions})
             reasons += tokens.reasons
     resources = None
     if driven.samples is not None:

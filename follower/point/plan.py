@@ -18,6 +18,7 @@ from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.llmprompts import llm_bodies, trace_rows
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
+from follower.loadgen.sessions import SessionPlan, session_bodies
 from follower.loadgen.timing import Timer
 from follower.point.context import PointContext
 
@@ -48,6 +49,7 @@ class PointPlan:
     drain_s: float  # after the schedule, how long answers still outstanding are awaited (common.spec.grid.drain_bound_s)
     asked_tokens: np.ndarray | None = None  # a language model's point: the output tokens each request asks for
     prompt_tokens: np.ndarray | None = None  # ... and the tokens each request's prompt holds
+    sessions: SessionPlan | None = None  # llm.sessions: each session's arrival, steps and pauses (closed is then True)
     timer: Timer = "yield"  # when requests leave (follower/loadgen/timing.py): "busy" where asked and a core is given
 
     @property
@@ -92,6 +94,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
             warm = point_offsets_ns(point, point.warmup_s, point.seed + 2**32)
             offsets = np.concatenate([warm, offsets])
     asked = held = None
+    sessions: SessionPlan | None = None
     if point.llm is not None:
         # A language model: one body per request, its prompt and output lengths drawn per request.
         if ctx.prompts is None:
@@ -100,12 +103,20 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         count = CLOSED_LLM_BODIES if closed else len(offsets)
         workload, prompt_rows = point.llm, ctx.run.prompt_rows
         if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
+            if workload.sessions is not None:
+                raise ValueError(f"trace {point.trace_dataset} gives each request's lengths; sessions draw their own turns")
             # A trace that gives each request's lengths: request i takes entry i's.
             prompt_rows = trace_rows(replayed, point.trace_block_tokens)
             workload = workload.model_copy(update={"order": "sequential"})
         # A token count in every event where the server takes the ask: an event carrying several tokens is split.
         workload = workload.model_copy(update={"usage_per_event": workload.asks_usage_per_event(point.backend)})
-        bodies, body_index, held, asked = llm_bodies(workload, model.name, ctx.prompts, count, point.seed, prompt_rows)
+        if workload.sessions is not None:
+            # Sessions: each offset starts one; its turns are due as the answers come (no schedule of requests).
+            built = session_bodies(workload, model.name, ctx.prompts, offsets, point.seed, warmup_ns + duration_ns)
+            bodies, held, asked, sessions = built.bodies, built.held, built.asked, built.plan
+            offsets, closed = np.zeros(0, dtype=np.int64), True
+        else:
+            bodies, body_index, held, asked = llm_bodies(workload, model.name, ctx.prompts, count, point.seed, prompt_rows)
         if closed:
             body_index = None
         room = point.server.llm.model_len(model.llm.context_length) if model.llm is not None else None
@@ -159,6 +170,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         drain_s=drain_bound_s(point.duration_s),
         asked_tokens=asked,
         prompt_tokens=held,
+        sessions=sessions,
     )
 
 
