@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 
 from rich.console import Console
 
+from benchfleet.render_llm import llm_sheet, sessions_sheet
+from benchfleet.render_llm import ms as _ms
 from benchfleet.tables import Col, Sheet, print_sheet
 from common.spec.job import PointSpec
 from common.spec.sweep import label as sweep_label
@@ -13,12 +15,7 @@ from common.wire.imports import TOOL_NAMES
 from common.wire.jobs import JobFootprint, JobResults, JobView
 from common.wire.quality import Quality
 from common.wire.remedies import REMEDY
-from common.wire.results import Percentiles, PointResult
-
-
-def _ms(p: Percentiles | None, attr: str) -> str:
-    value = getattr(p, attr) if p is not None else None  # an imported point's tool may not report every quantile
-    return f"{value:.2f}" if value is not None else "-"
+from common.wire.results import PointResult
 
 
 def results_sheets(results: JobResults) -> list[Sheet]:
@@ -27,6 +24,7 @@ def results_sheets(results: JobResults) -> list[Sheet]:
     sheets += [search_sheet(r) for r in results.points if r.search is not None]
     if (llm := llm_sheet(results)) is not None:
         sheets.append(llm)
+    sheets += [sessions_sheet(r) for r in results.points if r.llm is not None and r.llm.sessions is not None]
     if (wire := wire_sheet(results)) is not None:
         sheets.append(wire)
     if (quality := quality_sheet(results)) is not None:
@@ -126,52 +124,6 @@ def imported_note(r: PointResult) -> str:
             f"{mine.latency_p99_ms:.3f} ms; against the tool's: {shifts or 'nothing to set beside'}"
         )
     return "; ".join(parts)
-
-
-def llm_sheet(results: JobResults) -> Sheet | None:
-    """Per language-model point: time to first token (from the intended time, and from the send), inter-token
-    latency, time per output token, token throughput, goodput and the token counts; None for a tensor model's job."""
-    points = [r for r in results.points if r.llm is not None]
-    if not points:
-        return None
-    tool = results.job.imported
-    title = "language model: latencies in ms (from the intended time; 'sent': from the send)"
-    sheet = Sheet(
-        title=f"language model: latencies in ms and tokens as {TOOL_NAMES[tool.tool]} counts them" if tool else title,
-        columns=[
-            Col("#"),
-            Col("load"),
-            Col("TTFT p50", rank=1),
-            Col("TTFT p99"),
-            Col("sent p99", rank=3),
-            Col("ITL p50", rank=2),
-            Col("ITL p99", rank=1),
-            Col("TPOT p50", rank=2),
-            Col("out tok/s"),
-            Col("goodput/s", rank=1),
-            Col("tokens asked/server/client", rank=3),
-        ],
-    )
-    for r in points:
-        llm = r.llm
-        assert llm is not None
-        goodput = f"{llm.goodput_rps:.2f}" if llm.goodput_rps is not None else "-"
-        sheet.rows.append(
-            [
-                str(r.point.index),
-                r.imported.level if r.imported else r.point.load_label(),
-                _ms(llm.ttft_ms, "p50"),
-                _ms(llm.ttft_ms, "p99"),
-                _ms(llm.ttft_sent_ms, "p99"),
-                _ms(llm.itl_ms, "p50"),
-                _ms(llm.itl_ms, "p99"),
-                _ms(llm.tpot_ms, "p50"),
-                f"{llm.output_tokens_per_s:.1f}",
-                goodput,
-                "-" if r.imported else f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
-            ]
-        )
-    return sheet
 
 
 def wire_sheet(results: JobResults) -> Sheet | None:

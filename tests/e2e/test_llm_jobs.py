@@ -424,6 +424,58 @@ llm: {{output_tokens: 64}}
     assert 0 < hit_share["mooncake"] <= found / sum(e["input_length"] for e in entries), (hit_share, block, found)
 
 
+def test_agentic_sessions_grow_their_context_turn_by_turn_and_reuse_the_servers_prefix_cache(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, shared_vllm: str
+) -> None:
+    """Sessions of 5-20 turns with think time and sub-agent fan-out against vLLM: every turn's prompt is its session's
+    context so far (the server counted each as built), the first turn's exactly the asked length and each later turn
+    at least a turn's growth longer, per-turn TTFT for every turn index, and vLLM's prefix cache finding the earlier
+    turns in the later ones. That a turn waits exactly its think time after the answers before it, and the same seed
+    gives the same sessions, is tests/integration/follower/test_sessions.py's claim; how TTFT rises with the turn is
+    bench/llm.py's (a figure of the host, not a test's)."""
+    first, output, user = 16, 8, 8
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-agentic
+model: {llm_model}
+target: {{url: "{shared_vllm}", protocol: openai}}
+load: {{pattern: poisson, rate: 0.5, duration: 16s, warmup: 0s, allow_short: true}}
+llm:
+  prompt_tokens: {first}
+  output_tokens: {output}
+  sessions: {{turns: {{dist: uniform, min: 5, max: 20}}, user_tokens: {user}, think_s: {{dist: exponential, mean: 0.2}},
+             fan_out: {{share: 0.2, width: 2}}}}
+slo: {{ttft_ms: 5000}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    assert llm.mismatched_requests == 0 and llm.output_tokens_asked == llm.output_tokens_server, llm
+    sessions = llm.sessions
+    assert sessions is not None and sessions.started >= 2 and sessions.failed == 0, sessions
+    assert sessions.started == sessions.completed + sessions.cut and 1 <= sessions.turns_mean <= 20, sessions
+    turns = sessions.by_turn
+    assert [t.turn for t in turns] == list(range(len(turns))) and 5 <= len(turns) <= 20, turns
+    assert turns[0].prompt_tokens_mean == first and turns[0].requests == sessions.started
+    for t in turns[1:]:  # the context grows by at least the answer and the new message each turn
+        assert t.prompt_tokens_mean >= first + t.turn * (output + user), t
+        assert t.ttft_ms is not None and t.ttft_ms.count == t.requests, t
+    assert sum(t.requests for t in turns) == point.requests
+    if sessions.completed:
+        assert sessions.session_ms is not None and sessions.tokens_mean is not None and sessions.goodput_share is not None
+    server = llm.server
+    assert server is not None and server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0, server
+    # What the CLI draws: the hit share beside TTFT, and a row per turn with its context and TTFT.
+    out = io.StringIO()
+    print_results(Console(file=out, width=240), results, wide=True)
+    drawn = out.getvalue()
+    assert f"{100 * server.prefix_cache_hit_share:.0f}%" in drawn and f"{sessions.started} sessions started" in drawn
+    rows = [line.split() for line in drawn.splitlines() if line.split()[:1] in ([str(t.turn)] for t in turns)]
+    for t in turns:
+        assert [str(t.turn), str(t.requests), f"{t.prompt_tokens_mean:.0f}"] in [row[:3] for row in rows], (t, drawn)
+
+
 def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
     """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's), with prompts built by the model's own
     tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one
