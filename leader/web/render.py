@@ -27,6 +27,11 @@ def pct(share: float | None) -> str:
     return "—" if share is None else f"{100 * share:+.2f}%"
 
 
+def share(value: float | None) -> str:
+    """A share (0..1) as a percentage; absent is an em dash."""
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
 def size(n: int) -> str:
     """A byte count as people read it: 512 B, 3.2 KiB, 4.1 MiB, 1.5 GiB."""
     value, unit = float(n), "B"
@@ -40,6 +45,7 @@ def size(n: int) -> str:
 env.globals["num"] = num
 env.globals["size"] = size
 env.globals["pct"] = pct
+env.globals["share"] = share
 env.globals["sweep_label"] = sweep_label
 env.globals["tool_names"] = TOOL_NAMES  # the tools an imported run may come from, by their names
 

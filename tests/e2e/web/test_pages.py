@@ -201,6 +201,7 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
                    "goodput_share": 0.9, "output_tokens_asked": 3200, "output_tokens_server": 3200,
                    "output_tokens_client": 3550, "token_events": 3100,
                    "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5,
+                              "prefix_cache_hit_share": 0.625,
                               "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
                                             "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
         windows = [
@@ -208,6 +209,11 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
              "itl_p50_ms": 5 + t, "server_running": 2 + t, "server_waiting": t, "kv_cache_usage": 0.1 * (t + 1)}
             for t in range(3)
         ]
+        if rate == 20:  # the second point ran sessions: its turns and sessions
+            turns = [{"turn": k, "requests": 12 - k, "prompt_tokens_mean": 48.0 + 40 * k, "ttft_ms": pct(30.0 + 5 * k)}
+                     for k in range(4)]
+            figures["sessions"] = {"started": 12, "completed": 9, "cut": 3, "failed": 0, "turns_mean": 3.5, "by_turn": turns,
+                                   "session_ms": pct(4000.0), "tokens_mean": 612.0, "goodput": 0.4, "goodput_share": 0.75}
         return {"latency_ms": pct(200.0), "achieved_rate": rate, "offered_rate": rate, "llm": figures, "windows": windows}
 
     job = seed_job(leader, name="web-llm", backends=["onnxruntime"], batches=[1], rates=[10, 20], p99_slo=300,
@@ -216,6 +222,7 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         page.wait_for_selector("#llm tbody tr.llm-point")
         rows = page.locator("#llm tr.llm-point").all_inner_texts()
         assert len(rows) == 2 and "3200 / 3200 / 3550" in rows[0] and "11.25 / 31.50" in rows[0], rows
+        assert page.locator("#llm tr.llm-point td.prefix-hits").all_inner_texts() == ["62.5%", "62.5%"]  # beside TTFT
         assert "[38.00–43.50]" in rows[0]  # the TTFT p99's CI beside it
         assert "20 req/s" in rows[1] and "320.0" in rows[1]  # 16 output tokens x 20 req/s
         assert page.evaluate(OVERFLOW_JS) <= 0  # the token table fits a 1,400 px window too
@@ -236,6 +243,16 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         assert page.evaluate(OVERFLOW_JS) <= 0
         (artifacts_dir / "web").mkdir(exist_ok=True)
         page.screenshot(path=str(artifacts_dir / "web" / "llm-job.png"), full_page=True)
+        # The sessions point's page: a row per turn (its context and TTFT), and what its sessions came to.
+        page.goto(f"{server['url']}/jobs/{job}/points/1")
+        turns = [row.split("\t") for row in page.locator("#sessions tr.turn").all_inner_texts()]
+        assert turns == [[str(k), str(12 - k), f"{48 + 40 * k}", f"{(30 + 5 * k) / 2:.2f}", f"{30 + 5 * k:.2f}"] for k in range(4)], turns
+        summary = page.locator("#sessions-summary").inner_text()
+        assert "12 sessions arrived in the measured window: 9 completed, 3 cut" in summary, summary
+        assert "75.0% of the sessions met the SLO" in summary and "prefix cache found 62.5%" in summary, summary
+        assert page.locator("#sessions").count() == 1
+        page.goto(f"{server['url']}/jobs/{job}/points/0")
+        assert page.locator("#sessions").count() == 0  # a point without sessions has no such table
 
 
 def test_a_sweep_a_search_and_a_language_models_recommendation_in_chromium(
