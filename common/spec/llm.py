@@ -61,6 +61,15 @@ class TokenLengths(StrictModel):
             return max(self.min, max(self.values))
         return max(self.min, self.mean if self.dist == "fixed" else 4 * self.mean)
 
+    @property
+    def expected(self) -> float:
+        """The mean of the draws, near enough to size a run by (clipping aside)."""
+        if self.dist == "uniform":
+            return (self.min + self.upper) / 2
+        if self.values:
+            return float(np.mean(self.values))
+        return float(min(max(self.mean, self.min), self.upper))
+
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """`n` lengths (int64), within [min, upper]."""
         if self.dist == "fixed":

@@ -221,14 +221,15 @@ class LoadSpec(StrictModel):
             return "llm.sessions run on one follower: not with target.shards"
         return None
 
-    def p99_shortfall(self) -> str | None:
+    def p99_shortfall(self, per_arrival: float = 1.0) -> str | None:
         """Why this load's points cannot hold a p99 claim, and the shortest duration that would (None: they can, or
         it cannot be known before the run, or allow_short asks for them anyway). A steady open loop's point holds rate
-        x duration requests on average; a Poisson count varies by its square root. Stability's windows hold them
-        each. Checked at submission, not on stored specs."""
+        x duration requests on average (`per_arrival` requests each arrival brings: a session's turns); a Poisson
+        count varies by its square root. Stability's windows hold them each. Checked at submission, not on stored
+        specs."""
         if self.allow_short or self.pattern not in STEADY_PATTERNS or not self.rate or self.stability is not None:
             return None
-        rate = min(self.rate)
+        rate = min(self.rate) * per_arrival
         needed = requests_for_a_p99(self.pattern, self.cv)
         if rate * self.duration >= needed:
             return None

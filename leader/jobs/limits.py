@@ -54,7 +54,9 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
             f"the grid expands to {points} points; this leader runs at most {settings.max_points} per job",
             field="batch_sizes",
         )
-    if (shortfall := load.p99_shortfall()) is not None:  # a point invalid by construction: refused, saying what would do
+    sessions = plan.spec.llm.sessions if plan.spec.llm is not None else None
+    per_arrival = sessions.turns.expected if sessions is not None else 1.0  # a session's turns are its requests
+    if (shortfall := load.p99_shortfall(per_arrival)) is not None:  # a point invalid by construction: refused, saying what would do
         raise InvalidSpec(shortfall, field="load.duration")
 
 
