@@ -8,7 +8,11 @@ protocols on uvloop, every event pre-encoded, and one timer per tick that writes
 (not one timer per stream per token). The test suite's fake (tests/integration/follower/fake_llm_server.py) writes
 deliberately odd pieces to exercise framing; this one writes whole events.
 
-Usage: python bench/fake_llm_fast.py --port P [--ttft-ms 1] [--gap-ms 2]
+With --stats FILE it appends, per streamed answer, its own count and timing as a JSON line: the prompt's words, the
+tokens written, and when it wrote the first and the last (its loop's clock, seconds): what a client's received rate
+is measured against.
+
+Usage: python bench/fake_llm_fast.py --port P [--ttft-ms 1] [--gap-ms 2] [--stats FILE]
 """
 
 from __future__ import annotations
@@ -57,17 +61,19 @@ DONE = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 class Stream:
-    __slots__ = ("transport", "events", "n", "i", "due", "tail")
+    __slots__ = ("transport", "events", "n", "i", "due", "tail", "prompt", "first")
 
-    def __init__(self, transport: asyncio.Transport, events: list[bytes], n: int, due: float, tail: bytes) -> None:
+    def __init__(self, transport: asyncio.Transport, events: list[bytes], n: int, due: float, tail: bytes, prompt: int) -> None:
         self.transport, self.events, self.n, self.i, self.due, self.tail = transport, events, n, 0, due, tail
+        self.prompt, self.first = prompt, 0.0
 
 
 class Ticker:
     """Writes every open stream's due token once per gap: one timer for all streams."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, gap_s: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, gap_s: float, stats: str | None = None) -> None:
         self.loop, self.gap_s = loop, gap_s
+        self.stats = open(stats, "a", buffering=1) if stats else None  # noqa: SIM115 - open for the server's life
         self.streams: list[Stream] = []
         self.running = False
 
@@ -85,9 +91,13 @@ class Ticker:
                 continue
             if s.due <= now:
                 s.transport.write(s.events[s.i])
+                s.first = now if s.i == 0 else s.first
                 s.i += 1
                 if s.i >= s.n:
                     s.transport.write(s.tail)
+                    if self.stats is not None:
+                        line = {"prompt_words": s.prompt, "tokens": s.n, "first_s": s.first, "last_s": now}
+                        self.stats.write(json.dumps(line) + "\n")
                     continue
                 s.due += self.gap_s
             keep.append(s)
@@ -150,12 +160,13 @@ class Server(asyncio.Protocol):
             return
         self.transport.write(HEAD_STREAM)
         tail = _event({"id": "x", "model": "fake", "choices": [], "usage": usage}) + DONE
-        self.ticker.add(Stream(self.transport, CHAT_EVENTS if chat else COMPLETION_EVENTS, n, loop.time() + self.ttft_s, tail))
+        events = CHAT_EVENTS if chat else COMPLETION_EVENTS
+        self.ticker.add(Stream(self.transport, events, n, loop.time() + self.ttft_s, tail, prompt_tokens))
 
 
-async def serve(port: int, ttft_s: float, gap_s: float) -> None:
+async def serve(port: int, ttft_s: float, gap_s: float, stats: str | None = None) -> None:
     loop = asyncio.get_running_loop()
-    ticker = Ticker(loop, gap_s)
+    ticker = Ticker(loop, gap_s, stats)
     server = await loop.create_server(lambda: Server(ticker, ttft_s), "127.0.0.1", port, backlog=4096)
     print(f"fake LLM on 127.0.0.1:{port} ({time.strftime('%H:%M:%S')})", flush=True)
     await server.serve_forever()
@@ -166,6 +177,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ttft-ms", type=float, default=1.0)
     parser.add_argument("--gap-ms", type=float, default=2.0)
+    parser.add_argument("--stats", help="append each streamed answer's count and timing to this file (JSON lines)")
     args = parser.parse_args()
     try:
         import uvloop
@@ -173,7 +185,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.port, args.ttft_ms / 1000, args.gap_ms / 1000))
+    asyncio.run(serve(args.port, args.ttft_ms / 1000, args.gap_ms / 1000, args.stats))
 
 
 if __name__ == "__main__":

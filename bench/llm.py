@@ -17,7 +17,11 @@ Sections (figures printed, nothing asserted; the peers run from their own enviro
      TTFT and ITL p50/p99 side by side, each beside vLLM's own histograms over that client's run (the quantile's
      estimate within its bucket: the edges bound the true value). CPU wake-up latency is held at 0 here and in 2 too.
 
-Usage: .venv/bin/python bench/llm.py [--sections 1 2 3] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
+  4. long context (bench/llm_long.py): a 100,000-token prompt and a 4,000-token streamed answer through benchfleet's
+     streaming client against the fast fake server, beside a 16-token prompt's (the reference, same run): the tokens/s
+     the client received against the rate the server wrote them at (its own clock and count), the client's CPU.
+
+Usage: .venv/bin/python bench/llm.py [--sections 1 2 3 4] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
 Peers: bench/install_peers.sh (AIPerf, GuideLLM; vLLM's comes with scripts/install_vllm.sh).
 Ends with one line: RESULT llm key=value ...
 """
@@ -45,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 import llm_peers  # noqa: E402
 from llm_floor import fake_load, run_floor  # noqa: E402
+from llm_long import long_context  # noqa: E402
 
 from benchfleet.generate.llmgen import LlamaSpec, generate  # noqa: E402
 from common.formats import hfbundle  # noqa: E402
@@ -374,7 +379,7 @@ def stall(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--gap-ms", type=float, default=2.0)
     parser.add_argument("--rates", type=float, nargs="+", default=[100, 300, 500, 700, 1100, 1300, 1500])
@@ -386,6 +391,10 @@ def main() -> None:
     parser.add_argument("--stall-s", type=float, default=1.0)
     parser.add_argument("--agree-rate", type=float, default=4.0)
     parser.add_argument("--agree-requests", type=int, default=80)
+    parser.add_argument("--long-prompt", type=int, default=100_000)
+    parser.add_argument("--long-output", type=int, default=4_000)
+    parser.add_argument("--long-gap-ms", type=float, default=0.1)
+    parser.add_argument("--long-requests", type=int, default=5)
     args = parser.parse_args()
     data, _ = generate(SPEC)
     maker = PromptMaker(*hfbundle.tokenizer_files(io.BytesIO(data), 10**9))
@@ -394,6 +403,8 @@ def main() -> None:
         model_dir = hfbundle.extract(io.BytesIO(data), Path(tmp) / "model", 10**9)
         if 1 in args.sections:
             ceiling(args, model_dir, maker, results)
+        if 4 in args.sections:
+            long_context(args, maker, results)
         if {2, 3} & set(args.sections):
             ok, why = VllmBackend.available()
             if not ok:

@@ -74,7 +74,7 @@ def main() -> None:
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "fake"}]})
 
-    app = web.Application()
+    app = web.Application(client_max_size=16 * 2**20)  # a long-context prompt is ~700 KB
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None, backlog=4096)

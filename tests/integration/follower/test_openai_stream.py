@@ -116,3 +116,38 @@ def test_a_closed_loop_of_streamed_requests_keeps_each_requests_tokens_and_body(
     assert np.array_equal(records.llm.completion_tokens, asked)
     assert [len(t) for t in records.llm.token_times if t is not None] == list(asked)
     assert set(records.body.tolist()) == {0, 1, 2}
+
+
+@pytest.fixture(scope="module")
+def fast_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same fake with no gap between tokens: a long answer as fast as it can write it."""
+    port = free_port()
+    argv = [sys.executable, str(SERVER), "--port", str(port), "--ttft-ms", "1", "--gap-ms", "0"]
+    log = tmp_path_factory.mktemp("fake-llm-fast") / "server.log"
+    with SupervisedProcess(argv, name="fast fake LLM server", log_path=log) as proc:
+        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/v1/models"), timeout_s=30)
+        yield f"http://127.0.0.1:{port}/v1/completions"
+
+
+def test_a_100k_token_prompt_and_a_4k_token_answer_come_through_whole(fast_url: str) -> None:
+    """Long context: the prompt (built to 100,000 tokens by the model's tokenizer) is sent whole and counted so by
+    the server, and each of the 4,000 token events is stamped as it arrives, in order, with the server's count. That
+    the client receives them as fast as the server writes them is bench/llm.py section 4's figure."""
+    import io as _io
+
+    from benchfleet.generate.llmgen import LlamaSpec, generate
+    from common.formats import hfbundle
+    from common.spec.llm import LlmWorkload, TokenLengths
+    from follower.loadgen.llmprompts import PromptMaker, llm_bodies
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=2048, context=512))
+    maker = PromptMaker(*hfbundle.tokenizer_files(_io.BytesIO(data), limit_bytes=10**8))
+    workload = LlmWorkload(prompt_tokens=TokenLengths(mean=100_000), output_tokens=TokenLengths(mean=4_000))
+    bodies, _, held, asked = llm_bodies(workload, "fake", maker, 1, seed=1)
+    assert held.tolist() == [100_000] and asked.tolist() == [4_000] and len(bodies[0]) > 500_000
+    (answer,), _ = asyncio.run(_requests(fast_url, bodies))
+    stream = answer.stream
+    assert answer.status == 200 and stream is not None, answer.error
+    assert (stream.prompt_tokens, stream.completion_tokens, len(stream.events_ns)) == (100_000, 4_000, 4_000)
+    times = np.asarray(stream.events_ns)
+    assert np.all(np.diff(times) >= 0) and answer.first_ns <= times[0] and times[-1] <= answer.done_ns
