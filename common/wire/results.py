@@ -224,6 +224,7 @@ class LlmServerView(BaseModel):
     decode_ms_mean: float | None = None
     preemptions: int = 0
     prefix_cache_hit_share: float | None = None  # prefix-cache hits over queries, in tokens
+    cache_reset: bool | None = None  # its prefix cache emptied before the point (None: not asked; False: not offered)
     kv_cache_usage: float | None = None  # the KV cache's fill at the end of the point (0..1)
     quantiles: dict[str, ServerQuantile] = {}  # ttft_p50, ttft_p99, itl_p50, itl_p99 where the server exports buckets
 

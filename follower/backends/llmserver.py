@@ -140,6 +140,10 @@ class OpenAiServerBackend(ProcessBackend):
         """Its OpenAI-compatible API (completions; chat completions is routed by the workload)."""
         return Endpoint("openai", self.endpoint, model.name)
 
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache (server.llm.reset_prefix_cache); whether it was (False: it offers none)."""
+        return False
+
     def stats(self) -> dict[str, Any]:
         """The server's own Prometheus metrics (time to first token, inter-token latency, queue, KV-cache use...)."""
         if self.process is None or not self.process.alive():

@@ -163,13 +163,18 @@ def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServer
     queries = delta("vllm:prefix_cache_queries_total")
     hit_share = delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else b.get("sglang:cache_hit_rate")
     usage = next((b[n] for n in _KV_USAGE if n in b), None)
-    return LlmServerView(
-        requests=int(delta(counted["requests"])),
-        prompt_tokens=int(delta(counted["prompt_tokens"])),
-        generation_tokens=int(delta(counted["generation_tokens"])),
-        preemptions=int(delta(counted["preemptions"])),
-        prefix_cache_hit_share=float(hit_share) if hit_share is not None else None,
-        kv_cache_usage=float(usage) if usage is not None else None,
-        quantiles=quantiles,
-        **means,
+    counts = {
+        "requests": int(delta(counted["requests"])),
+        "prompt_tokens": int(delta(counted["prompt_tokens"])),
+        "generation_tokens": int(delta(counted["generation_tokens"])),
+        "preemptions": int(delta(counted["preemptions"])),
+    }
+    return LlmServerView.model_validate(
+        counts
+        | means
+        | {
+            "prefix_cache_hit_share": float(hit_share) if hit_share is not None else None,
+            "kv_cache_usage": float(usage) if usage is not None else None,
+            "quantiles": quantiles,
+        }
     )

@@ -6,11 +6,16 @@ BENCHFLEET_FOLLOWER_VLLM_PYTHON): the CPU build here and the regular build on a 
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from common.wire.models import ModelMeta
 from follower.backends.llmserver import OpenAiServerBackend
 
+RESET_TRIES_S = 5.0  # a reset is refused while blocks are still held (a request finishing): asked again meanwhile
 CPU_KVCACHE_GB_DEFAULT = 1.0  # the CPU build reserves this much for the KV cache unless the spec says otherwise
 
 
@@ -62,9 +67,28 @@ class VllmBackend(OpenAiServerBackend):
             argv += ["--kv-cache-memory-bytes", str(int(llm.kv_cache_gb * 2**30))]
         return argv
 
+    def reset_prefix_cache(self) -> bool:
+        """POST /reset_prefix_cache (served in its development mode, which server.llm.reset_prefix_cache turns on)
+        until it says it succeeded, for up to RESET_TRIES_S."""
+        deadline = time.monotonic() + RESET_TRIES_S
+        while True:
+            request = urllib.request.Request(f"{self.endpoint}/reset_prefix_cache", data=b"", method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=5.0) as response:  # noqa: S310 - the loopback server we started
+                    if json.loads(response.read() or b"{}").get("success", False):
+                        return True
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
     def environment(self) -> dict[str, str]:
-        """The server's environment, with the CPU build's KV-cache space and cores."""
+        """The server's environment, with the CPU build's KV-cache space and cores (and its development routes where
+        the prefix cache is reset between points)."""
         env = super().environment()
+        if self.server.llm.reset_prefix_cache:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         if not self.server.uses_gpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.server.llm.kv_cache_gb or CPU_KVCACHE_GB_DEFAULT:g}"
             if self.cpus:

@@ -15,6 +15,7 @@ import numpy as np
 from common.wire.audit import WireAudit
 from common.wire.results import LlmServerView, Reason, ServerStats, ShardRun
 from follower.backends import Backend
+from follower.backends.llmserver import OpenAiServerBackend
 from follower.backends.stats import llm_server_delta, server_stats_delta
 from follower.host.cpuplan import cpu_times, steal_share
 from follower.host.gate import describe_foreign, foreign_gpu_processes
@@ -62,6 +63,9 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
     stop = threading.Event()
     foreign = await asyncio.to_thread(foreign_gpu_processes) if ctx.run.gpu_gate else []
     steal_before = cpu_times()
+    reset = None
+    if point.llm is not None and point.server.llm.reset_prefix_cache:  # the point starts with an empty prefix cache
+        reset = isinstance(backend, OpenAiServerBackend) and await asyncio.to_thread(backend.reset_prefix_cache)
     # Same monotonic clock as the generator's timestamps, so the summary covers exactly the measured part.
     stats_before = await asyncio.to_thread(backend.stats)
     sampler = ResourceSampler(backend.pid(), plan.sampling).start()
@@ -95,6 +99,8 @@ async def drive_point(plan: PointPlan, ctx: PointContext, *, start_ns: int | Non
         stats_after = await asyncio.to_thread(backend.stats)
         driven.server_stats = server_stats_delta(stats_before, stats_after)
         driven.llm_server = llm_server_delta(stats_before, stats_after)
+        if driven.llm_server is not None and reset is not None:
+            driven.llm_server = driven.llm_server.model_copy(update={"cache_reset": reset})
     return driven
 
 

@@ -56,7 +56,8 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
         )
     sessions = plan.spec.llm.sessions if plan.spec.llm is not None else None
     per_arrival = sessions.turns.expected if sessions is not None else 1.0  # a session's turns are its requests
-    if (shortfall := load.p99_shortfall(per_arrival)) is not None:  # a point invalid by construction: refused, saying what would do
+    # A point invalid by construction is refused, saying what would do.
+    if (shortfall := load.p99_shortfall(per_arrival)) is not None:
         raise InvalidSpec(shortfall, field="load.duration")
 
 

@@ -265,7 +265,7 @@ def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the
     fleet, llm_model: str
 ) -> None:
     """A follower's own vLLM: the claim includes the server's metrics (its prefix cache) read from the server it
-    started."""
+    started, and its prefix cache emptied before the point."""
     import json
 
     conversation = [{"role": "user", "content": "Hello, who are you?"}, {"role": "assistant", "content": "A small model."},
@@ -281,7 +281,7 @@ def test_a_chat_job_from_an_uploaded_prompt_set_with_a_shared_prefix_matches_the
 name: llm-prompt-set
 model: {llm_model}
 backends: [vllm]
-server: {{llm: {{enforce_eager: true}}}}
+server: {{llm: {{enforce_eager: true, reset_prefix_cache: true}}}}
 load: {{allow_short: true, pattern: poisson, rate: 10, duration: 4s, warmup: 1s}}
 llm: {{api: chat, dataset: {prompts.id}, output_tokens: 8, shared_prefix: {{tokens: 160, share: 0.5}}}}
 quality: {{agreement: true, answer_tokens: 6}}
@@ -300,8 +300,10 @@ quality: {{agreement: true, answer_tokens: 6}}
     assert llm.output_tokens_asked == llm.output_tokens_server
     server = llm.server
     assert server is not None and server.requests >= point.ok
-    # Half the requests start with one 160-token prefix: the server's prefix cache finds it.
+    # Half the requests start with one 160-token prefix: the server's prefix cache, emptied before the point (vLLM's
+    # development route), finds it within the point.
     assert server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0, server
+    assert server.cache_reset is True, server
 
 
 @pytest.fixture(scope="module")

@@ -201,7 +201,7 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
                    "goodput_share": 0.9, "output_tokens_asked": 3200, "output_tokens_server": 3200,
                    "output_tokens_client": 3550, "token_events": 3100,
                    "server": {"requests": 220, "prompt_tokens": 10560, "generation_tokens": 3520, "ttft_ms_mean": 12.5,
-                              "prefix_cache_hit_share": 0.625,
+                              "prefix_cache_hit_share": 0.625, "cache_reset": True,
                               "quantiles": {"ttft_p50": {"ms": 11.25, "low_ms": 10.0, "high_ms": 20.0},
                                             "ttft_p99": {"ms": 31.5, "low_ms": 20.0, "high_ms": 40.0}}}}
         windows = [
@@ -246,11 +246,13 @@ def test_a_language_model_job_shows_its_token_figures(server: dict[str, Any], le
         # The sessions point's page: a row per turn (its context and TTFT), and what its sessions came to.
         page.goto(f"{server['url']}/jobs/{job}/points/1")
         turns = [row.split("\t") for row in page.locator("#sessions tr.turn").all_inner_texts()]
-        assert turns == [[str(k), str(12 - k), f"{48 + 40 * k}", f"{(30 + 5 * k) / 2:.2f}", f"{30 + 5 * k:.2f}"] for k in range(4)], turns
+        expected = [[str(k), str(12 - k), f"{48 + 40 * k}", f"{(30 + 5 * k) / 2:.2f}", f"{30 + 5 * k:.2f}"] for k in range(4)]
+        assert turns == expected, turns
         summary = page.locator("#sessions-summary").inner_text()
         assert "12 sessions arrived in the measured window: 9 completed, 3 cut" in summary, summary
         assert "75.0% of the sessions met the SLO" in summary and "prefix cache found 62.5%" in summary, summary
         assert page.locator("#sessions").count() == 1
+        assert page.locator("#cache-reset").inner_text() == "the server's prefix cache emptied before the point"
         page.goto(f"{server['url']}/jobs/{job}/points/0")
         assert page.locator("#sessions").count() == 0  # a point without sessions has no such table
 

@@ -82,3 +82,33 @@ def test_no_metrics_are_read_for_a_sharded_point_or_an_unchecked_address(server:
 def test_an_endpoint_without_metrics_gives_none() -> None:
     backend = _backend("http://127.0.0.1:9")  # nothing listens: the read fails quietly, the point goes on
     assert backend.stats() == {}
+
+
+def test_vllms_prefix_cache_reset_is_asked_again_until_it_succeeds() -> None:
+    """vLLM refuses a reset while blocks are held (success false): the backend asks again, and says whether it took."""
+    from follower.backends.vllm import VllmBackend
+
+    answers = iter([b'{"success": false}', b'{"success": false}', b'{"success": true}'])
+    posted: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            posted.append(self.path)
+            body = next(answers, b'{"success": true}')
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        backend = VllmBackend()
+        backend.host, backend.port = "127.0.0.1", httpd.server_address[1]  # as if it had started the server there
+        assert backend.reset_prefix_cache() is True and posted == ["/reset_prefix_cache"] * 3
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
