@@ -38,7 +38,9 @@ KINDS = ("prompt", "messages", "conversation", "prompt_tokens")
 ANSWER = "answer"  # listed beside the row kinds of a set whose rows all carry one
 MAX_ANSWER_CHARS = 10_000
 # The row kinds an api can send: messages (and conversations) need chat; a prompt text or a length go to either.
-KINDS_FOR_API = {"completions": ("prompt", "prompt_tokens"), "chat": ("prompt", "messages", "prompt_tokens")}
+KINDS_FOR_API = {"completions": ("prompt", "prompt_tokens")} | {
+    api: ("prompt", "messages", "prompt_tokens") for api in ("chat", "messages", "responses")
+}
 
 
 SHAREGPT = "conversations"

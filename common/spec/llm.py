@@ -188,8 +188,9 @@ USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
 class LlmWorkload(StrictModel):
     """The requests of a language-model job (model format hf, an LLM backend)."""
 
-    api: Literal["completions", "chat"] = "completions"
-    """The OpenAI-compatible API: completions, or chat (the model's chat template applies)."""
+    api: Literal["completions", "chat", "messages", "responses"] = "completions"
+    """The API: OpenAI's completions, or chat completions, Anthropic's Messages (/v1/messages, streamed as its
+    events) or OpenAI's Responses (/v1/responses); the model's chat template applies to all but completions."""
     stream: bool = True
     """Stream the answer (server-sent events): needed for time to first token and inter-token latency."""
     prompt_tokens: TokenLengths = TokenLengths(mean=128)
@@ -218,8 +219,18 @@ class LlmWorkload(StrictModel):
         """Whether the requests to `backend` ask for a token count in every event (`usage_per_event`, or its default)."""
         return self.usage_per_event if self.usage_per_event is not None else backend in USAGE_PER_EVENT_SERVERS
 
+    @property
+    def templated(self) -> bool:
+        """Whether the prompt is chat messages the model's chat template renders (every API but completions)."""
+        return self.api != "completions"
+
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:
+        if self.api == "messages" and self.ignore_eos:
+            raise ValueError(
+                "api messages: Anthropic's Messages API cannot be asked for an exact length; set ignore_eos: false "
+                "(an answer may then end early, and the server's count is the one used)"
+            )
         if self.sessions is not None and (self.dataset is not None or self.shared_prefix is not None):
             raise ValueError("sessions build their own growing prompts: leave out dataset and shared_prefix")
         if self.longest_prompt + self.output_tokens.upper > MAX_TOKENS:

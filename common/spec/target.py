@@ -16,7 +16,15 @@ ENDPOINT = "endpoint"  # the backend name of a job that drives a target: no serv
 MAX_SHARDS = 64
 
 # The protocols a target (or a server benchfleet starts) speaks: each is one module of follower/protocols/.
-ProtocolName = Literal["kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai"]
+ProtocolName = Literal[
+    "kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai", "anthropic", "openai-responses"
+]
+# The language-model protocols, and the llm.api each speaks (an OpenAI-compatible server may serve all four).
+LLM_APIS: dict[str, tuple[str, ...]] = {
+    "openai": ("completions", "chat", "messages", "responses"),
+    "anthropic": ("messages",),
+    "openai-responses": ("responses",),
+}
 # What tensor requests speak unless a server says otherwise: KServe v2 (the Open Inference Protocol) over HTTP.
 DEFAULT_PROTOCOL: ProtocolName = "kserve-http"
 # What a run measured by another tool and imported is described as speaking: the LLM clients drive an OpenAI-compatible
@@ -27,6 +35,8 @@ SCHEMES: dict[ProtocolName, tuple[str, ...]] = {
     "kserve-http": ("http", "https"),
     "tfserving-rest": ("http", "https"),
     "openai": ("http", "https"),
+    "anthropic": ("http", "https"),
+    "openai-responses": ("http", "https"),
     "kserve-grpc": ("grpc", "grpcs"),
     "tfserving-grpc": ("grpc", "grpcs"),
 }
@@ -60,8 +70,9 @@ class TargetSpec(StrictModel):
     url: Annotated[str, Field(min_length=8, max_length=2048)]
     """The endpoint's base URL: http(s)://host:port for HTTP protocols, grpc(s)://host:port for gRPC ones."""
     protocol: ProtocolName
-    """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST or gRPC API, or an OpenAI-compatible
-    completions API."""
+    """What the endpoint speaks: KServe v2 over HTTP or gRPC, TF Serving's REST or gRPC API, an OpenAI-compatible
+    API (completions, chat, and where it serves them Anthropic's messages and OpenAI's responses: llm.api), Anthropic's
+    Messages API, or OpenAI's Responses API."""
     model_name: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     """The model's name at the endpoint (default: the job's model name)."""
     model_version: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,32}$")] | None = None
@@ -107,8 +118,8 @@ class TargetSpec(StrictModel):
 
     @property
     def is_llm(self) -> bool:
-        """An OpenAI-compatible endpoint serves a language model."""
-        return self.protocol == "openai"
+        """An OpenAI-compatible, Anthropic Messages or OpenAI Responses endpoint serves a language model."""
+        return self.protocol in LLM_APIS
 
     @property
     def cost_key(self) -> str:
@@ -129,8 +140,11 @@ class TargetSpec(StrictModel):
         repeats = fields.get("repeats")
         if repeats is not None and repeats.fresh_server:
             raise ValueError("repeats.fresh_server restarts a server benchfleet starts; a target is one it does not")
-        if (fields.get("llm") is not None) != self.is_llm and fields.get("llm") is not None:
-            raise ValueError("llm describes a language model's requests: it needs protocol: openai")
+        llm = fields.get("llm")
+        if llm is not None and not self.is_llm:
+            raise ValueError(f"llm describes a language model's requests: it needs protocol {' or '.join(LLM_APIS)}")
+        if llm is not None and llm.api not in LLM_APIS[self.protocol]:
+            raise ValueError(f"protocol {self.protocol} speaks llm.api {' or '.join(LLM_APIS[self.protocol])}, not {llm.api}")
         if self.shards.count != 1:
             self._check_shards(fields)
 

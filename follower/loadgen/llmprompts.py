@@ -173,7 +173,7 @@ def llm_bodies(
                 if (b, size) not in blocks:
                     blocks[(b, size)] = maker.block(b, size, seed)
             words = [blocks[(b, size)] for b in row.blocks.ids]
-            chat = workload.api == "chat"
+            chat = workload.templated
             prompt: Prompt = maker.block_prompt(row.prompt_tokens, words, rng, chat)
             held[i] = maker.least(row.prompt_tokens, chat=chat)
         else:
@@ -186,7 +186,7 @@ def _prompt(
     workload: LlmWorkload, maker: PromptMaker, rng: np.random.Generator, row: PromptRow | None, drawn: int, prefix: str
 ) -> tuple[Prompt, int]:
     """One request's prompt and its length in tokens as the server counts it."""
-    chat = workload.api == "chat"
+    chat = workload.templated
     if row is None or row.prompt_tokens is not None:
         length = row.prompt_tokens if row is not None and row.prompt_tokens is not None else drawn
         text = maker.chat_prompt(length, rng, prefix) if chat else maker.prompt(length, rng, prefix)
@@ -213,11 +213,22 @@ def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:
 
 
 def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_tokens: int) -> bytes:
-    """The JSON of one completions (or chat completions) request asking for exactly `output_tokens` tokens."""
-    body: dict[str, Any] = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}
-    if workload.api == "chat":
-        listed = [("user", prompt)] if isinstance(prompt, str) else prompt
-        body["messages"] = [{"role": role, "content": content} for role, content in listed]
+    """The JSON of one request of the workload's API asking for `output_tokens` tokens (exactly, where the API can be
+    asked to: ignore_eos)."""
+    listed = [("user", prompt)] if isinstance(prompt, str) else prompt
+    messages = [{"role": role, "content": content} for role, content in listed]
+    if workload.api == "messages":  # Anthropic's: a system prompt goes beside the messages, never among them
+        system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+        body: dict[str, Any] = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}
+        body["messages"] = [m for m in messages if m["role"] != "system"]
+        return orjson.dumps(body | ({"system": system} if system else {}))
+    if workload.api == "responses":  # OpenAI's: the conversation as input items; nothing kept on the server
+        body = {"model": model_name, "max_output_tokens": output_tokens, "stream": workload.stream, "store": False}
+        body["input"] = messages
+        return orjson.dumps(body | ({"ignore_eos": True} if workload.ignore_eos else {}))
+    body = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}
+    if workload.templated:
+        body["messages"] = messages
     else:
         body["prompt"] = prompt
     if workload.ignore_eos:

@@ -62,7 +62,7 @@ class _Builder:
 
     def __init__(self, workload: LlmWorkload, model_name: str, maker: PromptMaker, rng: np.random.Generator) -> None:
         self.workload, self.model_name, self.maker, self.rng = workload, model_name, maker, rng
-        self.chat = workload.api == "chat"
+        self.chat = workload.templated
         self.bodies: list[bytes] = []
         self.held: list[int] = []
         self.asked: list[int] = []

@@ -4,17 +4,20 @@ protocol is one new module and one line here (and its name in common/spec/target
 from __future__ import annotations
 
 from common.spec.target import ProtocolName
+from follower.protocols.anthropic import AnthropicMessages
 from follower.protocols.base import Endpoint, ServingProtocol
 from follower.protocols.calls import EndpointError, EndpointRefused, session
 from follower.protocols.kserve_grpc import KserveGrpc
 from follower.protocols.kserve_http import KserveHttp
 from follower.protocols.openai import OpenAi
+from follower.protocols.openai_responses import OpenAiResponses
 from follower.protocols.tfserving_grpc import TfservingGrpc
 from follower.protocols.tfserving_rest import TfservingRest
 from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
 
 PROTOCOLS: dict[ProtocolName, ServingProtocol] = {
-    p.name: p for p in (KserveHttp(), KserveGrpc(), TfservingRest(), TfservingGrpc(), OpenAi())
+    p.name: p
+    for p in (KserveHttp(), KserveGrpc(), TfservingRest(), TfservingGrpc(), OpenAi(), AnthropicMessages(), OpenAiResponses())
 }
 
 

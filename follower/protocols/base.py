@@ -68,6 +68,8 @@ class ServingProtocol(ABC):
     llm: ClassVar[bool] = False
     #: Whether its answers are streams of events, each timed as it arrives.
     streams: ClassVar[bool] = False
+    #: The streaming client that reads its events (over plain HTTP), where its answers stream.
+    stream_transport: ClassVar[type[Transport]] = OpenAiStreamTransport
 
     @abstractmethod
     def infer_url(self, endpoint: Endpoint) -> str:
@@ -121,7 +123,7 @@ class ServingProtocol(ABC):
         plain = urlsplit(url).scheme == "http"
         kind: type[Transport] = AiohttpTransport
         if plain and self.streams:
-            kind = OpenAiStreamTransport
+            kind = self.stream_transport
         elif plain and raw_http:
             kind = RawHttpTransport
         return kind(url, max_concurrency=max_concurrency, timeout_s=timeout_s, credentials=credentials)

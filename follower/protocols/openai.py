@@ -8,11 +8,14 @@ import dataclasses
 from urllib.parse import urlsplit
 
 from common.spec.llm import LlmWorkload
+from common.spec.target import ProtocolName
 from follower.protocols.base import Endpoint, ServingProtocol
 from follower.protocols.calls import get
 from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 COMPLETIONS = "/v1/completions"
+# The protocol module that speaks each of the other APIs an OpenAI-compatible server may serve.
+OTHER_APIS: dict[str, ProtocolName] = {"messages": "anthropic", "responses": "openai-responses"}
 MAX_METRICS_BYTES = 4 * 2**20  # vLLM's are ~100 KB; a larger answer is not read as metrics
 CHAT = "/v1/chat/completions"
 
@@ -40,7 +43,11 @@ class OpenAi(ServingProtocol):
         return answer.text if len(answer.content) <= MAX_METRICS_BYTES else None
 
     def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
-        """The completions URL, or its chat sibling for `api: chat`."""
-        if workload is None or workload.api != "chat":
+        """The completions URL, its chat sibling for `api: chat`; for `api: messages` and `api: responses`, the
+        server's Anthropic Messages or OpenAI Responses API at its origin (vLLM serves both beside its own)."""
+        if workload is None or workload.api == "completions":
             return endpoint
-        return dataclasses.replace(endpoint, base=self.infer_url(endpoint).replace(COMPLETIONS, CHAT))
+        if workload.api == "chat":
+            return dataclasses.replace(endpoint, base=self.infer_url(endpoint).replace(COMPLETIONS, CHAT))
+        origin = urlsplit(self.infer_url(endpoint))._replace(path="", query="").geturl()
+        return dataclasses.replace(endpoint, protocol=OTHER_APIS[workload.api], base=origin)

@@ -478,6 +478,41 @@ slo: {{ttft_ms: 5000}}
         assert [str(t.turn), str(t.requests), f"{t.prompt_tokens_mean:.0f}"] in [row[:3] for row in rows], (t, drawn)
 
 
+@pytest.mark.parametrize(
+    ("protocol", "api", "lengths"),
+    [("openai", "responses", "ignore_eos: true"), ("anthropic", "messages", "ignore_eos: false")],
+)
+def test_the_responses_and_messages_apis_driven_against_vllm(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, shared_vllm: str, protocol: str, api: str, lengths: str
+) -> None:
+    """OpenAI's Responses API (routed at an OpenAI-compatible target's origin) and Anthropic's Messages API (a target
+    of that protocol) against vLLM, which serves both: every answer's events read as the API streams them, its token
+    events timed, the prompt counted by the server as built from the chat template, and (Responses, whose length
+    vLLM enforces) every answer exactly as long as asked. The events' reading, token by token, is
+    tests/unit/follower/test_llm_events.py's claim."""
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-{api}
+model: {llm_model}
+target: {{url: "{shared_vllm}", protocol: {protocol}}}
+load: {{pattern: poisson, rate: 5, duration: 3s, warmup: 1s, allow_short: true}}
+llm: {{api: {api}, prompt_tokens: 32, output_tokens: 8, {lengths}}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], llm
+    assert llm.ttft_ms is not None and llm.ttft_ms.count == point.requests and llm.itl_ms is not None, llm
+    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(32 * point.requests, rel=1e-6)
+    if api == "responses":
+        assert llm.output_tokens_asked == llm.output_tokens_server == 8 * point.requests, llm
+    else:  # Messages cannot be asked for an exact length: an answer may end at the model's end of sequence
+        assert 0 < llm.output_tokens_server <= llm.output_tokens_asked == 8 * point.requests, llm
+    # vLLM's own counters over the point (its /metrics): the same requests
+    assert llm.server is not None and llm.server.requests >= point.ok, llm.server
+
+
 def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
     """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's), with prompts built by the model's own
     tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one

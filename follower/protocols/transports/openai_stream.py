@@ -43,12 +43,13 @@ def text_field(data: bytes) -> bytes:
     """The JSON-escaped text of one event (b"" when it has none, or null), found without decoding the JSON."""
     at = data.find(b'"text":')
     if at >= 0:
-        start = at + 7
-    else:
-        at = data.find(b'"content":')
-        if at < 0:
-            return b""
-        start = at + 10
+        return string_at(data, at + 7)
+    at = data.find(b'"content":')
+    return string_at(data, at + 10) if at >= 0 else b""
+
+
+def string_at(data: bytes, start: int) -> bytes:
+    """The JSON-escaped string value starting at `start` (after its key and colon), or b"" when it is not a string."""
     n = len(data)
     while start < n and data[start] in b" \t":
         start += 1
@@ -289,7 +290,12 @@ class _StreamConn(ConnBase):
         at = data.find(b'"usage":')
         if at >= 0 and data[at + 8 : at + 16].lstrip().startswith(b"{"):  # not "usage": null
             with contextlib.suppress(orjson.JSONDecodeError):
-                self.usage = usage_of(orjson.loads(data))
+                self.usage = self.usage_of(orjson.loads(data))
+
+    @staticmethod
+    def usage_of(doc: Any) -> tuple[int | None, int | None]:
+        """(prompt tokens, output tokens) of a decoded answer's or event's usage, as this API names them."""
+        return usage_of(doc)
 
     def _complete(self) -> None:
         waiter, self.waiter = self.waiter, None
@@ -320,7 +326,7 @@ class _StreamConn(ConnBase):
         except orjson.JSONDecodeError:
             return Answer(0, self.first_ns, done_ns, None, "a 200 answer that is neither a stream nor JSON")
         text = text_field(bytes(body))
-        stream = Stream([done_ns] if text else [], text, *usage_of(doc), events=1)
+        stream = Stream([done_ns] if text else [], text, *self.usage_of(doc), events=1)
         return Answer(200, self.first_ns, done_ns, stream=stream)
 
 

@@ -87,7 +87,7 @@ def _decode(content_type: str, body: bytes) -> Any:
 def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
     """What a language model's server would refuse request by request, refused at submission naming the field."""
     workload = spec.llm or LlmWorkload()
-    if workload.api == "chat" and not llm.chat_template:
+    if workload.templated and not llm.chat_template:
         raise InvalidSpec(
             f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions", field="llm.api"
         )
