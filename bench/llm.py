@@ -21,7 +21,10 @@ Sections (figures printed, nothing asserted; the peers run from their own enviro
      streaming client against the fast fake server, beside a 16-token prompt's (the reference, same run): the tokens/s
      the client received against the rate the server wrote them at (its own clock and count), the client's CPU.
 
-Usage: .venv/bin/python bench/llm.py [--sections 1 2 3 4] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
+  5. sessions (bench/llm_sessions.py): agentic sessions against that vLLM, their context growing turn by turn: TTFT
+     p50/p99 per turn index against turn 0's, and vLLM's prefix-cache hit share.
+
+Usage: .venv/bin/python bench/llm.py [--sections 1 2 3 4 5] [--tokens 64] [--gap-ms 2] [--rates 100 700 1300] [--skip-peers]
 Peers: bench/install_peers.sh (AIPerf, GuideLLM; vLLM's comes with scripts/install_vllm.sh).
 Ends with one line: RESULT llm key=value ...
 """
@@ -50,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 import llm_peers  # noqa: E402
 from llm_floor import fake_load, run_floor  # noqa: E402
 from llm_long import long_context  # noqa: E402
+from llm_sessions import sessions  # noqa: E402
 
 from benchfleet.generate.llmgen import LlamaSpec, generate  # noqa: E402
 from common.formats import hfbundle  # noqa: E402
@@ -379,7 +383,7 @@ def stall(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--gap-ms", type=float, default=2.0)
     parser.add_argument("--rates", type=float, nargs="+", default=[100, 300, 500, 700, 1100, 1300, 1500])
@@ -395,6 +399,10 @@ def main() -> None:
     parser.add_argument("--long-output", type=int, default=4_000)
     parser.add_argument("--long-gap-ms", type=float, default=0.1)
     parser.add_argument("--long-requests", type=int, default=5)
+    parser.add_argument("--session-turns", type=int, default=12)
+    parser.add_argument("--session-think-s", type=float, default=0.3)
+    parser.add_argument("--session-rate", type=float, default=1.0)
+    parser.add_argument("--session-duration", type=float, default=30.0)
     args = parser.parse_args()
     data, _ = generate(SPEC)
     maker = PromptMaker(*hfbundle.tokenizer_files(io.BytesIO(data), 10**9))
@@ -405,10 +413,10 @@ def main() -> None:
             ceiling(args, model_dir, maker, results)
         if 4 in args.sections:
             long_context(args, maker, results)
-        if {2, 3} & set(args.sections):
+        if {2, 3, 5} & set(args.sections):
             ok, why = VllmBackend.available()
             if not ok:
-                print(f"2, 3: not run ({why})")
+                print(f"2, 3, 5: not run ({why})")
             else:
                 # Every client measured as the follower measures: idle CPUs held out of deep sleep (wake-up latency 0).
                 with vllm_server(data) as (backend, meta), hold_wakeup_latency(0):
@@ -416,6 +424,8 @@ def main() -> None:
                         agreement(args, backend, meta, model_dir, maker, results)
                     if 2 in args.sections:
                         stall(args, backend, meta, model_dir, maker, results)
+                    if 5 in args.sections:
+                        sessions(args, backend, meta, maker, results)
     print("RESULT llm " + " ".join(f"{k}={v:.4g}" for k, v in results.items()))
 
 

@@ -39,6 +39,7 @@ def llm_sheet(results: JobResults) -> Sheet | None:
             Col("ITL p99", rank=1),
             Col("TPOT p50", rank=2),
             Col("out tok/s"),
+            Col("items/s", rank=3),
             Col("goodput/s", rank=1),
             Col("tokens asked/server/client", rank=3),
         ],
@@ -59,6 +60,7 @@ def llm_sheet(results: JobResults) -> Sheet | None:
                 ms(llm.itl_ms, "p99"),
                 ms(llm.tpot_ms, "p50"),
                 f"{llm.output_tokens_per_s:.1f}",
+                f"{llm.items_per_s:.1f}" if llm.items_per_s is not None else "-",
                 goodput,
                 "-" if r.imported else f"{llm.output_tokens_asked}/{llm.output_tokens_server}/{llm.output_tokens_client}",
             ]

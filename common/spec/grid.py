@@ -37,9 +37,12 @@ def _workload(spec: JobSpec, backend: str) -> LlmWorkload | None:
 
 def _served(spec: JobSpec) -> ServerOptions:
     """The job's server options, with the processors that run server-side when `data.processing` is server."""
+    server = spec.server
+    if spec.llm is not None and spec.llm.api == "embeddings" and server.llm.runner is None:  # vLLM embeds as a pooling model
+        server = server.model_copy(update={"llm": server.llm.model_copy(update={"runner": "pooling"})})
     if spec.data.processing != "server":
-        return spec.server
-    return spec.server.model_copy(update={"preprocess": spec.data.preprocess, "postprocess": spec.data.postprocess})
+        return server
+    return server.model_copy(update={"preprocess": spec.data.preprocess, "postprocess": spec.data.postprocess})
 
 
 # The load settings every point carries as they are: PointSpec field ← LoadSpec field. The other LoadSpec fields are

@@ -100,6 +100,7 @@ class SharedPrefix(StrictModel):
 
 
 MAX_SESSION_TURNS = 64
+MAX_EMBED_INPUTS = 2048  # texts one embeddings request may carry
 MAX_FAN_OUT = 16
 MAX_THINK_S = 600.0
 
@@ -188,9 +189,13 @@ USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
 class LlmWorkload(StrictModel):
     """The requests of a language-model job (model format hf, an LLM backend)."""
 
-    api: Literal["completions", "chat", "messages", "responses"] = "completions"
+    api: Literal["completions", "chat", "messages", "responses", "embeddings"] = "completions"
     """The API: OpenAI's completions, or chat completions, Anthropic's Messages (/v1/messages, streamed as its
-    events) or OpenAI's Responses (/v1/responses); the model's chat template applies to all but completions."""
+    events), OpenAI's Responses (/v1/responses), or embeddings (/v1/embeddings: `inputs_per_request` texts of
+    prompt_tokens each per request, answered whole; vLLM is started as a pooling model for it); the model's chat
+    template applies to chat, messages and responses."""
+    inputs_per_request: Annotated[int, Field(ge=1, le=MAX_EMBED_INPUTS)] = 1
+    """embeddings: the texts each request embeds (items per second count them)."""
     stream: bool = True
     """Stream the answer (server-sent events): needed for time to first token and inter-token latency."""
     prompt_tokens: TokenLengths = TokenLengths(mean=128)
@@ -221,11 +226,15 @@ class LlmWorkload(StrictModel):
 
     @property
     def templated(self) -> bool:
-        """Whether the prompt is chat messages the model's chat template renders (every API but completions)."""
-        return self.api != "completions"
+        """Whether the prompt is chat messages the model's chat template renders (chat, messages and responses)."""
+        return self.api in ("chat", "messages", "responses")
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:
+        if self.api == "embeddings" and (self.sessions is not None or self.shared_prefix is not None or self.dataset):
+            raise ValueError("api embeddings embeds drawn texts: not with sessions, shared_prefix or dataset")
+        if self.inputs_per_request > 1 and self.api != "embeddings":
+            raise ValueError("inputs_per_request is the texts of an embeddings request: it needs api: embeddings")
         if self.api == "messages" and self.ignore_eos:
             raise ValueError(
                 "api messages: Anthropic's Messages API cannot be asked for an exact length; set ignore_eos: false "

@@ -17,13 +17,21 @@ MAX_SHARDS = 64
 
 # The protocols a target (or a server benchfleet starts) speaks: each is one module of follower/protocols/.
 ProtocolName = Literal[
-    "kserve-http", "kserve-grpc", "tfserving-rest", "tfserving-grpc", "openai", "anthropic", "openai-responses"
+    "kserve-http",
+    "kserve-grpc",
+    "tfserving-rest",
+    "tfserving-grpc",
+    "openai",
+    "anthropic",
+    "openai-responses",
+    "openai-embeddings",
 ]
-# The language-model protocols, and the llm.api each speaks (an OpenAI-compatible server may serve all four).
+# The language-model protocols, and the llm.api each speaks (an OpenAI-compatible server may serve them all).
 LLM_APIS: dict[str, tuple[str, ...]] = {
-    "openai": ("completions", "chat", "messages", "responses"),
+    "openai": ("completions", "chat", "messages", "responses", "embeddings"),
     "anthropic": ("messages",),
     "openai-responses": ("responses",),
+    "openai-embeddings": ("embeddings",),
 }
 # What tensor requests speak unless a server says otherwise: KServe v2 (the Open Inference Protocol) over HTTP.
 DEFAULT_PROTOCOL: ProtocolName = "kserve-http"
@@ -37,6 +45,7 @@ SCHEMES: dict[ProtocolName, tuple[str, ...]] = {
     "openai": ("http", "https"),
     "anthropic": ("http", "https"),
     "openai-responses": ("http", "https"),
+    "openai-embeddings": ("http", "https"),
     "kserve-grpc": ("grpc", "grpcs"),
     "tfserving-grpc": ("grpc", "grpcs"),
 }

@@ -259,6 +259,7 @@ class LlmFigures(BaseModel):
     buffered_requests: int = 0  # streams whose token events all arrived in one read
     server: LlmServerView | None = None  # the server's own view of the same run (its Prometheus metrics)
     sessions: SessionFigures | None = None  # llm.sessions: per turn index and per session
+    items_per_s: float | None = None  # llm.api embeddings: texts embedded per second (answered requests x their inputs)
 
 
 class Reason(BaseModel):

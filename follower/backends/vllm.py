@@ -63,6 +63,8 @@ class VllmBackend(OpenAiServerBackend):
             argv += ["--enable-chunked-prefill" if llm.chunked_prefill else "--no-enable-chunked-prefill"]
         if llm.enforce_eager:
             argv += ["--enforce-eager"]
+        if llm.runner is not None:
+            argv += ["--runner", llm.runner]
         if self.server.uses_gpu and llm.kv_cache_gb is not None:
             argv += ["--kv-cache-memory-bytes", str(int(llm.kv_cache_gb * 2**30))]
         return argv

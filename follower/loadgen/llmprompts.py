@@ -150,6 +150,8 @@ def llm_bodies(
     and asks for. Prompts are drawn lengths made exact, or rows of an uploaded prompt set (`rows`, at random or in
     order); a shared prefix starts the share of requests the workload says."""
     rng = np.random.default_rng(seed)
+    if workload.api == "embeddings":
+        return _embedding_bodies(workload, model_name, maker, n, rng)
     drawn = workload.prompt_tokens.draw(n, rng) if not rows else np.zeros(n, dtype=np.int64)
     outputs = workload.output_tokens.draw(n, rng)
     picks = np.zeros(n, dtype=np.int64)
@@ -198,6 +200,21 @@ def _prompt(
     if prefix:
         messages.insert(0, ("system", prefix.lstrip()))
     return messages, maker.count_chat(messages)
+
+
+def _embedding_bodies(
+    workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int, rng: np.random.Generator
+) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:
+    """Embeddings requests: each `inputs_per_request` texts of drawn exact lengths; held is their tokens together (the
+    server's usage counts them so), and no output is asked."""
+    per = workload.inputs_per_request
+    lengths = workload.prompt_tokens.draw(n * per, rng).reshape(n, per)
+    bodies, held = [], np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        texts = [maker.prompt(int(t), rng) for t in lengths[i]]
+        held[i] = sum(maker.least(int(t)) for t in lengths[i])
+        bodies.append(orjson.dumps({"model": model_name, "input": texts, "encoding_format": "float"}))
+    return bodies, np.arange(n, dtype=np.int64), held, np.zeros(n, dtype=np.int64)
 
 
 def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:

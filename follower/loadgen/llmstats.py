@@ -84,8 +84,11 @@ def llm_figures(
     held, wanted = asked[0][idx], asked[1][idx]
     token_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
     # The prompt was built to its length by the model's tokenizer: the server must count the same.
-    disagree = (server < 0) | (token_events > server) | (cols.prompt_tokens[idx] != held)
-    if workload.ignore_eos:
+    if workload.api == "embeddings":  # nothing generated: the prompt's count is the one to agree on
+        disagree = cols.prompt_tokens[idx] != held
+    else:
+        disagree = (server < 0) | (token_events > server) | (cols.prompt_tokens[idx] != held)
+    if workload.ignore_eos and workload.api != "embeddings":
         disagree |= server != wanted
     buffered = np.array(
         [t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1] for t in (cols.token_times[i] for i in idx)], dtype=bool
@@ -118,6 +121,7 @@ def llm_figures(
         token_events=int(token_events.sum()),
         mismatched_requests=int(disagree.sum()),
         buffered_requests=int(buffered.sum()),
+        items_per_s=len(idx) * workload.inputs_per_request / duration_s if workload.api == "embeddings" else None,
     )
     return LlmJudgement(figures, _reasons(figures, len(idx), workload))
 

@@ -120,7 +120,10 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         if closed:
             body_index = None
         room = point.server.llm.model_len(model.llm.context_length) if model.llm is not None else None
-        if room is not None and len(held) and int((held + asked).max()) > room:
+        per_input = workload.api == "embeddings"  # each text is its own sequence: the longest drawn must fit
+        if room is not None and per_input and workload.prompt_tokens.upper > room:
+            raise ValueError(f"texts of up to {workload.prompt_tokens.upper} tokens exceed the {room} a sequence may hold")
+        if room is not None and not per_input and len(held) and int((held + asked).max()) > room:
             worst = int(np.argmax(held + asked))
             raise ValueError(
                 f"a request of {int(held[worst])} prompt tokens and {int(asked[worst])} output tokens "

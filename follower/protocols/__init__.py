@@ -10,6 +10,7 @@ from follower.protocols.calls import EndpointError, EndpointRefused, session
 from follower.protocols.kserve_grpc import KserveGrpc
 from follower.protocols.kserve_http import KserveHttp
 from follower.protocols.openai import OpenAi
+from follower.protocols.openai_embeddings import OpenAiEmbeddings
 from follower.protocols.openai_responses import OpenAiResponses
 from follower.protocols.tfserving_grpc import TfservingGrpc
 from follower.protocols.tfserving_rest import TfservingRest
@@ -17,7 +18,16 @@ from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
 
 PROTOCOLS: dict[ProtocolName, ServingProtocol] = {
     p.name: p
-    for p in (KserveHttp(), KserveGrpc(), TfservingRest(), TfservingGrpc(), OpenAi(), AnthropicMessages(), OpenAiResponses())
+    for p in (
+        KserveHttp(),
+        KserveGrpc(),
+        TfservingRest(),
+        TfservingGrpc(),
+        OpenAi(),
+        AnthropicMessages(),
+        OpenAiResponses(),
+        OpenAiEmbeddings(),
+    )
 }
 
 

@@ -15,7 +15,11 @@ from follower.protocols.transports import NO_CREDENTIALS, Credentials
 
 COMPLETIONS = "/v1/completions"
 # The protocol module that speaks each of the other APIs an OpenAI-compatible server may serve.
-OTHER_APIS: dict[str, ProtocolName] = {"messages": "anthropic", "responses": "openai-responses"}
+OTHER_APIS: dict[str, ProtocolName] = {
+    "messages": "anthropic",
+    "responses": "openai-responses",
+    "embeddings": "openai-embeddings",
+}
 MAX_METRICS_BYTES = 4 * 2**20  # vLLM's are ~100 KB; a larger answer is not read as metrics
 CHAT = "/v1/chat/completions"
 
@@ -43,8 +47,8 @@ class OpenAi(ServingProtocol):
         return answer.text if len(answer.content) <= MAX_METRICS_BYTES else None
 
     def route(self, endpoint: Endpoint, workload: LlmWorkload | None) -> Endpoint:
-        """The completions URL, its chat sibling for `api: chat`; for `api: messages` and `api: responses`, the
-        server's Anthropic Messages or OpenAI Responses API at its origin (vLLM serves both beside its own)."""
+        """The completions URL, its chat sibling for `api: chat`; for `api: messages`, `responses` and `embeddings`,
+        the server's Anthropic Messages, OpenAI Responses or embeddings API at its origin (vLLM serves them all)."""
         if workload is None or workload.api == "completions":
             return endpoint
         if workload.api == "chat":

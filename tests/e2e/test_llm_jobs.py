@@ -306,6 +306,33 @@ quality: {{agreement: true, answer_tokens: 6}}
     assert server.cache_reset is True, server
 
 
+def test_an_embeddings_job_on_vllm_counts_texts_and_the_servers_tokens(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """llm.api embeddings: the follower starts vLLM as a pooling model (server.llm.runner set by the job's api), sends
+    four texts of exact lengths per request to /v1/embeddings, and reads each answer's usage: the server counted every
+    text as built, and items per second are the texts embedded."""
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llm-embeddings
+model: {llm_model}
+backends: [vllm]
+server: {{llm: {{enforce_eager: true}}}}
+load: {{pattern: poisson, rate: 10, duration: 3s, warmup: 1s, allow_short: true}}
+llm: {{api: embeddings, prompt_tokens: 24, inputs_per_request: 4}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert point.point.server.llm.runner == "pooling"
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], (llm, point.reasons)
+    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(4 * 24 * point.ok, rel=1e-6)
+    assert llm.items_per_s == pytest.approx(4 * point.ok / point.measured_s)
+    assert llm.ttft_ms is None and llm.output_tokens_server == 0  # nothing is generated
+    out = io.StringIO()
+    print_results(Console(file=out, width=240), results, wide=True)
+    assert f"{llm.items_per_s:.1f}" in out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def shared_vllm(fleet, llm_model: str, llm_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """One vLLM the tests start themselves (no follower's), driven as an OpenAI endpoint by the tests whose claim is about
