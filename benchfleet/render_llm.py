@@ -47,6 +47,12 @@ def llm_sheet(results: JobResults) -> Sheet | None:
     for r in points:
         llm = r.llm
         assert llm is not None
+        if llm.prompt_rendering_tokens:
+            sheet.notes.append(
+                f"point {r.point.index}: the server counted every prompt {llm.prompt_rendering_tokens} token"
+                f"{'s' if abs(llm.prompt_rendering_tokens) != 1 else ''} longer than it was built (its own rendering of "
+                "the messages); every request agreed with that"
+            )
         goodput = f"{llm.goodput_rps:.2f}" if llm.goodput_rps is not None else "-"
         sheet.rows.append(
             [

@@ -213,8 +213,13 @@ def _embedding_bodies(
     for i in range(n):
         texts = [maker.prompt(int(t), rng) for t in lengths[i]]
         held[i] = sum(maker.least(int(t)) for t in lengths[i])
-        bodies.append(orjson.dumps({"model": model_name, "input": texts, "encoding_format": "float"}))
+        bodies.append(embeddings_body(model_name, texts))
     return bodies, np.arange(n, dtype=np.int64), held, np.zeros(n, dtype=np.int64)
+
+
+def embeddings_body(model_name: str, texts: Sequence[str]) -> bytes:
+    """An embeddings request of `texts`."""
+    return orjson.dumps({"model": model_name, "input": list(texts), "encoding_format": "float"})
 
 
 def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:
@@ -234,6 +239,8 @@ def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_
     asked to: ignore_eos)."""
     listed = [("user", prompt)] if isinstance(prompt, str) else prompt
     messages = [{"role": role, "content": content} for role, content in listed]
+    if workload.api == "embeddings":  # the texts to embed, nothing generated
+        return embeddings_body(model_name, [content for _, content in listed])
     if workload.api == "messages":  # Anthropic's: a system prompt goes beside the messages, never among them
         system = "\n".join(m["content"] for m in messages if m["role"] == "system")
         body: dict[str, Any] = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}

@@ -29,14 +29,22 @@ IDLE_SLACK_S = 0.002  # and never asked to be closer to an idle time of a few mi
 REFERENCE_REQUESTS = 5  # the idle time is the median of this many answers, one at a time
 
 
-def probe_body(
-    model: ModelMeta, prompts: PromptMaker | None, endpoint: Endpoint, batch: int, samples: Samples | None = None
-) -> bytes:
-    """One small request the server answers: a short non-streamed prompt for a language model, else one body of the
-    model's inputs at the point's batch size."""
+def probe(
+    model: ModelMeta,
+    prompts: PromptMaker | None,
+    endpoint: Endpoint,
+    batch: int,
+    samples: Samples | None = None,
+    workload: LlmWorkload | None = None,
+) -> tuple[Endpoint, bytes]:
+    """One small request the server answers, and where it goes: a short non-streamed prompt to the workload's API
+    for a language model, else one body of the model's inputs at the point's batch size."""
     if prompts is not None:
-        return request_body(LlmWorkload(stream=False), model.name, prompts.prompt(4, np.random.default_rng(0)), 1)
-    return build_bodies(model.inputs, batch, seed=0, variants=1, protocol=endpoint.protocol, samples=samples)[0]
+        api = workload.api if workload is not None else "completions"
+        asked = LlmWorkload(api=api, stream=False, ignore_eos=False)
+        routed = protocol_of(endpoint).route(endpoint, asked)
+        return routed, request_body(asked, model.name, prompts.prompt(4, np.random.default_rng(0)), 1)
+    return endpoint, build_bodies(model.inputs, batch, seed=0, variants=1, protocol=endpoint.protocol, samples=samples)[0]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from follower.loadgen.calibrate import TargetCosts, calibrate
 from follower.loadgen.llmprompts import PromptMaker
 from follower.point.context import PointContext, ServerRun
 from follower.point.drive import REQUEST_TIMEOUT_S
-from follower.point.idle import probe_body
+from follower.point.idle import probe
 from follower.point.measure import measure_point
 from follower.protocols import NO_CREDENTIALS, Credentials, Endpoint, infer_url, protocol_of
 
@@ -143,11 +143,11 @@ async def _answering(
         await asyncio.to_thread(shaped.measure, where.hostname or sandbox.host, where.port or 80)
     ready_at_ns = time.monotonic_ns()
     prompts = await asyncio.to_thread(prompt_maker, model, run.model_path) if model.is_llm else None
-    probe = probe_body(model, prompts, endpoint, first.batch_size if first else 1, run.samples)
-    await first_answer(endpoint, probe, FIRST_ANSWER_TIMEOUT_S, run.credentials)
+    asked, body = probe(model, prompts, endpoint, first.batch_size if first else 1, run.samples, first.llm if first else None)
+    await first_answer(asked, body, FIRST_ANSWER_TIMEOUT_S, run.credentials)
     cold, cost_s = None, None
     if run.target is not None:
-        cost_s = await calibrated(run.target, endpoint, probe, run.credentials, run.target_costs)
+        cost_s = await calibrated(run.target, asked, body, run.credentials, run.target_costs)
         log.info("endpoint %s answers (%s)", endpoint.base, backend.version())
     else:
         to_first_answer_s = to_ready_s + (time.monotonic_ns() - ready_at_ns) / 1e9

@@ -17,7 +17,7 @@ from follower.loadgen.records import LoadRecords
 from follower.loadgen.verdict import WindowSummary
 from follower.point.context import PointContext
 from follower.point.drive import REQUEST_TIMEOUT_S
-from follower.point.idle import Drain, Gauge, IdleGauge, probe_body
+from follower.point.idle import Drain, Gauge, IdleGauge, probe
 from follower.point.searchplan import Reading, SearchPlan
 
 Measure = Callable[[PointSpec, PointContext, ColdStart | None], Awaitable[PointResult]]
@@ -123,8 +123,8 @@ async def run_search(
     search, slo = point.search, ctx.run.slo
     assert search is not None and slo is not None, "a search needs an SLO (checked at submission)"
     if gauge is None:
-        body = probe_body(ctx.run.model, ctx.prompts, ctx.endpoint, point.batch_size, ctx.run.samples)
-        gauge = IdleGauge(ctx.endpoint, body, REQUEST_TIMEOUT_S, ctx.run.credentials)
+        asked, body = probe(ctx.run.model, ctx.prompts, ctx.endpoint, point.batch_size, ctx.run.samples, point.llm)
+        gauge = IdleGauge(asked, body, REQUEST_TIMEOUT_S, ctx.run.credentials)
     await gauge.reference()  # before the first probe, on a server nothing has loaded yet
     plan = SearchPlan(search)
     users = search.over == "concurrency"

@@ -6,14 +6,12 @@ the OpenAI API (vLLM). Every request carries the API version header it was writt
 from __future__ import annotations
 
 import dataclasses
-from urllib.parse import urlsplit
 
-from follower.protocols.base import Endpoint, ServingProtocol
-from follower.protocols.calls import get
+from follower.protocols.base import Endpoint
+from follower.protocols.openai import LlmApi
 from follower.protocols.transports import NO_CREDENTIALS, Credentials, Transport
 from follower.protocols.transports.llm_events import MessagesStreamTransport
 
-MESSAGES = "/v1/messages"
 VERSION_HEADER = ("anthropic-version", "2023-06-01")  # the version whose streamed events the reader knows
 
 
@@ -24,19 +22,13 @@ def with_version(credentials: Credentials) -> Credentials:
     return dataclasses.replace(credentials, headers=(*credentials.headers, VERSION_HEADER))
 
 
-class AnthropicMessages(ServingProtocol):
+class AnthropicMessages(LlmApi):
     name = "anthropic"
-    llm = True
-    streams = True
+    path = "/v1/messages"
     stream_transport = MessagesStreamTransport
 
-    def infer_url(self, endpoint: Endpoint) -> str:
-        base = endpoint.base.rstrip("/")
-        return base if base.endswith(MESSAGES) else f"{base}{MESSAGES}"
-
     def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
-        get(urlsplit(self.infer_url(endpoint))._replace(path="/v1/models").geturl(), with_version(credentials))
-        return True
+        return super().ready(endpoint, with_version(credentials))
 
     def open_transport(
         self,

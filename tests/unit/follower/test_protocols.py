@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from common.spec.llm import LlmWorkload
-from common.spec.target import ProtocolName, TargetSpec
+from common.spec.target import LLM_APIS, ProtocolName, TargetSpec
 from follower.backends.endpoint import target_endpoint
 from follower.protocols import PROTOCOLS, Endpoint, protocol_of
 from follower.protocols.transports import AiohttpTransport, GrpcTransport, OpenAiStreamTransport, RawHttpTransport
@@ -24,7 +24,8 @@ def url(target: TargetSpec, model: str = "m") -> str:
 def test_every_protocol_name_has_one_module() -> None:
     assert sorted(PROTOCOLS) == sorted(get_args(ProtocolName))
     assert all(name == protocol.name for name, protocol in PROTOCOLS.items())
-    assert [name for name, protocol in PROTOCOLS.items() if protocol.llm] == ["openai"]
+    # the language-model protocols are the spec's (each with the llm.api it speaks)
+    assert sorted(name for name, protocol in PROTOCOLS.items() if protocol.llm) == sorted(LLM_APIS)
 
 
 def test_urls_the_load_goes_to() -> None:
@@ -37,6 +38,9 @@ def test_urls_the_load_goes_to() -> None:
     assert url(TargetSpec(url="http://h:8000", protocol="openai")) == "http://h:8000/v1/completions"
     chat = TargetSpec(url="http://h/v1/chat/completions", protocol="openai")
     assert url(chat) == "http://h/v1/chat/completions"
+    assert url(TargetSpec(url="https://api.example", protocol="anthropic")) == "https://api.example/v1/messages"
+    assert url(TargetSpec(url="http://h:8000", protocol="openai-responses")) == "http://h:8000/v1/responses"
+    assert url(TargetSpec(url="http://h:8000/v1/embeddings", protocol="openai-embeddings")) == "http://h:8000/v1/embeddings"
     assert url(TargetSpec(url="http://h:1", protocol="kserve-http"), "a b") == "http://h:1/v2/models/a%20b/infer"
 
 
