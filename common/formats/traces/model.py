@@ -3,6 +3,7 @@ decreasing; either every entry gives a field or none does) and the bounds."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -82,6 +83,17 @@ class Trace:
             cat(self.output_tokens, later.output_tokens),
             blocks,
         )
+
+
+def json_object(line: str, where: str, holding: str) -> dict[str, object]:
+    """A JSON line's object, or BadTrace naming the line: not JSON, or not an object with `holding`."""
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadTrace(f"{where} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadTrace(f"{where} must be an object with {holding}")
+    return doc
 
 
 def number(text: str, where: str, column: str) -> float:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 from collections.abc import Iterator
 
-from common.formats.traces.model import BadTrace, Builder, Trace, number, tokens, whole
+from common.formats.traces.model import BadTrace, Builder, Trace, json_object, number, tokens, whole
 
 EXPECTED = "one send offset per line, a CSV with a t or t_ms column, or JSONL"
 
@@ -37,12 +36,7 @@ def parse_jsonl(lines: Iterator[tuple[int, str]]) -> Trace:
     builder = Builder(EXPECTED)
     for n, line in lines:
         where = f"line {n}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadTrace(f"{where} is not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise BadTrace(f"{where} must be an object with t or t_ms")
+        doc = json_object(line, where, "t or t_ms")
         column, scale = _time_column(sorted(doc), where)
         value = doc[column]
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -17,11 +17,20 @@ A trace that does not start at 0 is moved to: the first request is sent at the r
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
 from datetime import datetime
 
-from common.formats.traces.model import MAX_BLOCK_ID, MAX_TRACE_TOKENS, BadTrace, Builder, Trace, number, tokens, whole
+from common.formats.traces.model import (
+    MAX_BLOCK_ID,
+    MAX_TRACE_TOKENS,
+    BadTrace,
+    Builder,
+    Trace,
+    json_object,
+    number,
+    tokens,
+    whole,
+)
 
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 BURSTGPT_HEADER = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
@@ -56,12 +65,7 @@ def parse_mooncake(lines: Iterator[tuple[int, str]]) -> Trace:
     first_ms: float | None = None
     for n, line in lines:
         where = f"line {n}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadTrace(f"{where} is not JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise BadTrace(f"{where} must be an object with timestamp, input_length, output_length and hash_ids")
+        doc = json_object(line, where, "timestamp, input_length, output_length and hash_ids")
         missing = [f for f in MOONCAKE_FIELDS if f not in doc]
         if missing:
             raise BadTrace(f"{where}: a Mooncake entry needs {', '.join(missing)}")
