@@ -101,6 +101,8 @@ class SharedPrefix(StrictModel):
 
 MAX_SESSION_TURNS = 64
 MAX_EMBED_INPUTS = 2048  # texts one embeddings request may carry
+MAX_IMAGES = 16  # images one request may carry
+MAX_IMAGE_SIDE = 4096
 MAX_FAN_OUT = 16
 MAX_THINK_S = 600.0
 
@@ -145,6 +147,19 @@ class ThinkTime(StrictModel):
         else:
             values = rng.lognormal(np.log(max(self.mean, 1e-9)) - self.sigma**2 / 2, self.sigma, size=n)
         return np.rint(np.clip(values, self.min, upper) * 1e9).astype(np.int64)
+
+
+class ImageInputs(StrictModel):
+    """Images in each request's last user message, for a vision model: `count` distinct PNG images of `width` x
+    `height` pixels each (random pixels from the point's seed: no two requests send the same image, so no cache of
+    the server's finds one), in the API's own content parts."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_IMAGES)] = 1
+    """Images per request."""
+    width: Annotated[int, Field(ge=8, le=MAX_IMAGE_SIDE)] = 224
+    """Each image's width in pixels."""
+    height: Annotated[int, Field(ge=8, le=MAX_IMAGE_SIDE)] = 224
+    """Each image's height in pixels."""
 
 
 class FanOut(StrictModel):
@@ -196,6 +211,9 @@ class LlmWorkload(StrictModel):
     template applies to chat, messages and responses."""
     inputs_per_request: Annotated[int, Field(ge=1, le=MAX_EMBED_INPUTS)] = 1
     """embeddings: the texts each request embeds (items per second count them)."""
+    images: ImageInputs | None = None
+    """Images in each request's user message (chat, messages or responses), for a vision model. The server counts
+    their tokens by its own processor: a constant count per request is kept as the point's prompt_rendering_tokens."""
     stream: bool = True
     """Stream the answer (server-sent events): needed for time to first token and inter-token latency."""
     prompt_tokens: TokenLengths = TokenLengths(mean=128)
@@ -233,6 +251,8 @@ class LlmWorkload(StrictModel):
     def _fits(self) -> LlmWorkload:
         if self.api == "embeddings" and (self.sessions is not None or self.shared_prefix is not None or self.dataset):
             raise ValueError("api embeddings embeds drawn texts: not with sessions, shared_prefix or dataset")
+        if self.images is not None and (not self.templated or self.sessions is not None):
+            raise ValueError("images go in a chat message: they need api chat, messages or responses, and no sessions")
         if self.inputs_per_request > 1 and self.api != "embeddings":
             raise ValueError("inputs_per_request is the texts of an embeddings request: it needs api: embeddings")
         if self.api == "messages" and self.ignore_eos:

@@ -18,6 +18,7 @@ import orjson
 from common.formats.llmdata import PrefixBlocks, PromptRow
 from common.formats.traces import Trace
 from common.spec.llm import LlmWorkload
+from follower.loadgen.llmimages import images_of, with_images
 
 MIN_POOL = 256  # words needed for prompts that do not repeat themselves
 
@@ -180,7 +181,8 @@ def llm_bodies(
             held[i] = maker.least(row.prompt_tokens, chat=chat)
         else:
             prompt, held[i] = _prompt(workload, maker, rng, row, int(drawn[i]), prefix)
-        bodies.append(request_body(workload, model_name, prompt, int(outputs[i])))
+        images = images_of(workload.images, rng) if workload.images is not None else None
+        bodies.append(request_body(workload, model_name, prompt, int(outputs[i]), images))
     return bodies, np.arange(n, dtype=np.int64), held, outputs
 
 
@@ -234,11 +236,16 @@ def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:
     ]
 
 
-def request_body(workload: LlmWorkload, model_name: str, prompt: Prompt, output_tokens: int) -> bytes:
+def request_body(
+    workload: LlmWorkload, model_name: str, prompt: Prompt, output_tokens: int, images: list[bytes] | None = None
+) -> bytes:
     """The JSON of one request of the workload's API asking for `output_tokens` tokens (exactly, where the API can be
-    asked to: ignore_eos)."""
+    asked to: ignore_eos), `images` in its last user message."""
     listed = [("user", prompt)] if isinstance(prompt, str) else prompt
-    messages = [{"role": role, "content": content} for role, content in listed]
+    messages: list[dict[str, Any]] = [{"role": role, "content": content} for role, content in listed]
+    if images:
+        last = max(k for k, m in enumerate(messages) if m["role"] == "user")
+        messages[last]["content"] = with_images(workload.api, messages[last]["content"], images)
     if workload.api == "embeddings":  # the texts to embed, nothing generated
         return embeddings_body(model_name, [content for _, content in listed])
     if workload.api == "messages":  # Anthropic's: a system prompt goes beside the messages, never among them

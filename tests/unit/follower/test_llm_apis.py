@@ -101,3 +101,37 @@ def test_a_target_speaks_only_its_apis(protocol: str, llm: str, message: str) ->
         _job(protocol, llm)
     assert _job("anthropic", "{api: messages, ignore_eos: false}").target is not None
     assert _job("openai", "{api: responses}").llm is not None
+
+
+def test_images_go_in_each_apis_own_content_parts_as_valid_pngs() -> None:
+    import base64
+
+    import numpy as np
+    from PIL import Image
+
+    from follower.loadgen.llmimages import png
+
+    picture = png(30, 20, np.random.default_rng(0))
+    with Image.open(io.BytesIO(picture)) as opened:
+        assert (opened.format, opened.size, opened.mode) == ("PNG", (30, 20), "RGB")
+        opened.load()  # every row decodes
+    encoded = base64.b64encode(picture).decode()
+    chat = orjson.loads(request_body(LlmWorkload(api="chat"), "m", "Look.", 4, [picture]))
+    assert chat["messages"][0]["content"] == [
+        {"type": "text", "text": "Look."},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}},
+    ]
+    responses = orjson.loads(request_body(LlmWorkload(api="responses"), "m", "Look.", 4, [picture]))
+    assert responses["input"][0]["content"] == [
+        {"type": "input_text", "text": "Look."},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{encoded}"},
+    ]
+    messages = orjson.loads(
+        request_body(LlmWorkload(api="messages", ignore_eos=False), "m", [("system", "S"), ("user", "Look.")], 4, [picture])
+    )
+    assert messages["system"] == "S" and messages["messages"][0]["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}},
+        {"type": "text", "text": "Look."},
+    ]
+    with pytest.raises(ValidationError, match="images go in a chat message"):
+        LlmWorkload(api="completions", images={"count": 1})  # type: ignore[arg-type]
