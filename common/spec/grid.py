@@ -38,7 +38,7 @@ def _workload(spec: JobSpec, backend: str) -> LlmWorkload | None:
 def _served(spec: JobSpec) -> ServerOptions:
     """The job's server options, with the processors that run server-side when `data.processing` is server."""
     server = spec.server
-    if spec.llm is not None and spec.llm.api == "embeddings" and server.llm.runner is None:  # vLLM embeds as a pooling model
+    if spec.llm is not None and spec.llm.pooled and server.llm.runner is None:  # vLLM embeds and scores as a pooling model
         server = server.model_copy(update={"llm": server.llm.model_copy(update={"runner": "pooling"})})
     if spec.data.processing != "server":
         return server

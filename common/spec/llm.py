@@ -204,13 +204,15 @@ USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
 class LlmWorkload(StrictModel):
     """The requests of a language-model job (model format hf, an LLM backend)."""
 
-    api: Literal["completions", "chat", "messages", "responses", "embeddings"] = "completions"
+    api: Literal["completions", "chat", "messages", "responses", "embeddings", "rerank"] = "completions"
     """The API: OpenAI's completions, or chat completions, Anthropic's Messages (/v1/messages, streamed as its
-    events), OpenAI's Responses (/v1/responses), or embeddings (/v1/embeddings: `inputs_per_request` texts of
-    prompt_tokens each per request, answered whole; vLLM is started as a pooling model for it); the model's chat
-    template applies to chat, messages and responses."""
+    events), OpenAI's Responses (/v1/responses), embeddings (/v1/embeddings: `inputs_per_request` texts of
+    prompt_tokens each per request, answered whole; vLLM is started as a pooling model for it), or rerank (/v1/rerank,
+    as Cohere, Jina and vLLM serve it: a query and `inputs_per_request` documents, each prompt_tokens long, scored);
+    the model's chat template applies to chat, messages and responses."""
     inputs_per_request: Annotated[int, Field(ge=1, le=MAX_EMBED_INPUTS)] = 1
-    """embeddings: the texts each request embeds (items per second count them)."""
+    """embeddings: the texts each request embeds; rerank: the documents each request scores (items per second count
+    them)."""
     images: ImageInputs | None = None
     """Images in each request's user message (chat, messages or responses), for a vision model. The server counts
     their tokens by its own processor: a constant count per request is kept as the point's prompt_rendering_tokens."""
@@ -243,18 +245,23 @@ class LlmWorkload(StrictModel):
         return self.usage_per_event if self.usage_per_event is not None else backend in USAGE_PER_EVENT_SERVERS
 
     @property
+    def pooled(self) -> bool:
+        """Whether nothing is generated: texts are embedded or scored (embeddings, rerank), answered whole."""
+        return self.api in ("embeddings", "rerank")
+
+    @property
     def templated(self) -> bool:
         """Whether the prompt is chat messages the model's chat template renders (chat, messages and responses)."""
         return self.api in ("chat", "messages", "responses")
 
     @model_validator(mode="after")
     def _fits(self) -> LlmWorkload:
-        if self.api == "embeddings" and (self.sessions is not None or self.shared_prefix is not None or self.dataset):
-            raise ValueError("api embeddings embeds drawn texts: not with sessions, shared_prefix or dataset")
+        if self.pooled and (self.sessions is not None or self.shared_prefix is not None or self.dataset):
+            raise ValueError(f"api {self.api} sends drawn texts: not with sessions, shared_prefix or dataset")
         if self.images is not None and (not self.templated or self.sessions is not None):
             raise ValueError("images go in a chat message: they need api chat, messages or responses, and no sessions")
-        if self.inputs_per_request > 1 and self.api != "embeddings":
-            raise ValueError("inputs_per_request is the texts of an embeddings request: it needs api: embeddings")
+        if self.inputs_per_request > 1 and not self.pooled:
+            raise ValueError("inputs_per_request is the texts of an embeddings or rerank request: it needs one of those apis")
         if self.api == "messages" and self.ignore_eos:
             raise ValueError(
                 "api messages: Anthropic's Messages API cannot be asked for an exact length; set ignore_eos: false "

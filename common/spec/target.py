@@ -25,13 +25,15 @@ ProtocolName = Literal[
     "anthropic",
     "openai-responses",
     "openai-embeddings",
+    "cohere-rerank",
 ]
 # The language-model protocols, and the llm.api each speaks (an OpenAI-compatible server may serve them all).
 LLM_APIS: dict[str, tuple[str, ...]] = {
-    "openai": ("completions", "chat", "messages", "responses", "embeddings"),
+    "openai": ("completions", "chat", "messages", "responses", "embeddings", "rerank"),
     "anthropic": ("messages",),
     "openai-responses": ("responses",),
     "openai-embeddings": ("embeddings",),
+    "cohere-rerank": ("rerank",),
 }
 # What tensor requests speak unless a server says otherwise: KServe v2 (the Open Inference Protocol) over HTTP.
 DEFAULT_PROTOCOL: ProtocolName = "kserve-http"
@@ -46,6 +48,7 @@ SCHEMES: dict[ProtocolName, tuple[str, ...]] = {
     "anthropic": ("http", "https"),
     "openai-responses": ("http", "https"),
     "openai-embeddings": ("http", "https"),
+    "cohere-rerank": ("http", "https"),
     "kserve-grpc": ("grpc", "grpcs"),
     "tfserving-grpc": ("grpc", "grpcs"),
 }

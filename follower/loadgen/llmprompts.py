@@ -151,8 +151,8 @@ def llm_bodies(
     and asks for. Prompts are drawn lengths made exact, or rows of an uploaded prompt set (`rows`, at random or in
     order); a shared prefix starts the share of requests the workload says."""
     rng = np.random.default_rng(seed)
-    if workload.api == "embeddings":
-        return _embedding_bodies(workload, model_name, maker, n, rng)
+    if workload.pooled:
+        return _pooled_bodies(workload, model_name, maker, n, rng)
     drawn = workload.prompt_tokens.draw(n, rng) if not rows else np.zeros(n, dtype=np.int64)
     outputs = workload.output_tokens.draw(n, rng)
     picks = np.zeros(n, dtype=np.int64)
@@ -204,24 +204,33 @@ def _prompt(
     return messages, maker.count_chat(messages)
 
 
-def _embedding_bodies(
+def _pooled_bodies(
     workload: LlmWorkload, model_name: str, maker: PromptMaker, n: int, rng: np.random.Generator
 ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:
-    """Embeddings requests: each `inputs_per_request` texts of drawn exact lengths; held is their tokens together (the
-    server's usage counts them so), and no output is asked."""
-    per = workload.inputs_per_request
+    """Embeddings or rerank requests: each `inputs_per_request` texts of drawn exact lengths (rerank: documents, after
+    a query of a drawn length); held is their tokens together (an embeddings server's usage counts them so), and no
+    output is asked."""
+    per = workload.inputs_per_request + (workload.api == "rerank")
     lengths = workload.prompt_tokens.draw(n * per, rng).reshape(n, per)
     bodies, held = [], np.zeros(n, dtype=np.int64)
     for i in range(n):
         texts = [maker.prompt(int(t), rng) for t in lengths[i]]
         held[i] = sum(maker.least(int(t)) for t in lengths[i])
-        bodies.append(embeddings_body(model_name, texts))
+        if workload.api == "rerank":
+            bodies.append(rerank_body(model_name, texts[0], texts[1:]))
+        else:
+            bodies.append(embeddings_body(model_name, texts))
     return bodies, np.arange(n, dtype=np.int64), held, np.zeros(n, dtype=np.int64)
 
 
 def embeddings_body(model_name: str, texts: Sequence[str]) -> bytes:
     """An embeddings request of `texts`."""
     return orjson.dumps({"model": model_name, "input": list(texts), "encoding_format": "float"})
+
+
+def rerank_body(model_name: str, query: str, documents: Sequence[str]) -> bytes:
+    """A rerank request scoring `documents` against `query` (every one ranked)."""
+    return orjson.dumps({"model": model_name, "query": query, "documents": list(documents), "top_n": len(documents)})
 
 
 def trace_rows(trace: Trace, block_tokens: int) -> list[PromptRow]:
@@ -248,6 +257,8 @@ def request_body(
         messages[last]["content"] = with_images(workload.api, messages[last]["content"], images)
     if workload.api == "embeddings":  # the texts to embed, nothing generated
         return embeddings_body(model_name, [content for _, content in listed])
+    if workload.api == "rerank":  # one document scored against the text as the query
+        return rerank_body(model_name, listed[-1][1], [listed[-1][1]])
     if workload.api == "messages":  # Anthropic's: a system prompt goes beside the messages, never among them
         system = "\n".join(m["content"] for m in messages if m["role"] == "system")
         body: dict[str, Any] = {"model": model_name, "max_tokens": output_tokens, "stream": workload.stream}

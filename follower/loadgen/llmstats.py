@@ -93,9 +93,11 @@ def llm_figures(
     rendered = int(offsets[0]) if workload.templated and len(offsets) and (offsets == offsets[0]).all() else 0
     if workload.api == "embeddings":  # nothing generated: the prompt's count is the one to agree on
         disagree = cols.prompt_tokens[idx] != held
+    elif workload.api == "rerank":  # a score per document: its usage counts query-document pairs as it joins them
+        disagree = np.zeros(len(idx), dtype=bool)
     else:
         disagree = (server < 0) | (token_events > server) | (cols.prompt_tokens[idx] != held + rendered)
-    if workload.ignore_eos and workload.api != "embeddings":
+    if workload.ignore_eos and not workload.pooled:
         disagree |= server != wanted
     buffered = np.array(
         [t is not None and len(t) >= MIN_BUFFER_EVENTS and t[0] == t[-1] for t in (cols.token_times[i] for i in idx)], dtype=bool
@@ -128,7 +130,7 @@ def llm_figures(
         token_events=int(token_events.sum()),
         mismatched_requests=int(disagree.sum()),
         buffered_requests=int(buffered.sum()),
-        items_per_s=len(idx) * workload.inputs_per_request / duration_s if workload.api == "embeddings" else None,
+        items_per_s=len(idx) * workload.inputs_per_request / duration_s if workload.pooled else None,
         prompt_rendering_tokens=rendered or None,
     )
     return LlmJudgement(figures, _reasons(figures, len(idx), workload))

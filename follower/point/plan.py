@@ -120,7 +120,7 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         if closed:
             body_index = None
         room = point.server.llm.model_len(model.llm.context_length) if model.llm is not None else None
-        per_input = workload.api == "embeddings"  # each text is its own sequence: the longest drawn must fit
+        per_input = workload.pooled  # each text is its own sequence: the longest drawn must fit
         if room is not None and per_input and workload.prompt_tokens.upper > room:
             raise ValueError(f"texts of up to {workload.prompt_tokens.upper} tokens exceed the {room} a sequence may hold")
         if room is not None and not per_input and len(held) and int((held + asked).max()) > room:

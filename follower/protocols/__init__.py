@@ -7,6 +7,7 @@ from common.spec.target import ProtocolName
 from follower.protocols.anthropic import AnthropicMessages
 from follower.protocols.base import Endpoint, ServingProtocol
 from follower.protocols.calls import EndpointError, EndpointRefused, session
+from follower.protocols.cohere_rerank import CohereRerank
 from follower.protocols.kserve_grpc import KserveGrpc
 from follower.protocols.kserve_http import KserveHttp
 from follower.protocols.openai import OpenAi
@@ -27,6 +28,7 @@ PROTOCOLS: dict[ProtocolName, ServingProtocol] = {
         AnthropicMessages(),
         OpenAiResponses(),
         OpenAiEmbeddings(),
+        CohereRerank(),
     )
 }
 

@@ -25,6 +25,7 @@ OTHER_APIS: dict[str, ProtocolName] = {
     "messages": "anthropic",
     "responses": "openai-responses",
     "embeddings": "openai-embeddings",
+    "rerank": "cohere-rerank",
 }
 MAX_METRICS_BYTES = 4 * 2**20  # vLLM's are ~100 KB; a larger answer is not read as metrics
 

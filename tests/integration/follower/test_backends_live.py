@@ -49,12 +49,7 @@ def _points(backends: list[str], rate: float = 40, duration: float = 1.0, server
 
 async def _collect(backend: str, points: list, canon: tuple[Path, ModelMeta], workdir: Path) -> list:
     path, model = canon
-    return [
-        r
-        async for r in run_backend(
-            backend, points, ServerRun(model=model, model_path=path, workdir=workdir, slo=None)
-        )
-    ]
+    return [r async for r in run_backend(backend, points, ServerRun(model=model, model_path=path, workdir=workdir, slo=None))]
 
 
 def _available(name: str) -> str | None:

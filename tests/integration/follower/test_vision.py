@@ -75,3 +75,35 @@ def test_a_part_the_api_does_not_define_is_refused_naming_it(origin: str) -> Non
     }
     answer = httpx.post(f"{origin}/v1/chat/completions", json=body)
     assert answer.status_code == 400 and "messages[0].content[0]" in answer.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, str(SERVER.with_name("rerank_standin.py")), "--port", str(port)]
+    with SupervisedProcess(argv, name="rerank stand-in", log_path=tmp_path_factory.mktemp("rerank") / "log") as proc:
+        proc.wait_ready(http_ready(f"http://127.0.0.1:{port}/v1/models"), timeout_s=30)
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_a_rerank_point_scores_its_documents_and_counts_them_per_second(reranker: str) -> None:
+    """llm.api rerank against a strict stand-in of the rerank schema Cohere, Jina and vLLM share: every request (a
+    query and 5 documents of exact lengths) passes it and is answered whole; items per second are the documents."""
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=2048, context=512))
+    maker = PromptMaker(*hfbundle.tokenizer_files(io.BytesIO(data), limit_bytes=10**8))
+    workload = LlmWorkload(api="rerank", prompt_tokens=24, inputs_per_request=5)
+    n = 10
+    bodies, index, held, asked = llm_bodies(workload, "reranker", maker, n, seed=2)
+    docs = [orjson.loads(b) for b in bodies]
+    assert all(len(d["documents"]) == 5 and d["top_n"] == 5 for d in docs) and held.tolist() == [6 * 24] * n
+    endpoint = Endpoint("cohere-rerank", reranker, "reranker")
+    records = drive(
+        endpoint, bodies, np.arange(n, dtype=np.int64) * 10_000_000, body_index=index, max_concurrency=8, timeout_s=30, drain_s=10
+    )
+    assert records.ok.all(), records.error_sample
+    assert httpx.get(f"{reranker}/seen").json() == [5] * n
+    judged = llm_figures(records, 0.5, (held, asked), workload, None, maker)
+    assert judged is not None and judged.figures.items_per_s == pytest.approx(5 * n / 0.5)
+    assert judged.figures.mismatched_requests == 0 and judged.figures.ttft_ms is None
+    refused = httpx.post(f"{reranker}/v1/rerank", json={"model": "r", "query": "q", "documents": ["a"], "rank": 1})
+    assert refused.status_code == 400 and "rank" in refused.json()["error"]["message"]
