@@ -1,6 +1,6 @@
 """Cohere's rerank API (/v1/rerank; the same schema as Cohere's /v2/rerank, Jina's and vLLM's /rerank): a query
-and documents in, a relevance score per document out, answered whole. A target's URL ending in `rerank` is used as it is; otherwise
-/v1/rerank at its origin. The streaming client reads the answer (a whole JSON answer too)."""
+and documents in, a relevance score per document out, answered whole. A target's URL ending in `rerank` is used as
+it is; otherwise /v1/rerank at its origin. The streaming client reads the answer (a whole JSON answer too)."""
 
 from __future__ import annotations
 
