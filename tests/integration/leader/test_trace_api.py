@@ -47,7 +47,8 @@ def test_job_naming_a_trace_is_checked_at_submission(leader: Leader) -> None:
     plain = _upload(leader, b"0\n0.5\n1.0\n")
     status, job = _submit(leader, plain["id"])
     assert status == 201, job
-    assert job["spec"]["load"]["trace"] == {"dataset": plain["id"]}
+    # stored with the block size its prefix blocks would take (a Mooncake trace's hash_ids; Mooncake's own 512)
+    assert job["spec"]["load"]["trace"] == {"dataset": plain["id"], "block_tokens": 512}
 
     status, body = _submit(leader, "abc123")
     assert (status, body["field"]) == (422, "load.trace.dataset") and "does not exist" in body["message"]
