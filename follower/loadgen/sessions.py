@@ -31,6 +31,7 @@ from follower.protocols.transports.base import Stream
 
 MAX_SESSION_BODIES = 200_000  # requests one point's sessions may hold (each a body built before the run)
 MAX_OPEN = 4096  # connections the sessions' transport may hold open at once
+STOP_CHECK_NS = 50_000_000  # a session waiting out a think time looks for a stop this often
 
 
 @dataclass(frozen=True)
@@ -180,13 +181,21 @@ async def run_sessions(transport: Transport, bodies: Sequence[bytes], plan: Sess
                 errors.append(f"{type(exc).__name__}: {exc}")
         return record
 
+    async def until(due: int) -> bool:
+        """Sleep until `due` (False: the run was stopped meanwhile; a long think time is not waited out)."""
+        while not stop.is_set():
+            left = due - time.monotonic_ns()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, STOP_CHECK_NS) / 1e9)
+        return False
+
     async def session(k: int) -> None:
         due = start_ns + int(plan.starts_ns[k])
         for step, pause in zip(plan.steps[k], plan.think_ns[k], strict=True):
             due += pause
-            if due >= end_ns or stop.is_set():
-                return  # cut at the run's end
-            await asyncio.sleep(max(0, due - time.monotonic_ns()) / 1e9)
+            if due >= end_ns or not await until(due):
+                return  # cut at the run's end, or stopped
             answered = await asyncio.gather(*(one(body, due) for body in step))
             due = max(r.done for r in answered)  # the next step waits for every answer of this one
 
@@ -202,6 +211,11 @@ async def run_sessions(transport: Transport, bodies: Sequence[bytes], plan: Sess
         if gc_was_enabled:
             gc.enable()
     return _records(out, start_ns, cpu0, lags, errors)
+
+
+def _stage(stages: dict[str, int] | None, name: str) -> int:
+    value = (stages or {}).get(name)
+    return value if isinstance(value, int) else -1
 
 
 def _records(out: list[_Sent], start_ns: int, cpu0: int, lags: list[int], errors: list[str]) -> LoadRecords:
@@ -223,7 +237,7 @@ def _records(out: list[_Sent], start_ns: int, cpu0: int, lags: list[int], errors
         first_byte_ns=column([r.first for r in rows]),
         done_ns=column([r.done for r in rows]),
         status=np.asarray([r.status for r in rows], dtype=np.int32),
-        stages_ns={s: column([(r.stages or {}).get(s, -1) for r in rows]) for s in STAGES},
+        stages_ns={s: column([_stage(r.stages, s) for r in rows]) for s in STAGES},
         start_ns=start_ns,
         cpu_s=(time.process_time_ns() - cpu0) / 1e9,
         wall_s=(time.monotonic_ns() - start_ns) / 1e9,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +119,18 @@ def test_a_step_due_after_the_end_is_not_sent_and_its_session_is_cut(url: str, m
     figures = session_figures(records, built.plan, built.held, built.asked, (records.start_ns, records.start_ns + 10**10), None)
     assert figures is not None and (figures.started, figures.completed, figures.cut) == (1, 0, 1)
     assert figures.goodput is None and figures.session_ms is None
+
+
+def test_a_stopped_run_does_not_wait_out_a_think_time(url: str, maker: PromptMaker) -> None:
+    """Cancelled (the point's stop set) while its sessions think: no later turn is sent, and the driver returns without
+    waiting out the 30 s pause."""
+    workload = _workload().model_copy(update={"sessions": Sessions(turns=TokenLengths(mean=3), think_s=ThinkTime(mean=30.0))})
+    built = session_bodies(workload, "fake", maker, np.array([0], dtype=np.int64), seed=5, end_ns=10**11)
+    stop = threading.Event()
+    timer = threading.Timer(0.5, stop.set)
+    timer.start()
+    began = time.monotonic()
+    records = drive_sessions(Endpoint("openai", url), built.bodies, built.plan, stop, timeout_s=30)
+    timer.cancel()
+    assert len(records) == 1 and records.ok.all()  # the first turn only
+    assert time.monotonic() - began < 10  # not the 30 s think time
