@@ -438,8 +438,9 @@ class PointSpec(StrictModel):
         return self.index if self.config is None else self.config
 
     def load_label(self) -> str:
-        """This point's load: its rate, or its users for a closed loop."""
-        return load_label(self.pattern, self.rate, self.concurrency)
+        """This point's load: its rate (sessions arriving, for LLM sessions), or its users for a closed loop."""
+        sessions = self.llm is not None and self.llm.sessions is not None
+        return f"{self.rate:g} sessions/s" if sessions else load_label(self.pattern, self.rate, self.concurrency)
 
 
 # Backends whose server can run benchfleet's processors, and why the others cannot.

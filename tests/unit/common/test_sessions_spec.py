@@ -75,3 +75,11 @@ def test_a_sessions_p99_counts_the_turns_each_session_brings() -> None:
     job = _job("{pattern: poisson, rate: 1, duration: 60s}", "{turns: 10}")
     assert job.load.p99_shortfall() is not None  # 60 sessions alone
     assert job.load.p99_shortfall(per_arrival=10) is None  # 600 requests
+
+
+def test_a_sessions_points_load_reads_in_sessions_per_second() -> None:
+    from common.spec.grid import expand
+
+    job = _job("{pattern: poisson, rate: 4, duration: 120s}")
+    (point,) = expand(job)
+    assert point.load_label() == "4 sessions/s"
