@@ -196,6 +196,18 @@ class Sessions(StrictModel):
         return self
 
 
+# The APIs a server benchfleet starts serves, beyond OpenAI's completions and chat completions.
+OTHER_APIS_SERVED = {"vllm": ("messages", "responses", "embeddings", "rerank")}
+
+
+def api_refused_by(api: str, backends: list[str], llm_backends: frozenset[str]) -> str | None:
+    """The first of the job's language-model servers that does not serve `api`, or None."""
+    return next(
+        (b for b in backends if b in llm_backends and api not in ("completions", "chat", *OTHER_APIS_SERVED.get(b, ()))),
+        None,
+    )
+
+
 # Servers that put their usage (cumulative completion tokens) in every streamed event when asked with
 # stream_options.continuous_usage_stats.
 USAGE_PER_EVENT_SERVERS = frozenset({"vllm", "sglang"})
@@ -248,6 +260,13 @@ class LlmWorkload(StrictModel):
     def pooled(self) -> bool:
         """Whether nothing is generated: texts are embedded or scored (embeddings, rerank), answered whole."""
         return self.api in ("embeddings", "rerank")
+
+    @property
+    def server_renders(self) -> bool:
+        """Whether the server counts the prompt by a rendering the client cannot repeat exactly: images (its own
+        processor's tokens) or the Messages and Responses APIs' conversion of their input to the chat template. Chat
+        and completions are counted as the client renders them, exactly."""
+        return self.images is not None or self.api in ("messages", "responses")
 
     @property
     def templated(self) -> bool:

@@ -260,7 +260,7 @@ class LlmFigures(BaseModel):
     server: LlmServerView | None = None  # the server's own view of the same run (its Prometheus metrics)
     sessions: SessionFigures | None = None  # llm.sessions: per turn index and per session
     items_per_s: float | None = None  # llm.api embeddings: texts embedded per second (answered requests x their inputs)
-    prompt_rendering_tokens: int | None = None  # a chat API's server counted every prompt this much longer than built
+    prompt_rendering_tokens: int | None = None  # images, Messages, Responses: every prompt counted this much longer
 
 
 class Reason(BaseModel):

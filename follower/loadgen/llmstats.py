@@ -20,9 +20,9 @@ asked output length, the server's count, the stream's token events and the clien
 are all kept. A request disagrees when its answer has no usage, when the server gave other than what was asked with
 the length enforced (ignore_eos), when it streamed more token events than it says it generated tokens (fewer means
 events that carried several tokens), or when its count of the prompt is not the
-length the prompt was built to (a chat API's server that counts every prompt the same number of tokens longer than the
-template renders it, as vLLM's Responses API does by one, has that offset kept as `prompt_rendering_tokens` and
-shown, not counted against each request). The client tokenizer's count is shown, not
+length the prompt was built to (where the server renders the prompt its own way, images or the Messages and Responses
+APIs, one offset on every request, as vLLM's Responses API's one token, is kept as `prompt_rendering_tokens` and
+shown, not counted against each request; chat and completions must agree exactly). The client tokenizer's count is shown, not
 judged: re-tokenizing generated text does not give back the generated tokens (a byte-level BPE re-splits it; on the
 canonical LLM's random output by 10-15%), which is why tools that count on the client miscount. A point with more
 than MISMATCH_SHARE_MAX of its requests disagreeing is invalid, as is one whose streams arrive buffered (all events
@@ -86,11 +86,11 @@ def llm_figures(
     held, wanted = asked[0][idx], asked[1][idx]
     token_events = np.array([0 if (t := cols.token_times[i]) is None else len(t) for i in idx], dtype=np.int64)
     # The prompt was built to its length by the model's tokenizer: the server must count the same.
-    # The server may render a chat request with a constant extra (vLLM's Responses API counts every prompt one token
-    # longer than the chat template renders it): one offset on every request is its rendering, kept and shown; any
-    # other difference is a request that disagrees.
+    # Where the server renders the prompt its own way (images, the Messages and Responses APIs: vLLM's Responses API
+    # counts every prompt one token longer than the chat template renders it), one offset on every request is that
+    # rendering, kept and shown; any other difference, and any difference on chat or completions, disagrees.
     offsets = cols.prompt_tokens[idx] - held
-    rendered = int(offsets[0]) if workload.templated and len(offsets) and (offsets == offsets[0]).all() else 0
+    rendered = int(offsets[0]) if workload.server_renders and len(offsets) and (offsets == offsets[0]).all() else 0
     if workload.api == "embeddings":  # nothing generated: the prompt's count is the one to agree on
         disagree = cols.prompt_tokens[idx] != held
     elif workload.api == "rerank":  # a score per document: its usage counts query-document pairs as it joins them

@@ -8,6 +8,7 @@ in: nothing is encoded into a URL or sniffed back out of one.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,14 @@ class ServingProtocol(ABC):
     streams: ClassVar[bool] = False
     #: The streaming client that reads its events (over plain HTTP), where its answers stream.
     stream_transport: ClassVar[type[Transport]] = OpenAiStreamTransport
+    #: Headers every request of the protocol carries (an API version), unless a target's secret sets its own.
+    headers: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def with_headers(self, credentials: Credentials) -> Credentials:
+        """The credentials with the protocol's own headers added, those the target's secret sets left as it sets them."""
+        named = {name.lower() for name, _ in credentials.headers}
+        extra = tuple(h for h in self.headers if h[0].lower() not in named)
+        return dataclasses.replace(credentials, headers=(*credentials.headers, *extra)) if extra else credentials
 
     @abstractmethod
     def infer_url(self, endpoint: Endpoint) -> str:
@@ -121,6 +130,7 @@ class ServingProtocol(ABC):
         where per-request CPU does not matter; it reads a stream whole)."""
         url = self.infer_url(endpoint)
         plain = urlsplit(url).scheme == "http"
+        credentials = self.with_headers(credentials)
         kind: type[Transport] = AiohttpTransport
         if plain and self.streams:
             kind = self.stream_transport

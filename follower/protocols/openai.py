@@ -46,7 +46,7 @@ class LlmApi(ServingProtocol):
         return urlsplit(self.infer_url(endpoint))._replace(path=path, query="").geturl()
 
     def ready(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> bool:
-        get(self.at_origin(endpoint, "/v1/models"), credentials)
+        get(self.at_origin(endpoint, "/v1/models"), self.with_headers(credentials))
         return True
 
     def server_metrics(self, endpoint: Endpoint, credentials: Credentials = NO_CREDENTIALS) -> str | None:

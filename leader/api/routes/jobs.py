@@ -17,7 +17,7 @@ from common.formats.llmdata import ANSWER, KINDS_FOR_API
 from common.formats.signature import input_mismatches
 from common.spec.grid import expand
 from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
-from common.spec.llm import LlmWorkload
+from common.spec.llm import LlmWorkload, api_refused_by
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
 from common.spec.processors import processing_problem
@@ -87,6 +87,11 @@ def _decode(content_type: str, body: bytes) -> Any:
 def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
     """What a language model's server would refuse request by request, refused at submission naming the field."""
     workload = spec.llm or LlmWorkload()
+    if (server := api_refused_by(workload.api, list(spec.backends), LLM_BACKENDS)) is not None:
+        raise InvalidSpec(
+            f"backend {server} does not serve api {workload.api} (vLLM serves it; {server} serves completions and chat)",
+            field="llm.api",
+        )
     if workload.templated and not llm.chat_template:
         raise InvalidSpec(
             f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions", field="llm.api"

@@ -178,6 +178,23 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
     assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
 
 
+def test_an_api_a_started_server_does_not_serve_is_refused_naming_it(leader: Leader) -> None:
+    """vLLM serves the Messages, Responses, embeddings and rerank APIs beside completions and chat; the other servers
+    benchfleet starts serve those two: a job asking llama.cpp for another is refused at submission, naming llm.api."""
+    from benchfleet.generate.llmgen import LlamaSpec, generate
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
+    stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "apis", "version": "1", "format": "hf"},
+                                files={"file": ("apis.zip", data, "application/zip")})
+    assert stored.status_code == 201, stored.text
+    yaml = {**ADMIN, "Content-Type": "application/yaml"}
+    base = "name: j\nmodel: apis:1\nload: {allow_short: true, rate: 10, duration: 1s}\nllm: {api: responses, prompt_tokens: 16}\n"
+    refused = leader.client.post("/api/v1/jobs", headers=yaml, content=base + "backends: [vllm, llamacpp]\n")
+    assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
+    assert "backend llamacpp does not serve api responses" in refused.json()["message"]
+    assert leader.client.post("/api/v1/jobs", headers=yaml, content=base + "backends: [vllm]\n").status_code == 201
+
+
 def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(leader: Leader) -> None:
     import json
 

@@ -15,7 +15,6 @@ from common.spec.job import JobSpec
 from common.spec.llm import LlmWorkload
 from follower.loadgen.llmprompts import PromptMaker, llm_bodies, request_body
 from follower.protocols import Credentials, Endpoint, protocol_of
-from follower.protocols.anthropic import with_version
 
 
 def test_each_api_gets_its_own_body() -> None:
@@ -66,6 +65,8 @@ def test_an_openai_compatible_server_routes_each_api_at_its_origin() -> None:
         "responses": ("openai-responses", "http://127.0.0.1:8000/v1/responses"),
     }
     # Anthropic's version header goes with every request, unless the target's secret sets its own.
+    anthropic = routed["messages"]
+    with_version = protocol_of(anthropic).with_headers
     assert with_version(Credentials(headers=(("x-api-key", "k"),))).headers == (
         ("x-api-key", "k"),
         ("anthropic-version", "2023-06-01"),
@@ -73,6 +74,9 @@ def test_an_openai_compatible_server_routes_each_api_at_its_origin() -> None:
     assert with_version(Credentials(headers=(("Anthropic-Version", "2024-01-01"),))).headers == (
         ("Anthropic-Version", "2024-01-01"),
     )
+    # and the transport a Messages point opens carries it
+    transport = protocol_of(anthropic).open_transport(anthropic, max_concurrency=1, timeout_s=1)
+    assert "anthropic-version: 2023-06-01\r\n" in transport.session.extra_head  # type: ignore[attr-defined]
 
 
 def _job(protocol: str, llm: str) -> JobSpec:

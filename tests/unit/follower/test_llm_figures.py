@@ -156,3 +156,26 @@ def test_a_language_models_stage_breakdown_joins_the_servers_stages_to_the_clien
     assert llm_stages(figures) == {"queue": 5.0, "prefill": 15.0, "decode": 70.0, "transmission": 8.0, "service": 100.0}
     assert llm_stages(figures.model_copy(update={"server": server.model_copy(update={"prefill_ms_mean": None})})) is None
     assert llm_stages(figures.model_copy(update={"server": None})) is None
+
+
+def test_a_constant_prompt_offset_is_the_servers_rendering_only_where_it_renders_its_own_way() -> None:
+    """Every prompt counted one token longer: for the Responses API (the server's own rendering of its input) that is
+    kept as the point's offset and no request disagrees; for chat and completions (counted as the client renders
+    them) every request disagrees, as before."""
+    streams = [(10 * i, 10 * i, [10 * i + 5, 10 * i + 6], 2) for i in range(4)]
+    for workload, mismatched, offset in (
+        (LlmWorkload(api="responses"), 0, 1),
+        (LlmWorkload(api="chat"), 4, None),
+        (LlmWorkload(), 4, None),
+    ):
+        rec, asked = _records(streams, 2)
+        assert rec.llm is not None
+        rec.llm.prompt_tokens[:] = 11  # built to 10
+        judged = llm_figures(rec, 1.0, asked, workload, None, None)
+        assert judged is not None, workload.api
+        assert (judged.figures.mismatched_requests, judged.figures.prompt_rendering_tokens) == (mismatched, offset), workload.api
+    rec, asked = _records(streams, 2)
+    assert rec.llm is not None
+    rec.llm.prompt_tokens[:] = [11, 11, 12, 11]  # not one constant: the odd one disagrees, the others are not excused
+    judged = llm_figures(rec, 1.0, asked, LlmWorkload(api="responses"), None, None)
+    assert judged is not None and (judged.figures.mismatched_requests, judged.figures.prompt_rendering_tokens) == (4, None)
