@@ -300,7 +300,8 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _sessions_load(self) -> JobSpec:
-        if self.llm is not None and self.llm.sessions is not None and (why := self.load.refuses_sessions(self.target)):
+        sessions = self.llm.sessions if self.llm is not None else None
+        if sessions is not None and (why := self.load.refuses_sessions(self.target, sessions.from_trace)):
             raise ValueError(why)
         return self
 

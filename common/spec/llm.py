@@ -188,11 +188,23 @@ class Sessions(StrictModel):
     """The pause between an answer and the session's next turn, in seconds."""
     fan_out: FanOut | None = None
     """Sub-agent turns issued together (the next turn waits for all)."""
+    from_trace: bool = False
+    """Replay the sessions of the load's trace (load.pattern trace, an uploaded session trace: Mooncake lines with
+    session_id): each session arrives at its timestamp, and its turns' lengths and the pauses between them are the
+    trace's (so turns, user_tokens, think_s and fan_out are left out)."""
 
     @model_validator(mode="after")
     def _turns(self) -> Sessions:
         if self.turns.upper > MAX_SESSION_TURNS:
             raise ValueError(f"turns: at most {MAX_SESSION_TURNS} per session")
+        # (compared with the defaults, not the fields set: a stored spec names every field)
+        drawn = sorted(
+            k for k in ("turns", "user_tokens", "think_s", "fan_out") if getattr(self, k) != Sessions.model_fields[k].default
+        )
+        if self.from_trace and drawn:
+            raise ValueError(
+                f"from_trace: the trace gives each session's turns, lengths and pauses: leave out {', '.join(drawn)}"
+            )
         return self
 
 
@@ -295,9 +307,10 @@ class LlmWorkload(StrictModel):
     @property
     def longest_prompt(self) -> int:
         """The longest prompt drawn from prompt_tokens, with its shared prefix (a prompt set's rows are measured on the
-        follower); a session's last turn, with every answer and message before it."""
+        follower); a session's last turn, with every answer and message before it (a session trace's are bounded at its
+        upload and measured on the follower)."""
         first = self.prompt_tokens.upper + (self.shared_prefix.tokens if self.shared_prefix else 0)
-        if self.sessions is None:
+        if self.sessions is None or self.sessions.from_trace:
             return first
         width = self.sessions.fan_out.width if self.sessions.fan_out else 1
         per_turn = width * self.output_tokens.upper + self.sessions.user_tokens.upper

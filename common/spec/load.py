@@ -212,9 +212,11 @@ class LoadSpec(StrictModel):
     """Run a point too short to hold a p99 claim anyway (fewer than the 459 requests a p99 needs are due in it): it is
     refused at submission otherwise, naming the shortest duration that would do; run anyway, it is marked invalid."""
 
-    def refuses_sessions(self, target: Any = None) -> str | None:
-        """Why LLM sessions cannot run under this load (they arrive open loop and run their turns closed loop within
-        themselves) against `target` (a TargetSpec or None), or None."""
+    def refuses_sessions(self, target: Any = None, from_trace: bool = False) -> str | None:
+        """Why LLM sessions (`from_trace`: a session trace's) cannot run under this load (they arrive open loop and
+        run their turns closed loop within themselves) against `target` (a TargetSpec or None), or None."""
+        if from_trace and not (self.pattern == "trace" and isinstance(self.trace, TraceRef)):
+            return "llm.sessions.from_trace replays an uploaded session trace: load.pattern trace, trace: {dataset: ID}"
         if self.pattern == "closed" or self.search is not None or self.stability is not None:
             return "llm.sessions arrive open loop at load.rate (sessions/s): not with closed, load.search or load.stability"
         if target is not None and target.shards.count != 1:

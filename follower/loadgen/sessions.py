@@ -4,7 +4,8 @@ A session arrives at its open-loop offset and runs its steps one after the other
 turn's sub-agent requests issued together; the next step is due `think` after the step's last answer arrived, and is
 sent then (its intended time: its latency counts from it). The context grows: a turn's prompt is the context so far,
 the answers of the step before (replayed as text of the length asked, which ignore_eos makes the length generated)
-and a new message. Prompts are pool words (one token each, follower/loadgen/llmprompts.py), so every request's length
+and a new message. A session's turns, lengths and pauses are drawn from `llm.sessions`, or a session trace's
+(`from_trace`). Prompts are pool words (one token each, follower/loadgen/llmprompts.py), so every request's length
 is known exactly before the run and checked by the model's tokenizer. A step due after the run's end is not sent: its
 session is cut there. Everything is drawn from the point's seed: the same sessions, lengths and pauses on every replay.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.formats.traces import Trace
 from common.spec.llm import LlmWorkload, Sessions
 from follower.loadgen import timing
 from follower.loadgen.llmprompts import Prompt, PromptMaker, request_body
@@ -89,51 +91,92 @@ class _Builder:
         return len(self.bodies) - 1
 
 
-def _session(b: _Builder, spec: Sessions, session: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """One session's steps and pauses, its bodies added to `b`."""
-    rng, workload = b.rng, b.workload
+@dataclass(frozen=True)
+class Script:
+    """One session in lengths: its first prompt's tokens (as the server counts it), then per later step the (new
+    message's tokens, answer's tokens) of each request it issues together (the first step: one request, whose new
+    message is the first prompt), and the pause before each step (0 before the first)."""
+
+    first: int
+    steps: tuple[tuple[tuple[int, int], ...], ...]
+    think_ns: tuple[int, ...]
+
+
+def drawn_script(workload: LlmWorkload, spec: Sessions, rng: np.random.Generator) -> Script:
+    """A session drawn from `spec`: its turns, lengths, fan-out and pauses."""
     turns = int(spec.turns.draw(1, rng)[0])
     think = spec.think_s.draw(turns, rng)
     think[0] = 0
     first = int(workload.prompt_tokens.draw(1, rng)[0])
-    first_words = b.words(max(first - (b.maker.chat_overhead() if b.chat else b.maker.added), 1))
+    steps = []
+    for turn in range(turns):
+        fan = spec.fan_out is not None and turn > 0 and rng.random() < spec.fan_out.share
+        width = spec.fan_out.width if fan and spec.fan_out is not None else 1
+        user = spec.user_tokens.draw(width, rng) if turn > 0 else np.zeros(1, dtype=np.int64)
+        steps.append(tuple((int(u), int(a)) for u, a in zip(user, workload.output_tokens.draw(width, rng), strict=True)))
+    return Script(first, tuple(steps), tuple(int(t) for t in think))
+
+
+def trace_scripts(trace: Trace) -> list[Script]:
+    """A session trace's sessions (its entries session by session, each a turn: common.formats.traces)."""
+    if trace.session_of is None or trace.delay_ns is None or trace.prompt_tokens is None or trace.output_tokens is None:
+        raise ValueError("the trace holds no sessions")
+    bounds = np.flatnonzero(np.diff(trace.session_of)) + 1
+    scripts = []
+    for turns in np.split(np.arange(len(trace)), bounds) if len(trace) else []:
+        user = [0, *(int(trace.prompt_tokens[k]) for k in turns[1:])]
+        steps = tuple(((u, int(trace.output_tokens[k])),) for u, k in zip(user, turns, strict=True))
+        scripts.append(Script(int(trace.prompt_tokens[turns[0]]), steps, tuple(int(trace.delay_ns[k]) for k in turns)))
+    return scripts
+
+
+def _session(b: _Builder, script: Script, session: int) -> tuple[tuple[int, ...], ...]:
+    """The bodies of one session's steps, added to `b` (their words drawn from `b`'s generator)."""
+    first_words = b.words(max(script.first - (b.maker.chat_overhead() if b.chat else b.maker.added), 1))
     # The context as text (completions) or messages (chat); a step's answers are appended before the next message.
     text, messages = first_words, [("user", first_words.lstrip())]
     steps: list[tuple[int, ...]] = []
     answers: list[str] = []
-    for turn in range(turns):
-        fan = spec.fan_out is not None and turn > 0 and rng.random() < spec.fan_out.share
-        width = spec.fan_out.width if fan and spec.fan_out is not None else 1
+    for turn, requests in enumerate(script.steps):
         if turn > 0:
             text += "".join(answers)
             messages.append(("assistant", "".join(answers).lstrip()))
-        answers, step = [], []
-        for _ in range(width):
-            new = b.words(int(spec.user_tokens.draw(1, rng)[0])) if turn > 0 else ""
-            asked = int(workload.output_tokens.draw(1, rng)[0])
+        answers, step = [], list[int]()
+        for user, asked in requests:
+            new = b.words(user) if turn > 0 else ""
             prompt: Prompt = [*messages, ("user", new.lstrip())] if b.chat and new else list(messages)
             step.append(b.add(prompt if b.chat else text + new, asked, session, turn))
             answers.append(b.words(asked))
-            if width == 1 and new:
+            if len(requests) == 1 and new:
                 text += new
                 messages.append(("user", new.lstrip()))
         steps.append(tuple(step))
-    return tuple(steps), tuple(int(t) for t in think)
+    return tuple(steps)
 
 
 def session_bodies(
-    workload: LlmWorkload, model_name: str, maker: PromptMaker, starts_ns: np.ndarray, seed: int, end_ns: int
+    workload: LlmWorkload,
+    model_name: str,
+    maker: PromptMaker,
+    starts_ns: np.ndarray,
+    seed: int,
+    end_ns: int,
+    scripts: Sequence[Script] | None = None,
 ) -> SessionBodies:
-    """The bodies of sessions arriving at `starts_ns` (their steps, pauses and lengths from `seed`)."""
+    """The bodies of sessions arriving at `starts_ns`: `scripts` (a session trace's), or each drawn from
+    `llm.sessions` (their steps, lengths and pauses from `seed`); their words from `seed`."""
     spec = workload.sessions
     if spec is None:
         raise ValueError("the workload has no sessions")
+    if scripts is not None and len(scripts) != len(starts_ns):
+        raise ValueError(f"{len(scripts)} sessions for {len(starts_ns)} arrivals")
     b = _Builder(workload, model_name, maker, np.random.default_rng(seed))
-    steps, thinks = [], []
+    steps: list[tuple[tuple[int, ...], ...]] = []
+    thinks: list[tuple[int, ...]] = []
     for session in range(len(starts_ns)):
-        s, t = _session(b, spec, session)
-        steps.append(s)
-        thinks.append(t)
+        script = scripts[session] if scripts is not None else drawn_script(workload, spec, b.rng)
+        steps.append(_session(b, script, session))
+        thinks.append(script.think_ns)
     plan = SessionPlan(
         np.asarray(starts_ns, dtype=np.int64),
         tuple(steps),

@@ -18,7 +18,7 @@ from follower.loadgen.bodies import build_bodies, build_row_bodies
 from follower.loadgen.llmprompts import llm_bodies, trace_rows
 from follower.loadgen.scaleout import COST, plan_generators
 from follower.loadgen.schedule import point_offsets_ns
-from follower.loadgen.sessions import SessionPlan, session_bodies
+from follower.loadgen.sessions import SessionPlan, session_bodies, trace_scripts
 from follower.loadgen.timing import Timer
 from follower.point.context import PointContext
 
@@ -65,8 +65,11 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         if ctx.run.trace is None or point.pattern != "trace":
             raise ValueError(f"point {point.index} replays trace {point.trace_dataset}, which was not fetched")
         replay = ctx.run.trace
-        # The nominal rate of an uploaded trace is known only here: the entries inside the run over its duration.
-        point = point.model_copy(update={"rate": max(len(replay.within(point.duration_s)), 1) / point.duration_s})
+        # The nominal rate of an uploaded trace is known only here: the entries (a session trace's sessions) inside
+        # the run over its duration.
+        inside = replay.within(point.duration_s)
+        arrivals = inside.sessions if replay.session_of is not None else len(inside)
+        point = point.model_copy(update={"rate": max(arrivals, 1) / point.duration_s})
     model, protocol = ctx.run.model, ctx.endpoint.protocol
     bodies = []
     if point.llm is None:
@@ -102,7 +105,10 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         # A closed loop has no schedule: its users cycle through a pool of bodies (each request's lengths follow it).
         count = CLOSED_LLM_BODIES if closed else len(offsets)
         workload, prompt_rows = point.llm, ctx.run.prompt_rows
-        if replayed is not None and replayed.prompt_tokens is not None and replayed.output_tokens is not None:
+        from_trace = workload.sessions is not None and workload.sessions.from_trace
+        if (replayed is not None and replayed.session_of is not None) != from_trace:
+            raise ValueError(f"trace {point.trace_dataset} holds sessions exactly when llm.sessions.from_trace replays them")
+        if replayed is not None and replayed.prompt_tokens is not None and not from_trace:
             if workload.sessions is not None:
                 raise ValueError(f"trace {point.trace_dataset} gives each request's lengths; sessions draw their own turns")
             # A trace that gives each request's lengths: request i takes entry i's.
@@ -111,8 +117,13 @@ def plan_point(point: PointSpec, ctx: PointContext) -> PointPlan:
         # A token count in every event where the server takes the ask: an event carrying several tokens is split.
         workload = workload.model_copy(update={"usage_per_event": workload.asks_usage_per_event(point.backend)})
         if workload.sessions is not None:
-            # Sessions: each offset starts one; its turns are due as the answers come (no schedule of requests).
-            built = session_bodies(workload, model.name, ctx.prompts, offsets, point.seed, warmup_ns + duration_ns)
+            # Sessions: each offset starts one; its turns are due as the answers come (no schedule of requests). A
+            # session trace's entries are its sessions' turns, each at its session's offset.
+            scripts, starts = None, offsets
+            if replayed is not None and replayed.session_of is not None:
+                scripts = trace_scripts(replayed)
+                starts = offsets[np.searchsorted(replayed.session_of, np.arange(replayed.sessions))]
+            built = session_bodies(workload, model.name, ctx.prompts, starts, point.seed, warmup_ns + duration_ns, scripts)
             bodies, held, asked, sessions = built.bodies, built.held, built.asked, built.plan
             offsets, closed = np.zeros(0, dtype=np.int64), True
         else:

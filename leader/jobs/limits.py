@@ -55,7 +55,8 @@ def check_spec_limits(plan: JobPlan, settings: LeaderSettings) -> None:
             field="batch_sizes",
         )
     sessions = plan.spec.llm.sessions if plan.spec.llm is not None else None
-    per_arrival = sessions.turns.expected if sessions is not None else 1.0  # a session's turns are its requests
+    # A session's turns are its requests (a session trace is replayed as recorded: not sized here).
+    per_arrival = sessions.turns.expected if sessions is not None and not sessions.from_trace else 1.0
     # A point invalid by construction is refused, saying what would do.
     if (shortfall := load.p99_shortfall(per_arrival)) is not None:
         raise InvalidSpec(shortfall, field="load.duration")

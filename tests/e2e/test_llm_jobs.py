@@ -505,6 +505,64 @@ slo: {{ttft_ms: 5000}}
         assert [str(t.turn), str(t.requests), f"{t.prompt_tokens_mean:.0f}"] in [row[:3] for row in rows], (t, drawn)
 
 
+def test_a_session_trace_replayed_twice_against_vllm_gives_the_same_turns_lengths_and_arrivals(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, shared_vllm: str
+) -> None:
+    """The repository's session sample (Mooncake lines with session_id and delay: 6 sessions of 5-9 turns with tool and
+    user pauses) replayed twice in one job (repeats: 2) against vLLM: each replay starts every session at its
+    timestamp, and every turn's prompt is its session's context as the trace grows it (the server counted each), the
+    same per turn index both times; vLLM's prefix cache finds the earlier turns in the later ones. That each turn is
+    due exactly its delay after the answer before it is tests/integration/follower/test_sessions.py's claim."""
+    import json
+
+    from common.wire.records import decode as decode_records
+
+    sample = Path(__file__).resolve().parents[2] / "docs" / "traces" / "mooncake_sessions.jsonl"
+    entries = [json.loads(line) for line in sample.read_text().splitlines()]
+    contexts: dict[str, list[int]] = {}  # each session's prompt per turn, as the trace grows it
+    answered: dict[str, int] = {}  # each session's last answer
+    for e in entries:
+        sid, turns = e["session_id"], contexts.setdefault(e["session_id"], [])
+        turns.append(turns[-1] + answered[sid] + e["input_length"] if turns else e["input_length"])
+        answered[sid] = e["output_length"]
+    arrivals = sorted(e["timestamp"] * 1_000_000 for e in entries if "timestamp" in e)
+    with fleet.client() as client:
+        trace = client.upload_data(sample.read_bytes(), name="agent-sessions", format="trace")
+        job = client.submit_yaml(f"""
+name: llm-session-trace
+model: {llm_model}
+target: {{url: "{shared_vllm}", protocol: openai}}
+load: {{pattern: trace, trace: {{dataset: {trace.id}}}, duration: 20s, warmup: 0s}}
+llm: {{sessions: {{from_trace: true}}}}
+repeats: 2
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    assert len(results.points) == 2
+    by_turn = []
+    for point in results.points:
+        llm = point.llm
+        assert llm is not None and point.requests == len(entries) and point.ok == point.requests, point.error_sample
+        assert llm.mismatched_requests == 0 and llm.output_tokens_server == sum(e["output_length"] for e in entries)
+        sessions = llm.sessions
+        assert sessions is not None and (sessions.started, sessions.completed, sessions.failed) == (6, 6, 0), sessions
+        # per turn index: its requests and their mean context, as the trace grows each session's
+        expected = [[c[t] for c in contexts.values() if len(c) > t] for t in range(max(map(len, contexts.values())))]
+        assert [t.requests for t in sessions.by_turn] == [len(e) for e in expected]
+        assert [t.prompt_tokens_mean for t in sessions.by_turn] == pytest.approx([sum(e) / len(e) for e in expected])
+        by_turn.append([(t.turn, t.requests, t.prompt_tokens_mean) for t in sessions.by_turn])
+        # each request's prompt as vLLM counted it, and each session's arrival at its timestamp from the run's start
+        url = f"{fleet.url}/api/v1/jobs/{results.job.id}/points/{point.point.index}/records"
+        response = httpx.get(url, headers={"Authorization": f"Bearer {fleet.admin_token}"}, timeout=30)
+        assert response.status_code == 200, response.text
+        records = decode_records(response.content)
+        assert sorted(records["llm_prompt_tokens"].tolist()) == sorted(c for turns in contexts.values() for c in turns)
+        offsets = set((records["intended_ns"] - int(records["start_ns"].ravel()[0])).tolist())
+        assert set(arrivals) <= offsets, (arrivals, sorted(offsets))
+        server = llm.server
+        assert server is not None and server.prefix_cache_hit_share is not None and server.prefix_cache_hit_share > 0
+    assert by_turn[0] == by_turn[1]
+
+
 @pytest.mark.parametrize(
     ("protocol", "api", "lengths"),
     [("openai", "responses", "ignore_eos: true"), ("anthropic", "messages", "ignore_eos: false")],

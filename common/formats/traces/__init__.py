@@ -9,7 +9,8 @@ benchfleet's own format, three spellings (detected from the first non-blank, non
 * JSONL: one object per line with `t` or `t_ms`, optionally `input`, `prompt_tokens` and `output_tokens`.
 
 And the public LLM traces as published (common.formats.traces.public): Mooncake's JSON lines (with the prompts'
-prefix blocks), BurstGPT's CSV and Azure's LLM inference CSV, recognised by their fields and header rows.
+prefix blocks, or its sessions: AIPerf's multi-turn lines with session_id and delay), BurstGPT's CSV and Azure's LLM
+inference CSV, recognised by their fields and header rows.
 
 Offsets are from the start of the measured run; they must be finite, non-negative, at most MAX_DURATION_S and
 never decrease (a trace is a recording, not a set: it is refused, not sorted, so a shuffled file is noticed).

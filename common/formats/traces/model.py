@@ -15,6 +15,7 @@ from common.spec.load import MAX_DURATION_S
 MAX_TRACE_FILE_ENTRIES = 1_000_000
 MAX_TRACE_TOKENS = 131_072
 MAX_TRACE_LINE_CHARS = 65_536  # one entry: a send offset, its request's lengths and its prefix blocks
+MAX_SESSION_ID_CHARS = 256
 MAX_BLOCK_ID = 2**53 - 1  # a prefix block's id (Mooncake's hash_ids): a whole number JSON carries exactly
 
 
@@ -36,6 +37,10 @@ class Trace:
     prompt_tokens: np.ndarray | None = None
     output_tokens: np.ndarray | None = None
     blocks: Blocks | None = None
+    # A session trace: each entry's session (0, 1, ... in order of arrival; a session's entries together, its turns in
+    # order, each at its session's offset) and the pause before it after the answer before it (0 for a first turn).
+    session_of: np.ndarray | None = None
+    delay_ns: np.ndarray | None = None
 
     @property
     def fields(self) -> list[str]:
@@ -43,7 +48,13 @@ class Trace:
         named = ["input"] if self.inputs is not None else []
         named += ["output_tokens", "prompt_tokens"] if self.prompt_tokens is not None else []
         named += ["hash_ids"] if self.blocks is not None else []
+        named += ["session_id"] if self.session_of is not None else []
         return sorted([*named, "t"])
+
+    @property
+    def sessions(self) -> int:
+        """The sessions a session trace holds (0 for any other trace)."""
+        return int(self.session_of[-1]) + 1 if self.session_of is not None and len(self.session_of) else 0
 
     def __len__(self) -> int:
         return len(self.offsets_ns)
@@ -67,7 +78,15 @@ class Trace:
             return None if values is None else values[:keep]
 
         blocks = self.blocks[:keep] if self.blocks is not None else None
-        return Trace(self.offsets_ns[:keep], cut(self.inputs), cut(self.prompt_tokens), cut(self.output_tokens), blocks)
+        return Trace(
+            self.offsets_ns[:keep],
+            cut(self.inputs),
+            cut(self.prompt_tokens),
+            cut(self.output_tokens),
+            blocks,
+            cut(self.session_of),
+            cut(self.delay_ns),
+        )
 
     def then(self, later: Trace, shift_ns: int) -> Trace:
         """This trace followed by `later`, its offsets moved by `shift_ns` (a field either lacks is dropped)."""
@@ -76,12 +95,15 @@ class Trace:
             return None if first is None or rest is None else np.concatenate([first, rest])
 
         blocks = self.blocks + later.blocks if self.blocks is not None and later.blocks is not None else None
+        later_sessions = None if later.session_of is None else later.session_of + self.sessions  # numbered on
         return Trace(
             np.concatenate([self.offsets_ns, later.offsets_ns + shift_ns]),
             cat(self.inputs, later.inputs),
             cat(self.prompt_tokens, later.prompt_tokens),
             cat(self.output_tokens, later.output_tokens),
             blocks,
+            cat(self.session_of, later_sessions),
+            cat(self.delay_ns, later.delay_ns),
         )
 
 
@@ -136,6 +158,7 @@ class Builder:
         self.inputs: list[int] = []
         self.lengths: list[tuple[int, int]] = []
         self.blocks: list[tuple[int, ...]] = []
+        self.turns: list[tuple[int, int]] = []  # a session trace's (session, delay_ns) per entry
         self.given: dict[str, bool] = {}
 
     def _same(self, field: str, has: bool, where: str, said: str) -> None:
@@ -149,7 +172,10 @@ class Builder:
         where: str,
         lengths: tuple[int, int] | None = None,
         blocks: tuple[int, ...] | None = None,
+        turn: tuple[int, int] | None = None,
     ) -> None:
+        """An entry at `t` seconds; `turn` (its session, the pause before it in ns) where the trace holds sessions, whose
+        entries are added session by session, each at its session's offset."""
         if not math.isfinite(t) or t < 0:
             raise BadTrace(f"{where}: offset {t!r} must be a finite number of seconds >= 0")
         if t > MAX_DURATION_S:
@@ -161,6 +187,7 @@ class Builder:
         self._same("input", input_index is not None, where, "names an input")
         self._same("lengths", lengths is not None, where, "gives prompt_tokens and output_tokens")
         self._same("blocks", blocks is not None, where, "gives hash_ids")
+        self._same("session", turn is not None, where, "gives a session_id")
         if len(self.seconds) >= MAX_TRACE_FILE_ENTRIES:
             raise BadTrace(f"more than {MAX_TRACE_FILE_ENTRIES} entries")
         self.seconds.append(t)
@@ -170,6 +197,8 @@ class Builder:
             self.lengths.append(lengths)
         if blocks is not None:
             self.blocks.append(blocks)
+        if turn is not None:
+            self.turns.append(turn)
 
     def build(self) -> Trace:
         if not self.seconds:
@@ -177,7 +206,9 @@ class Builder:
         offsets = np.round(np.asarray(self.seconds, dtype=np.float64) * 1e9).astype(np.int64)
         inputs = np.asarray(self.inputs, dtype=np.int64) if self.given.get("input") else None
         blocks = tuple(self.blocks) if self.given.get("blocks") else None
+        turns = np.asarray(self.turns, dtype=np.int64).reshape(-1, 2) if self.given.get("session") else None
+        session_of, delay_ns = (turns[:, 0].copy(), turns[:, 1].copy()) if turns is not None else (None, None)
         if not self.given.get("lengths"):
-            return Trace(offsets, inputs, blocks=blocks)
+            return Trace(offsets, inputs, blocks=blocks, session_of=session_of, delay_ns=delay_ns)
         lengths = np.asarray(self.lengths, dtype=np.int64)
-        return Trace(offsets, inputs, lengths[:, 0].copy(), lengths[:, 1].copy(), blocks)
+        return Trace(offsets, inputs, lengths[:, 0].copy(), lengths[:, 1].copy(), blocks, session_of, delay_ns)

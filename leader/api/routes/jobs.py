@@ -17,7 +17,7 @@ from common.formats.llmdata import ANSWER, KINDS_FOR_API
 from common.formats.signature import input_mismatches
 from common.spec.grid import expand
 from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
-from common.spec.llm import LlmWorkload, api_refused_by
+from common.spec.llm import LlmWorkload, Sessions, api_refused_by
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
 from common.spec.processors import processing_problem
@@ -181,7 +181,7 @@ async def _checked(request: Request, db: Db, settings: SettingsDep, principal: P
     if spec.llm is not None and spec.llm.dataset is not None:
         await _check_prompt_set(db, spec.llm, team, scored=spec.quality is not None and spec.quality.evaluation is not None)
     if isinstance(spec.load.trace, TraceRef):
-        await _check_trace_ref(db, spec.load.trace, data_meta, team)
+        await _check_trace_ref(db, spec.load.trace, data_meta, team, spec.llm.sessions if spec.llm is not None else None)
     colocated = await _colocated_models(db, spec, model, team)
     if plan.sharded:  # who drives each shard, or a refusal with the figures (leader/placement/shard_choice.py)
         plan = pin_shards(plan, choose_shard_followers(await followers_store.list_followers(db), spec, plan.points))
@@ -265,8 +265,12 @@ async def _check_prompt_set(db: Db, workload: LlmWorkload, team: str | None, *, 
         )
 
 
-async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None, team: str | None) -> None:
-    """An uploaded trace must exist, be a trace, and name only rows the job's request data has (422 naming the field)."""
+async def _check_trace_ref(
+    db: Db, ref: TraceRef, data_meta: DataSetMeta | None, team: str | None, sessions: Sessions | None
+) -> None:
+    """An uploaded trace must exist, be a trace, hold sessions exactly when the job replays a session trace's (and
+    no lengths of its own when sessions draw theirs), and name only rows the job's request data has (422 naming the
+    field)."""
     field = "load.trace.dataset"
     try:
         meta = await data_store.get(db, data_id=ref.dataset, team=team)
@@ -275,6 +279,20 @@ async def _check_trace_ref(db: Db, ref: TraceRef, data_meta: DataSetMeta | None,
     if meta.format != "trace":
         raise InvalidSpec(
             f"data set {ref.dataset} is {meta.format} request data, not a trace (upload it with format trace)", field=field
+        )
+    holds_sessions = "session_id" in meta.fields
+    if holds_sessions and (sessions is None or not sessions.from_trace):
+        raise InvalidSpec(
+            f"trace {ref.dataset} holds sessions (session_id): replay them with llm.sessions: {{from_trace: true}}",
+            field="llm.sessions",
+        )
+    if sessions is not None and sessions.from_trace and not holds_sessions:
+        raise InvalidSpec(f"trace {ref.dataset} holds no sessions (no session_id) for llm.sessions.from_trace", field=field)
+    if sessions is not None and not sessions.from_trace and "prompt_tokens" in meta.fields:
+        raise InvalidSpec(
+            f"trace {ref.dataset} gives each request's lengths; llm.sessions draw their own turns (a session trace's "
+            "are replayed with from_trace: true)",
+            field=field,
         )
     if meta.max_input is None:
         return

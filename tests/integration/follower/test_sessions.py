@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,19 @@ import pytest
 
 from benchfleet.generate.llmgen import LlamaSpec, generate
 from common.formats import hfbundle
+from common.formats.traces import Trace, parse_trace
 from common.procs import SupervisedProcess, free_port, http_ready
+from common.spec.grid import expand
 from common.spec.llm import FanOut, LlmWorkload, Sessions, ThinkTime, TokenLengths
+from common.spec.parse import parse_spec
 from common.spec.slo import SLO
+from common.wire.models import LlmParams, ModelMeta
+from follower.backends import get_backend
 from follower.loadgen.llmprompts import PromptMaker
 from follower.loadgen.sessions import drive_sessions, session_bodies
 from follower.loadgen.sessionstats import session_figures
+from follower.point.context import PointContext, ServerRun
+from follower.point.plan import plan_point
 from follower.protocols import Endpoint
 
 pytestmark = pytest.mark.integration
@@ -134,3 +142,83 @@ def test_a_stopped_run_does_not_wait_out_a_think_time(url: str, maker: PromptMak
     timer.cancel()
     assert len(records) == 1 and records.ok.all()  # the first turn only
     assert time.monotonic() - began < 10  # not the 30 s think time
+
+
+SESSION_SAMPLE = Path(__file__).resolve().parents[3] / "docs" / "traces" / "mooncake_sessions.jsonl"
+
+
+def _session_trace_plan(maker: PromptMaker, url: str, trace: Trace):  # type: ignore[no-untyped-def]
+    """What the follower plans for the point of a job replaying `trace`'s sessions (load.pattern trace)."""
+    spec = parse_spec(
+        {
+            "name": "j",
+            "model": "m:1",
+            "backends": ["vllm"],
+            "llm": {"sessions": {"from_trace": True}},
+            "load": {"pattern": "trace", "trace": {"dataset": "abc"}, "duration": "5s", "warmup": "0s"},
+        }
+    )
+    point = expand(spec)[0]
+    model = ModelMeta(
+        name="fake",
+        version="1",
+        format="hf",
+        inputs=[],
+        outputs=[],
+        sha256="0" * 64,
+        size_bytes=1,
+        created_at=datetime.now(UTC),
+        llm=LlmParams(architecture="LlamaForCausalLM", model_type="llama", parameters=1, context_length=512, vocab_size=2048),
+    )
+    run = ServerRun(model=model, model_path=Path("m"), workdir=Path("unused"), trace=trace)
+    backend = get_backend("vllm", server=point.server)
+    ctx = PointContext(run=run, backend=backend, endpoint=Endpoint("openai", url, "fake"), backend_version="t", prompts=maker)
+    return plan_point(point, ctx)
+
+
+def test_a_session_trace_replays_its_sessions_arrivals_lengths_and_pauses_the_same_every_time(
+    url: str, maker: PromptMaker
+) -> None:
+    """The repository's session sample (its times scaled by 1/10 to keep the test short) planned and driven twice:
+    each session starts at its timestamp, each later turn is due exactly its delay after the answer before it, its
+    prompt is the context so far grown by exactly the answer and the new message of its input_length, each answer is
+    its output_length as the server counted it; the second replay sends the same bytes at the same offsets."""
+    lines = [orjson.loads(line) for line in SESSION_SAMPLE.read_text().splitlines()]
+    scaled = [e | {k: e[k] / 10 for k in ("timestamp", "delay") if k in e} for e in lines]
+    trace = parse_trace(io.BytesIO(b"".join(orjson.dumps(e) + b"\n" for e in scaled)))
+    runs = []
+    for _ in range(2):
+        plan = _session_trace_plan(maker, url, trace)
+        sessions = plan.sessions
+        assert sessions is not None and plan.closed and plan.point.rate == trace.sessions / 5.0
+        assert plan.prompt_tokens is not None and plan.asked_tokens is not None
+        records = drive_sessions(Endpoint("openai", url), plan.bodies, sessions, threading.Event(), timeout_s=30)
+        assert records.ok.all() and len(records) == len(lines), records.error_sample
+        runs.append((plan, records))
+    # replayed, the same bytes, sessions, arrivals and pauses (and below: each run's times are the trace's)
+    (first, _), (second, _) = runs
+    assert first.bodies == second.bodies and first.sessions is not None and second.sessions is not None
+    assert np.array_equal(first.sessions.starts_ns, second.sessions.starts_ns)
+    assert (first.sessions.steps, first.sessions.think_ns) == (second.sessions.steps, second.sessions.think_ns)
+    for plan, records in runs:
+        sessions = plan.sessions
+        assert sessions is not None and records.body is not None and records.llm is not None
+        at = {int(b): k for k, b in enumerate(records.body)}
+        held, asked = plan.prompt_tokens, plan.asked_tokens
+        assert held is not None and asked is not None
+        # entry i of the trace is body i: its session's turn, its lengths
+        assert sessions.session_of.tolist() == trace.session_of.tolist()
+        assert asked.tolist() == trace.output_tokens.tolist()
+        for k, steps in enumerate(sessions.steps):
+            turns = np.flatnonzero(trace.session_of == k)
+            assert [s[0] for s in steps] == turns.tolist()
+            start = records.intended_ns[at[steps[0][0]]] - records.start_ns
+            assert start == trace.offsets_ns[turns[0]] and held[turns[0]] == trace.prompt_tokens[turns[0]]
+            for before, now in zip(turns, turns[1:], strict=False):
+                # due exactly the trace's delay after the answer before it
+                assert records.intended_ns[at[now]] == records.done_ns[at[before]] + trace.delay_ns[now]
+                # the context so far, the answer, the new message
+                assert held[now] == held[before] + asked[before] + trace.prompt_tokens[now]
+        # the server counted every prompt and answer as the trace says
+        assert np.array_equal(records.llm.prompt_tokens, held[records.body])
+        assert np.array_equal(records.llm.completion_tokens, asked[records.body])

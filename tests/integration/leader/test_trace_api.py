@@ -69,3 +69,44 @@ def test_job_naming_a_trace_is_checked_at_submission(leader: Leader) -> None:
     status, body = _submit(leader, plain["id"], f"data: {{source: upload, id: {plain['id']}}}\n")
     assert (status, body["field"]) == (422, "data.id") and "is a trace" in body["message"]
     assert leader.db["jobs"].count_documents({}) == 1
+
+
+def test_a_session_trace_is_replayed_only_as_sessions_and_sessions_only_from_one(leader: Leader) -> None:
+    """A session trace (Mooncake lines with session_id) uploads with its fields; a job replaying it must ask for its
+    sessions (llm.sessions.from_trace), from_trace needs a session trace, and drawn sessions take no trace lengths."""
+    from pathlib import Path
+
+    from benchfleet.generate.llmgen import LlamaSpec, generate
+
+    data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=512))
+    stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},
+                                files={"file": ("model.zip", data, "application/zip")})  # fmt: skip
+    assert stored.status_code == 201, stored.text
+    sample = Path(__file__).resolve().parents[3] / "docs" / "traces" / "mooncake_sessions.jsonl"
+    sessions = _upload(leader, sample.read_bytes(), name="agents")
+    assert sessions["fields"] == ["output_tokens", "prompt_tokens", "session_id", "t"]
+    assert sessions["samples"] == len(sample.read_text().splitlines())
+    lengths = _upload(leader, b"t_ms,prompt_tokens,output_tokens\n0,16,4\n50,20,4\n", name="lengths")
+
+    def submit(trace_id: str, llm: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+        spec = (
+            f"name: agents\nmodel: lm:1\nbackends: [vllm]\n"
+            f"load: {{pattern: trace, trace: {{dataset: {trace_id}}}, duration: 8s}}\nllm: {llm}\n"
+        )
+        response = leader.client.post("/api/v1/jobs", headers={**ADMIN, **YAML}, content=spec)
+        return response.status_code, response.json()
+
+    status, body = submit(sessions["id"], "{output_tokens: 8}")
+    assert (status, body["field"]) == (422, "llm.sessions") and "{from_trace: true}" in body["message"], body
+    status, body = submit(sessions["id"], "{sessions: {turns: 4}}")
+    assert (status, body["field"]) == (422, "llm.sessions"), body
+    status, body = submit(lengths["id"], "{sessions: {from_trace: true}}")
+    assert (status, body["field"]) == (422, "load.trace.dataset") and "holds no sessions" in body["message"], body
+    status, body = submit(lengths["id"], "{sessions: {turns: 4}}")
+    assert (status, body["field"]) == (422, "load.trace.dataset") and "draw their own turns" in body["message"], body
+    status, body = submit(sessions["id"], "{sessions: {from_trace: true, think_s: 2}}")
+    assert (status, body["field"]) == (422, "llm.sessions") and "leave out think_s" in body["message"], body
+    assert leader.db["jobs"].count_documents({}) == 0
+    status, job = submit(sessions["id"], "{sessions: {from_trace: true}}")
+    assert status == 201, job
+    assert job["spec"]["llm"]["sessions"]["from_trace"] is True

@@ -54,6 +54,14 @@ def test_a_sessions_job_and_its_longest_context() -> None:
             'target: {url: "http://10.0.0.1:8000", protocol: openai, shards: 2}',
             "sessions run on one follower",
         ),
+        ("{pattern: poisson, rate: 4, duration: 60s}", "{from_trace: true}", "", "replays an uploaded session trace"),
+        ("{pattern: trace, trace: [0, 0.5], duration: 60s}", "{from_trace: true}", "", "load.pattern trace, trace: {dataset"),
+        (
+            "{pattern: trace, trace: {dataset: abc}, duration: 60s}",
+            "{from_trace: true, turns: 4, think_s: 2}",
+            "",
+            "the trace gives each session's turns, lengths and pauses: leave out think_s, turns",
+        ),
     ],
 )
 def test_what_sessions_cannot_run_with_is_refused_naming_it(load: str, sessions: str, extra: str, message: str) -> None:
@@ -83,3 +91,10 @@ def test_a_sessions_points_load_reads_in_sessions_per_second() -> None:
     job = _job("{pattern: poisson, rate: 4, duration: 120s}")
     (point,) = expand(job)
     assert point.load_label() == "4 sessions/s"
+
+
+def test_a_session_trace_replayed_needs_no_drawn_turns() -> None:
+    job = _job("{pattern: trace, trace: {dataset: abc}, duration: 60s}", "{from_trace: true}")
+    assert job.llm is not None and job.llm.sessions is not None and job.llm.sessions.from_trace
+    # its context is the trace's (bounded at upload, measured on the follower), not one drawn from turns
+    assert job.llm.longest_prompt == 64
