@@ -209,15 +209,17 @@ class Sessions(StrictModel):
 
 
 # The APIs a server benchfleet starts serves, beyond OpenAI's completions and chat completions.
-OTHER_APIS_SERVED = {"vllm": ("messages", "responses", "embeddings", "rerank")}
+OTHER_APIS_SERVED = {"vllm": ("messages", "responses", "embeddings", "rerank"), "llamacpp": ("embeddings",)}
+
+
+def apis_served(backend: str) -> tuple[str, ...]:
+    """The APIs `backend` (a language-model server benchfleet starts) serves."""
+    return ("completions", "chat", *OTHER_APIS_SERVED.get(backend, ()))
 
 
 def api_refused_by(api: str, backends: list[str], llm_backends: frozenset[str]) -> str | None:
     """The first of the job's language-model servers that does not serve `api`, or None."""
-    return next(
-        (b for b in backends if b in llm_backends and api not in ("completions", "chat", *OTHER_APIS_SERVED.get(b, ()))),
-        None,
-    )
+    return next((b for b in backends if b in llm_backends and api not in apis_served(b)), None)
 
 
 # Servers that put their usage (cumulative completion tokens) in every streamed event when asked with
@@ -231,9 +233,9 @@ class LlmWorkload(StrictModel):
     api: Literal["completions", "chat", "messages", "responses", "embeddings", "rerank"] = "completions"
     """The API: OpenAI's completions, or chat completions, Anthropic's Messages (/v1/messages, streamed as its
     events), OpenAI's Responses (/v1/responses), embeddings (/v1/embeddings: `inputs_per_request` texts of
-    prompt_tokens each per request, answered whole; vLLM is started as a pooling model for it), or rerank (/v1/rerank,
-    as Cohere, Jina and vLLM serve it: a query and `inputs_per_request` documents, each prompt_tokens long, scored);
-    the model's chat template applies to chat, messages and responses."""
+    prompt_tokens each per request, answered whole; vLLM is started as a pooling model for it, llama.cpp with
+    --embeddings), or rerank (/v1/rerank, as Cohere, Jina and vLLM serve it: a query and `inputs_per_request`
+    documents, each prompt_tokens long, scored); the model's chat template applies to chat, messages and responses."""
     inputs_per_request: Annotated[int, Field(ge=1, le=MAX_EMBED_INPUTS)] = 1
     """embeddings: the texts each request embeds; rerank: the documents each request scores (items per second count
     them)."""

@@ -45,8 +45,8 @@ class LlmServerOptions(StrictModel):
     """The data type the server computes in (llama.cpp: the GGUF file's, auto meaning float16; q8_0 and q4_0 are
     llama.cpp's quantised types, 8-bit and 4-bit blocks of 32 weights with a float16 scale each)."""
     runner: Literal["generate", "pooling"] | None = None
-    """vLLM's runner: pooling serves embeddings (/v1/embeddings), set for a job of llm.api embeddings; unset: the
-    model's own (generate, for a causal LM)."""
+    """vLLM's runner: pooling serves embeddings (/v1/embeddings; llama.cpp: --embeddings), set for a job of llm.api
+    embeddings; unset: the model's own (generate, for a causal LM)."""
     reset_prefix_cache: bool = False
     """Empty the server's prefix cache before each point, so a point does not find what the one before it cached
     (vLLM: its /reset_prefix_cache, one of the development routes VLLM_SERVER_DEV_MODE serves on the loopback port it

@@ -213,8 +213,8 @@ class LlmServerView(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    requests: int  # requests it finished
-    prompt_tokens: int
+    requests: int | None  # requests it finished (None: it counts none, as llama.cpp)
+    prompt_tokens: int  # its prompts' tokens, those its prefix cache held included
     generation_tokens: int
     ttft_ms_mean: float | None = None  # its time to first token (from the request's arrival in the engine)
     itl_ms_mean: float | None = None  # its inter-token latency

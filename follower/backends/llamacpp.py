@@ -6,7 +6,8 @@ An "hf" model (a Llama with a byte-level BPE tokenizer) is converted to GGUF for
 (follower/convert/to_gguf.py: data only, nothing of the upload runs). The spec's server.llm options in llama.cpp's words:
 max_num_seqs is its slots (--parallel, default 4), each holding max_model_len tokens (--kv-unified-per-slot);
 max_num_batched_tokens its batch (--batch-size, --ubatch-size); prefix_caching its --cache-prompt; dtype the GGUF
-file's type. Its /metrics (llamacpp:*) count tokens, not requests.
+file's type; runner pooling serves embeddings (--embeddings, the last token pooled). Its /metrics (llamacpp:*) count
+tokens, not requests: the prompt tokens its slots' caches held (its prefix-cache hits) apart from those it computed.
 
 A quantised type (q8_0, q4_0) runs on llama.cpp's repacked weight layouts where the CPU has them (AMX, AVX-512): on a
 host whose CPU says it has AMX but dies on it (a VM: SIGILL as the server warms up), the follower finds so once, by
@@ -108,6 +109,8 @@ class LlamaCppBackend(OpenAiServerBackend):
         threads = self.server.threads or (len(self.cpus) if self.cpus else None)
         if threads:
             argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+        if llm.runner == "pooling":  # /v1/embeddings: a causal LM's last token's hidden state, as vLLM pools it
+            argv += ["--embeddings", "--pooling", "last"]
         if self._no_repack():
             argv += ["--no-repack"]
         return argv

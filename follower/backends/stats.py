@@ -80,11 +80,13 @@ _LLM_HISTOGRAMS = {
 }
 # Counters (their increase over the run) and gauges (their value at its end): field <- names, the first present.
 _LLM_COUNTERS = {
-    "requests": ("vllm:request_success_total", "sglang:num_requests_total"),
-    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
-    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+    "requests": ("vllm:request_success_total", "sglang:num_requests_total"),  # llama.cpp counts none
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total", "llamacpp:tokens_predicted_total"),
     "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
 }
+# llama.cpp's prompt tokens its slots' caches held (its prefix-cache hits); its prompt_tokens_total counts the others.
+_LLAMACPP_CACHED = "llamacpp:prompt_tokens_cached_total"
 _KV_USAGE = ("vllm:kv_cache_usage_perc", "sglang:token_usage")
 # Gauges read once per window through a point (follower/point/gauges.py): field <- names, the first present.
 _LLM_GAUGES = {
@@ -143,7 +145,7 @@ def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServer
         return None
     keys = "".join(b)
     counted = {field: next((n for n in names if n in keys), None) for field, names in _LLM_COUNTERS.items()}
-    if counted["requests"] is None:
+    if counted["requests"] is None and counted["prompt_tokens"] is None:
         return None
 
     def delta(name: str | None) -> float:
@@ -162,10 +164,15 @@ def llm_server_delta(before: dict[str, Any], after: dict[str, Any]) -> LlmServer
                     quantiles[f"{field.split('_')[0]}_p{q}"] = found
     queries = delta("vllm:prefix_cache_queries_total")
     hit_share = delta("vllm:prefix_cache_hits_total") / queries if queries > 0 else b.get("sglang:cache_hit_rate")
+    prompt_tokens = delta(counted["prompt_tokens"])
+    if _LLAMACPP_CACHED in b:  # llama.cpp: the prompts' tokens are those it computed and those its caches held
+        cached = delta(_LLAMACPP_CACHED)
+        prompt_tokens += cached
+        hit_share = cached / prompt_tokens if prompt_tokens > 0 else None
     usage = next((b[n] for n in _KV_USAGE if n in b), None)
     counts = {
-        "requests": int(delta(counted["requests"])),
-        "prompt_tokens": int(delta(counted["prompt_tokens"])),
+        "requests": int(delta(counted["requests"])) if counted["requests"] else None,
+        "prompt_tokens": int(prompt_tokens),
         "generation_tokens": int(delta(counted["generation_tokens"])),
         "preemptions": int(delta(counted["preemptions"])),
     }

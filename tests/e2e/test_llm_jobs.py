@@ -184,11 +184,7 @@ def test_vllm_and_llamacpp_compared_on_the_same_model_and_load_with_token_truth(
     """The same canonical LLM served by vLLM and by llama.cpp (converted to GGUF on the follower), the same workload:
     both points carry the full LLM figures, each server generated exactly what was asked and counted every prompt as
     the client built it, and the results and leaderboard set them side by side."""
-    ok, why = LlamaCppBackend.available()
-    if not ok:
-        if os.environ.get("CI"):
-            pytest.fail(f"llama.cpp is required under CI: {why}")  # scripts/install_llamacpp.sh builds it
-        pytest.skip(why)
+    _needs_llamacpp()
     with fleet.client() as client:
         job = client.submit_yaml(f"""
 name: vllm-vs-llamacpp
@@ -306,31 +302,79 @@ quality: {{agreement: true, answer_tokens: 6}}
     assert server.cache_reset is True, server
 
 
-def test_an_embeddings_job_on_vllm_counts_texts_and_the_servers_tokens(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
-    """llm.api embeddings: the follower starts vLLM as a pooling model (server.llm.runner set by the job's api), sends
-    four texts of exact lengths per request to /v1/embeddings, and reads each answer's usage: the server counted every
-    text as built, and items per second are the texts embedded."""
+def test_an_embeddings_job_on_vllm_and_llamacpp_counts_texts_and_the_servers_tokens(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """llm.api embeddings: the follower starts vLLM as a pooling model and llama.cpp with --embeddings
+    (server.llm.runner set by the job's api), sends four texts of exact lengths per request to /v1/embeddings, and reads
+    each answer's usage: each server counted every text as built, and items per second are the texts embedded."""
+    _needs_llamacpp()
     with fleet.client() as client:
         job = client.submit_yaml(f"""
 name: llm-embeddings
 model: {llm_model}
-backends: [vllm]
+backends: [vllm, llamacpp]
 server: {{llm: {{enforce_eager: true}}}}
 load: {{pattern: poisson, rate: 10, duration: 3s, warmup: 1s, allow_short: true}}
 llm: {{api: embeddings, prompt_tokens: 24, inputs_per_request: 4}}
 """)
         results: JobResults = _wait_done(client, job.id, timeout_s=300)
-    (point,) = results.points
-    llm = point.llm
-    assert point.point.server.llm.runner == "pooling"
-    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
-    assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], (llm, point.reasons)
-    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(4 * 24 * point.ok, rel=1e-6)
-    assert llm.items_per_s == pytest.approx(4 * point.ok / point.measured_s)
-    assert llm.ttft_ms is None and llm.output_tokens_server == 0  # nothing is generated
+    assert sorted(p.point.backend for p in results.points) == ["llamacpp", "vllm"]
     out = io.StringIO()
     print_results(Console(file=out, width=240), results, wide=True)
-    assert f"{llm.items_per_s:.1f}" in out.getvalue()
+    for point in results.points:
+        llm, backend = point.llm, point.point.backend
+        assert point.point.server.llm.runner == "pooling"
+        assert llm is not None and point.requests > 0 and point.ok == point.requests, (backend, point.error_sample)
+        assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], (backend, llm)
+        assert llm.input_tokens_per_s * point.measured_s == pytest.approx(4 * 24 * point.ok, rel=1e-6)
+        assert llm.items_per_s == pytest.approx(4 * point.ok / point.measured_s)
+        assert llm.ttft_ms is None and llm.output_tokens_server == 0  # nothing is generated
+        assert f"{llm.items_per_s:.1f}" in out.getvalue()
+
+
+def _needs_llamacpp() -> None:
+    ok, why = LlamaCppBackend.available()
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"llama.cpp is required under CI: {why}")  # scripts/install_llamacpp.sh builds it
+        pytest.skip(why)
+
+
+def test_agentic_sessions_on_llamacpp_show_its_slots_prefix_cache(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """The repository's session sample replayed on a llama.cpp the follower starts: llama.cpp's own counters (its
+    /metrics: the prompt tokens it computed and those its slots' caches held) add up to every prompt exactly as the
+    trace grows each session's context, and its prefix-cache hit share (the cached ones' share) is shown beside TTFT."""
+    import json
+
+    _needs_llamacpp()
+    sample = Path(__file__).resolve().parents[2] / "docs" / "traces" / "mooncake_sessions.jsonl"
+    entries = [json.loads(line) for line in sample.read_text().splitlines()]
+    context: dict[str, int] = {}
+    prompts = 0
+    for e in entries:  # each turn's prompt: the session's context so far and its new message
+        context[e["session_id"]] = context.get(e["session_id"], 0) + e["input_length"]
+        prompts += context[e["session_id"]]
+        context[e["session_id"]] += e["output_length"]
+    with fleet.client() as client:
+        trace = client.upload_data(sample.read_bytes(), name="agent-sessions-llamacpp", format="trace")
+        job = client.submit_yaml(f"""
+name: llamacpp-sessions
+model: {llm_model}
+backends: [llamacpp]
+load: {{pattern: trace, trace: {{dataset: {trace.id}}}, duration: 20s, warmup: 0s}}
+llm: {{sessions: {{from_trace: true}}}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests == len(entries) and point.ok == point.requests, point.error_sample
+    assert llm.mismatched_requests == 0 and llm.output_tokens_server == sum(e["output_length"] for e in entries)
+    server = llm.server
+    assert server is not None and server.requests is None, server  # llama.cpp counts tokens, not requests
+    assert server.prompt_tokens == prompts and server.generation_tokens == llm.output_tokens_server, (server, prompts)
+    assert server.prefix_cache_hit_share is not None and 0 < server.prefix_cache_hit_share < 1, server
+    out = io.StringIO()
+    print_results(Console(file=out, width=240), results, wide=True)
+    assert f"{100 * server.prefix_cache_hit_share:.0f}%" in out.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from common.formats.llmdata import ANSWER, KINDS_FOR_API
 from common.formats.signature import input_mismatches
 from common.spec.grid import expand
 from common.spec.job import LLM_BACKENDS, BackendName, JobSpec
-from common.spec.llm import LlmWorkload, Sessions, api_refused_by
+from common.spec.llm import LlmWorkload, Sessions, api_refused_by, apis_served
 from common.spec.load import TraceRef
 from common.spec.parse import load_yaml, parse_spec
 from common.spec.processors import processing_problem
@@ -89,7 +89,7 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
     workload = spec.llm or LlmWorkload()
     if (server := api_refused_by(workload.api, list(spec.backends), LLM_BACKENDS)) is not None:
         raise InvalidSpec(
-            f"backend {server} does not serve api {workload.api} (vLLM serves it; {server} serves completions and chat)",
+            f"backend {server} does not serve api {workload.api} ({server} serves {', '.join(apis_served(server))})",
             field="llm.api",
         )
     if workload.templated and not llm.chat_template:

@@ -134,6 +134,38 @@ def test_sglangs_metrics_make_the_same_server_view() -> None:
     assert (view.prefix_cache_hit_share, view.kv_cache_usage) == (0.25, 0.5)
 
 
+# llama.cpp's /metrics (its build from llama-cpp-python 0.3.36) after the same 300-token prompt was completed twice
+# (4 tokens each): the second found 299 of its tokens in the slot's cache (its usage's cached_tokens said 299).
+LLAMACPP = """
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
+llamacpp:prompt_tokens_total %(processed)s
+# HELP llamacpp:prompt_tokens_cached_total Number of prompt tokens reused from the cache
+llamacpp:prompt_tokens_cached_total %(cached)s
+llamacpp:tokens_predicted_total %(predicted)s
+llamacpp:n_decode_total 8
+llamacpp:requests_processing 0
+llamacpp:requests_deferred 0
+"""
+
+
+def test_llamacpps_metrics_give_its_prompt_tokens_and_prefix_cache_hits_but_no_request_count() -> None:
+    before = parse_metrics(LLAMACPP % {"processed": 0, "cached": 0, "predicted": 0})
+    after = parse_metrics(LLAMACPP % {"processed": 301, "cached": 299, "predicted": 8})
+    view = llm_server_delta({"metrics": before}, {"metrics": after})
+    # every prompt token, computed or found in the cache; the share found; no requests counted (it counts none)
+    assert view is not None and (view.requests, view.prompt_tokens, view.generation_tokens) == (None, 600, 8)
+    assert view.prefix_cache_hit_share == 299 / 600 and view.kv_cache_usage is None
+    idle = llm_server_delta({"metrics": after}, {"metrics": after})
+    assert idle is not None and idle.prompt_tokens == 0 and idle.prefix_cache_hit_share is None
+
+
+def test_llamacpp_serves_embeddings_when_started_as_a_pooling_model(tmp_path: Path) -> None:
+    pooled = ServerOptions(llm=LlmServerOptions(runner="pooling"))
+    argv = LlamaCppBackend(server=pooled).argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+    assert "--embeddings" in argv and argv[argv.index("--pooling") + 1] == "last"
+    assert "--embeddings" not in LlamaCppBackend(server=OPTIONS).argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+
+
 @pytest.mark.parametrize("name", ["sglang", "triton-openai"])
 def test_a_server_not_installed_here_says_why_and_is_not_offered(name: str) -> None:
     ok, why = BACKENDS[name].available()
