@@ -208,8 +208,9 @@ class Sessions(StrictModel):
         return self
 
 
-# The APIs a server benchfleet starts serves, beyond OpenAI's completions and chat completions.
-OTHER_APIS_SERVED = {"vllm": ("messages", "responses", "embeddings", "rerank"), "llamacpp": ("embeddings",)}
+# The APIs a server benchfleet starts serves, beyond OpenAI's completions and chat completions. (llama.cpp's Messages
+# API drops its message_start event, and with it the prompt's count, when the first token is part of a character.)
+OTHER_APIS_SERVED = {"vllm": ("messages", "responses", "embeddings", "rerank"), "llamacpp": ("responses", "embeddings")}
 
 
 def apis_served(backend: str) -> tuple[str, ...]:

@@ -650,6 +650,31 @@ llm: {{api: {api}, prompt_tokens: 32, output_tokens: 8, {lengths}}}
     assert llm.server is not None and llm.server.requests >= point.ok, llm.server
 
 
+def test_the_responses_api_on_a_llamacpp_the_follower_starts(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
+    """llama.cpp serves OpenAI's Responses API too: on a llama.cpp the follower starts, every answer's events read as
+    the API streams them and timed, every prompt counted by the server exactly as the chat template renders it, and
+    every answer exactly as long as asked (it takes ignore_eos there). Its Messages API is not offered: its stream
+    leaves out message_start, and the prompt's count with it, when the first token is part of a character."""
+    _needs_llamacpp()
+    with fleet.client() as client:
+        job = client.submit_yaml(f"""
+name: llamacpp-responses
+model: {llm_model}
+backends: [llamacpp]
+load: {{pattern: poisson, rate: 5, duration: 3s, warmup: 1s, allow_short: true}}
+llm: {{api: responses, prompt_tokens: 32, output_tokens: 8}}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    assert llm.mismatched_requests == 0 and "token_mismatch" not in [r.code for r in point.reasons], llm
+    assert llm.ttft_ms is not None and llm.ttft_ms.count == point.requests and llm.itl_ms is not None, llm
+    assert llm.prompt_rendering_tokens is None, llm  # rendered as the chat template renders it: no offset
+    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(32 * point.requests, rel=1e-6)
+    assert llm.output_tokens_asked == llm.output_tokens_server == 8 * point.requests, llm
+
+
 def test_a_vllm_endpoint_driven_by_one_follower_and_by_two_at_once(fleet, llm_model: str, shared_vllm: str) -> None:  # type: ignore[no-untyped-def]
     """An OpenAI-compatible endpoint (a vLLM the test starts, no follower's), with prompts built by the model's own
     tokenizer from the repository: driven by one follower, then by two at once, whose token records merge into one

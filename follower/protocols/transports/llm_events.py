@@ -3,7 +3,8 @@ OpenAI's completions (openai_stream.py: each network read stamped once, every ev
 stamp, no JSON decoded per token); only what an event is differs.
 
 Messages (https://docs.anthropic.com/en/api/messages-streaming): `message_start` (the message, its usage's
-`input_tokens`), `content_block_start`, `content_block_delta` (a `text_delta` with `text`: one token event; a
+`input_tokens`, and `cache_read_input_tokens` and `cache_creation_input_tokens`: the prompt's tokens are the three
+together), `content_block_start`, `content_block_delta` (a `text_delta` with `text`: one token event; a
 thinking or tool input delta is not text), `content_block_stop`, `message_delta` (its usage's `output_tokens`, the
 count so far), `message_stop`, and `ping`. Responses (https://platform.openai.com/docs/api-reference/responses-streaming):
 `response.created`, `response.output_text.delta` (its `delta`: one token event), `response.output_text.done` (the whole
@@ -20,6 +21,8 @@ import orjson
 
 from follower.protocols.transports.openai_stream import DONE, OpenAiStreamTransport, _StreamConn, string_at
 
+ANTHROPIC_CACHE_USAGE = ("cache_read_input_tokens", "cache_creation_input_tokens")
+
 
 def input_output_usage(doc: Any) -> tuple[int | None, int | None]:
     """(input_tokens, output_tokens) of a `usage` in `doc`, or in its `message` or `response` (where the events put it)."""
@@ -33,6 +36,10 @@ def input_output_usage(doc: Any) -> tuple[int | None, int | None]:
     if not isinstance(usage, dict):
         return None, None
     prompt, output = usage.get("input_tokens"), usage.get("output_tokens")
+    if isinstance(prompt, int):
+        # Anthropic's input_tokens leaves out what the prompt cache read or was written from (its total input is the
+        # three together); OpenAI's Responses counts its cached tokens inside input_tokens (input_tokens_details).
+        prompt += sum(v for k in ANTHROPIC_CACHE_USAGE if isinstance(v := usage.get(k), int))
     return (prompt if isinstance(prompt, int) else None), (output if isinstance(output, int) else None)
 
 

@@ -179,8 +179,9 @@ def test_a_chat_workload_needs_a_chat_template(leader: Leader) -> None:
 
 
 def test_an_api_a_started_server_does_not_serve_is_refused_naming_it(leader: Leader) -> None:
-    """vLLM serves the Messages, Responses, embeddings and rerank APIs beside completions and chat; the other servers
-    benchfleet starts serve those two: a job asking llama.cpp for another is refused at submission, naming llm.api."""
+    """vLLM serves the Messages, Responses, embeddings and rerank APIs beside completions and chat, llama.cpp the
+    Responses and embeddings APIs, the other servers benchfleet starts those two: a job asking a server for another is
+    refused at submission, naming llm.api and what that server serves."""
     from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256))
@@ -188,11 +189,16 @@ def test_an_api_a_started_server_does_not_serve_is_refused_naming_it(leader: Lea
                                 files={"file": ("apis.zip", data, "application/zip")})
     assert stored.status_code == 201, stored.text
     yaml = {**ADMIN, "Content-Type": "application/yaml"}
-    base = "name: j\nmodel: apis:1\nload: {allow_short: true, rate: 10, duration: 1s}\nllm: {api: responses, prompt_tokens: 16}\n"
+    load = "name: j\nmodel: apis:1\nload: {allow_short: true, rate: 10, duration: 1s}\n"
+    base = load + "llm: {api: messages, ignore_eos: false, prompt_tokens: 16}\n"
     refused = leader.client.post("/api/v1/jobs", headers=yaml, content=base + "backends: [vllm, llamacpp]\n")
     assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
-    assert "backend llamacpp does not serve api responses" in refused.json()["message"]
+    assert refused.json()["message"] == (
+        "backend llamacpp does not serve api messages (llamacpp serves completions, chat, responses, embeddings)"
+    )
     assert leader.client.post("/api/v1/jobs", headers=yaml, content=base + "backends: [vllm]\n").status_code == 201
+    responses = load + "llm: {api: responses, prompt_tokens: 16}\nbackends: [vllm, llamacpp]\n"
+    assert leader.client.post("/api/v1/jobs", headers=yaml, content=responses).status_code == 201
 
 
 def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(leader: Leader) -> None:

@@ -120,6 +120,16 @@ def test_an_unstreamed_answer_of_either_api_gives_its_text_and_counts() -> None:
     assert input_output_usage({"usage": None}) == (None, None)
 
 
+def test_a_messages_prompt_counts_what_the_prompt_cache_read_and_wrote_too() -> None:
+    """Anthropic's usage leaves the tokens read from or written to its prompt cache out of input_tokens (as llama.cpp's
+    and vLLM's Messages APIs do): the prompt is the three together. Responses' input_tokens holds its cached ones."""
+    usage = {"input_tokens": 3, "cache_read_input_tokens": 19, "cache_creation_input_tokens": 2, "output_tokens": 0}
+    start = {"type": "message_start", "message": {"usage": usage}}
+    assert input_output_usage(start) == (24, 0)
+    completed = {"response": {"usage": {"input_tokens": 22, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 21}}}}
+    assert input_output_usage(completed) == (22, 5)
+
+
 def _stream_of(conn_type: type, events: list[tuple[str, dict[str, Any]]], monkeypatch: Any) -> Answer:
     """Feed the events to a connection of `conn_type`, read k at fake time k, and take the answer it completes."""
     import follower.protocols.transports.openai_stream as stream
