@@ -223,6 +223,7 @@ def models_generate(
     intermediate: Annotated[int | None, typer.Option(help="llama: MLP size (default: 2 x hidden)")] = None,
     vocab: Annotated[int, typer.Option(help="llama: tokenizer vocabulary, trained on the spot")] = 4096,
     context: Annotated[int, typer.Option(help="llama: context length in tokens")] = 2048,
+    head: Annotated[str, typer.Option(help="llama: lm (a language model) or score (a reranker, for llm.api rerank)")] = "lm",
     seed: int = 0,
     out: Annotated[Path | None, typer.Option(help="where to write the bundle (default: NAME.zip)")] = None,
     push: Annotated[bool, typer.Option(help="upload the bundle to the leader")] = False,
@@ -246,6 +247,7 @@ def models_generate(
                 vocab=vocab,
                 context=context,
                 seed=seed,
+                head=head,
             )
             if kind == "llama"
             else generate.canonical(kind, depth=depth, width=width, input_size=input_size, seed=seed)

@@ -30,7 +30,16 @@ def canonical(kind: str, *, depth: int, width: int, input_size: int, seed: int) 
 
 
 def llama(
-    *, layers: int, hidden: int, heads: int, kv_heads: int | None, intermediate: int | None, vocab: int, context: int, seed: int
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int | None,
+    intermediate: int | None,
+    vocab: int,
+    context: int,
+    seed: int,
+    head: str = "lm",
 ) -> Generated:
     """The canonical language model; ValueError for a shape that cannot be a Llama."""
     from benchfleet.generate.llmgen import LlamaSpec, generate
@@ -44,7 +53,8 @@ def llama(
         vocab=vocab,
         context=context,
         seed=seed,
+        head=head,
     )
     bundle, meta = generate(spec)
-    summary = f"LlamaForCausalLM, {meta['parameters']} parameters, vocabulary {meta['vocab_size']}, context {context}"
+    summary = f"{spec.architecture}, {meta['parameters']} parameters, vocabulary {meta['vocab_size']}, context {context}"
     return Generated(bundle, spec.name, "hf", summary)

@@ -1,6 +1,6 @@
 """The canonical LLM: a small Llama-architecture decoder with seeded random weights and a byte-level BPE tokenizer
 trained on the spot, written as a Hugging Face model directory (config, safetensors weights, tokenizer) and zipped
-into a bundle. Nothing is downloaded; the same seed gives the same bytes.
+into a bundle. Nothing is downloaded; the same seed gives the same bytes. With a score head it is a reranker instead.
 
 Random weights make real compute and real token streams: a server runs every layer for every token. They make no
 sense, so requests set `ignore_eos` (or `min_tokens`) to get the output length they ask for.
@@ -57,6 +57,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|> {% endif %}"
 )
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+# The model's head: the next token's logits (a language model), or one relevance score per sequence (a reranker: a
+# cross-encoder scoring a query and a document given as the tokenizer's pair, as vLLM's /rerank serves it).
+HEADS = {"lm": "LlamaForCausalLM", "score": "LlamaForSequenceClassification"}
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,11 @@ class LlamaSpec:
     vocab: int = 4096
     context: int = 2048
     seed: int = 0
+    head: str = "lm"  # "lm": a language model (LlamaForCausalLM); "score": a reranker (one relevance score)
 
     def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}")
         if min(self.layers, self.hidden, self.heads, self.kv_heads, self.intermediate) < 1:
             raise ValueError("layers, hidden, heads, kv_heads and intermediate must all be >= 1")
         if self.hidden % self.heads or self.heads % self.kv_heads:
@@ -85,7 +91,12 @@ class LlamaSpec:
     @property
     def name(self) -> str:
         """The repository name a generated model gets by default."""
-        return f"llama-l{self.layers}-h{self.hidden}-v{self.vocab}-s{self.seed}"
+        suffix = "-score" if self.head == "score" else ""
+        return f"llama-l{self.layers}-h{self.hidden}-v{self.vocab}-s{self.seed}{suffix}"
+
+    @property
+    def architecture(self) -> str:
+        return HEADS[self.head]
 
 
 def _corpus(seed: int, lines: int = 4000) -> list[str]:
@@ -121,8 +132,9 @@ def train_tokenizer(spec: LlamaSpec) -> str:
 
 def config(spec: LlamaSpec, vocab: int, bos_id: int, eos_id: int) -> dict[str, object]:
     """The Hugging Face config.json of the model."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
+    labels = {"num_labels": 1} if spec.head == "score" else {}
+    return labels | {
+        "architectures": [spec.architecture],
         "model_type": "llama",
         "hidden_size": spec.hidden,
         "intermediate_size": spec.intermediate,
@@ -168,7 +180,10 @@ def weights(spec: LlamaSpec, vocab: int) -> dict[str, np.ndarray]:
             p + "post_attention_layernorm.weight": np.ones(spec.hidden, dtype=np.float16),
         }
     out["model.norm.weight"] = np.ones(spec.hidden, dtype=np.float16)
-    out["lm_head.weight"] = normal(vocab, spec.hidden)
+    if spec.head == "score":
+        out["score.weight"] = normal(1, spec.hidden)
+    else:
+        out["lm_head.weight"] = normal(vocab, spec.hidden)
     return out
 
 

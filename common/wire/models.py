@@ -74,6 +74,11 @@ class LlmParams(BaseModel):
     dtype: str | None = None  # the config's torch_dtype
     chat_template: bool = False  # its tokenizer_config.json holds a chat template (api: chat needs one)
 
+    @property
+    def scores(self) -> bool:
+        """Whether it is a sequence classifier (a reranker's cross-encoder): it scores texts, generating nothing."""
+        return self.architecture.endswith("ForSequenceClassification")
+
 
 TAG_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,31}$"
 Tag = Annotated[str, Field(pattern=TAG_PATTERN)]

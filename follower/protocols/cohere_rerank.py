@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from follower.protocols.base import Endpoint
 from follower.protocols.openai import LlmApi
+from follower.protocols.transports.openai_stream import PooledTransport
 
 
 class CohereRerank(LlmApi):
+    stream_transport = PooledTransport
     name = "cohere-rerank"
     path = "/v1/rerank"
 

@@ -6,8 +6,10 @@ client reads the answer (it takes a whole JSON answer too) for the server's own 
 from __future__ import annotations
 
 from follower.protocols.openai import LlmApi
+from follower.protocols.transports.openai_stream import PooledTransport
 
 
 class OpenAiEmbeddings(LlmApi):
+    stream_transport = PooledTransport
     name = "openai-embeddings"
     path = "/v1/embeddings"

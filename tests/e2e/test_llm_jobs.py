@@ -331,6 +331,38 @@ llm: {{api: embeddings, prompt_tokens: 24, inputs_per_request: 4}}
         assert f"{llm.items_per_s:.1f}" in out.getvalue()
 
 
+def test_a_rerank_job_on_vllm_scores_documents_with_a_reranker_and_the_servers_pair_tokens(  # type: ignore[no-untyped-def]
+    fleet, llm_model: str, tmp_path: Path
+) -> None:
+    """llm.api rerank against a real server: the canonical LLM generated with a score head (a sequence classifier,
+    what vLLM's /rerank serves), vLLM started by the follower as a pooling model, four documents of exact lengths
+    scored against a query per request. vLLM's usage counts each query-document pair as the tokenizer joins them (the
+    beginning of sequence before each): exactly 4 x (24 + 24) tokens a request; documents per second are the items."""
+    out = tmp_path / "tiny-reranker.zip"
+    shape = shlex.split("--layers 2 --hidden 128 --heads 4 --vocab 2048 --context 512 --seed 5 --head score")
+    push = ["--push", "--name", "tiny-reranker", "--url", fleet.url, "--token", fleet.admin_token]
+    cli = [sys.executable, "-m", "benchfleet", "models", "generate", "llama", *shape, "--out", str(out), *push]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and "LlamaForSequenceClassification" in done.stdout, done.stdout + done.stderr
+    with fleet.client() as client:
+        job = client.submit_yaml("""
+name: llm-rerank
+model: tiny-reranker:1
+backends: [vllm]
+server: {llm: {enforce_eager: true}}
+load: {pattern: poisson, rate: 10, duration: 3s, warmup: 1s, allow_short: true}
+llm: {api: rerank, prompt_tokens: 24, inputs_per_request: 4}
+""")
+        results: JobResults = _wait_done(client, job.id, timeout_s=300)
+    (point,) = results.points
+    llm = point.llm
+    assert point.point.server.llm.runner == "pooling"
+    assert llm is not None and point.requests > 0 and point.ok == point.requests, (point.error_sample, point.reasons)
+    assert llm.input_tokens_per_s * point.measured_s == pytest.approx(4 * (24 + 24) * point.ok, rel=1e-6), llm
+    assert llm.items_per_s == pytest.approx(4 * point.ok / point.measured_s)
+    assert llm.ttft_ms is None and llm.output_tokens_server == 0  # scored, nothing generated
+
+
 def _needs_llamacpp() -> None:
     ok, why = LlamaCppBackend.available()
     if not ok:

@@ -193,6 +193,8 @@ class AnswerReader:
 class _StreamConn(ConnBase):
     """One keep-alive connection whose answers are read as they stream."""
 
+    GENERATES = True  # an answer's text is generated output (not so for embeddings and rerank: a whole answer, no token)
+
     __slots__ = (
         "buf",
         "first_ns",
@@ -325,9 +327,13 @@ class _StreamConn(ConnBase):
             doc = orjson.loads(body)
         except orjson.JSONDecodeError:
             return Answer(0, self.first_ns, done_ns, None, "a 200 answer that is neither a stream nor JSON")
-        text = text_field(bytes(body))
+        text = text_field(bytes(body)) if self.GENERATES else b""
         stream = Stream([done_ns] if text else [], text, *self.usage_of(doc), events=1)
         return Answer(200, self.first_ns, done_ns, stream=stream)
+
+
+class _PooledConn(_StreamConn):
+    GENERATES = False  # vectors or scores: a rerank answer's `text` is a document echoed, never a token
 
 
 class OpenAiStreamTransport(RawHttpTransport):
@@ -337,3 +343,9 @@ class OpenAiStreamTransport(RawHttpTransport):
 
     def answer_of(self, result: Any) -> Answer:
         return cast(Answer, result)
+
+
+class PooledTransport(OpenAiStreamTransport):
+    """Embeddings or rerank requests, answered whole with nothing generated (no first token)."""
+
+    conn_factory = _PooledConn

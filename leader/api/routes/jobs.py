@@ -92,6 +92,9 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
             f"backend {server} does not serve api {workload.api} ({server} serves {', '.join(apis_served(server))})",
             field="llm.api",
         )
+    if (workload.api == "rerank") != llm.scores:  # only a sequence classifier scores; it does nothing else
+        need = "a reranker (a sequence classifier)" if workload.api == "rerank" else "a model that generates or embeds"
+        raise InvalidSpec(f"api {workload.api} needs {need}; model {ref} is a {llm.architecture}", field="llm.api")
     if workload.templated and not llm.chat_template:
         raise InvalidSpec(
             f"model {ref} has no chat template (tokenizer_config.json chat_template): use completions", field="llm.api"

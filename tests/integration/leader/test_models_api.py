@@ -201,6 +201,32 @@ def test_an_api_a_started_server_does_not_serve_is_refused_naming_it(leader: Lea
     assert leader.client.post("/api/v1/jobs", headers=yaml, content=responses).status_code == 201
 
 
+def test_rerank_is_asked_of_a_reranker_and_a_reranker_is_asked_only_to_rerank(leader: Leader) -> None:
+    """A sequence classifier (the canonical LLM with a score head) scores texts and does nothing else; a causal LM
+    cannot score: either asked of the other is refused at submission, naming llm.api."""
+    from benchfleet.generate.llmgen import LlamaSpec, generate
+
+    yaml = {**ADMIN, "Content-Type": "application/yaml"}
+    for name, head in (("gen", "lm"), ("ranker", "score")):
+        spec = LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=256, head=head)
+        data, _ = generate(spec)
+        form, files = {"name": name, "version": "1", "format": "hf"}, {"file": (f"{name}.zip", data, "application/zip")}
+        stored = leader.client.post("/api/v1/models", headers=ADMIN, data=form, files=files)
+        assert stored.status_code == 201, stored.text
+    assert stored.json()["llm"]["architecture"] == "LlamaForSequenceClassification"
+    load = "backends: [vllm]\nload: {allow_short: true, rate: 10, duration: 1s}\n"
+    for model, api, said in (
+        ("gen", "rerank", "api rerank needs a reranker (a sequence classifier); model gen:1 is a LlamaForCausalLM"),
+        ("ranker", "embeddings", "api embeddings needs a model that generates or embeds; model ranker:1 is a Llama"),
+    ):
+        spec = f"name: j\nmodel: {model}:1\n{load}llm: {{api: {api}, prompt_tokens: 16}}\n"
+        refused = leader.client.post("/api/v1/jobs", headers=yaml, content=spec)
+        assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
+        assert refused.json()["message"].startswith(said), refused.text
+    spec = f"name: j\nmodel: ranker:1\n{load}llm: {{api: rerank, prompt_tokens: 16, inputs_per_request: 4}}\n"
+    assert leader.client.post("/api/v1/jobs", headers=yaml, content=spec).status_code == 201
+
+
 def test_a_prompt_set_is_uploaded_checked_and_named_by_a_language_models_job(leader: Leader) -> None:
     import json
 
