@@ -50,7 +50,8 @@ class LlmServerOptions(StrictModel):
     reset_prefix_cache: bool = False
     """Empty the server's prefix cache before each point, so a point does not find what the one before it cached
     (vLLM: its /reset_prefix_cache, one of the development routes VLLM_SERVER_DEV_MODE serves on the loopback port it
-    listens on; a server without one is run as usual). Each point's `llm.server.cache_reset` says whether it was."""
+    listens on; llama.cpp: every slot's cache erased, /slots/N?action=erase; a server without one is run as usual).
+    Each point's `llm.server.cache_reset` says whether it was."""
     enforce_eager: bool | None = None
     """Run the model eagerly: no compiled graph, no CUDA graphs (vLLM's --enforce-eager, SGLang's --disable-cuda-graph):
     a faster start and less memory, usually slower steps."""

@@ -6,7 +6,8 @@ An "hf" model (a Llama with a byte-level BPE tokenizer) is converted to GGUF for
 (follower/convert/to_gguf.py: data only, nothing of the upload runs). The spec's server.llm options in llama.cpp's words:
 max_num_seqs is its slots (--parallel, default 4), each holding max_model_len tokens (--kv-unified-per-slot);
 max_num_batched_tokens its batch (--batch-size, --ubatch-size); prefix_caching its --cache-prompt; dtype the GGUF
-file's type; runner pooling serves embeddings (--embeddings, the last token pooled). Its /metrics (llamacpp:*) count
+file's type; runner pooling serves embeddings (--embeddings, the last token pooled); reset_prefix_cache erases every
+slot's cache before each point (its /slots/N?action=erase). Its /metrics (llamacpp:*) count
 tokens, not requests: the prompt tokens its slots' caches held (its prefix-cache hits) apart from those it computed.
 
 A quantised type (q8_0, q4_0) runs on llama.cpp's repacked weight layouts where the CPU has them (AMX, AVX-512): on a
@@ -17,9 +18,12 @@ stated in the server's version as recorded.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from common.procs import SupervisedProcess, free_port, http_ready
@@ -30,6 +34,7 @@ from follower.backends.process import SOURCE_ROOT
 from follower.convert.to_gguf import convert
 
 DEFAULT_SLOTS = 4  # llama-server's own default of parallel slots
+SLOTS_DIR = "llamacpp-slots"  # its --slot-save-path, which erasing a slot's cache needs (nothing is saved)
 NO_REPACK = "weight repacking off: this host's CPU died on llama.cpp's repacked kernels"
 PROBE_TIMEOUT_S = 120.0
 # Programs whose repacked kernels died on this host (follower/backends/llamacpp.py: _repack_dies), found once a process.
@@ -109,6 +114,8 @@ class LlamaCppBackend(OpenAiServerBackend):
         threads = self.server.threads or (len(self.cpus) if self.cpus else None)
         if threads:
             argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+        if llm.reset_prefix_cache:  # its slots' caches are erased through /slots/N?action=erase, which needs a save path
+            argv += ["--slots", "--slot-save-path", str(workdir / SLOTS_DIR)]
         if llm.runner == "pooling":  # /v1/embeddings: a causal LM's last token's hidden state, as vLLM pools it
             argv += ["--embeddings", "--pooling", "last"]
         if self._no_repack():
@@ -129,6 +136,8 @@ class LlamaCppBackend(OpenAiServerBackend):
             raise RuntimeError(
                 f"this llama.cpp build ({self.version()}) has no GPU backend: a GPU configuration would run on the CPU"
             )
+        if self.server.llm.reset_prefix_cache:
+            (workdir / SLOTS_DIR).mkdir(parents=True, exist_ok=True)  # it must exist (nothing is saved there)
         dtype = "float16" if self.server.llm.dtype == "auto" else self.server.llm.dtype
         out = convert(model_dir, workdir / f"{model.name}-{dtype}.gguf", dtype=dtype)
         if dtype in QUANTISED_DTYPES and not self.server.uses_gpu and str(self.python) not in _REPACK_DIES:
@@ -158,6 +167,19 @@ class LlamaCppBackend(OpenAiServerBackend):
             return False
         finally:
             probe.stop()
+
+    def reset_prefix_cache(self) -> bool:
+        """Erase every slot's cache (POST /slots/N?action=erase, served when started with --slot-save-path): whether
+        each slot answered that it was."""
+        for slot in range(self.server.llm.max_num_seqs or DEFAULT_SLOTS):
+            request = urllib.request.Request(f"{self.endpoint}/slots/{slot}?action=erase", data=b"", method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=5.0) as response:  # noqa: S310 - the loopback server we started
+                    if "n_erased" not in json.loads(response.read() or b"{}"):
+                        return False
+            except (urllib.error.URLError, OSError, ValueError):
+                return False
+        return True
 
     def ready_url(self) -> str:
         """llama-server answers /health with 200 once the model is loaded (503 while loading)."""

@@ -372,9 +372,10 @@ def _needs_llamacpp() -> None:
 
 
 def test_agentic_sessions_on_llamacpp_show_its_slots_prefix_cache(fleet, llm_model: str) -> None:  # type: ignore[no-untyped-def]
-    """The repository's session sample replayed on a llama.cpp the follower starts: llama.cpp's own counters (its
-    /metrics: the prompt tokens it computed and those its slots' caches held) add up to every prompt exactly as the
-    trace grows each session's context, and its prefix-cache hit share (the cached ones' share) is shown beside TTFT."""
+    """The repository's session sample replayed on a llama.cpp the follower starts, its slots' caches erased before
+    the point: llama.cpp's own counters (its /metrics: the prompt tokens it computed and those its slots' caches held)
+    add up to every prompt exactly as the trace grows each session's context, and its prefix-cache hit share (the
+    cached ones' share) is shown beside TTFT."""
     import json
 
     _needs_llamacpp()
@@ -392,6 +393,7 @@ def test_agentic_sessions_on_llamacpp_show_its_slots_prefix_cache(fleet, llm_mod
 name: llamacpp-sessions
 model: {llm_model}
 backends: [llamacpp]
+server: {{llm: {{reset_prefix_cache: true}}}}
 load: {{pattern: trace, trace: {{dataset: {trace.id}}}, duration: 20s, warmup: 0s}}
 llm: {{sessions: {{from_trace: true}}}}
 """)
@@ -402,6 +404,7 @@ llm: {{sessions: {{from_trace: true}}}}
     assert llm.mismatched_requests == 0 and llm.output_tokens_server == sum(e["output_length"] for e in entries)
     server = llm.server
     assert server is not None and server.requests is None, server  # llama.cpp counts tokens, not requests
+    assert server.cache_reset is True, server
     assert server.prompt_tokens == prompts and server.generation_tokens == llm.output_tokens_server, (server, prompts)
     assert server.prefix_cache_hit_share is not None and 0 < server.prefix_cache_hit_share < 1, server
     out = io.StringIO()

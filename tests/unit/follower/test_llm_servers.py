@@ -159,6 +159,13 @@ def test_llamacpps_metrics_give_its_prompt_tokens_and_prefix_cache_hits_but_no_r
     assert idle is not None and idle.prompt_tokens == 0 and idle.prefix_cache_hit_share is None
 
 
+def test_llamacpp_offers_its_slots_cache_erase_when_a_reset_is_asked(tmp_path: Path) -> None:
+    reset = LlamaCppBackend(server=ServerOptions(llm=LlmServerOptions(reset_prefix_cache=True)))
+    argv = reset.argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+    assert "--slots" in argv and argv[argv.index("--slot-save-path") + 1] == str(tmp_path / "llamacpp-slots")
+    assert "--slot-save-path" not in LlamaCppBackend(server=OPTIONS).argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
+
+
 def test_llamacpp_serves_embeddings_when_started_as_a_pooling_model(tmp_path: Path) -> None:
     pooled = ServerOptions(llm=LlmServerOptions(runner="pooling"))
     argv = LlamaCppBackend(server=pooled).argv(tmp_path / "m.gguf", MODEL, 1, tmp_path)
