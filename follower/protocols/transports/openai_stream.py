@@ -228,6 +228,8 @@ class _StreamConn(ConnBase):
         self.steady = False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed and self.waiter is None and self.streamed:  # the server closed it, idle after a stream
+            self.pool.streams_end_connections = True
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
             if self.reader.framed_by_close:
@@ -304,8 +306,9 @@ class _StreamConn(ConnBase):
         head = self.reader.head
         status, close = (head[0], head[4]) if head is not None else (0, True)
         answer = self._answer(status)
+        self.streamed = self.reader.sse
         self._reset()
-        if close:
+        if close or (self.streamed and self.pool.streams_end_connections):
             self.closed = True
             self.transport.close()
         else:

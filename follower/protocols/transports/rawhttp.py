@@ -11,6 +11,7 @@ Anything it cannot frame fails that request as a transport error (and the connec
 from __future__ import annotations
 
 import asyncio
+import select
 import time
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -28,22 +29,38 @@ IDLE_LIMIT_NS = 4_000_000_000
 IDLE_SHARE = 0.8
 
 
+def _readable(conn: ConnBase) -> bool:
+    """Whether an idle connection has bytes or an end waiting that its loop has not read yet: the server closed it
+    (llama.cpp closes one after every streamed answer, the end arriving with the answer's last bytes) or sent what no
+    request asked for. Either way it is not reused. One poll of its socket, as curl checks a connection before reuse."""
+    sock = conn.transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class ConnBase(asyncio.Protocol):
     """What every keep-alive connection of the pool shares: its transport, and failing the request it carries."""
 
-    __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused", "port")
+    __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused", "port", "streamed")
     transport: asyncio.Transport
     waiter: Any  # the request on the wire's future (or future-like waiter); None between requests
     closed: bool
     idle_since: int  # monotonic ns when it last went back to the pool
     idle_limit_ns: int  # how long it may stay idle and still be reused
     reused: bool  # the request on it is not the connection's first
+    streamed: bool  # its last answer was an event stream: a server may close the connection after one (llama.cpp does)
     port: int  # its local port (-1: not a TCP socket): the wire audit pairs each request with its connection's
 
     def mid_answer(self, exc: Exception | None) -> str:
         """What a connection closed before its answer completed says: a reused connection closed before any byte of
         the answer is a keep-alive race (the client's pool), not the server's failure to answer."""
         if self.reused and self.first_ns == 0:  # type: ignore[attr-defined]
+            if self.streamed:  # the server ends connections after streamed answers: the pool stops reusing them
+                self.pool.streams_end_connections = True
             idle_ms = (_monotonic_ns() - self.idle_since) / 1e6
             return f"a reused keep-alive connection closed before any answer (idle {idle_ms:.0f} ms): {exc or 'EOF'}"
         return f"server closed the connection mid-answer ({exc or 'EOF'})"
@@ -212,6 +229,10 @@ class RawHttpSession:
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._closed = False
+        # The server was seen to close a connection after a streamed answer (llama.cpp does after every one, though
+        # it says keep-alive): from then on a connection that carried one is closed, never reused, so no request is
+        # written on a connection the server is closing (a fresh one costs a loopback connect).
+        self.streams_end_connections = False
 
     def wire(self, body: bytes, content_type: str = "application/json") -> bytes:
         """The full request bytes for POSTing `body` (build once per body, reuse per request)."""
@@ -224,7 +245,7 @@ class RawHttpSession:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(lambda: self.conn_factory(self), self.host, self.port)
-        conn.idle_since, conn.idle_limit_ns, conn.reused = 0, IDLE_LIMIT_NS, False
+        conn.idle_since, conn.idle_limit_ns, conn.reused, conn.streamed = 0, IDLE_LIMIT_NS, False, False
         self._all.add(conn)
         return conn
 
@@ -244,8 +265,10 @@ class RawHttpSession:
         while idle:
             conn = idle.pop()
             if not conn.closed and now - conn.idle_since <= conn.idle_limit_ns:
-                conn.reused = True
-                return conn
+                if not (conn.streamed and _readable(conn)):
+                    conn.reused = True
+                    return conn
+                self.streams_end_connections = True
             if not conn.closed:
                 conn.closed = True
                 conn.transport.close()

@@ -26,8 +26,10 @@ class Dechunker:
 
     def __init__(self) -> None:
         self._buf = bytearray()
-        self._left = -1  # payload bytes left in the current chunk (-1: expecting a size line; -2: its CRLF)
-        self.finished = False  # the zero-size last chunk (and the blank line after it) arrived
+        # payload bytes left in the current chunk (-1: expecting a size line; -2: its CRLF; -3: after the last chunk,
+        # its trailer lines, if any, and the blank line that ends the answer)
+        self._left = -1
+        self.finished = False  # the zero-size last chunk and the blank line after it arrived
 
     @property
     def idle(self) -> bool:
@@ -52,10 +54,17 @@ class Dechunker:
                     break
                 size = _chunk_size(bytes(buf[at:end]))
                 at = end + 2
-                if size == 0:
-                    self.finished = True  # trailers (none expected) and the final CRLF are not payload
+                self._left = size if size else -3
+            elif self._left == -3:
+                # The answer ends at the blank line after the last chunk (and its trailers, not payload): a server
+                # may send it apart from the zero-size chunk, and it must not be taken for the next answer's start.
+                end = buf.find(b"\r\n", at)
+                if end < 0:
+                    if len(buf) - at > 1024:
+                        raise StreamError("chunked trailer line over 1 KiB")
                     break
-                self._left = size
+                self.finished = end == at
+                at = end + 2
             elif self._left == -2:
                 if len(buf) - at < 2:
                     break
@@ -86,7 +95,7 @@ class Dechunker:
                 return None
             size = _chunk_size(data[at:end])
             if size == 0:
-                if data[end + 2 :] not in (b"\r\n", b""):
+                if data[end + 2 :] != b"\r\n":  # the blank line not here yet, or trailers: the general path
                     return None
                 self.finished = True
                 break

@@ -151,3 +151,70 @@ def test_a_100k_token_prompt_and_a_4k_token_answer_come_through_whole(fast_url: 
     assert (stream.prompt_tokens, stream.completion_tokens, len(stream.events_ns)) == (100_000, 4_000, 4_000)
     times = np.asarray(stream.events_ns)
     assert np.all(np.diff(times) >= 0) and answer.first_ns <= times[0] and times[-1] <= answer.done_ns
+
+
+TOKEN_EVENT = b'data: {"choices":[{"index":0,"text":" tok","finish_reason":null}]}\n\n'
+STREAM_HEAD = b"\r\n".join(
+    [b"HTTP/1.1 200 OK", b"Content-Type: text/event-stream", b"Transfer-Encoding: chunked", b"Keep-Alive: timeout=5, max=100"]
+) + b"\r\n\r\n"
+
+
+def _chunk(payload: bytes) -> bytes:
+    return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
+
+
+async def _streams_then_closes(connections: list[int]) -> asyncio.Server:
+    """A server that answers one streamed request per connection the way llama.cpp does: its Keep-Alive header says
+    the connection stays, the blank line that ends the chunked answer comes apart from the zero-size chunk, and then it
+    closes the connection."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(STREAM_HEAD)
+            for _ in range(3):
+                writer.write(_chunk(TOKEN_EVENT))
+                await writer.drain()
+            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.002)  # the blank line apart, as llama.cpp writes it
+            writer.write(b"\r\n")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def test_a_server_that_ends_each_streamed_answers_connection_loses_no_request() -> None:
+    """Back-to-back streamed requests (a session's turns with no think time) against such a server: the answer ends
+    at its blank line, not before (the blank line is not read as the next answer's start), and once the server is
+    seen closing a connection after a streamed answer the pool stops reusing them: every request is answered whole."""
+
+    async def run() -> tuple[list[Answer], int]:
+        connections: list[int] = []
+        server = await _streams_then_closes(connections)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with OpenAiStreamTransport(f"http://127.0.0.1:{port}/v1/completions", max_concurrency=1, timeout_s=10) as t:
+                wire = t.encode(_body(3))
+                answers = []
+                for _ in range(12):
+                    try:
+                        answers.append(await t.request(wire))
+                    except ConnectionError as exc:
+                        answers.append(Answer(0, 0, 0, None, str(exc)))
+                return answers, len(connections)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    answers, connections = asyncio.run(run())
+    assert [a.error for a in answers] == [None] * 12
+    assert all(a.status == 200 and a.stream is not None and len(a.stream.events_ns) == 3 for a in answers)
+    assert connections == 12  # a connection each: none was written on as the server closed it

@@ -73,6 +73,8 @@ RESPONSES = [
 
 
 class _Pool:
+    streams_end_connections = False  # the pool has not seen a server end a connection after a stream
+
     def keep_alive(self, conn: Any, timeout_ns: int) -> None:
         return None
 

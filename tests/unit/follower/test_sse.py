@@ -69,3 +69,16 @@ def test_broken_framing_is_named() -> None:
         Dechunker().feed(b"2\r\nabXY")
     with pytest.raises(StreamError, match="longer than"):
         SseParser(max_event=100).feed(b"data: " + b"x" * 200, 0)
+
+
+def test_a_chunked_answer_ends_at_the_blank_line_after_its_last_chunk_not_before() -> None:
+    """A server may send the blank line that ends a chunked answer apart from its zero-size chunk (llama.cpp does):
+    the answer is not finished before it, so it is not taken for the start of the next answer on the connection."""
+    dechunker = Dechunker()
+    assert dechunker.feed(b"5\r\nhello\r\n0\r\n") == b"hello" and not dechunker.finished
+    assert dechunker.feed(b"\r\n") == b"" and dechunker.finished
+    fast = Dechunker()  # the whole answer in one read: finished at once
+    assert fast.feed(b"5\r\nhello\r\n0\r\n\r\n") == b"hello" and fast.finished
+    trailers = Dechunker()  # trailer fields after the last chunk are not payload; the blank line still ends it
+    assert trailers.feed(b"2\r\nhi\r\n0\r\nX-Checksum: 1\r\n") == b"hi" and not trailers.finished
+    assert trailers.feed(b"\r\n") == b"" and trailers.finished

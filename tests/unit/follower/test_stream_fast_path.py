@@ -24,6 +24,8 @@ class _Transport:
 
 
 class _Pool:
+    streams_end_connections = False  # the pool has not seen a server end a connection after a stream
+
     def keep_alive(self, conn: object, timeout_ns: int) -> None:
         pass
 
