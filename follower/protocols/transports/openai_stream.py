@@ -306,7 +306,7 @@ class _StreamConn(ConnBase):
         head = self.reader.head
         status, close = (head[0], head[4]) if head is not None else (0, True)
         answer = self._answer(status)
-        self.streamed = self.reader.sse
+        self.streamed = bool(self.reader.sse)
         self._reset()
         if close or (self.streamed and self.pool.streams_end_connections):
             self.closed = True

@@ -46,6 +46,7 @@ class ConnBase(asyncio.Protocol):
     """What every keep-alive connection of the pool shares: its transport, and failing the request it carries."""
 
     __slots__ = ("pool", "transport", "waiter", "closed", "idle_since", "idle_limit_ns", "reused", "port", "streamed")
+    pool: RawHttpSession
     transport: asyncio.Transport
     waiter: Any  # the request on the wire's future (or future-like waiter); None between requests
     closed: bool
