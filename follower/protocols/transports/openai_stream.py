@@ -228,8 +228,8 @@ class _StreamConn(ConnBase):
         self.steady = False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed and self.waiter is None and self.streamed:  # the server closed it, idle after a stream
-            self.pool.streams_end_connections = True
+        if not self.closed and self.waiter is None:  # the server closed it while it was idle
+            self.learn_stream_end()
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
             if self.reader.framed_by_close:

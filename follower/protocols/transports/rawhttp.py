@@ -27,6 +27,9 @@ _monotonic_ns = time.monotonic_ns
 # and below the server's own `Keep-Alive: timeout=N` when it sends one (IDLE_SHARE of it).
 IDLE_LIMIT_NS = 4_000_000_000
 IDLE_SHARE = 0.8
+# A connection the server closes this soon after a streamed answer ended was ended with the answer (llama.cpp's way),
+# not for sitting idle past the server's keep-alive timeout (seconds).
+STREAM_END_NS = 100_000_000
 
 
 def _readable(conn: ConnBase) -> bool:
@@ -60,11 +63,16 @@ class ConnBase(asyncio.Protocol):
         """What a connection closed before its answer completed says: a reused connection closed before any byte of
         the answer is a keep-alive race (the client's pool), not the server's failure to answer."""
         if self.reused and self.first_ns == 0:  # type: ignore[attr-defined]
-            if self.streamed:  # the server ends connections after streamed answers: the pool stops reusing them
-                self.pool.streams_end_connections = True
+            self.learn_stream_end()
             idle_ms = (_monotonic_ns() - self.idle_since) / 1e6
             return f"a reused keep-alive connection closed before any answer (idle {idle_ms:.0f} ms): {exc or 'EOF'}"
         return f"server closed the connection mid-answer ({exc or 'EOF'})"
+
+    def learn_stream_end(self) -> None:
+        """The server closed this connection: if its last answer was a stream that ended just before, the server ends
+        connections after streamed answers, and the pool stops reusing them."""
+        if self.streamed and _monotonic_ns() - self.idle_since < STREAM_END_NS:
+            self.pool.streams_end_connections = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP connection's transport (uvloop's is not an asyncio.Transport subclass, but it has its methods).
@@ -269,7 +277,7 @@ class RawHttpSession:
                 if not (conn.streamed and _readable(conn)):
                     conn.reused = True
                     return conn
-                self.streams_end_connections = True
+                conn.learn_stream_end()
             if not conn.closed:
                 conn.closed = True
                 conn.transport.close()

@@ -163,32 +163,52 @@ def _chunk(payload: bytes) -> bytes:
     return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
-async def _streams_then_closes(connections: list[int]) -> asyncio.Server:
-    """A server that answers one streamed request per connection the way llama.cpp does: its Keep-Alive header says
-    the connection stays, the blank line that ends the chunked answer comes apart from the zero-size chunk, and then it
-    closes the connection."""
+async def _streaming_server(connections: list[int], *, idle_close_s: float | None = None) -> asyncio.Server:
+    """A server of streamed answers whose Keep-Alive header says the connection stays, the blank line that ends each
+    chunked answer coming apart from the zero-size chunk (as llama.cpp writes it). Without `idle_close_s` it then
+    closes the connection, as llama.cpp does after every streamed answer; with it, it keeps the connection for the
+    next request and closes it only once it has been idle that long (a keep-alive timeout)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
-            writer.write(STREAM_HEAD)
-            for _ in range(3):
-                writer.write(_chunk(TOKEN_EVENT))
+            while True:
+                wait = asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), idle_close_s) if idle_close_s else None
+                head = await (wait or reader.readuntil(b"\r\n\r\n"))
+                lines = head.split(b"\r\n")
+                await reader.readexactly(next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length")))
+                writer.write(STREAM_HEAD)
+                for _ in range(3):
+                    writer.write(_chunk(TOKEN_EVENT))
+                    await writer.drain()
+                writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n")
                 await writer.drain()
-            writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n")
-            await writer.drain()
-            await asyncio.sleep(0.002)  # the blank line apart, as llama.cpp writes it
-            writer.write(b"\r\n")
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+                await asyncio.sleep(0.002)  # the blank line apart
+                writer.write(b"\r\n")
+                await writer.drain()
+                if idle_close_s is None:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         finally:
             writer.close()
 
     return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def _back_to_back(server: asyncio.Server, requests: int, pause_after: int = -1) -> list[Answer]:
+    """`requests` streamed requests one after the other (a pause of 0.5 s after the `pause_after`-th)."""
+    port = server.sockets[0].getsockname()[1]
+    async with OpenAiStreamTransport(f"http://127.0.0.1:{port}/v1/completions", max_concurrency=1, timeout_s=10) as t:
+        wire, answers = t.encode(_body(3)), []
+        for k in range(requests):
+            try:
+                answers.append(await t.request(wire))
+            except ConnectionError as exc:
+                answers.append(Answer(0, 0, 0, None, str(exc)))
+            if k == pause_after:
+                await asyncio.sleep(0.5)
+        return answers
 
 
 def test_a_server_that_ends_each_streamed_answers_connection_loses_no_request() -> None:
@@ -198,18 +218,9 @@ def test_a_server_that_ends_each_streamed_answers_connection_loses_no_request() 
 
     async def run() -> tuple[list[Answer], int]:
         connections: list[int] = []
-        server = await _streams_then_closes(connections)
-        port = server.sockets[0].getsockname()[1]
+        server = await _streaming_server(connections)
         try:
-            async with OpenAiStreamTransport(f"http://127.0.0.1:{port}/v1/completions", max_concurrency=1, timeout_s=10) as t:
-                wire = t.encode(_body(3))
-                answers = []
-                for _ in range(12):
-                    try:
-                        answers.append(await t.request(wire))
-                    except ConnectionError as exc:
-                        answers.append(Answer(0, 0, 0, None, str(exc)))
-                return answers, len(connections)
+            return await _back_to_back(server, 12), len(connections)
         finally:
             server.close()
             await server.wait_closed()
@@ -218,3 +229,22 @@ def test_a_server_that_ends_each_streamed_answers_connection_loses_no_request() 
     assert [a.error for a in answers] == [None] * 12
     assert all(a.status == 200 and a.stream is not None and len(a.stream.events_ns) == 3 for a in answers)
     assert connections == 12  # a connection each: none was written on as the server closed it
+
+
+def test_a_connection_closed_for_idling_past_the_servers_keep_alive_does_not_stop_reuse() -> None:
+    """A server that keeps connections between streamed answers but closes one idle for 0.3 s: two requests, a pause
+    of 0.5 s (the server closes the idle connection), three more. Its close is not taken for ending connections after
+    streamed answers: the last three share one new connection."""
+
+    async def run() -> tuple[list[Answer], int]:
+        connections: list[int] = []
+        server = await _streaming_server(connections, idle_close_s=0.3)
+        try:
+            return await _back_to_back(server, 5, pause_after=1), len(connections)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    answers, connections = asyncio.run(run())
+    assert [a.error for a in answers] == [None] * 5
+    assert connections == 2
