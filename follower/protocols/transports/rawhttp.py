@@ -40,7 +40,9 @@ def _readable(conn: ConnBase) -> bool:
     if sock is None:
         return False
     try:
-        return bool(select.select([sock.fileno()], [], [], 0)[0])
+        poller = select.poll()  # not select(): a follower holds more than its 1,024 descriptors
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
 
