@@ -92,7 +92,9 @@ def check_llm_workload(spec: JobSpec, ref: str, llm: LlmParams) -> None:
             f"backend {server} does not serve api {workload.api} ({server} serves {', '.join(apis_served(server))})",
             field="llm.api",
         )
-    if (workload.api == "rerank") != llm.scores:  # only a sequence classifier scores; it does nothing else
+    # Only a sequence classifier scores, and it does nothing else (on a server benchfleet starts from the model; a
+    # target's stored model gives the client its tokenizer, the target serves what it serves).
+    if spec.target is None and (workload.api == "rerank") != llm.scores:
         need = "a reranker (a sequence classifier)" if workload.api == "rerank" else "a model that generates or embeds"
         raise InvalidSpec(f"api {workload.api} needs {need}; model {ref} is a {llm.architecture}", field="llm.api")
     if workload.templated and not llm.chat_template:

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+from common.wire.auth import DEFAULT_TEAM
 from tests.integration.leader.conftest import ADMIN, Leader
 from tests.unit.leader.onnx_models import identity_model, linear_model
 
@@ -224,6 +225,12 @@ def test_rerank_is_asked_of_a_reranker_and_a_reranker_is_asked_only_to_rerank(le
         assert refused.status_code == 422 and refused.json()["field"] == "llm.api", refused.text
         assert refused.json()["message"].startswith(said), refused.text
     spec = f"name: j\nmodel: ranker:1\n{load}llm: {{api: rerank, prompt_tokens: 16, inputs_per_request: 4}}\n"
+    assert leader.client.post("/api/v1/jobs", headers=yaml, content=spec).status_code == 201
+    # A target serves what it serves: its stored model only gives the client its tokenizer.
+    allowed = leader.client.put(f"/api/v1/teams/{DEFAULT_TEAM}", headers=ADMIN, json={"egress_allow": ["127.0.0.1"]})
+    assert allowed.status_code == 200, allowed.text
+    target = "target: {url: 'http://127.0.0.1:9', protocol: cohere-rerank}\nload: {allow_short: true, rate: 10, duration: 1s}\n"
+    spec = f"name: j\nmodel: gen:1\n{target}llm: {{api: rerank, prompt_tokens: 16}}\n"
     assert leader.client.post("/api/v1/jobs", headers=yaml, content=spec).status_code == 201
 
 
