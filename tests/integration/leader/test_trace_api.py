@@ -79,8 +79,8 @@ def test_a_session_trace_is_replayed_only_as_sessions_and_sessions_only_from_one
     from benchfleet.generate.llmgen import LlamaSpec, generate
 
     data, _ = generate(LlamaSpec(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=1024, context=512))
-    stored = leader.client.post("/api/v1/models", headers=ADMIN, data={"name": "lm", "version": "1", "format": "hf"},
-                                files={"file": ("model.zip", data, "application/zip")})  # fmt: skip
+    form, files = {"name": "lm", "version": "1", "format": "hf"}, {"file": ("model.zip", data, "application/zip")}
+    stored = leader.client.post("/api/v1/models", headers=ADMIN, data=form, files=files)
     assert stored.status_code == 201, stored.text
     sample = Path(__file__).resolve().parents[3] / "docs" / "traces" / "mooncake_sessions.jsonl"
     sessions = _upload(leader, sample.read_bytes(), name="agents")
